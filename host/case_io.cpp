@@ -1,0 +1,147 @@
+#include "case_io.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include <sys/stat.h>
+
+std::string rank_dir(const HostArgs& a) {
+    return a.case_root + "/golden/" + a.case_id + "/rank_" + std::to_string(a.pe_id);
+}
+
+template <typename V>
+static bool read_exact(const std::string& path, uint64_t expect_bytes, V* out, std::string* error) {
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) {
+        *error = path + ": cannot open (" + strerror(errno) + ")";
+        return false;
+    }
+    if (uint64_t(st.st_size) != expect_bytes) {
+        *error = path + ": " + std::to_string(st.st_size) + " bytes, expected " + std::to_string(expect_bytes) +
+                 " for this shape";
+        return false;
+    }
+    out->resize(expect_bytes / sizeof(typename V::value_type));
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) {
+        *error = path + ": cannot open (" + strerror(errno) + ")";
+        return false;
+    }
+    const size_t got = expect_bytes ? fread(out->data(), 1, expect_bytes, f) : 0;
+    fclose(f);
+    if (got != expect_bytes) {
+        *error = path + ": short read (" + std::to_string(got) + " of " + std::to_string(expect_bytes) + " bytes)";
+        return false;
+    }
+    return true;
+}
+
+bool read_rank_case(const HostArgs& a, RankCase* rc, std::string* error) {
+    const std::string d = rank_dir(a);
+    const uint64_t rows = a.capacity_rows(), e = a.elem_bytes();
+    const uint64_t slots = uint64_t(a.bs) * a.topk, segs = uint64_t(a.expert_per_pe) * a.pe_size;
+    if (!read_exact(d + "/expand_x.bin", rows * a.h * e, &rc->expand_x, error) ||
+        !read_exact(d + "/assist_info.bin", rows * 3 * 4, &rc->assist_info, error) ||
+        !read_exact(d + "/ep_recv_count.bin", segs * 4, &rc->ep_recv_count, error) ||
+        !read_exact(d + "/expert_ids.bin", slots * 4, &rc->expert_ids, error) ||
+        !read_exact(d + "/expert_scales.bin", slots * 4, &rc->expert_scales, error) ||
+        !read_exact(d + "/golden_x_out.bin", uint64_t(a.bs) * a.h * e, &rc->golden_x_out, error))
+        return false;
+    char buf[512];
+    int32_t prev = 0;
+    for (uint64_t s = 0; s < segs; ++s) {
+        const int32_t c = rc->ep_recv_count[s];
+        if (c < prev || uint64_t(c) > rows) {
+            snprintf(buf, sizeof buf, "%s/ep_recv_count.bin: index %llu is %d after %d: counts must be cumulative "
+                     "(non-decreasing) and at most %llu rows", d.c_str(), (unsigned long long)s, c, prev,
+                     (unsigned long long)rows);
+            *error = buf;
+            return false;
+        }
+        for (int32_t r = prev; r < c; ++r) {
+            const int32_t* row = &rc->assist_info[uint64_t(r) * 3];
+            const bool ok = row[0] == int32_t(s % a.pe_size) && row[1] >= 0 && uint32_t(row[1]) < a.bs &&
+                            row[2] >= 0 && uint32_t(row[2]) < a.topk;
+            if (!ok) {
+                snprintf(buf, sizeof buf, "%s/assist_info.bin: row %d is (src_rank %d, token %d, topk %d): segment %llu "
+                         "needs src_rank %llu, token in [0, %u), topk in [0, %u)", d.c_str(), r, row[0], row[1],
+                         row[2], (unsigned long long)s, (unsigned long long)(s % a.pe_size), a.bs, a.topk);
+                *error = buf;
+                return false;
+            }
+        }
+        prev = c;
+    }
+    for (uint64_t i = 0; i < slots; ++i) {
+        if (rc->expert_ids[i] >= int32_t(a.experts())) {
+            snprintf(buf, sizeof buf, "%s/expert_ids.bin: index %llu (token %llu, topk %llu) is %d: must be < %u "
+                     "experts, or negative for a masked slot", d.c_str(), (unsigned long long)i,
+                     (unsigned long long)(i / a.topk), (unsigned long long)(i % a.topk), rc->expert_ids[i], a.experts());
+            *error = buf;
+            return false;
+        }
+    }
+    return true;
+}
+
+bool write_file(const std::string& path, const void* data, size_t bytes, std::string* error) {
+    FILE* f = fopen(path.c_str(), "wb");
+    if (!f || fwrite(data, 1, bytes, f) != bytes || fclose(f) != 0) {
+        *error = path + ": cannot write (" + strerror(errno) + ")";
+        return false;
+    }
+    return true;
+}
+
+static float half_to_float(uint16_t h) {
+    const uint32_t sign = uint32_t(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {  // subnormal: normalise
+            int e = -1;
+            uint32_t m = man;
+            do { m <<= 1; ++e; } while ((m & 0x400) == 0);
+            bits = sign | uint32_t(127 - 15 - e) << 23 | (m & 0x3ff) << 13;
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | man << 13;
+    } else {
+        bits = sign | (exp + 127 - 15) << 23 | man << 13;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint64_t count_mismatches(const HostArgs& a, const uint8_t* x_out, const uint8_t* golden, std::string* detail) {
+    const uint64_t n = uint64_t(a.bs) * a.h;
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+        double x, g;
+        bool ok;
+        if (a.dtype == combine::Dtype::Int32) {
+            int32_t xi, gi;
+            memcpy(&xi, x_out + i * 4, 4);
+            memcpy(&gi, golden + i * 4, 4);
+            x = xi; g = gi;
+            ok = xi == gi;
+        } else {
+            uint16_t xh, gh;
+            memcpy(&xh, x_out + i * 2, 2);
+            memcpy(&gh, golden + i * 2, 2);
+            x = half_to_float(xh); g = half_to_float(gh);
+            ok = std::fabs(x - g) <= 1e-2 + 1e-2 * std::fabs(g);
+        }
+        if (!ok && bad++ == 0) {
+            char buf[160];
+            snprintf(buf, sizeof buf, "x_out[token %llu, col %llu] = %.6g, golden %.6g", (unsigned long long)(i / a.h),
+                     (unsigned long long)(i % a.h), x, g);
+            *detail = buf;
+        }
+    }
+    return bad;
+}

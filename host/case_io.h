@@ -1,0 +1,29 @@
+// Reading one rank's case files (combine-facts section 3), writing x_out, checking it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "host_args.h"
+
+struct RankCase {
+    std::vector<uint8_t> expand_x;       // [pe_size*bs*topk, h] T
+    std::vector<int32_t> assist_info;    // [pe_size*bs*topk, 3]
+    std::vector<int32_t> ep_recv_count;  // [expert_per_pe*pe_size], cumulative
+    std::vector<int32_t> expert_ids;     // [bs, topk]
+    std::vector<float> expert_scales;    // [bs, topk]
+    std::vector<uint8_t> golden_x_out;   // [bs, h] T
+};
+
+std::string rank_dir(const HostArgs& a);
+
+// Reads and validates every file; on failure returns false with `error` naming the file,
+// the index and what was expected.
+bool read_rank_case(const HostArgs& a, RankCase* rc, std::string* error);
+
+bool write_file(const std::string& path, const void* data, size_t bytes, std::string* error);
+
+// int32: bit-exact; float16: |x - g| <= 1e-2 + 1e-2 * |g| (combine-facts section 3).
+// Returns the number of mismatching elements; the first one goes to `detail`.
+uint64_t count_mismatches(const HostArgs& a, const uint8_t* x_out, const uint8_t* golden, std::string* detail);

@@ -1,0 +1,172 @@
+// Host driver of the combine: one process per PE (combine-facts section 7).
+// Reads this PE's case files, runs warmup + loops combines, writes output/x_out_<pe>.bin,
+// checks it against golden, and appends the full_op / comm_only rows when profiling.
+// Exit status: 0 ok, 1 bad arguments or case files, 2 x_out mismatch, 5 runtime failure.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <sys/stat.h>
+
+#include "acl/acl.h"
+#include "aclshmem.h"
+#include "case_io.h"
+#include "combine_host_platform.h"
+#include "combine_kernel.h"
+#include "host_args.h"
+#include "perf_csv.h"
+
+namespace {
+
+int g_pe = -1;
+
+#define CHECK_ACL(call)                                                                          \
+    do {                                                                                         \
+        const aclError err_ = (call);                                                            \
+        if (err_ != ACL_SUCCESS) {                                                               \
+            fprintf(stderr, "combine_host: PE %d: %s failed with %d\n", g_pe, #call, int(err_)); \
+            return 5;                                                                            \
+        }                                                                                        \
+    } while (0)
+
+void* device_copy_of(const void* host, size_t bytes) {
+    void* dev = nullptr;
+    if (aclrtMalloc(&dev, bytes ? bytes : 1, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) return nullptr;
+    if (bytes && aclrtMemcpy(dev, bytes, host, bytes, ACL_MEMCPY_HOST_TO_DEVICE) != ACL_SUCCESS) return nullptr;
+    return dev;
+}
+
+std::string counters_path(const std::string& csv) {
+    const std::string tag = "_perf_rank";
+    const size_t at = csv.rfind(tag);
+    if (at == std::string::npos) return csv + ".counters.json";
+    std::string out = csv.substr(0, at) + "_counters_rank" + csv.substr(at + tag.size());
+    if (out.size() > 4 && out.compare(out.size() - 4, 4, ".csv") == 0) out.replace(out.size() - 4, 4, ".json");
+    return out;
+}
+
+int prof_pe_from_env() {
+    const char* env = getenv("SHMEM_CYCLE_PROF_PE");
+    return env && *env ? atoi(env) : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    HostArgs a;
+    if (!parse_host_args(argc, argv, &a)) return 1;
+    g_pe = a.pe_id;
+
+    // Everything about the input is checked before any runtime is touched.
+    RankCase rc;
+    std::string error;
+    if (!read_rank_case(a, &rc, &error)) {
+        fprintf(stderr, "combine_host: PE %d: %s\n", a.pe_id, error.c_str());
+        return 1;
+    }
+
+    CHECK_ACL(aclInit(nullptr));
+    CHECK_ACL(aclrtSetDevice(a.pe_id % a.g_npus + a.first_npu));
+    aclrtStream stream = nullptr;
+    CHECK_ACL(aclrtCreateStream(&stream));
+
+    const combine::WindowLayout w = combine::window_layout(a.bs, a.topk, a.h, a.elem_bytes());
+    aclshmemx_init_attr_t attr{};
+    attr.my_pe = a.pe_id;
+    attr.n_pes = a.pe_size;
+    snprintf(attr.ip_port, sizeof attr.ip_port, "%s", a.ipport.c_str());
+    // The window plus 1 MiB of slack, in 2 MiB units.
+    attr.local_mem_size = (w.total_bytes + (1u << 20) + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    attr.option_attr.data_op_engine_type = ACLSHMEM_DATA_OP_MTE | ACLSHMEM_DATA_OP_SDMA;
+    if (aclshmemx_init_attr(ACLSHMEMX_INIT_WITH_DEFAULT, &attr) != 0) {
+        fprintf(stderr, "combine_host: PE %d: aclshmemx_init_attr failed (ipport %s)\n", a.pe_id, a.ipport.c_str());
+        return 5;
+    }
+    uint8_t* window = static_cast<uint8_t*>(aclshmem_malloc(w.total_bytes));
+    if (window == nullptr) {
+        fprintf(stderr, "combine_host: PE %d: aclshmem_malloc(%llu) failed\n", a.pe_id, (unsigned long long)w.total_bytes);
+        return 5;
+    }
+    CHECK_ACL(aclrtMemset(window, w.total_bytes, 0, w.total_bytes));
+    const int32_t ready[combine::kStatusSlotBytes / 4] = {combine::kStatusReady, combine::kStatusReady,
+                                                          combine::kStatusReady, combine::kStatusReady,
+                                                          combine::kStatusReady, combine::kStatusReady,
+                                                          combine::kStatusReady, combine::kStatusReady};
+    CHECK_ACL(aclrtMemcpy(window + w.ready_src_off, sizeof ready, ready, sizeof ready, ACL_MEMCPY_HOST_TO_DEVICE));
+    platform_label_window(window + w.payload_off, w.status_off - w.payload_off, w.stride, window + w.status_off,
+                          w.ready_src_off - w.status_off, combine::kStatusSlotBytes);
+
+    const size_t x_out_bytes = size_t(a.bs) * a.h * a.elem_bytes();
+    uint8_t* d_expand_x = static_cast<uint8_t*>(device_copy_of(rc.expand_x.data(), rc.expand_x.size()));
+    uint8_t* d_assist = static_cast<uint8_t*>(device_copy_of(rc.assist_info.data(), rc.assist_info.size() * 4));
+    uint8_t* d_counts = static_cast<uint8_t*>(device_copy_of(rc.ep_recv_count.data(), rc.ep_recv_count.size() * 4));
+    uint8_t* d_ids = static_cast<uint8_t*>(device_copy_of(rc.expert_ids.data(), rc.expert_ids.size() * 4));
+    uint8_t* d_scales = static_cast<uint8_t*>(device_copy_of(rc.expert_scales.data(), rc.expert_scales.size() * 4));
+    uint8_t* d_x_out = nullptr;
+    CHECK_ACL(aclrtMalloc(reinterpret_cast<void**>(&d_x_out), x_out_bytes, ACL_MEM_MALLOC_HUGE_FIRST));
+    if (!d_expand_x || !d_assist || !d_counts || !d_ids || !d_scales) {
+        fprintf(stderr, "combine_host: PE %d: device allocation or copy of the case failed\n", a.pe_id);
+        return 5;
+    }
+    aclshmem_barrier_all();  // every window is zeroed before anyone sends
+
+    const uint32_t block_dim = uint32_t(a.pe_size);  // one AIV core per source rank
+    auto launch = [&]() {
+        combine::launch_combine(a.dtype, block_dim, stream, d_expand_x, d_assist, d_counts, d_ids, d_scales, d_x_out,
+                                window, a.bs, a.h, a.topk, a.expert_per_pe, a.policy, a.min_sdma_bytes);
+        return aclrtSynchronizeStream(stream);
+    };
+    for (uint32_t i = 0; i < a.warmup; ++i) CHECK_ACL(launch());
+    aclshmem_prof_pe_t* prof = nullptr;
+    aclshmemx_get_prof(&prof, false);
+    const FrameSnapshot full0 = snapshot_frame(prof, combine::kProfFrameFullOp, block_dim);
+    const FrameSnapshot comm0 = snapshot_frame(prof, combine::kProfFrameCommOnly, block_dim);
+    for (uint32_t i = 0; i < a.loops; ++i) CHECK_ACL(launch());
+    aclshmemx_get_prof(&prof, false);
+
+    std::string out_dir = a.case_root + "/output";
+    mkdir(out_dir.c_str(), 0755);
+    std::vector<uint8_t> x_out(x_out_bytes);
+    CHECK_ACL(aclrtMemcpy(x_out.data(), x_out_bytes, d_x_out, x_out_bytes, ACL_MEMCPY_DEVICE_TO_HOST));
+    int rc_exit = 0;
+    if (!write_file(out_dir + "/x_out_" + std::to_string(a.pe_id) + ".bin", x_out.data(), x_out_bytes, &error)) {
+        fprintf(stderr, "combine_host: PE %d: %s\n", a.pe_id, error.c_str());
+        rc_exit = 5;
+    }
+    std::string detail;
+    const uint64_t bad = count_mismatches(a, x_out.data(), rc.golden_x_out.data(), &detail);
+    if (bad != 0) {
+        fprintf(stderr, "combine_host: PE %d: x_out mismatch: %llu of %llu elements differ from golden; first: %s\n",
+                a.pe_id, (unsigned long long)bad, (unsigned long long)(uint64_t(a.bs) * a.h), detail.c_str());
+        rc_exit = rc_exit ? rc_exit : 2;
+    }
+
+    if (a.perf && prof != nullptr && prof_pe_from_env() == a.pe_id) {
+        const double cpu = cycles_per_us(aclrtGetSocName());
+        const FrameSnapshot full1 = snapshot_frame(prof, combine::kProfFrameFullOp, block_dim);
+        const FrameSnapshot comm1 = snapshot_frame(prof, combine::kProfFrameCommOnly, block_dim);
+        if (!append_perf_row(a, "full_op", full0, full1, cpu, block_dim, &error) ||
+            !append_perf_row(a, "comm_only", comm0, comm1, cpu, block_dim, &error)) {
+            fprintf(stderr, "combine_host: PE %d: %s\n", a.pe_id, error.c_str());
+            rc_exit = rc_exit ? rc_exit : 5;
+        }
+    }
+    if (!a.csv.empty() && !platform_dump_counters(counters_path(a.csv))) {
+        fprintf(stderr, "combine_host: PE %d: cannot write %s\n", a.pe_id, counters_path(a.csv).c_str());
+        rc_exit = rc_exit ? rc_exit : 5;
+    }
+
+    aclrtFree(d_expand_x);
+    aclrtFree(d_assist);
+    aclrtFree(d_counts);
+    aclrtFree(d_ids);
+    aclrtFree(d_scales);
+    aclrtFree(d_x_out);
+    aclshmem_free(window);
+    aclshmem_finalize();
+    aclrtDestroyStream(stream);
+    aclrtResetDevice(a.pe_id % a.g_npus + a.first_npu);
+    aclFinalize();
+    if (rc_exit == 0) printf("combine_host: PE %d: x_out matches golden (%u tokens x %u)\n", a.pe_id, a.bs, a.h);
+    return rc_exit;
+}

@@ -1,0 +1,22 @@
+// The perf CSV rows (combine-facts section 8) from SHMEM profiling frames.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "aclshmem.h"
+#include "host_args.h"
+
+// Per-core cycles and counts of one frame, copied out of aclshmem_prof_pe_t.
+struct FrameSnapshot {
+    std::vector<int64_t> cycles, ccount;
+};
+FrameSnapshot snapshot_frame(const aclshmem_prof_pe_t* prof, uint32_t frame, uint32_t blocks);
+
+// 50 cycles/us on A2/A3, 1000 on Ascend950 and on the twin (nanoseconds).
+double cycles_per_us(const char* soc_name);
+
+// Appends one row (Metric `metric`) built from the difference `after - before`, writing
+// the header first when the file is new or empty. Returns false with `error` set.
+bool append_perf_row(const HostArgs& a, const char* metric, const FrameSnapshot& before, const FrameSnapshot& after,
+                     double cyc_per_us, uint32_t blocks, std::string* error);

@@ -1,0 +1,31 @@
+// Twin-only entry points that the platform header maps the NPU spellings onto.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+namespace twin {
+
+// Base of the calling core's unified buffer (192 KiB, like an AIV core).
+uint8_t* ub_base();
+constexpr size_t kUbBytes = 192 * 1024;
+
+// Run `body` on block_dim core threads and wait for them (the stream is synchronous).
+void launch_kernel(uint32_t block_dim, void* stream, const std::function<void()>& body);
+
+}  // namespace twin
+
+namespace twin {
+
+enum RegionKind : int { kRegionPayload = 0, kRegionStatus = 1 };
+
+// Host-side annotation: puts landing in a status region count as status writes, and
+// waits on it report their slot. `slot_bytes` is the size of one slot of the region.
+void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes);
+
+// Per-plane counters (puts, bytes, quiets, status writes) of the last launch and of all
+// launches, as JSON. Returns false (errno set) when the file cannot be written.
+bool dump_counters(const char* path);
+
+}  // namespace twin

@@ -1,0 +1,263 @@
+// The symmetric heap, PE bootstrap, barriers, waits and failure handling of the twin.
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "aclshmem.h"
+#include "twin_state.h"
+
+namespace twin {
+
+PeState& pe_state() {
+    static PeState s;
+    return s;
+}
+
+uint64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+uint8_t* heap_base(int pe) {
+    PeState& s = pe_state();
+    return s.segment + kControlBytes + uint64_t(pe) * s.heap_bytes;
+}
+
+void fatal(const char* fmt, ...) {
+    PeState& s = pe_state();
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const int core = current_core();
+    if (core >= 0)
+        fprintf(stderr, "twin: PE %d core %d: %s\n", s.my_pe, core, msg);
+    else
+        fprintf(stderr, "twin: PE %d: %s\n", s.my_pe, msg);
+    fflush(stderr);
+    if (s.ctrl != nullptr) {
+        int32_t none = -1;
+        s.ctrl->abort_pe.compare_exchange_strong(none, s.my_pe);
+    }
+    if (!s.shm_name.empty()) shm_unlink(s.shm_name.c_str());  // ENOENT is fine: someone already did
+    _exit(3);
+}
+
+Waiter::Waiter(const char* what) : what_(what), start_ns_(now_ns()) {}
+
+double Waiter::elapsed_s() const { return double(now_ns() - start_ns_) * 1e-9; }
+
+bool Waiter::keep_waiting() {
+    PeState& s = pe_state();
+    if (s.ctrl != nullptr) {
+        const int32_t failed = s.ctrl->abort_pe.load(std::memory_order_acquire);
+        if (failed >= 0 && failed != s.my_pe) {
+            fprintf(stderr, "twin: PE %d: stopped %s because PE %d failed\n", s.my_pe, what_, failed);
+            fflush(stderr);
+            _exit(4);
+        }
+    }
+    if (elapsed_s() > s.timeout_s) return false;
+    // Many PEs x cores share two CPUs: yield first, then sleep with a growing back-off.
+    ++spins_;
+    if (spins_ < 16) {
+        std::this_thread::yield();
+    } else {
+        const long us = spins_ < 64 ? 5 : (spins_ < 512 ? 50 : 500);
+        timespec ts{0, us * 1000};
+        nanosleep(&ts, nullptr);
+    }
+    return true;
+}
+
+static std::string session_name(const char* ip_port) {
+    const char* env = getenv("COMBINE_TWIN_SESSION");
+    std::string raw = env && *env ? env : (ip_port ? ip_port : "default");
+    std::string out = "/combine_twin_";
+    for (char c : raw) out += (isalnum((unsigned char)c) || c == '-' || c == '_') ? c : '_';
+    return out;
+}
+
+static void barrier_wait(Barrier& b, uint32_t parties, const char* what) {
+    const uint32_t gen = b.generation.load(std::memory_order_acquire);
+    if (b.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == parties) {
+        b.arrived.store(0, std::memory_order_relaxed);
+        b.generation.fetch_add(1, std::memory_order_acq_rel);
+        return;
+    }
+    Waiter w(what);
+    while (b.generation.load(std::memory_order_acquire) == gen) {
+        if (!w.keep_waiting())
+            fatal("timed out after %.1f s in %s (%u of %u arrived)", w.elapsed_s(), what,
+                  b.arrived.load(std::memory_order_relaxed), parties);
+    }
+}
+
+}  // namespace twin
+
+using namespace twin;
+
+int aclshmemx_init_attr(int /*flags*/, aclshmemx_init_attr_t* attr) {
+    PeState& s = pe_state();
+    if (s.initialised) return 0;
+    if (attr == nullptr || attr->n_pes < 1 || attr->my_pe < 0 || attr->my_pe >= attr->n_pes) {
+        fprintf(stderr, "twin: aclshmemx_init_attr: my_pe=%d n_pes=%d: need 0 <= my_pe < n_pes\n",
+                attr ? attr->my_pe : -1, attr ? attr->n_pes : -1);
+        return -1;
+    }
+    if (const char* t = getenv("COMBINE_TWIN_TIMEOUT_S")) s.timeout_s = atof(t) > 0 ? atof(t) : s.timeout_s;
+    s.my_pe = attr->my_pe;
+    s.n_pes = attr->n_pes;
+    s.heap_bytes = (attr->local_mem_size + 4095) / 4096 * 4096;
+    s.shm_name = session_name(attr->ip_port);
+    s.segment_bytes = kControlBytes + size_t(s.n_pes) * s.heap_bytes;
+
+    int fd = -1;
+    if (s.my_pe == 0) {
+        fd = shm_open(s.shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd < 0) {
+            const int err = errno;
+            s.shm_name.clear();  // not ours: never unlink another run's segment
+            fatal("cannot create shared-memory segment /dev/shm%s: %s (another run uses this session or ip_port; "
+                  "set COMBINE_TWIN_SESSION to a fresh name)", session_name(attr->ip_port).c_str(), strerror(err));
+        }
+        s.shm_linked = true;
+        if (ftruncate(fd, off_t(s.segment_bytes)) != 0)
+            fatal("cannot size /dev/shm%s to %zu bytes: %s", s.shm_name.c_str(), s.segment_bytes, strerror(errno));
+    } else {
+        Waiter w("waiting for PE 0 to create the symmetric heap");
+        for (;;) {
+            fd = shm_open(s.shm_name.c_str(), O_RDWR, 0600);
+            struct stat st {};
+            if (fd >= 0 && fstat(fd, &st) == 0 && size_t(st.st_size) == s.segment_bytes) break;
+            if (fd >= 0) close(fd);
+            fd = -1;
+            if (!w.keep_waiting())
+                fatal("timed out after %.1f s waiting for PE 0 to create /dev/shm%s of %zu bytes", w.elapsed_s(),
+                      s.shm_name.c_str(), s.segment_bytes);
+        }
+    }
+    void* p = mmap(nullptr, s.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) fatal("cannot map %zu bytes of /dev/shm%s: %s", s.segment_bytes, s.shm_name.c_str(), strerror(errno));
+    s.segment = static_cast<uint8_t*>(p);
+    Control* ctrl = reinterpret_cast<Control*>(s.segment);
+    if (s.my_pe == 0) {
+        new (ctrl) Control();
+        ctrl->n_pes = s.n_pes;
+        ctrl->heap_bytes = s.heap_bytes;
+        ctrl->attached.store(0);
+        ctrl->abort_pe.store(-1);
+        ctrl->magic.store(kMagic, std::memory_order_release);
+    } else {
+        Waiter w("waiting for PE 0 to initialise the symmetric heap");
+        while (ctrl->magic.load(std::memory_order_acquire) != kMagic) {
+            if (!w.keep_waiting()) fatal("timed out after %.1f s waiting for PE 0 to initialise /dev/shm%s",
+                                         w.elapsed_s(), s.shm_name.c_str());
+        }
+        if (ctrl->n_pes != s.n_pes || ctrl->heap_bytes != s.heap_bytes)
+            fatal("symmetric heap mismatch: PE 0 has n_pes=%d local_mem_size=%llu, this PE n_pes=%d local_mem_size=%llu",
+                  ctrl->n_pes, (unsigned long long)ctrl->heap_bytes, s.n_pes, (unsigned long long)s.heap_bytes);
+    }
+    s.ctrl = ctrl;
+    ctrl->attached.fetch_add(1, std::memory_order_acq_rel);
+    {
+        Waiter w("waiting for every PE to attach");
+        while (ctrl->attached.load(std::memory_order_acquire) < s.n_pes) {
+            if (!w.keep_waiting())
+                fatal("timed out after %.1f s waiting for all PEs to attach (%d of %d)", w.elapsed_s(),
+                      ctrl->attached.load(), s.n_pes);
+        }
+    }
+    // Every PE has mapped the segment: drop its name so nothing outlives the run.
+    if (s.my_pe == 0) shm_unlink(s.shm_name.c_str());
+    s.engines = attr->option_attr.data_op_engine_type ? attr->option_attr.data_op_engine_type : ACLSHMEM_DATA_OP_MTE;
+    engines_start(s.engines);
+    s.initialised = true;
+    barrier_wait(ctrl->host_barrier, uint32_t(s.n_pes), "host barrier after init");
+    return 0;
+}
+
+void* aclshmem_malloc(size_t bytes) {
+    PeState& s = pe_state();
+    const uint64_t off = (s.heap_used + 511) / 512 * 512;
+    if (!s.initialised || off + bytes > s.heap_bytes) {
+        fprintf(stderr, "twin: PE %d: aclshmem_malloc(%zu) does not fit: %llu of %llu heap bytes used\n", s.my_pe,
+                bytes, (unsigned long long)off, (unsigned long long)s.heap_bytes);
+        return nullptr;
+    }
+    s.heap_used = off + bytes;
+    return heap_base(s.my_pe) + off;
+}
+
+void aclshmem_free(void*) {}  // bump allocator: released at finalize
+
+int aclshmem_finalize() {
+    PeState& s = pe_state();
+    if (!s.initialised) return 0;
+    barrier_wait(s.ctrl->host_barrier, uint32_t(s.n_pes), "host barrier at finalize");
+    engines_stop();
+    munmap(s.segment, s.segment_bytes);
+    s.segment = nullptr;
+    s.ctrl = nullptr;
+    s.initialised = false;
+    return 0;
+}
+
+int aclshmem_my_pe() { return pe_state().my_pe; }
+int aclshmem_n_pes() { return pe_state().n_pes; }
+
+void* aclshmem_ptr(void* sym, int pe) {
+    PeState& s = pe_state();
+    uint8_t* p = static_cast<uint8_t*>(sym);
+    uint8_t* mine = heap_base(s.my_pe);
+    if (pe < 0 || pe >= s.n_pes || p < mine || p >= mine + s.heap_bytes) return nullptr;
+    return heap_base(pe) + (p - mine);
+}
+
+void aclshmem_barrier_all() {
+    PeState& s = pe_state();
+    if (current_core() >= 0)
+        barrier_wait(s.ctrl->core_barrier, uint32_t(s.n_pes) * current_block_dim(), "barrier_all of all cores");
+    else
+        barrier_wait(s.ctrl->host_barrier, uint32_t(s.n_pes), "host barrier_all");
+}
+
+int32_t aclshmem_signal_wait_until(int32_t* sig, int cmp, int32_t value) {
+    auto satisfied = [cmp, value](int32_t v) {
+        switch (cmp) {
+            case ACLSHMEM_CMP_EQ: return v == value;
+            case ACLSHMEM_CMP_NE: return v != value;
+            case ACLSHMEM_CMP_GT: return v > value;
+            case ACLSHMEM_CMP_GE: return v >= value;
+            case ACLSHMEM_CMP_LT: return v < value;
+            default: return v <= value;
+        }
+    };
+    int32_t v = __atomic_load_n(sig, __ATOMIC_ACQUIRE);
+    if (satisfied(v)) return v;
+    Waiter w("waiting for a signal");
+    while (!satisfied(v = __atomic_load_n(sig, __ATOMIC_ACQUIRE))) {
+        if (!w.keep_waiting()) {
+            uint64_t slot = 0;
+            if (region_kind(sig, &slot) == 1)
+                fatal("timed out after %.1f s waiting for status slot %llu to become %d (it is %d): no PE sent it",
+                      w.elapsed_s(), (unsigned long long)slot, value, v);
+            fatal("timed out after %.1f s waiting for the signal at heap offset %lld to become %d (it is %d)",
+                  w.elapsed_s(), (long long)((uint8_t*)sig - heap_base(pe_state().my_pe)), value, v);
+        }
+    }
+    return v;
+}
