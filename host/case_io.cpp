@@ -11,8 +11,10 @@ std::string rank_dir(const HostArgs& a) {
     return a.case_root + "/golden/" + a.case_id + "/rank_" + std::to_string(a.pe_id);
 }
 
+// Reads the first `read_bytes` of a file that must hold exactly `expect_bytes`.
 template <typename V>
-static bool read_exact(const std::string& path, uint64_t expect_bytes, V* out, std::string* error) {
+static bool read_prefix(const std::string& path, uint64_t expect_bytes, uint64_t read_bytes, V* out,
+                        std::string* error) {
     struct stat st {};
     if (stat(path.c_str(), &st) != 0) {
         *error = path + ": cannot open (" + strerror(errno) + ")";
@@ -23,27 +25,31 @@ static bool read_exact(const std::string& path, uint64_t expect_bytes, V* out, s
                  " for this shape";
         return false;
     }
-    out->resize(expect_bytes / sizeof(typename V::value_type));
+    out->resize(read_bytes / sizeof(typename V::value_type));
     FILE* f = fopen(path.c_str(), "rb");
     if (!f) {
         *error = path + ": cannot open (" + strerror(errno) + ")";
         return false;
     }
-    const size_t got = expect_bytes ? fread(out->data(), 1, expect_bytes, f) : 0;
+    const size_t got = read_bytes ? fread(out->data(), 1, read_bytes, f) : 0;
     fclose(f);
-    if (got != expect_bytes) {
-        *error = path + ": short read (" + std::to_string(got) + " of " + std::to_string(expect_bytes) + " bytes)";
+    if (got != read_bytes) {
+        *error = path + ": short read (" + std::to_string(got) + " of " + std::to_string(read_bytes) + " bytes)";
         return false;
     }
     return true;
+}
+
+template <typename V>
+static bool read_exact(const std::string& path, uint64_t expect_bytes, V* out, std::string* error) {
+    return read_prefix(path, expect_bytes, expect_bytes, out, error);
 }
 
 bool read_rank_case(const HostArgs& a, RankCase* rc, std::string* error) {
     const std::string d = rank_dir(a);
     const uint64_t rows = a.capacity_rows(), e = a.elem_bytes();
     const uint64_t slots = uint64_t(a.bs) * a.topk, segs = uint64_t(a.expert_per_pe) * a.pe_size;
-    if (!read_exact(d + "/expand_x.bin", rows * a.h * e, &rc->expand_x, error) ||
-        !read_exact(d + "/assist_info.bin", rows * 3 * 4, &rc->assist_info, error) ||
+    if (!read_exact(d + "/assist_info.bin", rows * 3 * 4, &rc->assist_info, error) ||
         !read_exact(d + "/ep_recv_count.bin", segs * 4, &rc->ep_recv_count, error) ||
         !read_exact(d + "/expert_ids.bin", slots * 4, &rc->expert_ids, error) ||
         !read_exact(d + "/expert_scales.bin", slots * 4, &rc->expert_scales, error) ||
@@ -74,6 +80,9 @@ bool read_rank_case(const HostArgs& a, RankCase* rc, std::string* error) {
         }
         prev = c;
     }
+    // Rows past the last count are padding: checked for size, never read.
+    rc->used_rows = uint64_t(prev);
+    if (!read_prefix(d + "/expand_x.bin", rows * a.h * e, rc->used_rows * a.h * e, &rc->expand_x, error)) return false;
     for (uint64_t i = 0; i < slots; ++i) {
         if (rc->expert_ids[i] >= int32_t(a.experts())) {
             snprintf(buf, sizeof buf, "%s/expert_ids.bin: index %llu (token %llu, topk %llu) is %d: must be < %u "

@@ -8,7 +8,8 @@
 #include "host_args.h"
 
 struct RankCase {
-    std::vector<uint8_t> expand_x;       // [pe_size*bs*topk, h] T
+    std::vector<uint8_t> expand_x;       // [used_rows, h] T: the rows ep_recv_count covers
+    uint64_t used_rows = 0;              // ep_recv_count[last]; the file holds pe_size*bs*topk rows
     std::vector<int32_t> assist_info;    // [pe_size*bs*topk, 3]
     std::vector<int32_t> ep_recv_count;  // [expert_per_pe*pe_size], cumulative
     std::vector<int32_t> expert_ids;     // [bs, topk]

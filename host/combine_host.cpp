@@ -97,7 +97,13 @@ int main(int argc, char** argv) {
                           w.ready_src_off - w.status_off, combine::kStatusSlotBytes);
 
     const size_t x_out_bytes = size_t(a.bs) * a.h * a.elem_bytes();
-    uint8_t* d_expand_x = static_cast<uint8_t*>(device_copy_of(rc.expand_x.data(), rc.expand_x.size()));
+    // expand_x keeps its full [pe_size*bs*topk, h] shape on the device; only the used rows are filled.
+    uint8_t* d_expand_x = nullptr;
+    CHECK_ACL(aclrtMalloc(reinterpret_cast<void**>(&d_expand_x), a.capacity_rows() * a.h * a.elem_bytes(),
+                          ACL_MEM_MALLOC_HUGE_FIRST));
+    if (!rc.expand_x.empty())
+        CHECK_ACL(aclrtMemcpy(d_expand_x, rc.expand_x.size(), rc.expand_x.data(), rc.expand_x.size(),
+                              ACL_MEMCPY_HOST_TO_DEVICE));
     uint8_t* d_assist = static_cast<uint8_t*>(device_copy_of(rc.assist_info.data(), rc.assist_info.size() * 4));
     uint8_t* d_counts = static_cast<uint8_t*>(device_copy_of(rc.ep_recv_count.data(), rc.ep_recv_count.size() * 4));
     uint8_t* d_ids = static_cast<uint8_t*>(device_copy_of(rc.expert_ids.data(), rc.expert_ids.size() * 4));

@@ -1,0 +1,284 @@
+"""Run a case on a target: write its files, build, launch one process per PE, read back and check.
+
+The arc of every run: case -> plan -> run -> check -> profile. A :class:`RunResult`
+holds x_out per rank, the check verdicts, the perf rows (full_op, comm_only), the twin's
+per-plane counters and the plan they must equal.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+import pandas as pd
+
+from . import build as build_mod
+from .casefiles import check_x_out, read_case, write_case
+from .case import Case, make_case
+from .errors import SpecError
+from .launch import LaunchError, free_port, launch_pes
+from .planner import Plan, plan as make_plan
+from .results import (counters_frame, perf_csv_name, read_counters, read_perf_csv, write_perf_csv)
+from .spec import CaseSpec
+
+#: CLI variant name -> planner policy (the kernel's launch argument).
+VARIANTS = {"classic": "mte_only", "doubleplane": "dual_plane"}
+DEFAULT_MIN_SDMA_BYTES = 2 * 1024 * 1024
+_MISMATCH_EXIT = 2  # the driver's status when x_out differs from golden
+
+
+@dataclass
+class PreparedCase:
+    """A case whose files are on disk: ``case_root/golden/<case_id>/``."""
+
+    case: Case
+    case_root: Path
+    owns_root: bool = False
+
+    @property
+    def case_dir(self) -> Path:
+        return self.case_root / "golden" / self.case.spec.case_id
+
+    def cleanup(self) -> None:
+        """Remove the case files if this object created their folder."""
+        if self.owns_root:
+            shutil.rmtree(self.case_root, ignore_errors=True)
+
+
+CaseLike = Union[CaseSpec, Case, PreparedCase, str, os.PathLike]
+
+
+def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None) -> PreparedCase:
+    """Make ``case`` ready to run: build it from a spec, and write its files if needed.
+
+    Args:
+        case: a :class:`CaseSpec`, a :class:`Case`, an existing :class:`PreparedCase`, or the
+            path of a reference case folder ``.../golden/shape_*`` (read and validated).
+        work_dir: where to write the files; default a fresh temporary folder that
+            :meth:`PreparedCase.cleanup` removes.
+
+    Raises:
+        SpecError, CaseFileError: invalid spec or case files (before anything is launched).
+    """
+    if isinstance(case, PreparedCase):
+        return case
+    if isinstance(case, (str, os.PathLike)):
+        path = Path(case)
+        loaded = read_case(path)
+        if path.resolve().parent.name != "golden":
+            raise SpecError(f"case={path}: a case folder must sit in <root>/golden/ (combine-facts section 3)")
+        return PreparedCase(loaded, path.resolve().parent.parent)
+    if isinstance(case, CaseSpec):
+        case = make_case(case)
+    owns = work_dir is None
+    root = Path(tempfile.mkdtemp(prefix="combine_lab_")) if owns else Path(work_dir)
+    write_case(case, root)
+    return PreparedCase(case, root, owns_root=owns)
+
+
+@dataclass
+class RunResult:
+    """What one run of one variant produced.
+
+    Attributes:
+        case_id: ``shape_{bs}_{h}_{topk}_{E}_{pes}``; routing: the routing string.
+        variant: ``classic`` or ``doubleplane``; policy: ``mte_only`` or ``dual_plane``.
+        x_out: per rank, ``[bs, h]`` arrays of T.
+        checks: per rank, the verdict of x_out against golden (int32 exact, float16 1e-2).
+        perf: perf rows (combine-facts section 8) of the profiled PEs; times in us.
+        counters: twin counters of the last launch, one row per (pe, plane).
+        counters_total: the same summed over every launch (warmup + loops).
+        plan: the planner's plan for this policy; counters must carry exactly its bytes.
+        run_dir: folder with the PEs' logs and the run's CSV/JSON files.
+    """
+
+    case_id: str
+    routing: str
+    variant: str
+    policy: str
+    min_sdma_bytes: int
+    target: str
+    x_out: list[np.ndarray]
+    checks: list
+    perf: pd.DataFrame
+    counters: pd.DataFrame
+    counters_total: pd.DataFrame
+    launches: int
+    plan: Plan
+    run_dir: Path
+    driver_status: list[int] = field(default_factory=list)
+
+    @property
+    def check_ok(self) -> bool:
+        """True when every rank's x_out matches golden."""
+        return all(c.ok for c in self.checks)
+
+    @property
+    def ok(self) -> bool:
+        """x_out matches golden on every rank and the counters carry exactly the planned bytes."""
+        return self.check_ok and not self.counter_mismatches()
+
+    def plane_bytes(self) -> pd.DataFrame:
+        """Per PE the payload bytes and rows each plane carried (last launch), from the counters."""
+        if self.counters.empty:
+            return pd.DataFrame(columns=["mte_bytes", "sdma_bytes", "mte_rows", "sdma_rows", "status_writes"])
+        c = self.counters.set_index(["pe", "plane"])
+        pes = sorted(self.counters["pe"].unique())
+        return pd.DataFrame({
+            "mte_bytes": [int(c.loc[(p, "MTE"), "bytes"]) for p in pes],
+            "sdma_bytes": [int(c.loc[(p, "SDMA"), "bytes"]) for p in pes],
+            "mte_rows": [int(c.loc[(p, "MTE"), "puts"]) for p in pes],
+            "sdma_rows": [int(c.loc[(p, "SDMA"), "puts"]) for p in pes],
+            "status_writes": [int(c.loc[(p, "MTE"), "status_writes"] + c.loc[(p, "SDMA"), "status_writes"])
+                              for p in pes],
+        }, index=pd.Index(pes, name="pe"))
+
+    def counter_mismatches(self) -> list[str]:
+        """Differences between what the twin counted and what the plan says, one line each.
+
+        Per PE: MTE and SDMA payload bytes and rows equal the plan's; every row gets one
+        status write, all by MTE. Empty when there are no counters (NPU target).
+        """
+        if self.counters.empty:
+            return []
+        got = self.plane_bytes()
+        want = self.plan.totals
+        out = []
+        for pe in got.index:
+            w = want.loc[pe]
+            expect = {"mte_bytes": w["mte_bytes"], "sdma_bytes": w["sdma_bytes"], "mte_rows": w["mte_rows"],
+                      "sdma_rows": w["sdma_rows"], "status_writes": w["mte_rows"] + w["sdma_rows"]}
+            for k, v in expect.items():
+                if int(got.loc[pe, k]) != int(v):
+                    out.append(f"PE {pe}: {k} counted {int(got.loc[pe, k])}, planned {int(v)}")
+            sdma_status = int(self.counters.set_index(["pe", "plane"]).loc[(pe, "SDMA"), "status_writes"])
+            if sdma_status:
+                out.append(f"PE {pe}: {sdma_status} status writes went by SDMA; they must go by MTE")
+        return out
+
+    def time_us(self, metric: str) -> float:
+        """CoreMaxTime/us of ``metric`` ('full_op' or 'comm_only'), mean over the profiled PEs; NaN if none."""
+        rows = self.perf[self.perf["Metric"] == metric] if not self.perf.empty else self.perf
+        return float(rows["CoreMaxTime/us"].mean()) if len(rows) else float("nan")
+
+
+def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
+             warmup: int = 0, loops: int = 1, perf: bool = True, prof_pe: int | str = 0, target: str = "cpu",
+             timeout_s: float = 120.0, work_dir: str | os.PathLike | None = None,
+             output_dir: str | os.PathLike | None = None, name: str | None = None, fnpu: int = 0,
+             ipport: str | None = None, keep_files: bool = False) -> RunResult:
+    """Run ``case`` with one ``variant`` on ``target`` and check it.
+
+    Args:
+        case: spec, case, prepared case or reference case folder (see :func:`prepare_case`).
+        variant: ``classic`` (MTE only) or ``doubleplane`` (MTE + SDMA).
+        min_sdma_bytes: smallest segment (bytes) that may go by SDMA (combine-facts section 4: 2 MiB).
+        warmup, loops: launches before and during profiling; loops >= 1.
+        perf: record perf rows for the profiled PE(s).
+        prof_pe: the PE whose cores are profiled, or ``"all"`` to run once per PE.
+        target: ``cpu`` (twin) or ``npu``.
+        timeout_s: limit for each launch of all PEs, seconds.
+        output_dir: if given, perf rows are appended to ``<output_dir>/<name>_perf_rank<r>.csv``.
+        name: file prefix; default ``combine_<variant>``.
+        fnpu, ipport: first NPU and SHMEM bootstrap address (default a free 127.0.0.1 port).
+        keep_files: keep case files that this call wrote to a temporary folder.
+
+    Returns:
+        A :class:`RunResult`; x_out mismatches are reported in ``checks``, not raised.
+
+    Raises:
+        SpecError: bad variant, loops, warmup, prof_pe, timeout (before launching).
+        CaseFileError: invalid case files.
+        build.BuildError / build.TargetUnavailable: the target cannot be built.
+        LaunchError: a PE failed (other than an x_out mismatch) or the run timed out.
+    """
+    if variant not in VARIANTS:
+        raise SpecError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
+    for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("min_sdma_bytes", min_sdma_bytes, 0)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
+            raise SpecError(f"{label}={v!r}: must be an int >= {lo}")
+    if not (timeout_s > 0):
+        raise SpecError(f"timeout_s={timeout_s!r}: must be > 0 seconds")
+    prepared = prepare_case(case, work_dir)
+    spec = prepared.case.spec
+    if prof_pe == "all":
+        prof_pes = list(range(spec.pes))
+    elif isinstance(prof_pe, (int, np.integer)) and not isinstance(prof_pe, bool) and 0 <= prof_pe < spec.pes:
+        prof_pes = [int(prof_pe)]
+    else:
+        raise SpecError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {spec.pes - 1}]")
+    policy = VARIANTS[variant]
+    the_plan = make_plan(prepared.case, policy, min_sdma_bytes=min_sdma_bytes)
+    try:
+        binary = build_mod.build(target)
+        name = name or f"combine_{variant}"
+        run_dir = Path(tempfile.mkdtemp(prefix=f"{name}_", dir=prepared.case_root))
+        perf_frames, status = [], [0] * spec.pes
+        for ppe in prof_pes:
+            csv_of = lambda r: run_dir / perf_csv_name(name, r)  # noqa: E731
+            port = ipport or f"tcp://127.0.0.1:{free_port()}"
+            argv = lambda r: [spec.pes, r, port, spec.pes, 0, fnpu, spec.dtype, spec.bs, spec.h,  # noqa: E731
+                              spec.topk, spec.expert_per_pe, int(perf), warmup, loops, csv_of(r), spec.case_id,
+                              policy, min_sdma_bytes, prepared.case_root]
+            outcomes = launch_pes(binary, spec.pes, argv, cwd=prepared.case_root, log_dir=run_dir / f"logs_pe{ppe}",
+                                  timeout_s=timeout_s, env={"SHMEM_CYCLE_PROF_PE": str(ppe)},
+                                  tolerated_codes=(_MISMATCH_EXIT,))
+            status = [max(s, o.returncode) for s, o in zip(status, outcomes)]
+            if perf and csv_of(ppe).is_file():
+                perf_frames.append(read_perf_csv(csv_of(ppe)))
+                csv_of(ppe).unlink()  # the next prof PE's run appends afresh
+        counters = [read_counters(run_dir / f"{name}_counters_rank{r}.json") for r in range(spec.pes)] \
+            if target == "cpu" else []
+        x_out, checks = [], []
+        for r in range(spec.pes):
+            x = np.fromfile(prepared.case_root / "output" / f"x_out_{r}.bin", dtype=spec.np_dtype)
+            x = x.reshape(spec.bs, spec.h)
+            x_out.append(x)
+            checks.append(check_x_out(x, prepared.case.rank_inputs(r).golden_x_out, spec.dtype))
+        perf_df = pd.concat(perf_frames, ignore_index=True) if perf_frames else pd.DataFrame()
+        if output_dir is not None and not perf_df.empty:
+            append_perf_rows(perf_df, Path(output_dir), name)
+        return RunResult(case_id=spec.case_id, routing=spec.routing, variant=variant, policy=policy,
+                         min_sdma_bytes=min_sdma_bytes, target=target, x_out=x_out, checks=checks, perf=perf_df,
+                         counters=counters_frame(counters, "last") if counters else pd.DataFrame(),
+                         counters_total=counters_frame(counters, "total") if counters else pd.DataFrame(),
+                         launches=int(counters[0]["launches"]) if counters else warmup + loops,
+                         plan=the_plan, run_dir=run_dir, driver_status=status)
+    finally:
+        if not keep_files and prepared is not case:
+            prepared.cleanup()
+
+
+def append_perf_rows(perf: pd.DataFrame, output_dir: Path, name: str) -> list[Path]:
+    """Append ``perf`` rows to ``<output_dir>/<name>_perf_rank<ProfPe>.csv``, one file per rank."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank, rows in perf.groupby("ProfPe"):
+        path = output_dir / perf_csv_name(name, int(rank))
+        old = read_perf_csv(path) if path.is_file() and path.stat().st_size else None
+        write_perf_csv(pd.concat([old, rows], ignore_index=True) if old is not None else rows, path)
+        paths.append(path)
+    return paths
+
+
+def compare(case: CaseLike, **kwargs) -> dict[str, RunResult]:
+    """Run ``classic`` and ``doubleplane`` on the same case files; returns both results by variant.
+
+    Keyword arguments are those of :func:`run_case` (except ``variant``).
+    """
+    keep = kwargs.pop("keep_files", False)
+    prepared = prepare_case(case, kwargs.pop("work_dir", None))
+    try:
+        return {v: run_case(prepared, v, **kwargs) for v in VARIANTS}
+    finally:
+        if not keep and prepared is not case:
+            prepared.cleanup()
+
+
+__all__ = ["VARIANTS", "PreparedCase", "RunResult", "prepare_case", "run_case", "compare", "append_perf_rows",
+           "LaunchError"]
