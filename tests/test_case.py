@@ -1,0 +1,125 @@
+import numpy as np
+import pytest
+
+from combine_lab import routing
+from combine_lab.case import Case, golden_rank, golden_x_out, make_case
+from combine_lab.spec import CaseSpec
+from naive_case import make_case_naive
+
+FIELDS = ("expand_x", "assist_info_for_combine", "ep_recv_count", "expert_ids", "expert_scales", "golden_x_out")
+
+
+def handmade_case():
+    """pes 2, expert_per_pe 2 (E 4), bs 2, topk 2, h 3; uniform spec so repeats are legal."""
+    spec = CaseSpec(pes=2, bs=2, h=3, topk=2, expert_per_pe=2, seed=3)
+    ids = np.array([[[0, 3], [1, -1]],
+                    [[3, 2], [0, 0]]], dtype=np.int32)
+    return Case(spec, ids, np.ones((2, 2, 2), dtype=np.float32))
+
+
+def test_counts_of_a_handmade_routing():
+    case = handmade_case()
+    # segment = local_expert * pes + src_rank
+    assert case.segment_counts.tolist() == [[1, 2, 1, 0], [0, 1, 1, 1]]
+    assert case.ep_recv_count.dtype == np.int32
+    assert case.ep_recv_count.tolist() == [[1, 3, 4, 4], [0, 1, 2, 3]]
+
+
+def test_rank_inputs_of_a_handmade_routing():
+    case = handmade_case()
+    x = case.x
+    r0 = case.rank_inputs(0)
+    rows = [[0, 0, 0], [1, 1, 0], [1, 1, 1], [0, 1, 0]]  # expert 0: src 0 then src 1; expert 1: src 0
+    assert r0.assist_info_for_combine.tolist() == rows + [[0, 0, 0]] * 4
+    assert r0.expand_x.tolist() == [x[0, 0].tolist(), x[1, 1].tolist(), x[1, 1].tolist(), x[0, 1].tolist()] \
+        + [[0, 0, 0]] * 4
+    assert r0.ep_recv_count.tolist() == [1, 3, 4, 4]
+    assert r0.expert_ids.tolist() == [[0, 3], [1, -1]]
+    # int32, scales 1: golden = x times the number of valid slots of each token
+    assert r0.golden_x_out.tolist() == [(2 * x[0, 0]).tolist(), x[0, 1].tolist()]
+    r1 = case.rank_inputs(1)
+    assert r1.assist_info_for_combine[:3].tolist() == [[1, 0, 1], [0, 0, 1], [1, 0, 0]]
+    assert r1.golden_x_out.tolist() == [(2 * x[1, 0]).tolist(), (2 * x[1, 1]).tolist()]
+
+
+def test_golden_hand_computed_float16():
+    x = np.array([[1.5, -2.0], [0.25, 4.0]], dtype=np.float16)
+    ids = np.array([[0, 1], [-1, 1]], dtype=np.int32)  # -1: masked, not summed
+    scales = np.array([[0.5, 0.25], [0.9, 2.0]], dtype=np.float32)
+    got = golden_rank(x, ids, scales, 4)
+    assert got.dtype == np.float16
+    assert got.tolist() == [[1.125, -1.5], [0.5, 8.0]]
+    ids[1, 1] = 7  # out of range = masked too: nothing is summed
+    assert golden_rank(x, ids, scales, 4).tolist() == [[1.125, -1.5], [0.0, 0.0]]
+
+
+def test_golden_rounds_product_then_sum_in_topk_order():
+    # Found by search: sequential float32 (x*s0) + (x*s1) + (x*s2) rounds to a different
+    # float16 than x*(s0+s1+s2) or than summing k in reverse order.
+    x = np.array([[0.1929]], dtype=np.float16)  # 0.19287109375
+    s = np.array([[0.8080536127090454, 0.7897536754608154, 0.35725605487823486]], dtype=np.float32)
+    ids = np.zeros((1, 3), dtype=np.int32)
+    assert golden_rank(x, ids, s, 1).tolist() == [[0.377197265625]]
+    assert float(np.float16(np.float32(x[0, 0]) * s.sum())) == 0.376953125  # the forbidden shortcut
+    assert golden_rank(x, ids, s[:, ::-1].copy(), 1).tolist() == [[0.376953125]]  # order matters
+
+
+def test_golden_x_out_stacks_every_pe():
+    spec = CaseSpec(3, 4, 5, 2, 1, dtype="float16_t", masked_fraction=0.25)
+    case = make_case(spec)
+    g = golden_x_out(case)
+    assert g.shape == (3, 4, 5) and g.dtype == np.float16
+    for r in range(3):
+        assert g[r].tobytes() == case.rank_inputs(r).golden_x_out.tobytes()
+
+
+def test_uniform_int32_golden_is_x_times_valid_count():
+    spec = CaseSpec(2, 6, 4, 3, 2, seed=9, masked_fraction=0.2)
+    case = make_case(spec)
+    valid = (case.expert_ids >= 0).sum(axis=2)
+    assert (golden_x_out(case) == case.x * valid[..., None]).all()
+    assert (case.expert_ids == -1).sum() == round(0.2 * 36)
+
+
+@pytest.mark.parametrize("spec", [
+    CaseSpec(2, 3, 4, 2, 2),
+    CaseSpec(3, 4, 5, 3, 2, dtype="float16_t", seed=1, masked_fraction=0.3),
+    CaseSpec(2, 5, 3, 9, 2, dtype="float16_t", seed=2),  # uniform, topk > E: repeats
+    CaseSpec(1, 6, 4, 3, 4, dtype="float16_t", seed=3, routing="zipf:1.0", masked_fraction=0.1),
+    CaseSpec(4, 4, 2, 4, 3, dtype="float16_t", seed=4, routing="hot-rank:0.5", masked_fraction=0.5),
+    CaseSpec(4, 5, 3, 2, 2, seed=5, routing="deepseek", masked_fraction=0.05),
+    CaseSpec(2, 8, 2, 2, 1, dtype="float16_t", seed=6, masked_fraction=1.0),
+], ids=lambda s: f"{s.routing}-{s.dtype}-{s.masked_fraction}-{s.case_id}")
+def test_vectorised_equals_naive_loop(spec):
+    case = make_case(spec)
+    naive = make_case_naive(spec)
+    for r in range(spec.pes):
+        fast = case.rank_inputs(r)
+        for field in FIELDS:
+            a, b = getattr(fast, field), naive[r][field]
+            assert a.dtype == b.dtype and a.shape == b.shape, field
+            assert a.tobytes() == b.tobytes(), (r, field)
+
+
+def test_rank_inputs_shapes_and_dtypes():
+    spec = CaseSpec(2, 3, 5, 2, 4, dtype="float16_t")
+    inp = make_case(spec).rank_inputs(1)
+    assert inp.expand_x.shape == (12, 5) and inp.expand_x.dtype == np.float16
+    assert inp.assist_info_for_combine.shape == (12, 3) and inp.assist_info_for_combine.dtype == np.int32
+    assert inp.ep_recv_count.shape == (8,) and inp.ep_recv_count.dtype == np.int32
+    assert inp.expert_ids.shape == (3, 2) and inp.expert_scales.dtype == np.float32
+    assert inp.golden_x_out.shape == (3, 5) and inp.golden_x_out.dtype == np.float16
+
+
+def test_rank_index_out_of_range():
+    case = make_case(CaseSpec(2, 1, 1, 1, 1))
+    with pytest.raises(IndexError) as err:
+        case.rank_inputs(2)
+    assert str(err.value) == "r=2: must be in [0, pes=2)"
+
+
+def test_make_case_for_a_big_non_uniform_case_draws_no_x(monkeypatch):
+    monkeypatch.setattr(routing, "_draw_x_from", lambda *a: pytest.fail("x drawn"))
+    case = make_case(CaseSpec(16, 512, 7168, 8, 8, routing="zipf:1.2"))
+    assert case.ep_recv_count.shape == (16, 128)
+    assert case.ep_recv_count[:, -1].sum() == 16 * 512 * 8
