@@ -53,6 +53,11 @@ def segment_counts_of(expert_ids: np.ndarray, pes: int, expert_per_pe: int) -> n
     return np.bincount(key, minlength=E * pes).reshape(pes, expert_per_pe * pes)
 
 
+#: Token rows per golden block: about 512 KiB of float32 per buffer, so the topk passes
+#: over a block stay in cache.
+_GOLDEN_BLOCK_BYTES = 1 << 19
+
+
 def golden_rank(x_r: np.ndarray, expert_ids_r: np.ndarray, expert_scales_r: np.ndarray,
                 moe_expert_num: int) -> np.ndarray:
     """Golden combine output of one PE with identity experts (combine-facts sections 1, 3).
@@ -61,14 +66,25 @@ def golden_rank(x_r: np.ndarray, expert_ids_r: np.ndarray, expert_scales_r: np.n
     float32 [bs, topk]. For k = 0..topk-1 in order, over valid slots (id in [0, E)):
     ``acc = acc + x.astype(float32) * scale`` (a float32 product then a float32 sum,
     two roundings), acc starting at 0; then ``acc.astype(T)``. Returns T [bs, h].
+    Works on blocks of tokens (vectorised within a block) to stay in cache.
     """
-    xf = x_r.astype(np.float32)
-    acc = np.zeros(xf.shape, dtype=np.float32)
+    bs, h = x_r.shape
+    topk = expert_ids_r.shape[1]
+    scales = np.asarray(expert_scales_r, dtype=np.float32)
     valid = (expert_ids_r >= 0) & (expert_ids_r < moe_expert_num)
-    for k in range(expert_ids_r.shape[1]):  # topk order fixes the float32 rounding sequence
-        prod = xf * expert_scales_r[:, k, None].astype(np.float32)
-        acc = np.where(valid[:, k, None], acc + prod, acc)
-    return acc.astype(x_r.dtype)
+    out = np.empty((bs, h), dtype=x_r.dtype)
+    rows = max(1, min(bs, _GOLDEN_BLOCK_BYTES // (4 * h)))
+    acc, xf, prod = (np.empty((rows, h), dtype=np.float32) for _ in range(3))
+    for start in range(0, bs, rows):  # token blocks; each block is vectorised
+        m = min(rows, bs - start)
+        a, xb, p = acc[:m], xf[:m], prod[:m]
+        a.fill(0.0)
+        np.copyto(xb, x_r[start:start + m], casting="unsafe")
+        for k in range(topk):  # topk order fixes the float32 rounding sequence
+            np.multiply(xb, scales[start:start + m, k, None], out=p)
+            np.add(a, p, out=a, where=valid[start:start + m, k, None])
+        np.copyto(out[start:start + m], a, casting="unsafe")  # = a.astype(T)
+    return out
 
 
 class Case:
@@ -138,7 +154,9 @@ class Case:
         rows = self.rank_rows(r)
         n = rows.shape[0]
         expand_x = np.zeros((spec.capacity_rows, spec.h), dtype=spec.np_dtype)
-        expand_x[:n] = self.x[rows[:, 0], rows[:, 1]]  # identity experts: row = x[src, token]
+        x_rows = self.x.reshape(spec.pes * spec.bs, spec.h)
+        # identity experts: row = x[src_rank, token_id], gathered straight into place
+        np.take(x_rows, rows[:, 0].astype(np.int64) * spec.bs + rows[:, 1], axis=0, out=expand_x[:n])
         assist = np.zeros((spec.capacity_rows, 3), dtype=np.int32)
         assist[:n] = rows
         return RankInputs(expand_x, assist, self.ep_recv_count[r].copy(), self.expert_ids[r].copy(),
