@@ -185,7 +185,8 @@ def _check_assist(path: Path, rows: np.ndarray, d: int, counts: np.ndarray, spec
         raise CaseFileError(
             f"{path}: row {i} = {rows[i].tolist()} lies in segment {seg[i]} (local_expert "
             f"{seg[i] // spec.pes}, src_rank {want_src[i]}) but rank {rows[i, 0]}'s expert_ids"
-            f"[{rows[i, 1]}, {rows[i, 2]}]={got_expert[i]}; expected src_rank {want_src[i]} and expert {want_expert[i]}")
+            f"[{rows[i, 1]}, {rows[i, 2]}]={got_expert[i]}; expected src_rank {want_src[i]} "
+            f"and expert {want_expert[i]}")
     key = rows[:, 1].astype(np.int64) * spec.topk + rows[:, 2]
     step = np.flatnonzero((np.diff(key) <= 0) & (np.diff(seg) == 0))
     if step.size:

@@ -246,6 +246,8 @@ def weighted_topk_distinct(rng: np.random.Generator, p: np.ndarray, n: int, k: i
     Returns int32 [n, k]. Keys are drawn in blocks of _KEY_BUDGET // E rows.
     """
     E = p.size
+    if k == 0:
+        return np.empty((n, 0), dtype=np.int32)
     with np.errstate(divide="ignore", over="ignore"):
         inv_p = np.where(p > 0, 1.0 / np.where(p > 0, p, 1.0), np.inf).astype(np.float32)
     out = np.empty((n, k), dtype=np.int32)
@@ -282,12 +284,11 @@ def _hot_expert_ids(rng, F, T, topk, E):
     p = np.ones(E)
     p[hot] = 0.0
     others = weighted_topk_distinct(rng, p, T, min(topk, E - 1))
-    ids = np.empty((T, topk), dtype=np.int32)
-    if n_hot < T:
-        ids[:] = others
+    if others.shape[1] < topk:  # topk == E: every token is hot; pad the slot the hot expert takes
+        others = np.concatenate([others, np.full((T, 1), -1, dtype=np.int32)], axis=1)
+    ids = others.copy()
     cols = np.arange(topk)
     src = cols[None, :] - (cols[None, :] > pos[:, None])  # shift right of the hot slot
-    src = np.minimum(src, others.shape[1] - 1)
     ids[hot_tokens] = np.take_along_axis(others[hot_tokens], src, axis=1)
     ids[hot_tokens, pos] = hot
     return ids

@@ -123,3 +123,27 @@ def test_make_case_for_a_big_non_uniform_case_draws_no_x(monkeypatch):
     case = make_case(CaseSpec(16, 512, 7168, 8, 8, routing="zipf:1.2"))
     assert case.ep_recv_count.shape == (16, 128)
     assert case.ep_recv_count[:, -1].sum() == 16 * 512 * 8
+
+
+from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from combine_lab.spec import SpecError  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pes=st.integers(1, 3), epp=st.integers(1, 3), bs=st.integers(1, 4), h=st.integers(1, 3),
+       topk=st.integers(1, 4), dtype=st.sampled_from(["int32_t", "float16_t"]), seed=st.integers(0, 2**32),
+       model=st.sampled_from(["uniform", "zipf:1.1", "hot-expert:0.25", "hot-rank:0.5", "deepseek"]),
+       masked=st.sampled_from([0.0, 0.3, 1.0]))
+def test_vectorised_equals_naive_loop_property(pes, epp, bs, h, topk, dtype, seed, model, masked):
+    try:
+        spec = CaseSpec(pes, bs, h, topk, epp, dtype=dtype, seed=seed, routing=model, masked_fraction=masked)
+    except SpecError:
+        assume(False)
+    case = make_case(spec)
+    naive = make_case_naive(spec)
+    for r in range(pes):
+        fast = case.rank_inputs(r)
+        for field in FIELDS:
+            assert getattr(fast, field).tobytes() == naive[r][field].tobytes(), (r, field)

@@ -116,6 +116,11 @@ def test_hot_expert_when_every_token_picks_every_expert():
     assert np.sort(ids, axis=2).tolist() == [[[0, 1, 2, 3]] * 5]
 
 
+def test_hot_expert_with_a_single_expert():
+    ids, _ = draw_routing(CaseSpec(1, 3, 2, 1, 1, routing="hot-expert:1"))
+    assert ids.tolist() == [[[0], [0], [0]]]
+
+
 def test_hot_rank_spreads_its_share_evenly_over_tokens():
     spec = CaseSpec(4, 25, 2, 8, 4, routing="hot-rank:0.3")
     ids, _ = draw_routing(spec)
