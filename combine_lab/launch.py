@@ -19,7 +19,8 @@ from typing import Callable, Sequence
 
 SHM_PREFIX = "combine_twin_"
 _POLL_S = 0.01
-_GRACE_S = 2.0  # after one PE fails, the others get this long to notice and exit
+_GRACE_S = 2.0
+_STOPPED_BY_PEER = 4  # host/twin: a PE exits with 4 when another PE failed first  # after one PE fails, the others get this long to notice and exit
 
 
 class LaunchError(RuntimeError):
@@ -85,7 +86,8 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
         argv_for_pe: the driver's arguments for PE ``r`` (without the program name).
         cwd: working folder of every PE.
         log_dir: where ``pe<r>.stdout`` / ``pe<r>.stderr`` are kept.
-        timeout_s: limit for the whole run, seconds; the twin's own waits give up at 80% of it.
+        timeout_s: limit for the whole run, seconds; the twin's own waits give up at 50% of it
+            (barriers at 75%), so a hang is reported by the PE and core that hang.
         env: extra environment variables.
         session: twin session name; default :func:`new_session`.
         tolerated_codes: exit statuses that are results, not failures (the driver's 2 for an
@@ -106,7 +108,7 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
     run_env = dict(os.environ)
     run_env.update(env or {})
     run_env["COMBINE_TWIN_SESSION"] = session
-    run_env.setdefault("COMBINE_TWIN_TIMEOUT_S", f"{max(1.0, 0.8 * timeout_s):.1f}")
+    run_env.setdefault("COMBINE_TWIN_TIMEOUT_S", f"{max(1.0, 0.5 * timeout_s):.1f}")
     procs: list[subprocess.Popen] = []
     files = []
     try:
@@ -142,8 +144,11 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
             f.flush()
         failed = [pe for pe, c in enumerate(codes) if c != 0 and c not in tolerated_codes]
         if failed:
-            # Report the PE that failed first on its own (status 3/4 are the twin's "because another PE failed").
-            origin = first_failure if first_failure is not None else failed[0]
+            # Report the root cause: status 4 is the twin's "stopped because another PE failed".
+            roots = [pe for pe in failed if codes[pe] != _STOPPED_BY_PEER]
+            origin = roots[0] if roots else (first_failure if first_failure is not None else failed[0])
+            if first_failure in roots:
+                origin = first_failure
             c = codes[origin]
             status = "killed by signal %d" % -c if c is not None and c < 0 else f"exited with status {c}"
             raise LaunchError(f"PE {origin} {status}:\n{_tail(log_dir / f'pe{origin}.stderr')}", pe=origin,

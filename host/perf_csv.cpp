@@ -52,7 +52,7 @@ bool append_perf_row(const HostArgs& a, const char* metric, const FrameSnapshot&
         fprintf(f, "\n");
     }
     // Bandwidth: all PEs' data over this PE's slowest core; PerPeBandwidth: this PE's data.
-    fprintf(f, "%llu,%d,%u,%u,%.6f,%.6f,%s,%llu,%.6f,%u,%u,%u,%u,%s,%u,%u,%d,%s", (unsigned long long)data, a.pe_size,
+    fprintf(f, "%llu,%d,%u,%u,%.9g,%.6f,%s,%llu,%.9g,%u,%u,%u,%u,%s,%u,%u,%d,%s", (unsigned long long)data, a.pe_size,
             blocks, combine::kUbMteStageBytes / 1024, gibps(global), core_max, metric, (unsigned long long)global,
             gibps(data), a.bs, a.h, a.topk, a.expert_per_pe, a.dtype_name.c_str(), a.warmup, a.loops, a.pe_id,
             a.case_id.c_str());

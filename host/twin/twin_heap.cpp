@@ -55,7 +55,10 @@ void fatal(const char* fmt, ...) {
     _exit(3);
 }
 
-Waiter::Waiter(const char* what) : what_(what), start_ns_(now_ns()) {}
+constexpr double kBarrierPatience = 1.5;
+
+Waiter::Waiter(const char* what, double patience)
+    : what_(what), timeout_s_(pe_state().timeout_s * patience), start_ns_(now_ns()) {}
 
 double Waiter::elapsed_s() const { return double(now_ns() - start_ns_) * 1e-9; }
 
@@ -69,7 +72,7 @@ bool Waiter::keep_waiting() {
             _exit(4);
         }
     }
-    if (elapsed_s() > s.timeout_s) return false;
+    if (elapsed_s() > timeout_s_) return false;
     // Many PEs x cores share two CPUs: yield first, then sleep with a growing back-off.
     ++spins_;
     if (spins_ < 16) {
@@ -97,7 +100,7 @@ static void barrier_wait(Barrier& b, uint32_t parties, const char* what) {
         b.generation.fetch_add(1, std::memory_order_acq_rel);
         return;
     }
-    Waiter w(what);
+    Waiter w(what, kBarrierPatience);
     while (b.generation.load(std::memory_order_acquire) == gen) {
         if (!w.keep_waiting())
             fatal("timed out after %.1f s in %s (%u of %u arrived)", w.elapsed_s(), what,
@@ -174,7 +177,7 @@ int aclshmemx_init_attr(int /*flags*/, aclshmemx_init_attr_t* attr) {
     s.ctrl = ctrl;
     ctrl->attached.fetch_add(1, std::memory_order_acq_rel);
     {
-        Waiter w("waiting for every PE to attach");
+        Waiter w("waiting for every PE to attach", kBarrierPatience);
         while (ctrl->attached.load(std::memory_order_acquire) < s.n_pes) {
             if (!w.keep_waiting())
                 fatal("timed out after %.1f s waiting for all PEs to attach (%d of %d)", w.elapsed_s(),

@@ -55,11 +55,14 @@ uint32_t current_block_dim();
 // Back-off waiting: returns false once `timeout_s` has passed; exits if another PE aborted.
 class Waiter {
 public:
-    explicit Waiter(const char* what);
+    // `patience` scales the timeout: waits on other waiters (barriers, attach) get more, so
+    // the wait at the root of a hang (a signal or SDMA quiet) is the one that reports it.
+    explicit Waiter(const char* what, double patience = 1.0);
     bool keep_waiting();  // sleeps a little, checks abort and timeout
     double elapsed_s() const;
 private:
     const char* what_;
+    double timeout_s_;
     uint64_t start_ns_;
     uint32_t spins_ = 0;
 };

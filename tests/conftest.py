@@ -1,0 +1,59 @@
+"""Shared fixtures: the twin binary (built once), and a leak check after every test that
+launches PEs: no combine_host process and no /dev/shm segment of the twin may remain."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from combine_lab.build import build
+from combine_lab.launch import SHM_PREFIX
+
+
+def twin_segments() -> set[str]:
+    return {p.name for p in Path("/dev/shm").glob(f"{SHM_PREFIX}*")}
+
+
+def host_processes() -> list[int]:
+    """PIDs of running combine_host processes (any parent)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if cmd.endswith(b"combine_host"):
+            try:
+                state = (d / "stat").read_text().split(")")[-1].split()[0]
+            except OSError:
+                continue
+            if state != "Z":
+                pids.append(int(d.name))
+    return pids
+
+
+@pytest.fixture(scope="session")
+def twin_binary() -> Path:
+    return build("cpu")
+
+
+@pytest.fixture
+def no_leaks(twin_binary):
+    """Fails the test if it leaves a PE process or a twin shared-memory segment behind."""
+    before = twin_segments()
+    yield
+    leaked = twin_segments() - before
+    procs = host_processes()
+    assert not leaked, f"shared-memory segments left behind: {sorted(leaked)}"
+    assert not procs, f"combine_host processes left running: {procs}"
+
+
+@pytest.fixture
+def short_twin_timeout(monkeypatch):
+    """Twin waits give up after 2 s so that hang tests end quickly."""
+    monkeypatch.setenv("COMBINE_TWIN_TIMEOUT_S", "2")
+    return 2.0
