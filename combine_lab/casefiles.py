@@ -73,11 +73,24 @@ def write_case(case: Case, root: str | Path) -> Path:
         rank_dir = case_dir / f"rank_{r}"
         rank_dir.mkdir(exist_ok=True)
         inputs = case.rank_inputs(r)
+        used = int(inputs.ep_recv_count[-1]) if len(inputs.ep_recv_count) else 0
         for field, name in _FILE_OF.items():
-            arr = getattr(inputs, field)
-            arr.astype(layout[name][1], copy=False).tofile(rank_dir / name)
+            arr = getattr(inputs, field).astype(layout[name][1], copy=False)
+            if field == "expand_x":
+                _write_with_zero_tail(arr, used, rank_dir / name)
+            else:
+                arr.tofile(rank_dir / name)
         del inputs
     return case_dir
+
+
+def _write_with_zero_tail(arr: np.ndarray, used_rows: int, path: Path) -> None:
+    """Write ``arr`` [rows, h] whose rows from ``used_rows`` on are zero padding: the used
+    rows are written and the file is extended to full size, so the padding reads back as
+    zeros (byte-identical) without being written (a sparse tail where the filesystem allows)."""
+    with open(path, "wb") as f:
+        arr[:used_rows].tofile(f)
+        f.truncate(arr.nbytes)
 
 
 class FileCase(Case):

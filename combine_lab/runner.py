@@ -239,7 +239,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
             x = np.fromfile(prepared.case_root / "output" / f"x_out_{r}.bin", dtype=spec.np_dtype)
             x = x.reshape(spec.bs, spec.h)
             x_out.append(x)
-            checks.append(check_x_out(x, prepared.case.rank_inputs(r).golden_x_out, spec.dtype))
+            checks.append(check_x_out(x, prepared.case.golden(r), spec.dtype))
         perf_df = pd.concat(perf_frames, ignore_index=True) if perf_frames else pd.DataFrame()
         if output_dir is not None and not perf_df.empty:
             append_perf_rows(perf_df, Path(output_dir), name)
