@@ -123,7 +123,9 @@ int aclshmemx_init_attr(int /*flags*/, aclshmemx_init_attr_t* attr) {
     if (const char* t = getenv("COMBINE_TWIN_TIMEOUT_S")) s.timeout_s = atof(t) > 0 ? atof(t) : s.timeout_s;
     s.my_pe = attr->my_pe;
     s.n_pes = attr->n_pes;
-    s.heap_bytes = (attr->local_mem_size + 4095) / 4096 * 4096;
+    s.user_heap_bytes = (attr->local_mem_size + 4095) / 4096 * 4096;
+    // The protocol checker keeps 8 bytes per window slot (>= 32 B each): a quarter more is ample.
+    s.heap_bytes = s.user_heap_bytes + (s.user_heap_bytes / 4 + (64u << 10) + 4095) / 4096 * 4096;
     s.shm_name = session_name(attr->ip_port);
     s.segment_bytes = kControlBytes + size_t(s.n_pes) * s.heap_bytes;
 
@@ -171,7 +173,7 @@ int aclshmemx_init_attr(int /*flags*/, aclshmemx_init_attr_t* attr) {
                                          w.elapsed_s(), s.shm_name.c_str());
         }
         if (ctrl->n_pes != s.n_pes || ctrl->heap_bytes != s.heap_bytes)
-            fatal("symmetric heap mismatch: PE 0 has n_pes=%d local_mem_size=%llu, this PE n_pes=%d local_mem_size=%llu",
+            fatal("symmetric heap mismatch: PE 0 has n_pes=%d heap=%llu bytes, this PE n_pes=%d heap=%llu bytes",
                   ctrl->n_pes, (unsigned long long)ctrl->heap_bytes, s.n_pes, (unsigned long long)s.heap_bytes);
     }
     s.ctrl = ctrl;
@@ -196,9 +198,9 @@ int aclshmemx_init_attr(int /*flags*/, aclshmemx_init_attr_t* attr) {
 void* aclshmem_malloc(size_t bytes) {
     PeState& s = pe_state();
     const uint64_t off = (s.heap_used + 511) / 512 * 512;
-    if (!s.initialised || off + bytes > s.heap_bytes) {
+    if (!s.initialised || off + bytes > s.user_heap_bytes) {
         fprintf(stderr, "twin: PE %d: aclshmem_malloc(%zu) does not fit: %llu of %llu heap bytes used\n", s.my_pe,
-                bytes, (unsigned long long)off, (unsigned long long)s.heap_bytes);
+                bytes, (unsigned long long)off, (unsigned long long)s.user_heap_bytes);
         return nullptr;
     }
     s.heap_used = off + bytes;
@@ -206,6 +208,15 @@ void* aclshmem_malloc(size_t bytes) {
 }
 
 void aclshmem_free(void*) {}  // bump allocator: released at finalize
+
+uint64_t twin::reserve_alloc(uint64_t bytes, const char* what) {
+    PeState& s = pe_state();
+    const uint64_t need = (bytes + 63) / 64 * 64;
+    if (s.reserve_used + need > s.heap_bytes - s.user_heap_bytes)
+        fatal("twin reserve exhausted allocating %llu bytes for %s", (unsigned long long)bytes, what);
+    s.reserve_used += need;
+    return s.heap_bytes - s.reserve_used;
+}
 
 int aclshmem_finalize() {
     PeState& s = pe_state();
@@ -226,7 +237,7 @@ void* aclshmem_ptr(void* sym, int pe) {
     PeState& s = pe_state();
     uint8_t* p = static_cast<uint8_t*>(sym);
     uint8_t* mine = heap_base(s.my_pe);
-    if (pe < 0 || pe >= s.n_pes || p < mine || p >= mine + s.heap_bytes) return nullptr;
+    if (pe < 0 || pe >= s.n_pes || p < mine || p >= mine + s.user_heap_bytes) return nullptr;
     return heap_base(pe) + (p - mine);
 }
 

@@ -50,6 +50,7 @@ void launch_kernel(uint32_t block_dim, void* /*stream*/, const std::function<voi
             tl_block_dim = block_dim;
             tl_ub = ubs[c].data();
             body();
+            core_finish();
         });
     }
     for (std::thread& t : cores) t.join();

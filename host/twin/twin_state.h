@@ -36,13 +36,19 @@ struct PeState {
     uint8_t* segment = nullptr;
     size_t segment_bytes = 0;
     Control* ctrl = nullptr;
-    uint64_t heap_bytes = 0;
+    uint64_t heap_bytes = 0;     // per PE: what the host asked for, then the twin's own reserve
+    uint64_t user_heap_bytes = 0;  // local_mem_size: the part aclshmem_malloc hands out
     uint64_t heap_used = 0;
+    uint64_t reserve_used = 0;     // twin bookkeeping, allocated down from the heap's end
     double timeout_s = 60.0;
     uint32_t engines = 0;
 };
 
 PeState& pe_state();
+
+// Symmetric twin-private memory (every PE calls it in the same order); returns the offset
+// from the heap base, or fatal when the reserve is exhausted.
+uint64_t reserve_alloc(uint64_t bytes, const char* what);
 uint8_t* heap_base(int pe);
 
 // Calling core's index, or -1 on a host thread.
@@ -69,11 +75,17 @@ private:
 
 uint64_t now_ns();
 
+// Chaos mode (COMBINE_TWIN_CHAOS=<seed>): puts land as late and in as odd an order as
+// their semantics allow. 0 when off.
+uint64_t chaos_seed();
+
 // Engines: MTE/SDMA counters, region labels, SDMA thread.
 void engines_start(uint32_t engine_mask);
 void engines_stop();
 void counters_begin_launch();
 void counters_end_launch();
+// Lands whatever the calling core left outstanding when its kernel body returned.
+void core_finish();
 // Which labelled region holds `sym` (local symmetric address); -1 if none.
 int region_kind(const void* sym, uint64_t* slot_index);
 
