@@ -68,7 +68,8 @@ def _run(cmd: list[str], cwd: Path) -> None:
         raise BuildError(f"{' '.join(cmd)} failed with status {proc.returncode}:\n{tail}")
 
 
-def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force: bool = False) -> Path:
+def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force: bool = False,
+          kernel_source: str | os.PathLike | None = None) -> Path:
     """Configure and build the host driver for ``target``; return the binary's path.
 
     The build folder is reused while the fingerprint of every file under ``kernels/``,
@@ -80,6 +81,8 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
         target: ``"cpu"`` (the CPU twin) or ``"npu"``.
         build_dir: folder for CMake's files; default :func:`default_build_dir`.
         force: rebuild even if nothing changed.
+        kernel_source: another kernel file to build instead of ``kernels/combine_kernel.cpp``
+            (tests build deliberately broken kernels this way); use its own ``build_dir``.
 
     Raises:
         ValueError: ``target`` is not one of :data:`TARGETS`.
@@ -101,6 +104,8 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
     with open(bdir / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         fp = _fingerprint(root, target)
+        if kernel_source is not None:
+            fp += hashlib.sha256(Path(kernel_source).read_bytes()).hexdigest()
         if not force and binary.is_file() and stamp.is_file():
             try:
                 if json.loads(stamp.read_text()).get("fingerprint") == fp:
@@ -109,7 +114,8 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
                 pass
         if not (bdir / "CMakeCache.txt").is_file():
             gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-            _run([cmake, "-S", str(root), "-B", str(bdir), *gen, f"-DCOMBINE_TARGET={target}",
+            extra = [f"-DCOMBINE_KERNEL_SOURCE={Path(kernel_source).resolve()}"] if kernel_source else []
+            _run([cmake, "-S", str(root), "-B", str(bdir), *gen, *extra, f"-DCOMBINE_TARGET={target}",
                   "-DCMAKE_BUILD_TYPE=Release"], root)
         _run([cmake, "--build", str(bdir), "--parallel", str(os.cpu_count() or 2)], root)
         if not binary.is_file():
