@@ -14,7 +14,8 @@ import numpy as np
 from .routing import draw_routing, draw_x
 from .spec import CaseSpec
 
-__all__ = ["RankInputs", "Case", "make_case", "golden_x_out", "segment_counts_of", "golden_rank"]
+__all__ = ["RankInputs", "Case", "make_case", "case_from_arrays", "golden_x_out", "segment_counts_of",
+           "golden_rank"]
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,29 @@ def make_case(spec: CaseSpec) -> Case:
     """
     expert_ids, expert_scales = draw_routing(spec)
     return Case(spec, expert_ids, expert_scales)
+
+
+def case_from_arrays(spec: CaseSpec, x: np.ndarray, expert_ids: np.ndarray, expert_scales: np.ndarray) -> Case:
+    """A Case with given activations and routing instead of drawn ones (hand-made cases).
+
+    ``x``: T [pes, bs, h] (cast to spec.dtype); ``expert_ids``: int [pes, bs, topk]
+    (ids outside [0, E) are masked); ``expert_scales``: float [pes, bs, topk] (cast to
+    float32). Use ``routing="external"`` in ``spec`` so that nothing is redrawn.
+
+    Raises:
+        SpecError: an array's shape differs from the spec's (the message names the array).
+    """
+    from .errors import SpecError
+
+    want = {"x": (spec.pes, spec.bs, spec.h), "expert_ids": (spec.pes, spec.bs, spec.topk),
+            "expert_scales": (spec.pes, spec.bs, spec.topk)}
+    arrays = {"x": np.asarray(x), "expert_ids": np.asarray(expert_ids), "expert_scales": np.asarray(expert_scales)}
+    for name, shape in want.items():
+        if arrays[name].shape != shape:
+            raise SpecError(f"{name}: shape {arrays[name].shape}, expected {shape} for {spec.case_id}")
+    case = Case(spec, arrays["expert_ids"].astype(np.int32), arrays["expert_scales"].astype(np.float32))
+    case._x = arrays["x"].astype(spec.np_dtype)
+    return case
 
 
 def golden_x_out(case: Case) -> np.ndarray:

@@ -95,6 +95,8 @@ class RunResult:
         counters_total: the same summed over every launch (warmup + loops).
         plan: the planner's plan for this policy; counters must carry exactly its bytes.
         run_dir: folder with the PEs' logs and the run's CSV/JSON files.
+        violations: the twin checker's first reports (PE, core, slot, both operations);
+            violation_count: how many there were in all.
     """
 
     case_id: str
@@ -112,6 +114,8 @@ class RunResult:
     plan: Plan
     run_dir: Path
     driver_status: list[int] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    violation_count: int = 0
 
     @property
     def check_ok(self) -> bool:
@@ -120,8 +124,9 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        """x_out matches golden on every rank and the counters carry exactly the planned bytes."""
-        return self.check_ok and not self.counter_mismatches()
+        """x_out matches golden on every rank, the counters carry exactly the planned bytes,
+        and the twin's protocol checker saw no status flag ready before its payload."""
+        return self.check_ok and not self.counter_mismatches() and self.violation_count == 0
 
     def plane_bytes(self) -> pd.DataFrame:
         """Per PE the payload bytes and rows each plane carried (last launch), from the counters."""
@@ -171,7 +176,8 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
              warmup: int = 0, loops: int = 1, perf: bool = True, prof_pe: int | str = 0, target: str = "cpu",
              timeout_s: float = 120.0, work_dir: str | os.PathLike | None = None,
              output_dir: str | os.PathLike | None = None, name: str | None = None, fnpu: int = 0,
-             ipport: str | None = None, keep_files: bool = False) -> RunResult:
+             ipport: str | None = None, keep_files: bool = False, chaos_seed: int | None = None,
+             binary: str | os.PathLike | None = None, env: dict[str, str] | None = None) -> RunResult:
     """Run ``case`` with one ``variant`` on ``target`` and check it.
 
     Args:
@@ -187,6 +193,12 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         name: file prefix; default ``combine_<variant>``.
         fnpu, ipport: first NPU and SHMEM bootstrap address (default a free 127.0.0.1 port).
         keep_files: keep case files that this call wrote to a temporary folder.
+        chaos_seed: twin only: run under chaos mode with this seed (puts land as late and in
+            as odd an order as their semantics allow); protocol violations are reported in
+            ``RunResult.violations``. None: normal completion order.
+        binary: a host driver to use instead of building one (tests of broken kernels).
+        env: extra environment for every PE (e.g. ``COMBINE_HOST_REPEAT_CHECK=1``: call i
+            sends rows of value i+1 and checks its own x_out).
 
     Returns:
         A :class:`RunResult`; x_out mismatches are reported in ``checks``, not raised.
@@ -202,6 +214,9 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
     for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("min_sdma_bytes", min_sdma_bytes, 0)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
             raise SpecError(f"{label}={v!r}: must be an int >= {lo}")
+    if chaos_seed is not None and (not isinstance(chaos_seed, (int, np.integer)) or isinstance(chaos_seed, bool)
+                                   or chaos_seed < 0 or target != "cpu"):
+        raise SpecError(f"chaos_seed={chaos_seed!r}: must be an int >= 0, on target cpu (the twin)")
     if not (timeout_s > 0):
         raise SpecError(f"timeout_s={timeout_s!r}: must be > 0 seconds")
     prepared = prepare_case(case, work_dir)
@@ -215,7 +230,10 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
     policy = VARIANTS[variant]
     the_plan = make_plan(prepared.case, policy, min_sdma_bytes=min_sdma_bytes)
     try:
-        binary = build_mod.build(target)
+        binary = Path(binary) if binary is not None else build_mod.build(target)
+        env = dict(env or {})
+        if chaos_seed is not None:
+            env["COMBINE_TWIN_CHAOS"] = str(int(chaos_seed))
         name = name or f"combine_{variant}"
         run_dir = Path(tempfile.mkdtemp(prefix=f"{name}_", dir=prepared.case_root))
         perf_frames, status = [], [0] * spec.pes
@@ -226,7 +244,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
                               spec.topk, spec.expert_per_pe, int(perf), warmup, loops, csv_of(r), spec.case_id,
                               policy, min_sdma_bytes, prepared.case_root]
             outcomes = launch_pes(binary, spec.pes, argv, cwd=prepared.case_root, log_dir=run_dir / f"logs_pe{ppe}",
-                                  timeout_s=timeout_s, env={"SHMEM_CYCLE_PROF_PE": str(ppe)},
+                                  timeout_s=timeout_s, env={**env, "SHMEM_CYCLE_PROF_PE": str(ppe)},
                                   tolerated_codes=(_MISMATCH_EXIT,))
             status = [max(s, o.returncode) for s, o in zip(status, outcomes)]
             if perf and csv_of(ppe).is_file():
@@ -239,7 +257,9 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
             x = np.fromfile(prepared.case_root / "output" / f"x_out_{r}.bin", dtype=spec.np_dtype)
             x = x.reshape(spec.bs, spec.h)
             x_out.append(x)
-            checks.append(check_x_out(x, prepared.case.golden(r), spec.dtype))
+            # The golden the PEs checked against: the case file, whatever made it.
+            golden = np.fromfile(prepared.case_dir / f"rank_{r}" / "golden_x_out.bin", dtype=spec.np_dtype)
+            checks.append(check_x_out(x, golden.reshape(spec.bs, spec.h), spec.dtype))
         perf_df = pd.concat(perf_frames, ignore_index=True) if perf_frames else pd.DataFrame()
         if output_dir is not None and not perf_df.empty:
             append_perf_rows(perf_df, Path(output_dir), name)
@@ -248,7 +268,9 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
                          counters=counters_frame(counters, "last") if counters else pd.DataFrame(),
                          counters_total=counters_frame(counters, "total") if counters else pd.DataFrame(),
                          launches=int(counters[0]["launches"]) if counters else warmup + loops,
-                         plan=the_plan, run_dir=run_dir, driver_status=status)
+                         plan=the_plan, run_dir=run_dir, driver_status=status,
+                         violations=[m for c in counters for m in c.get("violation_examples", [])],
+                         violation_count=sum(int(c.get("violations", 0)) for c in counters))
     finally:
         if not keep_files and prepared is not case:
             prepared.cleanup()

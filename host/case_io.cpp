@@ -104,6 +104,62 @@ bool write_file(const std::string& path, const void* data, size_t bytes, std::st
     return true;
 }
 
+static uint16_t float_to_half(float f) {
+    // Round to nearest even, as numpy's astype(float16) does.
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const int32_t exp = int32_t((x >> 23) & 0xff) - 127 + 15;
+    uint32_t man = x & 0x7fffffu;
+    if (((x >> 23) & 0xff) == 0xff) return uint16_t(sign | 0x7c00u | (man ? 0x200u : 0u));
+    if (exp >= 31) return uint16_t(sign | 0x7c00u);
+    if (exp <= 0) {
+        if (exp < -10) return uint16_t(sign);
+        man |= 0x800000u;
+        const uint32_t shift = uint32_t(14 - exp);
+        uint32_t h = man >> shift;
+        const uint32_t rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1))) ++h;
+        return uint16_t(sign | h);
+    }
+    uint32_t h = uint32_t(exp) << 10 | (man >> 13);
+    const uint32_t rem = man & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;  // may carry into the exponent: still right
+    return uint16_t(sign | h);
+}
+
+void fill_rows(const HostArgs& a, double value, uint8_t* out, size_t bytes) {
+    if (a.dtype == combine::Dtype::Int32) {
+        const int32_t v = int32_t(value);
+        for (size_t i = 0; i + 4 <= bytes; i += 4) memcpy(out + i, &v, 4);
+    } else {
+        const uint16_t v = float_to_half(float(value));
+        for (size_t i = 0; i + 2 <= bytes; i += 2) memcpy(out + i, &v, 2);
+    }
+}
+
+void expected_constant_x_out(const HostArgs& a, const RankCase& rc, double value, uint8_t* out) {
+    const float v = float(value);
+    for (uint32_t t = 0; t < a.bs; ++t) {
+        float acc = 0.0f;
+        for (uint32_t k = 0; k < a.topk; ++k) {
+            const int32_t e = rc.expert_ids[t * a.topk + k];
+            if (e < 0 || uint32_t(e) >= a.experts()) continue;
+            const float prod = v * rc.expert_scales[t * a.topk + k];
+            acc = acc + prod;
+        }
+        for (uint32_t c = 0; c < a.h; ++c) {
+            if (a.dtype == combine::Dtype::Int32) {
+                const int32_t x = int32_t(acc);
+                memcpy(out + (uint64_t(t) * a.h + c) * 4, &x, 4);
+            } else {
+                const uint16_t x = float_to_half(acc);
+                memcpy(out + (uint64_t(t) * a.h + c) * 2, &x, 2);
+            }
+        }
+    }
+}
+
 static float half_to_float(uint16_t h) {
     const uint32_t sign = uint32_t(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
     uint32_t bits;

@@ -25,6 +25,13 @@ bool read_rank_case(const HostArgs& a, RankCase* rc, std::string* error);
 
 bool write_file(const std::string& path, const void* data, size_t bytes, std::string* error);
 
+// Fills `bytes` of T elements with `value` (repeated-call check).
+void fill_rows(const HostArgs& a, double value, uint8_t* out, size_t bytes);
+
+// x_out when every received row holds `value`: per token, float32 acc = acc + value * scale
+// over valid slots in topk order, cast to T.
+void expected_constant_x_out(const HostArgs& a, const RankCase& rc, double value, uint8_t* out);
+
 // int32: bit-exact; float16: |x - g| <= 1e-2 + 1e-2 * |g| (combine-facts section 3).
 // Returns the number of mismatching elements; the first one goes to `detail`.
 uint64_t count_mismatches(const HostArgs& a, const uint8_t* x_out, const uint8_t* golden, std::string* detail);

@@ -114,6 +114,8 @@ int main(int argc, char** argv) {
         fprintf(stderr, "combine_host: PE %d: device allocation or copy of the case failed\n", a.pe_id);
         return 5;
     }
+    // x_out starts as garbage (NaN in float16, -1 in int32): every element must be written.
+    CHECK_ACL(aclrtMemset(d_x_out, x_out_bytes, 0xFF, x_out_bytes));
     aclshmem_barrier_all();  // every window is zeroed before anyone sends
 
     const uint32_t block_dim = uint32_t(a.pe_size);  // one AIV core per source rank
@@ -122,12 +124,42 @@ int main(int argc, char** argv) {
                                 window, a.bs, a.h, a.topk, a.expert_per_pe, a.policy, a.min_sdma_bytes);
         return aclrtSynchronizeStream(stream);
     };
-    for (uint32_t i = 0; i < a.warmup; ++i) CHECK_ACL(launch());
+    // Repeated-call check (COMBINE_HOST_REPEAT_CHECK=1): call i sends rows filled with i+1
+    // and its x_out must be (i+1) weighted by the scales, never a value left by a call before.
+    const bool repeat_check = getenv("COMBINE_HOST_REPEAT_CHECK") && atoi(getenv("COMBINE_HOST_REPEAT_CHECK")) == 1;
+    uint32_t call = 0;
+    uint64_t repeat_bad = 0;
+    auto checked_launch = [&]() -> aclError {
+        if (repeat_check) {
+            std::vector<uint8_t> filled(rc.expand_x.size());
+            fill_rows(a, double(call + 1), filled.data(), filled.size());
+            const aclError e = aclrtMemcpy(d_expand_x, filled.size(), filled.data(), filled.size(),
+                                           ACL_MEMCPY_HOST_TO_DEVICE);
+            if (e != ACL_SUCCESS) return e;
+        }
+        const aclError e = launch();
+        if (e == ACL_SUCCESS && repeat_check) {
+            std::vector<uint8_t> got(x_out_bytes), want(x_out_bytes);
+            const aclError c = aclrtMemcpy(got.data(), x_out_bytes, d_x_out, x_out_bytes, ACL_MEMCPY_DEVICE_TO_HOST);
+            if (c != ACL_SUCCESS) return c;
+            expected_constant_x_out(a, rc, double(call + 1), want.data());
+            std::string detail;
+            const uint64_t bad = count_mismatches(a, got.data(), want.data(), &detail);
+            if (bad) {
+                fprintf(stderr, "combine_host: PE %d: call %u (rows filled with %u): %llu elements wrong; first: %s\n",
+                        a.pe_id, call, call + 1, (unsigned long long)bad, detail.c_str());
+                repeat_bad += bad;
+            }
+        }
+        ++call;
+        return e;
+    };
+    for (uint32_t i = 0; i < a.warmup; ++i) CHECK_ACL(checked_launch());
     aclshmem_prof_pe_t* prof = nullptr;
     aclshmemx_get_prof(&prof, false);
     const FrameSnapshot full0 = snapshot_frame(prof, combine::kProfFrameFullOp, block_dim);
     const FrameSnapshot comm0 = snapshot_frame(prof, combine::kProfFrameCommOnly, block_dim);
-    for (uint32_t i = 0; i < a.loops; ++i) CHECK_ACL(launch());
+    for (uint32_t i = 0; i < a.loops; ++i) CHECK_ACL(checked_launch());
     aclshmemx_get_prof(&prof, false);
 
     std::string out_dir = a.case_root + "/output";
@@ -140,10 +172,12 @@ int main(int argc, char** argv) {
         rc_exit = 5;
     }
     std::string detail;
-    const uint64_t bad = count_mismatches(a, x_out.data(), rc.golden_x_out.data(), &detail);
+    const uint64_t bad =
+        repeat_check ? repeat_bad : count_mismatches(a, x_out.data(), rc.golden_x_out.data(), &detail);
     if (bad != 0) {
-        fprintf(stderr, "combine_host: PE %d: x_out mismatch: %llu of %llu elements differ from golden; first: %s\n",
-                a.pe_id, (unsigned long long)bad, (unsigned long long)(uint64_t(a.bs) * a.h), detail.c_str());
+        if (!repeat_check)
+            fprintf(stderr, "combine_host: PE %d: x_out mismatch: %llu of %llu elements differ from golden; first: %s\n",
+                    a.pe_id, (unsigned long long)bad, (unsigned long long)(uint64_t(a.bs) * a.h), detail.c_str());
         rc_exit = rc_exit ? rc_exit : 2;
     }
 
