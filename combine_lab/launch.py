@@ -104,6 +104,10 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
     if pes < 1:
         raise ValueError(f"pes={pes}: must be >= 1")
     session = session or new_session()
+    if shm_path(session).exists():
+        # Never touch another run's segment: refuse before starting anything.
+        raise LaunchError(f"session {session} is in use: {shm_path(session)} exists (another run, or a crashed "
+                          f"one: remove the file if no run is using it)")
     log_dir.mkdir(parents=True, exist_ok=True)
     run_env = dict(os.environ)
     run_env.update(env or {})

@@ -19,6 +19,7 @@ import pandas as pd
 
 from . import build as build_mod
 from .casefiles import check_x_out, read_case, write_case
+from .capacity import check_capacity
 from .case import Case, make_case
 from .errors import SpecError
 from .launch import LaunchError, free_port, launch_pes
@@ -64,6 +65,7 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None) -> P
 
     Raises:
         SpecError, CaseFileError: invalid spec or case files (before anything is launched).
+        capacity.CapacityError: the case does not fit /dev/shm, memory or disk (before writing).
     """
     if isinstance(case, PreparedCase):
         return case
@@ -75,6 +77,7 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None) -> P
         return PreparedCase(loaded, path.resolve().parent.parent)
     if isinstance(case, CaseSpec):
         case = make_case(case)
+    check_capacity(case.spec, work_dir, [int(c[-1]) if len(c) else 0 for c in case.ep_recv_count])
     owns = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="combine_lab_")) if owns else Path(work_dir)
     write_case(case, root)
@@ -228,6 +231,8 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
     else:
         raise SpecError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {spec.pes - 1}]")
     policy = VARIANTS[variant]
+    check_capacity(spec, prepared.case_root, [int(c[-1]) if len(c) else 0 for c in prepared.case.ep_recv_count],
+                   target)
     the_plan = make_plan(prepared.case, policy, min_sdma_bytes=min_sdma_bytes)
     try:
         binary = Path(binary) if binary is not None else build_mod.build(target)
