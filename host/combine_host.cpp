@@ -56,6 +56,11 @@ int main(int argc, char** argv) {
     HostArgs a;
     if (!parse_host_args(argc, argv, &a)) return 1;
     g_pe = a.pe_id;
+    if (a.policy == combine::Policy::DualPlane && !kPlatformHasSdma) {
+        fprintf(stderr, "combine_host: policy=dual_plane: refused: this %s build has no SDMA (CANN older than "
+                        "9.0.0); use mte_only\n", kPlatformName);
+        return 1;
+    }
 
     // Everything about the input is checked before any runtime is touched.
     RankCase rc;
@@ -77,7 +82,7 @@ int main(int argc, char** argv) {
     snprintf(attr.ip_port, sizeof attr.ip_port, "%s", a.ipport.c_str());
     // The window plus 1 MiB of slack, in 2 MiB units.
     attr.local_mem_size = (w.total_bytes + (1u << 20) + (2u << 20) - 1) / (2u << 20) * (2u << 20);
-    attr.option_attr.data_op_engine_type = ACLSHMEM_DATA_OP_MTE | ACLSHMEM_DATA_OP_SDMA;
+    attr.option_attr.data_op_engine_type = COMBINE_DATA_OP_ENGINES;
     if (aclshmemx_init_attr(ACLSHMEMX_INIT_WITH_DEFAULT, &attr) != 0) {
         fprintf(stderr, "combine_host: PE %d: aclshmemx_init_attr failed (ipport %s)\n", a.pe_id, a.ipport.c_str());
         return 5;

@@ -16,8 +16,23 @@ inline void platform_label_window(uint8_t* payload, size_t payload_bytes, uint64
 }
 inline bool platform_dump_counters(const std::string& path) { return twin::dump_counters(path.c_str()); }
 constexpr const char* kPlatformName = "twin";
+// The twin has both data planes.
+constexpr bool kPlatformHasSdma = true;
 #else
 inline void platform_label_window(uint8_t*, size_t, uint64_t, uint8_t*, size_t, uint64_t) {}
 inline bool platform_dump_counters(const std::string&) { return true; }
 constexpr const char* kPlatformName = "npu";
+// SHMEM's SDMA engine needs CANN 9.0.0 or later; cmake/npu.cmake sets COMBINE_NPU_SDMA.
+#if defined(COMBINE_NPU_SDMA) && COMBINE_NPU_SDMA
+constexpr bool kPlatformHasSdma = true;
+#else
+constexpr bool kPlatformHasSdma = false;
+#endif
+#endif
+
+// Data planes the driver asks SHMEM for (aclshmemx_init_attr option_attr.data_op_engine_type).
+#if defined(COMBINE_TARGET_TWIN) || (defined(COMBINE_NPU_SDMA) && COMBINE_NPU_SDMA)
+#define COMBINE_DATA_OP_ENGINES (ACLSHMEM_DATA_OP_MTE | ACLSHMEM_DATA_OP_SDMA)
+#else
+#define COMBINE_DATA_OP_ENGINES (ACLSHMEM_DATA_OP_MTE)
 #endif

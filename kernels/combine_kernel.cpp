@@ -195,10 +195,11 @@ private:
 }  // namespace combine
 
 #define COMBINE_KERNEL_ENTRY(NAME, T)                                                                          \
-    extern "C" __global__ __aicore__ void NAME(GM_ADDR expand_x, GM_ADDR assist_info, GM_ADDR ep_recv_count,   \
-                                               GM_ADDR expert_ids, GM_ADDR expert_scales, GM_ADDR x_out,       \
-                                               GM_ADDR window, uint32_t bs, uint32_t h, uint32_t topk,         \
-                                               uint32_t expert_per_pe, uint32_t policy, uint64_t min_sdma) {   \
+    extern "C" COMBINE_KERNEL_ATTRS __global__ __aicore__ void NAME(                                            \
+        COMBINE_KERNEL_PLATFORM_PARAMS GM_ADDR expand_x, GM_ADDR assist_info, GM_ADDR ep_recv_count,           \
+        GM_ADDR expert_ids, GM_ADDR expert_scales, GM_ADDR x_out, GM_ADDR window, uint32_t bs, uint32_t h,     \
+        uint32_t topk, uint32_t expert_per_pe, uint32_t policy, uint64_t min_sdma) {                           \
+        COMBINE_KERNEL_PROLOGUE(); /* combine_platform.h: the NPU's FFTS base address, nothing on the twin */  \
         combine::CombineKernel<T> op(expand_x, assist_info, ep_recv_count, expert_ids, expert_scales, x_out,  \
                                      window, bs, h, topk, expert_per_pe, policy, min_sdma);                    \
         op.Process();                                                                                          \

@@ -1,0 +1,153 @@
+# NPU target: the same kernel (kernels/combine_kernel.cpp) and host driver (host/*.cpp) as the
+# CPU twin, built by bisheng against CANN (acl/acl.h, kernel_operator.h) and SHMEM (aclshmem.h,
+# libshmem). combine-facts section 7; flags as the SHMEM examples use them (the kernel source
+# gets -xcce and --cce-aicore-arch, the link --cce-fatobj-link with the same arch).
+#
+# Inputs (cache variables; combine_lab.build passes all of them, a manual configure may rely on
+# the environment after `source <CANN>/set_env.sh`):
+#   CMAKE_CXX_COMPILER  bisheng (<ASCEND_HOME_PATH>/compiler/ccec_compiler/bin/bisheng); must be
+#                       given on the cmake command line, the compiler is fixed at project().
+#   ASCEND_HOME_PATH    CANN toolkit (default: $ASCEND_HOME_PATH, then $ASCEND_TOOLKIT_HOME).
+#   SHMEM_HOME          SHMEM install or source build (default: $SHMEM_HOME, then $SHMEM_HOME_PATH);
+#                       headers and libshmem.so under <SHMEM_HOME>/shmem, <SHMEM_HOME> or
+#                       <SHMEM_HOME>/install/shmem.
+#   COMBINE_NPU_SOC     SoC name (Ascend910B3, Ascend910_9391, Ascend950...); sets the arch.
+#   COMBINE_NPU_ARCH    dav-c220 (A2/A3) or dav-c310 (Ascend950); default from the SoC.
+#   COMBINE_NPU_SDMA    ON when CANN >= 9.0.0 (SHMEM's SDMA engine); OFF builds an MTE-only driver.
+
+function(combine_npu_fail what)
+  message(FATAL_ERROR "COMBINE_TARGET=npu: ${what}")
+endfunction()
+
+# ---- CANN ----
+if(NOT ASCEND_HOME_PATH)
+  if(DEFINED ENV{ASCEND_HOME_PATH})
+    set(_cann "$ENV{ASCEND_HOME_PATH}")
+  elseif(DEFINED ENV{ASCEND_TOOLKIT_HOME})
+    set(_cann "$ENV{ASCEND_TOOLKIT_HOME}")
+  endif()
+  set(ASCEND_HOME_PATH "${_cann}" CACHE PATH "CANN toolkit (ASCEND_HOME_PATH)")
+endif()
+if(NOT ASCEND_HOME_PATH OR NOT IS_DIRECTORY "${ASCEND_HOME_PATH}")
+  combine_npu_fail("CANN not found (ASCEND_HOME_PATH='${ASCEND_HOME_PATH}'): source <CANN>/set_env.sh")
+endif()
+
+get_filename_component(_cxx_name "${CMAKE_CXX_COMPILER}" NAME)
+if(NOT _cxx_name MATCHES "^bisheng")
+  combine_npu_fail("the C++ compiler is ${CMAKE_CXX_COMPILER}, not bisheng: configure a fresh build folder with "
+                   "-DCMAKE_CXX_COMPILER=${ASCEND_HOME_PATH}/compiler/ccec_compiler/bin/bisheng")
+endif()
+
+# ---- SHMEM ----
+if(NOT SHMEM_HOME)
+  if(DEFINED ENV{SHMEM_HOME})
+    set(_shmem "$ENV{SHMEM_HOME}")
+  elseif(DEFINED ENV{SHMEM_HOME_PATH})
+    set(_shmem "$ENV{SHMEM_HOME_PATH}")
+  endif()
+  set(SHMEM_HOME "${_shmem}" CACHE PATH "SHMEM install or source build")
+endif()
+set(COMBINE_SHMEM_ROOT "")
+foreach(_cand "${SHMEM_HOME}/shmem" "${SHMEM_HOME}" "${SHMEM_HOME}/install/shmem")
+  if(NOT COMBINE_SHMEM_ROOT AND EXISTS "${_cand}/include/aclshmem.h" AND EXISTS "${_cand}/lib/libshmem.so")
+    set(COMBINE_SHMEM_ROOT "${_cand}")
+  endif()
+endforeach()
+if(NOT SHMEM_HOME OR NOT COMBINE_SHMEM_ROOT)
+  combine_npu_fail("SHMEM not found (SHMEM_HOME='${SHMEM_HOME}'): need include/aclshmem.h and lib/libshmem.so "
+                   "under it or its shmem/ folder; build SHMEM (bash scripts/build.sh) and set SHMEM_HOME")
+endif()
+
+# ---- SoC -> arch ----
+set(COMBINE_NPU_SOC "" CACHE STRING "Ascend SoC name (npu-smi info), e.g. Ascend910B3 or Ascend950")
+if(NOT COMBINE_NPU_ARCH)
+  if(COMBINE_NPU_SOC MATCHES "950")
+    set(_arch dav-c310)
+  elseif(COMBINE_NPU_SOC MATCHES "910B|910_93")
+    set(_arch dav-c220)
+  else()
+    combine_npu_fail("COMBINE_NPU_SOC='${COMBINE_NPU_SOC}': not an A2/A3 (Ascend910B*, Ascend910_93*) or "
+                     "Ascend950 SoC; set COMBINE_NPU_SOC or COMBINE_NPU_ARCH=dav-c220|dav-c310")
+  endif()
+  set(COMBINE_NPU_ARCH "${_arch}" CACHE STRING "bisheng --cce-aicore-arch (dav-c220 A2/A3, dav-c310 Ascend950)")
+endif()
+if(NOT COMBINE_NPU_ARCH MATCHES "^dav-c(220|310)$")
+  combine_npu_fail("COMBINE_NPU_ARCH='${COMBINE_NPU_ARCH}': must be dav-c220 or dav-c310")
+endif()
+option(COMBINE_NPU_SDMA "SHMEM SDMA engine available (CANN >= 9.0.0)" OFF)
+set(CMAKE_EXPORT_COMPILE_COMMANDS ON)
+
+# ---- include and library paths ----
+set(_cann_inc_candidates
+  "${ASCEND_HOME_PATH}/include"
+  "${ASCEND_HOME_PATH}/include/experiment/runtime"
+  "${ASCEND_HOME_PATH}/include/experiment/msprof"
+  "${ASCEND_HOME_PATH}/compiler/tikcpp"
+  "${ASCEND_HOME_PATH}/compiler/tikcpp/tikcfw"
+  "${ASCEND_HOME_PATH}/compiler/tikcpp/tikcfw/impl"
+  "${ASCEND_HOME_PATH}/compiler/tikcpp/tikcfw/interface"
+  "${ASCEND_HOME_PATH}/${CMAKE_SYSTEM_PROCESSOR}-linux/include"
+  "${ASCEND_HOME_PATH}/${CMAKE_SYSTEM_PROCESSOR}-linux/pkg_inc"
+  "${ASCEND_HOME_PATH}/${CMAKE_SYSTEM_PROCESSOR}-linux/pkg_inc/runtime"
+  "${ASCEND_HOME_PATH}/${CMAKE_SYSTEM_PROCESSOR}-linux/tikcpp/tikcfw"
+  "${ASCEND_HOME_PATH}/${CMAKE_SYSTEM_PROCESSOR}-linux/tikcpp/tikcfw/impl"
+  "${ASCEND_HOME_PATH}/${CMAKE_SYSTEM_PROCESSOR}-linux/tikcpp/tikcfw/interface"
+  "${ASCEND_HOME_PATH}/asc/include")
+set(COMBINE_CANN_INCLUDES "")
+foreach(_d ${_cann_inc_candidates})
+  if(IS_DIRECTORY "${_d}")
+    list(APPEND COMBINE_CANN_INCLUDES "${_d}")
+  endif()
+endforeach()
+find_file(COMBINE_ACL_H acl/acl.h PATHS ${COMBINE_CANN_INCLUDES} NO_DEFAULT_PATH NO_CACHE)
+find_file(COMBINE_KERNEL_OPERATOR_H kernel_operator.h PATHS ${COMBINE_CANN_INCLUDES} NO_DEFAULT_PATH NO_CACHE)
+if(NOT COMBINE_ACL_H OR NOT COMBINE_KERNEL_OPERATOR_H)
+  combine_npu_fail("CANN at ${ASCEND_HOME_PATH} lacks acl/acl.h or kernel_operator.h (Ascend C): install the "
+                   "toolkit package, not only the runtime")
+endif()
+# SHMEM's cycle-profiling macros (SHMEMI_PROF_*) live in its source tree (src/device); an
+# installed package without them builds with profiling frames off (perf rows report 0 us).
+set(COMBINE_SHMEM_INCLUDES "${COMBINE_SHMEM_ROOT}/include")
+foreach(_d "${SHMEM_HOME}/src/device" "${SHMEM_HOME}/src")
+  if(IS_DIRECTORY "${_d}")
+    list(APPEND COMBINE_SHMEM_INCLUDES "${_d}")
+  endif()
+endforeach()
+
+set(COMBINE_CANN_LIBDIR "${ASCEND_HOME_PATH}/lib64")
+find_library(COMBINE_ASCENDCL ascendcl PATHS "${COMBINE_CANN_LIBDIR}" NO_DEFAULT_PATH NO_CACHE)
+find_library(COMBINE_RUNTIME runtime PATHS "${COMBINE_CANN_LIBDIR}" NO_DEFAULT_PATH NO_CACHE)
+if(NOT COMBINE_ASCENDCL OR NOT COMBINE_RUNTIME)
+  combine_npu_fail("CANN at ${ASCEND_HOME_PATH} lacks lib64/libascendcl.so or lib64/libruntime.so")
+endif()
+set(COMBINE_SHMEM_LIB "${COMBINE_SHMEM_ROOT}/lib/libshmem.so")
+
+set(_npu_defs COMBINE_TARGET_NPU=1 COMBINE_NPU_SDMA=$<BOOL:${COMBINE_NPU_SDMA}>)
+if(COMBINE_NPU_ARCH STREQUAL "dav-c220")
+  list(APPEND _npu_defs COMBINE_NPU_FFTS=1)  # A2/A3: cross-core sync needs the FFTS base address
+endif()
+
+# ---- the kernel: bisheng -xcce, int32_t and float16_t instances in one source ----
+add_library(combine_kernel OBJECT kernels/combine_kernel.cpp)
+target_include_directories(combine_kernel PRIVATE kernels host ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
+target_compile_definitions(combine_kernel PRIVATE ${_npu_defs})
+target_compile_options(combine_kernel PRIVATE
+  -xcce --cce-aicore-arch=${COMBINE_NPU_ARCH} -O2
+  "SHELL:-mllvm -cce-aicore-stack-size=0x8000"
+  "SHELL:-mllvm -cce-aicore-function-stack-size=0x8000"
+  "SHELL:-mllvm -cce-aicore-record-overflow=true"
+  "SHELL:-mllvm -cce-aicore-addr-transform"
+  "SHELL:-mllvm -cce-aicore-dcci-insert-for-scalar=false"
+  -Wno-macro-redefined -Wno-ignored-attributes)
+
+# ---- the host driver: plain C++ (bisheng as clang), linked as a fat object ----
+add_executable(combine_host ${COMBINE_HOST_SOURCES} $<TARGET_OBJECTS:combine_kernel>)
+target_include_directories(combine_host PRIVATE kernels host ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
+target_compile_definitions(combine_host PRIVATE ${_npu_defs})
+target_link_options(combine_host PRIVATE --cce-fatobj-link --cce-aicore-arch=${COMBINE_NPU_ARCH})
+target_link_libraries(combine_host PRIVATE "${COMBINE_SHMEM_LIB}" "${COMBINE_ASCENDCL}" "${COMBINE_RUNTIME}"
+                      dl pthread m)
+set_target_properties(combine_host PROPERTIES BUILD_RPATH "${COMBINE_SHMEM_ROOT}/lib;${COMBINE_CANN_LIBDIR}")
+
+message(STATUS "combine_lab NPU: bisheng ${CMAKE_CXX_COMPILER}, CANN ${ASCEND_HOME_PATH}, SHMEM ${COMBINE_SHMEM_ROOT}, "
+               "SoC '${COMBINE_NPU_SOC}' -> ${COMBINE_NPU_ARCH}, SDMA ${COMBINE_NPU_SDMA}")
