@@ -1,0 +1,379 @@
+"""Figures of the lab: segment maps, plane bytes, run comparisons, history and sweeps.
+
+Every function returns a :class:`matplotlib.figure.Figure` made without pyplot (no
+global figure state, nothing to close), with a title, axis labels and units. Show
+one in a notebook with :func:`show` (PNG, works under any backend, MPLBACKEND=Agg
+included) and save it with :func:`save_figure`.
+
+Bytes are plotted in the binary unit that suits the largest value (B, KiB, MiB,
+GiB); times in microseconds (us), as in the perf CSV (combine-facts section 8).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import FuncFormatter
+from matplotlib.collections import PatchCollection
+
+__all__ = ["byte_unit", "new_figure", "segment_map", "plane_bytes_plot", "compare_per_pe", "history_plot",
+           "sweep_heatmaps", "sdma_share_plot", "figure_png", "save_figure", "show", "SDMA_COLOR",
+           "VARIANT_COLORS"]
+
+#: Outline colour of SDMA segments.
+SDMA_COLOR = "#d62728"
+#: Bar/line colour per variant (classic = MTE only, doubleplane = MTE + SDMA).
+VARIANT_COLORS = {"classic": "#7f7f7f", "doubleplane": "#1f77b4"}
+_VARIANT_LABEL = {"classic": "MTE-only (classic)", "doubleplane": "dual-plane"}
+_PLANE_COLORS = {"MTE": "#9ecae1", "SDMA": SDMA_COLOR}
+_PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
+#: Panel layout up to this many destination PEs; above it one stacked image.
+MAX_PANELS = 8
+#: Annotate cells with their row count when a panel has at most this many cells.
+ANNOTATE_CELLS = 64
+
+
+def byte_unit(max_bytes: float) -> tuple[float, str]:
+    """``(divisor, unit)`` for plotting byte values whose largest is ``max_bytes``:
+    B below 1 KiB, then KiB, MiB, GiB (powers of 1024)."""
+    for div, unit in ((2 ** 30, "GiB"), (2 ** 20, "MiB"), (2 ** 10, "KiB")):
+        if max_bytes >= div:
+            return float(div), unit
+    return 1.0, "B"
+
+
+def new_figure(width: float, height: float, dpi: int = 80) -> Figure:
+    """A pyplot-free Figure of ``width`` x ``height`` inches with an Agg canvas attached."""
+    fig = Figure(figsize=(width, height), dpi=dpi)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _plan_arrays(plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """bytes, token_count, sdma mask, each [pes, expert_per_pe, pes] = [d, local_expert, src_rank]."""
+    shape = (plan.pes, plan.expert_per_pe, plan.pes)
+    seg = plan.segments
+    nbytes = seg["bytes"].to_numpy(dtype=np.float64).reshape(shape)
+    rows = seg["token_count"].to_numpy(dtype=np.int64).reshape(shape)
+    sdma = (seg["plane"].to_numpy() == "SDMA").reshape(shape)
+    return nbytes, rows, sdma
+
+
+def _cmap(name: str = "viridis"):
+    import matplotlib
+    cmap = matplotlib.colormaps[name].copy()
+    cmap.set_bad("#eeeeee")  # empty segments
+    return cmap
+
+
+def _bytes_norm(values: np.ndarray):
+    """Linear colour scale from 0, or logarithmic when non-zero values span over 100x."""
+    from matplotlib.colors import LogNorm, Normalize
+    nz = values[values > 0]
+    if nz.size and nz.max() / nz.min() > 100:
+        return LogNorm(vmin=float(nz.min()), vmax=float(nz.max()))
+    return Normalize(vmin=0.0, vmax=max(float(nz.max()) if nz.size else 0.0, 1e-12))
+
+
+def segment_map(plan, *, max_panels: int = MAX_PANELS, title: str | None = None, dpi: int = 80) -> Figure:
+    """Segment map per destination PE: local_expert (rows) x src_rank (columns), colour = bytes.
+
+    ``plan``: a :class:`combine_lab.planner.Plan`. Cell (le, s) of PE d is segment
+    ``le * pes + s`` (combine-facts section 2); its colour is the segment's payload
+    bytes (token_count * h * sizeof(T)), empty segments grey. SDMA segments are
+    outlined in red. Up to ``max_panels`` PEs get one panel each (cells annotated with
+    their row count when small); more PEs are stacked into one image whose rows are
+    (destination PE, local_expert), PEs separated by white lines, SDMA regions outlined.
+    """
+    nbytes, rows, sdma = _plan_arrays(plan)
+    pes, epp = plan.pes, plan.expert_per_pe
+    div, unit = byte_unit(nbytes.max(initial=0.0))
+    norm = _bytes_norm(nbytes / div)
+    cmap = _cmap()
+    head = title or (f"Segment map, {plan.policy} (SDMA floor {plan.min_sdma_bytes:,} B):"
+                     f"{chr(10) if pes <= 2 else ' '}bytes per segment on each destination PE")
+    legend = [Patch(facecolor="none", edgecolor=SDMA_COLOR, linewidth=2, label="SDMA segment"),
+              Patch(facecolor="#eeeeee", edgecolor="none", label="empty segment")]
+    if pes <= max_panels:
+        ncols = min(pes, 4)
+        nrows = math.ceil(pes / ncols)
+        fig = new_figure(min(3.2 * ncols + 1.8, 15), 1.2 + nrows * (0.42 * epp + 1.1), dpi)
+        fig.set_layout_engine("constrained")
+        axes = fig.subplots(nrows, ncols, squeeze=False)
+        im = None
+        for d in range(nrows * ncols):
+            ax = axes.flat[d]
+            if d >= pes:
+                ax.set_visible(False)
+                continue
+            data = np.ma.masked_equal(nbytes[d] / div, 0.0)
+            im = ax.imshow(data, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest",
+                           origin="upper")
+            ys, xs = np.nonzero(sdma[d])
+            if len(xs):
+                ax.add_collection(PatchCollection(
+                    [Rectangle((x - 0.5, y - 0.5), 1, 1) for x, y in zip(xs, ys)],
+                    facecolor="none", edgecolor=SDMA_COLOR, linewidth=2.5))
+            if epp * pes <= ANNOTATE_CELLS:
+                for le in range(epp):
+                    for s in range(pes):
+                        if rows[d, le, s]:
+                            dark = float(norm(nbytes[d, le, s] / div)) < 0.6
+                            ax.text(s, le, f"{rows[d, le, s]}", ha="center", va="center", fontsize=8,
+                                    color="white" if dark else "black")
+            ax.set_title(f"destination PE {d}", fontsize=9)
+            ax.set_xticks(range(pes) if pes <= 16 else range(0, pes, max(1, pes // 8)))
+            ax.set_yticks(range(epp) if epp <= 16 else range(0, epp, max(1, epp // 8)))
+            ax.set_xlabel("src_rank (PE the rows return to)", fontsize=8)
+            ax.set_ylabel("local_expert", fontsize=8)
+        cb = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.9)
+        cb.set_label(f"payload ({unit}); text = rows")
+        fig.suptitle(head, fontsize=10)
+        fig.legend(handles=legend, loc="outside lower center", fontsize=8, ncols=2)
+        return fig
+    fig = new_figure(9, 6.2, dpi)
+    ax = fig.add_axes((0.1, 0.12, 0.64, 0.76))
+    cax_m = fig.add_axes((0.77, 0.12, 0.022, 0.76))
+    cax_s = fig.add_axes((0.88, 0.12, 0.022, 0.76))
+    flat = nbytes.reshape(pes * epp, pes) / div
+    mask = sdma.reshape(pes * epp, pes)
+    norm = _bytes_norm(flat)
+    extent = (-0.5, pes - 0.5, pes * epp - 0.5, -0.5)
+    # Two colour scales on one grid: MTE segments in blues, SDMA segments in reds,
+    # composed into one RGBA image (one resample instead of two).
+    cm_m, cm_s = _cmap("Blues"), _cmap("Reds")
+    scaled = np.ma.masked_equal(flat, 0.0)
+    rgba = np.where(mask[..., None], cm_s(norm(scaled)), cm_m(norm(scaled)))
+    rgba[flat == 0] = (0.93, 0.93, 0.93, 1.0)
+    ax.imshow(rgba, aspect="auto", interpolation="nearest", extent=extent)
+    im_m, im_s = ScalarMappable(norm=norm, cmap=cm_m), ScalarMappable(norm=norm, cmap=cm_s)
+    ax.set_facecolor("#eeeeee")
+    ax.hlines(np.arange(1, pes) * epp - 0.5, -0.5, pes - 0.5, colors="white", linewidths=0.4)
+    step = max(1, pes // 16)
+    ax.set_yticks([d * epp + (epp - 1) / 2 for d in range(0, pes, step)])
+    ax.set_yticklabels([f"PE {d}" for d in range(0, pes, step)], fontsize=7)
+    ax.set_xlabel("src_rank (PE the rows return to)")
+    ax.set_ylabel(f"destination PE (rows: its {epp} local experts)")
+    ax.set_title(head, fontsize=10)
+    for im, cax, label in ((im_m, cax_m, f"MTE segment payload ({unit})"),
+                           (im_s, cax_s, f"SDMA segment payload ({unit}), {int(mask.sum())} segments")):
+        cb = fig.colorbar(im, cax=cax)
+        cb.minorticks_off()  # log scales: minor ticks cost more than the image
+        cb.ax.yaxis.set_major_formatter(_PLAIN)  # plain numbers, no mathtext to parse
+        cb.set_label(label)
+    return fig
+
+
+def plane_bytes_plot(plan, dpi: int = 80) -> Figure:
+    """What each plane would carry, per destination PE, and the rule's thresholds.
+
+    Left: payload bytes per PE by MTE and by SDMA (stacked). Right: per PE the largest
+    remote segment against the remote average segment (threshold_num / threshold_den of
+    combine-facts section 4) and the SDMA floor: a remote segment goes by SDMA when it is
+    at least the floor and strictly above the average.
+    """
+    t = plan.totals
+    pes = plan.pes
+    nbytes, _, _ = _plan_arrays(plan)
+    remote = np.ones((pes, plan.expert_per_pe, pes), dtype=bool)
+    remote[np.arange(pes), :, np.arange(pes)] = False
+    largest = np.where(remote, nbytes, 0.0).reshape(pes, -1).max(axis=1)
+    fig = new_figure(11, 3.6, dpi)
+    a1, a2 = fig.subplots(1, 2)
+    x = np.arange(pes)
+    div, unit = byte_unit(float((t["mte_bytes"] + t["sdma_bytes"]).max()))
+    mte = t["mte_bytes"].to_numpy(dtype=float) / div
+    sd = t["sdma_bytes"].to_numpy(dtype=float) / div
+    a1.bar(x, mte, color=_PLANE_COLORS["MTE"], label="MTE", width=0.8)
+    a1.bar(x, sd, bottom=mte, color=_PLANE_COLORS["SDMA"], label="SDMA", width=0.8)
+    share = float(t["sdma_bytes"].sum()) / max(float((t["mte_bytes"] + t["sdma_bytes"]).sum()), 1.0)
+    a1.set_title(f"Payload per plane (SDMA share {100 * share:.1f} %)", fontsize=10)
+    a1.set_xlabel("destination PE")
+    a1.set_ylabel(f"payload ({unit})")
+    a1.legend(fontsize=8)
+    div2, unit2 = byte_unit(max(float(largest.max(initial=0.0)), float(plan.min_sdma_bytes),
+                                float(t["remote_avg_segment_bytes"].max())))
+    a2.plot(x, largest / div2, "o", color="black", label="largest remote segment", markersize=4)
+    a2.plot(x, t["remote_avg_segment_bytes"].to_numpy() / div2, "_", color=SDMA_COLOR, markersize=12,
+            markeredgewidth=2, label="remote average (must be exceeded)")
+    a2.axhline(plan.min_sdma_bytes / div2, color="grey", linestyle="--", linewidth=1,
+               label=f"SDMA floor {plan.min_sdma_bytes:,} B")
+    a2.set_title("Decision thresholds per PE (combine-facts section 4)", fontsize=10)
+    a2.set_xlabel("destination PE")
+    a2.set_ylabel(f"segment payload ({unit2})")
+    a2.legend(fontsize=7)
+    if pes > 16:
+        for a in (a1, a2):
+            a.set_xticks(range(0, pes, max(1, pes // 8)))
+    else:
+        for a in (a1, a2):
+            a.set_xticks(range(pes))
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.15, top=0.88, wspace=0.25)
+    return fig
+
+
+def _perf_by_pe(res, metric: str) -> pd.Series:
+    p = res.perf
+    if p.empty:
+        return pd.Series(dtype=float)
+    rows = p[p["Metric"] == metric]
+    return rows.groupby("ProfPe")["CoreMaxTime/us"].mean()
+
+
+def compare_per_pe(runs: dict, dpi: int = 80) -> Figure:
+    """comm_only and full_op of dual-plane against MTE-only, per profiled PE.
+
+    ``runs``: ``{"classic": RunResult, "doubleplane": RunResult}`` as
+    :func:`combine_lab.runner.compare` returns. Bars are CoreMaxTime/us (the slowest
+    core's mean over the profiled loops, combine-facts section 8) for each PE that was
+    profiled; the title carries the x_out verdict of both runs.
+    """
+    fig = new_figure(10, 3.6, dpi)
+    axes = fig.subplots(1, 2)
+    any_run = next(iter(runs.values()))
+    width = 0.8 / max(len(runs), 1)
+    for ax, metric in zip(axes, ("comm_only", "full_op")):
+        for i, (variant, res) in enumerate(runs.items()):
+            s = _perf_by_pe(res, metric)
+            ax.bar(s.index.to_numpy() + (i - (len(runs) - 1) / 2) * width, s.to_numpy(), width=width,
+                   color=VARIANT_COLORS.get(variant), label=_VARIANT_LABEL.get(variant, variant))
+        ax.set_title(metric, fontsize=10)
+        ax.set_xlabel("profiled PE")
+        ax.set_ylabel("CoreMaxTime (us)")
+        pes = sorted(set().union(*[set(_perf_by_pe(r, metric).index) for r in runs.values()]))
+        ax.set_xticks(pes)
+        ax.legend(fontsize=8)
+    verdict = ", ".join(f"{_VARIANT_LABEL.get(v, v)} {'PASS' if r.check_ok else 'FAIL'}" for v, r in runs.items())
+    fig.suptitle(f"{any_run.case_id} {any_run.routing} on {any_run.target}: x_out {verdict}", fontsize=10)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.15, top=0.82, wspace=0.25)
+    return fig
+
+
+def history_plot(history: pd.DataFrame, dpi: int = 80) -> Figure:
+    """Runs so far: comm_only of both variants (left) and the ratio dual / MTE-only (right).
+
+    ``history``: one row per run with columns ``run`` (int), ``comm_only_classic_us``,
+    ``comm_only_doubleplane_us`` (us) and ``comm_only_ratio`` (dual / MTE-only), as
+    :class:`combine_lab.app.TuningApp` keeps it.
+    """
+    fig = new_figure(10, 3.2, dpi)
+    a1, a2 = fig.subplots(1, 2)
+    if len(history):
+        x = history["run"].to_numpy()
+        for v in ("classic", "doubleplane"):
+            a1.plot(x, history[f"comm_only_{v}_us"], "o-", color=VARIANT_COLORS[v], label=_VARIANT_LABEL[v])
+        a2.plot(x, history["comm_only_ratio"], "o-", color="black")
+        a1.set_xticks(x)
+        a2.set_xticks(x)
+        a1.legend(fontsize=8)
+    a2.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    a1.set_title("comm_only per run", fontsize=10)
+    a1.set_xlabel("run")
+    a1.set_ylabel("CoreMaxTime (us)")
+    a2.set_title("dual-plane / MTE-only (below 1: dual-plane faster)", fontsize=10)
+    a2.set_xlabel("run")
+    a2.set_ylabel("comm_only ratio (1)")
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.17, top=0.88, wspace=0.25)
+    return fig
+
+
+def _ratio_norm(values: np.ndarray) -> TwoSlopeNorm:
+    finite = values[np.isfinite(values)]
+    lo = float(finite.min()) if finite.size else 1.0
+    hi = float(finite.max()) if finite.size else 1.0
+    return TwoSlopeNorm(vcenter=1.0, vmin=min(lo, 0.95), vmax=max(hi, 1.05))
+
+
+def sweep_heatmaps(summary: pd.DataFrame, dpi: int = 80) -> Figure:
+    """comm_only ratio dual-plane / MTE-only as heatmaps over bs x h, one panel per routing.
+
+    ``summary``: :func:`combine_lab.sweep.summarize` output (columns routing, bs, h,
+    comm_only_ratio). Where other axes (pes, topk, expert_per_pe, dtype) vary, a cell shows
+    the median over them. Blue below 1 (dual-plane faster), red above.
+    """
+    routings = list(dict.fromkeys(summary["routing"]))
+    n = max(len(routings), 1)
+    fig = new_figure(min(4.2 * n + 1.2, 16), 3.8, dpi)
+    axes = fig.subplots(1, n, squeeze=False)[0]
+    norm = _ratio_norm(summary["comm_only_ratio"].to_numpy(dtype=float))
+    im = None
+    for ax, routing in zip(axes, routings):
+        sub = summary[summary["routing"] == routing]
+        grid = sub.pivot_table(index="bs", columns="h", values="comm_only_ratio", aggfunc="median")
+        data = grid.to_numpy(dtype=float)
+        im = ax.imshow(data, cmap="RdBu_r", norm=norm, aspect="auto", origin="lower", interpolation="nearest")
+        for i in range(data.shape[0]):
+            for j in range(data.shape[1]):
+                if np.isfinite(data[i, j]):
+                    ax.text(j, i, f"{data[i, j]:.2f}", ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(grid.columns)))
+        ax.set_xticklabels([str(c) for c in grid.columns])
+        ax.set_yticks(range(len(grid.index)))
+        ax.set_yticklabels([str(i) for i in grid.index])
+        ax.set_xlabel("h (elements per row)")
+        ax.set_ylabel("bs (tokens per PE)")
+        ax.set_title(routing, fontsize=10)
+    cb = fig.colorbar(im, ax=list(axes), shrink=0.9)
+    cb.set_label("comm_only dual-plane / MTE-only (1)")
+    fig.suptitle("comm_only ratio over bs x h (median over the other axes; below 1: dual-plane faster)",
+                 fontsize=10)
+    fig.subplots_adjust(left=0.08, right=0.85, bottom=0.17, top=0.82, wspace=0.35)
+    return fig
+
+
+def sdma_share_plot(summary: pd.DataFrame, dpi: int = 80) -> Figure:
+    """Speed-up of dual-plane (MTE-only comm_only / dual-plane comm_only) against the
+    share of payload bytes the dual-plane run sent by SDMA, one colour per routing.
+
+    ``summary``: :func:`combine_lab.sweep.summarize` output (columns routing,
+    sdma_share in [0, 1], comm_only_speedup).
+    """
+    fig = new_figure(6.5, 4.2, dpi)
+    ax = fig.add_axes((0.12, 0.13, 0.6, 0.75))
+    for routing, sub in summary.groupby("routing", sort=False):
+        ax.plot(100 * sub["sdma_share"], sub["comm_only_speedup"], "o", label=str(routing), alpha=0.8)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("SDMA share of payload bytes (%)")
+    ax.set_ylabel("comm_only speed-up MTE-only / dual-plane (1)")
+    ax.set_title("Speed-up against SDMA byte share", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return fig
+
+
+def figure_png(fig: Figure, dpi: int | None = None) -> bytes:
+    """The figure rendered as PNG bytes."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi or fig.dpi)
+    return buf.getvalue()
+
+
+def save_figure(fig: Figure, out_dir: str | os.PathLike, name: str, dpi: int = 100) -> Path:
+    """Save ``fig`` as ``<out_dir>/<name>.png`` (folder created) and return the path."""
+    path = Path(out_dir) / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=dpi)
+    return path
+
+
+def show(fig: Figure, out_dir: str | os.PathLike | None = None, name: str | None = None) -> Path | None:
+    """Display ``fig`` as a PNG in IPython (any matplotlib backend) and, when ``out_dir``
+    and ``name`` are given, save it there as ``<name>.png``. Returns the saved path or None."""
+    path = save_figure(fig, out_dir, name) if out_dir is not None and name else None
+    try:
+        from IPython import get_ipython
+        from IPython.display import Image, display
+    except ImportError:  # pragma: no cover - IPython ships with the lab extra
+        return path
+    if get_ipython() is not None:
+        display(Image(data=path.read_bytes() if path else figure_png(fig, 100), format="png"))
+    return path
