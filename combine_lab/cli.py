@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import cli_trust
 from .build import BuildError
 from .errors import CaseFileError, SpecError
 from .launch import LaunchError
@@ -66,6 +67,8 @@ def _add_case_flags(p: argparse.ArgumentParser) -> None:
     r.add_argument("--output-dir", default="output/perf", help="perf CSV folder (default output/perf)")
     r.add_argument("--work-dir", default=None, help="where case files go (default a temporary folder, removed)")
     r.add_argument("--timeout", type=float, default=300.0, help="limit per launch of all PEs, seconds (default 300)")
+    r.add_argument("--chaos", type=int, default=None, metavar="SEED",
+                   help="twin: complete puts late and shuffled (seeded) and report protocol violations")
     p.add_argument("--help", action="help", help="show this help and exit")
 
 
@@ -124,9 +127,12 @@ def _cmd_run(a: argparse.Namespace, variants: list[str]) -> int:
             for variant in variants:
                 res = run_case(prepared, variant, min_sdma_bytes=a.min_sdma_bytes, warmup=a.warmup, loops=a.loops,
                                perf=True, prof_pe=prof_pe, target=a.target, timeout_s=a.timeout,
-                               output_dir=out_dir if a.perf else None, fnpu=a.fnpu, ipport=a.ipport)
+                               output_dir=out_dir if a.perf else None, fnpu=a.fnpu, ipport=a.ipport,
+                               chaos_seed=a.chaos)
                 rows.append(_row(res))
                 bad += 0 if res.ok else 1
+                for line in res.violations:
+                    print(f"protocol violation: {line}", file=sys.stderr)
                 for line in res.counter_mismatches():
                     print(f"counter mismatch: {line}", file=sys.stderr)
                 for r, c in enumerate(res.checks):
@@ -159,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--variant", choices=list(VARIANTS), default="doubleplane", help="default doubleplane")
     cmp_ = sub.add_parser("compare", add_help=False, help="run classic and doubleplane on the same case(s)")
     _add_case_flags(cmp_)
+    cli_trust.register(sub)
     return parser
 
 
@@ -170,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_run(args, [args.variant])
         if args.command == "compare":
             return _cmd_run(args, list(VARIANTS))
+        if hasattr(args, "handler"):  # sub-commands registered by their own modules
+            return args.handler(args)
     except (SpecError, CaseFileError, ResultFileError, BuildError, LaunchError) as e:
         print(f"combine-lab: error: {e}", file=sys.stderr)
         return 2

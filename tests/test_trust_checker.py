@@ -5,59 +5,25 @@ passes the same cases under 20 seeds for both variants."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
-
 import pytest
 
-from combine_lab.build import build, source_root
+from combine_lab import cli
 from combine_lab.runner import run_case
-from combine_lab.spec import CaseSpec
+from combine_lab.selftest import CHECKER_SPEC as SPEC
+from combine_lab.selftest import build_broken_kernel
 
-# Small, with SDMA segments when min_sdma_bytes=0 (zipf skew puts some segments above average).
-SPEC = CaseSpec(pes=3, bs=12, h=20, topk=3, expert_per_pe=2, routing="zipf:1.2", dtype="float16_t")
-
-MTE_QUIET = """            aclshmem_quiet();
-            PutFlags(begin, end, dst_pe);
-"""
-MTE_BROKEN = """            PutFlags(begin, end, dst_pe);  // BROKEN: flags before the payload's quiet
-            aclshmem_quiet();
-"""
-SDMA_QUIET = """            aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, 0);
-            for (uint32_t e = 0; e < epp_; ++e) {
-                const uint32_t seg = e * uint32_t(pes_) + src_rank;
-                if (UseSdma(seg, threshold_num, threshold_den)) PutFlags(SegBegin(seg), SegEnd(seg), dst_pe);
-            }
-"""
-SDMA_BROKEN = """            for (uint32_t e = 0; e < epp_; ++e) {
-                const uint32_t seg = e * uint32_t(pes_) + src_rank;
-                if (UseSdma(seg, threshold_num, threshold_den)) PutFlags(SegBegin(seg), SegEnd(seg), dst_pe);
-            }
-            aclshmem_quiet();  // BROKEN: SDMA flags land before the SDMA payload's quiet
-            aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, 0);
-"""
 VIOLATION = re.compile(r"^PE \d core \d: status slot \d+ on PE \d became ready \(MTE status put\) before its payload "
                        r"was complete \((MTE|SDMA) payload put issued, not yet landed\)$")
 
 
-def broken_binary(tmp_path_factory, name: str, good: str, bad: str) -> Path:
-    src = (source_root() / "kernels" / "combine_kernel.cpp").read_text()
-    assert src.count(good) == 1, f"kernel source changed: update the {name} mutation"
-    folder = tmp_path_factory.mktemp(name)
-    kernel = folder / "combine_kernel.cpp"
-    # Keep the kernel's includes resolving: the mutated copy includes the real headers by path.
-    kernel.write_text(src.replace(good, bad).replace('#include "combine_kernel.h"',
-                                                     f'#include "{source_root() / "kernels" / "combine_kernel.h"}"'))
-    return build("cpu", build_dir=folder / "build", kernel_source=kernel)
-
-
 @pytest.fixture(scope="module")
 def mte_broken(tmp_path_factory):
-    return broken_binary(tmp_path_factory, "mte_flag_before_quiet", MTE_QUIET, MTE_BROKEN)
+    return build_broken_kernel("mte_flag_before_quiet", tmp_path_factory.mktemp("mte"))
 
 
 @pytest.fixture(scope="module")
 def sdma_broken(tmp_path_factory):
-    return broken_binary(tmp_path_factory, "sdma_flag_before_quiet", SDMA_QUIET, SDMA_BROKEN)
+    return build_broken_kernel("sdma_flag_before_sdma_quiet", tmp_path_factory.mktemp("sdma"))
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -95,3 +61,15 @@ def test_chaos_seed_is_recorded_and_validated(no_leaks):
     assert res.ok
     with pytest.raises(ValueError, match=r"chaos_seed=-1: must be an int >= 0, on target cpu \(the twin\)"):
         run_case(SPEC, "classic", chaos_seed=-1)
+
+
+def test_selftest_reports_healthy(capsys, no_leaks):
+    assert cli.main(["selftest", "--seeds", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "combine-lab selftest (CPU twin)"
+    assert lines[1] == ("  checker      broken kernels caught: 2/2 (mte_flag_before_quiet, "
+                        "sdma_flag_before_sdma_quiet)")
+    assert lines[2] == "  real kernel  3 cases x 2 variants x 1 chaos seeds: 0 violations or mismatches"
+    assert lines[3] == "  faults       masked slots, repeated calls, a slot nobody sends: 3/3 as expected"
+    assert lines[4] == "  leaks        shared-memory segments 0, PE processes 0, open files 0"
+    assert lines[5] == "cases tried: 11, violations: 0, mismatches: 0, hangs: 0, leaks: 0 -- healthy"
