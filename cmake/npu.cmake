@@ -128,7 +128,7 @@ if(COMBINE_NPU_ARCH STREQUAL "dav-c220")
 endif()
 
 # ---- the kernel: bisheng -xcce, int32_t and float16_t instances in one source ----
-add_library(combine_kernel OBJECT kernels/combine_kernel.cpp)
+add_library(combine_kernel OBJECT ${COMBINE_KERNEL_SOURCE})
 target_include_directories(combine_kernel PRIVATE kernels host ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
 target_compile_definitions(combine_kernel PRIVATE ${_npu_defs})
 target_compile_options(combine_kernel PRIVATE
