@@ -165,3 +165,30 @@ run_case(prepared, "classic", timeout_s=120)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGINT  # Python re-raises SIGINT after the cleanup
     assert err.rstrip().endswith("KeyboardInterrupt")
+
+
+def test_count_past_capacity_refused_by_driver(prepared, no_leaks):
+    path = prepared.case_dir / "rank_1" / "ep_recv_count.bin"
+    counts = np.fromfile(path, dtype=np.int32)
+    counts[-1] = SPEC.capacity_rows + 1  # 17 rows of a 16-row capacity
+    counts.tofile(path)
+    with pytest.raises(LaunchError) as e:
+        run_case(prepared, "doubleplane")
+    assert e.value.pe == 1
+    assert f"{path}: index 3 is 17 after {counts[-2]}: counts must be cumulative (non-decreasing) and at most 16 rows" \
+        in str(e.value)
+
+
+def test_assist_row_out_of_range_refused_by_driver(prepared, no_leaks):
+    path = prepared.case_dir / "rank_0" / "assist_info.bin"
+    assist = np.fromfile(path, dtype=np.int32).reshape(-1, 3)
+    counts = np.fromfile(prepared.case_dir / "rank_0" / "ep_recv_count.bin", dtype=np.int32)
+    row = int(np.nonzero(np.diff(np.concatenate([[0], counts])))[0][0])  # first non-empty segment
+    first = 0 if row == 0 else int(counts[row - 1])
+    assist[first, 1] = SPEC.bs  # token id 4 of 4 tokens
+    assist.tofile(path)
+    with pytest.raises(LaunchError) as e:
+        run_case(prepared, "classic")
+    assert e.value.pe == 0
+    assert (f"{path}: row {first} is (src_rank {assist[first, 0]}, token 4, topk {assist[first, 2]}): segment {row} "
+            f"needs src_rank {row % SPEC.pes}, token in [0, 4), topk in [0, 2)") in str(e.value)
