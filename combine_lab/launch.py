@@ -54,6 +54,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def bootstrap_ipport(port: int | None = None) -> str:
+    """SHMEM's bootstrap address for one run: ``tcp://127.0.0.1:<port>``, a free port by default."""
+    return f"tcp://127.0.0.1:{free_port() if port is None else int(port)}"
+
+
+def host_argv(*, pe_size: int, pe_id: int, ipport: str, g_npus: int, first_pe: int = 0, first_npu: int = 0,
+              dtype: str, bs: int, h: int, topk: int, expert_per_pe: int, perf: bool, warmup: int, loops: int,
+              csv: str | os.PathLike, case_id: str, policy: str, min_sdma_bytes: int,
+              case_root: str | os.PathLike) -> list[str]:
+    """The host driver's arguments for one PE (host/host_args.cpp ``kHostUsage``), as strings.
+
+    The same on both targets: on the NPU, PE ``pe_id`` takes device ``pe_id % g_npus + first_npu``
+    (``-fnpu``) and every PE bootstraps SHMEM at ``ipport`` (``-ipport``, one free 127.0.0.1 port
+    per run). ``policy``: ``mte_only`` or ``dual_plane``; ``perf``: write the perf row.
+    """
+    return [str(v) for v in (pe_size, pe_id, ipport, g_npus, first_pe, first_npu, dtype, bs, h, topk, expert_per_pe,
+                             int(bool(perf)), warmup, loops, csv, case_id, policy, min_sdma_bytes, case_root)]
+
+
 def shm_path(session: str) -> Path:
     """The twin's shared-memory segment of ``session`` (see host/twin/twin_heap.cpp)."""
     return Path("/dev/shm") / f"{SHM_PREFIX}{session}"

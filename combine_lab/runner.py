@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
@@ -19,10 +20,11 @@ import pandas as pd
 
 from . import build as build_mod
 from .casefiles import check_x_out, read_case, write_case
+from .capabilities import npu_variant_refusal
 from .capacity import check_capacity
 from .case import Case, make_case
 from .errors import SpecError
-from .launch import LaunchError, free_port, launch_pes
+from .launch import LaunchError, bootstrap_ipport, host_argv, launch_pes
 from .planner import Plan, plan as make_plan
 from .results import (counters_frame, perf_csv_name, read_counters, read_perf_csv, write_perf_csv)
 from .spec import CaseSpec
@@ -210,6 +212,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         SpecError: bad variant, loops, warmup, prof_pe, timeout (before launching).
         CaseFileError: invalid case files.
         build.BuildError / build.TargetUnavailable: the target cannot be built.
+        build.VariantRefused: ``doubleplane`` on ``npu`` with CANN older than 9.0.0 (before anything runs).
         LaunchError: a PE failed (other than an x_out mismatch) or the run timed out.
     """
     if variant not in VARIANTS:
@@ -222,6 +225,10 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         raise SpecError(f"chaos_seed={chaos_seed!r}: must be an int >= 0, on target cpu (the twin)")
     if not (timeout_s > 0):
         raise SpecError(f"timeout_s={timeout_s!r}: must be > 0 seconds")
+    if target == "npu" and binary is None:
+        refusal = npu_variant_refusal(variant)  # dual-plane needs SDMA (CANN >= 9.0.0)
+        if refusal:
+            raise build_mod.VariantRefused(refusal)
     prepared = prepare_case(case, work_dir)
     spec = prepared.case.spec
     if prof_pe == "all":
@@ -244,10 +251,12 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         perf_frames, status = [], [0] * spec.pes
         for ppe in prof_pes:
             csv_of = lambda r: run_dir / perf_csv_name(name, r)  # noqa: E731
-            port = ipport or f"tcp://127.0.0.1:{free_port()}"
-            argv = lambda r: [spec.pes, r, port, spec.pes, 0, fnpu, spec.dtype, spec.bs, spec.h,  # noqa: E731
-                              spec.topk, spec.expert_per_pe, int(perf), warmup, loops, csv_of(r), spec.case_id,
-                              policy, min_sdma_bytes, prepared.case_root]
+            port = ipport or bootstrap_ipport()  # a fresh port per launch: runs never collide
+            argv = lambda r: host_argv(pe_size=spec.pes, pe_id=r, ipport=port, g_npus=spec.pes,  # noqa: E731
+                                       first_npu=fnpu, dtype=spec.dtype, bs=spec.bs, h=spec.h, topk=spec.topk,
+                                       expert_per_pe=spec.expert_per_pe, perf=perf, warmup=warmup, loops=loops,
+                                       csv=csv_of(r), case_id=spec.case_id, policy=policy,
+                                       min_sdma_bytes=min_sdma_bytes, case_root=prepared.case_root)
             outcomes = launch_pes(binary, spec.pes, argv, cwd=prepared.case_root, log_dir=run_dir / f"logs_pe{ppe}",
                                   timeout_s=timeout_s, env={**env, "SHMEM_CYCLE_PROF_PE": str(ppe)},
                                   tolerated_codes=(_MISMATCH_EXIT,))
@@ -296,12 +305,20 @@ def append_perf_rows(perf: pd.DataFrame, output_dir: Path, name: str) -> list[Pa
 def compare(case: CaseLike, **kwargs) -> dict[str, RunResult]:
     """Run ``classic`` and ``doubleplane`` on the same case files; returns both results by variant.
 
-    Keyword arguments are those of :func:`run_case` (except ``variant``).
+    Keyword arguments are those of :func:`run_case` (except ``variant``). A variant refused on
+    this target (doubleplane on an NPU with CANN < 9.0.0) is left out with a warning giving the
+    reason; classic still runs.
     """
     keep = kwargs.pop("keep_files", False)
     prepared = prepare_case(case, kwargs.pop("work_dir", None))
     try:
-        return {v: run_case(prepared, v, **kwargs) for v in VARIANTS}
+        out = {}
+        for v in VARIANTS:
+            try:
+                out[v] = run_case(prepared, v, **kwargs)
+            except build_mod.VariantRefused as e:
+                warnings.warn(str(e), stacklevel=2)
+        return out
     finally:
         if not keep and prepared is not case:
             prepared.cleanup()
