@@ -303,7 +303,8 @@ def sweep_heatmaps(summary: pd.DataFrame, dpi: int = 80) -> Figure:
     """
     routings = list(dict.fromkeys(summary["routing"]))
     n = max(len(routings), 1)
-    fig = new_figure(min(4.2 * n + 1.2, 16), 3.8, dpi)
+    fig = new_figure(min(4.2 * n + 1.4, 16), 3.9, dpi)
+    fig.set_layout_engine("constrained")
     axes = fig.subplots(1, n, squeeze=False)[0]
     norm = _ratio_norm(summary["comm_only_ratio"].to_numpy(dtype=float))
     im = None
@@ -315,7 +316,9 @@ def sweep_heatmaps(summary: pd.DataFrame, dpi: int = 80) -> Figure:
         for i in range(data.shape[0]):
             for j in range(data.shape[1]):
                 if np.isfinite(data[i, j]):
-                    ax.text(j, i, f"{data[i, j]:.2f}", ha="center", va="center", fontsize=8)
+                    strong = abs(float(norm(data[i, j])) - 0.5) > 0.3
+                    ax.text(j, i, f"{data[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                            color="white" if strong else "black")
         ax.set_xticks(range(len(grid.columns)))
         ax.set_xticklabels([str(c) for c in grid.columns])
         ax.set_yticks(range(len(grid.index)))
@@ -327,7 +330,6 @@ def sweep_heatmaps(summary: pd.DataFrame, dpi: int = 80) -> Figure:
     cb.set_label("comm_only dual-plane / MTE-only (1)")
     fig.suptitle("comm_only ratio over bs x h (median over the other axes; below 1: dual-plane faster)",
                  fontsize=10)
-    fig.subplots_adjust(left=0.08, right=0.85, bottom=0.17, top=0.82, wspace=0.35)
     return fig
 
 
