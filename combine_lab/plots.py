@@ -243,16 +243,19 @@ def compare_per_pe(runs: dict, dpi: int = 80) -> Figure:
     any_run = next(iter(runs.values()))
     width = 0.8 / max(len(runs), 1)
     for ax, metric in zip(axes, ("comm_only", "full_op")):
+        top = 0.0
         for i, (variant, res) in enumerate(runs.items()):
             s = _perf_by_pe(res, metric)
             ax.bar(s.index.to_numpy() + (i - (len(runs) - 1) / 2) * width, s.to_numpy(), width=width,
                    color=VARIANT_COLORS.get(variant), label=_VARIANT_LABEL.get(variant, variant))
+            top = max(top, float(s.max()) if len(s) else 0.0)
+        ax.set_ylim(0, top * 1.3 if top > 0 else 1.0)  # room for the legend
         ax.set_title(metric, fontsize=10)
         ax.set_xlabel("profiled PE")
         ax.set_ylabel("CoreMaxTime (us)")
         pes = sorted(set().union(*[set(_perf_by_pe(r, metric).index) for r in runs.values()]))
         ax.set_xticks(pes)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper right", ncols=2)
     verdict = ", ".join(f"{_VARIANT_LABEL.get(v, v)} {'PASS' if r.check_ok else 'FAIL'}" for v, r in runs.items())
     fig.suptitle(f"{any_run.case_id} {any_run.routing} on {any_run.target}: x_out {verdict}", fontsize=10)
     fig.subplots_adjust(left=0.08, right=0.98, bottom=0.15, top=0.82, wspace=0.25)
