@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import cli_trust
+from . import cli_npu, cli_trust
 from .build import BuildError
 from .errors import CaseFileError, SpecError
 from .launch import LaunchError
@@ -124,7 +124,7 @@ def _cmd_run(a: argparse.Namespace, variants: list[str]) -> int:
     for spec in _progress(specs, "combine"):
         prepared = prepare_case(spec, a.work_dir)
         try:
-            for variant in variants:
+            for variant in cli_npu.runnable(variants, a, spec, rows):  # npu: doubleplane refused on CANN < 9
                 res = run_case(prepared, variant, min_sdma_bytes=a.min_sdma_bytes, warmup=a.warmup, loops=a.loops,
                                perf=True, prof_pe=prof_pe, target=a.target, timeout_s=a.timeout,
                                output_dir=out_dir if a.perf else None, fnpu=a.fnpu, ipport=a.ipport,
@@ -140,6 +140,7 @@ def _cmd_run(a: argparse.Namespace, variants: list[str]) -> int:
                         print(f"x_out mismatch on PE {r}: {c}", file=sys.stderr)
                 if a.perf:
                     written |= {out_dir / perf_csv_name(f"combine_{variant}", int(p)) for p in res.perf["ProfPe"]}
+            bad += cli_npu.baseline_rows(prepared, a, rows)  # compare --baseline hccl
         finally:
             if a.work_dir is None:
                 prepared.cleanup()
@@ -166,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", add_help=False, help="run classic and doubleplane on the same case(s)")
     _add_case_flags(cmp_)
     cli_trust.register(sub)
+    cli_npu.register(sub)  # doctor; compare --baseline hccl
     return parser
 
 
