@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import cli_npu, cli_trust
+from . import cli_lab, cli_npu, cli_trust
 from .build import BuildError
 from .errors import CaseFileError, SpecError
 from .launch import LaunchError
@@ -168,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_case_flags(cmp_)
     cli_trust.register(sub)
     cli_npu.register(sub)  # doctor; compare --baseline hccl
+    cli_lab.register(sub)  # notebooks
     return parser
 
 

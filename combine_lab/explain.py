@@ -160,8 +160,10 @@ def core_load(plan: Plan) -> pd.DataFrame:
     """What each AIV core of each PE sends in stage 1, by plane (combine-facts section 5).
 
     Core c of PE d serves the segments whose src_rank is c. Returns one row per (pe, core)
-    with mte_rows, mte_bytes, sdma_rows, sdma_bytes (int64). The largest mte_bytes of a
-    PE is the work of its busiest core: what SDMA takes off the cores when it runs beside them.
+    with mte_rows, mte_bytes, sdma_rows, sdma_bytes (int64) and remote (bool, core != pe:
+    its rows cross to another PE; the local core's rows stay in the PE's own memory and
+    never go by SDMA). The largest mte_bytes of the remote cores is the cross-PE work of
+    the busiest one: what SDMA takes off the cores when the copy engine runs beside them.
     """
     seg = plan.segments
     is_sdma = seg["plane"].to_numpy() == "SDMA"
@@ -170,7 +172,9 @@ def core_load(plan: Plan) -> pd.DataFrame:
                        "mte_bytes": np.where(is_sdma, 0, seg["bytes"]),
                        "sdma_rows": np.where(is_sdma, seg["token_count"], 0),
                        "sdma_bytes": np.where(is_sdma, seg["bytes"], 0)})
-    return df.groupby(["pe", "core"], as_index=False).sum().astype("int64")
+    out = df.groupby(["pe", "core"], as_index=False).sum().astype("int64")
+    out["remote"] = out["pe"] != out["core"]
+    return out
 
 
 def _slots_text(slots: np.ndarray, limit: int = 8) -> str:

@@ -1,0 +1,230 @@
+"""``combine-lab notebooks``: run the lab notebooks headless with papermill.
+
+    combine-lab notebooks [--params file.yaml|file.json] [--out folder] [--only 03_sweep ...]
+
+Each notebook of ``notebooks/`` (``NN_name.ipynb``) is executed top to bottom on the
+Jupyter kernel ``python3`` with ``MPLBACKEND=Agg``; the executed copies, the figures
+(PNG) and what each notebook records (``<name>.record.json``, CSVs) are left in the
+output folder. The params file maps notebook names to their parameters; top-level keys
+that are not notebook names go to every notebook that declares them::
+
+    loops: 3                  # every notebook with a `loops` parameter
+    03_sweep:                 # or "sweep"
+      bs_list: [8, 16]
+      routings: [uniform, "zipf:1.2"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import SpecError
+from .labio import RECORD_SUFFIX, default_output_dir
+
+__all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "split_params", "run_notebooks",
+           "register", "KERNEL_NAME"]
+
+#: The Jupyter kernel the notebooks run on (``.ci/setup`` registers it).
+KERNEL_NAME = "python3"
+_NAME = re.compile(r"^(\d\d)_(.+)\.ipynb$")
+
+
+@dataclass
+class NotebookRun:
+    """Outcome of one headless notebook: ``name`` (stem), ``output`` (executed copy),
+    ``seconds`` (wall time), ``ok``, ``error`` (first line of the failure, '' when ok),
+    ``parameters`` (what was injected), ``record`` (its ``.record.json``, {} if none)."""
+
+    name: str
+    output: Path
+    seconds: float
+    ok: bool
+    error: str = ""
+    parameters: dict = field(default_factory=dict)
+    record: dict = field(default_factory=dict)
+
+
+def notebook_dir() -> Path:
+    """``$COMBINE_LAB_NOTEBOOKS`` if set, else ``<repository>/notebooks``."""
+    env = os.environ.get("COMBINE_LAB_NOTEBOOKS")
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def find_notebooks(folder: str | os.PathLike | None = None, only: list[str] | None = None) -> list[Path]:
+    """The numbered notebooks ``NN_name.ipynb`` of ``folder`` (default :func:`notebook_dir`), in order.
+
+    ``only``: names to keep, each a stem (``03_sweep``) or the part after the number
+    (``sweep``). Raises SpecError when the folder holds none or a name matches none.
+    """
+    folder = Path(folder) if folder is not None else notebook_dir()
+    found = sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb") if _NAME.match(p.name))
+    if not found:
+        raise SpecError(f"{folder}: no notebooks NN_name.ipynb there (a source checkout has notebooks/)")
+    if only:
+        keep = []
+        for name in only:
+            hits = [p for p in found if name in (p.stem, _NAME.match(p.name).group(2))]
+            if not hits:
+                raise SpecError(f"--only {name!r}: no such notebook; have {[p.stem for p in found]}")
+            keep += [p for p in hits if p not in keep]
+        found = sorted(keep)
+    return found
+
+
+def load_params(path: str | os.PathLike) -> dict:
+    """Read a params file: JSON (``.json``) or YAML (``.yaml``/``.yml``; others: JSON, then YAML).
+
+    Returns a dict. Raises SpecError when the file is missing, unparsable or not a mapping.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SpecError(f"--params {path}: cannot read it ({e.strerror})") from None
+    data = None
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+            try:
+                data = json.loads(text) if path.suffix.lower() not in (".yaml", ".yml") else yaml.safe_load(text)
+            except ValueError:
+                data = yaml.safe_load(text)
+    except Exception as e:  # json.JSONDecodeError, yaml.YAMLError
+        raise SpecError(f"--params {path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: "
+                        f"{str(e).splitlines()[0]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SpecError(f"--params {path}: must hold a mapping (name: value), not a {type(data).__name__}")
+    return data
+
+
+def _declared(nb: Path) -> set[str]:
+    import papermill
+    return set(papermill.inspect_notebook(str(nb)).keys())
+
+
+def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
+    """Parameters per notebook stem from a params mapping (see the module docstring).
+
+    Keys naming a notebook (stem or the part after the number) hold that notebook's
+    parameters; other keys go to every notebook that declares them in its ``parameters``
+    cell. Raises SpecError for a top-level key no notebook declares, or a notebook entry
+    that is not a mapping.
+    """
+    by_name = {}
+    for nb in notebooks:
+        by_name[nb.stem] = nb
+        by_name[_NAME.match(nb.name).group(2)] = nb
+    out: dict[str, dict] = {nb.stem: {} for nb in notebooks}
+    common = {}
+    for key, value in params.items():
+        if key in by_name:
+            if not isinstance(value, dict):
+                raise SpecError(f"params[{key!r}]: must be a mapping of that notebook's parameters")
+            out[by_name[key].stem].update(value)
+        else:
+            common[key] = value
+    if common:
+        declared = {nb.stem: _declared(nb) for nb in notebooks}
+        for key, value in common.items():
+            takers = [stem for stem, names in declared.items() if key in names]
+            if not takers:
+                raise SpecError(f"params: {key!r} is not a parameter of any notebook run "
+                                f"({', '.join(sorted(set().union(*declared.values())))})")
+            for stem in takers:
+                out[stem].setdefault(key, value)
+    return out
+
+
+def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None = None,
+                  only: list[str] | None = None, folder: str | os.PathLike | None = None,
+                  kernel_name: str = KERNEL_NAME, timeout_s: float = 600.0, log=None) -> list[NotebookRun]:
+    """Execute the notebooks headless with papermill; return one :class:`NotebookRun` each.
+
+    Args:
+        out_dir: where executed copies, figures and records go (created); default
+            :func:`combine_lab.labio.default_output_dir`. Passed to each notebook as ``output_dir``.
+        params: a params mapping (see :func:`split_params`).
+        only: notebook names to run (default all).
+        folder: notebook folder (default :func:`notebook_dir`).
+        kernel_name: Jupyter kernel; timeout_s: limit per cell, seconds.
+        log: callable taking one line of text per notebook (e.g. print), or None.
+
+    A failing notebook is reported (``ok`` False, ``error``), and the others still run.
+    Raises SpecError for bad names or parameters (before anything runs).
+    """
+    import papermill
+    out = Path(out_dir) if out_dir is not None else default_output_dir()
+    out = out.expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    notebooks = find_notebooks(folder, only)
+    per_nb = split_params(params or {}, notebooks)
+    results = []
+    old_backend = os.environ.get("MPLBACKEND")
+    os.environ["MPLBACKEND"] = "Agg"  # the kernel inherits it: no display needed
+    try:
+        for nb in notebooks:
+            p = {"output_dir": str(out), **per_nb[nb.stem]}
+            target = out / nb.name
+            t0 = time.perf_counter()
+            ok, error = True, ""
+            try:
+                papermill.execute_notebook(str(nb), str(target), parameters=p, kernel_name=kernel_name,
+                                           cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout_s)
+            except papermill.PapermillExecutionError as e:
+                ok, error = False, f"cell {e.exec_count}: {e.ename}: {e.evalue}"
+            except Exception as e:  # kernel died, timeout, missing kernel
+                ok, error = False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            seconds = time.perf_counter() - t0
+            record_path = out / f"{nb.stem}{RECORD_SUFFIX}"
+            record = json.loads(record_path.read_text()) if ok and record_path.is_file() else {}
+            run = NotebookRun(nb.stem, target, seconds, ok, error, p, record)
+            results.append(run)
+            if log is not None:
+                log(f"{nb.stem}: {'ok' if ok else 'FAILED'} in {seconds:.1f} s -> {target}"
+                    + (f"\n  {error}" if error else ""))
+    finally:
+        if old_backend is None:
+            os.environ.pop("MPLBACKEND", None)
+        else:
+            os.environ["MPLBACKEND"] = old_backend
+    return results
+
+
+def _cmd_notebooks(args: argparse.Namespace) -> int:
+    try:
+        params = load_params(args.params) if args.params else {}
+        runs = run_notebooks(args.out, params, args.only, kernel_name=args.kernel, timeout_s=args.timeout,
+                             log=print)
+    except SpecError as e:
+        print(f"combine-lab: error: {e}", file=sys.stderr)
+        return 2
+    out = runs[0].output.parent if runs else Path(args.out or default_output_dir())
+    figures = sorted(out.glob("*.png"))
+    print(f"executed notebooks, {len(figures)} figures (PNG) and records in {out}")
+    return 0 if all(r.ok for r in runs) else 1
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add the ``notebooks`` sub-command to ``combine-lab``'s sub-parsers; its handler is
+    ``args.handler(args) -> exit status`` (0 all ran, 1 a notebook failed, 2 bad input)."""
+    p = subparsers.add_parser("notebooks", help="run the lab notebooks headless (papermill); keep executed "
+                              "copies and figures")
+    p.add_argument("--params", default=None, help="YAML or JSON file: {notebook: {param: value}} and/or "
+                   "{param: value} for every notebook that declares it")
+    p.add_argument("--out", default=None, help="output folder (default output/lab)")
+    p.add_argument("--only", nargs="+", default=None, help="notebooks to run, e.g. 03_sweep or sweep (default all)")
+    p.add_argument("--kernel", default=KERNEL_NAME, help=f"Jupyter kernel (default {KERNEL_NAME})")
+    p.add_argument("--timeout", type=float, default=600.0, help="limit per cell, seconds (default 600)")
+    p.set_defaults(handler=_cmd_notebooks)
+    return p
