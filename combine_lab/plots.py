@@ -370,15 +370,16 @@ def save_figure(fig: Figure, out_dir: str | os.PathLike, name: str, dpi: int = 1
     return path
 
 
-def show(fig: Figure, out_dir: str | os.PathLike | None = None, name: str | None = None) -> Path | None:
+def show(fig: Figure, out_dir: str | os.PathLike | None = None, name: str | None = None) -> None:
     """Display ``fig`` as a PNG in IPython (any matplotlib backend) and, when ``out_dir``
-    and ``name`` are given, save it there as ``<name>.png``. Returns the saved path or None."""
+    and ``name`` are given, save it there as ``<name>.png`` (see :func:`save_figure`).
+    Returns None, so that a notebook cell ending with it shows only the figure."""
     path = save_figure(fig, out_dir, name) if out_dir is not None and name else None
     try:
         from IPython import get_ipython
         from IPython.display import Image, display
     except ImportError:  # pragma: no cover - IPython ships with the lab extra
-        return path
+        return None
     if get_ipython() is not None:
         display(Image(data=path.read_bytes() if path else figure_png(fig, 100), format="png"))
-    return path
+    return None
