@@ -71,29 +71,26 @@ def register(sub) -> None:
 _NO_VALUE = {"comm_only/us": "-", "full_op/us": "-", "MTE bytes": "-", "SDMA bytes": "-", "planned SDMA": "-",
              "counters=plan": "-"}
 
-def runnable(variants: list[str], a: argparse.Namespace, spec, rows: list[dict]) -> list[str]:
-    """The variants of ``variants`` that can run on ``a.target`` here.
+def runnable(variants: list[str], a: argparse.Namespace, spec, rows: list[dict]):
+    """Yield the variants of ``variants`` that can run on ``a.target`` here, in order.
 
-    A refused one (doubleplane on an NPU with CANN < 9.0.0) gets a ``REFUSED`` row and its
-    reason on stderr, and the others still run; when every variant is refused, raises
-    :class:`build.VariantRefused`. With ``--baseline``, checks first that the baseline can run.
+    A refused one (doubleplane on an NPU with CANN < 9.0.0) gets a ``REFUSED`` row in its place
+    and its reason on stderr, and the others still run; when the only variant asked for is
+    refused, raises :class:`build.VariantRefused`. With ``--baseline``, checks first that the
+    baseline can run here (:class:`baseline.BaselineUnavailable` otherwise).
     """
     if getattr(a, "baseline", None):
         from .baseline import require_baseline
         require_baseline(a.target)
-    if a.target != "npu":
-        return list(variants)
-    out = []
     for v in variants:
-        why = capabilities.npu_variant_refusal(v)
+        why = capabilities.npu_variant_refusal(v) if a.target == "npu" else None
         if why is None:
-            out.append(v)
+            yield v
             continue
         if len(variants) == 1:
             raise VariantRefused(why)
         print(f"combine-lab: {why}", file=sys.stderr)
         rows.append({"case": spec.case_id, "routing": spec.routing, "variant": v, "check": "REFUSED", **_NO_VALUE})
-    return out
 
 
 def baseline_rows(prepared, a: argparse.Namespace, rows: list[dict]) -> int:

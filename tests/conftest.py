@@ -57,3 +57,19 @@ def short_twin_timeout(monkeypatch):
     """Twin waits give up after 2 s so that hang tests end quickly."""
     monkeypatch.setenv("COMBINE_TWIN_TIMEOUT_S", "2")
     return 2.0
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``npu`` need an Ascend NPU with CANN and SHMEM: skipped, with the reason the
+    capability table gives, where the NPU target cannot run (combine_lab.capabilities)."""
+    npu_items = [item for item in items if item.get_closest_marker("npu")]
+    if not npu_items:
+        return
+    from combine_lab.capabilities import detect
+
+    caps = detect()
+    if "npu" in caps.targets():
+        return
+    skip = pytest.mark.skip(reason=f"needs an Ascend NPU with CANN and SHMEM; here: {caps.npu_fix()}")
+    for item in npu_items:
+        item.add_marker(skip)

@@ -1,0 +1,225 @@
+"""The NPU build without hardware: CMake configures cmake/npu.cmake against a fake toolchain
+(the generated compile and link commands carry bisheng, the arch flag of the SoC, CANN and
+SHMEM include and library paths), and build(target='npu') refuses, before running anything,
+with a message naming what is missing and how to provide it; it caches one folder per SoC."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from combine_lab import build as build_mod
+from combine_lab.build import TargetUnavailable, build, require_npu_toolchain, source_root
+from combine_lab.capabilities import CANN_FIX, SHMEM_FIX, SOC_FIX
+
+from npu_fakes import make_cann, make_shmem, npu_env
+
+HOST_SOURCES = ["combine_host.cpp", "host_args.cpp", "case_io.cpp", "perf_csv.cpp"]
+
+
+def configure(env: dict[str, str], bdir: Path, soc: str | None = None) -> tuple[dict, dict]:
+    """Configure the NPU target as build() would; return (compile command by file name, link block)."""
+    tc = require_npu_toolchain(env, soc=soc)
+    cmd = [shutil.which("cmake"), "-S", str(source_root()), "-B", str(bdir), "-G", "Ninja", "-DCOMBINE_TARGET=npu",
+           "-DCMAKE_BUILD_TYPE=Release", *tc.cmake_args()]
+    proc = subprocess.run(cmd, env={**os.environ, **env, "PATH": os.environ["PATH"]}, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout
+    compiles = {Path(e["file"]).name: e["command"] for e in json.loads((bdir / "compile_commands.json").read_text())}
+    lines = (bdir / "build.ninja").read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("build combine_host:"))
+    link = {"inputs": lines[start]}
+    for ln in lines[start + 1:]:
+        if not ln.strip():
+            break
+        k, _, v = ln.strip().partition(" = ")
+        link[k] = v
+    return compiles, link
+
+
+@pytest.mark.parametrize("soc, arch, ffts", [("Ascend910B3", "dav-c220", True), ("Ascend950PR", "dav-c310", False)])
+def test_configure_generates_bisheng_commands_with_arch_includes_and_libraries(tmp_path, soc, arch, ffts):
+    env = npu_env(tmp_path)
+    cann, shmem_root = tmp_path / "cann", tmp_path / "shmem" / "shmem"
+    compiles, link = configure(env, tmp_path / "b", soc=soc)
+    bisheng = str(cann / "compiler" / "ccec_compiler" / "bin" / "bisheng")
+    assert sorted(compiles) == sorted(["combine_kernel.cpp", *HOST_SOURCES])
+
+    kernel = shlex.split(compiles["combine_kernel.cpp"])
+    assert kernel[0] == bisheng
+    assert kernel[-1] == str(source_root() / "kernels" / "combine_kernel.cpp")  # the twin's kernel source
+    for flag in ("-xcce", f"--cce-aicore-arch={arch}", "-DCOMBINE_TARGET_NPU=1", "-DCOMBINE_NPU_SDMA=1",
+                 f"-I{shmem_root}/include", f"-I{cann}/include", f"-I{cann}/compiler/tikcpp/tikcfw",
+                 f"-I{source_root()}/kernels", f"-I{source_root()}/host"):
+        assert flag in kernel, flag
+    assert ("-DCOMBINE_NPU_FFTS=1" in kernel) == ffts
+    for name in HOST_SOURCES:
+        host = shlex.split(compiles[name])
+        assert host[0] == bisheng and host[-1] == str(source_root() / "host" / name)
+        assert "-xcce" not in host and f"-I{shmem_root}/include" in host and f"-I{cann}/include" in host
+    for cmd in compiles.values():
+        assert "host/twin" not in cmd and "COMBINE_TARGET_TWIN" not in cmd
+
+    assert "combine_kernel.cpp.o" in link["inputs"]
+    assert link["LINK_FLAGS"] == f"--cce-fatobj-link --cce-aicore-arch={arch}"
+    assert link["LINK_PATH"].split() == [f"-L{shmem_root}/lib", f"-L{cann}/lib64"]
+    libs = link["LINK_LIBRARIES"].split()
+    assert libs[1:] == ["-lshmem", "-lascendcl", "-lruntime", "-ldl", "-lpthread", "-lm"]
+    assert libs[0] == f"-Wl,-rpath,{shmem_root}/lib:{cann}/lib64"
+
+
+def test_configure_old_cann_builds_mte_only(tmp_path):
+    env = npu_env(tmp_path, cann="8.3.RC1", soc="Ascend910B3")
+    compiles, _ = configure(env, tmp_path / "b")
+    assert "-DCOMBINE_NPU_SDMA=0" in shlex.split(compiles["combine_kernel.cpp"])
+    assert "-DCOMBINE_NPU_SDMA=0" in shlex.split(compiles["combine_host.cpp"])
+
+
+def test_configure_source_build_of_shmem(tmp_path):
+    env = npu_env(tmp_path, shmem=False, soc="Ascend910_9391")
+    root = make_shmem(tmp_path / "shmem_src", layout="source")
+    (tmp_path / "shmem_src" / "src" / "device").mkdir(parents=True)
+    env["SHMEM_HOME"] = str(tmp_path / "shmem_src")
+    compiles, link = configure(env, tmp_path / "b")
+    kernel = shlex.split(compiles["combine_kernel.cpp"])
+    assert f"-I{root}/include" in kernel and f"-I{tmp_path}/shmem_src/src/device" in kernel  # profiling macros
+    assert "--cce-aicore-arch=dav-c220" in kernel
+    assert link["LINK_PATH"].split()[0] == f"-L{root}/lib"
+
+
+def test_cmake_refuses_a_compiler_that_is_not_bisheng(tmp_path):
+    env = npu_env(tmp_path, soc="Ascend910B3")
+    proc = subprocess.run([shutil.which("cmake"), "-S", str(source_root()), "-B", str(tmp_path / "b"), "-G", "Ninja",
+                           "-DCOMBINE_TARGET=npu", f"-DASCEND_HOME_PATH={env['ASCEND_HOME_PATH']}",
+                           f"-DSHMEM_HOME={env['SHMEM_HOME']}", "-DCOMBINE_NPU_SOC=Ascend910B3"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode != 0
+    assert "not bisheng: configure a fresh build folder with" in " ".join(proc.stdout.split())
+
+
+# ---- build(target='npu') refuses before running anything ----
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """Any attempt to run a tool (cmake, a compiler, npu-smi) fails the test."""
+    def forbidden(*a, **k):
+        raise AssertionError(f"nothing may run: {a[:1]}")
+    monkeypatch.setattr(build_mod, "_run", forbidden)
+    monkeypatch.setattr(subprocess, "run", forbidden)
+    monkeypatch.setattr(subprocess, "Popen", forbidden)
+
+
+def use_env(monkeypatch, env: dict[str, str]) -> None:
+    for var in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "SHMEM_HOME", "SHMEM_HOME_PATH", "COMBINE_NPU_SOC"):
+        monkeypatch.delenv(var, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+
+def refusal(monkeypatch, env, **kw) -> str:
+    use_env(monkeypatch, env)
+    with pytest.raises(TargetUnavailable) as e:
+        build("npu", **kw)
+    return str(e.value)
+
+
+def test_build_npu_without_cann_or_shmem(tmp_path, monkeypatch, nothing_runs):
+    msg = refusal(monkeypatch, {"PATH": str(tmp_path)})
+    assert msg == ("target=npu: cannot build here:\n"
+                   f"  missing CANN: ASCEND_HOME_PATH is not set; {CANN_FIX}\n"
+                   f"  missing SHMEM: SHMEM_HOME is not set; {SHMEM_FIX}\n"
+                   "The CPU twin (target=cpu) runs everywhere.")
+    assert CANN_FIX == "install the CANN toolkit and run `source <CANN>/set_env.sh` (it sets ASCEND_HOME_PATH)"
+    assert not (tmp_path / "builds").exists()
+
+
+def test_build_npu_cann_folder_missing(tmp_path, monkeypatch, nothing_runs):
+    env = npu_env(tmp_path, cann=None, soc="Ascend910B3")
+    env["ASCEND_TOOLKIT_HOME"] = str(tmp_path / "nowhere")
+    msg = refusal(monkeypatch, env)
+    assert msg == ("target=npu: cannot build here:\n"
+                   f"  missing CANN: ASCEND_TOOLKIT_HOME={tmp_path}/nowhere: no such folder; {CANN_FIX}\n"
+                   "The CPU twin (target=cpu) runs everywhere.")
+
+
+def test_build_npu_without_bisheng(tmp_path, monkeypatch, nothing_runs):
+    env = npu_env(tmp_path, cann=None, soc="Ascend910B3")
+    env["ASCEND_HOME_PATH"] = str(make_cann(tmp_path / "cann", bisheng=False))
+    msg = refusal(monkeypatch, env)
+    assert msg == ("target=npu: cannot build here:\n"
+                   f"  missing CANN: no bisheng under {tmp_path}/cann/compiler/ccec_compiler/bin or on PATH "
+                   f"(the toolkit's compiler); {CANN_FIX}\n"
+                   "The CPU twin (target=cpu) runs everywhere.")
+
+
+def test_build_npu_without_shmem(tmp_path, monkeypatch, nothing_runs):
+    env = npu_env(tmp_path, shmem=False, soc="Ascend910B3")
+    msg = refusal(monkeypatch, env)
+    assert msg == ("target=npu: cannot build here:\n"
+                   f"  missing SHMEM: SHMEM_HOME is not set; {SHMEM_FIX}\n"
+                   "The CPU twin (target=cpu) runs everywhere.")
+    env["SHMEM_HOME"] = str(tmp_path / "empty")
+    msg = refusal(monkeypatch, env)
+    assert msg.splitlines()[1] == (f"  missing SHMEM: SHMEM_HOME={tmp_path}/empty: no include/aclshmem.h and "
+                                   f"lib/libshmem.so there or in its shmem/ or install/shmem/ folder; {SHMEM_FIX}")
+
+
+def test_build_npu_without_a_known_soc(tmp_path, monkeypatch, nothing_runs):
+    monkeypatch.setattr("combine_lab.capabilities._probe_torch_npu", lambda: None)
+    env = npu_env(tmp_path)  # no NPU: no torch_npu, no npu-smi
+    msg = refusal(monkeypatch, env)
+    assert msg == ("target=npu: cannot build here:\n"
+                   f"  missing SoC: unknown (no NPU visible); {SOC_FIX}\n"
+                   "The CPU twin (target=cpu) runs everywhere.")
+    msg = refusal(monkeypatch, env, soc="Ascend310P3")
+    assert msg.splitlines()[1] == ("  missing SoC: Ascend310P3 is not an A2/A3 (Ascend910B*, Ascend910_93*) or "
+                                   f"Ascend950 SoC; {SOC_FIX}")
+
+
+# ---- caching per SoC ----
+
+def test_build_npu_caches_per_soc_and_reconfigures_when_cann_changes(tmp_path, monkeypatch):
+    env = npu_env(tmp_path)
+    env.pop("PATH")  # cmake from this machine's PATH
+    use_env(monkeypatch, env)
+    calls = []
+
+    def fake_run(cmd, cwd):  # stands in for cmake: configure writes a cache, build writes the binary
+        calls.append(cmd)
+        bdir = Path(cmd[cmd.index("-B") + 1]) if "-B" in cmd else Path(cmd[cmd.index("--build") + 1])
+        (bdir / ("CMakeCache.txt" if "-B" in cmd else "combine_host")).write_text("x")
+
+    monkeypatch.setattr(build_mod, "_run", fake_run)
+    cmake, cann, builds = shutil.which("cmake"), tmp_path / "cann", tmp_path / "builds"
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+
+    def configure_cmd(soc, arch, sdma):
+        return [cmake, "-S", str(source_root()), "-B", str(builds / f"npu-{soc}"), *gen, "-DCOMBINE_TARGET=npu",
+                "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_CXX_COMPILER={cann}/compiler/ccec_compiler/bin/bisheng",
+                f"-DASCEND_HOME_PATH={cann}", f"-DSHMEM_HOME={tmp_path}/shmem", f"-DCOMBINE_NPU_SOC={soc}",
+                f"-DCOMBINE_NPU_ARCH={arch}", f"-DCOMBINE_NPU_SDMA={sdma}", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"]
+
+    def build_cmd(soc):
+        return [cmake, "--build", str(builds / f"npu-{soc}"), "--parallel", str(os.cpu_count() or 2)]
+
+    assert build("npu", soc="Ascend910B3") == builds / "npu-Ascend910B3" / "combine_host"
+    assert calls == [configure_cmd("Ascend910B3", "dav-c220", "ON"), build_cmd("Ascend910B3")]
+    calls.clear()
+    assert build("npu", soc="Ascend910B3") == builds / "npu-Ascend910B3" / "combine_host"
+    assert calls == []  # cached
+    assert build("npu", soc="Ascend950PR") == builds / "npu-Ascend950PR" / "combine_host"
+    assert calls == [configure_cmd("Ascend950PR", "dav-c310", "ON"), build_cmd("Ascend950PR")]
+    calls.clear()
+    monkeypatch.setenv("COMBINE_NPU_SOC", "Ascend910B3")
+    assert build("npu") == builds / "npu-Ascend910B3" / "combine_host"
+    assert calls == []
+    # Another CANN (8.3, no SDMA): the folder is configured afresh for the new toolchain.
+    make_cann(cann, "8.3.RC1")
+    assert build("npu") == builds / "npu-Ascend910B3" / "combine_host"
+    assert calls == [configure_cmd("Ascend910B3", "dav-c220", "OFF"), build_cmd("Ascend910B3")]
