@@ -159,7 +159,7 @@ class TuningApp:
         def int_box(desc, value, tip):
             return widgets.IntText(value=value, description=desc, tooltip=tip, style=style, layout=lay)
 
-        traces = list_traces()
+        traces = [t.removeprefix("trace:") for t in list_traces()]  # MODEL/DOMAIN/LAYER
         default_trace = "mixtral/arxiv/15" if "mixtral/arxiv/15" in traces else (traces[0] if traces else None)
         c = {
             "pes": int_box("pes", 4, "PEs (ranks)"),
@@ -184,7 +184,6 @@ class TuningApp:
         self.controls = c
         for name, w in c.items():
             w.observe(self._on_change, names="value")
-        c["routing_model"].observe(self._on_model, names="value")
         self.message_html = widgets.HTML()
         self.plan_summary = widgets.HTML()
         self.segment_image = widgets.Image(format="png")
@@ -241,8 +240,10 @@ class TuningApp:
         if unknown:
             raise SpecError(f"unknown controls {sorted(unknown)}; known: {sorted(self.controls)}")
         bad = None
+        # the model first: choosing one resets the skew to its default
+        ordered = sorted(values.items(), key=lambda kv: kv[0] != "routing_model")
         with self._held():
-            for k, v in values.items():
+            for k, v in ordered:
                 try:
                     self.controls[k].value = v
                 except Exception as e:  # traitlets TraitError: e.g. a target the selector does not offer
@@ -252,8 +253,9 @@ class TuningApp:
             self._show_message(bad)
         return self
 
-    def _on_model(self, change) -> None:
-        param = ROUTING_MODELS.get(change["new"])
+    def _on_model(self, model: str) -> None:
+        """A new routing model: its default skew, and only the selectors it uses enabled."""
+        param = ROUTING_MODELS.get(model)
         if param is not None:
             with self._held():
                 self.controls["skew"].value = param[1]
@@ -266,7 +268,9 @@ class TuningApp:
         param = ROUTING_MODELS.get(model)
         self.controls["skew"].description = f"skew ({param[0]})" if param else "skew (n/a)"
 
-    def _on_change(self, _change) -> None:
+    def _on_change(self, change) -> None:
+        if change["owner"] is self.controls["routing_model"]:
+            self._on_model(change["new"])
         if not self._hold:
             self.refresh()
 

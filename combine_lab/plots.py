@@ -71,9 +71,7 @@ def _plan_arrays(plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _cmap(name: str = "viridis"):
     import matplotlib
-    cmap = matplotlib.colormaps[name].copy()
-    cmap.set_bad("#eeeeee")  # empty segments
-    return cmap
+    return matplotlib.colormaps[name].with_extremes(bad="#eeeeee")  # bad = empty segments
 
 
 def _bytes_norm(values: np.ndarray):

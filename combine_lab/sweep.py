@@ -188,7 +188,7 @@ def write_sweep_csv(tidy: pd.DataFrame, path: str | os.PathLike) -> Path:
 
 def read_sweep_csv(path: str | os.PathLike) -> pd.DataFrame:
     """Read a tidy sweep CSV. Raises SpecError when the header is not :data:`TIDY_COLUMNS`."""
-    df = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    df = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"error": str, "core_times_us": str})
     if list(df.columns) != TIDY_COLUMNS:
         raise SpecError(f"{path}: not a sweep CSV (columns {list(df.columns)[:5]}...)")
     df["error"] = df["error"].fillna("")

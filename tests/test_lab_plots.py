@@ -1,0 +1,102 @@
+"""Every lab figure has a title, axis labels with units, and marks what it says it marks."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.collections import PatchCollection
+
+from combine_lab import plots
+from combine_lab.case import make_case
+from combine_lab.planner import plan
+from combine_lab.spec import CaseSpec
+
+
+def assert_labelled(fig):
+    """A (sup)title, and on every visible data axes an x and a y label."""
+    axes = [a for a in fig.axes if a.get_visible() and a.get_label() != "<colorbar>"
+            and getattr(a, "_colorbar", None) is None]
+    titled = fig._suptitle is not None or all(a.get_title() for a in axes)
+    assert titled, "figure without a title"
+    for a in axes:
+        if a.images or a.lines or a.patches or a.collections:
+            assert a.get_xlabel() and a.get_ylabel(), f"axes {a.get_title()!r} lacks an axis label"
+    png = plots.figure_png(fig)
+    assert png[:4] == b"\x89PNG"
+
+
+def unit_in(label: str) -> bool:
+    return any(u in label for u in ("(B", "(KiB", "(MiB", "(GiB", "(us)", "(%)", "(1)", "elements", "tokens",
+                                    "PE", "rank", "expert", "run"))
+
+
+@pytest.fixture(scope="module")
+def skewed_plan():
+    case = make_case(CaseSpec(pes=4, bs=64, h=8192, topk=2, expert_per_pe=2, routing="hot-expert:0.5"))
+    return plan(case, min_sdma_bytes=0)
+
+
+def test_segment_map_panels_outline_exactly_the_sdma_segments(skewed_plan):
+    fig = plots.segment_map(skewed_plan)
+    assert_labelled(fig)
+    panels = [a for a in fig.axes if a.get_title().startswith("destination PE")]
+    assert len(panels) == 4
+    for pe, ax in enumerate(panels):
+        boxes = [c for c in ax.collections if isinstance(c, PatchCollection)]
+        n = sum(len(c.get_paths()) for c in boxes)
+        assert n == len(skewed_plan.sdma_segments(pe))
+        assert "src_rank" in ax.get_xlabel() and "local_expert" in ax.get_ylabel()
+    assert any("payload (" in a.get_ylabel() for a in fig.axes)  # colour bar with a byte unit
+
+
+def test_segment_map_stacked_for_many_pes():
+    case = make_case(CaseSpec(pes=16, bs=64, h=4096, topk=4, expert_per_pe=4, routing="zipf:1.2"))
+    p = plan(case, min_sdma_bytes=0)
+    fig = plots.segment_map(p)
+    assert_labelled(fig)
+    main = fig.axes[0]
+    assert main.images[0].get_array().shape[:2] == (16 * 4, 16)
+    labels = [a.get_ylabel() for a in fig.axes[1:]]
+    assert any("MTE segment payload" in s for s in labels) and any("SDMA segment payload" in s for s in labels)
+    assert f"{int((p.segments.plane == 'SDMA').sum())} segments" in " ".join(labels)
+
+
+def test_plane_bytes_compare_history_and_sweep_figures(skewed_plan):
+    fig = plots.plane_bytes_plot(skewed_plan)
+    assert_labelled(fig)
+    assert all(unit_in(a.get_ylabel()) for a in fig.axes)
+    perf = pd.DataFrame({"Metric": ["full_op", "comm_only"] * 2, "ProfPe": [0, 0, 1, 1],
+                         "CoreMaxTime/us": [10.0, 5.0, 12.0, 6.0]})
+    run = SimpleNamespace(perf=perf, check_ok=True, case_id="shape_x", routing="zipf:1", target="cpu")
+    fig = plots.compare_per_pe({"classic": run, "doubleplane": run})
+    assert_labelled(fig)
+    assert "PASS" in fig._suptitle.get_text()
+    assert all(a.get_ylabel() == "CoreMaxTime (us)" for a in fig.axes)
+    hist = pd.DataFrame({"run": [1, 2], "comm_only_classic_us": [5.0, 6.0], "comm_only_doubleplane_us": [4.0, 7.0],
+                         "comm_only_ratio": [0.8, 7 / 6]})
+    assert_labelled(plots.history_plot(hist))
+    assert_labelled(plots.history_plot(hist.iloc[0:0]))
+    summary = pd.DataFrame({"routing": ["u", "u", "z", "z"], "bs": [8, 16, 8, 16], "h": [64, 64, 64, 64],
+                            "comm_only_ratio": [1.2, 0.8, 0.5, np.nan], "sdma_share": [0, 0, 0.3, 0.5],
+                            "comm_only_speedup": [1 / 1.2, 1.25, 2.0, np.nan]})
+    fig = plots.sweep_heatmaps(summary)
+    assert_labelled(fig)
+    assert [a.get_title() for a in fig.axes[:2]] == ["u", "z"]
+    fig = plots.sdma_share_plot(summary)
+    assert_labelled(fig)
+    assert "(%)" in fig.axes[0].get_xlabel()
+
+
+def test_save_and_show(tmp_path, skewed_plan):
+    fig = plots.segment_map(skewed_plan)
+    path = plots.save_figure(fig, tmp_path / "figs", "map")
+    assert path == tmp_path / "figs" / "map.png" and path.read_bytes()[:4] == b"\x89PNG"
+    assert plots.show(fig, tmp_path, "shown") is None and (tmp_path / "shown.png").is_file()
+
+
+@pytest.mark.parametrize("n, unit", [(10, "B"), (4096, "KiB"), (3 * 2**20, "MiB"), (2**31, "GiB")])
+def test_byte_unit(n, unit):
+    assert plots.byte_unit(n)[1] == unit
