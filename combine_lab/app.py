@@ -148,6 +148,7 @@ class TuningApp:
         self._case_key = None
         self._case: Case | None = None
         self._hold = 0
+        self._map_view = plots.SegmentMapView()
         self._build_widgets()
         self.set(**initial)
 
@@ -356,7 +357,7 @@ class TuningApp:
         shown = self.sdma_table.head(limit)
         more = f"<p>... and {len(self.sdma_table) - limit} more</p>" if len(self.sdma_table) > limit else ""
         self.sdma_html.value = (shown.to_html(index=False) + more) if len(shown) else "<p>none: every segment goes by MTE</p>"
-        fig = plots.segment_map(p)
+        fig = self._map_view.draw(p)
         self.figures["segment_map"] = fig
         self.segment_image.value = plots.figure_png(fig)
         fig2 = plots.plane_bytes_plot(p)

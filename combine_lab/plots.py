@@ -26,7 +26,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter
 from matplotlib.collections import PatchCollection
 
-__all__ = ["byte_unit", "new_figure", "segment_map", "plane_bytes_plot", "compare_per_pe", "history_plot",
+__all__ = ["byte_unit", "new_figure", "segment_map", "SegmentMapView", "plane_bytes_plot", "compare_per_pe", "history_plot",
            "sweep_heatmaps", "sdma_share_plot", "figure_png", "save_figure", "show", "SDMA_COLOR",
            "VARIANT_COLORS"]
 
@@ -52,7 +52,7 @@ def byte_unit(max_bytes: float) -> tuple[float, str]:
     return 1.0, "B"
 
 
-def new_figure(width: float, height: float, dpi: int = 80) -> Figure:
+def new_figure(width: float, height: float, dpi: int = 72) -> Figure:
     """A pyplot-free Figure of ``width`` x ``height`` inches with an Agg canvas attached."""
     fig = Figure(figsize=(width, height), dpi=dpi)
     FigureCanvasAgg(fig)
@@ -83,15 +83,22 @@ def _bytes_norm(values: np.ndarray):
     return Normalize(vmin=0.0, vmax=max(float(nz.max()) if nz.size else 0.0, 1e-12))
 
 
-def segment_map(plan, *, max_panels: int = MAX_PANELS, title: str | None = None, dpi: int = 80) -> Figure:
+def _floor_text(n: int) -> str:
+    div, unit = byte_unit(n)
+    return f"{n / div:g} {unit}"
+
+
+def segment_map(plan, *, max_panels: int = MAX_PANELS, title: str | None = None, dpi: int = 72) -> Figure:
     """Segment map per destination PE: local_expert (rows) x src_rank (columns), colour = bytes.
 
     ``plan``: a :class:`combine_lab.planner.Plan`. Cell (le, s) of PE d is segment
     ``le * pes + s`` (combine-facts section 2); its colour is the segment's payload
-    bytes (token_count * h * sizeof(T)), empty segments grey. SDMA segments are
-    outlined in red. Up to ``max_panels`` PEs get one panel each (cells annotated with
-    their row count when small); more PEs are stacked into one image whose rows are
-    (destination PE, local_expert), PEs separated by white lines, SDMA regions outlined.
+    bytes (token_count * h * sizeof(T)), empty segments grey; the scale turns
+    logarithmic when sizes span more than 100x. Up to ``max_panels`` PEs get one panel
+    each, SDMA segments outlined in red (cells annotated with their row count when
+    small); more PEs are stacked into one image whose rows are (destination PE,
+    local_expert), PEs separated by white lines, MTE segments in blues and SDMA
+    segments in reds (see :class:`SegmentMapView` to redraw it in place).
     """
     nbytes, rows, sdma = _plan_arrays(plan)
     pes, epp = plan.pes, plan.expert_per_pe
@@ -139,40 +146,83 @@ def segment_map(plan, *, max_panels: int = MAX_PANELS, title: str | None = None,
         fig.suptitle(head, fontsize=10)
         fig.legend(handles=legend, loc="outside lower center", fontsize=8, ncols=2)
         return fig
-    fig = new_figure(9, 6.2, dpi)
-    ax = fig.add_axes((0.1, 0.12, 0.64, 0.76))
-    cax_m = fig.add_axes((0.77, 0.12, 0.022, 0.76))
-    cax_s = fig.add_axes((0.88, 0.12, 0.022, 0.76))
-    flat = nbytes.reshape(pes * epp, pes) / div
-    mask = sdma.reshape(pes * epp, pes)
-    norm = _bytes_norm(flat)
-    extent = (-0.5, pes - 0.5, pes * epp - 0.5, -0.5)
-    # Two colour scales on one grid: MTE segments in blues, SDMA segments in reds,
-    # composed into one RGBA image (one resample instead of two).
-    cm_m, cm_s = _cmap("Blues"), _cmap("Reds")
-    scaled = np.ma.masked_equal(flat, 0.0)
-    rgba = np.where(mask[..., None], cm_s(norm(scaled)), cm_m(norm(scaled)))
-    rgba[flat == 0] = (0.93, 0.93, 0.93, 1.0)
-    ax.imshow(rgba, aspect="auto", interpolation="nearest", extent=extent)
-    im_m, im_s = ScalarMappable(norm=norm, cmap=cm_m), ScalarMappable(norm=norm, cmap=cm_s)
-    ax.set_facecolor("#eeeeee")
-    ax.hlines(np.arange(1, pes) * epp - 0.5, -0.5, pes - 0.5, colors="white", linewidths=0.4)
-    step = max(1, pes // 16)
-    ax.set_yticks([d * epp + (epp - 1) / 2 for d in range(0, pes, step)])
-    ax.set_yticklabels([f"PE {d}" for d in range(0, pes, step)], fontsize=7)
-    ax.set_xlabel("src_rank (PE the rows return to)")
-    ax.set_ylabel(f"destination PE (rows: its {epp} local experts)")
-    ax.set_title(head, fontsize=10)
-    for im, cax, label in ((im_m, cax_m, f"MTE segment payload ({unit})"),
-                           (im_s, cax_s, f"SDMA segment payload ({unit}), {int(mask.sum())} segments")):
-        cb = fig.colorbar(im, cax=cax)
-        cb.minorticks_off()  # log scales: minor ticks cost more than the image
-        cb.ax.yaxis.set_major_formatter(_PLAIN)  # plain numbers, no mathtext to parse
-        cb.set_label(label)
-    return fig
+    return _StackedMap(pes, epp, dpi).update(plan, title)
 
 
-def plane_bytes_plot(plan, dpi: int = 80) -> Figure:
+class _StackedMap:
+    """The segment map of many PEs as one image whose rows are (destination PE, local_expert):
+    MTE segments in blues, SDMA segments in reds (two colour bars, same scale), empty grey.
+    Built once per (pes, expert_per_pe); :meth:`update` redraws it in place for a new plan."""
+
+    def __init__(self, pes: int, epp: int, dpi: int = 72):
+        self.pes, self.epp = pes, epp
+        self.fig = fig = new_figure(9, 6.2, dpi)
+        self.ax = ax = fig.add_axes((0.1, 0.12, 0.64, 0.76))
+        caxes = (fig.add_axes((0.77, 0.12, 0.022, 0.76)), fig.add_axes((0.88, 0.12, 0.022, 0.76)))
+        self.image = ax.imshow(np.zeros((pes * epp, pes, 4)), aspect="auto", interpolation="nearest",
+                               extent=(-0.5, pes - 0.5, pes * epp - 0.5, -0.5))
+        self.cmaps = (_cmap("Blues"), _cmap("Reds"))
+        self.mappables = tuple(ScalarMappable(cmap=c) for c in self.cmaps)
+        ax.set_facecolor("#eeeeee")
+        ax.hlines(np.arange(1, pes) * epp - 0.5, -0.5, pes - 0.5, colors="white", linewidths=0.4)
+        # Few tick labels and short texts: rendering glyphs is most of a redraw's cost.
+        step = max(1, pes // 8)
+        ax.set_yticks([d * epp + (epp - 1) / 2 for d in range(0, pes, step)])
+        ax.set_yticklabels([str(d) for d in range(0, pes, step)], fontsize=8)
+        ax.set_xticks(range(0, pes, step))
+        ax.set_xlabel("src_rank (PE the rows return to)")
+        ax.set_ylabel(f"destination PE ({epp} local experts each)")
+        self.colorbars = []
+        for sm, cax in zip(self.mappables, caxes):
+            cax.tick_params(labelsize=8)
+            self.colorbars.append(fig.colorbar(sm, cax=cax))
+
+    def update(self, plan, title: str | None = None) -> Figure:
+        """Redraw for ``plan`` (same pes and expert_per_pe); returns the Figure."""
+        nbytes, _, sdma = _plan_arrays(plan)
+        if nbytes.shape != (self.pes, self.epp, self.pes):
+            raise ValueError(f"plan has pes={plan.pes}, expert_per_pe={plan.expert_per_pe}; this map was built "
+                             f"for pes={self.pes}, expert_per_pe={self.epp}")
+        div, unit = byte_unit(nbytes.max(initial=0.0))
+        flat = nbytes.reshape(self.pes * self.epp, self.pes) / div
+        mask = sdma.reshape(self.pes * self.epp, self.pes)
+        norm = _bytes_norm(flat)
+        scaled = norm(np.ma.masked_equal(flat, 0.0))
+        rgba = np.where(mask[..., None], self.cmaps[1](scaled), self.cmaps[0](scaled))
+        rgba[flat == 0] = (0.93, 0.93, 0.93, 1.0)
+        self.image.set_data(rgba)
+        self.ax.set_title(title or f"Segment map, {plan.policy}, SDMA floor {_floor_text(plan.min_sdma_bytes)}",
+                          fontsize=10)
+        labels = (f"MTE segment payload ({unit})", f"SDMA segment payload ({unit}), {int(mask.sum())} segments")
+        for sm, cb, label in zip(self.mappables, self.colorbars, labels):
+            sm.set_norm(norm)
+            cb.update_normal(sm)
+            cb.minorticks_off()  # log scales: minor ticks cost more than the image
+            cb.ax.yaxis.set_major_formatter(_PLAIN)  # plain numbers, no mathtext to parse
+            cb.set_label(label)
+        return self.fig
+
+
+class SegmentMapView:
+    """A segment map that redraws in place: for more than ``max_panels`` PEs it keeps one
+    Figure per (pes, expert_per_pe) and only updates its image, scales and texts, which
+    is what makes the tuning view's redraw fast; fewer PEs get a fresh panel figure.
+
+    ``view.draw(plan)`` returns the Figure (same object between stacked redraws)."""
+
+    def __init__(self, max_panels: int = MAX_PANELS, dpi: int = 72):
+        self.max_panels, self.dpi = max_panels, dpi
+        self._stacked: _StackedMap | None = None
+
+    def draw(self, plan, title: str | None = None) -> Figure:
+        if plan.pes <= self.max_panels:
+            return segment_map(plan, max_panels=self.max_panels, title=title, dpi=self.dpi)
+        if self._stacked is None or (self._stacked.pes, self._stacked.epp) != (plan.pes, plan.expert_per_pe):
+            self._stacked = _StackedMap(plan.pes, plan.expert_per_pe, self.dpi)
+        return self._stacked.update(plan, title)
+
+
+def plane_bytes_plot(plan, dpi: int = 72) -> Figure:
     """What each plane would carry, per destination PE, and the rule's thresholds.
 
     Left: payload bytes per PE by MTE and by SDMA (stacked). Right: per PE the largest
@@ -228,7 +278,7 @@ def _perf_by_pe(res, metric: str) -> pd.Series:
     return rows.groupby("ProfPe")["CoreMaxTime/us"].mean()
 
 
-def compare_per_pe(runs: dict, dpi: int = 80) -> Figure:
+def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     """comm_only and full_op of dual-plane against MTE-only, per profiled PE.
 
     ``runs``: ``{"classic": RunResult, "doubleplane": RunResult}`` as
@@ -260,7 +310,7 @@ def compare_per_pe(runs: dict, dpi: int = 80) -> Figure:
     return fig
 
 
-def history_plot(history: pd.DataFrame, dpi: int = 80) -> Figure:
+def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
     """Runs so far: comm_only of both variants (left) and the ratio dual / MTE-only (right).
 
     ``history``: one row per run with columns ``run`` (int), ``comm_only_classic_us``,
@@ -295,7 +345,7 @@ def _ratio_norm(values: np.ndarray) -> TwoSlopeNorm:
     return TwoSlopeNorm(vcenter=1.0, vmin=min(lo, 0.95), vmax=max(hi, 1.05))
 
 
-def sweep_heatmaps(summary: pd.DataFrame, dpi: int = 80) -> Figure:
+def sweep_heatmaps(summary: pd.DataFrame, dpi: int = 72) -> Figure:
     """comm_only ratio dual-plane / MTE-only as heatmaps over bs x h, one panel per routing.
 
     ``summary``: :func:`combine_lab.sweep.summarize` output (columns routing, bs, h,
@@ -334,7 +384,7 @@ def sweep_heatmaps(summary: pd.DataFrame, dpi: int = 80) -> Figure:
     return fig
 
 
-def sdma_share_plot(summary: pd.DataFrame, dpi: int = 80) -> Figure:
+def sdma_share_plot(summary: pd.DataFrame, dpi: int = 72) -> Figure:
     """Speed-up of dual-plane (MTE-only comm_only / dual-plane comm_only) against the
     share of payload bytes the dual-plane run sent by SDMA, one colour per routing.
 

@@ -1,0 +1,112 @@
+"""Benchmark the lab: the tuning view's replan + segment-map redraw, and the notebooks headless.
+
+1. Plan view at pes 64, bs 4096, topk 8, expert_per_pe 8, h 7168, int32, routing deepseek
+   (skewed; uniform would have to draw x, 7 GiB, to follow the reference recipe). The
+   routing is drawn once (timed apart: it happens only when the routing's own parameters
+   change); then ``plan_counts`` + the app's ``plots.SegmentMapView.draw`` rendered to
+   PNG is timed ``--repeats`` times after one warm-up (h alternating, so every redraw
+   shows a different plan). Target: median under 200 ms. The app's whole
+   replan after an ``h`` change (plan, segment map and plane-bytes figures) is timed too.
+2. The three notebooks with their default parameters through ``combine-lab notebooks``
+   (papermill, kernel python3, MPLBACKEND=Agg). Target: all three under 180 s.
+
+Run: python benchmarks/bench_lab.py [--repeats 7] [--skip-notebooks] [--out DIR]
+Prints plain "name: value" lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+from combine_lab import plots  # noqa: E402
+from combine_lab.app import TuningApp  # noqa: E402
+from combine_lab.case import make_case  # noqa: E402
+from combine_lab.cli_lab import run_notebooks  # noqa: E402
+from combine_lab.planner import plan_counts  # noqa: E402
+from combine_lab.spec import CaseSpec  # noqa: E402
+
+PLAN_TARGET_S = 0.200
+NOTEBOOKS_TARGET_S = 180.0
+SHAPE = dict(pes=64, bs=4096, h=7168, topk=8, expert_per_pe=8)
+ROUTING = "deepseek"
+
+
+def bench_plan_view(repeats: int, out: Path) -> bool:
+    spec = CaseSpec(**SHAPE, routing=ROUTING)
+    t = time.perf_counter()
+    case = make_case(spec)
+    print(f"plan view case: {spec.case_id} routing {ROUTING}")
+    print(f"routing draw (make_case, once per routing change): {time.perf_counter() - t:.3f} s")
+
+    view = plots.SegmentMapView()  # what the tuning app redraws
+
+    def once(h):
+        t0 = time.perf_counter()
+        p = plan_counts(case.ep_recv_count, h, spec.itemsize, "dual_plane")
+        fig = view.draw(p)
+        png = plots.figure_png(fig)
+        return time.perf_counter() - t0, p, fig, png
+
+    once(spec.h)  # warm-up: font cache, colormaps, the figure's frame
+    times = []
+    for i in range(repeats):  # alternate h so that each redraw shows a different plan
+        dt, p, fig, png = once(spec.h if i % 2 else spec.h // 2)
+        times.append(dt)
+    t0 = time.perf_counter()
+    plots.figure_png(plots.segment_map(p))
+    print(f"segment map built from scratch (first draw at a new pes/expert_per_pe): "
+          f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
+    med = statistics.median(times)
+    path = plots.save_figure(fig, out, "bench_segment_map_pes64")
+    print(f"SDMA segments planned at h {p.h}: {int((p.segments['plane'] == 'SDMA').sum())} of {len(p.segments)}")
+    print(f"plan + segment map redraw (PNG {len(png)} B): median {med * 1e3:.1f} ms, "
+          f"min {min(times) * 1e3:.1f} ms, max {max(times) * 1e3:.1f} ms over {repeats} "
+          f"(target < {PLAN_TARGET_S * 1e3:.0f} ms): {'PASS' if med < PLAN_TARGET_S else 'FAIL'}")
+    print(f"segment map figure: {path}")
+    app = TuningApp(targets=["cpu"], **SHAPE, routing_model=ROUTING)
+    app_times = []
+    for h in (4096, 7168) * ((repeats + 1) // 2):
+        app.set(h=h)
+        app_times.append(app.plan_seconds)
+    print(f"app replan after an h change (plan, segment map and plane-bytes figures): median "
+          f"{statistics.median(app_times) * 1e3:.1f} ms over {len(app_times)}")
+    return med < PLAN_TARGET_S
+
+
+def bench_notebooks(out: Path) -> bool:
+    runs = run_notebooks(out)
+    total = sum(r.seconds for r in runs)
+    for r in runs:
+        print(f"notebook {r.name}: {r.seconds:.1f} s {'ok' if r.ok else 'FAILED: ' + r.error}")
+    ok = all(r.ok for r in runs) and total < NOTEBOOKS_TARGET_S
+    print(f"notebooks total (default parameters, headless): {total:.1f} s "
+          f"(target < {NOTEBOOKS_TARGET_S:.0f} s): {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=7, help="timed plan-view redraws (default 7)")
+    ap.add_argument("--skip-notebooks", action="store_true", help="only the plan view")
+    ap.add_argument("--out", default=None, help="folder for figures and executed notebooks (default a temp folder)")
+    args = ap.parse_args()
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench_lab_"))
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"cpus: {os.cpu_count()}")
+    ok = bench_plan_view(args.repeats, out)
+    if not args.skip_notebooks:
+        ok = bench_notebooks(out) and ok
+    print(f"output: {out}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
