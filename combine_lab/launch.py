@@ -43,8 +43,10 @@ class PeOutcome:
 
 
 def new_session() -> str:
-    """A session name unique to this process and call (letters, digits, underscore)."""
-    return f"cl{os.getpid()}_{uuid.uuid4().hex[:12]}"
+    """A session name unique to this process and call (letters, digits, underscore),
+    prefixed by ``$COMBINE_LAB_SESSION_TAG`` when set (a test run tags its own sessions)."""
+    tag = "".join(c for c in os.environ.get("COMBINE_LAB_SESSION_TAG", "") if c.isalnum())
+    return f"{tag}cl{os.getpid()}_{uuid.uuid4().hex[:12]}"
 
 
 def free_port() -> int:

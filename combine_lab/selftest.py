@@ -91,16 +91,18 @@ class Report:
                          + tail)
 
 
-def _segments() -> set[str]:
-    return {p.name for p in Path("/dev/shm").glob(f"{SHM_PREFIX}*")}
+def _segments(tag: str) -> set[str]:
+    return {p.name for p in Path("/dev/shm").glob(f"{SHM_PREFIX}{tag}*")}
 
 
-def _host_pids() -> set[int]:
+def _host_pids(tag: str) -> set[int]:
     out = set()
+    marker = f"COMBINE_LAB_SESSION_TAG={tag}".encode()
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if (d / "cmdline").read_bytes().split(b"\0")[0].endswith(b"combine_host"):
+                if (d / "cmdline").read_bytes().split(b"\0")[0].endswith(b"combine_host") and \
+                        marker in (d / "environ").read_bytes().split(b"\0"):
                     out.add(int(d.name))
             except OSError:
                 pass
@@ -110,11 +112,27 @@ def _host_pids() -> set[int]:
 def run_selftest(seeds: int = 5) -> Report:
     """Run the short checker and fault suite on the twin; returns the :class:`Report`.
 
+    Its runs carry their own session tag, so leaks are counted for them alone, whatever
+    else runs on the machine.
+
     Args:
         seeds: chaos seeds for the real kernel (each case x both variants x seeds runs).
     """
+    old_tag = os.environ.get("COMBINE_LAB_SESSION_TAG")
+    tag = f"st{os.getpid()}x"
+    os.environ["COMBINE_LAB_SESSION_TAG"] = tag
+    try:
+        return _run_selftest(seeds, tag)
+    finally:
+        if old_tag is None:
+            os.environ.pop("COMBINE_LAB_SESSION_TAG", None)
+        else:
+            os.environ["COMBINE_LAB_SESSION_TAG"] = old_tag
+
+
+def _run_selftest(seeds: int, tag: str) -> Report:
     rep = Report()
-    segs0, pids0, fds0 = _segments(), _host_pids(), len(os.listdir("/proc/self/fd"))
+    segs0, pids0, fds0 = _segments(tag), _host_pids(tag), len(os.listdir("/proc/self/fd"))
 
     # 1. The checker catches broken kernels.
     caught = []
@@ -181,7 +199,7 @@ def run_selftest(seeds: int = 5) -> Report:
         rep.failures.append(f"{3 - fault_ok} fault cases misbehaved")
 
     # 4. Leaks.
-    segs, pids, fds = _segments() - segs0, _host_pids() - pids0, len(os.listdir("/proc/self/fd")) - fds0
+    segs, pids, fds = _segments(tag) - segs0, _host_pids(tag) - pids0, len(os.listdir("/proc/self/fd")) - fds0
     rep.leaks = len(segs) + len(pids) + max(fds, 0)
     rep.lines.append(f"  leaks        shared-memory segments {len(segs)}, PE processes {len(pids)}, "
                      f"open files {max(fds, 0)}")

@@ -1,9 +1,13 @@
 """Shared fixtures: the twin binary (built once), and a leak check after every test that
-launches PEs: no combine_host process and no /dev/shm segment of the twin may remain."""
+launches PEs: no combine_host process and no /dev/shm segment of the twin may remain.
+
+This test run tags what it starts (COMBINE_LAB_SESSION_TAG, inherited by every process it
+launches), so the checks see only this run's PEs and segments, not another run's beside it."""
 
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -12,12 +16,17 @@ from combine_lab.build import build
 from combine_lab.launch import SHM_PREFIX
 
 
+RUN_TAG = f"t{uuid.uuid4().hex[:8]}"
+os.environ["COMBINE_LAB_SESSION_TAG"] = RUN_TAG
+
+
 def twin_segments() -> set[str]:
-    return {p.name for p in Path("/dev/shm").glob(f"{SHM_PREFIX}*")}
+    """This test run's twin shared-memory segments."""
+    return {p.name for p in Path("/dev/shm").glob(f"{SHM_PREFIX}{RUN_TAG}*")}
 
 
 def host_processes() -> list[int]:
-    """PIDs of running combine_host processes (any parent)."""
+    """PIDs of running combine_host processes started by this test run."""
     pids = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -29,9 +38,10 @@ def host_processes() -> list[int]:
         if cmd.endswith(b"combine_host"):
             try:
                 state = (d / "stat").read_text().split(")")[-1].split()[0]
+                mine = f"COMBINE_LAB_SESSION_TAG={RUN_TAG}".encode() in (d / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if state != "Z":
+            if state != "Z" and mine:
                 pids.append(int(d.name))
     return pids
 

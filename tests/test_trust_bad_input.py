@@ -17,7 +17,7 @@ from combine_lab.launch import LaunchError, launch_pes, shm_path
 from combine_lab.runner import prepare_case, run_case
 from combine_lab.spec import CaseSpec
 
-from conftest import host_processes, twin_segments
+from conftest import RUN_TAG, host_processes, twin_segments
 
 
 def test_window_and_heap_bytes_match_the_driver():
@@ -39,7 +39,7 @@ def test_shape_too_big_for_dev_shm_refused_before_writing(tmp_path, no_leaks):
 
 
 def test_session_in_use_is_refused_and_left_alone(twin_binary, tmp_path, no_leaks):
-    session = "cltest_in_use"
+    session = f"{RUN_TAG}in_use"
     other = shm_path(session)
     other.write_bytes(b"another run")
     try:
