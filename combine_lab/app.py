@@ -234,9 +234,10 @@ class TuningApp:
         finally:
             self._hold -= 1
 
-    def set(self, **values: Any) -> "TuningApp":
+    def set(self, **values: Any) -> None:
         """Set several controls at once, then replan once. Unknown names raise SpecError
-        (a programming error, not a user value); a value a Dropdown does not offer shows a message."""
+        (a programming error, not a user value); a value a Dropdown does not offer shows a
+        message. Returns None, so that a notebook cell ending with it does not show the app again."""
         unknown = set(values) - set(self.controls)
         if unknown:
             raise SpecError(f"unknown controls {sorted(unknown)}; known: {sorted(self.controls)}")
@@ -252,7 +253,6 @@ class TuningApp:
         self.refresh()
         if bad:
             self._show_message(bad)
-        return self
 
     def _on_model(self, model: str) -> None:
         """A new routing model: its default skew, and only the selectors it uses enabled."""

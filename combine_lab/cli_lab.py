@@ -164,11 +164,11 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
     Raises SpecError for bad names or parameters (before anything runs).
     """
     import papermill
+    notebooks = find_notebooks(folder, only)
+    per_nb = split_params(params or {}, notebooks)  # bad names or parameters: nothing created yet
     out = Path(out_dir) if out_dir is not None else default_output_dir()
     out = out.expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
-    notebooks = find_notebooks(folder, only)
-    per_nb = split_params(params or {}, notebooks)
     results = []
     old_backend = os.environ.get("MPLBACKEND")
     os.environ["MPLBACKEND"] = "Agg"  # the kernel inherits it: no display needed

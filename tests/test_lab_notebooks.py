@@ -166,8 +166,9 @@ def test_cli_refuses_bad_params_before_running(tmp_path, capsys, text, suffix, f
 
 
 def test_cli_refuses_unknown_notebook_and_missing_params(tmp_path, capsys):
-    assert cli.main(["notebooks", "--only", "04_nothing", "--out", str(tmp_path)]) == 2
+    assert cli.main(["notebooks", "--only", "04_nothing", "--out", str(tmp_path / "o")]) == 2
     assert "no such notebook" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
     assert cli.main(["notebooks", "--params", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read it" in capsys.readouterr().err
 
