@@ -58,7 +58,7 @@ def bench_plan_view(repeats: int, out: Path) -> bool:
     once(spec.h)  # warm-up: font cache, colormaps, the figure's frame
     times = []
     for i in range(repeats):  # alternate h so that each redraw shows a different plan
-        dt, p, fig, png = once(spec.h if i % 2 else spec.h // 2)
+        dt, p, fig, png = once(spec.h // 2 if i % 2 else spec.h)
         times.append(dt)
     t0 = time.perf_counter()
     plots.figure_png(plots.segment_map(p))
