@@ -69,14 +69,29 @@ def mem_available() -> int:
 
 
 def check_capacity(spec: CaseSpec, work_dir: str | os.PathLike | None, rows_per_pe: list[int] | None = None,
-                   target: str = "cpu") -> Needs:
-    """Refuse a case that cannot fit, before anything is written or launched.
+                   target: str = "cpu", draws_x: bool = False) -> Needs:
+    """Refuse a case that cannot fit, before anything is drawn, written or launched.
+
+    Args:
+        rows_per_pe: received rows per PE when the routing is known; default: the
+            pes*bs*topk slots spread evenly (the total is what the memory and disk need).
+        draws_x: the case is still to be made in this process, so x (T [pes, bs, h]) and
+            one rank's arrays must fit in memory too.
 
     Raises:
         CapacityError: /dev/shm (twin), memory or the work folder's disk is too small; the
             message names the resource, the bytes needed and the bytes available.
     """
+    if rows_per_pe is None:
+        rows_per_pe = [spec.bs * spec.topk] * spec.pes
     n = needs(spec, rows_per_pe)
+    if draws_x:
+        x_bytes = spec.pes * spec.bs * spec.row_bytes
+        mem = mem_available()
+        if x_bytes > mem:
+            raise CapacityError(f"{spec.case_id}: making the case needs x of {x_bytes} bytes "
+                                f"({x_bytes / GiB:.2f} GiB: pes*bs*h*{spec.itemsize}) in memory, {mem} bytes "
+                                f"({mem / GiB:.2f} GiB) available")
     if target == "cpu":
         shm_free = shutil.disk_usage("/dev/shm").free
         if n.shm > shm_free:

@@ -16,6 +16,7 @@ import pandas as pd
 
 from . import cli_lab, cli_npu, cli_trust
 from .build import BuildError
+from .capacity import check_capacity
 from .errors import CaseFileError, SpecError
 from .launch import LaunchError
 from .results import ResultFileError, perf_csv_name, write_summary_csv
@@ -83,10 +84,13 @@ def _specs(a: argparse.Namespace) -> list[CaseSpec]:
         "expert_per_pe": _int_list(a.expert_per_pe_list, "--expert-per-pe-list") if a.expert_per_pe_list
         else [a.expert_per_pe],
     }
-    # Every case is validated before the first one runs.
-    return [CaseSpec(pes=p, bs=b, h=h, topk=k, expert_per_pe=e, dtype=a.dtype, seed=a.seed, routing=a.routing,
-                     masked_fraction=a.masked_fraction)
-            for p, b, h, k, e in itertools.product(*axes.values())]
+    # Every case is validated, and checked to fit this machine, before the first one runs.
+    specs = [CaseSpec(pes=p, bs=b, h=h, topk=k, expert_per_pe=e, dtype=a.dtype, seed=a.seed, routing=a.routing,
+                      masked_fraction=a.masked_fraction)
+             for p, b, h, k, e in itertools.product(*axes.values())]
+    for spec in specs:
+        check_capacity(spec, a.work_dir, target=a.target, draws_x=True)
+    return specs
 
 
 def _prof_pe(text: str):
@@ -108,6 +112,7 @@ def _row(res: RunResult) -> dict:
         "SDMA bytes": int(pb["sdma_bytes"].sum()) if len(pb) else None,
         "planned SDMA": int(res.plan.totals["sdma_bytes"].sum()),
         "counters=plan": "yes" if not res.counter_mismatches() else "NO",
+        "violations": res.violation_count,
     }
 
 
@@ -174,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 1 a check failed, 2 bad input or failed run)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[-1:] == ["-h"]:  # -h is the hidden size, as in the reference drivers
+        print("combine-lab: -h is the hidden size (-h 7168); for help use --help", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     try:
         if args.command == "run":
@@ -184,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
             return args.handler(args)
     except (SpecError, CaseFileError, ResultFileError, BuildError, LaunchError) as e:
         print(f"combine-lab: error: {e}", file=sys.stderr)
+        return 2
+    except MemoryError as e:
+        print(f"combine-lab: error: out of memory making or reading the case ({e}); use a smaller shape",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("combine-lab: interrupted; every PE was stopped and its shared memory removed", file=sys.stderr)

@@ -160,7 +160,8 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
                 break
             if now > deadline:
                 running = [pe for pe, c in enumerate(codes) if c is None]
-                tails = "\n".join(f"--- PE {pe} stderr:\n{_tail(log_dir / f'pe{pe}.stderr')}" for pe in running)
+                said = {pe: _tail(log_dir / f"pe{pe}.stderr") for pe in running}
+                tails = "\n".join(f"--- PE {pe} stderr:\n{t}" for pe, t in said.items() if t)
                 raise LaunchError(f"timed out after {timeout_s:.1f} s: PEs {running} still running "
                                   f"(session {session})\n{tails}")
             time.sleep(_POLL_S)

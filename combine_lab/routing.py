@@ -173,7 +173,8 @@ def check_routing(routing: Routing, pes: int, expert_per_pe: int, topk: int) -> 
     elif routing.name == "trace":
         n = traces.get_trace(routing.param).num_experts
         if n != E:
-            raise SpecError(f"routing={text!r}: moe_expert_num={E} must equal the trace's expert count {n}")
+            raise SpecError(f"routing={text!r}: moe_expert_num={E} (pes*expert_per_pe) must equal the trace's "
+                            f"expert count {n}")
 
 
 # --------------------------------------------------------------------------- x

@@ -78,6 +78,7 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None) -> P
             raise SpecError(f"case={path}: a case folder must sit in <root>/golden/ (combine-facts section 3)")
         return PreparedCase(loaded, path.resolve().parent.parent)
     if isinstance(case, CaseSpec):
+        check_capacity(case, work_dir, draws_x=True)  # before drawing anything
         case = make_case(case)
     check_capacity(case.spec, work_dir, [int(c[-1]) if len(c) else 0 for c in case.ep_recv_count])
     owns = work_dir is None
@@ -99,7 +100,8 @@ class RunResult:
         counters: twin counters of the last launch, one row per (pe, plane).
         counters_total: the same summed over every launch (warmup + loops).
         plan: the planner's plan for this policy; counters must carry exactly its bytes.
-        run_dir: folder with the PEs' logs and the run's CSV/JSON files.
+        run_dir: folder with the PEs' logs and the run's CSV/JSON files (inside the case's
+            folder: removed with it unless the case files are kept).
         violations: the twin checker's first reports (PE, core, slot, both operations);
             violation_count: how many there were in all.
     """
@@ -277,6 +279,9 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         perf_df = pd.concat(perf_frames, ignore_index=True) if perf_frames else pd.DataFrame()
         if output_dir is not None and not perf_df.empty:
             append_perf_rows(perf_df, Path(output_dir), name)
+            for r in range(spec.pes if counters else 0):  # the twin's counters go beside the perf CSVs
+                shutil.copyfile(run_dir / f"{name}_counters_rank{r}.json",
+                                Path(output_dir) / f"{name}_counters_rank{r}.json")
         return RunResult(case_id=spec.case_id, routing=spec.routing, variant=variant, policy=policy,
                          min_sdma_bytes=min_sdma_bytes, target=target, x_out=x_out, checks=checks, perf=perf_df,
                          counters=counters_frame(counters, "last") if counters else pd.DataFrame(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -42,6 +43,9 @@ def test_run_writes_perf_csv_with_section8_values(tmp_path, capsys, no_leaks):
         assert r["PerPeBandwidth/GB/s"] == pytest.approx(r["DataSize/B"] / r["CoreMaxTime/us"] * 1e6 / 2**30,
                                                          rel=1e-4)
     assert "shape_8_16_2_4_2" in out and "PASS" in out
+    # the twin's counters go beside the perf CSV
+    counters = json.loads((tmp_path / "combine_doubleplane_counters_rank1.json").read_text())
+    assert counters["pe"] == 1 and counters["launches"] == 3 and counters["violations"] == 0
 
 
 def test_prof_pe_all_and_sweep_write_rank_files_and_summary(tmp_path, capsys, no_leaks):
@@ -70,8 +74,8 @@ def test_compare_prints_both_variants_with_planned_sdma(capsys, no_leaks):
     dual = lines[2].split()
     assert classic[2] == "classic" and dual[2] == "doubleplane"
     # SDMA bytes and planned SDMA: 600 rows x 4096 B on the hot expert's PE.
-    assert dual[-3:] == ["2457600", "2457600", "yes"]
-    assert classic[-3:] == ["0", "0", "yes"]
+    assert dual[-4:] == ["2457600", "2457600", "yes", "0"]
+    assert classic[-4:] == ["0", "0", "yes", "0"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -98,3 +102,18 @@ def test_console_script_help_lists_reference_flags():
                  "--loops", "--pes-list", "--bs-list", "--h-list", "--topk-list", "--expert-per-pe-list",
                  "--prof-pe", "--output-dir", "--variant", "--routing", "--target", "--min-sdma-bytes"]:
         assert flag in out.stdout, flag
+
+
+def test_dash_h_alone_points_to_help(capsys):
+    code, out, err = run_cli(["run", "-pes", "2", "-h"], capsys)
+    assert code == 2
+    assert err == "combine-lab: -h is the hidden size (-h 7168); for help use --help\n"
+
+
+def test_sweep_that_does_not_fit_is_refused_before_the_first_case(capsys, no_leaks):
+    code, out, err = run_cli(["run", "-pes", "8", "-h", "65536", "-topk", "8", "-expertPerPe", "4",
+                              "--bs-list", "8", "65536"], capsys)
+    assert code == 2
+    assert out == ""  # not even the small case ran
+    assert err.startswith("combine-lab: error: shape_65536_65536_8_32_8: making the case needs x of 137438953472 "
+                          "bytes (128.00 GiB: pes*bs*h*4) in memory, ")

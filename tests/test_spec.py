@@ -78,7 +78,7 @@ def test_uniform_allows_topk_above_expert_count():
      "routing='hot-rank:0.1': F=0.1 must be >= (topk - (moe_expert_num - expert_per_pe))/topk=0.375 "
      "(topk=8, moe_expert_num=10, expert_per_pe=5): a token picks at most 5 distinct experts off the hot PE"),
     (dict(routing="trace:olmoe/github/7"),
-     "routing='trace:olmoe/github/7': moe_expert_num=32 must equal the trace's expert count 64"),
+     "routing='trace:olmoe/github/7': moe_expert_num=32 (pes*expert_per_pe) must equal the trace's expert count 64"),
     (dict(routing="trace:olmoe/github/8"),
      "routing='trace:olmoe/github/8': unknown trace 'olmoe/github/8'; names are MODEL/DOMAIN/LAYER with MODEL "
      "in ['mixtral', 'olmoe', 'olmoe-dpo', 'olmoe-sft'], see combine_lab.traces.list_traces()"),
