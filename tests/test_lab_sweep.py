@@ -42,12 +42,25 @@ def test_make_grid_validates_every_case_first():
     assert len(g) == 1 and len(g.skipped) == 1 and g.skipped[0][0]["expert_per_pe"] == 1
 
 
+def test_planned_shares_say_which_cases_send_by_sdma():
+    g = sweep.make_grid([2], [64], [8192, 16384], [2], [2], ["uniform", "hot-expert:0.5"])
+    shares = sweep.planned_shares(g)
+    assert list(shares["case_id"]) == [s.case_id for s in g.specs]
+    by = shares.set_index(["routing", "h"])["sdma_share"]
+    assert by[("uniform", 8192)] == 0 and by[("hot-expert:0.5", 8192)] == 0.25
+    assert (shares["payload_bytes"] == [64 * 2 * 2 * h * 4 for h in (8192, 16384)] * 2).all()
+    # the floor decides: nothing reaches an enormous one, a low one lets more through
+    assert (sweep.planned_shares(g, 1 << 40)["sdma_share"] == 0).all()
+    assert sweep.planned_shares(g, 0)["sdma_share"].min() > 0
+
+
 def test_run_sweep_writes_a_tidy_csv(tmp_path, no_leaks):
     g = sweep.make_grid([2], [64], [8192], [2], [2], ["uniform", "hot-expert:0.5"])
     path = tmp_path / "out" / "sweep.csv"
-    tidy = sweep.run_sweep(g, warmup=0, loops=1, csv_path=path, progress=False)
+    tidy = sweep.run_sweep(g, warmup=0, loops=1, repeats=2, csv_path=path, progress=False)
     assert list(tidy.columns) == sweep.TIDY_COLUMNS
-    assert len(tidy) == 2 * 2 * 2  # cases x variants x metrics (one profiled PE)
+    assert len(tidy) == 2 * 2 * 2 * 2  # cases x repeats x variants x metrics (one profiled PE)
+    assert sorted(set(tidy["repeat"])) == [0, 1]
     assert (tidy["check"] == "PASS").all() and tidy["counters_ok"].all() and (tidy["error"] == "").all()
     assert set(tidy["variant"]) == {"classic", "doubleplane"}
     assert (tidy.loc[tidy["variant"] == "classic", "sdma_bytes"] == 0).all()
@@ -59,61 +72,116 @@ def test_run_sweep_writes_a_tidy_csv(tmp_path, no_leaks):
     assert (back["CoreMaxTime/us"].to_numpy() == pytest.approx(tidy["CoreMaxTime/us"].to_numpy()))
     assert all(len(s.split(";")) == 2 for s in back["core_times_us"])  # block_dim = pes cores
     s = sweep.summarize(back)
-    assert len(s) == 2 and s["check_ok"].all() and s["counters_ok"].all()
-    assert s.loc[s["routing"] == "uniform", "sdma_share"].iloc[0] == 0
-    assert s.loc[s["routing"] == "hot-expert:0.5", "sdma_share"].iloc[0] > 0
+    assert list(s.columns) == sweep.SUMMARY_COLUMNS and not [c for c in s.columns if "ratio" in c]
+    assert len(s) == 2 and s["check_ok"].all() and s["counters_ok"].all() and (s["repeats"] == 2).all()
+    uni, hot = s.set_index("routing").loc["uniform"], s.set_index("routing").loc["hot-expert:0.5"]
+    assert uni["sdma_share"] == 0 and uni["comm_only_verdict"] == sweep.NO_SDMA
+    assert hot["sdma_share"] > 0 and hot["comm_only_verdict"] != sweep.NO_SDMA
+    assert hot["comm_only_speedup_lo"] <= hot["comm_only_speedup"] <= hot["comm_only_speedup_hi"]
+
+
+def test_run_sweep_repeats_alternate_the_order_and_profile_every_pe(monkeypatch, tmp_path):
+    """Each repeat runs both variants on the same case files, the first alternating; with
+    prof_pe='all' the summary takes the slowest PE of each run."""
+    calls = []
+    real = sweep.runner.run_case
+
+    def spy(prepared, variant, **kw):
+        calls.append((id(prepared), variant, kw["prof_pe"]))
+        return real(prepared, variant, **kw)
+    monkeypatch.setattr(sweep.runner, "run_case", spy)
+    tidy = sweep.run_sweep(sweep.make_grid([2], [8], [64], [2], [2], ["uniform"]), loops=1, repeats=3,
+                           prof_pe="all", progress=False)
+    assert [v for _, v, _ in calls] == ["classic", "doubleplane", "doubleplane", "classic", "classic", "doubleplane"]
+    assert len({p for p, _, _ in calls}) == 1 and {pp for _, _, pp in calls} == {"all"}
+    assert len(tidy) == 3 * 2 * 2 * 2  # repeats x variants x PEs x metrics
+    s = sweep.summarize(tidy)
+    slowest = tidy[(tidy["Metric"] == "comm_only") & (tidy["variant"] == "classic")].groupby("repeat")[
+        "CoreMaxTime/us"].max()
+    assert s["comm_only_classic_us"].iloc[0] == pytest.approx(float(np.median(slowest)))
+    assert s["repeats"].iloc[0] == 3
 
 
 def test_run_sweep_refuses_bad_loops_before_anything_runs(monkeypatch):
-    monkeypatch.setattr(sweep.runner, "compare", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr(sweep.runner, "run_case", lambda *a, **k: pytest.fail("ran"))
     with pytest.raises(SpecError, match="loops=0"):
         sweep.run_sweep(sweep.make_grid([2], [8], [64], [2], [2], ["uniform"]), loops=0)
+    with pytest.raises(SpecError, match="repeats=0: must be an int >= 1"):
+        sweep.run_sweep(sweep.make_grid([2], [8], [64], [2], [2], ["uniform"]), repeats=0)
 
 
 def test_failed_case_is_recorded_and_the_sweep_goes_on(monkeypatch, no_leaks):
     from combine_lab.launch import LaunchError
-    real = sweep.runner.compare
+    real = sweep.runner.run_case
     calls = []
 
-    def flaky(spec, **kw):
-        calls.append(spec)
+    def flaky(prepared, variant, **kw):
+        calls.append(prepared.case.spec)
         if len(calls) == 1:
             raise LaunchError("PE 0 exited with status 3\nlog tail")
-        return real(spec, **kw)
-    monkeypatch.setattr(sweep.runner, "compare", flaky)
-    tidy = sweep.run_sweep(sweep.make_grid([2], [8, 16], [64], [2], [2], ["uniform"]), loops=1, progress=False)
+        return real(prepared, variant, **kw)
+    monkeypatch.setattr(sweep.runner, "run_case", flaky)
+    tidy = sweep.run_sweep(sweep.make_grid([2], [8, 16], [64], [2], [2], ["uniform"]), loops=1, repeats=2,
+                           progress=False)
     err = tidy[tidy["check"] == "ERROR"]
     assert len(err) == 4 and (err["error"] == "PE 0 exited with status 3").all() and (err["BS"] == 8).all()
-    assert (tidy.loc[tidy["check"] != "ERROR", "check"] == "PASS").all() and len(tidy) == 8
-    assert not sweep.summarize(tidy).set_index("bs").loc[8, "check_ok"]
+    assert (err["repeat"] == 0).all()  # the failing case stops at its first repeat
+    assert (tidy.loc[tidy["check"] != "ERROR", "check"] == "PASS").all() and len(tidy) == 4 + 2 * 2 * 2
+    s = sweep.summarize(tidy).set_index("bs")
+    assert not s.loc[8, "check_ok"] and s.loc[8, "comm_only_verdict"] == "no run" and s.loc[16, "check_ok"]
 
 
 def _fake_tidy(rows):
+    """rows: (case, routing, bs, h, classic times per repeat, dual times per repeat, sdma share)."""
     out = []
     for case, routing, bs, h, classic, dual, share in rows:
-        for variant, t in (("classic", classic), ("doubleplane", dual)):
-            for metric, f in (("full_op", 2.0), ("comm_only", 1.0)):
-                r = {c: 0 for c in PERF_COLUMNS}
-                r.update({"CoreMaxTime/us": t * f, "Metric": metric, "CaseId": case, "BS": bs, "H": h, "Npus": 2,
-                          "TopK": 2, "ExpertPerPe": 2, "Dtype": "int32_t", "core_times_us": "", "variant": variant,
-                          "policy": "", "routing": routing, "seed": 42, "target": "cpu", "min_sdma_bytes": 1,
-                          "mte_bytes": 1, "sdma_bytes": 0, "planned_sdma_bytes": 0, "payload_bytes": 1,
-                          "sdma_share": share if variant == "doubleplane" else 0.0, "check": "PASS",
-                          "max_abs_err": 0.0, "counters_ok": True, "error": ""})
-                out.append(r)
+        for variant, times in (("classic", classic), ("doubleplane", dual)):
+            for rep, t in enumerate(times):
+                for metric, f in (("full_op", 2.0), ("comm_only", 1.0)):
+                    r = {c: 0 for c in PERF_COLUMNS}
+                    sdma = share if variant == "doubleplane" else 0.0
+                    r.update({"CoreMaxTime/us": t * f, "Metric": metric, "CaseId": case, "BS": bs, "H": h,
+                              "Npus": 2, "TopK": 2, "ExpertPerPe": 2, "Dtype": "int32_t", "core_times_us": "",
+                              "variant": variant, "repeat": rep, "policy": "", "routing": routing, "seed": 42,
+                              "target": "cpu", "min_sdma_bytes": 1, "mte_bytes": 100 - 100 * sdma,
+                              "sdma_bytes": 100 * sdma, "planned_sdma_bytes": 100 * sdma, "payload_bytes": 100,
+                              "sdma_share": sdma, "check": "PASS", "max_abs_err": 0.0, "counters_ok": True,
+                              "error": ""})
+                    out.append(r)
     return pd.DataFrame(out, columns=sweep.TIDY_COLUMNS)
 
 
-def test_summarize_and_losses():
-    tidy = _fake_tidy([("a", "uniform", 8, 64, 10.0, 20.0, 0.0), ("b", "zipf:1", 8, 64, 10.0, 5.0, 0.5),
-                       ("c", "zipf:1", 16, 64, 10.0, 12.0, 0.2)])
-    s = sweep.summarize(tidy)
-    assert list(s["comm_only_ratio"]) == [2.0, 0.5, 1.2]
-    assert list(s["comm_only_speedup"]) == [0.5, 2.0, pytest.approx(1 / 1.2)]
-    assert list(s["full_op_classic_us"]) == [20.0, 20.0, 20.0]
-    lost = sweep.losses(s)
-    assert list(lost["case_id"]) == ["a", "c"]  # worst first
-    assert list(sweep.losses(s, "full_op")["case_id"]) == ["a", "c"]
+def test_summarize_speedup_spread_verdicts_and_losses():
+    tidy = _fake_tidy([
+        ("a", "uniform", 8, 64, [10.0, 10.0, 10.0], [20.0, 5.0, 12.5], 0.0),    # no SDMA: noise only
+        ("b", "zipf:1", 8, 64, [10.0, 10.0, 10.0], [5.0, 4.0, 8.0], 0.5),       # faster every time
+        ("c", "zipf:1", 16, 64, [10.0, 12.0, 10.0], [12.5, 10.0, 20.0], 0.2),   # mixed
+        ("d", "zipf:1", 32, 64, [10.0, 10.0, 10.0], [20.0, 40.0, 12.5], 0.3),   # slower every time
+    ])
+    s = sweep.summarize(tidy).set_index("case_id")
+    assert list(s.columns) == sweep.SUMMARY_COLUMNS[1:]
+    # speed-up = MTE-only / dual-plane of the same repeat, median and quartiles
+    assert s.loc["b", "comm_only_speedup"] == 2.0
+    assert (s.loc["b", "comm_only_speedup_lo"], s.loc["b", "comm_only_speedup_hi"]) == (1.625, 2.25)
+    assert s.loc["c", "comm_only_speedup"] == pytest.approx(0.8)  # 0.8, 1.2, 0.5
+    assert s.loc["b", "comm_only_doubleplane_us"] == 5.0 and s.loc["b", "comm_only_doubleplane_lo_us"] == 4.5
+    assert s.loc["b", "full_op_classic_us"] == 20.0 and s.loc["b", "full_op_speedup"] == 2.0
+    assert s.loc["a", "comm_only_verdict"] == sweep.NO_SDMA == "no SDMA: identical traffic"
+    assert s.loc["b", "comm_only_verdict"] == "faster in all 3 repeats"
+    assert s.loc["c", "comm_only_verdict"] == "mixed: faster in 1 of 3 repeats"
+    assert s.loc["d", "comm_only_verdict"] == "slower in all 3 repeats"
+    lost = sweep.losses(s.reset_index())
+    assert list(lost["case_id"]) == ["d", "c"]  # worst first; "a" (no SDMA) is no loss, only noise
+    assert (lost["comm_only_speedup"] < 1).all() and "comm_only_verdict" in lost.columns
+    assert list(sweep.losses(s.reset_index(), "full_op")["case_id"]) == ["d", "c"]
     with pytest.raises(SpecError, match="metric='x'"):
-        sweep.losses(s, "x")
+        sweep.losses(s.reset_index(), "x")
+    table = sweep.readable(s.reset_index()).set_index("case")
+    assert table.loc["b", "speed-up MTE-only/dual (1)"] == "2.00 [1.62-2.25]"
+    assert table.loc["b", "comm_only dual-plane (us)"] == "5 [4-6]"
+    assert table.loc["a", "verdict"] == sweep.NO_SDMA and table.loc["b", "SDMA share (%)"] == "50.0"
+    assert list(sweep.readable(lost)["case"]) == ["d", "c"]
     assert sweep.summarize(tidy.iloc[0:0]).empty
+    one = sweep.summarize(_fake_tidy([("e", "zipf:1", 8, 64, [10.0], [20.0], 0.5)]))
+    assert one["comm_only_verdict"].iloc[0] == "slower (1 repeat: no spread)"
+    assert sweep.readable(one)["speed-up MTE-only/dual (1)"].iloc[0] == "0.50"
