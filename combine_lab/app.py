@@ -55,10 +55,12 @@ ROUTING_MODELS: dict[str, tuple[str, float] | None] = {
     "trace": None,
 }
 
-#: Columns of ``TuningApp.history``; times in us (CoreMaxTime, mean over profiled PEs).
+#: Columns of ``TuningApp.history``; times in us (CoreMaxTime, mean over profiled PEs);
+#: ``<metric>_speedup`` = MTE-only time / dual-plane time (above 1: dual-plane faster), the
+#: convention of every lab table and figure (:data:`combine_lab.sweep.SPEEDUP`).
 HISTORY_COLUMNS = ["run", "case_id", "routing", "dtype", "target", "min_sdma_bytes", "warmup", "loops",
-                   "comm_only_classic_us", "comm_only_doubleplane_us", "comm_only_ratio", "full_op_classic_us",
-                   "full_op_doubleplane_us", "full_op_ratio", "sdma_share", "check", "counters_ok"]
+                   "comm_only_classic_us", "comm_only_doubleplane_us", "comm_only_speedup", "full_op_classic_us",
+                   "full_op_doubleplane_us", "full_op_speedup", "sdma_share", "check", "counters_ok"]
 
 _INT_FIELDS = ("pes", "bs", "h", "topk", "expert_per_pe", "seed", "min_sdma_bytes", "warmup", "loops")
 #: Errors a run can end with that the app shows as a message.
@@ -449,7 +451,7 @@ class TuningApp:
                "target": c.target, "min_sdma_bytes": v["min_sdma_bytes"], "warmup": v["warmup"], "loops": v["loops"]}
         for metric in ("comm_only", "full_op"):
             tc, td = c.time_us(metric), d.time_us(metric)
-            row.update({f"{metric}_classic_us": tc, f"{metric}_doubleplane_us": td, f"{metric}_ratio": td / tc})
+            row.update({f"{metric}_classic_us": tc, f"{metric}_doubleplane_us": td, f"{metric}_speedup": tc / td})
         row.update(sdma_share=share, check="PASS" if c.check_ok and d.check_ok else "FAIL",
                    counters_ok=not c.counter_mismatches() and not d.counter_mismatches())
         self._history_rows.append(row)

@@ -28,7 +28,7 @@ from matplotlib.collections import PatchCollection
 
 __all__ = ["byte_unit", "new_figure", "segment_map", "SegmentMapView", "plane_bytes_plot", "compare_per_pe", "history_plot",
            "sweep_heatmaps", "sdma_share_plot", "figure_png", "save_figure", "show", "SDMA_COLOR",
-           "VARIANT_COLORS"]
+           "VARIANT_COLORS", "EMPTY_COLOR", "PE_ROLE", "NO_SDMA_NOTE"]
 
 #: Outline colour of SDMA segments.
 SDMA_COLOR = "#d62728"
@@ -37,6 +37,13 @@ VARIANT_COLORS = {"classic": "#7f7f7f", "doubleplane": "#1f77b4"}
 _VARIANT_LABEL = {"classic": "MTE-only (classic)", "doubleplane": "dual-plane"}
 _PLANE_COLORS = {"MTE": "#9ecae1", "SDMA": SDMA_COLOR}
 _PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
+#: Colour of empty segments (no rows) and of cases without SDMA traffic.
+EMPTY_COLOR = "#eeeeee"
+_EMPTY_EDGE = "#8c8c8c"
+#: How the figures name the PE a segment map shows: it ran the experts and, in combine, sends
+#: their rows back to each src_rank (dispatch's destination PE).
+PE_ROLE = "expert owner, sends"
+_SPEEDUP_AXIS = "speed-up MTE-only / dual-plane (1)"
 #: Panel layout up to this many destination PEs; above it one stacked image.
 MAX_PANELS = 8
 #: Annotate cells with their row count when a panel has at most this many cells.
@@ -71,7 +78,7 @@ def _plan_arrays(plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _cmap(name: str = "viridis"):
     import matplotlib
-    return matplotlib.colormaps[name].with_extremes(bad="#eeeeee")  # bad = empty segments
+    return matplotlib.colormaps[name].with_extremes(bad=EMPTY_COLOR)  # bad = empty segments
 
 
 def _bytes_norm(values: np.ndarray):
@@ -88,17 +95,24 @@ def _floor_text(n: int) -> str:
     return f"{n / div:g} {unit}"
 
 
-def segment_map(plan, *, max_panels: int = MAX_PANELS, title: str | None = None, dpi: int = 72) -> Figure:
-    """Segment map per destination PE: local_expert (rows) x src_rank (columns), colour = bytes.
+def _cell_fontsize(cells: int) -> int:
+    """Row-count text size for a panel of ``cells`` cells: large when there is room."""
+    return 12 if cells <= 8 else 10 if cells <= 24 else 8
 
-    ``plan``: a :class:`combine_lab.planner.Plan`. Cell (le, s) of PE d is segment
+
+def segment_map(plan, *, max_panels: int = MAX_PANELS, title: str | None = None, dpi: int = 72) -> Figure:
+    """Segment map per PE: local_expert (rows) x src_rank (columns), colour = bytes.
+
+    ``plan``: a :class:`combine_lab.planner.Plan`. Panel "PE d (expert owner, sends)" shows
+    the segments PE d holds after dispatch (it ran those experts; dispatch's destination
+    PE) and sends back, in combine, to each src_rank. Cell (le, s) of PE d is segment
     ``le * pes + s`` (combine-facts section 2); its colour is the segment's payload
     bytes (token_count * h * sizeof(T)), empty segments grey; the scale turns
     logarithmic when sizes span more than 100x. Up to ``max_panels`` PEs get one panel
     each, SDMA segments outlined in red (cells annotated with their row count when
-    small); more PEs are stacked into one image whose rows are (destination PE,
-    local_expert), PEs separated by white lines, MTE segments in blues and SDMA
-    segments in reds (see :class:`SegmentMapView` to redraw it in place).
+    small); more PEs are stacked into one image whose rows are (PE, local_expert), PEs
+    separated by white lines, MTE segments in blues and SDMA segments in reds (see
+    :class:`SegmentMapView` to redraw it in place).
     """
     nbytes, rows, sdma = _plan_arrays(plan)
     pes, epp = plan.pes, plan.expert_per_pe
@@ -106,9 +120,9 @@ def segment_map(plan, *, max_panels: int = MAX_PANELS, title: str | None = None,
     norm = _bytes_norm(nbytes / div)
     cmap = _cmap()
     head = title or (f"Segment map, {plan.policy} (SDMA floor {plan.min_sdma_bytes:,} B):"
-                     f"{chr(10) if pes <= 2 else ' '}bytes per segment on each destination PE")
+                     f"{chr(10) if pes <= 2 else ' '}bytes per segment each PE sends back to src_rank")
     legend = [Patch(facecolor="none", edgecolor=SDMA_COLOR, linewidth=2, label="SDMA segment"),
-              Patch(facecolor="#eeeeee", edgecolor="none", label="empty segment")]
+              Patch(facecolor=EMPTY_COLOR, edgecolor=_EMPTY_EDGE, linewidth=1, label="empty segment (0 rows)")]
     if pes <= max_panels:
         ncols = min(pes, 4)
         nrows = math.ceil(pes / ncols)
@@ -130,27 +144,28 @@ def segment_map(plan, *, max_panels: int = MAX_PANELS, title: str | None = None,
                     [Rectangle((x - 0.5, y - 0.5), 1, 1) for x, y in zip(xs, ys)],
                     facecolor="none", edgecolor=SDMA_COLOR, linewidth=2.5))
             if epp * pes <= ANNOTATE_CELLS:
+                size = _cell_fontsize(epp * pes)
                 for le in range(epp):
                     for s in range(pes):
                         if rows[d, le, s]:
                             dark = float(norm(nbytes[d, le, s] / div)) < 0.6
-                            ax.text(s, le, f"{rows[d, le, s]}", ha="center", va="center", fontsize=8,
-                                    color="white" if dark else "black")
-            ax.set_title(f"destination PE {d}", fontsize=9)
+                            ax.text(s, le, f"{rows[d, le, s]}", ha="center", va="center", fontsize=size,
+                                    fontweight="bold", color="white" if dark else "black")
+            ax.set_title(f"PE {d} ({PE_ROLE})", fontsize=10)
             ax.set_xticks(range(pes) if pes <= 16 else range(0, pes, max(1, pes // 8)))
             ax.set_yticks(range(epp) if epp <= 16 else range(0, epp, max(1, epp // 8)))
-            ax.set_xlabel("src_rank (PE the rows return to)", fontsize=8)
-            ax.set_ylabel("local_expert", fontsize=8)
+            ax.set_xlabel("src_rank (PE the rows return to)", fontsize=9)
+            ax.set_ylabel("local_expert", fontsize=9)
         cb = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.9)
         cb.set_label(f"payload ({unit}); text = rows")
         fig.suptitle(head, fontsize=10)
-        fig.legend(handles=legend, loc="outside lower center", fontsize=8, ncols=2)
+        fig.legend(handles=legend, loc="outside lower center", fontsize=9, ncols=2)
         return fig
     return _StackedMap(pes, epp, dpi).update(plan, title)
 
 
 class _StackedMap:
-    """The segment map of many PEs as one image whose rows are (destination PE, local_expert):
+    """The segment map of many PEs as one image whose rows are (PE, local_expert):
     MTE segments in blues, SDMA segments in reds (two colour bars, same scale), empty grey.
     Built once per (pes, expert_per_pe); :meth:`update` redraws it in place for a new plan."""
 
@@ -171,7 +186,7 @@ class _StackedMap:
         ax.set_yticklabels([str(d) for d in range(0, pes, step)], fontsize=8)
         ax.set_xticks(range(0, pes, step))
         ax.set_xlabel("src_rank (PE the rows return to)")
-        ax.set_ylabel(f"destination PE ({epp} local experts each)")
+        ax.set_ylabel(f"PE ({PE_ROLE}; {epp} local experts each)")
         self.colorbars = []
         for sm, cax in zip(self.mappables, caxes):
             cax.tick_params(labelsize=8)
@@ -223,7 +238,7 @@ class SegmentMapView:
 
 
 def plane_bytes_plot(plan, dpi: int = 72) -> Figure:
-    """What each plane would carry, per destination PE, and the rule's thresholds.
+    """What each plane would carry, per PE (the expert owner, which sends), and the rule's thresholds.
 
     Left: payload bytes per PE by MTE and by SDMA (stacked). Right: per PE the largest
     remote segment against the remote average segment (threshold_num / threshold_den of
@@ -246,7 +261,7 @@ def plane_bytes_plot(plan, dpi: int = 72) -> Figure:
     a1.bar(x, sd, bottom=mte, color=_PLANE_COLORS["SDMA"], label="SDMA", width=0.8)
     share = float(t["sdma_bytes"].sum()) / max(float((t["mte_bytes"] + t["sdma_bytes"]).sum()), 1.0)
     a1.set_title(f"Payload per plane (SDMA share {100 * share:.1f} %)", fontsize=10)
-    a1.set_xlabel("destination PE")
+    a1.set_xlabel(f"PE ({PE_ROLE})")
     a1.set_ylabel(f"payload ({unit})")
     a1.legend(fontsize=8)
     div2, unit2 = byte_unit(max(float(largest.max(initial=0.0)), float(plan.min_sdma_bytes),
@@ -257,7 +272,7 @@ def plane_bytes_plot(plan, dpi: int = 72) -> Figure:
     a2.axhline(plan.min_sdma_bytes / div2, color="grey", linestyle="--", linewidth=1,
                label=f"SDMA floor {plan.min_sdma_bytes:,} B")
     a2.set_title("Decision thresholds per PE (combine-facts section 4)", fontsize=10)
-    a2.set_xlabel("destination PE")
+    a2.set_xlabel(f"PE ({PE_ROLE})")
     a2.set_ylabel(f"segment payload ({unit2})")
     a2.legend(fontsize=7)
     if pes > 16:
@@ -311,11 +326,11 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
 
 
 def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
-    """Runs so far: comm_only of both variants (left) and the ratio dual / MTE-only (right).
+    """Runs so far: comm_only of both variants (left) and the speed-up of dual-plane (right).
 
     ``history``: one row per run with columns ``run`` (int), ``comm_only_classic_us``,
-    ``comm_only_doubleplane_us`` (us) and ``comm_only_ratio`` (dual / MTE-only), as
-    :class:`combine_lab.app.TuningApp` keeps it.
+    ``comm_only_doubleplane_us`` (us) and ``comm_only_speedup`` (MTE-only / dual-plane,
+    above 1: dual-plane faster), as :class:`combine_lab.app.TuningApp` keeps it.
     """
     fig = new_figure(10, 3.2, dpi)
     a1, a2 = fig.subplots(1, 2)
@@ -323,7 +338,7 @@ def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
         x = history["run"].to_numpy()
         for v in ("classic", "doubleplane"):
             a1.plot(x, history[f"comm_only_{v}_us"], "o-", color=VARIANT_COLORS[v], label=_VARIANT_LABEL[v])
-        a2.plot(x, history["comm_only_ratio"], "o-", color="black")
+        a2.plot(x, history["comm_only_speedup"], "o-", color="black")
         a1.set_xticks(x)
         a2.set_xticks(x)
         a1.legend(fontsize=8)
@@ -331,75 +346,155 @@ def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
     a1.set_title("comm_only per run", fontsize=10)
     a1.set_xlabel("run")
     a1.set_ylabel("CoreMaxTime (us)")
-    a2.set_title("dual-plane / MTE-only (below 1: dual-plane faster)", fontsize=10)
+    a2.set_title("speed-up of dual-plane (above 1: dual-plane faster)", fontsize=10)
     a2.set_xlabel("run")
-    a2.set_ylabel("comm_only ratio (1)")
+    a2.set_ylabel(f"comm_only {_SPEEDUP_AXIS}")
     fig.subplots_adjust(left=0.08, right=0.98, bottom=0.17, top=0.88, wspace=0.25)
     return fig
 
 
-def _ratio_norm(values: np.ndarray) -> TwoSlopeNorm:
+def _speedup_norm(values: np.ndarray) -> TwoSlopeNorm:
     finite = values[np.isfinite(values)]
     lo = float(finite.min()) if finite.size else 1.0
     hi = float(finite.max()) if finite.size else 1.0
     return TwoSlopeNorm(vcenter=1.0, vmin=min(lo, 0.95), vmax=max(hi, 1.05))
 
 
-def sweep_heatmaps(summary: pd.DataFrame, dpi: int = 72) -> Figure:
-    """comm_only ratio dual-plane / MTE-only as heatmaps over bs x h, one panel per routing.
+def _repeats_text(summary: pd.DataFrame) -> str:
+    reps = sorted({int(r) for r in summary.get("repeats", pd.Series(dtype=float)).dropna()})
+    if not reps:
+        return "repeats unknown"
+    n = str(reps[0]) if len(reps) == 1 else f"{reps[0]}-{reps[-1]}"
+    return f"{n} repeat{'s' if reps[-1] > 1 else ''}"
+
+
+def _has_sdma(summary: pd.DataFrame) -> np.ndarray:
+    """True where the dual-plane run sent bytes by SDMA (sdma_share > 0)."""
+    return summary["sdma_share"].fillna(0.0).to_numpy(dtype=float) > 0
+
+
+def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 72) -> Figure:
+    """Speed-up of dual-plane (MTE-only time / dual-plane time) over bs x h, one panel per routing.
 
     ``summary``: :func:`combine_lab.sweep.summarize` output (columns routing, bs, h,
-    comm_only_ratio). Where other axes (pes, topk, expert_per_pe, dtype) vary, a cell shows
-    the median over them. Blue below 1 (dual-plane faster), red above.
+    sdma_share, ``<metric>_speedup`` and its quartiles ``_lo`` / ``_hi``, repeats). Each
+    cell shows the median speed-up over repeats, its quartiles and the SDMA share; blue above 1
+    (dual-plane faster), red below. Cases whose dual-plane run sent nothing by SDMA send
+    the same bytes as MTE-only: they get no colour, a grey hatched cell marked "no SDMA".
+    Where other axes (pes, topk, expert_per_pe, dtype) vary, a cell shows the median over
+    the cases with SDMA traffic (lowest first quartile, highest third quartile).
     """
+    col = f"{metric}_speedup"
     routings = list(dict.fromkeys(summary["routing"]))
     n = max(len(routings), 1)
-    fig = new_figure(min(4.2 * n + 1.4, 16), 3.9, dpi)
+    fig = new_figure(min(4.4 * n + 1.6, 17), 4.4, dpi)
     fig.set_layout_engine("constrained")
     axes = fig.subplots(1, n, squeeze=False)[0]
-    norm = _ratio_norm(summary["comm_only_ratio"].to_numpy(dtype=float))
-    im = None
+    sdma = summary[_has_sdma(summary)]
+    norm = _speedup_norm(sdma[col].to_numpy(dtype=float))
+    bs_all = sorted(set(summary["bs"]))
+    h_all = sorted(set(summary["h"]))
     for ax, routing in zip(axes, routings):
         sub = summary[summary["routing"] == routing]
-        grid = sub.pivot_table(index="bs", columns="h", values="comm_only_ratio", aggfunc="median")
-        data = grid.to_numpy(dtype=float)
-        im = ax.imshow(data, cmap="RdBu_r", norm=norm, aspect="auto", origin="lower", interpolation="nearest")
-        for i in range(data.shape[0]):
-            for j in range(data.shape[1]):
-                if np.isfinite(data[i, j]):
-                    strong = abs(float(norm(data[i, j])) - 0.5) > 0.3
-                    ax.text(j, i, f"{data[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                            color="white" if strong else "black")
-        ax.set_xticks(range(len(grid.columns)))
-        ax.set_xticklabels([str(c) for c in grid.columns])
-        ax.set_yticks(range(len(grid.index)))
-        ax.set_yticklabels([str(i) for i in grid.index])
+        with_sdma = sub[_has_sdma(sub) & sub[col].notna()]
+        agg = with_sdma.groupby(["bs", "h"]).agg(mid=(col, "median"), lo=(f"{col}_lo", "min"),
+                                                 hi=(f"{col}_hi", "max"), share=("sdma_share", "median"))
+        data = np.full((len(bs_all), len(h_all)), np.nan)
+        for (b, hh), r in agg.iterrows():
+            data[bs_all.index(b), h_all.index(hh)] = r["mid"]
+        ax.imshow(np.ma.masked_invalid(data), cmap="RdBu", norm=norm, aspect="auto", origin="lower",
+                  interpolation="nearest")
+        ax.set_facecolor("white")
+        present = set(zip(sub["bs"], sub["h"]))
+        no_sdma = set(zip(sub.loc[~_has_sdma(sub), "bs"], sub.loc[~_has_sdma(sub), "h"]))
+        cells = len(bs_all) * len(h_all)
+        size = 9 if cells <= 6 else 8 if cells <= 12 else 7
+        for i, b in enumerate(bs_all):
+            for j, hh in enumerate(h_all):
+                if (b, hh) in agg.index:
+                    r = agg.loc[(b, hh)]
+                    strong = abs(float(norm(r["mid"])) - 0.5) > 0.3
+                    spread = "" if r["lo"] == r["hi"] else f"\n[{r['lo']:.2f}-{r['hi']:.2f}]"
+                    ax.text(j, i, f"{r['mid']:.2f}{spread}\nSDMA {100 * r['share']:.0f} %", ha="center",
+                            va="center", fontsize=size, color="white" if strong else "black")
+                elif (b, hh) in no_sdma:  # only cases without SDMA traffic here
+                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=EMPTY_COLOR, edgecolor=_EMPTY_EDGE,
+                                           hatch="//", linewidth=0.8))
+                    ax.text(j, i, "no SDMA\n(same bytes)", ha="center", va="center", fontsize=size, color="#555555")
+                elif (b, hh) in present:  # its runs failed: no time
+                    ax.text(j, i, "no run", ha="center", va="center", fontsize=size, color="#555555")
+        ax.set_xticks(range(len(h_all)))
+        ax.set_xticklabels([str(c) for c in h_all])
+        ax.set_yticks(range(len(bs_all)))
+        ax.set_yticklabels([str(i) for i in bs_all])
+        ax.set_xlim(-0.5, len(h_all) - 0.5)
+        ax.set_ylim(-0.5, len(bs_all) - 0.5)
         ax.set_xlabel("h (elements per row)")
         ax.set_ylabel("bs (tokens per PE)")
         ax.set_title(routing, fontsize=10)
-    cb = fig.colorbar(im, ax=list(axes), shrink=0.9)
-    cb.set_label("comm_only dual-plane / MTE-only (1)")
-    fig.suptitle("comm_only ratio over bs x h (median over the other axes; below 1: dual-plane faster)",
+    cb = fig.colorbar(ScalarMappable(norm=norm, cmap="RdBu"), ax=list(axes), shrink=0.9)
+    cb.set_label(f"{metric} {_SPEEDUP_AXIS}\nabove 1: dual-plane faster")
+    fig.suptitle(f"{metric} speed-up of dual-plane over bs x h: median [quartiles] over {_repeats_text(summary)}\n"
+                 "above 1: dual-plane faster; hatched grey: no SDMA traffic (identical bytes, nothing to compare)",
                  fontsize=10)
     return fig
 
 
-def sdma_share_plot(summary: pd.DataFrame, dpi: int = 72) -> Figure:
-    """Speed-up of dual-plane (MTE-only comm_only / dual-plane comm_only) against the
-    share of payload bytes the dual-plane run sent by SDMA, one colour per routing.
+#: What :func:`sdma_share_plot` writes on the figure when no case sent anything by SDMA.
+NO_SDMA_NOTE = ("Every case sent 0 bytes by SDMA: dual-plane sent exactly the bytes of MTE-only,\n"
+                "so there is no speed-up to read here, only timing noise. Use larger bs or h,\n"
+                "a skewed routing (zipf, hot-expert) or a lower min_sdma_bytes.")
 
-    ``summary``: :func:`combine_lab.sweep.summarize` output (columns routing,
-    sdma_share in [0, 1], comm_only_speedup).
+
+def sdma_share_plot(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 72) -> Figure:
+    """Speed-up of dual-plane (MTE-only time / dual-plane time, median with quartile bars over
+    repeats) against the share of payload bytes the dual-plane run sent by SDMA, one colour
+    per routing.
+
+    Cases with SDMA share 0 send identical bytes with both variants: they are drawn apart
+    (hollow grey, "no SDMA") and the band their quartile bars span is the timing noise, the
+    yardstick for the other points. When every case has share 0, the figure says so in a note
+    (:data:`NO_SDMA_NOTE`) instead of drawing a degenerate share axis.
+
+    ``summary``: :func:`combine_lab.sweep.summarize` output (columns routing, sdma_share in
+    [0, 1], ``<metric>_speedup`` and its quartiles ``_lo`` / ``_hi``, repeats).
     """
-    fig = new_figure(6.5, 4.2, dpi)
-    ax = fig.add_axes((0.12, 0.13, 0.6, 0.75))
-    for routing, sub in summary.groupby("routing", sort=False):
-        ax.plot(100 * sub["sdma_share"], sub["comm_only_speedup"], "o", label=str(routing), alpha=0.8)
-    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-    ax.set_xlabel("SDMA share of payload bytes (%)")
-    ax.set_ylabel("comm_only speed-up MTE-only / dual-plane (1)")
-    ax.set_title("Speed-up against SDMA byte share", fontsize=10)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    col = f"{metric}_speedup"
+    fig = new_figure(7.8, 4.4, dpi)
+    ax = fig.add_axes((0.1, 0.12, 0.54, 0.74))
+    has = _has_sdma(summary)
+    zero = summary[~has & summary[col].notna()]
+
+    def bars(sub):
+        mid = sub[col].to_numpy(dtype=float)
+        lo = sub.get(f"{col}_lo", sub[col]).to_numpy(dtype=float)
+        hi = sub.get(f"{col}_hi", sub[col]).to_numpy(dtype=float)
+        return mid, np.vstack([np.clip(mid - lo, 0, None), np.clip(hi - mid, 0, None)])
+
+    if len(zero):
+        lo = float(zero.get(f"{col}_lo", zero[col]).min())
+        hi = float(zero.get(f"{col}_hi", zero[col]).max())
+        ax.axhspan(lo, hi, color=EMPTY_COLOR, zorder=0, label=f"no-SDMA span = noise\n({lo:.2f}-{hi:.2f})")
+        mid, err = bars(zero)
+        ax.errorbar(np.zeros(len(zero)), mid, yerr=err, fmt="o", mfc="white", mec="#7f7f7f", ecolor="#7f7f7f",
+                    capsize=3, label=f"no SDMA, identical\ntraffic ({len(zero)} cases)")
+    for routing, sub in summary[has & summary[col].notna()].groupby("routing", sort=False):
+        mid, err = bars(sub)
+        ax.errorbar(100 * sub["sdma_share"].to_numpy(dtype=float), mid, yerr=err, fmt="o", capsize=3,
+                    alpha=0.85, label=str(routing))
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="equal time")
+    if has.any():
+        top = float(100 * summary.loc[has, "sdma_share"].max())
+        ax.set_xlim(-0.06 * top - 0.5, top * 1.12 + 0.5)
+    else:
+        ax.set_xlim(-5, 100)
+        ax.text(0.55, 0.95, NO_SDMA_NOTE, transform=ax.transAxes, ha="center", va="top", fontsize=7.5,
+                bbox=dict(boxstyle="round", facecolor="#fff8e1", edgecolor="#b35900"))
+    ax.set_xlabel("SDMA share of payload bytes, dual-plane run (%)")
+    ax.set_ylabel(f"{metric} {_SPEEDUP_AXIS}")
+    ax.set_title(f"Speed-up against SDMA byte share\n(median, bars quartiles over {_repeats_text(summary)}; "
+                 "above 1: dual-plane faster)", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig
 
 

@@ -42,14 +42,19 @@ def skewed_plan():
 def test_segment_map_panels_outline_exactly_the_sdma_segments(skewed_plan):
     fig = plots.segment_map(skewed_plan)
     assert_labelled(fig)
-    panels = [a for a in fig.axes if a.get_title().startswith("destination PE")]
-    assert len(panels) == 4
+    panels = [a for a in fig.axes if a.get_title().startswith("PE ")]
+    # titled by the PE that ran the experts and, in combine, sends each segment to src_rank
+    assert [a.get_title() for a in panels] == [f"PE {d} (expert owner, sends)" for d in range(4)]
     for pe, ax in enumerate(panels):
         boxes = [c for c in ax.collections if isinstance(c, PatchCollection)]
         n = sum(len(c.get_paths()) for c in boxes)
         assert n == len(skewed_plan.sdma_segments(pe))
         assert "src_rank" in ax.get_xlabel() and "local_expert" in ax.get_ylabel()
     assert any("payload (" in a.get_ylabel() for a in fig.axes)  # colour bar with a byte unit
+    # row counts readable (8 cells a panel), the empty-segment swatch outlined so that it shows
+    assert min(t.get_fontsize() for a in panels for t in a.texts) >= 12
+    empty = [h for h in fig.legends[0].legend_handles if "empty segment" in h.get_label()]
+    assert empty and empty[0].get_edgecolor()[3] > 0 and empty[0].get_linewidth() > 0
 
 
 def test_segment_map_stacked_for_many_pes():
@@ -76,18 +81,53 @@ def test_plane_bytes_compare_history_and_sweep_figures(skewed_plan):
     assert "PASS" in fig._suptitle.get_text()
     assert all(a.get_ylabel() == "CoreMaxTime (us)" for a in fig.axes)
     hist = pd.DataFrame({"run": [1, 2], "comm_only_classic_us": [5.0, 6.0], "comm_only_doubleplane_us": [4.0, 7.0],
-                         "comm_only_ratio": [0.8, 7 / 6]})
-    assert_labelled(plots.history_plot(hist))
+                         "comm_only_speedup": [1.25, 6 / 7]})
+    fig = plots.history_plot(hist)
+    assert_labelled(fig)
+    assert "MTE-only / dual-plane" in fig.axes[1].get_ylabel() and "above 1: dual-plane faster" in fig.axes[1].get_title()
     assert_labelled(plots.history_plot(hist.iloc[0:0]))
-    summary = pd.DataFrame({"routing": ["u", "u", "z", "z"], "bs": [8, 16, 8, 16], "h": [64, 64, 64, 64],
-                            "comm_only_ratio": [1.2, 0.8, 0.5, np.nan], "sdma_share": [0, 0, 0.3, 0.5],
-                            "comm_only_speedup": [1 / 1.2, 1.25, 2.0, np.nan]})
+
+
+def _summary(shares, speedups):
+    n = len(shares)
+    return pd.DataFrame({"routing": (["u", "z"] * n)[:n], "bs": [8, 8, 16, 16][:n], "h": [64] * n,
+                         "sdma_share": shares, "comm_only_speedup": speedups,
+                         "comm_only_speedup_lo": [v - 0.1 for v in speedups],
+                         "comm_only_speedup_hi": [v + 0.1 for v in speedups], "repeats": [5] * n})
+
+
+def test_sweep_figures_one_convention_and_no_sdma_marked():
+    summary = _summary([0.0, 0.3, 0.0, 0.5], [1 / 1.2, 2.0, 1.25, np.nan])
     fig = plots.sweep_heatmaps(summary)
     assert_labelled(fig)
     assert [a.get_title() for a in fig.axes[:2]] == ["u", "z"]
+    bar = fig.axes[-1]
+    assert "speed-up MTE-only / dual-plane" in bar.get_ylabel() and "above 1: dual-plane faster" in bar.get_ylabel()
+    u = fig.axes[0]
+    texts = [t.get_text() for t in u.texts]
+    # "u" has no SDMA traffic: no colour, no speed-up, a hatched cell marked as such
+    assert texts == ["no SDMA\n(same bytes)", "no SDMA\n(same bytes)"]
+    assert sum(1 for p in u.patches if p.get_hatch()) == 2
+    z = [t.get_text() for t in fig.axes[1].texts]
+    assert z == ["2.00\n[1.90-2.10]\nSDMA 30 %", "no run"]  # the NaN case: its runs failed
+    assert "5 repeats" in fig._suptitle.get_text()
     fig = plots.sdma_share_plot(summary)
     assert_labelled(fig)
-    assert "(%)" in fig.axes[0].get_xlabel()
+    ax = fig.axes[0]
+    assert "(%)" in ax.get_xlabel() and "MTE-only / dual-plane" in ax.get_ylabel()
+    labels = ax.get_legend_handles_labels()[1]
+    assert any(l.startswith("no SDMA") for l in labels) and any(l.startswith("no-SDMA span") for l in labels)
+    assert not any(plots.NO_SDMA_NOTE == t.get_text() for t in ax.texts)
+    assert ax.get_xlim()[1] > 50  # shares up to 50 %
+
+
+def test_share_plot_when_no_case_sends_by_sdma():
+    fig = plots.sdma_share_plot(_summary([0.0, 0.0, 0.0, 0.0], [0.9, 1.1, 1.3, 0.7]))
+    assert_labelled(fig)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == [plots.NO_SDMA_NOTE]
+    lo, hi = ax.get_xlim()
+    assert lo < 0 and hi >= 100  # a real share axis, not -0.04..0.04
 
 
 def test_save_and_show(tmp_path, skewed_plan):
