@@ -1,9 +1,15 @@
 """Check functions for the walkthrough's exercises: each takes the reader's answer and says whether it holds.
 
 Every check returns an :class:`ExerciseResult` (truthy when right) whose message gives
-a hint, never the answer, when it is wrong. The truth comes from the same package
-functions the notebook shows (case, planner, explain), so a check cannot drift from
-the tables the reader looked at. Sources: combine-facts sections 2, 4 and 5.
+a hint, never the answer, when it is wrong, and asks for one when the answer is still
+``None``. The truth comes from the same package functions the notebook shows (case,
+planner, explain), so a check cannot drift from the tables the reader looked at.
+Sources: combine-facts sections 2, 4 and 5.
+
+The notebook starts every answer at ``None`` for the reader to fill in; with its
+parameter ``reveal_answers=True`` (what headless runs use) it takes ours from
+:data:`OUR_ANSWERS`, written down by hand, not computed, so that a headless run still
+tests that the case, planner and checks agree with what we worked out.
 """
 
 from __future__ import annotations
@@ -12,10 +18,16 @@ from dataclasses import dataclass
 
 
 from .case import Case
-from .explain import decision_table, dispatch_table, segment_table
+from .explain import core_load, decision_table, dispatch_table, segment_table
+from .planner import DEFAULT_MIN_SDMA_BYTES, plan
 
-__all__ = ["ExerciseResult", "STATUS_CHOICES", "check_segment_rows", "check_row_source", "check_window_slot",
-           "check_sdma_segments", "check_status_order", "summary"]
+__all__ = ["ExerciseResult", "STATUS_CHOICES", "OUR_ANSWERS", "check_segment_rows", "check_row_source",
+           "check_window_slot", "check_sdma_segments", "check_status_order", "check_core_rows", "summary"]
+
+#: Our answers to 01_walkthrough's exercises 1-6 for its default parameters (seed 42; the
+#: skewed case of section 7: pes 2, bs 64, topk 2, expert_per_pe 2, hot-expert:0.5, any h).
+#: The notebook uses them only when ``reveal_answers`` is True.
+OUR_ANSWERS = {1: 4, 2: (1, 3, 1), 3: 3, 4: [2], 5: "b", 6: (85, 21)}
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,11 @@ class ExerciseResult:
                 f"<span style='color:{colour}'>{mark}</span> &mdash; {self.message}</div>")
 
 
+def _no_answer(name: str, number: int) -> ExerciseResult:
+    return ExerciseResult(name, False, f"no answer yet: put yours in answer_{number} and run the cell again "
+                          "(or set reveal_answers = True in the parameters cell to see ours)")
+
+
 def _int(v) -> int | None:
     try:
         return int(v) if not isinstance(v, bool) and float(v) == int(v) else None
@@ -53,6 +70,8 @@ def check_segment_rows(case: Case, pe: int, local_expert: int, src_rank: int, an
     s = local_expert*pes + src_rank (combine-facts section 2).
     """
     name = "exercise 1 (segment rows)"
+    if answer is None:
+        return _no_answer(name, 1)
     seg = local_expert * case.spec.pes + src_rank
     truth = int(segment_table(case, pe)["rows"].iloc[seg])
     got = _int(answer)
@@ -68,6 +87,8 @@ def check_row_source(case: Case, pe: int, row: int, answer) -> ExerciseResult:
     ``answer``: a 3-sequence of ints; right when it equals assist_info_for_combine[row].
     """
     name = "exercise 2 (row source)"
+    if answer is None:
+        return _no_answer(name, 2)
     t = dispatch_table(case, pe).iloc[row]
     truth = (int(t["src_rank"]), int(t["token_id"]), int(t["topk_id"]))
     try:
@@ -88,6 +109,8 @@ def check_window_slot(case: Case, pe: int, row: int, answer) -> ExerciseResult:
     (combine-facts section 5).
     """
     name = "exercise 3 (window slot)"
+    if answer is None:
+        return _no_answer(name, 3)
     t = dispatch_table(case, pe).iloc[row]
     truth = int(t["window_slot"])
     if _int(answer) == truth:
@@ -104,6 +127,8 @@ def check_sdma_segments(case: Case, pe: int, min_sdma_bytes: int, answer) -> Exe
     the decision rule (combine-facts section 4) picks.
     """
     name = "exercise 4 (decision rule)"
+    if answer is None:
+        return _no_answer(name, 4)
     d = decision_table(case, pe, min_sdma_bytes)
     truth = set(d.loc[d["plane"] == "SDMA", "segment"].astype(int))
     try:
@@ -134,6 +159,8 @@ _STATUS_RIGHT = "b"
 def check_status_order(answer) -> ExerciseResult:
     """Exercise 5: multiple choice over :data:`STATUS_CHOICES`; ``answer`` is a letter."""
     name = "exercise 5 (status by MTE after payload)"
+    if answer is None:
+        return _no_answer(name, 5)
     got = str(answer).strip().lower()[:1]
     if got == _STATUS_RIGHT:
         return ExerciseResult(name, True, "a flag may only become visible after its payload; "
@@ -142,6 +169,39 @@ def check_status_order(answer) -> ExerciseResult:
         return ExerciseResult(name, False, f"your answer {answer!r}: pick one of {sorted(STATUS_CHOICES)}")
     return ExerciseResult(name, False, f"your answer {answer!r}: think about what the PE waiting in stage 2 "
                           "may assume once it sees the flag, and what orders two different engines")
+
+
+def check_core_rows(case: Case, pe: int, core: int, answer,
+                    min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> ExerciseResult:
+    """Exercise 6: how many rows does core ``core`` of PE ``pe`` put by MTE itself, with
+    MTE-only and with dual-plane (floor ``min_sdma_bytes``)?
+
+    ``answer``: ``(mte_only_rows, dual_plane_rows)``. Core c of a PE serves the segments
+    whose src_rank is c (combine-facts section 5); with dual-plane, the rows of its SDMA
+    segments are moved by the copy engine, not by the core's MTE puts. Right when both
+    numbers equal :func:`combine_lab.explain.core_load` of the two plans.
+    """
+    name = "exercise 6 (rows SDMA takes off a remote core)"
+    if answer is None:
+        return _no_answer(name, 6)
+    loads = {}
+    for policy in ("mte_only", "dual_plane"):
+        load = core_load(plan(case, policy, min_sdma_bytes=min_sdma_bytes)).set_index(["pe", "core"])
+        loads[policy] = load.loc[(pe, core)]
+    truth = (int(loads["mte_only"]["mte_rows"]), int(loads["dual_plane"]["mte_rows"]))
+    try:
+        got = tuple(_int(v) for v in answer)
+    except TypeError:
+        got = None
+    if got == truth:
+        mib = 2 ** 20
+        return ExerciseResult(name, True, f"core {core} of PE {pe} puts {truth[0]} rows "
+                              f"({loads['mte_only']['mte_bytes'] / mib:.2f} MiB) by MTE with MTE-only and "
+                              f"{truth[1]} rows ({loads['dual_plane']['mte_bytes'] / mib:.2f} MiB) with dual-plane; "
+                              f"the copy engine moves the other {int(loads['dual_plane']['sdma_rows'])} rows")
+    return ExerciseResult(name, False, f"your answer {answer!r}: core {core} serves the segments whose src_rank is "
+                          f"{core} (one per local_expert); add up their rows, then leave out the rows of the SDMA "
+                          "segments (outlined in red) for dual-plane. Two numbers: (MTE-only, dual-plane)")
 
 
 def summary(results) -> dict:

@@ -144,10 +144,41 @@ def test_exercise_checks_accept_the_truth_and_reject_the_rest(spec):
 
 
 def test_walkthrough_answers_hold_for_seed_42():
-    """The answers 01_walkthrough ships with (so it runs headless) are right."""
+    """Our answers, which 01_walkthrough takes when reveal_answers is True (headless runs), are right."""
+    ours = exercises.OUR_ANSWERS
+    assert ours == {1: 4, 2: (1, 3, 1), 3: 3, 4: [2], 5: "b", 6: (85, 21)}  # written down, not computed
     case = make_case(CaseSpec(pes=2, bs=4, h=8, topk=2, expert_per_pe=2, seed=42))
-    assert exercises.check_segment_rows(case, 0, 1, 0, 4)
-    assert exercises.check_row_source(case, 1, 2, (1, 3, 1))
-    assert exercises.check_window_slot(case, 0, 6, 3)
-    assert exercises.check_sdma_segments(case, 1, 0, [2])
-    assert exercises.check_status_order("b")
+    assert exercises.check_segment_rows(case, 0, 1, 0, ours[1])
+    assert exercises.check_row_source(case, 1, 2, ours[2])
+    assert exercises.check_window_slot(case, 0, 6, ours[3])
+    assert exercises.check_sdma_segments(case, 1, 0, ours[4])
+    assert exercises.check_status_order(ours[5])
+    for h in (8192, 16384):  # section 7: rows do not depend on h
+        skewed = make_case(CaseSpec(pes=2, bs=64, h=h, topk=2, expert_per_pe=2, routing="hot-expert:0.5", seed=42))
+        assert exercises.check_core_rows(skewed, 1, 0, ours[6])
+
+
+def test_core_rows_check_counts_what_the_core_puts_by_mte():
+    case = make_case(CaseSpec(pes=2, bs=64, h=16384, topk=2, expert_per_pe=2, routing="hot-expert:0.5", seed=42))
+    right = exercises.check_core_rows(case, 1, 0, (85, 21))
+    assert right and "85 rows (5.31 MiB)" in right.message and "21 rows (1.31 MiB)" in right.message
+    assert "the copy engine moves the other 64 rows" in right.message
+    for wrong in [(85, 85), (21, 85), (64, 21), 85, "lots"]:
+        r = exercises.check_core_rows(case, 1, 0, wrong)
+        assert not r and "leave out the rows of the SDMA segments" in r.message and "(85, 21)" not in r.message
+    # a floor nothing reaches: dual-plane sends everything by MTE too
+    assert exercises.check_core_rows(case, 1, 0, (85, 85), min_sdma_bytes=1 << 40)
+    # the local core sends nothing across PEs, and nothing by SDMA
+    assert exercises.check_core_rows(case, 1, 1, (87, 87))
+
+
+def test_every_check_asks_for_a_missing_answer():
+    case = make_case(CaseSpec(pes=2, bs=4, h=8, topk=2, expert_per_pe=2, seed=42))
+    results = [exercises.check_segment_rows(case, 0, 1, 0, None), exercises.check_row_source(case, 1, 2, None),
+               exercises.check_window_slot(case, 0, 6, None), exercises.check_sdma_segments(case, 1, 0, None),
+               exercises.check_status_order(None), exercises.check_core_rows(case, 1, 0, None)]
+    for n, r in enumerate(results, 1):
+        assert not r and r.name.startswith(f"exercise {n} ")
+        assert r.message == (f"no answer yet: put yours in answer_{n} and run the cell again "
+                             "(or set reveal_answers = True in the parameters cell to see ours)")
+    assert exercises.summary(results) == {**{r.name: False for r in results}, "all_ok": False}
