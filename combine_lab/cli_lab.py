@@ -21,6 +21,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +29,8 @@ from pathlib import Path
 from .errors import SpecError
 from .labio import RECORD_SUFFIX, default_output_dir
 
-__all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "split_params", "run_notebooks",
-           "register", "KERNEL_NAME"]
+__all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "declared_parameters", "split_params",
+           "run_notebooks", "register", "KERNEL_NAME"]
 
 #: The Jupyter kernel the notebooks run on (``.ci/setup`` registers it).
 KERNEL_NAME = "python3"
@@ -108,9 +109,17 @@ def load_params(path: str | os.PathLike) -> dict:
     return data
 
 
-def _declared(nb: Path) -> set[str]:
+def declared_parameters(nb: str | os.PathLike) -> list[str]:
+    """The names a notebook declares in its ``parameters`` cell, in order, as papermill
+    reads them (``papermill.inspect_notebook``)."""
     import papermill
-    return set(papermill.inspect_notebook(str(nb)).keys())
+    return list(papermill.inspect_notebook(str(nb)).keys())
+
+
+def _did_you_mean(name: str, allowed) -> str:
+    import difflib
+    close = difflib.get_close_matches(str(name), list(allowed), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
@@ -118,32 +127,58 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
 
     Keys naming a notebook (stem or the part after the number) hold that notebook's
     parameters; other keys go to every notebook that declares them in its ``parameters``
-    cell. Raises SpecError for a top-level key no notebook declares, or a notebook entry
-    that is not a mapping.
+    cell. Every name is checked against what papermill finds in the notebooks' parameters
+    cells (:func:`declared_parameters`), so that a misspelt name is refused here rather
+    than ignored by papermill with a warning.
+
+    Raises SpecError (nothing has run yet) for a parameter a notebook does not declare::
+
+        params: 'bs_lst' is not a parameter of notebook 03_sweep (did you mean 'bs_list'?); its parameters: ...
+
+    for a top-level key no notebook declares, or a notebook entry that is not a mapping.
     """
     by_name = {}
     for nb in notebooks:
         by_name[nb.stem] = nb
         by_name[_NAME.match(nb.name).group(2)] = nb
+    declared = {nb.stem: declared_parameters(nb) for nb in notebooks}
     out: dict[str, dict] = {nb.stem: {} for nb in notebooks}
     common = {}
     for key, value in params.items():
         if key in by_name:
             if not isinstance(value, dict):
                 raise SpecError(f"params[{key!r}]: must be a mapping of that notebook's parameters")
-            out[by_name[key].stem].update(value)
+            stem = by_name[key].stem
+            for name in value:
+                if name not in declared[stem]:
+                    raise SpecError(f"params: {name!r} is not a parameter of notebook {stem}"
+                                    f"{_did_you_mean(name, declared[stem])}; its parameters: "
+                                    f"{', '.join(declared[stem])}")
+            out[stem].update(value)
         else:
             common[key] = value
-    if common:
-        declared = {nb.stem: _declared(nb) for nb in notebooks}
-        for key, value in common.items():
-            takers = [stem for stem, names in declared.items() if key in names]
-            if not takers:
-                raise SpecError(f"params: {key!r} is not a parameter of any notebook run "
-                                f"({', '.join(sorted(set().union(*declared.values())))})")
-            for stem in takers:
-                out[stem].setdefault(key, value)
+    for key, value in common.items():
+        takers = [stem for stem, names in declared.items() if key in names]
+        if not takers:
+            every = sorted(set().union(*declared.values()))
+            raise SpecError(f"params: {key!r} is not a parameter of any notebook run "
+                            f"({', '.join(declared)}){_did_you_mean(key, every)}; their parameters: "
+                            f"{', '.join(every)}")
+        for stem in takers:
+            out[stem].setdefault(key, value)
     return out
+
+
+def _kernel_config(socket_dir: str):
+    """Kernel manager settings for a headless run: the kernel talks to papermill over IPC
+    sockets in ``socket_dir`` (a private folder), not TCP ports. Over TCP ipykernel warns
+    at start that the traffic is unencrypted, once per notebook; over IPC there is nothing
+    to warn about, and the kernel's other messages still reach stderr."""
+    from traitlets.config import Config
+    cfg = Config()
+    cfg.KernelManager.transport = "ipc"
+    cfg.KernelManager.ip = os.path.join(socket_dir, "kernel")
+    return cfg
 
 
 def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None = None,
@@ -161,7 +196,9 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
         log: callable taking one line of text per notebook (e.g. print), or None.
 
     A failing notebook is reported (``ok`` False, ``error``), and the others still run.
-    Raises SpecError for bad names or parameters (before anything runs).
+    Raises SpecError for bad names or parameters (before anything runs or is created).
+    The kernel runs over IPC sockets in a private temporary folder (no TCP port, no
+    unencrypted-transport warning).
     """
     import papermill
     notebooks = find_notebooks(folder, only)
@@ -179,8 +216,10 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
             t0 = time.perf_counter()
             ok, error = True, ""
             try:
-                papermill.execute_notebook(str(nb), str(target), parameters=p, kernel_name=kernel_name,
-                                           cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout_s)
+                with tempfile.TemporaryDirectory(prefix="combine_lab_kernel_") as sockets:
+                    papermill.execute_notebook(str(nb), str(target), parameters=p, kernel_name=kernel_name,
+                                               cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout_s,
+                                               config=_kernel_config(sockets))
             except papermill.PapermillExecutionError as e:
                 ok, error = False, f"cell {e.exec_count}: {e.ename}: {e.evalue}"
             except Exception as e:  # kernel died, timeout, missing kernel
