@@ -16,8 +16,9 @@
 # %% [markdown]
 # # 02 · Interactive tuning
 #
-# Set a case with the controls and watch the plan change: the **segment map** of every
-# destination PE (local_expert × src_rank, colour = bytes, SDMA segments outlined in red),
+# Set a case with the controls and watch the plan change: the **segment map** of every PE
+# (the expert owner, which sends each segment back to its src_rank: local_expert × src_rank,
+# colour = bytes, row counts as text, SDMA segments outlined in red),
 # the **bytes each plane would carry** and the **remote average** each segment must beat.
 # Changing a control runs nothing: it draws the routing (never the activations x) and replans.
 #

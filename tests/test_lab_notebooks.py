@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,9 @@ import nbformat
 import pytest
 from conftest import host_processes, twin_segments
 
-from combine_lab import cli, cli_lab, labio
-from combine_lab.sweep import TIDY_COLUMNS, read_sweep_csv
+from combine_lab import cli, cli_lab, labio, sweep
+from combine_lab.planner import DEFAULT_MIN_SDMA_BYTES
+from combine_lab.sweep import SUMMARY_COLUMNS, TIDY_COLUMNS, read_sweep_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -27,6 +29,7 @@ warmup: 0
 loops: 1
 walkthrough:
   skew_h: 8192
+  skew_repeats: 2
 02_tuning:
   pes: 2
   bs: 64
@@ -38,6 +41,7 @@ walkthrough:
   bs_list: "[16, 64]"
   h_list: 8192
   routings: [uniform, "hot-expert:0.5"]
+  repeats: 2
 """
 
 
@@ -68,14 +72,16 @@ def test_cli_leaves_executed_copies_figures_and_records(lab_out, capsys):
         assert (lab_out / f"{name}{labio.RECORD_SUFFIX}").is_file()
     pngs = {p.name for p in lab_out.glob("*.png")}
     assert {"01_segment_map_tiny.png", "01_segment_map_skewed.png", "01_compare_skewed.png", "02_segment_map.png",
-            "02_compare.png", "02_history.png", "03_comm_only_ratio_heatmaps.png",
+            "02_compare.png", "02_history.png", "03_comm_only_speedup_heatmaps.png",
             "03_sdma_share_vs_speedup.png"} <= pngs
     assert all((lab_out / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
 
 
 def test_walkthrough_exercises_and_checks_pass(lab_out):
     r = labio.read_record(lab_out, "01_walkthrough")
-    assert r["exercises"]["all_ok"] and len(r["exercises"]) == 6 and all(r["exercises"].values())
+    assert r["reveal_answers"] is True  # headless: our answers, which must all hold
+    assert r["exercises"]["all_ok"] and len(r["exercises"]) == 7 and all(r["exercises"].values())
+    assert "exercise 6 (rows SDMA takes off a remote core)" in r["exercises"]
     for part in ("tiny", "skewed"):
         for variant in ("classic", "doubleplane"):
             assert r[part][variant]["check_ok"] and r[part][variant]["counters_ok"], (part, variant)
@@ -83,6 +89,9 @@ def test_walkthrough_exercises_and_checks_pass(lab_out):
     assert r["skewed"]["classic"]["sdma_bytes"] == 0
     busiest = r["skewed_busiest_core_mte_bytes"]
     assert busiest["doubleplane"] < busiest["classic"]
+    timing = r["skewed_speedup"]  # times with their spread; speed-up MTE-only / dual-plane
+    assert timing["speedup_lo"] <= timing["speedup"] <= timing["speedup_hi"]
+    assert timing["verdict"].endswith("2 repeats") or timing["verdict"].startswith("mixed")
 
 
 def test_tuning_notebook_ran_the_app_twice(lab_out):
@@ -95,14 +104,70 @@ def test_sweep_csv_has_every_case_and_passing_checks(lab_out):
     r = labio.read_record(lab_out, "03_sweep")
     tidy = read_sweep_csv(lab_out / "sweep.csv")
     assert list(tidy.columns) == TIDY_COLUMNS
-    assert r["cases"] == 4 and r["rows"] == len(tidy) == 4 * 2 * 2  # cases x variants x metrics
+    # cases x repeats x variants x profiled PEs (prof_pe "all") x metrics
+    assert r["cases"] == 4 and r["repeats"] == 2 and r["rows"] == len(tidy) == 4 * 2 * 2 * 2 * 2
     assert (tidy["check"] == "PASS").all() and tidy["counters_ok"].all() and r["all_pass"]
     assert sorted(set(tidy["BS"])) == [16, 64] and set(tidy["H"]) == {8192} and set(tidy["Loops"]) == {1}
-    assert set(tidy["routing"]) == {"uniform", "hot-expert:0.5"}
+    assert set(tidy["routing"]) == {"uniform", "hot-expert:0.5"} and set(tidy["repeat"]) == {0, 1}
+    assert set(tidy["ProfPe"]) == {0, 1}
     assert set(zip(tidy["variant"], tidy["Metric"])) == {(v, m) for v in ("classic", "doubleplane")
                                                          for m in ("full_op", "comm_only")}
     dual_hot = tidy[(tidy["variant"] == "doubleplane") & (tidy["routing"] == "hot-expert:0.5") & (tidy["BS"] == 64)]
     assert (dual_hot["sdma_bytes"] > 0).all()
+    # the summary CSV: one speed-up convention, times with their spread, no-SDMA cases marked
+    summary = __import__("pandas").read_csv(lab_out / "sweep_summary.csv")
+    assert list(summary.columns) == SUMMARY_COLUMNS and not [c for c in summary.columns if "ratio" in c]
+    assert r["cases_with_sdma"] == int((summary["sdma_share"] > 0).sum()) == 1
+    assert (summary.loc[summary["sdma_share"] == 0, "comm_only_verdict"] == sweep.NO_SDMA).all()
+    assert r["speedup"] == sweep.SPEEDUP
+
+
+def _sweep_defaults() -> dict:
+    import papermill
+    declared = papermill.inspect_notebook(str(NOTEBOOKS / "03_sweep.ipynb"))
+    return {k: eval(v["default"], {"__builtins__": {}}) for k, v in declared.items()}  # noqa: S307 - our own cell
+
+
+def _planned(params: dict):
+    grid = sweep.make_grid(params["pes_list"], params["bs_list"], params["h_list"], params["topk_list"],
+                           params["expert_per_pe_list"], params["routings"], dtype=params["dtype"],
+                           seed=int(params["seed"]), skip_invalid=True)
+    return sweep.planned_shares(grid, int(params["min_sdma_bytes"]))
+
+
+def test_default_sweep_compares_cases_with_sdma_traffic():
+    """With its default parameters 03_sweep measures mostly cases that send by SDMA, at the
+    real 2 MiB floor, with enough loops and repeats for a spread."""
+    d = _sweep_defaults()
+    assert d["min_sdma_bytes"] == DEFAULT_MIN_SDMA_BYTES and d["repeats"] >= 3 and d["loops"] >= 10
+    assert d["prof_pe"] == "all"
+    shares = _planned(d)
+    with_sdma = shares[shares["sdma_share"] > 0]
+    assert len(with_sdma) >= 6 and len(with_sdma) >= 0.75 * len(shares), shares
+    assert with_sdma["sdma_share"].min() >= 0.1
+    assert {"uniform"} < set(with_sdma["routing"])  # skewed routings too
+
+
+def test_readme_papermill_example_is_not_degenerate_and_writes_under_output():
+    """The README's papermill line: output notebook under output/ (ignored by git), and -p
+    values that give cases with SDMA traffic; the 03_sweep notebook shows the same line."""
+    lines = [ln.strip() for ln in (ROOT / "README.md").read_text().splitlines()
+             if ln.strip().startswith("papermill notebooks/03_sweep.ipynb")]
+    assert len(lines) == 1, lines
+    argv = shlex.split(lines[0])
+    out_nb = Path(argv[2])
+    assert out_nb.parts[0] == "output" and out_nb.suffix == ".ipynb"
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(out_nb)], cwd=ROOT)
+    assert ignored.returncode == 0, f"{out_nb} is not ignored by git"
+    assert f"mkdir -p {out_nb.parent}" in (ROOT / "README.md").read_text()  # papermill does not create it
+    assert lines[0] in (NOTEBOOKS / "03_sweep.py").read_text()
+    params = _sweep_defaults()
+    args = argv[3:]
+    for flag, name, value in zip(args[::3], args[1::3], args[2::3]):
+        assert flag == "-p" and name in params
+        params[name] = value  # as papermill passes it: a string
+    shares = _planned(params)
+    assert (shares["sdma_share"] > 0).sum() >= len(shares) // 2, shares
 
 
 def test_papermill_cli_with_a_string_list(tmp_path, no_leaks):
@@ -111,18 +176,26 @@ def test_papermill_cli_with_a_string_list(tmp_path, no_leaks):
     env = {**os.environ, "MPLBACKEND": "Agg"}
     cmd = [sys.executable, "-m", "papermill", str(NOTEBOOKS / "03_sweep.ipynb"), str(out_nb), "-p", "bs_list",
            "[8,16]", "-p", "h_list", "64", "-p", "routings", "uniform", "-p", "loops", "1", "-p", "warmup", "0",
-           "-p", "output_dir", str(tmp_path), "-k", cli_lab.KERNEL_NAME, "--no-progress-bar"]
+           "-p", "repeats", "1", "-p", "prof_pe", "0", "-p", "output_dir", str(tmp_path), "-k", cli_lab.KERNEL_NAME,
+           "--no-progress-bar"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     tidy = read_sweep_csv(tmp_path / "sweep.csv")
     assert sorted(set(tidy["BS"])) == [8, 16] and len(tidy) == 2 * 2 * 2 and (tidy["check"] == "PASS").all()
+    # tiny rows: nothing reaches the floor; the notebook says so, and so does the figure
+    assert labio.read_record(tmp_path, "03_sweep")["cases_with_sdma"] == 0
+    text = "".join(o.get("text", "") for c in nbformat.read(out_nb, as_version=4).cells if c.cell_type == "code"
+                   for o in c.get("outputs", []))
+    assert "WARNING: no case sends anything by SDMA" in text
+    assert (tmp_path / "03_sdma_share_vs_speedup.png").is_file()
 
 
 def test_notebooks_declare_parameters():
     import papermill
     declared = papermill.inspect_notebook(str(NOTEBOOKS / "03_sweep.ipynb"))
     assert {"pes_list", "bs_list", "h_list", "topk_list", "expert_per_pe_list", "routings", "dtype", "warmup",
-            "loops", "target", "output_dir"} <= set(declared)
+            "loops", "repeats", "target", "min_sdma_bytes", "prof_pe", "output_dir"} <= set(declared)
+    assert "reveal_answers" in papermill.inspect_notebook(str(NOTEBOOKS / "01_walkthrough.ipynb"))
     for name in NAMES:
         assert "output_dir" in papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb"))
 
@@ -139,6 +212,48 @@ def test_cli_refuses_bad_params_before_running(tmp_path, capsys, text, suffix, f
     assert cli.main(["notebooks", "--params", str(p), "--out", str(tmp_path / "o")]) == 2
     assert fragment in capsys.readouterr().err
     assert not list(tmp_path.glob("o/*.ipynb"))
+
+
+def test_cli_refuses_a_misspelt_notebook_parameter_before_running(tmp_path, capsys, monkeypatch):
+    """papermill would only warn "Passed unknown parameter" and run with the defaults."""
+    import papermill
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("ran a notebook"))
+    p = tmp_path / "params.yaml"
+    p.write_text("loops: 2\n03_sweep:\n  bs_lst: [8, 16]\n")
+    assert cli.main(["notebooks", "--params", str(p), "--out", str(tmp_path / "o")]) == 2
+    allowed = cli_lab.declared_parameters(NOTEBOOKS / "03_sweep.ipynb")
+    assert allowed[:3] == ["output_dir", "pes_list", "bs_list"]
+    assert capsys.readouterr().err == (
+        "combine-lab: error: params: 'bs_lst' is not a parameter of notebook 03_sweep (did you mean 'bs_list'?); "
+        f"its parameters: {', '.join(allowed)}\n")
+    assert not (tmp_path / "o").exists()
+    p.write_text("walkthrough:\n  zzz: 1\n")
+    assert cli.main(["notebooks", "--params", str(p), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "params: 'zzz' is not a parameter of notebook 01_walkthrough; its parameters: output_dir, " in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_reader_mode_and_a_quiet_kernel(tmp_path):
+    """reveal_answers False: the exercises wait for the reader's answers and the notebook
+    still runs to the end; the kernel runs over IPC, so no TCP-encryption warning on stderr."""
+    before = sorted(p.name for p in NOTEBOOKS.iterdir())
+    params = tmp_path / "params.yaml"
+    params.write_text("warmup: 0\nloops: 1\nwalkthrough:\n  reveal_answers: false\n  skew_h: 8192\n"
+                      "  skew_repeats: 1\n")
+    out = tmp_path / "o"
+    proc = subprocess.run([sys.executable, "-m", "combine_lab", "notebooks", "--only", "walkthrough", "--params",
+                           str(params), "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "MPLBACKEND": "Agg"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "without encryption" not in proc.stderr and "IPKernelApp" not in proc.stderr, proc.stderr
+    r = labio.read_record(out, "01_walkthrough")
+    assert r["reveal_answers"] is False and r["exercises"]["all_ok"] is False
+    assert len(r["exercises"]) == 7 and not any(r["exercises"].values())
+    text = "".join(o.get("text", "") for c in nbformat.read(out / "01_walkthrough.ipynb", as_version=4).cells
+                   if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "0 of 6 exercises right" in text and "no answer yet: put yours in answer_6" in text
+    assert sorted(p.name for p in NOTEBOOKS.iterdir()) == before  # no kernel sockets left beside the notebooks
 
 
 def test_cli_refuses_unknown_notebook_and_missing_params(tmp_path, capsys):
