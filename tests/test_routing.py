@@ -169,7 +169,7 @@ def test_list_traces():
 def test_trace_needs_matching_expert_count():
     with pytest.raises(SpecError) as err:
         CaseSpec(pes=2, bs=4, h=2, topk=2, expert_per_pe=8, routing="trace:mixtral/arxiv/15")
-    assert str(err.value) == ("routing='trace:mixtral/arxiv/15': moe_expert_num=16 must equal "
+    assert str(err.value) == ("routing='trace:mixtral/arxiv/15': moe_expert_num=16 (pes*expert_per_pe) must equal "
                               "the trace's expert count 8")
 
 
