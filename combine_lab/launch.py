@@ -49,6 +49,29 @@ def new_session() -> str:
     return f"{tag}cl{os.getpid()}_{uuid.uuid4().hex[:12]}"
 
 
+def tagged_segments(tag: str) -> set[str]:
+    """Names of the twin's /dev/shm segments whose session starts with ``tag`` (see :func:`new_session`)."""
+    return {p.name for p in Path("/dev/shm").glob(f"{SHM_PREFIX}{tag}*")}
+
+
+def tagged_host_pids(tag: str) -> set[int]:
+    """PIDs of live (not zombie) host-driver processes started with ``COMBINE_LAB_SESSION_TAG=tag``."""
+    marker = f"COMBINE_LAB_SESSION_TAG={tag}".encode()
+    out = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if not (d / "cmdline").read_bytes().split(b"\0")[0].endswith(b"combine_host"):
+                continue
+            state = (d / "stat").read_text().split(")")[-1].split()[0]
+            if state != "Z" and marker in (d / "environ").read_bytes().split(b"\0"):
+                out.add(int(d.name))
+        except (OSError, IndexError):
+            continue
+    return out
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now (for SHMEM's ``ip_port``)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

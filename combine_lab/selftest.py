@@ -18,7 +18,7 @@ import numpy as np
 
 from .build import build, default_build_dir, source_root
 from .case import case_from_arrays
-from .launch import SHM_PREFIX, LaunchError
+from .launch import LaunchError, tagged_host_pids, tagged_segments
 from .runner import prepare_case, run_case
 from .spec import CaseSpec
 
@@ -91,24 +91,6 @@ class Report:
                          + tail)
 
 
-def _segments(tag: str) -> set[str]:
-    return {p.name for p in Path("/dev/shm").glob(f"{SHM_PREFIX}{tag}*")}
-
-
-def _host_pids(tag: str) -> set[int]:
-    out = set()
-    marker = f"COMBINE_LAB_SESSION_TAG={tag}".encode()
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if (d / "cmdline").read_bytes().split(b"\0")[0].endswith(b"combine_host") and \
-                        marker in (d / "environ").read_bytes().split(b"\0"):
-                    out.add(int(d.name))
-            except OSError:
-                pass
-    return out
-
-
 def run_selftest(seeds: int = 5) -> Report:
     """Run the short checker and fault suite on the twin; returns the :class:`Report`.
 
@@ -132,7 +114,7 @@ def run_selftest(seeds: int = 5) -> Report:
 
 def _run_selftest(seeds: int, tag: str) -> Report:
     rep = Report()
-    segs0, pids0, fds0 = _segments(tag), _host_pids(tag), len(os.listdir("/proc/self/fd"))
+    segs0, pids0, fds0 = tagged_segments(tag), tagged_host_pids(tag), len(os.listdir("/proc/self/fd"))
 
     # 1. The checker catches broken kernels.
     caught = []
@@ -199,7 +181,7 @@ def _run_selftest(seeds: int, tag: str) -> Report:
         rep.failures.append(f"{3 - fault_ok} fault cases misbehaved")
 
     # 4. Leaks.
-    segs, pids, fds = _segments(tag) - segs0, _host_pids(tag) - pids0, len(os.listdir("/proc/self/fd")) - fds0
+    segs, pids, fds = tagged_segments(tag) - segs0, tagged_host_pids(tag) - pids0, len(os.listdir("/proc/self/fd")) - fds0
     rep.leaks = len(segs) + len(pids) + max(fds, 0)
     rep.lines.append(f"  leaks        shared-memory segments {len(segs)}, PE processes {len(pids)}, "
                      f"open files {max(fds, 0)}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from combine_lab.build import build
-from combine_lab.launch import SHM_PREFIX
+from combine_lab.launch import tagged_host_pids, tagged_segments
 
 
 RUN_TAG = f"t{uuid.uuid4().hex[:8]}"
@@ -22,28 +22,12 @@ os.environ["COMBINE_LAB_SESSION_TAG"] = RUN_TAG
 
 def twin_segments() -> set[str]:
     """This test run's twin shared-memory segments."""
-    return {p.name for p in Path("/dev/shm").glob(f"{SHM_PREFIX}{RUN_TAG}*")}
+    return tagged_segments(RUN_TAG)
 
 
 def host_processes() -> list[int]:
     """PIDs of running combine_host processes started by this test run."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().split(b"\0")[0]
-        except OSError:
-            continue
-        if cmd.endswith(b"combine_host"):
-            try:
-                state = (d / "stat").read_text().split(")")[-1].split()[0]
-                mine = f"COMBINE_LAB_SESSION_TAG={RUN_TAG}".encode() in (d / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if state != "Z" and mine:
-                pids.append(int(d.name))
-    return pids
+    return sorted(tagged_host_pids(RUN_TAG))
 
 
 @pytest.fixture(scope="session")
