@@ -36,6 +36,7 @@ from .capabilities import detect
 from .case import Case, make_case
 from .errors import CaseFileError, SpecError
 from .launch import LaunchError
+from .capacity import window_geometry
 from .planner import DEFAULT_MIN_SDMA_BYTES, Plan, plan_counts
 from .results import ResultFileError
 from .routing import parse_routing
@@ -368,9 +369,8 @@ class TuningApp:
 
     # ------------------------------------------------------------------ run
     def _run_bytes(self, spec: CaseSpec) -> int:
-        stride = -(-spec.row_bytes // 32) * 32
         rows = spec.pes * spec.bs * spec.topk + 2 * spec.pes * spec.bs
-        return rows * spec.row_bytes + spec.pes * spec.bs * spec.topk * (stride + 32)
+        return rows * spec.row_bytes + spec.pes * window_geometry(spec)["window_bytes"]
 
     def run(self) -> dict | None:
         """Build if needed, run classic and dual-plane on the chosen target, check, plot, record.

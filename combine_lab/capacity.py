@@ -23,12 +23,31 @@ class CapacityError(SpecError):
     """The case does not fit this machine; the message gives bytes needed and available."""
 
 
-def window_bytes(spec: CaseSpec) -> int:
-    """One PE's symmetric window, bytes: bs*topk payload slots of align_up(h*sizeof(T), 32),
-    bs*topk status slots of 32 B, and a 32 B block of ready values (combine-facts section 5)."""
+STATUS_SLOT_BYTES = 32
+READY_BLOCK_BYTES = 32  # the ready values status puts copy from (kernels/combine_kernel.h)
+
+
+def window_geometry(spec: CaseSpec) -> dict:
+    """The symmetric window of one PE (combine-facts section 5), all sizes in bytes.
+
+    Returns ``{"slots": bs*topk, "row_bytes": h*sizeof(T), "slot_stride": align_up(row_bytes, 32),
+    "payload_bytes": slots*slot_stride, "status_offset": payload_bytes, "status_slot_bytes": 32,
+    "window_bytes": payload_bytes + slots*32}``. Slot ``token_id*topk + topk_id`` holds that
+    (token, choice)'s expert output at ``slot*slot_stride`` and its ready flag at
+    ``status_offset + slot*32``.
+    """
     slots = spec.bs * spec.topk
-    stride = (spec.row_bytes + 31) // 32 * 32
-    return slots * stride + slots * 32 + 32
+    stride = -(-spec.row_bytes // 32) * 32
+    payload = slots * stride
+    return {"slots": slots, "row_bytes": spec.row_bytes, "slot_stride": stride, "payload_bytes": payload,
+            "status_offset": payload, "status_slot_bytes": STATUS_SLOT_BYTES,
+            "window_bytes": payload + slots * STATUS_SLOT_BYTES}
+
+
+def window_bytes(spec: CaseSpec) -> int:
+    """One PE's symmetric window as the driver allocates it, bytes: the payload and status
+    slots of :func:`window_geometry` plus the 32 B block of ready values."""
+    return window_geometry(spec)["window_bytes"] + READY_BLOCK_BYTES
 
 
 def twin_heap_bytes(spec: CaseSpec) -> int:

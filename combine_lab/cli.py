@@ -20,7 +20,8 @@ from .capacity import check_capacity
 from .errors import CaseFileError, SpecError
 from .launch import LaunchError
 from .results import ResultFileError, perf_csv_name, write_summary_csv
-from .runner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, RunResult, compare, prepare_case, run_case
+from .planner import DEFAULT_MIN_SDMA_BYTES
+from .runner import VARIANTS, RunResult, compare, prepare_case, run_case
 from .spec import CaseSpec
 
 
@@ -127,7 +128,7 @@ def _cmd_run(a: argparse.Namespace, variants: list[str]) -> int:
     out_dir = Path(a.output_dir)
     rows, bad, written = [], 0, set()
     for spec in _progress(specs, "combine"):
-        prepared = prepare_case(spec, a.work_dir)
+        prepared = prepare_case(spec, a.work_dir, a.target)
         try:
             for variant in cli_npu.runnable(variants, a, spec, rows):  # npu: doubleplane refused on CANN < 9
                 res = run_case(prepared, variant, min_sdma_bytes=a.min_sdma_bytes, warmup=a.warmup, loops=a.loops,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .capacity import STATUS_SLOT_BYTES, window_geometry
 from .case import Case
 from .errors import SpecError
 from .planner import Plan
@@ -17,8 +18,6 @@ from .planner import Plan
 __all__ = ["STATUS_SLOT_BYTES", "SDMA_QUIET_EVERY", "window_geometry", "routing_table", "segment_table",
            "dispatch_table", "decision_table", "core_load", "core_program"]
 
-#: Bytes of one status slot in a PE's window (8 int32, ready value 1; combine-facts section 5).
-STATUS_SLOT_BYTES = 32
 #: The kernel SDMA-quiets after this many outstanding SDMA issues (combine-facts section 5).
 SDMA_QUIET_EVERY = 256
 
@@ -27,23 +26,6 @@ def _check_pe(case: Case, pe: int) -> int:
     if not isinstance(pe, (int, np.integer)) or not 0 <= pe < case.spec.pes:
         raise SpecError(f"pe={pe!r}: must be in [0, pes={case.spec.pes})")
     return int(pe)
-
-
-def window_geometry(spec) -> dict:
-    """The symmetric window of one PE (combine-facts section 5), all sizes in bytes.
-
-    Returns ``{"slots": bs*topk, "row_bytes": h*sizeof(T), "slot_stride": align_up(row_bytes, 32),
-    "payload_bytes": slots*slot_stride, "status_offset": payload_bytes, "status_slot_bytes": 32,
-    "window_bytes": payload_bytes + slots*32}``. Slot ``token_id*topk + topk_id`` holds that
-    (token, choice)'s expert output at ``slot*slot_stride`` and its ready flag at
-    ``status_offset + slot*32``.
-    """
-    slots = spec.bs * spec.topk
-    stride = -(-spec.row_bytes // 32) * 32
-    payload = slots * stride
-    return {"slots": slots, "row_bytes": spec.row_bytes, "slot_stride": stride, "payload_bytes": payload,
-            "status_offset": payload, "status_slot_bytes": STATUS_SLOT_BYTES,
-            "window_bytes": payload + slots * STATUS_SLOT_BYTES}
 
 
 def routing_table(case: Case, src_rank: int | None = None) -> pd.DataFrame:

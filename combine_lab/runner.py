@@ -25,13 +25,13 @@ from .capacity import check_capacity
 from .case import Case, make_case
 from .errors import SpecError
 from .launch import LaunchError, bootstrap_ipport, host_argv, launch_pes
-from .planner import Plan, plan as make_plan
+from .planner import DEFAULT_MIN_SDMA_BYTES, Plan
+from .planner import plan as make_plan
 from .results import (counters_frame, perf_csv_name, read_counters, read_perf_csv, write_perf_csv)
 from .spec import CaseSpec
 
 #: CLI variant name -> planner policy (the kernel's launch argument).
 VARIANTS = {"classic": "mte_only", "doubleplane": "dual_plane"}
-DEFAULT_MIN_SDMA_BYTES = 2 * 1024 * 1024
 _MISMATCH_EXIT = 2  # the driver's status when x_out differs from golden
 
 
@@ -56,7 +56,12 @@ class PreparedCase:
 CaseLike = Union[CaseSpec, Case, PreparedCase, str, os.PathLike]
 
 
-def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None) -> PreparedCase:
+def _rows_per_pe(case: Case) -> list[int]:
+    """Received rows per destination PE (the last cumulative count of each)."""
+    return case.segment_counts.sum(axis=1).astype(int).tolist()
+
+
+def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None, target: str = "cpu") -> PreparedCase:
     """Make ``case`` ready to run: build it from a spec, and write its files if needed.
 
     Args:
@@ -64,6 +69,7 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None) -> P
             path of a reference case folder ``.../golden/shape_*`` (read and validated).
         work_dir: where to write the files; default a fresh temporary folder that
             :meth:`PreparedCase.cleanup` removes.
+        target: where it will run (``cpu``: the twin's /dev/shm heaps are counted too).
 
     Raises:
         SpecError, CaseFileError: invalid spec or case files (before anything is launched).
@@ -78,9 +84,9 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None) -> P
             raise SpecError(f"case={path}: a case folder must sit in <root>/golden/ (combine-facts section 3)")
         return PreparedCase(loaded, path.resolve().parent.parent)
     if isinstance(case, CaseSpec):
-        check_capacity(case, work_dir, draws_x=True)  # before drawing anything
+        check_capacity(case, work_dir, target=target, draws_x=True)  # before drawing anything
         case = make_case(case)
-    check_capacity(case.spec, work_dir, [int(c[-1]) if len(c) else 0 for c in case.ep_recv_count])
+    check_capacity(case.spec, work_dir, _rows_per_pe(case), target)
     owns = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="combine_lab_")) if owns else Path(work_dir)
     write_case(case, root)
@@ -160,6 +166,7 @@ class RunResult:
             return []
         got = self.plane_bytes()
         want = self.plan.totals
+        by_plane = self.counters.set_index(["pe", "plane"])
         out = []
         for pe in got.index:
             w = want.loc[pe]
@@ -168,7 +175,7 @@ class RunResult:
             for k, v in expect.items():
                 if int(got.loc[pe, k]) != int(v):
                     out.append(f"PE {pe}: {k} counted {int(got.loc[pe, k])}, planned {int(v)}")
-            sdma_status = int(self.counters.set_index(["pe", "plane"]).loc[(pe, "SDMA"), "status_writes"])
+            sdma_status = int(by_plane.loc[(pe, "SDMA"), "status_writes"])
             if sdma_status:
                 out.append(f"PE {pe}: {sdma_status} status writes went by SDMA; they must go by MTE")
         return out
@@ -231,7 +238,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         refusal = npu_variant_refusal(variant)  # dual-plane needs SDMA (CANN >= 9.0.0)
         if refusal:
             raise build_mod.VariantRefused(refusal)
-    prepared = prepare_case(case, work_dir)
+    prepared = prepare_case(case, work_dir, target)
     spec = prepared.case.spec
     if prof_pe == "all":
         prof_pes = list(range(spec.pes))
@@ -240,8 +247,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
     else:
         raise SpecError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {spec.pes - 1}]")
     policy = VARIANTS[variant]
-    check_capacity(spec, prepared.case_root, [int(c[-1]) if len(c) else 0 for c in prepared.case.ep_recv_count],
-                   target)
+    check_capacity(spec, prepared.case_root, _rows_per_pe(prepared.case), target)
     the_plan = make_plan(prepared.case, policy, min_sdma_bytes=min_sdma_bytes)
     try:
         binary = Path(binary) if binary is not None else build_mod.build(target)
