@@ -153,7 +153,8 @@ def _cmd_run(a: argparse.Namespace, variants: list[str]) -> int:
     print(pd.DataFrame(rows).to_string(index=False))
     if a.perf and written:
         for variant in variants:
-            files = sorted(p for p in written if p.name.startswith(f"combine_{variant}_perf_rank"))
+            files = sorted(p for p in written if p.name in {perf_csv_name(f"combine_{variant}", r)
+                                                            for r in range(max(s.pes for s in specs))})
             if len(files) > 1 or len(specs) > 1:
                 summary = out_dir / f"combine_{variant}_perf_summary.csv"
                 write_summary_csv(files, summary)

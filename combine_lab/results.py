@@ -36,6 +36,12 @@ def perf_csv_name(name: str, rank: int) -> str:
     return f"{name}_perf_rank{rank}.csv"
 
 
+def counters_name(name: str, rank: int) -> str:
+    """``<name>_counters_rank<r>.json``: the twin's counters beside ``perf_csv_name(name, r)``
+    (host/combine_host.cpp derives it from the CSV path the same way)."""
+    return f"{name}_counters_rank{rank}.json"
+
+
 def read_perf_csv(path: str | Path) -> pd.DataFrame:
     """Read one perf CSV into a DataFrame.
 

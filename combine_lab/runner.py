@@ -27,7 +27,7 @@ from .errors import SpecError
 from .launch import LaunchError, bootstrap_ipport, host_argv, launch_pes
 from .planner import DEFAULT_MIN_SDMA_BYTES, Plan
 from .planner import plan as make_plan
-from .results import (counters_frame, perf_csv_name, read_counters, read_perf_csv, write_perf_csv)
+from .results import counters_frame, counters_name, perf_csv_name, read_counters, read_perf_csv, write_perf_csv
 from .spec import CaseSpec
 
 #: CLI variant name -> planner policy (the kernel's launch argument).
@@ -272,7 +272,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
             if perf and csv_of(ppe).is_file():
                 perf_frames.append(read_perf_csv(csv_of(ppe)))
                 csv_of(ppe).unlink()  # the next prof PE's run appends afresh
-        counters = [read_counters(run_dir / f"{name}_counters_rank{r}.json") for r in range(spec.pes)] \
+        counters = [read_counters(run_dir / counters_name(name, r)) for r in range(spec.pes)] \
             if target == "cpu" else []
         x_out, checks = [], []
         for r in range(spec.pes):
@@ -286,8 +286,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         if output_dir is not None and not perf_df.empty:
             append_perf_rows(perf_df, Path(output_dir), name)
             for r in range(spec.pes if counters else 0):  # the twin's counters go beside the perf CSVs
-                shutil.copyfile(run_dir / f"{name}_counters_rank{r}.json",
-                                Path(output_dir) / f"{name}_counters_rank{r}.json")
+                shutil.copyfile(run_dir / counters_name(name, r), Path(output_dir) / counters_name(name, r))
         return RunResult(case_id=spec.case_id, routing=spec.routing, variant=variant, policy=policy,
                          min_sdma_bytes=min_sdma_bytes, target=target, x_out=x_out, checks=checks, perf=perf_df,
                          counters=counters_frame(counters, "last") if counters else pd.DataFrame(),
