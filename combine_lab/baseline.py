@@ -143,7 +143,7 @@ def run_baseline(prepared, *, target: str = "cpu", warmup: int = 1, loops: int =
         for r in range(spec.pes):
             x = np.fromfile(run_dir / f"x_out_{r}.bin", dtype=spec.np_dtype).reshape(spec.bs, spec.h)
             x_out.append(x)
-            checks.append(check_x_out(x, prepared.case.golden(r), spec.dtype))
+            checks.append(check_x_out(x, prepared.golden(r), spec.dtype))
         times = pd.DataFrame(json.loads((run_dir / "times.json").read_text()))
         return BaselineResult(spec.case_id, spec.routing, target, backend, x_out, checks, times, run_dir)
     finally:

@@ -47,6 +47,12 @@ class PreparedCase:
     def case_dir(self) -> Path:
         return self.case_root / "golden" / self.case.spec.case_id
 
+    def golden(self, r: int) -> np.ndarray:
+        """PE r's golden x_out as written in the case files (what the PEs check against), T [bs, h]."""
+        spec = self.case.spec
+        g = np.fromfile(self.case_dir / f"rank_{r}" / "golden_x_out.bin", dtype=spec.np_dtype)
+        return g.reshape(spec.bs, spec.h)
+
     def cleanup(self) -> None:
         """Remove the case files if this object created their folder."""
         if self.owns_root:
@@ -279,9 +285,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
             x = np.fromfile(prepared.case_root / "output" / f"x_out_{r}.bin", dtype=spec.np_dtype)
             x = x.reshape(spec.bs, spec.h)
             x_out.append(x)
-            # The golden the PEs checked against: the case file, whatever made it.
-            golden = np.fromfile(prepared.case_dir / f"rank_{r}" / "golden_x_out.bin", dtype=spec.np_dtype)
-            checks.append(check_x_out(x, golden.reshape(spec.bs, spec.h), spec.dtype))
+            checks.append(check_x_out(x, prepared.golden(r), spec.dtype))  # the file the PEs checked against
         perf_df = pd.concat(perf_frames, ignore_index=True) if perf_frames else pd.DataFrame()
         if output_dir is not None and not perf_df.empty:
             append_perf_rows(perf_df, Path(output_dir), name)
