@@ -443,10 +443,7 @@ class TuningApp:
         fig = plots.compare_per_pe(runs)
         self.figures["compare"] = fig
         self.compare_image.value = plots.figure_png(fig)
-        pb = d.plane_bytes()
-        total = float(pb["mte_bytes"].sum() + pb["sdma_bytes"].sum()) if len(pb) else 0.0
-        share = float(pb["sdma_bytes"].sum()) / total if total else float(
-            d.plan.totals["sdma_bytes"].sum() / max(float((d.plan.totals["mte_bytes"] + d.plan.totals["sdma_bytes"]).sum()), 1.0))
+        share = d.sdma_share()
         row = {"run": len(self.history) + 1, "case_id": c.case_id, "routing": c.routing, "dtype": self.spec.dtype,
                "target": c.target, "min_sdma_bytes": v["min_sdma_bytes"], "warmup": v["warmup"], "loops": v["loops"]}
         for metric in ("comm_only", "full_op"):

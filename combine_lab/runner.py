@@ -162,6 +162,18 @@ class RunResult:
                               for p in pes],
         }, index=pd.Index(pes, name="pe"))
 
+    def sent_bytes(self) -> tuple[int, int]:
+        """Payload bytes (MTE, SDMA) of one launch, all PEs: the twin's counters, or the plan
+        where there are none (NPU)."""
+        pb = self.plane_bytes()
+        src = pb if len(pb) else self.plan.totals
+        return int(src["mte_bytes"].sum()), int(src["sdma_bytes"].sum())
+
+    def sdma_share(self) -> float:
+        """SDMA's share of the payload bytes of one launch, in [0, 1] (0 when nothing was sent)."""
+        mte, sdma = self.sent_bytes()
+        return sdma / (mte + sdma) if mte + sdma else 0.0
+
     def counter_mismatches(self) -> list[str]:
         """Differences between what the twin counted and what the plan says, one line each.
 

@@ -134,16 +134,12 @@ def planned_shares(specs, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> pd.Da
 
 
 def _rows_of(res: runner.RunResult, spec: CaseSpec, target: str, seed: int, repeat: int) -> list[dict]:
-    pb = res.plane_bytes()
-    if len(pb):
-        mte, sdma = int(pb["mte_bytes"].sum()), int(pb["sdma_bytes"].sum())
-    else:  # no counters (NPU): the plan is what was sent
-        mte, sdma = int(res.plan.totals["mte_bytes"].sum()), int(res.plan.totals["sdma_bytes"].sum())
+    mte, sdma = res.sent_bytes()
     extra = {
         "variant": res.variant, "repeat": repeat, "policy": res.policy, "routing": res.routing, "seed": seed,
         "target": target, "min_sdma_bytes": res.min_sdma_bytes, "mte_bytes": mte, "sdma_bytes": sdma,
         "planned_sdma_bytes": int(res.plan.totals["sdma_bytes"].sum()), "payload_bytes": mte + sdma,
-        "sdma_share": sdma / (mte + sdma) if mte + sdma else 0.0,
+        "sdma_share": res.sdma_share(),
         "check": "PASS" if res.check_ok else "FAIL",
         "max_abs_err": max((c.max_abs_err for c in res.checks), default=float("nan")),
         "counters_ok": not res.counter_mismatches(), "error": "",
