@@ -1,7 +1,11 @@
 # NPU target: the same kernel (kernels/combine_kernel.cpp) and host driver (host/*.cpp) as the
-# CPU twin, built by bisheng against CANN (acl/acl.h, kernel_operator.h) and SHMEM (aclshmem.h,
-# libshmem). combine-facts section 7; flags as the SHMEM examples use them (the kernel source
-# gets -xcce and --cce-aicore-arch, the link --cce-fatobj-link with the same arch).
+# CPU twin, built by bisheng against CANN (acl/acl.h, kernel_operator.h) and SHMEM (shmem.h,
+# its device sources, libshmem). combine-facts sections 7 and 10. The kernel's flag set
+# follows the bisheng release, as SHMEM's own build does: `bisheng -v` dated 2026-03-27 or
+# later compiles device code with -xasc --npu-arch=dav-2201 (A2/A3; dav-3510 on Ascend950)
+# --cce-auto-infer-kernel-type=false (and --cce-auto-set-ffts=false, FFTS_CONFIG=1 on A2/A3),
+# links with --cce-fatobj-link; older ones with -xcce --cce-aicore-arch=dav-c220 (dav-c310)
+# and the -mllvm options, linking with --cce-fatobj-link and the same arch.
 #
 # Inputs (cache variables; combine_lab.build passes all of them, a manual configure may rely on
 # the environment after `source <CANN>/set_env.sh`):
@@ -9,8 +13,10 @@
 #                       given on the cmake command line, the compiler is fixed at project().
 #   ASCEND_HOME_PATH    CANN toolkit (default: $ASCEND_HOME_PATH, then $ASCEND_TOOLKIT_HOME).
 #   SHMEM_HOME          SHMEM install or source build (default: $SHMEM_HOME, then $SHMEM_HOME_PATH);
-#                       headers and libshmem.so under <SHMEM_HOME>/shmem, <SHMEM_HOME> or
-#                       <SHMEM_HOME>/install/shmem.
+#                       include/shmem.h and lib/libshmem.so under <SHMEM_HOME>/shmem, <SHMEM_HOME>
+#                       or <SHMEM_HOME>/install/shmem; the device sources (src/device, src) beside
+#                       them (an install) or under <SHMEM_HOME> (a source tree).
+#   COMBINE_BISHENG_FLAGS  asc (-xasc, bisheng >= 2026-03-27) or cce (-xcce); default from `bisheng -v`.
 #   COMBINE_NPU_SOC     SoC name (Ascend910B3, Ascend910_9391, Ascend950...); sets the arch.
 #   COMBINE_NPU_ARCH    dav-c220 (A2/A3) or dav-c310 (Ascend950); default from the SoC.
 #   COMBINE_NPU_SDMA    ON when CANN >= 9.0.0 (SHMEM's SDMA engine); OFF builds an MTE-only driver.
@@ -49,12 +55,12 @@ if(NOT SHMEM_HOME)
 endif()
 set(COMBINE_SHMEM_ROOT "")
 foreach(_cand "${SHMEM_HOME}/shmem" "${SHMEM_HOME}" "${SHMEM_HOME}/install/shmem")
-  if(NOT COMBINE_SHMEM_ROOT AND EXISTS "${_cand}/include/aclshmem.h" AND EXISTS "${_cand}/lib/libshmem.so")
+  if(NOT COMBINE_SHMEM_ROOT AND EXISTS "${_cand}/include/shmem.h" AND EXISTS "${_cand}/lib/libshmem.so")
     set(COMBINE_SHMEM_ROOT "${_cand}")
   endif()
 endforeach()
 if(NOT SHMEM_HOME OR NOT COMBINE_SHMEM_ROOT)
-  combine_npu_fail("SHMEM not found (SHMEM_HOME='${SHMEM_HOME}'): need include/aclshmem.h and lib/libshmem.so "
+  combine_npu_fail("SHMEM not found (SHMEM_HOME='${SHMEM_HOME}'): need include/shmem.h and lib/libshmem.so "
                    "under it or its shmem/ folder; build SHMEM (bash scripts/build.sh) and set SHMEM_HOME")
 endif()
 
@@ -75,6 +81,25 @@ if(NOT COMBINE_NPU_ARCH MATCHES "^dav-c(220|310)$")
   combine_npu_fail("COMBINE_NPU_ARCH='${COMBINE_NPU_ARCH}': must be dav-c220 or dav-c310")
 endif()
 option(COMBINE_NPU_SDMA "SHMEM SDMA engine available (CANN >= 9.0.0)" OFF)
+
+# ---- bisheng flag set, by its release date (SHMEM switched at 2026-03-27) ----
+if(NOT COMBINE_BISHENG_FLAGS)
+  execute_process(COMMAND "${CMAKE_CXX_COMPILER}" -v OUTPUT_VARIABLE _bs_out ERROR_VARIABLE _bs_err
+                  RESULT_VARIABLE _bs_rc TIMEOUT 30)
+  string(REGEX MATCH "(20[0-9][0-9])-([01][0-9])-([0-3][0-9])" _bs_date "${_bs_out} ${_bs_err}")
+  set(_flags cce)
+  if(_bs_date)
+    string(REPLACE "-" "" _bs_stamp "${_bs_date}")
+    if(_bs_stamp GREATER_EQUAL 20260327)
+      set(_flags asc)
+    endif()
+  endif()
+  set(COMBINE_BISHENG_FLAGS "${_flags}" CACHE STRING "asc (-xasc, bisheng >= 2026-03-27) or cce (-xcce)")
+  message(STATUS "combine_lab NPU: bisheng -v date '${_bs_date}' -> ${_flags} flag set")
+endif()
+if(NOT COMBINE_BISHENG_FLAGS MATCHES "^(asc|cce)$")
+  combine_npu_fail("COMBINE_BISHENG_FLAGS='${COMBINE_BISHENG_FLAGS}': must be asc or cce")
+endif()
 set(CMAKE_EXPORT_COMPILE_COMMANDS ON)
 
 # ---- include and library paths ----
@@ -105,14 +130,20 @@ if(NOT COMBINE_ACL_H OR NOT COMBINE_KERNEL_OPERATOR_H)
   combine_npu_fail("CANN at ${ASCEND_HOME_PATH} lacks acl/acl.h or kernel_operator.h (Ascend C): install the "
                    "toolkit package, not only the runtime")
 endif()
-# SHMEM's cycle-profiling macros (SHMEMI_PROF_*) live in its source tree (src/device); an
-# installed package without them builds with profiling frames off (perf rows report 0 us).
+# SHMEM's device headers include .hpp files from its src/device and src folders (an install
+# copies them to <root>/src); its cycle-profiling macros live there too.
 set(COMBINE_SHMEM_INCLUDES "${COMBINE_SHMEM_ROOT}/include")
-foreach(_d "${SHMEM_HOME}/src/device" "${SHMEM_HOME}/src")
-  if(IS_DIRECTORY "${_d}")
-    list(APPEND COMBINE_SHMEM_INCLUDES "${_d}")
+set(COMBINE_SHMEM_DEVICE_DIR "")
+foreach(_base "${COMBINE_SHMEM_ROOT}" "${SHMEM_HOME}")
+  if(NOT COMBINE_SHMEM_DEVICE_DIR AND IS_DIRECTORY "${_base}/src/device")
+    set(COMBINE_SHMEM_DEVICE_DIR "${_base}/src/device")
+    list(APPEND COMBINE_SHMEM_INCLUDES "${_base}/src/device" "${_base}/src")
   endif()
 endforeach()
+if(NOT COMBINE_SHMEM_DEVICE_DIR)
+  combine_npu_fail("SHMEM at ${COMBINE_SHMEM_ROOT} has no src/device (its device headers include files from there): "
+                   "install SHMEM with its device sources, or set SHMEM_HOME to the source tree")
+endif()
 
 set(COMBINE_CANN_LIBDIR "${ASCEND_HOME_PATH}/lib64")
 find_library(COMBINE_ASCENDCL ascendcl PATHS "${COMBINE_CANN_LIBDIR}" NO_DEFAULT_PATH NO_CACHE)
@@ -124,30 +155,40 @@ set(COMBINE_SHMEM_LIB "${COMBINE_SHMEM_ROOT}/lib/libshmem.so")
 
 set(_npu_defs COMBINE_TARGET_NPU=1 COMBINE_NPU_SDMA=$<BOOL:${COMBINE_NPU_SDMA}>)
 if(COMBINE_NPU_ARCH STREQUAL "dav-c220")
-  list(APPEND _npu_defs COMBINE_NPU_FFTS=1)  # A2/A3: cross-core sync needs the FFTS base address
+  # A2/A3: cross-core sync (SyncAll) needs the FFTS base address; SHMEM's headers read FFTS_CONFIG.
+  list(APPEND _npu_defs COMBINE_NPU_FFTS=1 FFTS_CONFIG=1)
 endif()
 
-# ---- the kernel: bisheng -xcce, int32_t and float16_t instances in one source ----
+# ---- the kernel: int32_t and float16_t instances in one source ----
+if(COMBINE_BISHENG_FLAGS STREQUAL "asc")
+  if(COMBINE_NPU_ARCH STREQUAL "dav-c220")
+    set(_kernel_flags -xasc --npu-arch=dav-2201 --cce-auto-infer-kernel-type=false --cce-auto-set-ffts=false)
+  else()
+    set(_kernel_flags -xasc --npu-arch=dav-3510 --cce-auto-infer-kernel-type=false)
+  endif()
+  set(_link_flags --cce-fatobj-link)
+else()
+  set(_kernel_flags -xcce --cce-aicore-arch=${COMBINE_NPU_ARCH}
+    "SHELL:-mllvm -cce-aicore-stack-size=0x8000"
+    "SHELL:-mllvm -cce-aicore-function-stack-size=0x8000"
+    "SHELL:-mllvm -cce-aicore-record-overflow=true"
+    "SHELL:-mllvm -cce-aicore-addr-transform"
+    "SHELL:-mllvm -cce-aicore-dcci-insert-for-scalar=false")
+  set(_link_flags --cce-fatobj-link --cce-aicore-arch=${COMBINE_NPU_ARCH})
+endif()
 add_library(combine_kernel OBJECT ${COMBINE_KERNEL_SOURCE})
 target_include_directories(combine_kernel PRIVATE kernels host ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
 target_compile_definitions(combine_kernel PRIVATE ${_npu_defs})
-target_compile_options(combine_kernel PRIVATE
-  -xcce --cce-aicore-arch=${COMBINE_NPU_ARCH} -O2
-  "SHELL:-mllvm -cce-aicore-stack-size=0x8000"
-  "SHELL:-mllvm -cce-aicore-function-stack-size=0x8000"
-  "SHELL:-mllvm -cce-aicore-record-overflow=true"
-  "SHELL:-mllvm -cce-aicore-addr-transform"
-  "SHELL:-mllvm -cce-aicore-dcci-insert-for-scalar=false"
-  -Wno-macro-redefined -Wno-ignored-attributes)
+target_compile_options(combine_kernel PRIVATE ${_kernel_flags} -O2 -Wno-macro-redefined -Wno-ignored-attributes)
 
 # ---- the host driver: plain C++ (bisheng as clang), linked as a fat object ----
 add_executable(combine_host ${COMBINE_HOST_SOURCES} $<TARGET_OBJECTS:combine_kernel>)
 target_include_directories(combine_host PRIVATE kernels host ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
 target_compile_definitions(combine_host PRIVATE ${_npu_defs})
-target_link_options(combine_host PRIVATE --cce-fatobj-link --cce-aicore-arch=${COMBINE_NPU_ARCH})
+target_link_options(combine_host PRIVATE ${_link_flags})
 target_link_libraries(combine_host PRIVATE "${COMBINE_SHMEM_LIB}" "${COMBINE_ASCENDCL}" "${COMBINE_RUNTIME}"
                       dl pthread m)
 set_target_properties(combine_host PROPERTIES BUILD_RPATH "${COMBINE_SHMEM_ROOT}/lib;${COMBINE_CANN_LIBDIR}")
 
-message(STATUS "combine_lab NPU: bisheng ${CMAKE_CXX_COMPILER}, CANN ${ASCEND_HOME_PATH}, SHMEM ${COMBINE_SHMEM_ROOT}, "
-               "SoC '${COMBINE_NPU_SOC}' -> ${COMBINE_NPU_ARCH}, SDMA ${COMBINE_NPU_SDMA}")
+message(STATUS "combine_lab NPU: bisheng ${CMAKE_CXX_COMPILER} (${COMBINE_BISHENG_FLAGS} flags), CANN ${ASCEND_HOME_PATH}, "
+               "SHMEM ${COMBINE_SHMEM_ROOT}, SoC '${COMBINE_NPU_SOC}' -> ${COMBINE_NPU_ARCH}, SDMA ${COMBINE_NPU_SDMA}")

@@ -123,7 +123,7 @@ def build_status(target: str = "cpu", build_dir: str | os.PathLike | None = None
 
 
 def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force: bool = False,
-          kernel_source: str | os.PathLike | None = None, soc: str | None = None) -> Path:
+          fault: str | None = None, soc: str | None = None) -> Path:
     """Configure and build the host driver for ``target``; return the binary's path.
 
     The build folder is reused while the fingerprint of every file under ``kernels/``,
@@ -135,8 +135,9 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
         target: ``"cpu"`` (the CPU twin) or ``"npu"``.
         build_dir: folder for CMake's files; default :func:`default_build_dir`.
         force: rebuild even if nothing changed.
-        kernel_source: another kernel file to build instead of ``kernels/combine_kernel.cpp``
-            (tests build deliberately broken kernels this way); use its own ``build_dir``.
+        fault: cpu only: a fault-injection switch of the kernel source (``"UB_REUSE"`` turns on
+            ``COMBINE_FAULT_UB_REUSE``): the self-test's deliberately broken kernels are built
+            this way, never from edited copies of the source; use its own ``build_dir``.
         soc: npu only: the SoC to build for (sets the bisheng arch); default ``COMBINE_NPU_SOC``,
             else the SoC of the visible NPUs. The default folder is per SoC.
 
@@ -148,7 +149,9 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
     """
     if target not in TARGETS:
         raise ValueError(f"target={target!r}: must be one of {', '.join(TARGETS)}")
-    config_args: list[str] = []
+    if fault is not None and (target != "cpu" or not fault.replace("_", "").isalnum() or fault.upper() != fault):
+        raise ValueError(f"fault={fault!r}: an upper-case COMBINE_FAULT_<name> switch of the kernel, cpu target only")
+    config_args: list[str] = [f"-DCOMBINE_FAULT={fault}"] if fault else []
     if target == "npu":
         tc = require_npu_toolchain(soc=soc)
         config_args = tc.cmake_args()
@@ -166,8 +169,6 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
         fcntl.flock(lock, fcntl.LOCK_EX)
         config = " ".join(config_args)
         fp = _fingerprint(root, target, config)
-        if kernel_source is not None:
-            fp += hashlib.sha256(Path(kernel_source).read_bytes()).hexdigest()
         old_config = None
         if stamp.is_file():
             try:
@@ -183,8 +184,7 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
             (bdir / "CMakeCache.txt").unlink(missing_ok=True)
         if not (bdir / "CMakeCache.txt").is_file():
             gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-            extra = [f"-DCOMBINE_KERNEL_SOURCE={Path(kernel_source).resolve()}"] if kernel_source else []
-            _run([cmake, "-S", str(root), "-B", str(bdir), *gen, *extra, f"-DCOMBINE_TARGET={target}",
+            _run([cmake, "-S", str(root), "-B", str(bdir), *gen, f"-DCOMBINE_TARGET={target}",
                   "-DCMAKE_BUILD_TYPE=Release", *config_args], root)
         _run([cmake, "--build", str(bdir), "--parallel", str(os.cpu_count() or 2)], root)
         if not binary.is_file():

@@ -12,7 +12,7 @@ Rows (name: what ``available`` means):
 - ``twin_build``: the twin's build folder is built and up to date.
 - ``cann``: the CANN toolkit (``ASCEND_HOME_PATH`` or ``ASCEND_TOOLKIT_HOME``) with ``bisheng``
   and a readable version.
-- ``shmem``: SHMEM (``SHMEM_HOME`` or ``SHMEM_HOME_PATH``): ``aclshmem.h`` and ``libshmem.so``.
+- ``shmem``: SHMEM (``SHMEM_HOME`` or ``SHMEM_HOME_PATH``): ``shmem.h`` and ``libshmem.so``.
 - ``sdma``: CANN 9.0.0 or later (SHMEM's SDMA engine; combine-facts section 7).
 - ``torch``, ``torch_npu``: importable (baselines: gloo on the twin, HCCL on NPUs).
 - ``npu``: NPUs visible, through torch_npu when importable, else ``npu-smi info``.
@@ -78,7 +78,7 @@ class CannInfo:
 @dataclass(frozen=True)
 class ShmemInfo:
     """SHMEM as found: ``home`` (the variable's value, None when not set), ``root`` (the folder
-    holding ``include/aclshmem.h`` and ``lib/libshmem.so``), ``version`` text, ``problem``."""
+    holding ``include/shmem.h`` and ``lib/libshmem.so``), ``version`` text, ``problem``."""
 
     home: str | None
     root: str | None = None
@@ -224,10 +224,10 @@ def shmem_info(env: dict[str, str]) -> ShmemInfo:
         return ShmemInfo(None, problem="SHMEM_HOME is not set")
     var = "SHMEM_HOME" if env.get("SHMEM_HOME") else "SHMEM_HOME_PATH"
     p = Path(home)
-    root = next((r for r in shmem_roots(p) if (r / "include" / "aclshmem.h").is_file()
+    root = next((r for r in shmem_roots(p) if (r / "include" / "shmem.h").is_file()
                  and (r / "lib" / "libshmem.so").is_file()), None)
     if root is None:
-        return ShmemInfo(home, problem=f"{var}={home}: no include/aclshmem.h and lib/libshmem.so there "
+        return ShmemInfo(home, problem=f"{var}={home}: no include/shmem.h and lib/libshmem.so there "
                                        f"or in its shmem/ or install/shmem/ folder")
     version = None
     for f in (p / "version.info", root / "version.info", root.parent / "version.info"):
@@ -257,6 +257,37 @@ def soc_arch(soc: str) -> tuple[str, int] | None:
     if re.search(r"910B|910_93", s):
         return "dav-c220", 50
     return None
+
+
+#: The SoC whose AIV count and UB the CPU twin enforces when none is chosen
+#: (``COMBINE_TWIN_SOC``; host/twin/twin_acl.cpp holds the same table).
+TWIN_DEFAULT_SOC = "Ascend910B3"
+#: What the twin models, as its refusal says (host/twin/twin_acl.cpp says the same).
+TWIN_SOCS = ("the twin models Ascend910B2 (48 AIV), Ascend910B3 and Ascend910B4 (40 AIV) and Ascend910_93xx "
+             "(48 AIV per die)")
+#: SHMEM makes one SDMA stream per AIV block 0..47 (ACLSHMEM_MAX_AIV_PER_NPU).
+MAX_SDMA_BLOCKS = 48
+
+
+def aiv_cores(soc: str) -> int:
+    """AIV (vector) cores of an A2/A3 SoC the twin models: 40 on Ascend910B3/B4, 48 on
+    Ascend910B2 and on each Ascend910_93xx die (../shared/docs/npu-model-facts.md section 2).
+
+    Raises:
+        ValueError: a SoC the twin does not model, naming the ones it does.
+    """
+    s = soc or ""
+    if s in ("Ascend910B3", "Ascend910B4"):
+        return 40
+    if s == "Ascend910B2" or s.startswith("Ascend910_93"):
+        return 48
+    raise ValueError(f"soc={soc!r}: {TWIN_SOCS}")
+
+
+def launch_block_dim(pes: int, soc: str = TWIN_DEFAULT_SOC) -> int:
+    """AIV blocks of one combine launch: min(pes, AIV cores of ``soc``, 48); core ``c`` serves the
+    source ranks ``c, c + block_dim, ...`` (kernels/combine_kernel.h launch_block_dim)."""
+    return min(int(pes), aiv_cores(soc), MAX_SDMA_BLOCKS)
 
 
 _NPU_SMI_ROW = re.compile(r"^\|\s*(\d+)\s+([A-Za-z0-9_\-]+)\s+\|\s*(OK|Warning|Alarm|Critical|\w+)\s*\|")

@@ -24,7 +24,6 @@ class CapacityError(SpecError):
 
 
 STATUS_SLOT_BYTES = 32
-READY_BLOCK_BYTES = 32  # the ready values status puts copy from (kernels/combine_kernel.h)
 
 
 def window_geometry(spec: CaseSpec) -> dict:
@@ -46,8 +45,8 @@ def window_geometry(spec: CaseSpec) -> dict:
 
 def window_bytes(spec: CaseSpec) -> int:
     """One PE's symmetric window as the driver allocates it, bytes: the payload and status
-    slots of :func:`window_geometry` plus the 32 B block of ready values."""
-    return window_geometry(spec)["window_bytes"] + READY_BLOCK_BYTES
+    slots of :func:`window_geometry` (kernels/combine_kernel.h window_layout)."""
+    return window_geometry(spec)["window_bytes"]
 
 
 def twin_heap_bytes(spec: CaseSpec) -> int:

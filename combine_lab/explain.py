@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .capabilities import TWIN_DEFAULT_SOC, launch_block_dim
 from .capacity import STATUS_SLOT_BYTES, window_geometry
 from .case import Case
 from .errors import SpecError
@@ -138,24 +139,29 @@ def decision_table(case: Case, pe: int, min_sdma_bytes: int) -> pd.DataFrame:
     return df
 
 
-def core_load(plan: Plan) -> pd.DataFrame:
+def core_load(plan: Plan, soc: str = TWIN_DEFAULT_SOC) -> pd.DataFrame:
     """What each AIV core of each PE sends in stage 1, by plane (combine-facts section 5).
 
-    Core c of PE d serves the segments whose src_rank is c. Returns one row per (pe, core)
-    with mte_rows, mte_bytes, sdma_rows, sdma_bytes (int64) and remote (bool, core != pe:
-    its rows cross to another PE; the local core's rows stay in the PE's own memory and
-    never go by SDMA). The largest mte_bytes of the remote cores is the cross-PE work of
-    the busiest one: what SDMA takes off the cores when the copy engine runs beside them.
+    A launch has ``block_dim = min(pes, AIV cores of soc, 48)`` cores
+    (:func:`combine_lab.capabilities.launch_block_dim`); core c of PE d serves the segments whose
+    src_rank is c, c + block_dim, ... Returns one row per (pe, core) with mte_rows, mte_bytes,
+    sdma_rows, sdma_bytes (int64) and remote (bool: the core serves a source rank other than
+    its own PE, so its rows cross to another PE; rows a PE sends to itself stay in its own
+    memory and never go by SDMA). The largest mte_bytes of the remote cores is the cross-PE
+    work of the busiest one: what SDMA takes off the cores when the copy engine runs beside them.
     """
     seg = plan.segments
+    pes = plan.pes
+    blocks = launch_block_dim(pes, soc)
     is_sdma = seg["plane"].to_numpy() == "SDMA"
-    df = pd.DataFrame({"pe": seg["pe"], "core": seg["src_rank"],
+    df = pd.DataFrame({"pe": seg["pe"], "core": seg["src_rank"] % blocks,
                        "mte_rows": np.where(is_sdma, 0, seg["token_count"]),
                        "mte_bytes": np.where(is_sdma, 0, seg["bytes"]),
                        "sdma_rows": np.where(is_sdma, seg["token_count"], 0),
                        "sdma_bytes": np.where(is_sdma, seg["bytes"], 0)})
     out = df.groupby(["pe", "core"], as_index=False).sum().astype("int64")
-    out["remote"] = out["pe"] != out["core"]
+    serves_one = (out["core"] + blocks >= pes)  # the only rank core c serves is c itself
+    out["remote"] = ~((out["pe"] == out["core"]) & serves_one)
     return out
 
 
@@ -164,11 +170,12 @@ def _slots_text(slots: np.ndarray, limit: int = 8) -> str:
     return head + (f", ... ({len(slots)} slots)" if len(slots) > limit else "")
 
 
-def core_program(case: Case, plan: Plan, pe: int, core: int) -> pd.DataFrame:
+def core_program(case: Case, plan: Plan, pe: int, core: int, soc: str = TWIN_DEFAULT_SOC) -> pd.DataFrame:
     """Stage 1 of core ``core`` on PE ``pe``, step by step (combine-facts section 5).
 
-    The core serves the segments whose src_rank is ``core``: their rows go back to PE
-    ``core``'s window. Steps: (1) SDMA puts of every row of its SDMA segments (an SDMA
+    The core serves the segments whose src_rank is ``core``, ``core + block_dim``, ...
+    (``block_dim = launch_block_dim(pes, soc)``): their rows go back to that source rank's
+    window. Steps: (1) SDMA puts of every row of its SDMA segments (an SDMA
     quiet after every 256 issues); (2) per MTE segment: MTE puts, quiet, then the
     segment's status flags by MTE, and a quiet after the last one; (3) SDMA quiet, then the status flags of the SDMA rows
     by MTE, then quiet. Columns: step, engine ('SDMA' or 'MTE'), action, segment (-1 when
@@ -176,11 +183,12 @@ def core_program(case: Case, plan: Plan, pe: int, core: int) -> pd.DataFrame:
     slots (window slots of PE ``core``, abbreviated).
     """
     pe = _check_pe(case, pe)
-    if not 0 <= core < case.spec.pes:
-        raise SpecError(f"core={core!r}: must be in [0, pes={case.spec.pes})")
+    blocks = launch_block_dim(case.spec.pes, soc)
+    if not 0 <= core < blocks:
+        raise SpecError(f"core={core!r}: must be in [0, block_dim={blocks}) (min(pes, AIV cores of {soc}, 48))")
     s = case.spec
     table = dispatch_table(case, pe, plan)
-    mine = table[table["src_rank"] == core]
+    mine = table[table["src_rank"] % blocks == core].sort_values(["src_rank", "segment"], kind="stable")
     steps = []
 
     def add(engine, action, segment, rows, nbytes, slots):
@@ -189,17 +197,17 @@ def core_program(case: Case, plan: Plan, pe: int, core: int) -> pd.DataFrame:
 
     sdma_rows = mine[mine["plane"] == "SDMA"]
     issued = 0
-    for seg, grp in sdma_rows.groupby("segment", sort=True):
-        add("SDMA", f"put {len(grp)} rows -> PE {core} window (no wait)", int(seg), len(grp),
+    for (rank, seg), grp in sdma_rows.groupby(["src_rank", "segment"], sort=True):
+        add("SDMA", f"put {len(grp)} rows -> PE {rank} window (no wait)", int(seg), len(grp),
             len(grp) * s.row_bytes, _slots_text(grp["window_slot"].to_numpy()))
         issued += len(grp)
         while issued >= SDMA_QUIET_EVERY:
             add("SDMA", f"quiet after {SDMA_QUIET_EVERY} outstanding issues", -1, 0, 0, "")
             issued -= SDMA_QUIET_EVERY
     mte_rows = mine[mine["plane"] == "MTE"]
-    for seg, grp in mte_rows.groupby("segment", sort=True):
+    for (rank, seg), grp in mte_rows.groupby(["src_rank", "segment"], sort=True):
         slots = _slots_text(grp["window_slot"].to_numpy())
-        add("MTE", f"put {len(grp)} rows -> PE {core} window", int(seg), len(grp), len(grp) * s.row_bytes, slots)
+        add("MTE", f"put {len(grp)} rows -> PE {rank} window", int(seg), len(grp), len(grp) * s.row_bytes, slots)
         add("MTE", "quiet: those rows have landed", int(seg), 0, 0, "")
         add("MTE", f"write {len(grp)} status flags (ready = 1)", int(seg), len(grp), len(grp) * STATUS_SLOT_BYTES,
             slots)

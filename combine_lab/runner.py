@@ -20,7 +20,7 @@ import pandas as pd
 
 from . import build as build_mod
 from .casefiles import check_x_out, read_case, write_case
-from .capabilities import npu_variant_refusal
+from .capabilities import TWIN_SOCS, aiv_cores, npu_variant_refusal
 from .capacity import check_capacity
 from .case import Case, make_case
 from .errors import SpecError
@@ -252,6 +252,12 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         raise SpecError(f"chaos_seed={chaos_seed!r}: must be an int >= 0, on target cpu (the twin)")
     if not (timeout_s > 0):
         raise SpecError(f"timeout_s={timeout_s!r}: must be > 0 seconds")
+    twin_soc = (env or {}).get("COMBINE_TWIN_SOC") or os.environ.get("COMBINE_TWIN_SOC")
+    if target == "cpu" and twin_soc:
+        try:
+            aiv_cores(twin_soc)
+        except ValueError:
+            raise SpecError(f"COMBINE_TWIN_SOC={twin_soc!r}: {TWIN_SOCS}") from None
     if target == "npu" and binary is None:
         refusal = npu_variant_refusal(variant)  # dual-plane needs SDMA (CANN >= 9.0.0)
         if refusal:

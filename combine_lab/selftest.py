@@ -1,9 +1,11 @@
 """``combine-lab selftest``: a short form of the protocol checker and the fault suite, with
 a one-screen report (cases tried, violations, hangs, leaks: all zero when healthy).
 
-The broken kernels are made here from the real source by moving a status-flag write in
-front of the quiet that must precede it (combine-facts section 5); they are built into
-their own build folders and never installed.
+The broken kernels are the real kernel source built with one of its compile-time
+fault-injection switches (``COMBINE_FAULT_<name>`` in kernels/combine_kernel.cpp and
+combine_kernel.h), each breaking one rule the hardware or the protocol imposes
+(combine-facts sections 5 and 10). They are built into their own build folders, never
+installed, and each must be caught by the twin in the way :data:`BROKEN_KERNELS` states.
 """
 
 from __future__ import annotations
@@ -13,58 +15,115 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from .build import build, default_build_dir, source_root
+from .build import build, default_build_dir
 from .case import case_from_arrays
 from .launch import LaunchError, tagged_host_pids, tagged_segments
 from .runner import prepare_case, run_case
 from .spec import CaseSpec
 
-#: (name, text in kernels/combine_kernel.cpp, broken replacement)
-BROKEN_KERNELS = {
-    "mte_flag_before_quiet": (
-        "            aclshmem_quiet();\n            PutFlags(begin, end, dst_pe);\n",
-        "            PutFlags(begin, end, dst_pe);  // BROKEN: flags before the payload's quiet\n"
-        "            aclshmem_quiet();\n"),
-    "sdma_flag_before_sdma_quiet": (
-        "            aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, 0);\n"
-        "            for (uint32_t e = 0; e < epp_; ++e) {\n"
-        "                const uint32_t seg = e * uint32_t(pes_) + src_rank;\n"
-        "                if (UseSdma(seg, threshold_num, threshold_den)) PutFlags(SegBegin(seg), SegEnd(seg), dst_pe);\n"
-        "            }\n",
-        "            for (uint32_t e = 0; e < epp_; ++e) {\n"
-        "                const uint32_t seg = e * uint32_t(pes_) + src_rank;\n"
-        "                if (UseSdma(seg, threshold_num, threshold_den)) PutFlags(SegBegin(seg), SegEnd(seg), dst_pe);\n"
-        "            }\n"
-        "            aclshmem_quiet();  // BROKEN: SDMA flags land before the SDMA payload's quiet\n"
-        "            aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, 0);\n"),
-}
-
 #: A small case with SDMA segments at min_sdma_bytes=0 (zipf skew puts some above average).
 CHECKER_SPEC = CaseSpec(pes=3, bs=12, h=20, topk=3, expert_per_pe=2, routing="zipf:1.2", dtype="float16_t")
 
 
+def sdma_from_core_48_case():
+    """50 PEs, every token routed to expert 0 on PE 0 (PE 48 twice as many as the rest), so
+    PE 0's segment from source rank 48 is its only remote segment above average: at
+    min_sdma_bytes=0 it goes by SDMA, from core 48 when a core serves one rank each."""
+    pes, bs, h = 50, 2, 8
+    spec = CaseSpec(pes=pes, bs=bs, h=h, topk=1, expert_per_pe=1, routing="external")
+    ids = np.full((pes, bs, 1), -1, dtype=np.int32)
+    ids[:, 0, 0] = 0
+    ids[48, 1, 0] = 0
+    return case_from_arrays(spec, np.ones((pes, bs, h)), ids, np.ones((pes, bs, 1)))
+
+
+@dataclass(frozen=True)
+class BrokenKernel:
+    """One deliberately broken kernel and how the twin must catch it.
+
+    ``fault``: the kernel's COMBINE_FAULT_<fault> switch; ``rule``: what it breaks;
+    ``case``: the case (a CaseSpec, or a function making one); ``variant``, ``min_sdma_bytes``,
+    ``chaos_seed`` and ``env`` (e.g. COMBINE_TWIN_SOC) of the run; ``evidence``: text that a
+    violation must contain, or with ``fatal``, the error that stops the run (a fatal rule,
+    or a hang and its timeout); ``corrupts``: x_out must also differ from golden.
+    """
+
+    fault: str
+    rule: str
+    case: CaseSpec | Callable
+    variant: str
+    evidence: str
+    min_sdma_bytes: int = 0
+    chaos_seed: int | None = 1
+    env: dict = field(default_factory=dict)
+    fatal: bool = False
+    corrupts: bool = False
+
+
+BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
+    BrokenKernel("MTE_FLAG_BEFORE_QUIET", "MTE status flags written before the quiet that completes their payload",
+                 CHECKER_SPEC, "classic", "(MTE payload put issued, not yet landed)", min_sdma_bytes=2 << 20),
+    BrokenKernel("SDMA_FLAG_BEFORE_SDMA_QUIET", "SDMA rows' flags written before the SDMA quiet",
+                 CHECKER_SPEC, "doubleplane", "(SDMA payload put issued, not yet landed)"),
+    BrokenKernel("UB_REUSE", "one MTE staging buffer refilled while its last UB -> GM leg is in flight",
+                 CHECKER_SPEC, "classic", "UB reuse:", min_sdma_bytes=2 << 20, corrupts=True),
+    BrokenKernel("SDMA_FROM_CORE_48", "one core per source rank at 50 PEs: cores 48.. issue SDMA, which SHMEM "
+                 "gives no stream", sdma_from_core_48_case, "doubleplane", "did nothing: SHMEM creates SDMA streams",
+                 chaos_seed=None, env={"COMBINE_TWIN_SOC": "Ascend910B2"}, corrupts=True),
+    BrokenKernel("SHARED_SYNC_ID", "one sync id for both planes", CHECKER_SPEC, "doubleplane",
+                 "serves both planes"),
+    BrokenKernel("PARTIAL_STATUS_WAIT", "a status slot waited on at its first word only", CHECKER_SPEC,
+                 "doubleplane", "was waited on at word mask 0x01 of its 8 words"),
+    BrokenKernel("UB_OVERLAP", "the SDMA scratch placed inside an MTE staging buffer", CHECKER_SPEC, "doubleplane",
+                 "UB regions overlap: UB [1024, 82944) used as MTE staging (by aclshmemx_mte_put_nbi (GM -> UB -> GM)) "
+                 "and UB [1024, 1088) used as SDMA scratch", chaos_seed=None, fatal=True),
+    BrokenKernel("UB_IN_SHMEM_RESERVE", "an MTE staging buffer reaching into SHMEM's own UB (188 KiB and up)",
+                 CHECKER_SPEC, "classic", "MTE staging UB [112640, 194560) reaches into SHMEM's own UB (188 KiB and up",
+                 min_sdma_bytes=2 << 20, chaos_seed=None, fatal=True),
+    BrokenKernel("DEVICE_BARRIER", "SHMEM's device barrier_all in an AIV-only kernel (it is for MIX kernels)",
+                 CHECKER_SPEC, "classic", "aclshmem_barrier_all called from an AIV-only kernel",
+                 min_sdma_bytes=2 << 20, chaos_seed=None, fatal=True),
+    BrokenKernel("BLOCKS_OVER_AIV", "41 blocks on a 40-core SoC with a core barrier: the 41st waits for a wave that "
+                 "never comes", CaseSpec(pes=41, bs=2, h=8, topk=1, expert_per_pe=1), "classic",
+                 "exceeds the 40 AIV cores of Ascend910B3", min_sdma_bytes=2 << 20, chaos_seed=None,
+                 env={"COMBINE_TWIN_SOC": "Ascend910B3", "COMBINE_TWIN_TIMEOUT_S": "2"}, fatal=True),
+]}
+
+
 def build_broken_kernel(name: str, build_dir: str | os.PathLike | None = None) -> Path:
-    """Build the driver with the broken kernel ``name`` (a key of :data:`BROKEN_KERNELS`); return it.
+    """Build the driver with the broken kernel ``name`` (a key of :data:`BROKEN_KERNELS`) and
+    return it: the real kernel source with its ``COMBINE_FAULT_<NAME>`` switch on.
 
     Raises:
-        KeyError: unknown name. RuntimeError: the real kernel no longer contains the text
-        the mutation replaces (update :data:`BROKEN_KERNELS`).
+        KeyError: unknown name. BuildError: the build failed.
     """
-    good, bad = BROKEN_KERNELS[name]
-    kernels = source_root() / "kernels"
-    src = (kernels / "combine_kernel.cpp").read_text()
-    if src.count(good) != 1:
-        raise RuntimeError(f"kernels/combine_kernel.cpp changed: the {name} mutation no longer applies")
+    kernel = BROKEN_KERNELS[name]
     folder = Path(build_dir) if build_dir is not None else default_build_dir("cpu").parent / f"broken-{name}"
-    folder.mkdir(parents=True, exist_ok=True)
-    kernel = folder / "combine_kernel.cpp"
-    text = src.replace(good, bad).replace('#include "combine_kernel.h"', f'#include "{kernels / "combine_kernel.h"}"')
-    if not kernel.is_file() or kernel.read_text() != text:
-        kernel.write_text(text)
-    return build("cpu", build_dir=folder / "build", kernel_source=kernel)
+    return build("cpu", build_dir=folder, fault=kernel.fault)
+
+
+def try_broken_kernel(name: str, binary: Path) -> tuple[bool, str]:
+    """Run broken kernel ``name`` (built at ``binary``) on its case; return (caught, what was seen).
+
+    Caught means: a violation (or, for a fatal rule or a hang, the run's error) contains the
+    kernel's evidence text, and x_out differs from golden where the kernel corrupts it.
+    """
+    k = BROKEN_KERNELS[name]
+    case = k.case() if callable(k.case) else k.case
+    try:
+        res = run_case(case, k.variant, min_sdma_bytes=k.min_sdma_bytes, chaos_seed=k.chaos_seed, binary=binary,
+                       env=dict(k.env), timeout_s=60)
+    except LaunchError as e:
+        lines = str(e).splitlines()
+        hit = [ln.strip() for ln in lines if k.evidence in ln]
+        return (k.fatal and bool(hit)), (hit[0] if hit else lines[0])
+    seen = [v for v in res.violations if k.evidence in v]
+    caught = not k.fatal and bool(seen) and (res.check_ok is False if k.corrupts else True)
+    return caught, (seen[0] if seen else f"{res.violation_count} violations, x_out {'ok' if res.check_ok else 'wrong'}")
 
 
 @dataclass
@@ -119,16 +178,15 @@ def _run_selftest(seeds: int, tag: str) -> Report:
     # 1. The checker catches broken kernels.
     caught = []
     for name in BROKEN_KERNELS:
-        binary = build_broken_kernel(name)
-        variant, min_sdma = ("classic", 2 << 20) if name.startswith("mte") else ("doubleplane", 0)
-        res = run_case(CHECKER_SPEC, variant, min_sdma_bytes=min_sdma, chaos_seed=1, binary=binary)
+        ok, seen = try_broken_kernel(name, build_broken_kernel(name))
         rep.cases += 1
-        if res.violation_count > 0:
+        if ok:
             caught.append(name)
         else:
-            rep.failures.append(f"broken kernel {name} was not caught")
-    rep.lines.append(f"  checker      broken kernels caught: {len(caught)}/{len(BROKEN_KERNELS)} "
-                     f"({', '.join(caught) or 'none'})")
+            rep.failures.append(f"broken kernel {name} was not caught: {seen}")
+    rep.lines.append(f"  checker      broken kernels caught: {len(caught)}/{len(BROKEN_KERNELS)}")
+    for name in caught:
+        rep.lines.append(f"    {name:28s} {BROKEN_KERNELS[name].rule}")
 
     # 2. The real kernel under chaos: no violation, x_out = golden, counters = plan.
     specs = [CHECKER_SPEC, CaseSpec(pes=4, bs=8, h=33, topk=2, expert_per_pe=2, masked_fraction=0.25),

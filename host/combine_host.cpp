@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 
 #include "acl/acl.h"
-#include "aclshmem.h"
+#include "shmem.h"
 #include "case_io.h"
 #include "combine_host_platform.h"
 #include "combine_kernel.h"
@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
     snprintf(attr.ip_port, sizeof attr.ip_port, "%s", a.ipport.c_str());
     // The window plus 1 MiB of slack, in 2 MiB units.
     attr.local_mem_size = (w.total_bytes + (1u << 20) + (2u << 20) - 1) / (2u << 20) * (2u << 20);
-    attr.option_attr.data_op_engine_type = COMBINE_DATA_OP_ENGINES;
+    // data_op_engine_type_t is an enum: MTE | SDMA is an int and must be cast back.
+    attr.option_attr.data_op_engine_type = static_cast<data_op_engine_type_t>(COMBINE_DATA_OP_ENGINES);
     if (aclshmemx_init_attr(ACLSHMEMX_INIT_WITH_DEFAULT, &attr) != 0) {
         fprintf(stderr, "combine_host: PE %d: aclshmemx_init_attr failed (ipport %s)\n", a.pe_id, a.ipport.c_str());
         return 5;
@@ -93,13 +94,8 @@ int main(int argc, char** argv) {
         return 5;
     }
     CHECK_ACL(aclrtMemset(window, w.total_bytes, 0, w.total_bytes));
-    const int32_t ready[combine::kStatusSlotBytes / 4] = {combine::kStatusReady, combine::kStatusReady,
-                                                          combine::kStatusReady, combine::kStatusReady,
-                                                          combine::kStatusReady, combine::kStatusReady,
-                                                          combine::kStatusReady, combine::kStatusReady};
-    CHECK_ACL(aclrtMemcpy(window + w.ready_src_off, sizeof ready, ready, sizeof ready, ACL_MEMCPY_HOST_TO_DEVICE));
     platform_label_window(window + w.payload_off, w.status_off - w.payload_off, w.stride, window + w.status_off,
-                          w.ready_src_off - w.status_off, combine::kStatusSlotBytes);
+                          w.total_bytes - w.status_off, combine::kStatusSlotBytes);
 
     const size_t x_out_bytes = size_t(a.bs) * a.h * a.elem_bytes();
     // expand_x keeps its full [pe_size*bs*topk, h] shape on the device; only the used rows are filled.
@@ -123,11 +119,21 @@ int main(int argc, char** argv) {
     CHECK_ACL(aclrtMemset(d_x_out, x_out_bytes, 0xFF, x_out_bytes));
     aclshmem_barrier_all();  // every window is zeroed before anyone sends
 
-    const uint32_t block_dim = uint32_t(a.pe_size);  // one AIV core per source rank
+    int64_t aiv_cores = 0;
+    CHECK_ACL(aclrtGetDeviceInfo(uint32_t(a.pe_id % a.g_npus + a.first_npu), ACL_DEV_ATTR_VECTOR_CORE_NUM, &aiv_cores));
+    if (aiv_cores < 1) {
+        fprintf(stderr, "combine_host: PE %d: the device reports %lld vector cores\n", a.pe_id, (long long)aiv_cores);
+        return 5;
+    }
+    const uint32_t block_dim = combine::launch_block_dim(uint32_t(a.pe_size), uint32_t(aiv_cores));
     auto launch = [&]() {
         combine::launch_combine(a.dtype, block_dim, stream, d_expand_x, d_assist, d_counts, d_ids, d_scales, d_x_out,
                                 window, a.bs, a.h, a.topk, a.expert_per_pe, a.policy, a.min_sdma_bytes);
-        return aclrtSynchronizeStream(stream);
+        const aclError e = aclrtSynchronizeStream(stream);
+        // No PE refills a window slot before its owner has read it: every PE's kernel ends
+        // before anyone launches the next (an AIV-only kernel cannot barrier PEs itself).
+        if (e == ACL_SUCCESS) aclshmem_barrier_all();
+        return e;
     };
     // Repeated-call check (COMBINE_HOST_REPEAT_CHECK=1): call i sends rows filled with i+1
     // and its x_out must be (i+1) weighted by the scales, never a value left by a call before.

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "aclshmem.h"
+#include "shmem.h"
 #include "host_args.h"
 
 // Per-core cycles and counts of one frame, copied out of aclshmem_prof_pe_t.

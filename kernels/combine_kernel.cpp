@@ -1,26 +1,24 @@
 // The combine kernel: one source for the NPU (bisheng) and the CPU twin (g++).
-// Protocol: shared/docs/combine-facts.md section 5; plane rule: section 4.
+// Protocol: shared/docs/combine-facts.md section 5; plane rule: section 4; the hardware
+// rules it keeps (UB staging, pipe flags, SDMA streams, core counts): section 10.
 //
-// Stage 1 (communication), core c serves every segment whose src_rank is c:
+// Stage 1 (communication), core c serves every segment whose src_rank is c, c + B, ...
+// (B = block_dim, launch_block_dim):
 //   1. SDMA puts of the rows of its SDMA segments (SDMA-quiet every 256 issues);
-//   2. per MTE segment: payload puts, quiet, then the status-ready flags;
+//   2. per MTE segment: payload puts through two UB staging buffers in turn (an MTE3->MTE2
+//      flag before a buffer is filled again), quiet, then the status-ready flags;
 //   3. SDMA-quiet, then the status flags of the SDMA rows by MTE, quiet.
 //   A flag is only ever written by MTE and only after its payload is complete.
-// Stage 2 (reduction), each PE: per local token wait for every valid slot's flag,
-//   reduce in float32 in topk order, write x_out, reset the flags; barrier.
+// Stage 2 (reduction), each PE: per local token wait for all 8 words of every valid slot's
+//   flag, reduce in float32 in topk order, write x_out, reset the flags; then a core
+//   barrier. The host barriers all PEs after the stream sync, before the next launch.
+//
+// Broken kernels for the checker's self-test come from the COMBINE_FAULT_* switches below
+// (built only by combine_lab's self-test and tests, never installed).
 #include "combine_platform.h"
 #include "combine_kernel.h"
 
 namespace combine {
-
-// UB map of one core (bytes). SDMA needs >= 64 B of UB for its bookkeeping.
-constexpr uint32_t kUbSdmaOff = 0;
-constexpr uint32_t kUbSdmaBytes = 256;
-constexpr uint32_t kUbMteOff = 1024;
-constexpr uint32_t kUbFlagOff = kUbMteOff + kUbMteStageBytes;
-constexpr uint32_t kUbFlagBytes = 256;
-constexpr uint32_t kUbAccOff = kUbFlagOff + kUbFlagBytes;
-constexpr uint32_t kAccTile = 4096;  // float32 accumulator elements per tile (16 KiB)
 
 template <typename T>
 class CombineKernel {
@@ -31,27 +29,31 @@ public:
                                     uint32_t policy, uint64_t min_sdma_bytes)
         : expand_x_((__gm__ T*)expand_x), assist_((__gm__ int32_t*)assist_info),
           counts_((__gm__ int32_t*)ep_recv_count), expert_ids_((__gm__ int32_t*)expert_ids),
-          scales_((__gm__ float*)expert_scales), x_out_((__gm__ T*)x_out), window_(window), bs_(bs), h_(h),
-          topk_(topk), epp_(expert_per_pe), policy_(policy), min_sdma_bytes_(min_sdma_bytes) {
+          scales_((__gm__ float*)expert_scales), x_out_((__gm__ T*)x_out), bs_(bs), h_(h), topk_(topk),
+          epp_(expert_per_pe), policy_(policy), min_sdma_bytes_(min_sdma_bytes) {
         my_pe_ = aclshmem_my_pe();
         pes_ = aclshmem_n_pes();
-        core_ = AscendC::GetBlockIdx();
-        cores_ = AscendC::GetBlockNum();
+        core_ = uint32_t(AscendC::GetBlockIdx());
+        cores_ = uint32_t(AscendC::GetBlockNum());
         const WindowLayout w = window_layout(bs, topk, h, sizeof(T));
         stride_ = w.stride;
         payload_ = window + w.payload_off;
         status_ = window + w.status_off;
-        ready_src_ = (__gm__ int32_t*)(window + w.ready_src_off);
         row_bytes_ = uint64_t(h) * sizeof(T);
     }
 
     __aicore__ inline void Process() {
+        FillStatusBlock();
         SHMEMI_PROF_START(kProfFrameFullOp);
         SHMEMI_PROF_START(kProfFrameCommOnly);
-        if (core_ < uint32_t(pes_)) SendSegmentsOf(core_);
+        SendSegments();
         SHMEMI_PROF_END(kProfFrameCommOnly);
         ReduceTokens();
-        aclshmem_barrier_all();  // nobody refills a window slot the owner is still reading
+#if defined(COMBINE_FAULT_DEVICE_BARRIER)
+        aclshmem_barrier_all();  // fault injection: SHMEM's device barrier, which is for MIX kernels only
+#elif !defined(COMBINE_FAULT_SDMA_FROM_CORE_48)
+        AscendC::SyncAll<true>();  // full_op ends when every core of this PE is done
+#endif
         SHMEMI_PROF_END(kProfFrameFullOp);
     }
 
@@ -60,13 +62,13 @@ private:
     __aicore__ inline uint32_t SegEnd(uint32_t seg) const { return uint32_t(counts_[seg]); }
 
     // Decision rule, combine-facts section 4, in integers (no division).
-    __aicore__ inline bool UseSdma(uint32_t seg, uint64_t threshold_num, uint64_t threshold_den) const {
+    __aicore__ inline bool UseSdma(uint32_t seg) const {
         if (policy_ != uint32_t(Policy::DualPlane)) return false;
         const uint32_t src_rank = seg % uint32_t(pes_);
         const uint64_t token_count = SegEnd(seg) - SegBegin(seg);
         const uint64_t segment_bytes = token_count * row_bytes_;
         return int(src_rank) != my_pe_ && token_count > 0 && segment_bytes >= min_sdma_bytes_ &&
-               segment_bytes * threshold_den > threshold_num;
+               segment_bytes * threshold_den_ > threshold_num_;
     }
 
     __aicore__ inline __gm__ T* SlotPayload(uint32_t slot) const { return (__gm__ T*)(payload_ + uint64_t(slot) * stride_); }
@@ -77,68 +79,150 @@ private:
         return uint32_t(assist_[row * 3 + 1]) * topk_ + uint32_t(assist_[row * 3 + 2]);
     }
 
+    // The 32 B of ready values that status puts send (UB -> GM), written once by the scalar
+    // unit; MTE3 may read them only after the S->MTE3 flag.
+    __aicore__ inline void FillStatusBlock() {
+        __ubuf__ int32_t* block = ub_at<int32_t>(kUbStatusOff);
+        for (uint32_t i = 0; i < kStatusWords; ++i) block[i] = kStatusReady;
+        AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(kMteSyncId);
+        AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(kMteSyncId);
+    }
+
     __aicore__ inline void PutFlags(uint32_t begin, uint32_t end, int dst_pe) {
-        for (uint32_t row = begin; row < end; ++row) {
-            aclshmemx_mte_put_nbi<int32_t>(SlotStatus(RowSlot(row)), ready_src_, ub_at<int32_t>(kUbFlagOff),
-                                           kUbFlagBytes, kStatusSlotBytes / sizeof(int32_t), dst_pe, 0);
+        __ubuf__ int32_t* block = ub_at<int32_t>(kUbStatusOff);
+        for (uint32_t row = begin; row < end; ++row)
+            aclshmemx_mte_put_nbi<int32_t>(SlotStatus(RowSlot(row)), block, kStatusWords, dst_pe, kMteSyncId);
+    }
+
+    // One payload row by MTE through the next staging buffer. Its UB -> GM leg stays in
+    // flight after the call, so the buffer is filled again only after the MTE3->MTE2 flag
+    // set behind that leg.
+    __aicore__ inline void PutRowMte(uint32_t row, int dst_pe) {
+#if defined(COMBINE_FAULT_UB_REUSE)
+        const uint32_t buf = 0;  // fault injection: one buffer, refilled while its last leg is in flight
+#else
+        const uint32_t buf = next_stage_;
+        next_stage_ = (next_stage_ + 1) % kUbMteBuffers;
+        if (stage_busy_[buf]) AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(kStageEvent0 + buf));
+#endif
+        aclshmemx_mte_put_nbi<T>(SlotPayload(RowSlot(row)), expand_x_ + uint64_t(row) * h_, ub_at<T>(StageOff(buf)),
+                                 kUbMteStageBytes, h_, dst_pe, kMteSyncId);
+#if !defined(COMBINE_FAULT_UB_REUSE)
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(kStageEvent0 + buf));
+        stage_busy_[buf] = true;
+#endif
+    }
+
+    // After a quiet every staging buffer is free: consume the flags still set.
+    __aicore__ inline void ReleaseStaging() {
+        for (uint32_t b = 0; b < kUbMteBuffers; ++b) {
+            if (stage_busy_[b]) AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(kStageEvent0 + b));
+            stage_busy_[b] = false;
         }
     }
 
-    __aicore__ inline void SendSegmentsOf(uint32_t src_rank) {
+    // Where staging buffer `buf` and the SDMA scratch lie in UB (kernels/combine_kernel.h).
+    __aicore__ inline uint32_t StageOff(uint32_t buf) const {
+#if defined(COMBINE_FAULT_UB_IN_SHMEM_RESERVE)
+        if (buf == 1) return 110 * 1024;  // fault injection: [110 KiB, 190 KiB) reaches SHMEM's own UB
+#endif
+        return kUbMteOff + buf * kUbMteStageBytes;
+    }
+    __aicore__ inline uint32_t SdmaOff() const {
+#if defined(COMBINE_FAULT_UB_OVERLAP)
+        return kUbMteOff;  // fault injection: the SDMA scratch inside MTE staging buffer 0
+#else
+        return kUbSdmaOff;
+#endif
+    }
+
+    __aicore__ inline uint32_t SdmaSyncId() const {
+#if defined(COMBINE_FAULT_SHARED_SYNC_ID)
+        return kMteSyncId;  // fault injection: both planes pair their flags on one id
+#else
+        return kSdmaSyncId;
+#endif
+    }
+
+    __aicore__ inline void SendSegments() {
         uint64_t remote_rows = 0;
         for (uint32_t seg = 0; seg < epp_ * uint32_t(pes_); ++seg) {
             if (int(seg % uint32_t(pes_)) != my_pe_) remote_rows += SegEnd(seg) - SegBegin(seg);
         }
-        const uint64_t threshold_num = remote_rows * row_bytes_;
-        const uint64_t threshold_den = uint64_t(pes_ > 1 ? pes_ - 1 : 1) * epp_;
-        const int dst_pe = int(src_rank);
-        __ubuf__ T* sdma_ub = ub_at<T>(kUbSdmaOff);
-        __ubuf__ T* mte_ub = ub_at<T>(kUbMteOff);
+        threshold_num_ = remote_rows * row_bytes_;
+        threshold_den_ = uint64_t(pes_ > 1 ? pes_ - 1 : 1) * epp_;
+        __ubuf__ T* sdma_ub = ub_at<T>(SdmaOff());
 
         // 1. SDMA payload first, so the copy engine runs while the core drives MTE.
         uint32_t sdma_rows = 0, outstanding = 0;
-        for (uint32_t e = 0; e < epp_; ++e) {
-            const uint32_t seg = e * uint32_t(pes_) + src_rank;
-            if (!UseSdma(seg, threshold_num, threshold_den)) continue;
-            for (uint32_t row = SegBegin(seg); row < SegEnd(seg); ++row) {
-                aclshmemx_sdma_put_nbi<T>(SlotPayload(RowSlot(row)), expand_x_ + uint64_t(row) * h_, sdma_ub,
-                                          kUbSdmaBytes, h_, dst_pe, 0);
-                ++sdma_rows;
-                if (++outstanding == kSdmaQuietEvery) {
-                    aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, 0);
-                    outstanding = 0;
+        for (uint32_t src_rank = core_; src_rank < uint32_t(pes_); src_rank += cores_) {
+            for (uint32_t e = 0; e < epp_; ++e) {
+                const uint32_t seg = e * uint32_t(pes_) + src_rank;
+                if (!UseSdma(seg)) continue;
+                for (uint32_t row = SegBegin(seg); row < SegEnd(seg); ++row) {
+                    aclshmemx_sdma_put_nbi<T>(SlotPayload(RowSlot(row)), expand_x_ + uint64_t(row) * h_, sdma_ub,
+                                              kUbSdmaBytes, h_, int(src_rank), SdmaSyncId());
+                    ++sdma_rows;
+                    if (++outstanding == kSdmaQuietEvery) {
+                        aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
+                        outstanding = 0;
+                    }
                 }
             }
         }
         // 2. MTE segments: payload, quiet, then their flags.
         bool any_mte = false;
-        for (uint32_t e = 0; e < epp_; ++e) {
-            const uint32_t seg = e * uint32_t(pes_) + src_rank;
-            const uint32_t begin = SegBegin(seg), end = SegEnd(seg);
-            if (begin == end || UseSdma(seg, threshold_num, threshold_den)) continue;
-            for (uint32_t row = begin; row < end; ++row) {
-                aclshmemx_mte_put_nbi<T>(SlotPayload(RowSlot(row)), expand_x_ + uint64_t(row) * h_, mte_ub,
-                                         kUbMteStageBytes, h_, dst_pe, 0);
+        for (uint32_t src_rank = core_; src_rank < uint32_t(pes_); src_rank += cores_) {
+            for (uint32_t e = 0; e < epp_; ++e) {
+                const uint32_t seg = e * uint32_t(pes_) + src_rank;
+                const uint32_t begin = SegBegin(seg), end = SegEnd(seg);
+                if (begin == end || UseSdma(seg)) continue;
+                for (uint32_t row = begin; row < end; ++row) PutRowMte(row, int(src_rank));
+#if defined(COMBINE_FAULT_MTE_FLAG_BEFORE_QUIET)
+                PutFlags(begin, end, int(src_rank));  // fault injection: flags before the payload's quiet
+                aclshmem_quiet();
+                ReleaseStaging();
+#else
+                aclshmem_quiet();
+                ReleaseStaging();
+                PutFlags(begin, end, int(src_rank));
+#endif
+                any_mte = true;
             }
-            aclshmem_quiet();
-            PutFlags(begin, end, dst_pe);
-            any_mte = true;
         }
         if (any_mte) aclshmem_quiet();
         // 3. SDMA flags, only once the copy engine has finished their payload.
         if (sdma_rows > 0) {
-            aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, 0);
-            for (uint32_t e = 0; e < epp_; ++e) {
-                const uint32_t seg = e * uint32_t(pes_) + src_rank;
-                if (UseSdma(seg, threshold_num, threshold_den)) PutFlags(SegBegin(seg), SegEnd(seg), dst_pe);
+#if !defined(COMBINE_FAULT_SDMA_FLAG_BEFORE_SDMA_QUIET)
+            aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
+#endif
+            for (uint32_t src_rank = core_; src_rank < uint32_t(pes_); src_rank += cores_) {
+                for (uint32_t e = 0; e < epp_; ++e) {
+                    const uint32_t seg = e * uint32_t(pes_) + src_rank;
+                    if (UseSdma(seg)) PutFlags(SegBegin(seg), SegEnd(seg), int(src_rank));
+                }
             }
             aclshmem_quiet();
+#if defined(COMBINE_FAULT_SDMA_FLAG_BEFORE_SDMA_QUIET)
+            aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());  // fault injection: flags went first
+#endif
         }
     }
 
     __aicore__ inline bool SlotValid(uint32_t token, uint32_t k) const {
         const int32_t expert = expert_ids_[token * topk_ + k];
         return expert >= 0 && uint32_t(expert) < epp_ * uint32_t(pes_);  // else masked: nobody sends it
+    }
+
+    // Waits until the slot's flag is ready in every one of its 8 words, as the reference
+    // does: a 32 B write need not become visible all at once.
+    __aicore__ inline void WaitSlot(uint32_t slot) {
+        __gm__ int32_t* flag = SlotStatus(slot);
+#if defined(COMBINE_FAULT_PARTIAL_STATUS_WAIT)
+        aclshmem_signal_wait_until(flag, ACLSHMEM_CMP_EQ, kStatusReady);  // fault injection: word 0 only
+#else
+        for (uint32_t w = 0; w < kStatusWords; ++w) aclshmem_signal_wait_until(flag + w, ACLSHMEM_CMP_EQ, kStatusReady);
+#endif
     }
 
     __aicore__ inline void ReduceTokens() {
@@ -148,7 +232,7 @@ private:
         __ubuf__ float* acc = ub_at<float>(kUbAccOff);
         for (uint32_t t = t_begin; t < t_end; ++t) {
             for (uint32_t k = 0; k < topk_; ++k) {
-                if (SlotValid(t, k)) aclshmem_signal_wait_until(SlotStatus(t * topk_ + k), ACLSHMEM_CMP_EQ, kStatusReady);
+                if (SlotValid(t, k)) WaitSlot(t * topk_ + k);
             }
             for (uint32_t k = 0; k < topk_; ++k) {
                 if (SlotValid(t, k)) gm_invalidate(SlotPayload(t * topk_ + k), uint32_t(row_bytes_));
@@ -169,7 +253,7 @@ private:
             for (uint32_t k = 0; k < topk_; ++k) {
                 if (!SlotValid(t, k)) continue;
                 __gm__ int32_t* flag = SlotStatus(t * topk_ + k);
-                *flag = 0;
+                for (uint32_t w = 0; w < kStatusWords; ++w) flag[w] = 0;
                 gm_flush(flag, kStatusSlotBytes);
             }
         }
@@ -181,32 +265,33 @@ private:
     __gm__ int32_t* expert_ids_;
     __gm__ float* scales_;
     __gm__ T* x_out_;
-    GM_ADDR window_;
     GM_ADDR payload_ = nullptr;
     GM_ADDR status_ = nullptr;
-    __gm__ int32_t* ready_src_ = nullptr;
     uint32_t bs_, h_, topk_, epp_, policy_;
     uint64_t min_sdma_bytes_;
     uint64_t stride_ = 0, row_bytes_ = 0;
+    uint64_t threshold_num_ = 0, threshold_den_ = 1;
     int my_pe_ = 0, pes_ = 1;
     uint32_t core_ = 0, cores_ = 1;
+    uint32_t next_stage_ = 0;
+    bool stage_busy_[kUbMteBuffers] = {false, false};
 };
 
 }  // namespace combine
 
 #define COMBINE_KERNEL_ENTRY(NAME, T)                                                                          \
     extern "C" COMBINE_KERNEL_ATTRS __global__ __aicore__ void NAME(                                            \
-        COMBINE_KERNEL_PLATFORM_PARAMS GM_ADDR expand_x, GM_ADDR assist_info, GM_ADDR ep_recv_count,           \
-        GM_ADDR expert_ids, GM_ADDR expert_scales, GM_ADDR x_out, GM_ADDR window, uint32_t bs, uint32_t h,     \
-        uint32_t topk, uint32_t expert_per_pe, uint32_t policy, uint64_t min_sdma) {                           \
-        COMBINE_KERNEL_PROLOGUE(); /* combine_platform.h: the NPU's FFTS base address, nothing on the twin */  \
+        uint64_t ffts_addr, GM_ADDR expand_x, GM_ADDR assist_info, GM_ADDR ep_recv_count, GM_ADDR expert_ids,  \
+        GM_ADDR expert_scales, GM_ADDR x_out, GM_ADDR window, uint32_t bs, uint32_t h, uint32_t topk,          \
+        uint32_t expert_per_pe, uint32_t policy, uint64_t min_sdma) {                                          \
+        util_set_ffts_config(ffts_addr); /* cross-core sync (SyncAll) needs the FFTS base address */           \
         combine::CombineKernel<T> op(expand_x, assist_info, ep_recv_count, expert_ids, expert_scales, x_out,  \
                                      window, bs, h, topk, expert_per_pe, policy, min_sdma);                    \
         op.Process();                                                                                          \
     }
 
 COMBINE_KERNEL_ENTRY(combine_int32, int32_t)
-COMBINE_KERNEL_ENTRY(combine_float16, combine_half)
+COMBINE_KERNEL_ENTRY(combine_float16, half)
 
 namespace combine {
 
@@ -215,12 +300,15 @@ void launch_combine(Dtype dtype, uint32_t block_dim, void* stream, uint8_t* expa
                     uint8_t* window, uint32_t bs, uint32_t h, uint32_t topk, uint32_t expert_per_pe,
                     Policy policy, uint64_t min_sdma_bytes) {
     const uint32_t pol = uint32_t(policy);
+    const uint64_t ffts = util_get_ffts_config();
     if (dtype == Dtype::Int32) {
-        COMBINE_KERNEL_LAUNCH(combine_int32, block_dim, stream, expand_x, assist_info, ep_recv_count, expert_ids,
-                              expert_scales, x_out, window, bs, h, topk, expert_per_pe, pol, min_sdma_bytes);
+        COMBINE_KERNEL_LAUNCH(combine_int32, block_dim, stream, ffts, expand_x, assist_info, ep_recv_count,
+                              expert_ids, expert_scales, x_out, window, bs, h, topk, expert_per_pe, pol,
+                              min_sdma_bytes);
     } else {
-        COMBINE_KERNEL_LAUNCH(combine_float16, block_dim, stream, expand_x, assist_info, ep_recv_count, expert_ids,
-                              expert_scales, x_out, window, bs, h, topk, expert_per_pe, pol, min_sdma_bytes);
+        COMBINE_KERNEL_LAUNCH(combine_float16, block_dim, stream, ffts, expand_x, assist_info, ep_recv_count,
+                              expert_ids, expert_scales, x_out, window, bs, h, topk, expert_per_pe, pol,
+                              min_sdma_bytes);
     }
 }
 

@@ -1,9 +1,16 @@
-// Host-visible interface of the combine kernel: window layout and the launch wrapper.
-// Layout and protocol: shared/docs/combine-facts.md sections 2, 4 and 5.
+// Host-visible interface of the combine kernel: window layout, launch geometry and the
+// launch wrapper. Layout and protocol: shared/docs/combine-facts.md sections 2, 4, 5, 10.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+// Helpers the kernel, the driver and the twin share run on the host and on the AI core:
+// asc-devkit spells that __host_aicore__ (kernel_operator.h); a host-only translation unit
+// (the driver) has no AI-core side, so there the qualifier is empty.
+#ifndef __host_aicore__
+#define __host_aicore__
+#endif
 
 namespace combine {
 
@@ -11,36 +18,73 @@ enum class Dtype : uint32_t { Int32 = 0, Float16 = 1 };
 enum class Policy : uint32_t { MteOnly = 0, DualPlane = 1 };
 
 constexpr uint32_t kStatusSlotBytes = 32;  // 8 int32 per status slot
+constexpr uint32_t kStatusWords = kStatusSlotBytes / 4;
 constexpr int32_t kStatusReady = 1;
 constexpr uint32_t kSdmaQuietEvery = 256;  // SDMA-quiet after this many outstanding issues
 constexpr uint32_t kPayloadAlign = 32;
 constexpr uint32_t kProfFrameFullOp = 0;
 constexpr uint32_t kProfFrameCommOnly = 1;
-constexpr uint32_t kUbMteStageBytes = 96 * 1024;  // UB staging for MTE puts (reported as UBsize/KB)
+constexpr uint32_t kMaxSdmaBlocks = 48;    // SHMEM makes one SDMA stream per AIV block 0..47
 
-inline uint64_t payload_stride(uint32_t h, uint32_t elem_bytes) {
+// UB map of one AIV core (bytes), one place for every region the kernel stages through.
+// Everything stays below SHMEM's own UB (188 KiB and up) and inside the 192 KiB of A2/A3.
+constexpr uint32_t kUbSdmaOff = 0;                 // SDMA scratch (SHMEM needs >= 64 B)
+constexpr uint32_t kUbSdmaBytes = 64;
+constexpr uint32_t kUbStatusOff = 64;              // the ready value x 8, source of status puts
+constexpr uint32_t kUbStatusBytes = kStatusSlotBytes;
+constexpr uint32_t kUbMteOff = 1024;               // MTE staging: two buffers, used in turn
+constexpr uint32_t kUbMteStageBytes = 80 * 1024;   // per buffer (reported as UBsize/KB)
+constexpr uint32_t kUbMteBuffers = 2;
+constexpr uint32_t kUbAccOff = kUbMteOff + kUbMteBuffers * kUbMteStageBytes;  // stage 2 float32 tile
+constexpr uint32_t kAccTile = 4096;                // float32 elements (16 KiB)
+constexpr uint32_t kUbEnd = kUbAccOff + kAccTile * 4;
+constexpr uint32_t kUbShmemReserveOff = 188 * 1024;
+static_assert(kUbSdmaOff + kUbSdmaBytes <= kUbStatusOff, "UB: SDMA scratch overlaps the status block");
+static_assert(kUbStatusOff + kUbStatusBytes <= kUbMteOff, "UB: status block overlaps MTE staging");
+static_assert(kUbEnd <= kUbShmemReserveOff, "UB: the kernel's regions reach into SHMEM's reserve");
+static_assert(kUbSdmaOff % 32 == 0 && kUbStatusOff % 32 == 0 && kUbMteOff % 32 == 0 && kUbAccOff % 32 == 0,
+              "UB: regions must be 32-byte aligned");
+
+// Sync ids (pipe event ids SHMEM's calls pair their flags on): one per plane, as the
+// reference; the staging buffers have their own MTE3->MTE2 events.
+constexpr uint32_t kSdmaSyncId = 0;  // EVENT_ID0
+constexpr uint32_t kMteSyncId = 1;   // EVENT_ID1
+constexpr uint32_t kStageEvent0 = 2; // EVENT_ID2, EVENT_ID3: staging buffer 0, 1 free again
+
+__host_aicore__ inline uint64_t payload_stride(uint32_t h, uint32_t elem_bytes) {
     const uint64_t row = uint64_t(h) * elem_bytes;
     return (row + kPayloadAlign - 1) / kPayloadAlign * kPayloadAlign;
 }
 
-// Symmetric window of one PE: bs*topk payload slots, bs*topk status slots, then one
-// 32-byte block of ready values that status puts copy from (puts are GM to GM).
+// Symmetric window of one PE: bs*topk payload slots, then bs*topk status slots.
 struct WindowLayout {
-    uint64_t slots, stride, payload_off, status_off, ready_src_off, total_bytes;
+    uint64_t slots, stride, payload_off, status_off, total_bytes;
 };
 
-inline WindowLayout window_layout(uint32_t bs, uint32_t topk, uint32_t h, uint32_t elem_bytes) {
+__host_aicore__ inline WindowLayout window_layout(uint32_t bs, uint32_t topk, uint32_t h, uint32_t elem_bytes) {
     WindowLayout w{};
     w.slots = uint64_t(bs) * topk;
     w.stride = payload_stride(h, elem_bytes);
     w.payload_off = 0;
     w.status_off = w.slots * w.stride;
-    w.ready_src_off = w.status_off + w.slots * kStatusSlotBytes;
-    w.total_bytes = w.ready_src_off + kStatusSlotBytes;
+    w.total_bytes = w.status_off + w.slots * kStatusSlotBytes;
     return w;
 }
 
-// Launch one combine on `stream` with block_dim = pes AIV cores (one per source rank).
+// Blocks of one launch: one per source rank, but never more than the SoC's AIV cores (more
+// would run in waves, and blocks wait on each other) nor SHMEM's 48 SDMA streams. Core c then
+// serves source ranks c, c + block_dim, c + 2*block_dim, ...
+inline uint32_t launch_block_dim(uint32_t pes, uint32_t aiv_cores) {
+#if defined(COMBINE_FAULT_SDMA_FROM_CORE_48) || defined(COMBINE_FAULT_BLOCKS_OVER_AIV)
+    (void)aiv_cores;
+    return pes;  // fault injection: one core per source rank, whatever the SoC has
+#else
+    uint32_t b = pes < aiv_cores ? pes : aiv_cores;
+    return b < kMaxSdmaBlocks ? b : kMaxSdmaBlocks;
+#endif
+}
+
+// Launch one combine on `stream` with `block_dim` AIV cores (launch_block_dim).
 // All pointers are device (GM) addresses; `window` is the symmetric window of this PE.
 void launch_combine(Dtype dtype, uint32_t block_dim, void* stream, uint8_t* expand_x, uint8_t* assist_info,
                     uint8_t* ep_recv_count, uint8_t* expert_ids, uint8_t* expert_scales, uint8_t* x_out,

@@ -1,6 +1,6 @@
 """Fake NPU toolchains for the tests that need no hardware: a CANN folder (a bisheng that is
 g++ underneath, acl/acl.h, kernel_operator.h, lib64, a version file), a SHMEM install
-(shmem/include/aclshmem.h, shmem/lib/libshmem.so, version.info) and an npu-smi that prints
+(shmem/include/shmem.h, shmem/lib/libshmem.so, shmem/src/device, version.info) and an npu-smi that prints
 a table. Enough for CMake to configure the NPU target and for detection to find each piece."""
 
 from __future__ import annotations
@@ -39,12 +39,15 @@ def _touch(path: Path, text: str = "") -> Path:
 
 
 def make_cann(root: Path, version: str | None = "9.0.0", version_file: str = "toolkit_info",
-              bisheng: bool = True) -> Path:
+              bisheng: bool = True, bisheng_date: str | None = None) -> Path:
     """A fake CANN toolkit at ``root``; ``version_file``: 'toolkit_info'
-    (<arch>-linux/ascend_toolkit_install.info) or 'compiler' (compiler/version.info)."""
+    (<arch>-linux/ascend_toolkit_install.info) or 'compiler' (compiler/version.info);
+    ``bisheng_date``: the build date ``bisheng -v`` prints (YYYY-MM-DD; None prints g++'s)."""
     gxx = shutil.which("g++") or "g++"
     if bisheng:
-        _exe(root / "compiler" / "ccec_compiler" / "bin" / "bisheng", f'#!/bin/sh\nexec {gxx} "$@"\n')
+        v = (f'[ "$1" = -v ] && {{ echo "bisheng version 1.0 ({bisheng_date} 10:00:00)" >&2; exit 0; }}\n'
+             if bisheng_date else "")
+        _exe(root / "compiler" / "ccec_compiler" / "bin" / "bisheng", f'#!/bin/sh\n{v}exec {gxx} "$@"\n')
     _touch(root / "include" / "acl" / "acl.h")
     _touch(root / "compiler" / "tikcpp" / "tikcfw" / "kernel_operator.h")
     (root / "compiler" / "tikcpp" / "tikcfw" / "impl").mkdir(parents=True, exist_ok=True)
@@ -60,12 +63,16 @@ def make_cann(root: Path, version: str | None = "9.0.0", version_file: str = "to
     return root
 
 
-def make_shmem(root: Path, version: str | None = "1.0.0", layout: str = "install") -> Path:
-    """A fake SHMEM at ``root``: layout 'install' (root/shmem/{include,lib}, root/version.info)
-    or 'source' (root/install/shmem/{include,lib}, root/VERSION)."""
+def make_shmem(root: Path, version: str | None = "1.0.0", layout: str = "install", device_src: bool = True) -> Path:
+    """A fake SHMEM at ``root``: layout 'install' (root/shmem/{include,lib,src/device},
+    root/version.info) or 'source' (root/install/shmem/{include,lib}, root/src/device,
+    root/VERSION); ``device_src``: whether the device sources are there."""
     lib_root = root / "shmem" if layout == "install" else root / "install" / "shmem"
-    _touch(lib_root / "include" / "aclshmem.h")
+    _touch(lib_root / "include" / "shmem.h")
     _touch(lib_root / "lib" / "libshmem.so")
+    if device_src:
+        src = lib_root / "src" if layout == "install" else root / "src"
+        _touch(src / "device" / "utils" / "prof" / "shmemi_prof.h")
     if version is not None:
         if layout == "install":
             _touch(root / "version.info", f"        SHMEM Version :  {version}\n        Platform : x86_64\n")
@@ -89,12 +96,12 @@ def make_bin(root: Path, npu_smi: str | None = None, twin_tools: bool = False) -
 
 
 def npu_env(tmp: Path, *, cann: str | None = "9.0.0", shmem: bool = True, npu_smi: str | None = None,
-            soc: str | None = None, twin_tools: bool = False) -> dict[str, str]:
+            soc: str | None = None, twin_tools: bool = False, bisheng_date: str | None = None) -> dict[str, str]:
     """A complete fake environment under ``tmp`` (no inherited variables but a PATH made of
     ``tmp/bin`` only): CANN of version ``cann`` (None: not installed), SHMEM, npu-smi output."""
     env = {"PATH": str(make_bin(tmp / "bin", npu_smi, twin_tools)), "COMBINE_LAB_BUILD_DIR": str(tmp / "builds")}
     if cann is not None:
-        env["ASCEND_HOME_PATH"] = str(make_cann(tmp / "cann", cann))
+        env["ASCEND_HOME_PATH"] = str(make_cann(tmp / "cann", cann, bisheng_date=bisheng_date))
     if shmem:
         make_shmem(tmp / "shmem")
         env["SHMEM_HOME"] = str(tmp / "shmem")

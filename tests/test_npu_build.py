@@ -43,35 +43,67 @@ def configure(env: dict[str, str], bdir: Path, soc: str | None = None) -> tuple[
     return compiles, link
 
 
-@pytest.mark.parametrize("soc, arch, ffts", [("Ascend910B3", "dav-c220", True), ("Ascend950PR", "dav-c310", False)])
-def test_configure_generates_bisheng_commands_with_arch_includes_and_libraries(tmp_path, soc, arch, ffts):
-    env = npu_env(tmp_path)
+OLD_BISHENG_KERNEL_FLAGS = ["-mllvm -cce-aicore-stack-size=0x8000", "-mllvm -cce-aicore-addr-transform"]
+
+
+@pytest.mark.parametrize("soc, arch, npu_arch, ffts", [("Ascend910B3", "dav-c220", "dav-2201", True),
+                                                       ("Ascend950PR", "dav-c310", "dav-3510", False)])
+@pytest.mark.parametrize("bisheng_date, flags", [(None, "cce"), ("2026-03-26", "cce"), ("2026-03-27", "asc"),
+                                                 ("2026-08-01", "asc")])
+def test_configure_generates_bisheng_commands_with_arch_includes_and_libraries(tmp_path, soc, arch, npu_arch, ffts,
+                                                                               bisheng_date, flags):
+    env = npu_env(tmp_path, bisheng_date=bisheng_date)
     cann, shmem_root = tmp_path / "cann", tmp_path / "shmem" / "shmem"
     compiles, link = configure(env, tmp_path / "b", soc=soc)
     bisheng = str(cann / "compiler" / "ccec_compiler" / "bin" / "bisheng")
     assert sorted(compiles) == sorted(["combine_kernel.cpp", *HOST_SOURCES])
 
     kernel = shlex.split(compiles["combine_kernel.cpp"])
+    joined = " ".join(kernel)
     assert kernel[0] == bisheng
     assert kernel[-1] == str(source_root() / "kernels" / "combine_kernel.cpp")  # the twin's kernel source
-    for flag in ("-xcce", f"--cce-aicore-arch={arch}", "-DCOMBINE_TARGET_NPU=1", "-DCOMBINE_NPU_SDMA=1",
-                 f"-I{shmem_root}/include", f"-I{cann}/include", f"-I{cann}/compiler/tikcpp/tikcfw",
-                 f"-I{source_root()}/kernels", f"-I{source_root()}/host"):
+    for flag in ("-DCOMBINE_TARGET_NPU=1", "-DCOMBINE_NPU_SDMA=1", f"-I{shmem_root}/include",
+                 f"-I{shmem_root}/src/device", f"-I{shmem_root}/src", f"-I{cann}/include",
+                 f"-I{cann}/compiler/tikcpp/tikcfw", f"-I{source_root()}/kernels", f"-I{source_root()}/host"):
         assert flag in kernel, flag
-    assert ("-DCOMBINE_NPU_FFTS=1" in kernel) == ffts
+    if flags == "asc":  # bisheng dated 2026-03-27 or later, as SHMEM's own build decides
+        assert "-xasc" in kernel and f"--npu-arch={npu_arch}" in kernel
+        assert "--cce-auto-infer-kernel-type=false" in kernel
+        assert ("--cce-auto-set-ffts=false" in kernel) == ffts
+        assert "-xcce" not in kernel and not any(f in joined for f in OLD_BISHENG_KERNEL_FLAGS)
+        assert link["LINK_FLAGS"] == "--cce-fatobj-link"
+    else:
+        assert "-xcce" in kernel and f"--cce-aicore-arch={arch}" in kernel
+        assert all(f in joined for f in OLD_BISHENG_KERNEL_FLAGS) and "-xasc" not in kernel
+        assert link["LINK_FLAGS"] == f"--cce-fatobj-link --cce-aicore-arch={arch}"
+    assert ("-DCOMBINE_NPU_FFTS=1" in kernel) == ffts and ("-DFFTS_CONFIG=1" in kernel) == ffts
     for name in HOST_SOURCES:
         host = shlex.split(compiles[name])
         assert host[0] == bisheng and host[-1] == str(source_root() / "host" / name)
-        assert "-xcce" not in host and f"-I{shmem_root}/include" in host and f"-I{cann}/include" in host
+        assert "-xcce" not in host and "-xasc" not in host
+        assert f"-I{shmem_root}/include" in host and f"-I{cann}/include" in host
     for cmd in compiles.values():
         assert "host/twin" not in cmd and "COMBINE_TARGET_TWIN" not in cmd
 
     assert "combine_kernel.cpp.o" in link["inputs"]
-    assert link["LINK_FLAGS"] == f"--cce-fatobj-link --cce-aicore-arch={arch}"
     assert link["LINK_PATH"].split() == [f"-L{shmem_root}/lib", f"-L{cann}/lib64"]
     libs = link["LINK_LIBRARIES"].split()
     assert libs[1:] == ["-lshmem", "-lascendcl", "-lruntime", "-ldl", "-lpthread", "-lm"]
     assert libs[0] == f"-Wl,-rpath,{shmem_root}/lib:{cann}/lib64"
+
+
+def test_configure_refuses_shmem_without_device_sources(tmp_path):
+    env = npu_env(tmp_path, shmem=False, soc="Ascend910B3")
+    make_shmem(tmp_path / "shmem", device_src=False)
+    env["SHMEM_HOME"] = str(tmp_path / "shmem")
+    tc = require_npu_toolchain(env)
+    proc = subprocess.run([shutil.which("cmake"), "-S", str(source_root()), "-B", str(tmp_path / "b"), "-G", "Ninja",
+                           "-DCOMBINE_TARGET=npu", *tc.cmake_args()],
+                          env={**os.environ, **env, "PATH": os.environ["PATH"]}, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode != 0
+    assert (f"SHMEM at {tmp_path}/shmem/shmem has no src/device (its device headers include files from there)"
+            in " ".join(proc.stdout.split()))
 
 
 def test_configure_old_cann_builds_mte_only(tmp_path):
@@ -84,11 +116,11 @@ def test_configure_old_cann_builds_mte_only(tmp_path):
 def test_configure_source_build_of_shmem(tmp_path):
     env = npu_env(tmp_path, shmem=False, soc="Ascend910_9391")
     root = make_shmem(tmp_path / "shmem_src", layout="source")
-    (tmp_path / "shmem_src" / "src" / "device").mkdir(parents=True)
     env["SHMEM_HOME"] = str(tmp_path / "shmem_src")
     compiles, link = configure(env, tmp_path / "b")
     kernel = shlex.split(compiles["combine_kernel.cpp"])
-    assert f"-I{root}/include" in kernel and f"-I{tmp_path}/shmem_src/src/device" in kernel  # profiling macros
+    assert f"-I{root}/include" in kernel  # shmem.h
+    assert f"-I{tmp_path}/shmem_src/src/device" in kernel and f"-I{tmp_path}/shmem_src/src" in kernel  # device .hpp
     assert "--cce-aicore-arch=dav-c220" in kernel
     assert link["LINK_PATH"].split()[0] == f"-L{root}/lib"
 
@@ -166,7 +198,7 @@ def test_build_npu_without_shmem(tmp_path, monkeypatch, nothing_runs):
                    "The CPU twin (target=cpu) runs everywhere.")
     env["SHMEM_HOME"] = str(tmp_path / "empty")
     msg = refusal(monkeypatch, env)
-    assert msg.splitlines()[1] == (f"  missing SHMEM: SHMEM_HOME={tmp_path}/empty: no include/aclshmem.h and "
+    assert msg.splitlines()[1] == (f"  missing SHMEM: SHMEM_HOME={tmp_path}/empty: no include/shmem.h and "
                                    f"lib/libshmem.so there or in its shmem/ or install/shmem/ folder; {SHMEM_FIX}")
 
 

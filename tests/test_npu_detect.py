@@ -104,7 +104,7 @@ def test_shmem_layouts_and_problems(tmp_path):
     env = npu_env(tmp_path, shmem=False)
     env["SHMEM_HOME"] = str(tmp_path / "nothing")
     row = detect(env, probes())["shmem"]
-    assert row == Capability("shmem", False, f"SHMEM_HOME={tmp_path}/nothing: no include/aclshmem.h and "
+    assert row == Capability("shmem", False, f"SHMEM_HOME={tmp_path}/nothing: no include/shmem.h and "
                                              "lib/libshmem.so there or in its shmem/ or install/shmem/ folder",
                              SHMEM_FIX)
     make_shmem(tmp_path / "src", version="1.2.0", layout="source")

@@ -22,8 +22,8 @@ from conftest import RUN_TAG, host_processes, twin_segments
 
 def test_window_and_heap_bytes_match_the_driver():
     spec = CaseSpec(pes=2, bs=8, h=13, topk=2, expert_per_pe=2, dtype="float16_t")
-    # 16 slots of align_up(26, 32) = 32 B, 16 status slots of 32 B, 32 B of ready values
-    assert window_bytes(spec) == 16 * 32 + 16 * 32 + 32
+    # 16 slots of align_up(26, 32) = 32 B and 16 status slots of 32 B (the ready values come from UB)
+    assert window_bytes(spec) == 16 * 32 + 16 * 32
     assert twin_heap_bytes(spec) == 2 * 1024 * 1024 + (512 * 1024 + 64 * 1024)
 
 

@@ -17,13 +17,13 @@ VIOLATION = re.compile(r"^PE \d core \d: status slot \d+ on PE \d became ready \
 
 
 @pytest.fixture(scope="module")
-def mte_broken(tmp_path_factory):
-    return build_broken_kernel("mte_flag_before_quiet", tmp_path_factory.mktemp("mte"))
+def mte_broken():
+    return build_broken_kernel("mte_flag_before_quiet")  # the self-test's cached build
 
 
 @pytest.fixture(scope="module")
-def sdma_broken(tmp_path_factory):
-    return build_broken_kernel("sdma_flag_before_sdma_quiet", tmp_path_factory.mktemp("sdma"))
+def sdma_broken():
+    return build_broken_kernel("sdma_flag_before_sdma_quiet")
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -67,9 +67,12 @@ def test_selftest_reports_healthy(capsys, no_leaks):
     assert cli.main(["selftest", "--seeds", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "combine-lab selftest (CPU twin)"
-    assert lines[1] == ("  checker      broken kernels caught: 2/2 (mte_flag_before_quiet, "
-                        "sdma_flag_before_sdma_quiet)")
-    assert lines[2] == "  real kernel  3 cases x 2 variants x 1 chaos seeds: 0 violations or mismatches"
-    assert lines[3] == "  faults       masked slots, repeated calls, a slot nobody sends: 3/3 as expected"
-    assert lines[4] == "  leaks        shared-memory segments 0, PE processes 0, open files 0"
-    assert lines[5] == "cases tried: 11, violations: 0, mismatches: 0, hangs: 0, leaks: 0 -- healthy"
+    assert lines[1] == "  checker      broken kernels caught: 10/10"
+    assert [ln.split()[0] for ln in lines[2:12]] == [
+        "mte_flag_before_quiet", "sdma_flag_before_sdma_quiet", "ub_reuse", "sdma_from_core_48", "shared_sync_id",
+        "partial_status_wait", "ub_overlap", "ub_in_shmem_reserve", "device_barrier", "blocks_over_aiv"]
+    assert lines[4] == "    ub_reuse                     one MTE staging buffer refilled while its last UB -> GM leg is in flight"
+    assert lines[12] == "  real kernel  3 cases x 2 variants x 1 chaos seeds: 0 violations or mismatches"
+    assert lines[13] == "  faults       masked slots, repeated calls, a slot nobody sends: 3/3 as expected"
+    assert lines[14] == "  leaks        shared-memory segments 0, PE processes 0, open files 0"
+    assert lines[15] == "cases tried: 19, violations: 0, mismatches: 0, hangs: 0, leaks: 0 -- healthy"

@@ -1,11 +1,15 @@
 // The two data planes of the twin, their counters, and the protocol checker.
-// MTE: a put is a copy made by the calling core, complete at aclshmem_quiet.
+// MTE: a put is GM -> UB -> remote GM by the calling core (twin_pipes.cpp models the UB and
+//   the MTE3 leg in flight); complete at aclshmem_quiet.
 // SDMA: a put is a descriptor queued to the PE's copy-engine thread, complete at SDMA quiet.
-// Chaos mode (COMBINE_TWIN_CHAOS=<seed>): MTE puts land only at the next quiet and SDMA
-// descriptors only at SDMA quiet, each batch in a seeded shuffled order.
+//   As in SHMEM, only AIV blocks 0..47 have an SDMA stream: a put from block 48 or above
+//   does nothing (a violation here), and block_dim must stay within the SoC's AIV count.
+// Chaos mode (COMBINE_TWIN_CHAOS=<seed>): MTE3 legs land only when completed (quiet, flag,
+// barrier) and SDMA descriptors only at SDMA quiet, each batch in a seeded shuffled order.
 // Checker (always on): per window slot the twin records the launch in which its payload
 // landed; a status-ready flag that lands before that is a violation, reported with the
-// writing PE and core, the slot, and both operations.
+// writing PE and core, the slot, and both operations. Status slots must be waited on
+// word by word, all 8 words, as the reference does.
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
@@ -18,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "aclshmem.h"
+#include "shmem.h"
 #include "twin_platform.h"
 #include "twin_state.h"
 
@@ -26,7 +30,6 @@ namespace twin {
 namespace {
 
 constexpr int kMaxCores = 256;
-constexpr int kPlaneMte = 0, kPlaneSdma = 1;
 const char* const kPlaneName[2] = {"MTE", "SDMA"};
 constexpr size_t kMaxViolationExamples = 8;
 
@@ -59,19 +62,11 @@ struct Region {
     uint64_t slot_bytes;
     uint64_t landed_off = 0, issued_off = 0;  // heap offsets of the shadows (payload regions)
     int payload_region = -1;                  // status regions
+    uint64_t waited_off = 0;                  // status regions: (launch << 8 | words waited) per slot
+    uint64_t slots = 0;
 };
 std::vector<Region> g_regions;
 
-struct Put {
-    uint8_t* dst;       // remote address
-    const void* dst_sym;  // local symmetric address (for the checker)
-    const void* src;
-    size_t bytes;
-    int pe;
-    int plane;
-};
-
-thread_local std::vector<Put> tl_mte_pending;   // chaos: land at the next quiet
 thread_local std::vector<Put> tl_sdma_pending;  // chaos: land at the next SDMA quiet
 
 struct SdmaEngine {
@@ -101,15 +96,6 @@ uint32_t* shadow(uint64_t off, int pe, uint64_t slot) {
     return reinterpret_cast<uint32_t*>(heap_base(pe) + off) + slot;
 }
 
-void report_violation(const std::string& msg) {
-    g_violations.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lk(g_violation_mu);
-    if (g_violation_examples.size() < kMaxViolationExamples) {
-        g_violation_examples.push_back(msg);
-        fprintf(stderr, "twin: protocol violation: %s\n", msg.c_str());
-    }
-}
-
 // Called when the payload put for `slot` is issued: remembers its plane for the report.
 void note_issue(const Put& p) {
     uint64_t slot = 0;
@@ -117,45 +103,6 @@ void note_issue(const Put& p) {
     if (ri < 0 || g_regions[ri].kind != kRegionPayload) return;
     __atomic_store_n(shadow(g_regions[ri].issued_off, p.pe, slot), (g_epoch << 1) | uint32_t(p.plane),
                      __ATOMIC_RELAXED);
-}
-
-// The moment a put becomes visible at its destination.
-void land(const Put& p) {
-    uint64_t slot = 0;
-    const int ri = find_region(p.dst_sym, &slot);
-    if (ri >= 0 && g_regions[ri].kind == kRegionStatus) {
-        const Region& status = g_regions[ri];
-        const Region& payload = g_regions[status.payload_region];
-        const uint32_t landed = __atomic_load_n(shadow(payload.landed_off, p.pe, slot), __ATOMIC_ACQUIRE);
-        if (landed != g_epoch) {
-            const uint32_t issued = __atomic_load_n(shadow(payload.issued_off, p.pe, slot), __ATOMIC_RELAXED);
-            char buf[400];
-            if ((issued >> 1) == g_epoch)
-                snprintf(buf, sizeof buf, "PE %d core %d: status slot %llu on PE %d became ready (%s status put) "
-                         "before its payload was complete (%s payload put issued, not yet landed)",
-                         pe_state().my_pe, current_core(), (unsigned long long)slot, p.pe, kPlaneName[p.plane],
-                         kPlaneName[issued & 1]);
-            else
-                snprintf(buf, sizeof buf, "PE %d core %d: status slot %llu on PE %d became ready (%s status put) "
-                         "with no payload put issued for it in this launch",
-                         pe_state().my_pe, current_core(), (unsigned long long)slot, p.pe, kPlaneName[p.plane]);
-            report_violation(buf);
-        }
-        memcpy(p.dst, p.src, p.bytes);
-        return;
-    }
-    memcpy(p.dst, p.src, p.bytes);
-    if (ri >= 0 && g_regions[ri].kind == kRegionPayload)
-        __atomic_store_n(shadow(g_regions[ri].landed_off, p.pe, slot), g_epoch, __ATOMIC_RELEASE);
-}
-
-void land_shuffled(std::vector<Put>& puts, uint64_t salt) {
-    if (puts.empty()) return;
-    std::mt19937_64 rng(chaos_seed() * 0x9E3779B97F4A7C15ull ^ (uint64_t(pe_state().my_pe) << 48) ^
-                        (uint64_t(current_core()) << 32) ^ (uint64_t(g_epoch) << 8) ^ salt ^ puts.size());
-    std::shuffle(puts.begin(), puts.end(), rng);
-    for (const Put& p : puts) land(p);
-    puts.clear();
 }
 
 void sdma_main(SdmaEngine* e) {
@@ -200,6 +147,54 @@ int core_or_die(const char* what) {
 
 }  // namespace
 
+void report_violation(const std::string& msg) {
+    g_violations.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lk(g_violation_mu);
+    if (g_violation_examples.size() < kMaxViolationExamples) {
+        g_violation_examples.push_back(msg);
+        fprintf(stderr, "twin: protocol violation: %s\n", msg.c_str());
+    }
+}
+
+// The moment a put becomes visible at its destination.
+void land(const Put& p) {
+    uint64_t slot = 0;
+    const int ri = find_region(p.dst_sym, &slot);
+    if (ri >= 0 && g_regions[ri].kind == kRegionStatus) {
+        const Region& status = g_regions[ri];
+        const Region& payload = g_regions[status.payload_region];
+        const uint32_t landed = __atomic_load_n(shadow(payload.landed_off, p.pe, slot), __ATOMIC_ACQUIRE);
+        if (landed != g_epoch) {
+            const uint32_t issued = __atomic_load_n(shadow(payload.issued_off, p.pe, slot), __ATOMIC_RELAXED);
+            char buf[400];
+            if ((issued >> 1) == g_epoch)
+                snprintf(buf, sizeof buf, "PE %d core %d: status slot %llu on PE %d became ready (%s status put) "
+                         "before its payload was complete (%s payload put issued, not yet landed)",
+                         pe_state().my_pe, current_core(), (unsigned long long)slot, p.pe, kPlaneName[p.plane],
+                         kPlaneName[issued & 1]);
+            else
+                snprintf(buf, sizeof buf, "PE %d core %d: status slot %llu on PE %d became ready (%s status put) "
+                         "with no payload put issued for it in this launch",
+                         pe_state().my_pe, current_core(), (unsigned long long)slot, p.pe, kPlaneName[p.plane]);
+            report_violation(buf);
+        }
+        memcpy(p.dst, p.src, p.bytes);
+        return;
+    }
+    memcpy(p.dst, p.src, p.bytes);
+    if (ri >= 0 && g_regions[ri].kind == kRegionPayload)
+        __atomic_store_n(shadow(g_regions[ri].landed_off, p.pe, slot), g_epoch, __ATOMIC_RELEASE);
+}
+
+void land_shuffled(std::vector<Put>& puts, uint64_t salt) {
+    if (puts.empty()) return;
+    std::mt19937_64 rng(chaos_seed() * 0x9E3779B97F4A7C15ull ^ (uint64_t(pe_state().my_pe) << 48) ^
+                        (uint64_t(current_core()) << 32) ^ (uint64_t(g_epoch) << 8) ^ salt ^ puts.size());
+    std::shuffle(puts.begin(), puts.end(), rng);
+    for (const Put& p : puts) land(p);
+    puts.clear();
+}
+
 uint64_t chaos_seed() {
     static const uint64_t seed = [] {
         const char* env = getenv("COMBINE_TWIN_CHAOS");
@@ -216,18 +211,33 @@ int region_kind(const void* sym, uint64_t* slot_index) {
 void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes) {
     uint8_t* p = static_cast<uint8_t*>(sym);
     Region r{p, p + bytes, kind, slot_bytes ? slot_bytes : 1};
-    const uint64_t slots = bytes / r.slot_bytes;
+    r.slots = bytes / r.slot_bytes;
+    uint8_t* mine = heap_base(pe_state().my_pe);
     if (kind == kRegionPayload) {
-        r.landed_off = reserve_alloc(slots * 4, "payload-landed shadow");
-        r.issued_off = reserve_alloc(slots * 4, "payload-issued shadow");
-        memset(heap_base(pe_state().my_pe) + r.landed_off, 0, slots * 4);
-        memset(heap_base(pe_state().my_pe) + r.issued_off, 0, slots * 4);
+        r.landed_off = reserve_alloc(r.slots * 4, "payload-landed shadow");
+        r.issued_off = reserve_alloc(r.slots * 4, "payload-issued shadow");
+        memset(mine + r.landed_off, 0, r.slots * 4);
+        memset(mine + r.issued_off, 0, r.slots * 4);
     } else {
         for (int i = int(g_regions.size()) - 1; i >= 0 && r.payload_region < 0; --i)
             if (g_regions[i].kind == kRegionPayload) r.payload_region = i;
         if (r.payload_region < 0) fatal("label a payload region before its status region");
+        r.waited_off = reserve_alloc(r.slots * 4, "status-waited shadow");
+        memset(mine + r.waited_off, 0, r.slots * 4);
     }
     g_regions.push_back(r);
+}
+
+void note_wait(const void* sig) {
+    uint64_t slot = 0;
+    const int ri = find_region(sig, &slot);
+    if (ri < 0 || g_regions[ri].kind != kRegionStatus) return;
+    const uint32_t word = uint32_t((static_cast<const uint8_t*>(sig) - g_regions[ri].begin) % g_regions[ri].slot_bytes) / 4;
+    uint32_t* w = shadow(g_regions[ri].waited_off, pe_state().my_pe, slot);
+    const uint32_t stamp = g_epoch << 8;
+    uint32_t old = __atomic_load_n(w, __ATOMIC_RELAXED);
+    const uint32_t now = ((old & ~0xFFu) == stamp ? old : stamp) | (1u << word);
+    __atomic_store_n(w, now, __ATOMIC_RELAXED);  // one core waits on a given slot
 }
 
 void engines_start(uint32_t engine_mask) {
@@ -273,32 +283,91 @@ void counters_end_launch() {
         g_total.v[p][3] += planes[p]->status_writes;
         g_total.v[p][4] += planes[p]->status_bytes;
     }
+    // A status slot is 8 words; the reference waits on every one of them (a 32 B MTE write
+    // need not become visible all at once), so a wait on fewer is a violation.
+    const int me = pe_state().my_pe;
+    for (const Region& r : g_regions) {
+        if (r.kind != kRegionStatus) continue;
+        const uint32_t all = (1u << (r.slot_bytes / 4)) - 1u;
+        for (uint64_t slot = 0; slot < r.slots; ++slot) {
+            const uint32_t w = *shadow(r.waited_off, me, slot);
+            if ((w >> 8) == g_epoch && (w & 0xFFu) != all) {
+                char buf[256];
+                snprintf(buf, sizeof buf, "PE %d: status slot %llu was waited on at word mask 0x%02x of its %llu words: "
+                         "wait on all of them, as the reference does", me, (unsigned long long)slot, w & 0xFFu,
+                         (unsigned long long)(r.slot_bytes / 4));
+                report_violation(buf);
+            }
+        }
+    }
     ++g_launches;
 }
 
 void core_finish() {
-    land_shuffled(tl_mte_pending, 1);
+    pipes_core_end();
     land_shuffled(tl_sdma_pending, 2);
 }
 
-void mte_put(void* dst_sym, const void* src, size_t bytes, int pe) {
-    core_or_die("aclshmemx_mte_put_nbi");
-    const Put p{remote(dst_sym, pe, bytes, "MTE"), dst_sym, src, bytes, pe, kPlaneMte};
-    note_issue(p);
+// GM -> UB -> remote in chunks of ub_size, as SHMEM's aclshmemx_mte_put_nbi does: the
+// legs of every chunk but the last are completed by the put's own MTE3->MTE2 flag.
+void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t bytes, size_t elem_bytes, int pe,
+                uint32_t sync_id) {
+    static const char* const op = "aclshmemx_mte_put_nbi (GM -> UB -> GM)";
+    core_or_die(op);
+    const uint64_t block = ub_size / elem_bytes * elem_bytes;
+    if (block == 0) fatal("%s: ub_size %u is smaller than one element (%zu B)", op, ub_size, elem_bytes);
+    const uint32_t off = ub_use(ub, ub_size, UbRole::MteStaging, op);
+    sync_id_use(sync_id, kPlaneMte, op);
+    uint8_t* dst = remote(dst_sym, pe, bytes, "MTE");
+    Put whole{dst, dst_sym, src, bytes, pe, kPlaneMte};
+    note_issue(whole);
     count_put(g_last.mte, dst_sym, bytes);
-    if (chaos_seed())
-        tl_mte_pending.push_back(p);
-    else
-        land(p);
+    uint8_t* staging = static_cast<uint8_t*>(ub);
+    for (uint64_t done = 0; done < bytes; done += block) {
+        const uint64_t n = std::min<uint64_t>(block, bytes - done);
+        if (done > 0) {  // the put's own MTE3->MTE2 sync between its chunks
+            AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(sync_id));
+            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(sync_id));
+        }
+        mte2_to_ub(off, uint32_t((n + 31) / 32 * 32), op);
+        memcpy(staging, static_cast<const uint8_t*>(src) + done, n);
+        AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(int32_t(sync_id));
+        AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(int32_t(sync_id));
+        const Put leg{dst + done, static_cast<uint8_t*>(dst_sym) + done, staging, size_t(n), pe, kPlaneMte};
+        mte3_from_ub(leg, off, op);
+    }
 }
 
-void sdma_put(void* dst_sym, const void* src, size_t bytes, int pe, uint32_t ub_size) {
-    const int core = core_or_die("aclshmemx_sdma_put_nbi");
+void mte_put_ub(void* dst_sym, const void* ub_src, size_t bytes, int pe, uint32_t sync_id) {
+    static const char* const op = "aclshmemx_mte_put_nbi (UB -> GM)";
+    core_or_die(op);
+    const uint32_t off = ub_use(ub_src, uint32_t((bytes + 31) / 32 * 32), UbRole::MteSource, op);
+    sync_id_use(sync_id, kPlaneMte, op);
+    const Put p{remote(dst_sym, pe, bytes, "MTE"), dst_sym, ub_src, bytes, pe, kPlaneMte};
+    note_issue(p);
+    count_put(g_last.mte, dst_sym, bytes);
+    mte3_from_ub(p, off, op);
+}
+
+void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t bytes, int pe, uint32_t sync_id) {
+    static const char* const op = "aclshmemx_sdma_put_nbi";
+    const int core = core_or_die(op);
     if (g_sdma == nullptr) fatal("SDMA put without the SDMA engine: init with ACLSHMEM_DATA_OP_SDMA");
-    if (ub_size < 64) fatal("SDMA needs at least 64 B of UB, got %u", ub_size);
+    if (ub_size < 64) fatal("%s: SDMA needs at least 64 B of UB, got %u", op, ub_size);
+    ub_use(ub, ub_size, UbRole::SdmaScratch, op);
+    sync_id_use(sync_id, kPlaneSdma, op);
     if (region_kind(dst_sym, nullptr) == kRegionStatus)
         fatal("a status slot was written by SDMA: status flags must go by MTE (combine-facts section 5)");
-    const Put p{remote(dst_sym, pe, bytes, "SDMA"), dst_sym, src, bytes, pe, kPlaneSdma};
+    uint8_t* dst = remote(dst_sym, pe, bytes, "SDMA");
+    if (core >= ACLSHMEM_MAX_AIV_PER_NPU) {
+        char buf[320];
+        snprintf(buf, sizeof buf, "PE %d core %d: SDMA put of %zu bytes to PE %d did nothing: SHMEM creates SDMA "
+                 "streams for AIV blocks 0..%d only (block_dim must stay within min(AIV cores, %d))",
+                 pe_state().my_pe, core, bytes, pe, ACLSHMEM_MAX_AIV_PER_NPU - 1, ACLSHMEM_MAX_AIV_PER_NPU);
+        report_violation(buf);
+        return;
+    }
+    const Put p{dst, dst_sym, src, bytes, pe, kPlaneSdma};
     note_issue(p);
     count_put(g_last.sdma, dst_sym, bytes);
     if (chaos_seed()) {
@@ -313,10 +382,20 @@ void sdma_put(void* dst_sym, const void* src, size_t bytes, int pe, uint32_t ub_
     g_sdma->cv.notify_one();
 }
 
-void sdma_quiet(uint32_t ub_size) {
-    const int core = core_or_die("aclshmemx_sdma_quiet");
+void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id) {
+    static const char* const op = "aclshmemx_sdma_quiet";
+    const int core = core_or_die(op);
     if (g_sdma == nullptr) fatal("SDMA quiet without the SDMA engine: init with ACLSHMEM_DATA_OP_SDMA");
-    if (ub_size < 64) fatal("SDMA needs at least 64 B of UB, got %u", ub_size);
+    if (ub_size < 64) fatal("%s: SDMA needs at least 64 B of UB, got %u", op, ub_size);
+    ub_use(ub, ub_size, UbRole::SdmaScratch, op);
+    sync_id_use(sync_id, kPlaneSdma, op);
+    if (core >= ACLSHMEM_MAX_AIV_PER_NPU) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "PE %d core %d: SDMA quiet from a block with no SDMA stream (blocks 0..%d have one)",
+                 pe_state().my_pe, core, ACLSHMEM_MAX_AIV_PER_NPU - 1);
+        report_violation(buf);
+        return;
+    }
     g_last.sdma.quiets.fetch_add(1, std::memory_order_relaxed);
     if (chaos_seed()) {
         land_shuffled(tl_sdma_pending, 3);
@@ -334,8 +413,8 @@ void sdma_quiet(uint32_t ub_size) {
 void mte_quiet() {
     core_or_die("aclshmem_quiet");
     g_last.mte.quiets.fetch_add(1, std::memory_order_relaxed);
-    if (chaos_seed()) land_shuffled(tl_mte_pending, 4);
-    // Publish the copies before whatever the core writes next (its status flags).
+    // quiet = PipeBarrier<PIPE_ALL> (every MTE3 leg complete) + a whole-cache clean.
+    mte3_complete_all();
     std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 

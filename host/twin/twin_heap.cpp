@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "aclshmem.h"
+#include "shmem.h"
 #include "twin_state.h"
 
 namespace twin {
@@ -43,7 +43,7 @@ void fatal(const char* fmt, ...) {
     va_end(ap);
     const int core = current_core();
     if (core >= 0)
-        fprintf(stderr, "twin: PE %d core %d: %s\n", s.my_pe, core, msg);
+        fprintf(stderr, "twin: PE %d core %d: %s%s\n", s.my_pe, core, msg, launch_note().c_str());
     else
         fprintf(stderr, "twin: PE %d: %s\n", s.my_pe, msg);
     fflush(stderr);
@@ -54,8 +54,6 @@ void fatal(const char* fmt, ...) {
     if (!s.shm_name.empty()) shm_unlink(s.shm_name.c_str());  // ENOENT is fine: someone already did
     _exit(3);
 }
-
-constexpr double kBarrierPatience = 1.5;
 
 Waiter::Waiter(const char* what, double patience)
     : what_(what), timeout_s_(pe_state().timeout_s * patience), start_ns_(now_ns()) {}
@@ -112,9 +110,14 @@ static void barrier_wait(Barrier& b, uint32_t parties, const char* what) {
 
 using namespace twin;
 
-int aclshmemx_init_attr(int /*flags*/, aclshmemx_init_attr_t* attr) {
+int aclshmemx_init_attr(aclshmemx_bootstrap_t flags, aclshmemx_init_attr_t* attr) {
     PeState& s = pe_state();
     if (s.initialised) return 0;
+    if (flags != ACLSHMEMX_INIT_WITH_DEFAULT) {
+        fprintf(stderr, "twin: aclshmemx_init_attr: bootstrap flags %u: the twin boots with ACLSHMEMX_INIT_WITH_DEFAULT "
+                        "(ip_port) only\n", unsigned(flags));
+        return -1;
+    }
     if (attr == nullptr || attr->n_pes < 1 || attr->my_pe < 0 || attr->my_pe >= attr->n_pes) {
         fprintf(stderr, "twin: aclshmemx_init_attr: my_pe=%d n_pes=%d: need 0 <= my_pe < n_pes\n",
                 attr ? attr->my_pe : -1, attr ? attr->n_pes : -1);
@@ -188,7 +191,7 @@ int aclshmemx_init_attr(int /*flags*/, aclshmemx_init_attr_t* attr) {
     }
     // Every PE has mapped the segment: drop its name so nothing outlives the run.
     if (s.my_pe == 0) shm_unlink(s.shm_name.c_str());
-    s.engines = attr->option_attr.data_op_engine_type ? attr->option_attr.data_op_engine_type : ACLSHMEM_DATA_OP_MTE;
+    s.engines = uint32_t(attr->option_attr.data_op_engine_type);
     engines_start(s.engines);
     s.initialised = true;
     barrier_wait(ctrl->host_barrier, uint32_t(s.n_pes), "host barrier after init");
@@ -243,13 +246,17 @@ void* aclshmem_ptr(void* sym, int pe) {
 
 void aclshmem_barrier_all() {
     PeState& s = pe_state();
+    // SHMEM's device barriers work in MIX kernels only (shmem_device_cc.h); an AIV-only kernel
+    // ends with a core barrier and the host calls aclshmem_barrier_all after the stream sync.
     if (current_core() >= 0)
-        barrier_wait(s.ctrl->core_barrier, uint32_t(s.n_pes) * current_block_dim(), "barrier_all of all cores");
-    else
-        barrier_wait(s.ctrl->host_barrier, uint32_t(s.n_pes), "host barrier_all");
+        fatal("aclshmem_barrier_all called from an AIV-only kernel: SHMEM's device barrier is for MIX kernels; end "
+              "the kernel with AscendC::SyncAll<true>() and call the host aclshmem_barrier_all after "
+              "aclrtSynchronizeStream");
+    barrier_wait(s.ctrl->host_barrier, uint32_t(s.n_pes), "host barrier_all");
 }
 
 int32_t aclshmem_signal_wait_until(int32_t* sig, int cmp, int32_t value) {
+    if (current_core() >= 0) note_wait(sig);
     auto satisfied = [cmp, value](int32_t v) {
         switch (cmp) {
             case ACLSHMEM_CMP_EQ: return v == value;

@@ -1,12 +1,17 @@
-// Kernel launch on the twin: one thread per AIV core, each with its own UB, and the
-// per-core profiling frames (nanoseconds, so 1000 "cycles" per microsecond).
+// Kernel launch on the twin: the SoC's AIV cores are worker threads with a UB each; a
+// launch of block_dim blocks runs them on those cores in index order, in waves when
+// block_dim exceeds the AIV count (as the hardware does), so blocks that wait for a block
+// of a later wave hang here as they would on the NPU. Per-core profiling frames count
+// nanoseconds (1000 "cycles" per microsecond) and exist for 64 blocks, as in SHMEM.
+#include <atomic>
+#include <string>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
 #include <vector>
 
-#include "aclshmem.h"
 #include "kernel_operator.h"
+#include "shmem.h"
 #include "twin_platform.h"
 #include "twin_state.h"
 
@@ -16,10 +21,22 @@ namespace {
 thread_local int32_t tl_core = -1;
 thread_local uint32_t tl_block_dim = 0;
 thread_local uint8_t* tl_ub = nullptr;
+thread_local bool tl_ffts_set = false;
 thread_local uint64_t tl_frame_start[ACLSHMEM_CYCLE_PROF_FRAME_CNT];
 
 aclshmem_prof_pe_t g_prof;
 int g_prof_state = -1;  // -1 unknown, 0 off, 1 on
+
+// The launch in progress: blocks handed to cores in order, and SyncAll's counters.
+struct Launch {
+    uint32_t block_dim = 0;
+    uint32_t cores = 0;
+    std::atomic<uint32_t> next{0};
+    std::atomic<uint32_t> started{0};
+    std::atomic<uint32_t> sync_arrived{0};
+    std::atomic<uint32_t> sync_generation{0};
+};
+Launch* g_launch = nullptr;
 
 bool prof_enabled() {
     if (g_prof_state < 0) {
@@ -33,38 +50,90 @@ bool prof_enabled() {
 
 }  // namespace
 
+std::string launch_note() {
+    const Launch* l = g_launch;
+    if (l == nullptr || tl_core < 0 || l->block_dim <= l->cores) return "";
+    char buf[256];
+    snprintf(buf, sizeof buf, " [block_dim %u exceeds the %d AIV cores of %s: blocks %u.. run in a later wave, "
+             "after blocks of this one end, so a block that waits for them waits forever]", l->block_dim,
+             twin_soc().aiv, twin_soc().name, l->cores);
+    return buf;
+}
+
 int32_t current_core() { return tl_core; }
 uint32_t current_block_dim() { return tl_block_dim; }
-uint8_t* ub_base() { return tl_ub; }
+uint8_t* ub_base() { return tl_core >= 0 ? tl_ub : nullptr; }
 
 void launch_kernel(uint32_t block_dim, void* /*stream*/, const std::function<void()>& body) {
-    if (block_dim == 0 || block_dim > 256) fatal("launch with block_dim=%u: must be 1..256", block_dim);
+    if (block_dim == 0 || block_dim > 65535) fatal("launch with block_dim=%u: must be 1..65535", block_dim);
     prof_enabled();
     counters_begin_launch();
-    std::vector<std::vector<uint8_t>> ubs(block_dim, std::vector<uint8_t>(kUbBytes));
+    const TwinSoc& soc = twin_soc();
+    Launch launch;
+    launch.block_dim = block_dim;
+    launch.cores = std::min<uint32_t>(block_dim, uint32_t(soc.aiv));
+    g_launch = &launch;
     std::vector<std::thread> cores;
-    cores.reserve(block_dim);
-    for (uint32_t c = 0; c < block_dim; ++c) {
-        cores.emplace_back([c, block_dim, &body, &ubs] {
-            tl_core = int32_t(c);
-            tl_block_dim = block_dim;
-            tl_ub = ubs[c].data();
-            body();
-            core_finish();
+    cores.reserve(launch.cores);
+    for (uint32_t c = 0; c < launch.cores; ++c) {
+        cores.emplace_back([&launch, &body, &soc] {
+            std::vector<uint8_t> ub(soc.ub_bytes);
+            tl_ub = ub.data();
+            tl_block_dim = launch.block_dim;
+            for (uint32_t b; (b = launch.next.fetch_add(1)) < launch.block_dim;) {
+                tl_core = int32_t(b);
+                tl_ffts_set = false;
+                launch.started.fetch_add(1);
+                pipes_core_begin();
+                body();
+                core_finish();
+                tl_core = -1;
+            }
         });
     }
     for (std::thread& t : cores) t.join();
+    g_launch = nullptr;
     counters_end_launch();
 }
 
+void sync_all_cores() {
+    if (tl_core < 0 || g_launch == nullptr) fatal("AscendC::SyncAll called outside a kernel core");
+    if (!tl_ffts_set)
+        fatal("AscendC::SyncAll without the FFTS base address: on A2/A3 the kernel must call "
+              "util_set_ffts_config(util_get_ffts_config() from the host) first");
+    // SyncAll is a PIPE_ALL barrier, then the cross-core flag.
+    pipe_barrier(PIPE_ALL);
+    Launch& l = *g_launch;
+    const uint32_t gen = l.sync_generation.load(std::memory_order_acquire);
+    if (l.sync_arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == l.block_dim) {
+        l.sync_arrived.store(0, std::memory_order_relaxed);
+        l.sync_generation.fetch_add(1, std::memory_order_acq_rel);
+        return;
+    }
+    Waiter w("AscendC::SyncAll", kBarrierPatience);
+    while (l.sync_generation.load(std::memory_order_acquire) == gen) {
+        if (!w.keep_waiting()) {
+            fatal("timed out after %.1f s in AscendC::SyncAll: %u of %u blocks arrived", w.elapsed_s(),
+                  l.sync_arrived.load(), l.block_dim);
+        }
+    }
+}
+
 void prof_start(uint32_t frame) {
-    if (g_prof_state == 1 && frame < ACLSHMEM_CYCLE_PROF_FRAME_CNT) tl_frame_start[frame] = now_ns();
+    if (g_prof_state != 1 || frame >= ACLSHMEM_CYCLE_PROF_FRAME_CNT) return;
+    if (tl_core >= ACLSHMEM_CYCLE_PROF_MAX_BLOCK)
+        fatal("profiling frame %u in block %d: SHMEM has profiling slots for %d blocks only", frame, tl_core,
+              ACLSHMEM_CYCLE_PROF_MAX_BLOCK);
+    pipe_barrier(PIPE_ALL);  // SHMEMI_PROF_START drains the pipes before reading the clock
+    tl_frame_start[frame] = now_ns();
 }
 
 void prof_end(uint32_t frame) {
-    if (g_prof_state != 1 || frame >= ACLSHMEM_CYCLE_PROF_FRAME_CNT || tl_core < 0 ||
-        tl_core >= ACLSHMEM_CYCLE_PROF_MAX_BLOCK)
-        return;
+    if (g_prof_state != 1 || frame >= ACLSHMEM_CYCLE_PROF_FRAME_CNT || tl_core < 0) return;
+    if (tl_core >= ACLSHMEM_CYCLE_PROF_MAX_BLOCK)
+        fatal("profiling frame %u in block %d: SHMEM has profiling slots for %d blocks only", frame, tl_core,
+              ACLSHMEM_CYCLE_PROF_MAX_BLOCK);
+    pipe_barrier(PIPE_ALL);
     aclshmem_prof_block_t& b = g_prof.block_prof[tl_core];
     b.cycles[frame] += int64_t(now_ns() - tl_frame_start[frame]);
     b.ccount[frame] += 1;
@@ -75,7 +144,18 @@ void prof_end(uint32_t frame) {
 namespace AscendC {
 int64_t GetBlockIdx() { return twin::tl_core; }
 int64_t GetBlockNum() { return twin::tl_block_dim; }
+int64_t GetSystemCycle() { return int64_t(twin::now_ns()); }
 }  // namespace AscendC
+
+uint64_t util_get_ffts_config(void) { return twin::kFftsToken; }
+
+void util_set_ffts_config(uint64_t config) {
+    if (twin::tl_core < 0) twin::fatal("util_set_ffts_config called outside a kernel core");
+    if (config != twin::kFftsToken)
+        twin::fatal("util_set_ffts_config(0x%llx): not the address util_get_ffts_config() returned on the host",
+                    (unsigned long long)config);
+    twin::tl_ffts_set = true;
+}
 
 void aclshmemx_get_prof(aclshmem_prof_pe_t** out, bool verbose) {
     const bool on = twin::prof_enabled();

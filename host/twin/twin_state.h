@@ -5,8 +5,22 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "kernel_operator.h"
 
 namespace twin {
+
+// The SoC whose core counts and UB the twin enforces (COMBINE_TWIN_SOC, twin_acl.cpp).
+struct TwinSoc {
+    const char* name;
+    int aiv;            // AIV cores: a launch with more blocks runs them in waves
+    uint32_t ub_bytes;  // UB per AIV core
+};
+constexpr const char* kDefaultSoc = "Ascend910B3";
+constexpr uint32_t kUbBytesA2A3 = 192 * 1024;
+constexpr uint32_t kUbShmemReserveOff = 188 * 1024;  // SHMEM's ACLSHMEM_INTERNAL_UB_BUF_START_ADDR
+const TwinSoc& twin_soc();
 
 // Control block at the start of the shared segment, before the PEs' heaps.
 struct Barrier {
@@ -21,7 +35,6 @@ struct Control {
     std::atomic<int32_t> attached;
     std::atomic<int32_t> abort_pe;  // -1, or the first PE that failed
     Barrier host_barrier;
-    Barrier core_barrier;
 };
 
 constexpr uint64_t kMagic = 0x636f6d62696e6531ull;  // "combine1"
@@ -51,14 +64,24 @@ PeState& pe_state();
 uint64_t reserve_alloc(uint64_t bytes, const char* what);
 uint8_t* heap_base(int pe);
 
-// Calling core's index, or -1 on a host thread.
+// Calling core's block index, or -1 on a host thread; the launch's block_dim.
 int32_t current_core();
 uint32_t current_block_dim();
+// Base of the calling core's UB (the worker thread's), or nullptr on a host thread.
+uint8_t* ub_base();
 
-// Print "twin: PE p core c: <msg>", tell the other PEs, remove the segment name, exit 3.
+// When the launch in progress runs in waves: a note on what that means for waits, else "".
+std::string launch_note();
+
+// Print "twin: PE p core c: <msg>" (plus the launch note), tell the other PEs, remove the
+// segment name, exit 3.
 [[noreturn]] void fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Back-off waiting: returns false once `timeout_s` has passed; exits if another PE aborted.
+// Waits on other waiters (barriers) get this much more patience than the wait at the root
+// of a hang (a signal or an SDMA quiet), so that the root is the one that reports.
+constexpr double kBarrierPatience = 1.5;
+
 class Waiter {
 public:
     // `patience` scales the timeout: waits on other waiters (barriers, attach) get more, so
@@ -79,6 +102,42 @@ uint64_t now_ns();
 // their semantics allow. 0 when off.
 uint64_t chaos_seed();
 
+constexpr int kPlaneMte = 0, kPlaneSdma = 1;
+
+// One copy to remote memory: `src` is GM (SDMA) or the issuing core's UB (an MTE3 leg).
+struct Put {
+    uint8_t* dst;         // remote address
+    const void* dst_sym;  // local symmetric address (for the checker)
+    const void* src;
+    size_t bytes;
+    int pe;
+    int plane;
+};
+// The moment a put becomes visible at its destination (runs the status/payload checker).
+void land(const Put& p);
+// Lands `puts` in a seeded shuffled order (chaos mode) and clears it.
+void land_shuffled(std::vector<Put>& puts, uint64_t salt);
+// Counts a protocol violation and prints the first few.
+void report_violation(const std::string& msg);
+
+// Pipes of the calling core (twin_pipes.cpp): UB ranges by role, MTE3 legs in flight,
+// pipe flags and sync ids. Every check names the PE, core, operation and UB range.
+enum class UbRole { MteStaging = 0, SdmaScratch, MteSource };
+// Registers `bytes` of the calling core's UB at `p` in `role` and returns its offset; fatal
+// when outside the UB, in SHMEM's reserve, misaligned, or overlapping another role's range.
+uint32_t ub_use(const void* p, uint32_t bytes, UbRole role, const char* op);
+// An MTE2 copy GM -> UB [off, off + bytes): a UB -> GM leg still reading that range is a
+// "UB reuse" violation (and, in chaos mode, the in-flight data is overwritten).
+void mte2_to_ub(uint32_t off, uint32_t bytes, const char* op);
+// An MTE3 leg UB [off, off + bytes) -> remote: in flight until a quiet, a PIPE_ALL/MTE3
+// barrier or an MTE3->MTE2 flag set after it; lands now, or at completion in chaos mode.
+void mte3_from_ub(const Put& p, uint32_t off, const char* op);
+void mte3_complete_all();
+// A SHMEM call's sync_id on `plane`: one id serves one plane per core.
+void sync_id_use(uint32_t sync_id, int plane, const char* op);
+void pipes_core_begin();
+void pipes_core_end();
+
 // Engines: MTE/SDMA counters, region labels, SDMA thread.
 void engines_start(uint32_t engine_mask);
 void engines_stop();
@@ -86,6 +145,10 @@ void counters_begin_launch();
 void counters_end_launch();
 // Lands whatever the calling core left outstanding when its kernel body returned.
 void core_finish();
+// A core waited on the word at `sig` (status slots must be waited on word by word).
+void note_wait(const void* sig);
+// The FFTS base address util_get_ffts_config hands out (twin_kernel.cpp checks it).
+constexpr uint64_t kFftsToken = 0x46465453ull;  // "FFTS"
 // Which labelled region holds `sym` (local symmetric address); -1 if none.
 int region_kind(const void* sym, uint64_t* slot_index);
 

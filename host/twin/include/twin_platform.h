@@ -7,11 +7,11 @@
 
 namespace twin {
 
-// Base of the calling core's unified buffer (192 KiB, like an AIV core).
+// Base of the calling core's unified buffer (the modelled SoC's UB per AIV core).
 uint8_t* ub_base();
-constexpr size_t kUbBytes = 192 * 1024;
 
-// Run `body` on block_dim core threads and wait for them (the stream is synchronous).
+// Run `body` as block_dim blocks on the SoC's AIV cores (in waves when block_dim exceeds
+// them) and wait for them: the stream is synchronous.
 void launch_kernel(uint32_t block_dim, void* stream, const std::function<void()>& body);
 
 }  // namespace twin

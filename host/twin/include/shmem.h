@@ -1,0 +1,124 @@
+// CPU twin of the SHMEM API (hicann/shmem include/shmem.h) that the combine driver and
+// kernel call: the same names, enum types, struct fields and parameter types as the
+// public headers (combine-facts section 10). PEs are processes; the symmetric heap is
+// one POSIX shared-memory segment mapped by every PE, so aclshmem_ptr is arithmetic.
+// The device functions enforce what the hardware does (twin_engines.cpp, twin_pipes.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernel_operator.h"
+
+// ---- host_device/shmem_common_types.h ----
+enum data_op_engine_type_t {
+    ACLSHMEM_DATA_OP_MTE = 0x01,
+    ACLSHMEM_DATA_OP_SDMA = 0x02,
+    ACLSHMEM_DATA_OP_ROCE = 0x04,
+    ACLSHMEM_DATA_OP_UDMA = 0x08,
+    ACLSHMEM_DATA_OP_MAX = 0x08,
+};
+enum aclshmem_cmp_op_type_t { ACLSHMEM_CMP_EQ = 0, ACLSHMEM_CMP_NE, ACLSHMEM_CMP_GT, ACLSHMEM_CMP_GE, ACLSHMEM_CMP_LT,
+                              ACLSHMEM_CMP_LE };
+
+#define ACLSHMEM_MAX_AIV_PER_NPU 48  // SDMA streams SHMEM creates: one per AIV block 0..47
+#define ACLSHMEM_CYCLE_PROF_MAX_BLOCK 64
+#define ACLSHMEM_CYCLE_PROF_FRAME_CNT 1024
+
+typedef struct {
+    int64_t ccount[ACLSHMEM_CYCLE_PROF_FRAME_CNT];
+    int64_t cycles[ACLSHMEM_CYCLE_PROF_FRAME_CNT];
+} aclshmem_prof_block_t;
+
+typedef struct {
+    int32_t pe_id;
+    aclshmem_prof_block_t block_prof[ACLSHMEM_CYCLE_PROF_MAX_BLOCK];
+} aclshmem_prof_pe_t;
+
+// ---- host/shmem_host_def.h ----
+#define ACLSHMEM_MAX_IP_PORT_LEN 64
+constexpr int DEFAULT_TIMEOUT = 120;
+
+enum aclshmemx_bootstrap_t : unsigned int {
+    ACLSHMEMX_INIT_WITH_DEFAULT = 1U << 0,
+    ACLSHMEMX_INIT_WITH_MPI = 1U << 1,
+    ACLSHMEMX_INIT_WITH_UNIQUEID = 1U << 3,
+    ACLSHMEMX_INIT_MAX = 1U << 31
+};
+
+typedef struct {
+    int version;
+    data_op_engine_type_t data_op_engine_type;
+    uint32_t shm_init_timeout;
+    uint32_t shm_create_timeout;
+    uint32_t control_operation_timeout;
+    int32_t sockFd;
+} aclshmem_init_optional_attr_t;
+
+typedef struct aclshmemx_init_attr_t {
+    int my_pe;
+    int n_pes;
+    char ip_port[ACLSHMEM_MAX_IP_PORT_LEN] = {};
+    uint64_t local_mem_size;
+    aclshmem_init_optional_attr_t option_attr = {(1 << 16) + int(sizeof(aclshmem_init_optional_attr_t)),
+                                                 ACLSHMEM_DATA_OP_MTE, DEFAULT_TIMEOUT, DEFAULT_TIMEOUT,
+                                                 DEFAULT_TIMEOUT, 0};
+    void* comm_args = nullptr;
+    uint64_t instance_id = 0;
+} aclshmemx_init_attr_t;
+
+// ---- host API ----
+int aclshmemx_init_attr(aclshmemx_bootstrap_t bootstrap_flags, aclshmemx_init_attr_t* attributes);
+int aclshmem_finalize(void);
+void* aclshmem_malloc(size_t size);
+void aclshmem_free(void* ptr);
+void* aclshmem_ptr(void* ptr, int pe);
+void aclshmem_barrier_all(void);  // host: all PEs; refused from a kernel core (MIX kernels only)
+uint64_t util_get_ffts_config(void);
+void aclshmemx_get_prof(aclshmem_prof_pe_t** out_profs, bool verbose);
+
+// ---- device API (one function serves host and core threads on the twin) ----
+int aclshmem_my_pe(void);
+int aclshmem_n_pes(void);
+void aclshmem_quiet(void);
+int32_t aclshmem_signal_wait_until(__gm__ int32_t* sig_addr, int cmp, int32_t cmp_val);
+void util_set_ffts_config(uint64_t config);
+
+namespace twin {
+void mte_put_gm(void* dst, const void* src, void* ub, uint32_t ub_size, size_t bytes, size_t elem_bytes, int pe,
+                uint32_t sync_id);
+void mte_put_ub(void* dst, const void* ub_src, size_t bytes, int pe, uint32_t sync_id);
+void sdma_put(void* dst, const void* src, void* ub, uint32_t ub_size, size_t bytes, int pe, uint32_t sync_id);
+void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id);
+void prof_start(uint32_t frame);
+void prof_end(uint32_t frame);
+}  // namespace twin
+
+// GM -> UB -> remote GM through `buf`, in chunks of ub_size bytes (the last UB -> GM leg
+// stays in flight until a quiet or an MTE3->MTE2 flag).
+template <typename T>
+inline void aclshmemx_mte_put_nbi(__gm__ T* dst, __gm__ T* src, __ubuf__ T* buf, uint32_t ub_size, uint32_t elem_size,
+                                  int pe, uint32_t sync_id) {
+    twin::mte_put_gm(dst, src, buf, ub_size, size_t(elem_size) * sizeof(T), sizeof(T), pe, sync_id);
+}
+
+// UB -> remote GM (MTE3 only).
+template <typename T>
+inline void aclshmemx_mte_put_nbi(__gm__ T* dst, __ubuf__ T* src, uint32_t elem_size, int pe, uint32_t sync_id) {
+    twin::mte_put_ub(dst, src, size_t(elem_size) * sizeof(T), pe, sync_id);
+}
+
+template <typename T>
+inline void aclshmemx_sdma_put_nbi(__gm__ T* dst, __gm__ T* src, __ubuf__ T* buf, uint32_t ub_size, uint32_t elem_size,
+                                   int pe, uint32_t sync_id) {
+    twin::sdma_put(dst, src, buf, ub_size, size_t(elem_size) * sizeof(T), pe, sync_id);
+}
+
+template <typename T>
+inline void aclshmemx_sdma_quiet(__ubuf__ T* buf, uint32_t ub_size, uint32_t sync_id) {
+    twin::sdma_quiet(buf, ub_size, sync_id);
+}
+
+// SHMEM's cycle-profiling frames (src/device/utils/prof/shmemi_prof.h on the NPU).
+#define SHMEMI_PROF_START(frame) twin::prof_start(frame)
+#define SHMEMI_PROF_END(frame) twin::prof_end(frame)

@@ -1,0 +1,157 @@
+// Declaration-only stand-in for SHMEM's public header (hicann/shmem include/shmem.h at
+// 643bfb7 and the headers it includes), for the NPU-branch compile check: the host API
+// always, the device API when compiling AI-core code (__CCE_AICORE__), as shmem.h does.
+// Declarations only; ACLSHMEM_DEVICE (always_inline __aicore__ there) is plain __aicore__
+// here so that a declaration without its body draws no warning.
+#pragma once
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+
+#include "acl/acl.h"
+#if defined(__CCE_AICORE__)
+#include "kernel_operator.h"
+#endif
+
+#define ACLSHMEM_HOST_API __attribute__((visibility("default")))
+#define ACLSHMEM_DEVICE __aicore__
+
+// ---- host_device/shmem_common_types.h ----
+extern "C" {
+enum aclshmem_team_index_t { ACLSHMEM_TEAM_INVALID = -1, ACLSHMEM_TEAM_WORLD = 0 };
+enum data_op_engine_type_t {
+    ACLSHMEM_DATA_OP_MTE = 0x01,
+    ACLSHMEM_DATA_OP_SDMA = 0x02,
+    ACLSHMEM_DATA_OP_ROCE = 0x04,
+    ACLSHMEM_DATA_OP_UDMA = 0x08,
+    ACLSHMEM_DATA_OP_MAX = 0x08,
+};
+enum aclshmem_signal_op_type_t { ACLSHMEM_SIGNAL_SET, ACLSHMEM_SIGNAL_ADD };
+enum aclshmem_cmp_op_type_t {
+    ACLSHMEM_CMP_EQ = 0,
+    ACLSHMEM_CMP_NE,
+    ACLSHMEM_CMP_GT,
+    ACLSHMEM_CMP_GE,
+    ACLSHMEM_CMP_LT,
+    ACLSHMEM_CMP_LE
+};
+typedef int aclshmem_team_t;
+#define ACLSHMEM_MAX_AIV_PER_NPU 48
+#define ACLSHMEM_CYCLE_PROF_MAX_BLOCK 64
+#define ACLSHMEM_CYCLE_PROF_FRAME_CNT 1024
+typedef struct {
+    int64_t ccount[ACLSHMEM_CYCLE_PROF_FRAME_CNT];
+    int64_t cycles[ACLSHMEM_CYCLE_PROF_FRAME_CNT];
+} aclshmem_prof_block_t;
+typedef struct {
+    int32_t pe_id;
+    aclshmem_prof_block_t block_prof[ACLSHMEM_CYCLE_PROF_MAX_BLOCK];
+} aclshmem_prof_pe_t;
+}
+
+// ---- host/shmem_host_def.h ----
+extern "C" {
+constexpr int DEFAULT_TIMEOUT = 120;
+#define ACLSHMEM_MAX_IP_PORT_LEN 64
+enum aclshmemx_bootstrap_t : unsigned int {
+    ACLSHMEMX_INIT_WITH_DEFAULT = 1U << 0,
+    ACLSHMEMX_INIT_WITH_MPI = 1U << 1,
+    ACLSHMEMX_INIT_WITH_UNIQUEID = 1U << 3,
+    ACLSHMEMX_INIT_MAX = 1U << 31
+};
+typedef struct {
+    int version;
+    data_op_engine_type_t data_op_engine_type;
+    uint32_t shm_init_timeout;
+    uint32_t shm_create_timeout;
+    uint32_t control_operation_timeout;
+    int32_t sockFd;
+} aclshmem_init_optional_attr_t;
+typedef struct aclshmemx_init_attr_t {
+    int my_pe;
+    int n_pes;
+    char ip_port[ACLSHMEM_MAX_IP_PORT_LEN] = {};
+    uint64_t local_mem_size;
+    aclshmem_init_optional_attr_t option_attr = {(1 << 16) + sizeof(aclshmem_init_optional_attr_t),
+                                                 ACLSHMEM_DATA_OP_MTE, DEFAULT_TIMEOUT, DEFAULT_TIMEOUT,
+                                                 DEFAULT_TIMEOUT};
+    void* comm_args = nullptr;
+    uint64_t instance_id = 0;
+} aclshmemx_init_attr_t;
+}
+
+// ---- host API: init, heap, rma, cc, p2p sync, team, log ----
+extern "C" {
+ACLSHMEM_HOST_API int aclshmemx_init_attr(aclshmemx_bootstrap_t bootstrap_flags, aclshmemx_init_attr_t* attributes);
+ACLSHMEM_HOST_API int aclshmem_finalize(void);
+ACLSHMEM_HOST_API void* aclshmem_malloc(size_t size);
+ACLSHMEM_HOST_API void aclshmem_free(void* ptr);
+ACLSHMEM_HOST_API void* aclshmem_ptr(void* ptr, int pe);
+ACLSHMEM_HOST_API void aclshmem_barrier_all(void);
+ACLSHMEM_HOST_API uint64_t util_get_ffts_config(void);
+ACLSHMEM_HOST_API void aclshmem_signal_wait_until(int32_t* sig_addr, int cmp, int32_t cmp_val);
+ACLSHMEM_HOST_API int aclshmem_my_pe(void);
+ACLSHMEM_HOST_API int aclshmem_n_pes(void);
+ACLSHMEM_HOST_API void aclshmemx_get_prof(aclshmem_prof_pe_t** out_profs, bool verbose);
+}
+
+#if defined(__CCE_AICORE__)
+// ---- device/shmem_def.h ----
+extern "C" {
+constexpr uint64_t ACLSHMEM_INTERNAL_UB_BUF_START_ADDR = 188 * 1024;
+constexpr uint32_t UB_ALIGN_SIZE = 32;
+struct non_contiguous_copy_param {
+    uint32_t repeat;
+    uint32_t length;
+    uint32_t src_ld;
+    uint32_t dst_ld;
+};
+}
+
+// ---- device/team, device/gm2gm: mo, cc, p2p sync ----
+extern "C" {
+ACLSHMEM_DEVICE int aclshmem_my_pe(void);
+ACLSHMEM_DEVICE int aclshmem_n_pes(void);
+ACLSHMEM_DEVICE void aclshmem_quiet(void);
+ACLSHMEM_DEVICE void aclshmem_fence(void);
+ACLSHMEM_DEVICE void util_set_ffts_config(uint64_t config);
+ACLSHMEM_DEVICE void aclshmem_barrier(aclshmem_team_t team);
+ACLSHMEM_DEVICE void aclshmem_barrier_all(void);
+[[deprecated("aclshmemx_barrier_all_vec is deprecated, please use aclshmem_barrier_all instead.")]]
+ACLSHMEM_DEVICE void aclshmemx_barrier_all_vec(void);
+ACLSHMEM_DEVICE void aclshmemx_signal_op(__gm__ int32_t* sig_addr, int32_t signal, int sig_op, int pe);
+ACLSHMEM_DEVICE int32_t aclshmem_signal_wait_until(__gm__ int32_t* sig_addr, int cmp, int32_t cmp_val);
+}
+
+// ---- device/gm2gm/engine/shmem_device_mte.h ----
+ACLSHMEM_DEVICE __gm__ void* aclshmem_ptr(__gm__ void* ptr, int pe);
+template <typename T>
+ACLSHMEM_DEVICE void aclshmemx_mte_get_nbi(__gm__ T* dst, __gm__ T* src, __ubuf__ T* buf, uint32_t ub_size,
+                                           uint32_t elem_size, int pe, uint32_t sync_id);
+template <typename T>
+ACLSHMEM_DEVICE void aclshmemx_mte_put_nbi(__gm__ T* dst, __gm__ T* src, __ubuf__ T* buf, uint32_t ub_size,
+                                           uint32_t elem_size, int pe, uint32_t sync_id);
+template <typename T>
+ACLSHMEM_DEVICE void aclshmemx_mte_put_nbi(__gm__ T* dst, __gm__ T* src, __ubuf__ T* buf, uint32_t ub_size,
+                                           const non_contiguous_copy_param& copy_params, int pe, uint32_t sync_id);
+ACLSHMEM_DEVICE void aclshmemx_mte_quiet();
+
+// ---- device/ub2gm/engine/shmem_device_mte.h ----
+template <typename T>
+ACLSHMEM_DEVICE void aclshmemx_mte_get_nbi(__ubuf__ T* dst, __gm__ T* src, uint32_t elem_size, int pe,
+                                           uint32_t sync_id);
+template <typename T>
+ACLSHMEM_DEVICE void aclshmemx_mte_put_nbi(__gm__ T* dst, __ubuf__ T* src, uint32_t elem_size, int pe,
+                                           uint32_t sync_id);
+
+// ---- device/gm2gm/engine/shmem_device_sdma.h ----
+template <typename T>
+ACLSHMEM_DEVICE void aclshmemx_sdma_get_nbi(__gm__ T* dst, __gm__ T* src, __ubuf__ T* buf, uint32_t ub_size,
+                                            uint32_t elem_size, int pe, uint32_t sync_id);
+template <typename T>
+ACLSHMEM_DEVICE void aclshmemx_sdma_put_nbi(__gm__ T* dst, __gm__ T* src, __ubuf__ T* buf, uint32_t ub_size,
+                                            uint32_t elem_size, int pe, uint32_t sync_id);
+template <typename T>
+ACLSHMEM_DEVICE void aclshmemx_sdma_quiet(__ubuf__ T* buf, uint32_t ub_size, uint32_t sync_id);
+#endif  // __CCE_AICORE__
