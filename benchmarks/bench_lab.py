@@ -26,12 +26,12 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from combine_lab import plots  # noqa: E402
-from combine_lab.app import TuningApp  # noqa: E402
-from combine_lab.case import make_case  # noqa: E402
-from combine_lab.cli_lab import run_notebooks  # noqa: E402
-from combine_lab.planner import plan_counts  # noqa: E402
-from combine_lab.spec import CaseSpec  # noqa: E402
+from combine_lab.lab import plots  # noqa: E402
+from combine_lab.lab.app import TuningApp  # noqa: E402
+from combine_lab.case.case import make_case  # noqa: E402
+from combine_lab.lab.notebooks import run_notebooks  # noqa: E402
+from combine_lab.planning.planner import plan_counts  # noqa: E402
+from combine_lab.case.spec import CaseSpec  # noqa: E402
 
 PLAN_TARGET_S = 0.200
 NOTEBOOKS_TARGET_S = 180.0

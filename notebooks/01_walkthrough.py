@@ -61,11 +61,12 @@ import os
 import pandas as pd
 from IPython.display import display
 
-from combine_lab import explain, exercises, labio, plots, sweep
-from combine_lab.case import make_case
-from combine_lab.planner import DEFAULT_MIN_SDMA_BYTES, plan
-from combine_lab.runner import compare
-from combine_lab.spec import CaseSpec
+from combine_lab.planning import explain
+from combine_lab.lab import exercises, records as labio, plots, sweep
+from combine_lab.case.case import make_case
+from combine_lab.planning.planner import DEFAULT_MIN_SDMA_BYTES, plan
+from combine_lab.run.runner import compare
+from combine_lab.case.spec import CaseSpec
 
 out = labio.output_dir(output_dir)
 pd.set_option("display.width", 160)

@@ -29,8 +29,8 @@
 # message and launches nothing.
 #
 # Same arc as every notebook: **case → plan → run → check → plot**. The app's logic lives in
-# `combine_lab.app.TuningApp`; this notebook only shows it. The target selector offers what
-# `combine_lab.capabilities.detect().targets()` says can run here.
+# `combine_lab.lab.app.TuningApp`; this notebook only shows it. The target selector offers what
+# `combine_lab.run.capabilities.detect().targets()` says can run here.
 
 # %% tags=["parameters"]
 # Parameters: the values the app starts with (papermill can override them).
@@ -51,11 +51,11 @@ target = "cpu"
 # %%
 from IPython.display import display
 
-from combine_lab import labio, plots
-from combine_lab.app import TuningApp
-from combine_lab.capabilities import detect
-from combine_lab.case import make_case
-from combine_lab.planner import plan
+from combine_lab.lab import records as labio, plots
+from combine_lab.lab.app import TuningApp
+from combine_lab.run.capabilities import detect
+from combine_lab.case.case import make_case
+from combine_lab.planning.planner import plan
 
 out = labio.output_dir(output_dir)
 print("targets here:", detect().targets())

@@ -63,7 +63,7 @@ import os
 
 from IPython.display import display
 
-from combine_lab import labio, plots, sweep
+from combine_lab.lab import records as labio, plots, sweep
 
 out = labio.output_dir(output_dir)
 prof = prof_pe if prof_pe == "all" else int(prof_pe)

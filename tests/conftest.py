@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from combine_lab.build import build
-from combine_lab.launch import tagged_host_pids, tagged_segments
+from combine_lab.run.build import build
+from combine_lab.run.launch import tagged_host_pids, tagged_segments
 
 
 RUN_TAG = f"t{uuid.uuid4().hex[:8]}"
@@ -59,7 +59,7 @@ def pytest_collection_modifyitems(config, items):
     npu_items = [item for item in items if item.get_closest_marker("npu")]
     if not npu_items:
         return
-    from combine_lab.capabilities import detect
+    from combine_lab.run.capabilities import detect
 
     caps = detect()
     if "npu" in caps.targets():

@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from combine_lab.case import Case, make_case
-from combine_lab.casefiles import CaseFileError, CheckResult, check_x_out, read_case, write_case
-from combine_lab.spec import CaseSpec, SpecError
+from combine_lab.case.case import Case, make_case
+from combine_lab.case.casefiles import CaseFileError, CheckResult, check_x_out, read_case, write_case
+from combine_lab.case.spec import CaseSpec, SpecError
 
 FILES = ("expand_x.bin", "assist_info.bin", "ep_recv_count.bin", "expert_ids.bin", "expert_scales.bin",
          "golden_x_out.bin")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from combine_lab import cli
-from combine_lab.results import PERF_COLUMNS, read_perf_csv
+from combine_lab.run.outputs import PERF_COLUMNS, read_perf_csv
 
 SMALL = ["-pes", "2", "-bs", "8", "-h", "16", "-topk", "2", "-expertPerPe", "2", "--warmup", "1", "--loops", "2"]
 
@@ -96,7 +96,7 @@ def test_bad_input_is_refused_before_launch(args, message, capsys, no_leaks):
 
 
 def test_console_script_help_lists_reference_flags():
-    out = subprocess.run([sys.executable, "-m", "combine_lab.cli", "run", "--help"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "combine_lab", "run", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
     for flag in ["-pes", "-bs", "-h H", "-topk", "-expertPerPe", "-type", "-fnpu", "-ipport", "--perf", "--warmup",
                  "--loops", "--pes-list", "--bs-list", "--h-list", "--topk-list", "--expert-per-pe-list",

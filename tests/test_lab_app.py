@@ -7,15 +7,15 @@ import html
 import pytest
 from conftest import host_processes
 
-from combine_lab import app as app_mod
-from combine_lab import build as build_mod
-from combine_lab import launch, runner
-from combine_lab.app import TuningApp, routing_string
-from combine_lab.capabilities import detect
-from combine_lab.case import Case, make_case
+from combine_lab.lab import app as app_mod
+from combine_lab.run import build as build_mod
+from combine_lab.run import launch, runner
+from combine_lab.lab.app import TuningApp, routing_string
+from combine_lab.run.capabilities import detect
+from combine_lab.case.case import Case, make_case
 from combine_lab.errors import SpecError
-from combine_lab.launch import LaunchError
-from combine_lab.planner import plan
+from combine_lab.run.launch import LaunchError
+from combine_lab.planning.planner import plan
 
 SMALL = dict(pes=2, bs=64, h=8192, topk=2, expert_per_pe=2, routing_model="hot-expert", skew=0.5, warmup=0, loops=1)
 
@@ -69,7 +69,7 @@ def test_plan_path_never_draws_x(monkeypatch):
     def no_x(self):
         raise AssertionError("the plan path drew x")
     monkeypatch.setattr(Case, "x", property(no_x))
-    monkeypatch.setattr("combine_lab.routing.draw_x", lambda spec: no_x(None))
+    monkeypatch.setattr("combine_lab.case.routing.draw_x", lambda spec: no_x(None))
     app = TuningApp(targets=["cpu"], pes=16, bs=512, h=7168, topk=8, expert_per_pe=8, routing_model="deepseek")
     assert app.plan is not None and app.message == ""
     app.set(h=4096, dtype="float16_t")

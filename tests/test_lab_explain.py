@@ -6,12 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from combine_lab import exercises, explain
-from combine_lab.case import make_case
+from combine_lab.lab import exercises
+from combine_lab.planning import explain
+from combine_lab.case.case import make_case
 from combine_lab.errors import SpecError
-from combine_lab.planner import plan
-from combine_lab.runner import run_case
-from combine_lab.spec import CaseSpec
+from combine_lab.planning.planner import plan
+from combine_lab.run.runner import run_case
+from combine_lab.case.spec import CaseSpec
 
 SPECS = [
     CaseSpec(pes=2, bs=4, h=8, topk=2, expert_per_pe=2),

@@ -15,9 +15,10 @@ import nbformat
 import pytest
 from conftest import host_processes, twin_segments
 
-from combine_lab import cli, cli_lab, labio, sweep
-from combine_lab.planner import DEFAULT_MIN_SDMA_BYTES
-from combine_lab.sweep import SUMMARY_COLUMNS, TIDY_COLUMNS, read_sweep_csv
+from combine_lab import cli
+from combine_lab.lab import notebooks as cli_lab, records as labio, sweep
+from combine_lab.planning.planner import DEFAULT_MIN_SDMA_BYTES
+from combine_lab.lab.sweep import SUMMARY_COLUMNS, TIDY_COLUMNS, read_sweep_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"

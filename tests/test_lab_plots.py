@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from matplotlib.collections import PatchCollection
 
-from combine_lab import plots
-from combine_lab.case import make_case
-from combine_lab.planner import plan
-from combine_lab.spec import CaseSpec
+from combine_lab.lab import plots
+from combine_lab.case.case import make_case
+from combine_lab.planning.planner import plan
+from combine_lab.case.spec import CaseSpec
 
 
 def assert_labelled(fig):

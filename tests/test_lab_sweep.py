@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from combine_lab import labio, sweep
+from combine_lab.lab import records as labio, sweep
 from combine_lab.errors import SpecError
-from combine_lab.results import PERF_COLUMNS
+from combine_lab.run.outputs import PERF_COLUMNS
 
 
 @pytest.mark.parametrize("value, kind, want", [
@@ -111,7 +111,7 @@ def test_run_sweep_refuses_bad_loops_before_anything_runs(monkeypatch):
 
 
 def test_failed_case_is_recorded_and_the_sweep_goes_on(monkeypatch, no_leaks):
-    from combine_lab.launch import LaunchError
+    from combine_lab.run.launch import LaunchError
     real = sweep.runner.run_case
     calls = []
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from combine_lab.errors import CaseFileError
-from combine_lab.launch import LaunchError, launch_pes
-from combine_lab.runner import prepare_case, run_case
-from combine_lab.spec import CaseSpec
+from combine_lab.run.launch import LaunchError, launch_pes
+from combine_lab.run.runner import prepare_case, run_case
+from combine_lab.case.spec import CaseSpec
 
 SPEC = CaseSpec(pes=2, bs=4, h=16, topk=2, expert_per_pe=2)
 
@@ -149,8 +149,8 @@ def test_ctrl_c_stops_every_pe(tmp_path, no_leaks):
     env = dict(os.environ, COMBINE_TWIN_TIMEOUT_S="60", PYTHONPATH=str(Path(__file__).parent))
     code = f"""
 from pathlib import Path
-from combine_lab.runner import prepare_case, run_case
-from combine_lab.spec import CaseSpec
+from combine_lab.run.runner import prepare_case, run_case
+from combine_lab.case.spec import CaseSpec
 from test_launch_faults import drop_row_for_slot, SPEC
 prepared = prepare_case(SPEC, Path({str(tmp_path)!r}))
 drop_row_for_slot(prepared.case_dir, SPEC.pes, 0, 0, 0)

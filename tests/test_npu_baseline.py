@@ -9,9 +9,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="the baseline needs torch: pip install -e '.[baseline]'")
 
 from combine_lab import cli  # noqa: E402
-from combine_lab.baseline import plan_exchange, run_baseline  # noqa: E402
-from combine_lab.runner import prepare_case  # noqa: E402
-from combine_lab.spec import CaseSpec  # noqa: E402
+from combine_lab.run.baseline import run_baseline  # noqa: E402
+from combine_lab.run.baseline_worker import plan_exchange  # noqa: E402
+from combine_lab.run.runner import prepare_case  # noqa: E402
+from combine_lab.case.spec import CaseSpec  # noqa: E402
 
 
 def test_exchange_plan_matches_the_receive_layout():

@@ -8,15 +8,16 @@ import warnings
 
 import pytest
 
-from combine_lab import build as build_mod
-from combine_lab import capabilities as caps_mod
+from combine_lab.run import build as build_mod
+from combine_lab.run import capabilities as caps_mod
 from combine_lab import cli
-from combine_lab.build import VariantRefused
-from combine_lab.capabilities import (CANN_FIX, SHMEM_FIX, SOC_FIX, Capability, Probes, TorchNpu, detect,
-                                      npu_variant_refusal, parse_npu_smi, parse_version, soc_arch)
-from combine_lab.cli_npu import DOCTOR_PACKAGES, doctor_lines
-from combine_lab.runner import compare, run_case
-from combine_lab.spec import CaseSpec
+from combine_lab.run.build import VariantRefused
+from combine_lab.run.capabilities import Capability, detect, npu_variant_refusal
+from combine_lab.run.toolchain import (CANN_FIX, SHMEM_FIX, SOC_FIX, Probes, TorchNpu, parse_npu_smi, parse_version,
+                                       soc_arch)
+from combine_lab.cli.doctor import DOCTOR_PACKAGES, doctor_lines
+from combine_lab.run.runner import compare, run_case
+from combine_lab.case.spec import CaseSpec
 
 from npu_fakes import NPU_SMI_A2, make_cann, make_shmem, npu_env
 
@@ -138,7 +139,7 @@ def test_doctor_screen_line_by_line(tmp_path):
     env = npu_env(tmp_path, cann="8.3.RC1", npu_smi=NPU_SMI_A2, twin_tools=True)
     p = probes()
     lines = doctor_lines(detect(env, p), {name: p.package_version(name) for name in DOCTOR_PACKAGES})
-    build_now = "python3 -c 'from combine_lab.build import build; build()'"
+    build_now = "python3 -c 'from combine_lab.run.build import build; build()'"
     assert lines == [
         "combine-lab doctor: what can run here",
         "  python      3.11.7",

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from combine_lab import runner
-from combine_lab.launch import bootstrap_ipport, host_argv, launch_pes, new_session
-from combine_lab.runner import run_case
-from combine_lab.spec import CaseSpec
+from combine_lab.run import runner
+from combine_lab.run.launch import bootstrap_ipport, host_argv, launch_pes, new_session
+from combine_lab.run.runner import run_case
+from combine_lab.case.spec import CaseSpec
 
 
 def test_host_argv_is_the_drivers_usage_line():

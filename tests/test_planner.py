@@ -2,9 +2,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from combine_lab.case import make_case
-from combine_lab.planner import plan, plan_counts
-from combine_lab.spec import CaseSpec, SpecError
+from combine_lab.case.case import make_case
+from combine_lab.planning.planner import plan, plan_counts
+from combine_lab.case.spec import CaseSpec, SpecError
 
 MiB2 = 2 * 1024 * 1024
 

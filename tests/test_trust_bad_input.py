@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from combine_lab.capacity import CapacityError, twin_heap_bytes, window_bytes
-from combine_lab.launch import LaunchError, launch_pes, shm_path
-from combine_lab.runner import prepare_case, run_case
-from combine_lab.spec import CaseSpec
+from combine_lab.planning.capacity import CapacityError, twin_heap_bytes, window_bytes
+from combine_lab.run.launch import LaunchError, launch_pes, shm_path
+from combine_lab.run.runner import prepare_case, run_case
+from combine_lab.case.spec import CaseSpec
 
 from conftest import RUN_TAG, host_processes, twin_segments
 
@@ -53,7 +53,7 @@ def test_session_in_use_is_refused_and_left_alone(twin_binary, tmp_path, no_leak
 
 
 def test_two_runs_at_once_from_two_processes(tmp_path, no_leaks):
-    code = ("import sys; from combine_lab.spec import CaseSpec; from combine_lab.runner import run_case; "
+    code = ("import sys; from combine_lab.case.spec import CaseSpec; from combine_lab.run.runner import run_case; "
             "r = run_case(CaseSpec(pes=4, bs=16, h=64, topk=2, expert_per_pe=2, routing='zipf:1.0', seed=int(sys.argv[1])), "
             "'doubleplane', min_sdma_bytes=0, warmup=3, loops=10); print(r.ok)")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

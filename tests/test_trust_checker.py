@@ -8,9 +8,9 @@ import re
 import pytest
 
 from combine_lab import cli
-from combine_lab.runner import run_case
-from combine_lab.selftest import CHECKER_SPEC as SPEC
-from combine_lab.selftest import build_broken_kernel
+from combine_lab.run.runner import run_case
+from combine_lab.run.selftest import CHECKER_SPEC as SPEC
+from combine_lab.run.selftest import build_broken_kernel
 
 VIOLATION = re.compile(r"^PE \d core \d: status slot \d+ on PE \d became ready \(MTE status put\) before its payload "
                        r"was complete \((MTE|SDMA) payload put issued, not yet landed\)$")

@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from combine_lab.case import case_from_arrays
-from combine_lab.casefiles import write_case
-from combine_lab.runner import PreparedCase, prepare_case, run_case
-from combine_lab.spec import CaseSpec
+from combine_lab.case.case import case_from_arrays
+from combine_lab.case.casefiles import write_case
+from combine_lab.run.runner import PreparedCase, prepare_case, run_case
+from combine_lab.case.spec import CaseSpec
 
 VARIANTS = [("classic", 2 * 1024 * 1024), ("doubleplane", 2 * 1024 * 1024), ("doubleplane", 0)]
 VARIANT_IDS = ["classic", "doubleplane", "doubleplane-sdma-forced"]
@@ -188,7 +188,7 @@ def test_fault7_repeated_calls_never_see_old_values(variant, min_sdma, dtype, no
 
 
 def res_case_routing(spec):
-    from combine_lab.case import make_case
+    from combine_lab.case.case import make_case
     c = make_case(spec)
     return c.expert_ids, c.expert_scales
 

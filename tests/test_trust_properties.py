@@ -7,11 +7,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from combine_lab.case import make_case
+from combine_lab.case.case import make_case
 from combine_lab.errors import SpecError
-from combine_lab.planner import plan
-from combine_lab.runner import run_case
-from combine_lab.spec import CaseSpec
+from combine_lab.planning.planner import plan
+from combine_lab.run.runner import run_case
+from combine_lab.case.spec import CaseSpec
 
 
 @st.composite

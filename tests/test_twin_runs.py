@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from combine_lab.case import make_case
-from combine_lab.runner import compare, run_case
-from combine_lab.spec import CaseSpec
+from combine_lab.case.case import make_case
+from combine_lab.run.runner import compare, run_case
+from combine_lab.case.spec import CaseSpec
 
 MiB = 1024 * 1024
 

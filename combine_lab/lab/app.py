@@ -1,15 +1,15 @@
 """The tuning app: ipywidgets to set a case, a live plan view, and a Run button that compares both variants.
 
-    from combine_lab.app import TuningApp
+    from combine_lab.lab.app import TuningApp
     app = TuningApp()
     app                      # in a notebook: shows the controls, plan view and run panel
 
 Changing a control replans at once and runs nothing: the routing is drawn with
-:func:`combine_lab.case.make_case` (never x: the plan path does not touch ``case.x``)
-and planned with :func:`combine_lab.planner.plan_counts`; controls that only change
+:func:`combine_lab.case.case.make_case` (never x: the plan path does not touch ``case.x``)
+and planned with :func:`combine_lab.planning.planner.plan_counts`; controls that only change
 bytes (h, dtype for skewed routings, min_sdma_bytes) reuse the drawn routing. The Run
 button builds the target if needed and runs classic and dual-plane through
-:func:`combine_lab.runner.compare`, then shows the x_out verdict, per-plane counters,
+:func:`combine_lab.run.runner.compare`, then shows the x_out verdict, per-plane counters,
 per-PE times and a history of runs.
 
 Everything a browser would do can be done from Python, which is how the tests drive it:
@@ -29,19 +29,19 @@ from typing import Any
 import ipywidgets as widgets
 import pandas as pd
 
-from . import build as build_mod
+from ..run import build as build_mod
 from . import plots
-from . import runner
-from .capabilities import detect
-from .case import Case, make_case
-from .errors import CaseFileError, SpecError
-from .launch import LaunchError
-from .capacity import window_geometry
-from .planner import DEFAULT_MIN_SDMA_BYTES, Plan, plan_counts
-from .results import ResultFileError
-from .routing import parse_routing
-from .spec import CaseSpec
-from .traces import list_traces
+from ..run import runner
+from ..run.capabilities import detect
+from ..case.case import Case, make_case
+from ..errors import CaseFileError, SpecError
+from ..run.launch import LaunchError
+from ..planning.capacity import window_geometry
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan, plan_counts
+from ..run.outputs import ResultFileError
+from ..case.routing import parse_routing
+from ..case.spec import CaseSpec
+from ..case.traces import list_traces
 
 __all__ = ["ROUTING_MODELS", "routing_string", "TuningApp", "HISTORY_COLUMNS"]
 
@@ -58,7 +58,7 @@ ROUTING_MODELS: dict[str, tuple[str, float] | None] = {
 
 #: Columns of ``TuningApp.history``; times in us (CoreMaxTime, mean over profiled PEs);
 #: ``<metric>_speedup`` = MTE-only time / dual-plane time (above 1: dual-plane faster), the
-#: convention of every lab table and figure (:data:`combine_lab.sweep.SPEEDUP`).
+#: convention of every lab table and figure (:data:`combine_lab.lab.sweep.SPEEDUP`).
 HISTORY_COLUMNS = ["run", "case_id", "routing", "dtype", "target", "min_sdma_bytes", "warmup", "loops",
                    "comm_only_classic_us", "comm_only_doubleplane_us", "comm_only_speedup", "full_op_classic_us",
                    "full_op_doubleplane_us", "full_op_speedup", "sdma_share", "check", "counters_ok"]
@@ -118,7 +118,7 @@ class TuningApp:
         controls: dict name -> widget for pes, bs, h, topk, expert_per_pe, dtype,
             routing_model, skew, trace, seed, min_sdma_bytes, warmup, loops, target.
         spec: the CaseSpec of the current values, or None when they are invalid.
-        plan: the dual-plane :class:`~combine_lab.planner.Plan` shown, or None.
+        plan: the dual-plane :class:`~combine_lab.planning.planner.Plan` shown, or None.
         sdma_table: DataFrame of the SDMA segments listed (pe, segment, local_expert,
             src_rank, token_count, bytes), as in ``plan.segments``.
         message: the text of the message shown ('' when none).

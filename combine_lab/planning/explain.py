@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from .capacity import STATUS_SLOT_BYTES, window_geometry
-from .case import Case
-from .errors import SpecError
+from ..case.case import Case
+from ..errors import SpecError
 from .planner import Plan
 
 __all__ = ["STATUS_SLOT_BYTES", "SDMA_QUIET_EVERY", "window_geometry", "routing_table", "segment_table",

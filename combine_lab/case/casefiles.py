@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .case import Case, RankInputs
-from .errors import CaseFileError, SpecError
+from ..errors import CaseFileError, SpecError
 from .spec import DTYPES, CaseSpec
 
 __all__ = ["CaseFileError", "REFERENCE_KEYS", "write_case", "read_case", "FileCase",

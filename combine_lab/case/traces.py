@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 #: Folder holding expert_counts.csv (the repository's data/routing/).
-DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "routing"
+DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "routing"
 
 #: CSV ``model`` column -> short name used in trace names. The short names follow
 #: the source folders of allenai/OLMoE scripts/routing_output/ (olmoe, olmoe-sft,

@@ -1,6 +1,4 @@
-"""``combine-lab notebooks``: run the lab notebooks headless with papermill.
-
-    combine-lab notebooks [--params file.yaml|file.json] [--out folder] [--only 03_sweep ...]
+"""Run the lab notebooks headless with papermill (what ``combine-lab notebooks`` does).
 
 Each notebook of ``notebooks/`` (``NN_name.ipynb``) is executed top to bottom on the
 Jupyter kernel ``python3`` with ``MPLBACKEND=Agg``; the executed copies, the figures
@@ -16,21 +14,19 @@ that are not notebook names go to every notebook that declares them::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import SpecError
-from .labio import RECORD_SUFFIX, default_output_dir
+from ..errors import SpecError
+from .records import RECORD_SUFFIX, default_output_dir
 
 __all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "declared_parameters", "split_params",
-           "run_notebooks", "register", "KERNEL_NAME"]
+           "run_notebooks", "KERNEL_NAME"]
 
 #: The Jupyter kernel the notebooks run on (``.ci/setup`` registers it).
 KERNEL_NAME = "python3"
@@ -55,7 +51,7 @@ class NotebookRun:
 def notebook_dir() -> Path:
     """``$COMBINE_LAB_NOTEBOOKS`` if set, else ``<repository>/notebooks``."""
     env = os.environ.get("COMBINE_LAB_NOTEBOOKS")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "notebooks"
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def find_notebooks(folder: str | os.PathLike | None = None, only: list[str] | None = None) -> list[Path]:
@@ -188,7 +184,7 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
 
     Args:
         out_dir: where executed copies, figures and records go (created); default
-            :func:`combine_lab.labio.default_output_dir`. Passed to each notebook as ``output_dir``.
+            :func:`combine_lab.lab.records.default_output_dir`. Passed to each notebook as ``output_dir``.
         params: a params mapping (see :func:`split_params`).
         only: notebook names to run (default all).
         folder: notebook folder (default :func:`notebook_dir`).
@@ -238,32 +234,3 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
         else:
             os.environ["MPLBACKEND"] = old_backend
     return results
-
-
-def _cmd_notebooks(args: argparse.Namespace) -> int:
-    try:
-        params = load_params(args.params) if args.params else {}
-        runs = run_notebooks(args.out, params, args.only, kernel_name=args.kernel, timeout_s=args.timeout,
-                             log=print)
-    except SpecError as e:
-        print(f"combine-lab: error: {e}", file=sys.stderr)
-        return 2
-    out = runs[0].output.parent if runs else Path(args.out or default_output_dir())
-    figures = sorted(out.glob("*.png"))
-    print(f"executed notebooks, {len(figures)} figures (PNG) and records in {out}")
-    return 0 if all(r.ok for r in runs) else 1
-
-
-def register(subparsers) -> argparse.ArgumentParser:
-    """Add the ``notebooks`` sub-command to ``combine-lab``'s sub-parsers; its handler is
-    ``args.handler(args) -> exit status`` (0 all ran, 1 a notebook failed, 2 bad input)."""
-    p = subparsers.add_parser("notebooks", help="run the lab notebooks headless (papermill); keep executed "
-                              "copies and figures")
-    p.add_argument("--params", default=None, help="YAML or JSON file: {notebook: {param: value}} and/or "
-                   "{param: value} for every notebook that declares it")
-    p.add_argument("--out", default=None, help="output folder (default output/lab)")
-    p.add_argument("--only", nargs="+", default=None, help="notebooks to run, e.g. 03_sweep or sweep (default all)")
-    p.add_argument("--kernel", default=KERNEL_NAME, help=f"Jupyter kernel (default {KERNEL_NAME})")
-    p.add_argument("--timeout", type=float, default=600.0, help="limit per cell, seconds (default 600)")
-    p.set_defaults(handler=_cmd_notebooks)
-    return p

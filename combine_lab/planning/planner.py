@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .errors import SpecError
+from ..errors import SpecError
 
 __all__ = ["POLICIES", "DEFAULT_MIN_SDMA_BYTES", "Plan", "plan", "plan_counts"]
 

@@ -1,8 +1,7 @@
-"""``combine-lab``: the command line, with the run flags MoE kernel engineers already use
-(combine-facts section 9) plus the lab's own (--variant, --routing, --target, --min-sdma-bytes).
+"""What ``run`` and ``compare`` share: the case flags, the loop over cases and variants, the table.
 
-    combine-lab run -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 -type int32_t --routing trace:mixtral/arxiv/15
-    combine-lab compare -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 --routing trace:mixtral/arxiv/15
+The case flags are those of the reference drivers (combine-facts section 9) plus the lab's
+own (--routing, --target, --min-sdma-bytes, ...).
 """
 
 from __future__ import annotations
@@ -14,15 +13,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import cli_lab, cli_npu, cli_trust
-from .build import BuildError
-from .capacity import check_capacity
-from .errors import CaseFileError, SpecError
-from .launch import LaunchError
-from .results import ResultFileError, perf_csv_name, write_summary_csv
-from .planner import DEFAULT_MIN_SDMA_BYTES
-from .runner import VARIANTS, RunResult, compare, prepare_case, run_case
-from .spec import CaseSpec
+from ..case.spec import CaseSpec
+from ..errors import SpecError
+from ..planning.capacity import check_capacity
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
+from ..run.outputs import perf_csv_name, write_summary_csv
+from ..run.build import VariantRefused
+from ..run.capabilities import npu_variant_refusal
+from ..run.runner import RunResult, prepare_case, run_case
 
 
 def _int_list(text_items: list[str], flag: str) -> list[int]:
@@ -38,7 +36,7 @@ def _int_list(text_items: list[str], flag: str) -> list[int]:
     return out
 
 
-def _add_case_flags(p: argparse.ArgumentParser) -> None:
+def add_case_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("case (combine-facts section 9)")
     g.add_argument("-pes", type=int, default=2, help="PEs (ranks); sets -gnpus too (default 2)")
     g.add_argument("-gnpus", type=int, default=None, help="NPUs on this node; must equal -pes")
@@ -122,7 +120,7 @@ def _progress(items, desc: str):
     return tqdm(items, desc=desc, unit="case", disable=len(items) < 2, file=sys.stderr)
 
 
-def _cmd_run(a: argparse.Namespace, variants: list[str]) -> int:
+def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     specs = _specs(a)
     prof_pe = _prof_pe(a.prof_pe)
     out_dir = Path(a.output_dir)
@@ -130,7 +128,7 @@ def _cmd_run(a: argparse.Namespace, variants: list[str]) -> int:
     for spec in _progress(specs, "combine"):
         prepared = prepare_case(spec, a.work_dir, a.target)
         try:
-            for variant in cli_npu.runnable(variants, a, spec, rows):  # npu: doubleplane refused on CANN < 9
+            for variant in runnable(variants, a, spec, rows):  # npu: doubleplane refused on CANN < 9
                 res = run_case(prepared, variant, min_sdma_bytes=a.min_sdma_bytes, warmup=a.warmup, loops=a.loops,
                                perf=True, prof_pe=prof_pe, target=a.target, timeout_s=a.timeout,
                                output_dir=out_dir if a.perf else None, fnpu=a.fnpu, ipport=a.ipport,
@@ -146,7 +144,7 @@ def _cmd_run(a: argparse.Namespace, variants: list[str]) -> int:
                         print(f"x_out mismatch on PE {r}: {c}", file=sys.stderr)
                 if a.perf:
                     written |= {out_dir / perf_csv_name(f"combine_{variant}", int(p)) for p in res.perf["ProfPe"]}
-            bad += cli_npu.baseline_rows(prepared, a, rows)  # compare --baseline hccl
+            bad += baseline_rows(prepared, a, rows)  # compare --baseline hccl
         finally:
             if a.work_dir is None:
                 prepared.cleanup()
@@ -163,48 +161,45 @@ def _cmd_run(a: argparse.Namespace, variants: list[str]) -> int:
     return 0 if bad == 0 else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of ``combine-lab`` (sub-commands run, compare)."""
-    parser = argparse.ArgumentParser(prog="combine-lab", description="MoE combine lab: dual-plane (MTE+SDMA) vs "
-                                     "MTE-only combine on the CPU twin or an Ascend NPU")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", add_help=False, help="run one variant on a case or a sweep, check x_out, profile")
-    _add_case_flags(run)
-    run.add_argument("--variant", choices=list(VARIANTS), default="doubleplane", help="default doubleplane")
-    cmp_ = sub.add_parser("compare", add_help=False, help="run classic and doubleplane on the same case(s)")
-    _add_case_flags(cmp_)
-    cli_trust.register(sub)
-    cli_npu.register(sub)  # doctor; compare --baseline hccl
-    cli_lab.register(sub)  # notebooks
-    return parser
+
+#: Columns of the run table (cli._row) that a refused variant or a baseline does not have.
+_NO_VALUE = {"comm_only/us": "-", "full_op/us": "-", "MTE bytes": "-", "SDMA bytes": "-", "planned SDMA": "-",
+             "counters=plan": "-"}
+
+def runnable(variants: list[str], a: argparse.Namespace, spec, rows: list[dict]):
+    """Yield the variants of ``variants`` that can run on ``a.target`` here, in order.
+
+    A refused one (doubleplane on an NPU with CANN < 9.0.0) gets a ``REFUSED`` row in its place
+    and its reason on stderr, and the others still run; when the only variant asked for is
+    refused, raises :class:`build.VariantRefused`. With ``--baseline``, checks first that the
+    baseline can run here (:class:`baseline.BaselineUnavailable` otherwise).
+    """
+    if getattr(a, "baseline", None):
+        from ..run.baseline import require_baseline
+        require_baseline(a.target)
+    for v in variants:
+        why = npu_variant_refusal(v) if a.target == "npu" else None
+        if why is None:
+            yield v
+            continue
+        if len(variants) == 1:
+            raise VariantRefused(why)
+        print(f"combine-lab: {why}", file=sys.stderr)
+        rows.append({"case": spec.case_id, "routing": spec.routing, "variant": v, "check": "REFUSED", **_NO_VALUE})
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 ok, 1 a check failed, 2 bad input or failed run)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[-1:] == ["-h"]:  # -h is the hidden size, as in the reference drivers
-        print("combine-lab: -h is the hidden size (-h 7168); for help use --help", file=sys.stderr)
-        return 2
-    args = build_parser().parse_args(argv)
-    try:
-        if args.command == "run":
-            return _cmd_run(args, [args.variant])
-        if args.command == "compare":
-            return _cmd_run(args, list(VARIANTS))
-        if hasattr(args, "handler"):  # sub-commands registered by their own modules
-            return args.handler(args)
-    except (SpecError, CaseFileError, ResultFileError, BuildError, LaunchError) as e:
-        print(f"combine-lab: error: {e}", file=sys.stderr)
-        return 2
-    except MemoryError as e:
-        print(f"combine-lab: error: out of memory making or reading the case ({e}); use a smaller shape",
-              file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("combine-lab: interrupted; every PE was stopped and its shared memory removed", file=sys.stderr)
-        return 130
-    return 2
+def baseline_rows(prepared, a: argparse.Namespace, rows: list[dict]) -> int:
+    """With ``--baseline hccl``: run the all_to_all baseline on ``prepared``, append its row;
+    return 1 when its x_out differs from golden (printed on stderr), else 0."""
+    if not getattr(a, "baseline", None):
+        return 0
+    from ..run.baseline import run_baseline
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    res = run_baseline(prepared, target=a.target, warmup=a.warmup, loops=a.loops, timeout_s=a.timeout, fnpu=a.fnpu)
+    rows.append({**_NO_VALUE, "case": res.case_id, "routing": res.routing, "variant": res.variant,
+                 "check": "PASS" if res.check_ok else "FAIL",
+                 "comm_only/us": round(res.time_us("comm_only"), 3), "full_op/us": round(res.time_us("full_op"), 3)})
+    for r, c in enumerate(res.checks):
+        if not c.ok:
+            print(f"x_out mismatch on PE {r} ({res.variant}): {c}", file=sys.stderr)
+    return 0 if res.check_ok else 1

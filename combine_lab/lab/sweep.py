@@ -29,15 +29,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import build as build_mod
-from . import runner
-from .errors import SpecError
-from .case import make_case
-from .labio import as_list
-from .launch import LaunchError
-from .planner import DEFAULT_MIN_SDMA_BYTES, plan
-from .results import PERF_COLUMNS
-from .spec import CaseSpec
+from ..run import build as build_mod
+from ..run import runner
+from ..errors import SpecError
+from ..case.case import make_case
+from .records import as_list
+from ..run.launch import LaunchError
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, plan
+from ..run.outputs import PERF_COLUMNS
+from ..case.spec import CaseSpec
 
 __all__ = ["Grid", "make_grid", "planned_shares", "run_sweep", "TIDY_COLUMNS", "EXTRA_COLUMNS", "SUMMARY_COLUMNS",
            "SPEEDUP", "NO_SDMA", "write_sweep_csv", "read_sweep_csv", "summarize", "losses", "readable"]
@@ -170,7 +170,7 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
     """Run classic and dual-plane on every spec, ``repeats`` times, and tidy the results.
 
     Each case's files are written once; each repeat launches both variants on them
-    (:func:`combine_lab.runner.run_case`), the order alternating between repeats
+    (:func:`combine_lab.run.runner.run_case`), the order alternating between repeats
     (classic first, then dual-plane first, ...) so that neither always runs second.
     The spread over repeats (quartiles) is what :func:`summarize` reports with every time;
     every repeat's times stay in the tidy table.

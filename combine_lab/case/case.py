@@ -184,7 +184,7 @@ def case_from_arrays(spec: CaseSpec, x: np.ndarray, expert_ids: np.ndarray, expe
     Raises:
         SpecError: an array's shape differs from the spec's (the message names the array).
     """
-    from .errors import SpecError
+    from ..errors import SpecError
 
     want = {"x": (spec.pes, spec.bs, spec.h), "expert_ids": (spec.pes, spec.bs, spec.topk),
             "expert_scales": (spec.pes, spec.bs, spec.topk)}

@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import capabilities as caps_mod
+from . import toolchain
 
 TARGETS = ("cpu", "npu")
 BINARY_NAME = "combine_host"
@@ -69,7 +69,7 @@ def source_root() -> Path:
     Raises:
         BuildError: no ``CMakeLists.txt`` there.
     """
-    root = Path(os.environ.get("COMBINE_LAB_SOURCE", Path(__file__).resolve().parents[1]))
+    root = Path(os.environ.get("COMBINE_LAB_SOURCE", Path(__file__).resolve().parents[2]))
     if not (root / "CMakeLists.txt").is_file():
         raise BuildError(f"COMBINE_LAB_SOURCE={root}: no CMakeLists.txt there; point it at the combine_lab checkout")
     return root
@@ -194,7 +194,7 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
 
 
 def require_npu_toolchain(env: dict[str, str] | None = None, soc: str | None = None,
-                          probes: "caps_mod.Probes | None" = None) -> NpuToolchain:
+                          probes: "toolchain.Probes | None" = None) -> NpuToolchain:
     """The NPU toolchain from ``env`` (default ``os.environ``), or why there is none.
 
     Looks for CANN (``ASCEND_HOME_PATH`` / ``ASCEND_TOOLKIT_HOME``, with bisheng and a
@@ -205,22 +205,22 @@ def require_npu_toolchain(env: dict[str, str] | None = None, soc: str | None = N
         TargetUnavailable: one line per missing piece, each with how to provide it.
     """
     env = dict(os.environ) if env is None else env
-    cann = caps_mod.cann_info(env)
-    shmem = caps_mod.shmem_info(env)
+    cann = toolchain.cann_info(env)
+    shmem = toolchain.shmem_info(env)
     missing = []
     if not cann.ok:
-        missing.append(f"CANN: {cann.problem}; {caps_mod.CANN_FIX}")
+        missing.append(f"CANN: {cann.problem}; {toolchain.CANN_FIX}")
     if not shmem.ok:
-        missing.append(f"SHMEM: {shmem.problem}; {caps_mod.SHMEM_FIX}")
+        missing.append(f"SHMEM: {shmem.problem}; {toolchain.SHMEM_FIX}")
     soc = soc or env.get("COMBINE_NPU_SOC")
     if not soc and not missing:
-        probes = probes or caps_mod.Probes()
-        soc = caps_mod.npu_info(env, probes, probes.torch_npu()).soc
-    arch = caps_mod.soc_arch(soc) if soc else None
+        probes = probes or toolchain.Probes()
+        soc = toolchain.npu_info(env, probes, probes.torch_npu()).soc
+    arch = toolchain.soc_arch(soc) if soc else None
     if not missing and arch is None:
         what = f"{soc} is not an A2/A3 (Ascend910B*, Ascend910_93*) or Ascend950 SoC" if soc else \
             "unknown (no NPU visible)"
-        missing.append(f"SoC: {what}; {caps_mod.SOC_FIX}")
+        missing.append(f"SoC: {what}; {toolchain.SOC_FIX}")
     if missing:
         raise TargetUnavailable("target=npu: cannot build here:\n" + "\n".join(f"  missing {m}" for m in missing)
                                 + "\nThe CPU twin (target=cpu) runs everywhere.")

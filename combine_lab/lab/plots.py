@@ -103,7 +103,7 @@ def _cell_fontsize(cells: int) -> int:
 def segment_map(plan, *, max_panels: int = MAX_PANELS, title: str | None = None, dpi: int = 72) -> Figure:
     """Segment map per PE: local_expert (rows) x src_rank (columns), colour = bytes.
 
-    ``plan``: a :class:`combine_lab.planner.Plan`. Panel "PE d (expert owner, sends)" shows
+    ``plan``: a :class:`combine_lab.planning.planner.Plan`. Panel "PE d (expert owner, sends)" shows
     the segments PE d holds after dispatch (it ran those experts; dispatch's destination
     PE) and sends back, in combine, to each src_rank. Cell (le, s) of PE d is segment
     ``le * pes + s`` (combine-facts section 2); its colour is the segment's payload
@@ -297,7 +297,7 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     """comm_only and full_op of dual-plane against MTE-only, per profiled PE.
 
     ``runs``: ``{"classic": RunResult, "doubleplane": RunResult}`` as
-    :func:`combine_lab.runner.compare` returns. Bars are CoreMaxTime/us (the slowest
+    :func:`combine_lab.run.runner.compare` returns. Bars are CoreMaxTime/us (the slowest
     core's mean over the profiled loops, combine-facts section 8) for each PE that was
     profiled; the title carries the x_out verdict of both runs.
     """
@@ -330,7 +330,7 @@ def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
 
     ``history``: one row per run with columns ``run`` (int), ``comm_only_classic_us``,
     ``comm_only_doubleplane_us`` (us) and ``comm_only_speedup`` (MTE-only / dual-plane,
-    above 1: dual-plane faster), as :class:`combine_lab.app.TuningApp` keeps it.
+    above 1: dual-plane faster), as :class:`combine_lab.lab.app.TuningApp` keeps it.
     """
     fig = new_figure(10, 3.2, dpi)
     a1, a2 = fig.subplots(1, 2)
@@ -376,7 +376,7 @@ def _has_sdma(summary: pd.DataFrame) -> np.ndarray:
 def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 72) -> Figure:
     """Speed-up of dual-plane (MTE-only time / dual-plane time) over bs x h, one panel per routing.
 
-    ``summary``: :func:`combine_lab.sweep.summarize` output (columns routing, bs, h,
+    ``summary``: :func:`combine_lab.lab.sweep.summarize` output (columns routing, bs, h,
     sdma_share, ``<metric>_speedup`` and its quartiles ``_lo`` / ``_hi``, repeats). Each
     cell shows the median speed-up over repeats, its quartiles and the SDMA share; blue above 1
     (dual-plane faster), red below. Cases whose dual-plane run sent nothing by SDMA send
@@ -456,7 +456,7 @@ def sdma_share_plot(summary: pd.DataFrame, metric: str = "comm_only", dpi: int =
     yardstick for the other points. When every case has share 0, the figure says so in a note
     (:data:`NO_SDMA_NOTE`) instead of drawing a degenerate share axis.
 
-    ``summary``: :func:`combine_lab.sweep.summarize` output (columns routing, sdma_share in
+    ``summary``: :func:`combine_lab.lab.sweep.summarize` output (columns routing, sdma_share in
     [0, 1], ``<metric>_speedup`` and its quartiles ``_lo`` / ``_hi``, repeats).
     """
     col = f"{metric}_speedup"

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import SpecError
+from ..errors import SpecError
 
 __all__ = ["default_output_dir", "output_dir", "as_list", "write_record", "read_record", "RECORD_SUFFIX"]
 
@@ -24,7 +24,7 @@ RECORD_SUFFIX = ".record.json"
 def default_output_dir() -> Path:
     """``$COMBINE_LAB_OUTPUT`` if set, else ``<repository>/output/lab`` (ignored by git)."""
     env = os.environ.get("COMBINE_LAB_OUTPUT")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "output" / "lab"
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "output" / "lab"
 
 
 def output_dir(value: str | os.PathLike | None = None) -> Path:

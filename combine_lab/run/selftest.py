@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from .build import build, default_build_dir, source_root
-from .case import case_from_arrays
+from ..case.case import case_from_arrays
 from .launch import LaunchError, tagged_host_pids, tagged_segments
 from .runner import prepare_case, run_case
-from .spec import CaseSpec
+from ..case.spec import CaseSpec
 
 #: (name, text in kernels/combine_kernel.cpp, broken replacement)
 BROKEN_KERNELS = {

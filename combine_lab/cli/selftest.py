@@ -6,7 +6,7 @@ import argparse
 
 
 def _selftest(args: argparse.Namespace) -> int:
-    from .selftest import run_selftest
+    from ..run.selftest import run_selftest
 
     rep = run_selftest(seeds=args.seeds)
     print(rep.text())

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from .case import Case
-from .explain import core_load, decision_table, dispatch_table, segment_table
-from .planner import DEFAULT_MIN_SDMA_BYTES, plan
+from ..case.case import Case
+from ..planning.explain import core_load, decision_table, dispatch_table, segment_table
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, plan
 
 __all__ = ["ExerciseResult", "STATUS_CHOICES", "OUR_ANSWERS", "check_segment_rows", "check_row_source",
            "check_window_slot", "check_sdma_segments", "check_status_order", "check_core_rows", "summary"]
@@ -179,7 +179,7 @@ def check_core_rows(case: Case, pe: int, core: int, answer,
     ``answer``: ``(mte_only_rows, dual_plane_rows)``. Core c of a PE serves the segments
     whose src_rank is c (combine-facts section 5); with dual-plane, the rows of its SDMA
     segments are moved by the copy engine, not by the core's MTE puts. Right when both
-    numbers equal :func:`combine_lab.explain.core_load` of the two plans.
+    numbers equal :func:`combine_lab.planning.explain.core_load` of the two plans.
     """
     name = "exercise 6 (rows SDMA takes off a remote core)"
     if answer is None:

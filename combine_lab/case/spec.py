@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import SpecError
+from ..errors import SpecError
 from .routing import check_routing, parse_routing
 
 __all__ = ["DTYPES", "CaseSpec", "SpecError"]
@@ -36,7 +36,7 @@ class CaseSpec:
 
     Raises SpecError naming the field, the value and what is allowed; for distinct
     routings (every model but uniform) topk must be <= moe_expert_num, plus the
-    model's own limits (:func:`combine_lab.routing.check_routing`).
+    model's own limits (:func:`combine_lab.case.routing.check_routing`).
     """
 
     pes: int

@@ -19,16 +19,16 @@ import numpy as np
 import pandas as pd
 
 from . import build as build_mod
-from .casefiles import check_x_out, read_case, write_case
+from ..case.casefiles import check_x_out, read_case, write_case
 from .capabilities import npu_variant_refusal
-from .capacity import check_capacity
-from .case import Case, make_case
-from .errors import SpecError
+from ..planning.capacity import check_capacity
+from ..case.case import Case, make_case
+from ..errors import SpecError
 from .launch import LaunchError, bootstrap_ipport, host_argv, launch_pes
-from .planner import DEFAULT_MIN_SDMA_BYTES, Plan
-from .planner import plan as make_plan
-from .results import counters_frame, counters_name, perf_csv_name, read_counters, read_perf_csv, write_perf_csv
-from .spec import CaseSpec
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan
+from ..planning.planner import plan as make_plan
+from .outputs import counters_frame, counters_name, perf_csv_name, read_counters, read_perf_csv, write_perf_csv
+from ..case.spec import CaseSpec
 
 #: CLI variant name -> planner policy (the kernel's launch argument).
 VARIANTS = {"classic": "mte_only", "doubleplane": "dual_plane"}

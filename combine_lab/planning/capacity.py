@@ -12,8 +12,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SpecError
-from .spec import CaseSpec
+from ..errors import SpecError
+from ..case.spec import CaseSpec
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -1,6 +1,6 @@
 """Routing models: parse a routing string and draw expert_ids / expert_scales / x.
 
-Models (the ``routing`` field of :class:`combine_lab.spec.CaseSpec`):
+Models (the ``routing`` field of :class:`combine_lab.case.spec.CaseSpec`):
 
 ``uniform``
     The reference recipe of combine-facts section 3, byte-identical:
@@ -40,7 +40,7 @@ Models (the ``routing`` field of :class:`combine_lab.spec.CaseSpec`):
     1.28 and 0.48 (not fitted: two exponents fit the two max/mean figures only).
     Defined for any pes and expert_per_pe with the same exponents.
 ``external``
-    Routing read from case files (:func:`combine_lab.casefiles.read_case`); it cannot
+    Routing read from case files (:func:`combine_lab.case.casefiles.read_case`); it cannot
     be drawn.
 
 Streams: every model except uniform draws x exactly as the uniform recipe does from
@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import traces
-from .errors import SpecError
+from ..errors import SpecError
 
 #: Two-level Zipf exponents of the ``deepseek`` preset (see module docstring).
 DEEPSEEK_RANK_EXPONENT = 0.425
@@ -129,7 +129,7 @@ def parse_routing(text: str) -> Routing:
             raise SpecError(
                 f"routing={text!r}: unknown trace {arg!r}; names are MODEL/DOMAIN/LAYER "
                 f"with MODEL in {sorted(set(traces.MODEL_SHORT_NAMES.values()))}, "
-                f"see combine_lab.traces.list_traces()") from None
+                f"see combine_lab.case.traces.list_traces()") from None
         return Routing(name, arg, text)
     raise SpecError(f"routing={text!r}: unknown model {name!r}; allowed: {_ALLOWED}")
 
