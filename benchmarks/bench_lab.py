@@ -50,7 +50,7 @@ def bench_plan_view(repeats: int, out: Path) -> bool:
 
     def once(h):
         t0 = time.perf_counter()
-        p = plan_counts(case.ep_recv_count, h, spec.itemsize, "dual_plane")
+        p = plan_counts(case.ep_recv_count, h, spec.itemsize, "doubleplane")
         fig = view.draw(p)
         png = plots.figure_png(fig)
         return time.perf_counter() - t0, p, fig, png

@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 
-import pandas as pd
 import pytest
 
 from combine_lab import cli
@@ -83,7 +82,7 @@ def test_compare_prints_both_variants_with_planned_sdma(capsys, no_leaks):
     (["-type", "int8_t"], "dtype='int8_t': must be one of 'int32_t', 'float16_t'"),
     (["-pes", "0"], "pes=0: must be an int >= 1"),
     (["-gnpus", "4"], "-gnpus=4: must equal -pes=2 (one node)"),
-    (["--bs-list", "4,x"], "--bs-list='4,x': must be integers"),
+    (["--bs-list", "4,x"], "--bs-list='4,x': 'x' is not a valid int"),
     (["--prof-pe", "7"], "prof_pe=7: must be 'all' or a PE in [0, 1]"),
     (["--loops", "0"], "loops=0: must be an int >= 1"),
     (["-topk", "9", "--routing", "zipf:1.0"], "topk=9"),

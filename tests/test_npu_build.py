@@ -74,7 +74,7 @@ def test_configure_generates_bisheng_commands_with_arch_includes_and_libraries(t
     assert libs[0] == f"-Wl,-rpath,{shmem_root}/lib:{cann}/lib64"
 
 
-def test_configure_old_cann_builds_mte_only(tmp_path):
+def test_configure_old_cann_builds_without_sdma(tmp_path):
     env = npu_env(tmp_path, cann="8.3.RC1", soc="Ascend910B3")
     compiles, _ = configure(env, tmp_path / "b")
     assert "-DCOMBINE_NPU_SDMA=0" in shlex.split(compiles["combine_kernel.cpp"])

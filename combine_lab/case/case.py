@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import SpecError
 from .routing import draw_routing, draw_x
 from .spec import CaseSpec
 
 __all__ = ["RankInputs", "Case", "make_case", "case_from_arrays", "golden_x_out", "segment_counts_of",
-           "golden_rank"]
+           "receive_order", "golden_rank"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,20 @@ def segment_counts_of(expert_ids: np.ndarray, pes: int, expert_per_pe: int) -> n
     # expert e = d*epp + local, so e*pes + src = d*(epp*pes) + local*pes + src
     key = ids[valid].astype(np.int64) * pes + src[valid]
     return np.bincount(key, minlength=E * pes).reshape(pes, expert_per_pe * pes)
+
+
+def receive_order(expert_ids: np.ndarray, moe_expert_num: int) -> np.ndarray:
+    """The order in which the expert owners hold the valid slots of ``expert_ids`` (combine-facts section 2).
+
+    ``expert_ids``: int, any shape ending in topk, flattened in C order: [pes, bs, topk] gives
+    slot = src_rank*bs*topk + token*topk + k; one rank's [bs, topk] gives token*topk + k.
+    Returns int64 [n_valid]: the flat slots with an id in [0, moe_expert_num), sorted by expert id
+    (= destination PE, then local expert), then by slot (= src_rank, token_id, topk_id): the
+    receive-row order of dispatch, and the order in which a rank's rows come back in combine.
+    """
+    flat = expert_ids.reshape(-1)
+    slots = np.flatnonzero((flat >= 0) & (flat < moe_expert_num))
+    return slots[np.lexsort((slots, flat[slots]))]
 
 
 #: Token rows per golden block: about 512 KiB of float32 per buffer, so the topk passes
@@ -119,13 +134,10 @@ class Case:
         return self._x
 
     def _receive_order(self) -> np.ndarray:
-        """Flat slot indices (src_rank*bs*topk + token*topk + k) of every valid slot,
-        sorted by expert id (= destination PE, local expert) then flat index
-        (= src_rank, token_id, topk_id). Destination d's rows are a contiguous block."""
+        """:func:`receive_order` of every rank's slots (src_rank*bs*topk + token*topk + k), once.
+        Destination d's rows are a contiguous block."""
         if self._order is None:
-            flat = self.expert_ids.reshape(-1)
-            slots = np.flatnonzero((flat >= 0) & (flat < self.spec.moe_expert_num))
-            self._order = slots[np.lexsort((slots, flat[slots]))]
+            self._order = receive_order(self.expert_ids, self.spec.moe_expert_num)
         return self._order
 
     def rank_rows(self, r: int) -> np.ndarray:
@@ -184,8 +196,6 @@ def case_from_arrays(spec: CaseSpec, x: np.ndarray, expert_ids: np.ndarray, expe
     Raises:
         SpecError: an array's shape differs from the spec's (the message names the array).
     """
-    from ..errors import SpecError
-
     want = {"x": (spec.pes, spec.bs, spec.h), "expert_ids": (spec.pes, spec.bs, spec.topk),
             "expert_scales": (spec.pes, spec.bs, spec.topk)}
     arrays = {"x": np.asarray(x), "expert_ids": np.asarray(expert_ids), "expert_scales": np.asarray(expert_scales)}

@@ -5,6 +5,10 @@ Layout, raw little-endian arrays with the shapes of combine-facts section 2::
     <root>/golden/shape_{bs}_{h}_{topk}_{E}_{pes}/meta.json
     <root>/golden/shape_.../rank_{r}/expand_x.bin, assist_info.bin, ep_recv_count.bin,
         expert_ids.bin, expert_scales.bin, golden_x_out.bin
+    <root>/output/x_out_{r}.bin                         (what a run writes)
+
+Every path of that layout is made here (:func:`case_dir_of`, :func:`rank_file`,
+:func:`x_out_path`), and every array is read here (:func:`read_rank_file`, :func:`read_x_out`).
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from .case import Case, RankInputs
-from ..errors import CaseFileError, SpecError
+from ..errors import CaseFileError, ParameterError, SpecError
 from .spec import DTYPES, CaseSpec
 
-__all__ = ["CaseFileError", "REFERENCE_KEYS", "write_case", "read_case", "FileCase",
-           "CheckResult", "check_x_out", "rank_file_layout"]
+__all__ = ["CaseFileError", "REFERENCE_KEYS", "write_case", "read_case", "read_meta", "FileCase", "CheckResult",
+           "check_x_out", "rank_file_layout", "case_dir_of", "rank_dir", "rank_file", "x_out_path", "read_rank_file",
+           "read_x_out"]
 
 #: Keys meta.json must hold (combine-facts section 3).
 REFERENCE_KEYS = ("pe_size", "bs", "h", "topk", "expert_per_pe", "moe_expert_num", "dtype", "expert_compute")
@@ -52,6 +57,42 @@ def rank_file_layout(spec: CaseSpec) -> dict[str, tuple[tuple[int, ...], np.dtyp
     }
 
 
+def case_dir_of(root: str | Path, case_id: str) -> Path:
+    """``<root>/golden/<case_id>``: where a case's files sit under a case root."""
+    return Path(root) / "golden" / case_id
+
+
+def rank_dir(case_dir: str | Path, rank: int) -> Path:
+    """``<case_dir>/rank_<rank>``: the folder of one rank's arrays."""
+    return Path(case_dir) / f"rank_{rank}"
+
+
+def rank_file(case_dir: str | Path, rank: int, name: str) -> Path:
+    """``<case_dir>/rank_<rank>/<name>``, ``name`` one of :func:`rank_file_layout`'s file names."""
+    return rank_dir(case_dir, rank) / name
+
+
+def x_out_path(root: str | Path, rank: int) -> Path:
+    """``<root>/output/x_out_<rank>.bin``: where PE ``rank`` writes its combine output (T [bs, h])."""
+    return Path(root) / "output" / f"x_out_{rank}.bin"
+
+
+def read_rank_file(case_dir: str | Path, spec: CaseSpec, rank: int, name: str, rows: int | None = None) -> np.ndarray:
+    """One rank's array ``name`` (e.g. ``"golden_x_out.bin"``) with the shape and little-endian dtype
+    of :func:`rank_file_layout`; ``rows``: read only the first ``rows`` rows (e.g. the used rows of
+    expand_x, ``ep_recv_count[-1]``). Sizes are not validated here (:func:`read_case` does that)."""
+    shape, dtype = rank_file_layout(spec)[name]
+    if rows is not None:
+        shape = (rows, *shape[1:])
+    count = int(np.prod(shape, dtype=np.int64))
+    return np.fromfile(rank_file(case_dir, rank, name), dtype=dtype, count=count).reshape(shape)
+
+
+def read_x_out(root: str | Path, spec: CaseSpec, rank: int) -> np.ndarray:
+    """PE ``rank``'s x_out as written under ``root`` (:func:`x_out_path`): T [bs, h] (T = spec.np_dtype)."""
+    return np.fromfile(x_out_path(root, rank), dtype=spec.np_dtype).reshape(spec.bs, spec.h)
+
+
 def _expected_bytes(shape, dtype) -> int:
     return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 
@@ -65,21 +106,20 @@ def write_case(case: Case, root: str | Path) -> Path:
     expand_x) plus the case's x. Source: combine-facts section 3.
     """
     spec = case.spec
-    case_dir = Path(root) / "golden" / spec.case_id
+    case_dir = case_dir_of(root, spec.case_id)
     case_dir.mkdir(parents=True, exist_ok=True)
     (case_dir / "meta.json").write_text(json.dumps(case.meta(), indent=2) + "\n")
     layout = rank_file_layout(spec)
     for r in range(spec.pes):  # one rank's arrays alive at a time
-        rank_dir = case_dir / f"rank_{r}"
-        rank_dir.mkdir(exist_ok=True)
+        rank_dir(case_dir, r).mkdir(exist_ok=True)
         inputs = case.rank_inputs(r)
         used = int(inputs.ep_recv_count[-1]) if len(inputs.ep_recv_count) else 0
         for field, name in _FILE_OF.items():
             arr = getattr(inputs, field).astype(layout[name][1], copy=False)
             if field == "expand_x":
-                _write_with_zero_tail(arr, used, rank_dir / name)
+                _write_with_zero_tail(arr, used, rank_file(case_dir, r, name))
             else:
-                arr.tofile(rank_dir / name)
+                arr.tofile(rank_file(case_dir, r, name))
         del inputs
     return case_dir
 
@@ -106,7 +146,6 @@ class FileCase(Case):
         super().__init__(spec, expert_ids, expert_scales)
         self.case_dir = case_dir
         self._meta = meta
-        self._layout = rank_file_layout(spec)
 
     def meta(self) -> dict:
         return dict(self._meta)
@@ -115,17 +154,14 @@ class FileCase(Case):
     def x(self):
         raise CaseFileError(f"{self.case_dir}: x is not stored in case files; use rank_inputs(r)")
 
-    def _read(self, r: int, name: str) -> np.ndarray:
-        shape, dtype = self._layout[name]
-        return np.fromfile(self.case_dir / f"rank_{r}" / name, dtype=dtype).reshape(shape)
-
     def golden(self, r: int) -> np.ndarray:
-        return self._read(r, "golden_x_out.bin")
+        return read_rank_file(self.case_dir, self.spec, r, "golden_x_out.bin")
 
     def rank_inputs(self, r: int) -> RankInputs:
         if not 0 <= r < self.spec.pes:
             raise IndexError(f"r={r}: must be in [0, pes={self.spec.pes})")
-        return RankInputs(**{field: self._read(r, name) for field, name in _FILE_OF.items()})
+        return RankInputs(**{field: read_rank_file(self.case_dir, self.spec, r, name)
+                             for field, name in _FILE_OF.items()})
 
 
 def _spec_from_meta(meta_path: Path, meta) -> CaseSpec:
@@ -153,7 +189,7 @@ def _spec_from_meta(meta_path: Path, meta) -> CaseSpec:
 def _check_sizes(case_dir: Path, spec: CaseSpec) -> None:
     for r in range(spec.pes):
         for name, (shape, dtype) in rank_file_layout(spec).items():
-            path = case_dir / f"rank_{r}" / name
+            path = rank_file(case_dir, r, name)
             want = _expected_bytes(shape, dtype)
             if not path.is_file():
                 raise CaseFileError(f"{path}: missing file; expected {want} bytes "
@@ -208,6 +244,23 @@ def _check_assist(path: Path, rows: np.ndarray, d: int, counts: np.ndarray, spec
                             "increasing (token_id, topk_id) order within their segment")
 
 
+def read_meta(case_dir: str | Path) -> tuple[dict, CaseSpec]:
+    """``(meta, spec)`` of a case directory: meta.json as read, and the CaseSpec it describes
+    (routing 'external' unless meta.json names one). Checks meta.json only (present, JSON, the
+    reference keys, a valid CaseSpec, moe_expert_num); :func:`read_case` checks every file.
+
+    Raises CaseFileError naming meta.json, what was found and what was expected.
+    """
+    meta_path = Path(case_dir) / "meta.json"
+    if not meta_path.is_file():
+        raise CaseFileError(f"{meta_path}: missing file; expected the case's meta.json (combine-facts section 3)")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CaseFileError(f"{meta_path}: not valid JSON ({e})") from None
+    return meta, _spec_from_meta(meta_path, meta)
+
+
 def read_case(case_dir: str | Path) -> FileCase:
     """Read and validate a reference case directory (combine-facts section 3).
 
@@ -224,14 +277,7 @@ def read_case(case_dir: str | Path) -> FileCase:
     was expected.
     """
     case_dir = Path(case_dir)
-    meta_path = case_dir / "meta.json"
-    if not meta_path.is_file():
-        raise CaseFileError(f"{meta_path}: missing file; expected the case's meta.json (combine-facts section 3)")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CaseFileError(f"{meta_path}: not valid JSON ({e})") from None
-    spec = _spec_from_meta(meta_path, meta)
+    meta, spec = read_meta(case_dir)
     if case_dir.name.startswith("shape_") and case_dir.name != spec.case_id:
         raise CaseFileError(f"{case_dir}: directory name {case_dir.name!r} does not match meta.json's case id "
                             f"{spec.case_id!r}")
@@ -240,17 +286,17 @@ def read_case(case_dir: str | Path) -> FileCase:
     E = spec.moe_expert_num
 
     def load(r, name, count=-1):
-        return np.fromfile(case_dir / f"rank_{r}" / name, dtype=layout[name][1], count=count)
+        return np.fromfile(rank_file(case_dir, r, name), dtype=layout[name][1], count=count)
 
     ids = np.stack([load(r, "expert_ids.bin").reshape(spec.bs, spec.topk) for r in range(spec.pes)])
     big = np.argwhere(ids >= E)
     if big.size:
         r, t, k = (int(v) for v in big[0])
-        raise CaseFileError(f"{case_dir / f'rank_{r}' / 'expert_ids.bin'}: expert_ids[{t}, {k}]={ids[r, t, k]} "
+        raise CaseFileError(f"{rank_file(case_dir, r, 'expert_ids.bin')}: expert_ids[{t}, {k}]={ids[r, t, k]} "
                             f">= moe_expert_num={E}; expected < {E} (negative = masked)")
     counts = np.stack([load(r, "ep_recv_count.bin") for r in range(spec.pes)])
     for r in range(spec.pes):
-        _check_counts(case_dir / f"rank_{r}" / "ep_recv_count.bin", counts[r], spec.capacity_rows)
+        _check_counts(rank_file(case_dir, r, "ep_recv_count.bin"), counts[r], spec.capacity_rows)
     scales = np.stack([load(r, "expert_scales.bin").reshape(spec.bs, spec.topk) for r in range(spec.pes)])
     if "masked_fraction" not in meta:
         spec = dataclasses.replace(spec, masked_fraction=float(np.mean(ids < 0)))
@@ -261,13 +307,13 @@ def read_case(case_dir: str | Path) -> FileCase:
         if diff.size:
             s = int(diff[0])
             raise CaseFileError(
-                f"{case_dir / f'rank_{d}' / 'ep_recv_count.bin'}: segment {s} (local_expert {s // spec.pes}, "
+                f"{rank_file(case_dir, d, 'ep_recv_count.bin')}: segment {s} (local_expert {s // spec.pes}, "
                 f"src_rank {s % spec.pes}) has {found[d, s]} rows, but the expert_ids of all ranks route "
                 f"{case.segment_counts[d, s]} slots there")
     for d in range(spec.pes):
         n = int(counts[d, -1])
         rows = load(d, "assist_info.bin", count=3 * n).reshape(n, 3)
-        _check_assist(case_dir / f"rank_{d}" / "assist_info.bin", rows, d, counts[d], spec, ids)
+        _check_assist(rank_file(case_dir, d, "assist_info.bin"), rows, d, counts[d], spec, ids)
     return case
 
 
@@ -289,16 +335,17 @@ def check_x_out(x_out: np.ndarray, golden: np.ndarray, dtype: str) -> CheckResul
     ``x_out``, ``golden``: arrays of the same shape (e.g. [bs, h]) with dtype T;
     ``dtype``: 'int32_t' (must be bit-exact) or 'float16_t' (passes when
     |x - g| <= 1e-2 + 1e-2*|g|, computed in float64; NaN fails; equal infinities pass).
-    Raises SpecError for an unknown dtype, a shape mismatch or arrays not of dtype T.
+    Raises SpecError for an unknown dtype (a case field); ParameterError for arrays of
+    different shapes or not of dtype T.
     """
     if dtype not in DTYPES:
         raise SpecError(f"dtype={dtype!r}: must be one of 'int32_t', 'float16_t'")
     x, g = np.asarray(x_out), np.asarray(golden)
     if x.shape != g.shape:
-        raise SpecError(f"x_out shape={list(x.shape)}: must equal golden shape {list(g.shape)}")
+        raise ParameterError(f"x_out shape={list(x.shape)}: must equal golden shape {list(g.shape)}")
     for name, a in (("x_out", x), ("golden", g)):
         if a.dtype != DTYPES[dtype]:
-            raise SpecError(f"{name} dtype={a.dtype.name}: must be {np.dtype(DTYPES[dtype]).name} for {dtype!r}")
+            raise ParameterError(f"{name} dtype={a.dtype.name}: must be {np.dtype(DTYPES[dtype]).name} for {dtype!r}")
     if dtype == "int32_t":
         err = np.abs(x.astype(np.int64) - g.astype(np.int64)).astype(np.float64)
         bad = x != g

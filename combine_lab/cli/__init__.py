@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import CaseFileError, SpecError
+from ..errors import CaseFileError, LabError, ParameterError, SpecError
+from ..planning.capacity import CapacityError
 from ..run.build import BuildError
 from ..run.launch import LaunchError
 from ..run.outputs import ResultFileError
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except (SpecError, CaseFileError, ResultFileError, BuildError, LaunchError) as e:
+    except (SpecError, ParameterError, CaseFileError, CapacityError, LabError, ResultFileError, BuildError,
+            LaunchError) as e:
         print(f"combine-lab: error: {e}", file=sys.stderr)
         return 2
     except MemoryError as e:

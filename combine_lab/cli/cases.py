@@ -1,42 +1,34 @@
 """What ``run`` and ``compare`` share: the case flags, the loop over cases and variants, the table.
 
 The case flags are those of the reference drivers (combine-facts section 9) plus the lab's
-own (--routing, --target, --min-sdma-bytes, ...).
+own (--routing, --target, --min-sdma-bytes, ...). The table prints one
+:class:`~combine_lab.results.rows.ResultRow` per line, a variant the target refuses and the
+``--baseline`` run included.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from ..case.spec import CaseSpec
-from ..errors import SpecError
+from ..errors import ParameterError
+from ..params import as_list
 from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
-from ..run.outputs import perf_csv_name, write_summary_csv
+from ..results.rows import REFUSED, NotRun, ResultRow, result_row
 from ..run.build import VariantRefused
-from ..run.capabilities import npu_variant_refusal
-from ..run.runner import RunResult, prepare_case, run_case
-
-
-def _int_list(text_items: list[str], flag: str) -> list[int]:
-    out = []
-    for item in text_items:
-        for part in str(item).split(","):
-            if part.strip() == "":
-                continue
-            try:
-                out.append(int(part))
-            except ValueError:
-                raise SpecError(f"{flag}={item!r}: must be integers, separated by spaces or commas") from None
-    return out
+from ..run.outputs import perf_csv_name, write_summary_csv
+from ..run.runner import prepare_case, refusals, run_case
 
 
 def add_case_flags(p: argparse.ArgumentParser) -> None:
+    """The case and run flags of ``run`` and ``compare`` (combine-facts section 9, plus the lab's)."""
     g = p.add_argument_group("case (combine-facts section 9)")
     g.add_argument("-pes", type=int, default=2, help="PEs (ranks); sets -gnpus too (default 2)")
     g.add_argument("-gnpus", type=int, default=None, help="NPUs on this node; must equal -pes")
@@ -74,13 +66,13 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
 
 def _specs(a: argparse.Namespace) -> list[CaseSpec]:
     if a.gnpus is not None and a.gnpus != a.pes:
-        raise SpecError(f"-gnpus={a.gnpus}: must equal -pes={a.pes} (one node)")
+        raise ParameterError(f"-gnpus={a.gnpus}: must equal -pes={a.pes} (one node)")
     axes = {
-        "pes": _int_list(a.pes_list, "--pes-list") if a.pes_list else [a.pes],
-        "bs": _int_list(a.bs_list, "--bs-list") if a.bs_list else [a.bs],
-        "h": _int_list(a.h_list, "--h-list") if a.h_list else [a.h],
-        "topk": _int_list(a.topk_list, "--topk-list") if a.topk_list else [a.topk],
-        "expert_per_pe": _int_list(a.expert_per_pe_list, "--expert-per-pe-list") if a.expert_per_pe_list
+        "pes": as_list(a.pes_list, int, "--pes-list") if a.pes_list else [a.pes],
+        "bs": as_list(a.bs_list, int, "--bs-list") if a.bs_list else [a.bs],
+        "h": as_list(a.h_list, int, "--h-list") if a.h_list else [a.h],
+        "topk": as_list(a.topk_list, int, "--topk-list") if a.topk_list else [a.topk],
+        "expert_per_pe": as_list(a.expert_per_pe_list, int, "--expert-per-pe-list") if a.expert_per_pe_list
         else [a.expert_per_pe],
     }
     # Every case is validated, and checked to fit this machine, before the first one runs.
@@ -98,21 +90,38 @@ def _prof_pe(text: str):
     try:
         return int(text)
     except ValueError:
-        raise SpecError(f"--prof-pe={text!r}: must be a PE number or 'all'") from None
+        raise ParameterError(f"--prof-pe={text!r}: must be a PE number or 'all'") from None
 
 
-def _row(res: RunResult) -> dict:
-    pb = res.plane_bytes()
-    return {
-        "case": res.case_id, "routing": res.routing, "variant": res.variant,
-        "check": "PASS" if res.check_ok else "FAIL",
-        "comm_only/us": round(res.time_us("comm_only"), 3), "full_op/us": round(res.time_us("full_op"), 3),
-        "MTE bytes": int(pb["mte_bytes"].sum()) if len(pb) else None,
-        "SDMA bytes": int(pb["sdma_bytes"].sum()) if len(pb) else None,
-        "planned SDMA": int(res.plan.totals["sdma_bytes"].sum()),
-        "counters=plan": "yes" if not res.counter_mismatches() else "NO",
-        "violations": res.violation_count,
-    }
+#: The run table: column title -> ResultRow field.
+TABLE_COLUMNS = {"case": "case_id", "routing": "routing", "variant": "variant", "check": "check",
+                 "comm_only/us": "comm_only_us", "full_op/us": "full_op_us", "MTE bytes": "mte_bytes",
+                 "SDMA bytes": "sdma_bytes", "planned SDMA": "planned_sdma_bytes", "counters=plan": "counters_ok",
+                 "violations": "violations"}
+_INT_FIELDS = ("mte_bytes", "sdma_bytes", "planned_sdma_bytes", "violations")
+
+
+def table(rows: list[ResultRow]) -> pd.DataFrame:
+    """The rows as the run table shows them (:data:`TABLE_COLUMNS`): times rounded to 3 decimals
+    (us; NaN when not timed), bytes and violations as integers, counters=plan 'yes' or 'NO'; a
+    value a row does not have (a refused variant, the baseline) is '-'."""
+    data = {}
+    for title, name in TABLE_COLUMNS.items():
+        values = [getattr(r, name) for r in rows]
+        if name in ("comm_only_us", "full_op_us"):
+            data[title] = [round(v, 3) if not math.isnan(v) else float("nan") for v in values]
+        elif name == "counters_ok":
+            data[title] = ["-" if v is None else ("yes" if v else "NO") for v in values]
+        elif name in _INT_FIELDS and any(v is None for v in values):
+            data[title] = pd.Series(["-" if v is None else int(v) for v in values], dtype=object)
+        else:
+            data[title] = values
+    return pd.DataFrame(data, columns=list(TABLE_COLUMNS))
+
+
+def table_text(rows: list[ResultRow]) -> str:
+    """:func:`table` as text, one row per line under a header; times not measured read '-'."""
+    return table(rows).to_string(index=False, na_rep="-")
 
 
 def _progress(items, desc: str):
@@ -120,35 +129,62 @@ def _progress(items, desc: str):
     return tqdm(items, desc=desc, unit="case", disable=len(items) < 2, file=sys.stderr)
 
 
+def _report(res) -> None:
+    """What went wrong in a run, on stderr: violations, counter mismatches, x_out mismatches."""
+    for line in res.violations:
+        print(f"protocol violation: {line}", file=sys.stderr)
+    for line in res.counter_mismatches():
+        print(f"counter mismatch: {line}", file=sys.stderr)
+    for r, c in enumerate(res.checks):
+        if not c.ok:
+            print(f"x_out mismatch on PE {r}: {c}", file=sys.stderr)
+
+
 def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
+    """Run ``variants`` on every case the flags ``a`` describe, print the table and the perf CSVs
+    written; return the exit status (0 every run passed, 1 a check or counter comparison failed).
+
+    A variant the target refuses (doubleplane on an NPU with CANN < 9.0.0) gets a REFUSED row and
+    its reason on stderr while the others run; when it is the only one asked for, raises
+    ``VariantRefused`` (exit 2). With ``--baseline`` the baseline's row follows each case's.
+    """
     specs = _specs(a)
     prof_pe = _prof_pe(a.prof_pe)
+    refused = refusals(a.target, variants)
+    if refused and len(variants) == 1:
+        raise VariantRefused(refused[variants[0]])
+    for why in refused.values():
+        print(f"combine-lab: {why}", file=sys.stderr)
+    if getattr(a, "baseline", None):
+        from ..run.baseline import require_baseline
+        require_baseline(a.target)  # before anything runs: the fix if it cannot
     out_dir = Path(a.output_dir)
-    rows, bad, written = [], 0, set()
+    rows: list[ResultRow] = []
+    bad, written = 0, set()
     for spec in _progress(specs, "combine"):
         prepared = prepare_case(spec, a.work_dir, a.target)
         try:
-            for variant in runnable(variants, a, spec, rows):  # npu: doubleplane refused on CANN < 9
+            for variant in variants:
+                if variant in refused:
+                    rows.append(result_row(NotRun.of(spec, variant, a.target, REFUSED, refused[variant],
+                                                      a.min_sdma_bytes)))
+                    continue
                 res = run_case(prepared, variant, min_sdma_bytes=a.min_sdma_bytes, warmup=a.warmup, loops=a.loops,
                                perf=True, prof_pe=prof_pe, target=a.target, timeout_s=a.timeout,
                                output_dir=out_dir if a.perf else None, fnpu=a.fnpu, ipport=a.ipport,
                                chaos_seed=a.chaos)
-                rows.append(_row(res))
-                bad += 0 if res.ok else 1
-                for line in res.violations:
-                    print(f"protocol violation: {line}", file=sys.stderr)
-                for line in res.counter_mismatches():
-                    print(f"counter mismatch: {line}", file=sys.stderr)
-                for r, c in enumerate(res.checks):
-                    if not c.ok:
-                        print(f"x_out mismatch on PE {r}: {c}", file=sys.stderr)
+                rows.append(result_row(res))
+                bad += 0 if rows[-1].ok else 1
+                _report(res)
                 if a.perf:
                     written |= {out_dir / perf_csv_name(f"combine_{variant}", int(p)) for p in res.perf["ProfPe"]}
-            bad += baseline_rows(prepared, a, rows)  # compare --baseline hccl
+            if getattr(a, "baseline", None):  # compare --baseline hccl
+                rows.append(_baseline_row(prepared, a))
+                bad += 0 if rows[-1].ok else 1
         finally:
             if a.work_dir is None:
                 prepared.cleanup()
-    print(pd.DataFrame(rows).to_string(index=False))
+    print(table_text(rows))
     if a.perf and written:
         for variant in variants:
             files = sorted(p for p in written if p.name in {perf_csv_name(f"combine_{variant}", r)
@@ -161,45 +197,13 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     return 0 if bad == 0 else 1
 
 
-
-#: Columns of the run table (cli._row) that a refused variant or a baseline does not have.
-_NO_VALUE = {"comm_only/us": "-", "full_op/us": "-", "MTE bytes": "-", "SDMA bytes": "-", "planned SDMA": "-",
-             "counters=plan": "-"}
-
-def runnable(variants: list[str], a: argparse.Namespace, spec, rows: list[dict]):
-    """Yield the variants of ``variants`` that can run on ``a.target`` here, in order.
-
-    A refused one (doubleplane on an NPU with CANN < 9.0.0) gets a ``REFUSED`` row in its place
-    and its reason on stderr, and the others still run; when the only variant asked for is
-    refused, raises :class:`build.VariantRefused`. With ``--baseline``, checks first that the
-    baseline can run here (:class:`baseline.BaselineUnavailable` otherwise).
-    """
-    if getattr(a, "baseline", None):
-        from ..run.baseline import require_baseline
-        require_baseline(a.target)
-    for v in variants:
-        why = npu_variant_refusal(v) if a.target == "npu" else None
-        if why is None:
-            yield v
-            continue
-        if len(variants) == 1:
-            raise VariantRefused(why)
-        print(f"combine-lab: {why}", file=sys.stderr)
-        rows.append({"case": spec.case_id, "routing": spec.routing, "variant": v, "check": "REFUSED", **_NO_VALUE})
-
-
-def baseline_rows(prepared, a: argparse.Namespace, rows: list[dict]) -> int:
-    """With ``--baseline hccl``: run the all_to_all baseline on ``prepared``, append its row;
-    return 1 when its x_out differs from golden (printed on stderr), else 0."""
-    if not getattr(a, "baseline", None):
-        return 0
+def _baseline_row(prepared, a: argparse.Namespace) -> ResultRow:
+    """Run the all_to_all baseline on ``prepared`` (``--baseline hccl``: HCCL on npu, gloo on the
+    twin); its x_out mismatches go to stderr."""
     from ..run.baseline import run_baseline
 
     res = run_baseline(prepared, target=a.target, warmup=a.warmup, loops=a.loops, timeout_s=a.timeout, fnpu=a.fnpu)
-    rows.append({**_NO_VALUE, "case": res.case_id, "routing": res.routing, "variant": res.variant,
-                 "check": "PASS" if res.check_ok else "FAIL",
-                 "comm_only/us": round(res.time_us("comm_only"), 3), "full_op/us": round(res.time_us("full_op"), 3)})
     for r, c in enumerate(res.checks):
         if not c.ok:
             print(f"x_out mismatch on PE {r} ({res.variant}): {c}", file=sys.stderr)
-    return 0 if res.check_ok else 1
+    return result_row(res)

@@ -8,22 +8,16 @@ What runs and how: :mod:`combine_lab.lab.notebooks`.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from ..errors import SpecError
 from ..lab.notebooks import KERNEL_NAME, load_params, run_notebooks
 from ..lab.records import default_output_dir
 
 
 def _cmd_notebooks(args: argparse.Namespace) -> int:
-    try:
-        params = load_params(args.params) if args.params else {}
-        runs = run_notebooks(args.out, params, args.only, kernel_name=args.kernel, timeout_s=args.timeout,
-                             log=print)
-    except SpecError as e:
-        print(f"combine-lab: error: {e}", file=sys.stderr)
-        return 2
+    # a LabError (bad name, params file or parameter) is raised before anything runs: exit 2 from main
+    params = load_params(args.params) if args.params else {}
+    runs = run_notebooks(args.out, params, args.only, kernel_name=args.kernel, timeout_s=args.timeout, log=print)
     out = runs[0].output.parent if runs else Path(args.out or default_output_dir())
     figures = sorted(out.glob("*.png"))
     print(f"executed notebooks, {len(figures)} figures (PNG) and records in {out}")

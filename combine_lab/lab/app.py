@@ -8,14 +8,15 @@ Changing a control replans at once and runs nothing: the routing is drawn with
 :func:`combine_lab.case.case.make_case` (never x: the plan path does not touch ``case.x``)
 and planned with :func:`combine_lab.planning.planner.plan_counts`; controls that only change
 bytes (h, dtype for skewed routings, min_sdma_bytes) reuse the drawn routing. The Run
-button builds the target if needed and runs classic and dual-plane through
+button builds the target if needed and runs classic and doubleplane through
 :func:`combine_lab.run.runner.compare`, then shows the x_out verdict, per-plane counters,
-per-PE times and a history of runs.
+per-PE times and a history of runs. A variant the target refuses (doubleplane on an NPU
+with CANN older than 9.0.0) shows as REFUSED with its reason, and classic still runs.
 
 Everything a browser would do can be done from Python, which is how the tests drive it:
 set ``app.controls[name].value`` (or :meth:`TuningApp.set`), call :meth:`TuningApp.run`
 or ``app.run_button.click()``, then read ``app.plan``, ``app.sdma_table``,
-``app.message``, ``app.history``, ``app.last_runs``. Bad values never raise: they show
+``app.message``, ``app.history``, ``app.rows``, ``app.last_runs``. Bad values never raise: they show
 a readable message (``app.message``) and nothing is planned or launched.
 """
 
@@ -24,26 +25,28 @@ from __future__ import annotations
 import contextlib
 import html
 import time
+import warnings
 from typing import Any
 
 import ipywidgets as widgets
 import pandas as pd
 
-from ..run import build as build_mod
-from . import plots
-from ..run import runner
-from ..run.capabilities import detect
 from ..case.case import Case, make_case
-from ..errors import CaseFileError, SpecError
-from ..run.launch import LaunchError
-from ..planning.capacity import window_geometry
-from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan, plan_counts
-from ..run.outputs import ResultFileError
 from ..case.routing import parse_routing
 from ..case.spec import CaseSpec
 from ..case.traces import list_traces
+from ..errors import CaseFileError, ParameterError, SpecError
+from ..planning.capacity import CapacityError, window_geometry
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan, plan_counts
+from ..results.rows import COMPARISON_COLUMNS, REFUSED, ROW_COLUMNS, NotRun, ResultRow, compare_rows, result_row
+from ..run import build as build_mod
+from ..run import runner
+from ..run.capabilities import detect
+from ..run.launch import LaunchError
+from ..run.outputs import ResultFileError
+from . import plots
 
-__all__ = ["ROUTING_MODELS", "routing_string", "TuningApp", "HISTORY_COLUMNS"]
+__all__ = ["ROUTING_MODELS", "routing_string", "TuningApp", "HISTORY_COLUMNS", "ROWS_COLUMNS"]
 
 #: Routing models offered by the app -> (name of the skew parameter, its default), None when
 #: the model takes no number; "trace" takes a trace name from the trace selector.
@@ -56,16 +59,22 @@ ROUTING_MODELS: dict[str, tuple[str, float] | None] = {
     "trace": None,
 }
 
-#: Columns of ``TuningApp.history``; times in us (CoreMaxTime, mean over profiled PEs);
-#: ``<metric>_speedup`` = MTE-only time / dual-plane time (above 1: dual-plane faster), the
-#: convention of every lab table and figure (:data:`combine_lab.lab.sweep.SPEEDUP`).
+#: Columns of ``TuningApp.history``, one row per Run: the case and settings, then
+#: :func:`combine_lab.results.rows.compare_rows` of the run's rows: times in us (CoreMaxTime,
+#: mean over profiled PEs), ``<metric>_speedup`` = classic time / doubleplane time (above 1:
+#: doubleplane faster, :data:`combine_lab.results.rows.SPEEDUP`), sdma_share, check,
+#: counters_ok and the reason of a variant that did not run.
 HISTORY_COLUMNS = ["run", "case_id", "routing", "dtype", "target", "min_sdma_bytes", "warmup", "loops",
-                   "comm_only_classic_us", "comm_only_doubleplane_us", "comm_only_speedup", "full_op_classic_us",
-                   "full_op_doubleplane_us", "full_op_speedup", "sdma_share", "check", "counters_ok"]
+                   *COMPARISON_COLUMNS]
+#: Columns of ``TuningApp.rows``: the Run number, then one :class:`~combine_lab.results.rows.ResultRow`
+#: per variant (the schema of the CLI table and the sweep CSV).
+ROWS_COLUMNS = ["run", *ROW_COLUMNS]
 
 _INT_FIELDS = ("pes", "bs", "h", "topk", "expert_per_pe", "seed", "min_sdma_bytes", "warmup", "loops")
+_CASE_FIELDS = ("pes", "bs", "h", "topk", "expert_per_pe", "seed")
 #: Errors a run can end with that the app shows as a message.
-_RUN_ERRORS = (SpecError, CaseFileError, ResultFileError, build_mod.BuildError, LaunchError, OSError, ValueError)
+_RUN_ERRORS = (SpecError, ParameterError, CaseFileError, ResultFileError, build_mod.BuildError, LaunchError, OSError,
+               ValueError)
 
 
 def routing_string(model: str, skew: float | None = None, trace: str | None = None) -> str:
@@ -118,12 +127,14 @@ class TuningApp:
         controls: dict name -> widget for pes, bs, h, topk, expert_per_pe, dtype,
             routing_model, skew, trace, seed, min_sdma_bytes, warmup, loops, target.
         spec: the CaseSpec of the current values, or None when they are invalid.
-        plan: the dual-plane :class:`~combine_lab.planning.planner.Plan` shown, or None.
+        plan: the doubleplane :class:`~combine_lab.planning.planner.Plan` shown, or None.
         sdma_table: DataFrame of the SDMA segments listed (pe, segment, local_expert,
             src_rank, token_count, bytes), as in ``plan.segments``.
         message: the text of the message shown ('' when none).
         history: DataFrame (:data:`HISTORY_COLUMNS`), one row per completed run.
-        last_runs: ``{"classic": RunResult, "doubleplane": RunResult}`` of the last run, or None.
+        rows: DataFrame (:data:`ROWS_COLUMNS`), one result row per variant of every completed run.
+        last_runs: the :class:`~combine_lab.run.runner.Comparison` of the last run (variant ->
+            RunResult, and ``refused``: variant -> reason), or None.
         figures: the last Figure of each view ("segment_map", "plane_bytes", "compare", "history").
         replans: how many times the plan view was recomputed; plan_seconds: the last one's time.
     """
@@ -144,6 +155,8 @@ class TuningApp:
         self.message = ""
         self.history = pd.DataFrame(columns=HISTORY_COLUMNS)
         self._history_rows: list[dict] = []
+        self.rows = pd.DataFrame(columns=ROWS_COLUMNS)
+        self._rows_data: list[dict] = []
         self.last_runs: dict | None = None
         self.figures: dict = {}
         self.replans = 0
@@ -194,7 +207,7 @@ class TuningApp:
         self.plane_image = widgets.Image(format="png")
         self.sdma_html = widgets.HTML()
         self.run_button = widgets.Button(description="Run", button_style="primary", icon="play",
-                                         tooltip="build if needed, run classic and dual-plane, check x_out")
+                                         tooltip="build if needed, run classic and doubleplane, check x_out")
         self.run_button.on_click(lambda _b: self.run())
         self.progress = widgets.IntProgress(value=0, min=0, max=4, description="", layout=widgets.Layout(width="200px"))
         self.status = widgets.Label(value="")
@@ -238,12 +251,12 @@ class TuningApp:
             self._hold -= 1
 
     def set(self, **values: Any) -> None:
-        """Set several controls at once, then replan once. Unknown names raise SpecError
+        """Set several controls at once, then replan once. Unknown names raise ParameterError
         (a programming error, not a user value); a value a Dropdown does not offer shows a
         message. Returns None, so that a notebook cell ending with it does not show the app again."""
         unknown = set(values) - set(self.controls)
         if unknown:
-            raise SpecError(f"unknown controls {sorted(unknown)}; known: {sorted(self.controls)}")
+            raise ParameterError(f"unknown controls {sorted(unknown)}; known: {sorted(self.controls)}")
         bad = None
         # the model first: choosing one resets the skew to its default
         ordered = sorted(values.items(), key=lambda kv: kv[0] != "routing_model")
@@ -279,17 +292,19 @@ class TuningApp:
             self.refresh()
 
     def make_spec(self) -> CaseSpec:
-        """The CaseSpec of the current values. Raises SpecError with a readable message."""
+        """The CaseSpec of the current values. Raises SpecError (a case field) or ParameterError
+        (floor, warmup, loops) with a readable message."""
         v = self.values()
         for k in _INT_FIELDS:
             if not isinstance(v[k], int):
-                raise SpecError(f"{k}={v[k]!r}: must be an integer")
+                error = SpecError if k in _CASE_FIELDS else ParameterError
+                raise error(f"{k}={v[k]!r}: must be an integer")
         routing = routing_string(v["routing_model"], v["skew"], v["trace"])
         spec = CaseSpec(pes=v["pes"], bs=v["bs"], h=v["h"], topk=v["topk"], expert_per_pe=v["expert_per_pe"],
                         dtype=v["dtype"], seed=v["seed"], routing=routing)
         for k, lo in (("min_sdma_bytes", 0), ("warmup", 0), ("loops", 1)):
             if v[k] < lo:
-                raise SpecError(f"{k}={v[k]}: must be an int >= {lo}")
+                raise ParameterError(f"{k}={v[k]}: must be an int >= {lo}")
         return spec
 
     def _show_message(self, text: str, kind: str = "error") -> None:
@@ -322,14 +337,15 @@ class TuningApp:
             if parse_routing(spec.routing).name == "uniform":
                 x_bytes = spec.pes * spec.bs * spec.row_bytes
                 if x_bytes > self.max_uniform_x_bytes:
-                    raise SpecError(
+                    raise CapacityError(
                         f"routing 'uniform' follows the reference recipe, which draws x before the routing: "
                         f"{_fmt_bytes(x_bytes)} of x at this shape, over the app's limit of "
                         f"{_fmt_bytes(self.max_uniform_x_bytes)}; pick a skewed routing (it never draws x to plan) "
                         f"or a smaller shape")
             case = self._case_for(spec)
-            p = plan_counts(case.ep_recv_count, spec.h, spec.itemsize, "dual_plane", self.controls["min_sdma_bytes"].value)
-        except SpecError as e:
+            p = plan_counts(case.ep_recv_count, spec.h, spec.itemsize, "doubleplane",
+                            self.controls["min_sdma_bytes"].value)
+        except (SpecError, ParameterError, CapacityError) as e:
             self._show_message(f"Cannot plan this case: {e}. Nothing was run.")
             self.run_button.disabled = True
             self.plan_summary.value = ""
@@ -372,12 +388,14 @@ class TuningApp:
         rows = spec.pes * spec.bs * spec.topk + 2 * spec.pes * spec.bs
         return rows * spec.row_bytes + spec.pes * window_geometry(spec)["window_bytes"]
 
-    def run(self) -> dict | None:
-        """Build if needed, run classic and dual-plane on the chosen target, check, plot, record.
+    def run(self) -> "runner.Comparison | None":
+        """Build if needed, run classic and doubleplane on the chosen target, check, plot, record.
 
-        Returns ``{"classic": RunResult, "doubleplane": RunResult}``, or None when the
-        values are invalid, the case is too large for ``max_run_bytes``, or the run failed:
-        then ``message`` says why and (for the first two) nothing was launched.
+        Returns the :class:`~combine_lab.run.runner.Comparison` (``{"classic": RunResult,
+        "doubleplane": RunResult}``; a variant the target refuses is left out, with its reason in
+        ``.refused``, and recorded as a REFUSED row), or None when the values are invalid, the
+        case is too large for ``max_run_bytes``, or the run failed: then ``message`` says why
+        and (for the first two) nothing was launched.
         """
         plan_now = self.refresh()
         if plan_now is None or self.spec is None:
@@ -398,10 +416,12 @@ class TuningApp:
             build_mod.build(v["target"])
             self.progress.value = 1
             launches = 2 * (spec.pes if prof_pe == "all" else 1) * (v["warmup"] + v["loops"])
-            self.status.value = f"running classic and dual-plane ({launches} launches of {spec.pes} PEs)..."
+            self.status.value = f"running classic and doubleplane ({launches} launches of {spec.pes} PEs)..."
             case = Case(spec, self._case.expert_ids, self._case.expert_scales)
-            runs = runner.compare(case, warmup=v["warmup"], loops=v["loops"], target=v["target"],
-                                  min_sdma_bytes=v["min_sdma_bytes"], prof_pe=prof_pe, timeout_s=self.timeout_s)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a refusal is shown as a row with its reason, not a warning
+                runs = runner.compare(case, warmup=v["warmup"], loops=v["loops"], target=v["target"],
+                                      min_sdma_bytes=v["min_sdma_bytes"], prof_pe=prof_pe, timeout_s=self.timeout_s)
             self.progress.value = 3
         except _RUN_ERRORS as e:
             self.status.value = "failed"
@@ -416,10 +436,28 @@ class TuningApp:
         self.status.value = "done"
         return runs
 
-    def _record(self, runs: dict, v: dict) -> None:
-        c, d = runs["classic"], runs["doubleplane"]
+    def _result_rows(self, runs, v: dict) -> list[ResultRow]:
+        """The run's rows, in variant order: one per RunResult, one per refused variant."""
+        refused = getattr(runs, "refused", {})
+        rows = []
+        for variant in ("classic", "doubleplane"):
+            if variant in runs:
+                rows.append(result_row(runs[variant]))
+            elif variant in refused:
+                rows.append(result_row(NotRun.of(self.spec, variant, v["target"], REFUSED, refused[variant],
+                                                 v["min_sdma_bytes"])))
+        return rows
+
+    def _record(self, runs, v: dict) -> None:
+        rows = self._result_rows(runs, v)
         lines = []
-        for name, res in (("MTE-only (classic)", c), ("dual-plane", d)):
+        for row in rows:
+            res = runs.get(row.variant)
+            name = {"classic": "classic (MTE only)", "doubleplane": "doubleplane (MTE + SDMA)"}[row.variant]
+            if res is None:
+                lines.append(f"<li><b>{name}</b>: <span style='color:#b35900'>{row.check}</span>: "
+                             f"{html.escape(row.reason)}</li>")
+                continue
             bad = [r for r, chk in enumerate(res.checks) if not chk.ok]
             mism = res.counter_mismatches()
             lines.append(f"<li><b>{name}</b>: x_out "
@@ -428,30 +466,31 @@ class TuningApp:
                          + ("; counters = plan" if not mism else
                             "; counters differ from the plan: " + html.escape("; ".join(mism[:4])))
                          + "</li>")
-        self.verdict_html.value = f"<p><b>{c.case_id}</b> {html.escape(c.routing)} on {c.target}:</p><ul>{''.join(lines)}</ul>"
+        first = rows[0]
+        self.verdict_html.value = (f"<p><b>{first.case_id}</b> {html.escape(first.routing)} on {first.target}:</p>"
+                                   f"<ul>{''.join(lines)}</ul>")
         frames = []
-        for res in (c, d):
+        for res in runs.values():
             pb = res.plane_bytes()
             if len(pb):
                 frames.append(pb.reset_index().assign(variant=res.variant))
         if frames:
-            counters = pd.concat(frames, ignore_index=True)[["variant", "pe", "mte_bytes", "sdma_bytes", "mte_rows",
-                                                            "sdma_rows", "status_writes"]]
-            self.counters_html.value = "<p>Per-plane counters (last launch; bytes, rows):</p>" + counters.to_html(index=False)
+            counters = pd.concat(frames, ignore_index=True)[["variant", "pe", "mte_bytes", "sdma_bytes", "mte_puts",
+                                                            "sdma_puts", "status_writes"]]
+            self.counters_html.value = ("<p>Per-plane counters (last launch; bytes, puts):</p>"
+                                        + counters.to_html(index=False))
         else:
             self.counters_html.value = "<p>No per-plane counters on this target.</p>"
         fig = plots.compare_per_pe(runs)
         self.figures["compare"] = fig
         self.compare_image.value = plots.figure_png(fig)
-        share = d.sdma_share()
-        row = {"run": len(self.history) + 1, "case_id": c.case_id, "routing": c.routing, "dtype": self.spec.dtype,
-               "target": c.target, "min_sdma_bytes": v["min_sdma_bytes"], "warmup": v["warmup"], "loops": v["loops"]}
-        for metric in ("comm_only", "full_op"):
-            tc, td = c.time_us(metric), d.time_us(metric)
-            row.update({f"{metric}_classic_us": tc, f"{metric}_doubleplane_us": td, f"{metric}_speedup": tc / td})
-        row.update(sdma_share=share, check="PASS" if c.check_ok and d.check_ok else "FAIL",
-                   counters_ok=not c.counter_mismatches() and not d.counter_mismatches())
-        self._history_rows.append(row)
+        number = len(self.history) + 1
+        self._rows_data.extend({"run": number, **r.as_dict()} for r in rows)
+        self.rows = pd.DataFrame(self._rows_data, columns=ROWS_COLUMNS)
+        self._history_rows.append({"run": number, "case_id": first.case_id, "routing": first.routing,
+                                   "dtype": first.dtype, "target": first.target,
+                                   "min_sdma_bytes": v["min_sdma_bytes"], "warmup": v["warmup"], "loops": v["loops"],
+                                   **compare_rows(rows)})
         self.history = pd.DataFrame(self._history_rows, columns=HISTORY_COLUMNS)
         self.history_html.value = self.history.to_html(index=False, float_format=lambda x: f"{x:.3f}")
         hfig = plots.history_plot(self.history)

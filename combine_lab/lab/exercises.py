@@ -174,10 +174,10 @@ def check_status_order(answer) -> ExerciseResult:
 def check_core_rows(case: Case, pe: int, core: int, answer,
                     min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> ExerciseResult:
     """Exercise 6: how many rows does core ``core`` of PE ``pe`` put by MTE itself, with
-    MTE-only and with dual-plane (floor ``min_sdma_bytes``)?
+    classic and with doubleplane (floor ``min_sdma_bytes``)?
 
-    ``answer``: ``(mte_only_rows, dual_plane_rows)``. Core c of a PE serves the segments
-    whose src_rank is c (combine-facts section 5); with dual-plane, the rows of its SDMA
+    ``answer``: ``(classic_rows, doubleplane_rows)``. Core c of a PE serves the segments
+    whose src_rank is c (combine-facts section 5); with doubleplane, the rows of its SDMA
     segments are moved by the copy engine, not by the core's MTE puts. Right when both
     numbers equal :func:`combine_lab.planning.explain.core_load` of the two plans.
     """
@@ -185,10 +185,10 @@ def check_core_rows(case: Case, pe: int, core: int, answer,
     if answer is None:
         return _no_answer(name, 6)
     loads = {}
-    for policy in ("mte_only", "dual_plane"):
-        load = core_load(plan(case, policy, min_sdma_bytes=min_sdma_bytes)).set_index(["pe", "core"])
-        loads[policy] = load.loc[(pe, core)]
-    truth = (int(loads["mte_only"]["mte_rows"]), int(loads["dual_plane"]["mte_rows"]))
+    for variant in ("classic", "doubleplane"):
+        load = core_load(plan(case, variant, min_sdma_bytes=min_sdma_bytes)).set_index(["pe", "core"])
+        loads[variant] = load.loc[(pe, core)]
+    truth = (int(loads["classic"]["mte_rows"]), int(loads["doubleplane"]["mte_rows"]))
     try:
         got = tuple(_int(v) for v in answer)
     except TypeError:
@@ -196,12 +196,12 @@ def check_core_rows(case: Case, pe: int, core: int, answer,
     if got == truth:
         mib = 2 ** 20
         return ExerciseResult(name, True, f"core {core} of PE {pe} puts {truth[0]} rows "
-                              f"({loads['mte_only']['mte_bytes'] / mib:.2f} MiB) by MTE with MTE-only and "
-                              f"{truth[1]} rows ({loads['dual_plane']['mte_bytes'] / mib:.2f} MiB) with dual-plane; "
-                              f"the copy engine moves the other {int(loads['dual_plane']['sdma_rows'])} rows")
+                              f"({loads['classic']['mte_bytes'] / mib:.2f} MiB) by MTE with classic and "
+                              f"{truth[1]} rows ({loads['doubleplane']['mte_bytes'] / mib:.2f} MiB) with doubleplane; "
+                              f"the copy engine moves the other {int(loads['doubleplane']['sdma_rows'])} rows")
     return ExerciseResult(name, False, f"your answer {answer!r}: core {core} serves the segments whose src_rank is "
                           f"{core} (one per local_expert); add up their rows, then leave out the rows of the SDMA "
-                          "segments (outlined in red) for dual-plane. Two numbers: (MTE-only, dual-plane)")
+                          "segments (outlined in red) for doubleplane. Two numbers: (classic, doubleplane)")
 
 
 def summary(results) -> dict:

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import SpecError
+from ..errors import LabError
 from .records import RECORD_SUFFIX, default_output_dir
 
 __all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "declared_parameters", "split_params",
@@ -58,18 +58,18 @@ def find_notebooks(folder: str | os.PathLike | None = None, only: list[str] | No
     """The numbered notebooks ``NN_name.ipynb`` of ``folder`` (default :func:`notebook_dir`), in order.
 
     ``only``: names to keep, each a stem (``03_sweep``) or the part after the number
-    (``sweep``). Raises SpecError when the folder holds none or a name matches none.
+    (``sweep``). Raises LabError when the folder holds none or a name matches none.
     """
     folder = Path(folder) if folder is not None else notebook_dir()
     found = sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb") if _NAME.match(p.name))
     if not found:
-        raise SpecError(f"{folder}: no notebooks NN_name.ipynb there (a source checkout has notebooks/)")
+        raise LabError(f"{folder}: no notebooks NN_name.ipynb there (a source checkout has notebooks/)")
     if only:
         keep = []
         for name in only:
             hits = [p for p in found if name in (p.stem, _NAME.match(p.name).group(2))]
             if not hits:
-                raise SpecError(f"--only {name!r}: no such notebook; have {[p.stem for p in found]}")
+                raise LabError(f"--only {name!r}: no such notebook; have {[p.stem for p in found]}")
             keep += [p for p in hits if p not in keep]
         found = sorted(keep)
     return found
@@ -78,13 +78,13 @@ def find_notebooks(folder: str | os.PathLike | None = None, only: list[str] | No
 def load_params(path: str | os.PathLike) -> dict:
     """Read a params file: JSON (``.json``) or YAML (``.yaml``/``.yml``; others: JSON, then YAML).
 
-    Returns a dict. Raises SpecError when the file is missing, unparsable or not a mapping.
+    Returns a dict. Raises LabError when the file is missing, unparsable or not a mapping.
     """
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as e:
-        raise SpecError(f"--params {path}: cannot read it ({e.strerror})") from None
+        raise LabError(f"--params {path}: cannot read it ({e.strerror})") from None
     data = None
     try:
         if path.suffix.lower() == ".json":
@@ -96,12 +96,12 @@ def load_params(path: str | os.PathLike) -> dict:
             except ValueError:
                 data = yaml.safe_load(text)
     except Exception as e:  # json.JSONDecodeError, yaml.YAMLError
-        raise SpecError(f"--params {path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: "
+        raise LabError(f"--params {path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: "
                         f"{str(e).splitlines()[0]}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise SpecError(f"--params {path}: must hold a mapping (name: value), not a {type(data).__name__}")
+        raise LabError(f"--params {path}: must hold a mapping (name: value), not a {type(data).__name__}")
     return data
 
 
@@ -127,7 +127,7 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
     cells (:func:`declared_parameters`), so that a misspelt name is refused here rather
     than ignored by papermill with a warning.
 
-    Raises SpecError (nothing has run yet) for a parameter a notebook does not declare::
+    Raises LabError (nothing has run yet) for a parameter a notebook does not declare::
 
         params: 'bs_lst' is not a parameter of notebook 03_sweep (did you mean 'bs_list'?); its parameters: ...
 
@@ -143,11 +143,11 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
     for key, value in params.items():
         if key in by_name:
             if not isinstance(value, dict):
-                raise SpecError(f"params[{key!r}]: must be a mapping of that notebook's parameters")
+                raise LabError(f"params[{key!r}]: must be a mapping of that notebook's parameters")
             stem = by_name[key].stem
             for name in value:
                 if name not in declared[stem]:
-                    raise SpecError(f"params: {name!r} is not a parameter of notebook {stem}"
+                    raise LabError(f"params: {name!r} is not a parameter of notebook {stem}"
                                     f"{_did_you_mean(name, declared[stem])}; its parameters: "
                                     f"{', '.join(declared[stem])}")
             out[stem].update(value)
@@ -157,7 +157,7 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
         takers = [stem for stem, names in declared.items() if key in names]
         if not takers:
             every = sorted(set().union(*declared.values()))
-            raise SpecError(f"params: {key!r} is not a parameter of any notebook run "
+            raise LabError(f"params: {key!r} is not a parameter of any notebook run "
                             f"({', '.join(declared)}){_did_you_mean(key, every)}; their parameters: "
                             f"{', '.join(every)}")
         for stem in takers:
@@ -192,7 +192,7 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
         log: callable taking one line of text per notebook (e.g. print), or None.
 
     A failing notebook is reported (``ok`` False, ``error``), and the others still run.
-    Raises SpecError for bad names or parameters (before anything runs or is created).
+    Raises LabError for bad names or parameters (before anything runs or is created).
     The kernel runs over IPC sockets in a private temporary folder (no TCP port, no
     unencrypted-transport warning).
     """

@@ -34,7 +34,7 @@ __all__ = ["byte_unit", "new_figure", "segment_map", "SegmentMapView", "plane_by
 SDMA_COLOR = "#d62728"
 #: Bar/line colour per variant (classic = MTE only, doubleplane = MTE + SDMA).
 VARIANT_COLORS = {"classic": "#7f7f7f", "doubleplane": "#1f77b4"}
-_VARIANT_LABEL = {"classic": "MTE-only (classic)", "doubleplane": "dual-plane"}
+_VARIANT_LABEL = {"classic": "classic (MTE only)", "doubleplane": "doubleplane (MTE + SDMA)"}
 _PLANE_COLORS = {"MTE": "#9ecae1", "SDMA": SDMA_COLOR}
 _PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
 #: Colour of empty segments (no rows) and of cases without SDMA traffic.
@@ -43,7 +43,7 @@ _EMPTY_EDGE = "#8c8c8c"
 #: How the figures name the PE a segment map shows: it ran the experts and, in combine, sends
 #: their rows back to each src_rank (dispatch's destination PE).
 PE_ROLE = "expert owner, sends"
-_SPEEDUP_AXIS = "speed-up MTE-only / dual-plane (1)"
+_SPEEDUP_AXIS = "speed-up classic / doubleplane (1)"
 #: Panel layout up to this many destination PEs; above it one stacked image.
 MAX_PANELS = 8
 #: Annotate cells with their row count when a panel has at most this many cells.
@@ -119,7 +119,7 @@ def segment_map(plan, *, max_panels: int = MAX_PANELS, title: str | None = None,
     div, unit = byte_unit(nbytes.max(initial=0.0))
     norm = _bytes_norm(nbytes / div)
     cmap = _cmap()
-    head = title or (f"Segment map, {plan.policy} (SDMA floor {plan.min_sdma_bytes:,} B):"
+    head = title or (f"Segment map, {plan.variant} (SDMA floor {plan.min_sdma_bytes:,} B):"
                      f"{chr(10) if pes <= 2 else ' '}bytes per segment each PE sends back to src_rank")
     legend = [Patch(facecolor="none", edgecolor=SDMA_COLOR, linewidth=2, label="SDMA segment"),
               Patch(facecolor=EMPTY_COLOR, edgecolor=_EMPTY_EDGE, linewidth=1, label="empty segment (0 rows)")]
@@ -206,7 +206,7 @@ class _StackedMap:
         rgba = np.where(mask[..., None], self.cmaps[1](scaled), self.cmaps[0](scaled))
         rgba[flat == 0] = (0.93, 0.93, 0.93, 1.0)
         self.image.set_data(rgba)
-        self.ax.set_title(title or f"Segment map, {plan.policy}, SDMA floor {_floor_text(plan.min_sdma_bytes)}",
+        self.ax.set_title(title or f"Segment map, {plan.variant}, SDMA floor {_floor_text(plan.min_sdma_bytes)}",
                           fontsize=10)
         labels = (f"MTE segment payload ({unit})", f"SDMA segment payload ({unit}), {int(mask.sum())} segments")
         for sm, cb, label in zip(self.mappables, self.colorbars, labels):
@@ -294,7 +294,7 @@ def _perf_by_pe(res, metric: str) -> pd.Series:
 
 
 def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
-    """comm_only and full_op of dual-plane against MTE-only, per profiled PE.
+    """comm_only and full_op of doubleplane against classic, per profiled PE.
 
     ``runs``: ``{"classic": RunResult, "doubleplane": RunResult}`` as
     :func:`combine_lab.run.runner.compare` returns. Bars are CoreMaxTime/us (the slowest
@@ -326,11 +326,11 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
 
 
 def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
-    """Runs so far: comm_only of both variants (left) and the speed-up of dual-plane (right).
+    """Runs so far: comm_only of both variants (left) and the speed-up of doubleplane (right).
 
     ``history``: one row per run with columns ``run`` (int), ``comm_only_classic_us``,
-    ``comm_only_doubleplane_us`` (us) and ``comm_only_speedup`` (MTE-only / dual-plane,
-    above 1: dual-plane faster), as :class:`combine_lab.lab.app.TuningApp` keeps it.
+    ``comm_only_doubleplane_us`` (us) and ``comm_only_speedup`` (classic / doubleplane,
+    above 1: doubleplane faster), as :class:`combine_lab.lab.app.TuningApp` keeps it.
     """
     fig = new_figure(10, 3.2, dpi)
     a1, a2 = fig.subplots(1, 2)
@@ -346,7 +346,7 @@ def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
     a1.set_title("comm_only per run", fontsize=10)
     a1.set_xlabel("run")
     a1.set_ylabel("CoreMaxTime (us)")
-    a2.set_title("speed-up of dual-plane (above 1: dual-plane faster)", fontsize=10)
+    a2.set_title("speed-up of doubleplane (above 1: doubleplane faster)", fontsize=10)
     a2.set_xlabel("run")
     a2.set_ylabel(f"comm_only {_SPEEDUP_AXIS}")
     fig.subplots_adjust(left=0.08, right=0.98, bottom=0.17, top=0.88, wspace=0.25)
@@ -369,18 +369,18 @@ def _repeats_text(summary: pd.DataFrame) -> str:
 
 
 def _has_sdma(summary: pd.DataFrame) -> np.ndarray:
-    """True where the dual-plane run sent bytes by SDMA (sdma_share > 0)."""
+    """True where the doubleplane run sent bytes by SDMA (sdma_share > 0)."""
     return summary["sdma_share"].fillna(0.0).to_numpy(dtype=float) > 0
 
 
 def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 72) -> Figure:
-    """Speed-up of dual-plane (MTE-only time / dual-plane time) over bs x h, one panel per routing.
+    """Speed-up of doubleplane (classic time / doubleplane time) over bs x h, one panel per routing.
 
-    ``summary``: :func:`combine_lab.lab.sweep.summarize` output (columns routing, bs, h,
+    ``summary``: :func:`combine_lab.results.tables.summarize` output (columns routing, bs, h,
     sdma_share, ``<metric>_speedup`` and its quartiles ``_lo`` / ``_hi``, repeats). Each
     cell shows the median speed-up over repeats, its quartiles and the SDMA share; blue above 1
-    (dual-plane faster), red below. Cases whose dual-plane run sent nothing by SDMA send
-    the same bytes as MTE-only: they get no colour, a grey hatched cell marked "no SDMA".
+    (doubleplane faster), red below. Cases whose doubleplane run sent nothing by SDMA send
+    the same bytes as classic: they get no colour, a grey hatched cell marked "no SDMA".
     Where other axes (pes, topk, expert_per_pe, dtype) vary, a cell shows the median over
     the cases with SDMA traffic (lowest first quartile, highest third quartile).
     """
@@ -433,22 +433,22 @@ def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 
         ax.set_ylabel("bs (tokens per PE)")
         ax.set_title(routing, fontsize=10)
     cb = fig.colorbar(ScalarMappable(norm=norm, cmap="RdBu"), ax=list(axes), shrink=0.9)
-    cb.set_label(f"{metric} {_SPEEDUP_AXIS}\nabove 1: dual-plane faster")
-    fig.suptitle(f"{metric} speed-up of dual-plane over bs x h: median [quartiles] over {_repeats_text(summary)}\n"
-                 "above 1: dual-plane faster; hatched grey: no SDMA traffic (identical bytes, nothing to compare)",
+    cb.set_label(f"{metric} {_SPEEDUP_AXIS}\nabove 1: doubleplane faster")
+    fig.suptitle(f"{metric} speed-up of doubleplane over bs x h: median [quartiles] over {_repeats_text(summary)}\n"
+                 "above 1: doubleplane faster; hatched grey: no SDMA traffic (identical bytes, nothing to compare)",
                  fontsize=10)
     return fig
 
 
 #: What :func:`sdma_share_plot` writes on the figure when no case sent anything by SDMA.
-NO_SDMA_NOTE = ("Every case sent 0 bytes by SDMA: dual-plane sent exactly the bytes of MTE-only,\n"
+NO_SDMA_NOTE = ("Every case sent 0 bytes by SDMA: doubleplane sent exactly the bytes of classic,\n"
                 "so there is no speed-up to read here, only timing noise. Use larger bs or h,\n"
                 "a skewed routing (zipf, hot-expert) or a lower min_sdma_bytes.")
 
 
 def sdma_share_plot(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 72) -> Figure:
-    """Speed-up of dual-plane (MTE-only time / dual-plane time, median with quartile bars over
-    repeats) against the share of payload bytes the dual-plane run sent by SDMA, one colour
+    """Speed-up of doubleplane (classic time / doubleplane time, median with quartile bars over
+    repeats) against the share of payload bytes the doubleplane run sent by SDMA, one colour
     per routing.
 
     Cases with SDMA share 0 send identical bytes with both variants: they are drawn apart
@@ -456,7 +456,7 @@ def sdma_share_plot(summary: pd.DataFrame, metric: str = "comm_only", dpi: int =
     yardstick for the other points. When every case has share 0, the figure says so in a note
     (:data:`NO_SDMA_NOTE`) instead of drawing a degenerate share axis.
 
-    ``summary``: :func:`combine_lab.lab.sweep.summarize` output (columns routing, sdma_share in
+    ``summary``: :func:`combine_lab.results.tables.summarize` output (columns routing, sdma_share in
     [0, 1], ``<metric>_speedup`` and its quartiles ``_lo`` / ``_hi``, repeats).
     """
     col = f"{metric}_speedup"
@@ -490,10 +490,10 @@ def sdma_share_plot(summary: pd.DataFrame, metric: str = "comm_only", dpi: int =
         ax.set_xlim(-5, 100)
         ax.text(0.55, 0.95, NO_SDMA_NOTE, transform=ax.transAxes, ha="center", va="top", fontsize=7.5,
                 bbox=dict(boxstyle="round", facecolor="#fff8e1", edgecolor="#b35900"))
-    ax.set_xlabel("SDMA share of payload bytes, dual-plane run (%)")
+    ax.set_xlabel("SDMA share of payload bytes, doubleplane run (%)")
     ax.set_ylabel(f"{metric} {_SPEEDUP_AXIS}")
     ax.set_title(f"Speed-up against SDMA byte share\n(median, bars quartiles over {_repeats_text(summary)}; "
-                 "above 1: dual-plane faster)", fontsize=10)
+                 "above 1: doubleplane faster)", fontsize=10)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig
 

@@ -1,8 +1,8 @@
-"""Small helpers the lab notebooks share: output folder, parameter lists, result records.
+"""What the lab notebooks share: where they write, and the records they leave.
 
-Notebooks hold narrative and calls; what they need beyond the core package (where to
-write figures, how to read a papermill parameter given as a string, how to leave
-machine-readable results for the tests and ``combine-lab notebooks``) lives here.
+Notebooks hold narrative and calls; what they need beyond the core package (where to write
+figures, how to leave machine-readable results for the tests and ``combine-lab notebooks``)
+lives here. A papermill parameter given as a string is read by :func:`combine_lab.params.as_list`.
 """
 
 from __future__ import annotations
@@ -11,11 +11,9 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ..errors import SpecError
-
-__all__ = ["default_output_dir", "output_dir", "as_list", "write_record", "read_record", "RECORD_SUFFIX"]
+__all__ = ["default_output_dir", "output_dir", "write_record", "read_record", "RECORD_SUFFIX"]
 
 #: A notebook's record is ``<output_dir>/<notebook stem><RECORD_SUFFIX>``.
 RECORD_SUFFIX = ".record.json"
@@ -38,43 +36,6 @@ def output_dir(value: str | os.PathLike | None = None) -> Path:
     path = path.expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def as_list(value: Any, kind: Callable[[Any], Any] = int, name: str = "value") -> list:
-    """A notebook parameter as a list of ``kind``.
-
-    Accepts a list or tuple, a single value, or a string as papermill's ``-p`` passes
-    it: ``"[8, 16]"`` (JSON), ``"8,16"`` or ``"8 16"``. For ``kind=str``, a JSON list of
-    strings or ``"a,b"`` (no spaces needed). Raises SpecError naming ``name`` when an
-    item does not convert or the list is empty.
-    """
-    items = value
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            try:
-                items = json.loads(text)
-            except ValueError:
-                items = [p.strip().strip("'\"") for p in text.strip("[]").split(",")]
-        else:
-            items = [p for p in text.replace(",", " ").split()] if kind is not str else \
-                [p.strip() for p in text.split(",")]
-    elif not isinstance(value, (list, tuple)):
-        items = [value]
-    out = []
-    for item in items:
-        if kind is int and isinstance(item, float) and not item.is_integer():
-            raise SpecError(f"{name}={value!r}: {item!r} is not an integer")
-        try:
-            v = kind(item)
-        except (TypeError, ValueError):
-            raise SpecError(f"{name}={value!r}: {item!r} is not a valid {kind.__name__}") from None
-        if isinstance(v, str) and v == "":
-            continue
-        out.append(v)
-    if not out:
-        raise SpecError(f"{name}={value!r}: must hold at least one value")
-    return out
 
 
 def _jsonable(v: Any) -> Any:

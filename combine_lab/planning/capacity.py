@@ -12,15 +12,17 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import SpecError
+import psutil
+
 from ..case.spec import CaseSpec
 
 MiB = 1 << 20
 GiB = 1 << 30
 
 
-class CapacityError(SpecError):
-    """The case does not fit this machine; the message gives bytes needed and available."""
+class CapacityError(ValueError):
+    """The case is valid but does not fit this machine; the message gives the resource, the
+    bytes needed and the bytes available."""
 
 
 STATUS_SLOT_BYTES = 32
@@ -79,12 +81,8 @@ def needs(spec: CaseSpec, rows_per_pe: list[int] | None = None) -> Needs:
 
 
 def mem_available() -> int:
-    """MemAvailable from /proc/meminfo, bytes."""
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    """Memory available to new processes without swapping, bytes (MemAvailable on Linux)."""
+    return int(psutil.virtual_memory().available)
 
 
 def check_capacity(spec: CaseSpec, work_dir: str | os.PathLike | None, rows_per_pe: list[int] | None = None,

@@ -12,7 +12,7 @@ import pandas as pd
 
 from .capacity import STATUS_SLOT_BYTES, window_geometry
 from ..case.case import Case
-from ..errors import SpecError
+from ..errors import ParameterError
 from .planner import Plan
 
 __all__ = ["STATUS_SLOT_BYTES", "SDMA_QUIET_EVERY", "window_geometry", "routing_table", "segment_table",
@@ -24,7 +24,7 @@ SDMA_QUIET_EVERY = 256
 
 def _check_pe(case: Case, pe: int) -> int:
     if not isinstance(pe, (int, np.integer)) or not 0 <= pe < case.spec.pes:
-        raise SpecError(f"pe={pe!r}: must be in [0, pes={case.spec.pes})")
+        raise ParameterError(f"pe={pe!r}: must be in [0, pes={case.spec.pes})")
     return int(pe)
 
 
@@ -50,7 +50,7 @@ def routing_table(case: Case, src_rank: int | None = None) -> pd.DataFrame:
     df["segment"] = np.where(df["masked"], -1, df["local_expert"] * s.pes + df["src_rank"])
     if src_rank is not None:
         if not 0 <= src_rank < s.pes:
-            raise SpecError(f"src_rank={src_rank!r}: must be in [0, pes={s.pes})")
+            raise ParameterError(f"src_rank={src_rank!r}: must be in [0, pes={s.pes})")
         df = df[df["src_rank"] == src_rank].reset_index(drop=True)
     return df
 
@@ -177,7 +177,7 @@ def core_program(case: Case, plan: Plan, pe: int, core: int) -> pd.DataFrame:
     """
     pe = _check_pe(case, pe)
     if not 0 <= core < case.spec.pes:
-        raise SpecError(f"core={core!r}: must be in [0, pes={case.spec.pes})")
+        raise ParameterError(f"core={core!r}: must be in [0, pes={case.spec.pes})")
     s = case.spec
     table = dispatch_table(case, pe, plan)
     mine = table[table["src_rank"] == core]

@@ -8,7 +8,8 @@ Per destination PE and segment, in integers (no division)::
     use_sdma = src_rank != pe and token_count > 0 and segment_bytes >= min_sdma_bytes
                and segment_bytes * threshold_den > threshold_num        # strict
 
-Everything else goes by MTE; policy 'mte_only' sends everything by MTE.
+Everything else goes by MTE. Two variants (the reference's names): ``doubleplane`` applies
+the rule, ``classic`` sends everything by MTE.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..errors import SpecError
+from ..errors import ParameterError
 
-__all__ = ["POLICIES", "DEFAULT_MIN_SDMA_BYTES", "Plan", "plan", "plan_counts"]
+__all__ = ["VARIANTS", "DEFAULT_MIN_SDMA_BYTES", "Plan", "plan", "plan_counts"]
 
-POLICIES = ("mte_only", "dual_plane")
+#: The two combines, by the reference's names: MTE only, and MTE + SDMA by the decision rule.
+VARIANTS = ("classic", "doubleplane")
 #: The facts sheet's SDMA floor: 2 MiB.
 DEFAULT_MIN_SDMA_BYTES = 2 * 1024 * 1024
 
@@ -35,8 +37,8 @@ class Plan:
     columns pe, segment, local_expert, src_rank, token_count, bytes (int64), plane
     ('MTE' or 'SDMA'). ``totals``: DataFrame indexed by pe with mte_rows, mte_bytes,
     sdma_rows, sdma_bytes, remote_rows (int64) and remote_avg_segment_bytes (float,
-    threshold_num / threshold_den). Also pes, expert_per_pe, h, itemsize, policy,
-    min_sdma_bytes.
+    threshold_num / threshold_den). Also pes, expert_per_pe, h, itemsize, variant
+    ('classic' or 'doubleplane'), min_sdma_bytes.
     """
 
     segments: pd.DataFrame
@@ -45,16 +47,16 @@ class Plan:
     expert_per_pe: int
     h: int
     itemsize: int
-    policy: str
+    variant: str
     min_sdma_bytes: int
 
     def sdma_segments(self, pe: int) -> np.ndarray:
         """int64 [n]: segment indices (local_expert*pes + src_rank) of PE ``pe`` sent by SDMA, ascending.
 
-        Raises SpecError if pe is not in [0, pes).
+        Raises ParameterError if pe is not in [0, pes).
         """
         if not 0 <= pe < self.pes:
-            raise SpecError(f"pe={pe}: must be in [0, pes={self.pes})")
+            raise ParameterError(f"pe={pe}: must be in [0, pes={self.pes})")
         seg = self.segments
         start = pe * self.pes * self.expert_per_pe
         block = seg.iloc[start:start + self.pes * self.expert_per_pe]
@@ -63,40 +65,40 @@ class Plan:
 
 def _check_int(name: str, value, minimum: int) -> int:
     if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)) or value < minimum:
-        raise SpecError(f"{name}={value!r}: must be an int >= {minimum}")
+        raise ParameterError(f"{name}={value!r}: must be an int >= {minimum}")
     return int(value)
 
 
-def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, policy: str = "dual_plane",
+def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str = "doubleplane",
                 min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> Plan:
     """Plan from cumulative receive counts.
 
     ``ep_recv_count``: int [pes, expert_per_pe*pes], row d = PE d's cumulative counts
     (combine-facts section 2); ``h``: elements per row; ``itemsize``: bytes per element;
-    ``policy``: 'dual_plane' (facts section 4 rule) or 'mte_only'; ``min_sdma_bytes``:
+    ``variant``: 'doubleplane' (facts section 4 rule) or 'classic' (all MTE); ``min_sdma_bytes``:
     SDMA floor in bytes (2 MiB in the facts sheet).
 
-    Returns a Plan. Raises SpecError for a policy not in POLICIES, h/itemsize < 1,
+    Returns a Plan. Raises ParameterError for a variant not in VARIANTS, h/itemsize < 1,
     min_sdma_bytes < 0, an array that is not 2-D integer with a column count divisible
     by pes, or counts that are negative or decreasing. Arithmetic is int64 (checked
     not to overflow), else Python ints.
     """
-    if policy not in POLICIES:
-        raise SpecError(f"policy={policy!r}: must be one of {list(POLICIES)}")
+    if variant not in VARIANTS:
+        raise ParameterError(f"variant={variant!r}: must be one of {', '.join(map(repr, VARIANTS))}")
     h = _check_int("h", h, 1)
     itemsize = _check_int("itemsize", itemsize, 1)
     min_sdma_bytes = _check_int("min_sdma_bytes", min_sdma_bytes, 0)
     c = np.asarray(ep_recv_count)
     if c.ndim != 2 or c.shape[0] < 1 or c.shape[1] % c.shape[0] or c.shape[1] == 0 \
             or not np.issubdtype(c.dtype, np.integer):
-        raise SpecError(f"ep_recv_count shape={list(c.shape)} dtype={c.dtype.name}: must be an integer array "
+        raise ParameterError(f"ep_recv_count shape={list(c.shape)} dtype={c.dtype.name}: must be an integer array "
                         "[pes, expert_per_pe*pes] with expert_per_pe >= 1")
     pes, S = c.shape
     epp = S // pes
     counts = np.diff(c.astype(np.int64), axis=1, prepend=0)
     if (counts < 0).any():
         d, s = (int(v) for v in np.argwhere(counts < 0)[0])
-        raise SpecError(f"ep_recv_count[{d}, {s}]={c[d, s]}: must be >= the previous count "
+        raise ParameterError(f"ep_recv_count[{d}, {s}]={c[d, s]}: must be >= the previous count "
                         f"({c[d, s - 1] if s else 0}); counts are cumulative")
     segment = np.arange(S)
     src = segment % pes
@@ -110,7 +112,7 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, policy: str = 
         counts, remote_rows = counts.astype(object), remote_rows.astype(object)
     seg_bytes = counts * row_bytes
     num = remote_rows * row_bytes
-    if policy == "dual_plane":
+    if variant == "doubleplane":
         sdma = remote & (counts > 0) & (seg_bytes >= min_sdma_bytes) & (seg_bytes * den > num[:, None])
     else:
         sdma = np.zeros((pes, S), dtype=bool)
@@ -134,10 +136,11 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, policy: str = 
         "remote_rows": remote_rows,
         "remote_avg_segment_bytes": np.asarray(num, dtype=np.float64) / den,
     }, index=pd.Index(np.arange(pes), name="pe"))
-    return Plan(seg_df, totals, pes, epp, h, itemsize, policy, min_sdma_bytes)
+    return Plan(seg_df, totals, pes, epp, h, itemsize, variant, min_sdma_bytes)
 
 
-def plan(case, policy: str = "dual_plane", min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> Plan:
-    """Plan the planes of a Case (combine-facts section 4): ``plan_counts(case.ep_recv_count,
-    case.spec.h, case.spec.itemsize, policy, min_sdma_bytes)``. Same errors."""
-    return plan_counts(case.ep_recv_count, case.spec.h, case.spec.itemsize, policy, min_sdma_bytes)
+def plan(case, variant: str = "doubleplane", min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> Plan:
+    """Plan the planes of a Case (combine-facts section 4) for ``variant`` ('doubleplane' or
+    'classic'): ``plan_counts(case.ep_recv_count, case.spec.h, case.spec.itemsize, variant,
+    min_sdma_bytes)``. Same errors."""
+    return plan_counts(case.ep_recv_count, case.spec.h, case.spec.itemsize, variant, min_sdma_bytes)

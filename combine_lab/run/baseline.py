@@ -27,8 +27,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..errors import ParameterError
 from .build import TargetUnavailable
-from ..case.casefiles import CheckResult, check_x_out
+from ..case.casefiles import CheckResult, check_x_out, read_x_out
 from .launch import free_port, launch_pes
 
 #: target -> torch.distributed backend.
@@ -44,7 +45,7 @@ class BaselineResult:
     """One run of the all_to_all baseline.
 
     Attributes:
-        case_id, routing: the case; target: ``cpu`` or ``npu``; backend: ``gloo`` or ``hccl``.
+        case_id, routing, dtype: the case; target: ``cpu`` or ``npu``; backend: ``gloo`` or ``hccl``.
         x_out: per rank, ``[bs, h]`` arrays of T.
         checks: per rank, x_out against golden (int32 exact, float16 within 1e-2).
         times: one row per profiled loop, columns ``full_op`` and ``comm_only`` (us, slowest rank).
@@ -53,6 +54,7 @@ class BaselineResult:
 
     case_id: str
     routing: str
+    dtype: str
     target: str
     backend: str
     x_out: list[np.ndarray]
@@ -83,7 +85,7 @@ def require_baseline(target: str) -> str:
     from . import capabilities
 
     if target not in BACKENDS:
-        raise ValueError(f"target={target!r}: must be cpu or npu")
+        raise ParameterError(f"target={target!r}: must be cpu or npu")
     if target == "cpu":
         try:
             import torch.distributed as dist  # noqa: F401
@@ -113,11 +115,11 @@ def run_baseline(prepared, *, target: str = "cpu", warmup: int = 1, loops: int =
 
     Raises:
         BaselineUnavailable: torch (cpu) or torch_npu and NPUs (npu) missing, before anything starts.
-        ValueError: loops < 1 or warmup < 0.
+        ParameterError: loops < 1 or warmup < 0.
         LaunchError: a PE failed or the run timed out (every PE is stopped).
     """
     if loops < 1 or warmup < 0:
-        raise ValueError(f"warmup={warmup}, loops={loops}: need warmup >= 0 and loops >= 1")
+        raise ParameterError(f"warmup={warmup}, loops={loops}: need warmup >= 0 and loops >= 1")
     backend = require_baseline(target)
     spec = prepared.case.spec
     run_dir = Path(tempfile.mkdtemp(prefix=f"baseline_{backend}_", dir=prepared.case_root))
@@ -138,11 +140,11 @@ def run_baseline(prepared, *, target: str = "cpu", warmup: int = 1, loops: int =
                    env=env)
         x_out, checks = [], []
         for r in range(spec.pes):
-            x = np.fromfile(run_dir / f"x_out_{r}.bin", dtype=spec.np_dtype).reshape(spec.bs, spec.h)
+            x = read_x_out(run_dir, spec, r)
             x_out.append(x)
             checks.append(check_x_out(x, prepared.golden(r), spec.dtype))
         times = pd.DataFrame(json.loads((run_dir / "times.json").read_text()))
-        return BaselineResult(spec.case_id, spec.routing, target, backend, x_out, checks, times, run_dir)
+        return BaselineResult(spec.case_id, spec.routing, spec.dtype, target, backend, x_out, checks, times, run_dir)
     finally:
         if not keep_files:
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -5,7 +5,7 @@
 Reads its rank's combine inputs from the reference case files, sends each received expert-output
 row back to the PE that owns its token with one ``all_to_all_single`` and reduces them with
 ``expert_scales`` in float32, in topk order, as the golden does (combine-facts sections 1-3).
-Writes ``x_out_<rank>.bin`` and (rank 0) ``times.json``: per loop, the slowest rank's
+Writes ``<out>/output/x_out_<rank>.bin`` and (rank 0) ``times.json``: per loop, the slowest rank's
 ``full_op`` and ``comm_only`` in microseconds.
 """
 
@@ -20,24 +20,24 @@ from pathlib import Path
 
 import numpy as np
 
-from ..case.spec import DTYPES
+from ..case.case import receive_order
+from ..case.casefiles import read_meta, read_rank_file, x_out_path
+from ..case.spec import CaseSpec
 
 BACKENDS = ("gloo", "hccl")
 
 
-
-def _rank_inputs(case_dir: Path, rank: int, meta: dict) -> dict:
-    """This PE's combine inputs from the reference case files (combine-facts sections 2-3)."""
-    T = np.dtype(DTYPES[meta["dtype"]]).newbyteorder("<")
-    d = case_dir / f"rank_{rank}"
-    counts = np.fromfile(d / "ep_recv_count.bin", dtype="<i4")
+def _rank_inputs(case_dir: Path, spec: CaseSpec, rank: int) -> dict:
+    """This PE's combine inputs from the reference case files (combine-facts sections 2-3): its
+    used expand_x rows (T [n, h]) and assist rows (int32 [n, 3]), n = ep_recv_count[-1], and its
+    own expert_ids (int32 [bs, topk]) and expert_scales (float32 [bs, topk])."""
+    counts = read_rank_file(case_dir, spec, rank, "ep_recv_count.bin")
     n = int(counts[-1]) if counts.size else 0
-    h = int(meta["h"])
     return {
-        "expand_x": np.fromfile(d / "expand_x.bin", dtype=T, count=n * h).reshape(n, h),
-        "assist": np.fromfile(d / "assist_info.bin", dtype="<i4", count=n * 3).reshape(n, 3),
-        "expert_ids": np.fromfile(d / "expert_ids.bin", dtype="<i4").reshape(meta["bs"], meta["topk"]),
-        "expert_scales": np.fromfile(d / "expert_scales.bin", dtype="<f4").reshape(meta["bs"], meta["topk"]),
+        "expand_x": read_rank_file(case_dir, spec, rank, "expand_x.bin", rows=n),
+        "assist": read_rank_file(case_dir, spec, rank, "assist_info.bin", rows=n),
+        "expert_ids": read_rank_file(case_dir, spec, rank, "expert_ids.bin"),
+        "expert_scales": read_rank_file(case_dir, spec, rank, "expert_scales.bin"),
     }
 
 
@@ -47,18 +47,15 @@ def plan_exchange(assist: np.ndarray, expert_ids: np.ndarray, world: int, expert
     ``assist``: int32 [n, 3] (src_rank, token, topk) of the rows this PE holds; ``expert_ids``:
     int32 [bs, topk] of its own tokens. Returns ``send_perm`` (rows in src_rank order, stable),
     ``send_counts`` / ``recv_counts`` (rows per peer) and ``recv_slots`` (flat token*topk+k of
-    each received row: this PE's valid slots sorted by expert id, then slot, which is the order
-    the peers send them in).
+    each received row: :func:`combine_lab.case.case.receive_order` of this PE's own slots, the
+    order in which the expert owners hold them and so send them back).
     """
     src = assist[:, 0].astype(np.int64)
     send_perm = np.argsort(src, kind="stable")
-    ids = expert_ids.reshape(-1).astype(np.int64)
-    E = world * expert_per_pe
-    slots = np.flatnonzero((ids >= 0) & (ids < E))
-    recv_slots = slots[np.lexsort((slots, ids[slots]))]
+    recv_slots = receive_order(expert_ids, world * expert_per_pe)
+    owners = expert_ids.reshape(-1)[recv_slots].astype(np.int64) // expert_per_pe
     return {"send_perm": send_perm, "send_counts": np.bincount(src, minlength=world)[:world],
-            "recv_counts": np.bincount(ids[slots] // expert_per_pe, minlength=world)[:world],
-            "recv_slots": recv_slots}
+            "recv_counts": np.bincount(owners, minlength=world)[:world], "recv_slots": recv_slots}
 
 
 def _worker(a: argparse.Namespace) -> int:
@@ -68,9 +65,9 @@ def _worker(a: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     case_dir, out = Path(a.case_dir), Path(a.out)
-    meta = json.loads((case_dir / "meta.json").read_text())
-    bs, h, topk, epp = int(meta["bs"]), int(meta["h"]), int(meta["topk"]), int(meta["expert_per_pe"])
-    inp = _rank_inputs(case_dir, a.rank, meta)
+    _, spec = read_meta(case_dir)
+    bs, h, topk, epp = spec.bs, spec.h, spec.topk, spec.expert_per_pe
+    inp = _rank_inputs(case_dir, spec, a.rank)
     plan = plan_exchange(inp["assist"], inp["expert_ids"], a.world, epp)
     if a.backend == "hccl":
         import torch_npu  # noqa: F401  (registers the npu device and the hccl backend)
@@ -124,7 +121,9 @@ def _worker(a: argparse.Namespace) -> int:
     # The slowest rank of each loop.
     t = torch.tensor(times, dtype=torch.float32, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    result.cpu().numpy().tofile(out / f"x_out_{a.rank}.bin")
+    x_out_file = x_out_path(out, a.rank)
+    x_out_file.parent.mkdir(exist_ok=True)
+    result.cpu().numpy().tofile(x_out_file)
     if a.rank == 0:
         tt = t.cpu().numpy()
         (out / "times.json").write_text(json.dumps({"full_op": tt[:, 0].tolist(), "comm_only": tt[:, 1].tolist()}))

@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ParameterError
 from . import toolchain
 
 TARGETS = ("cpu", "npu")
@@ -141,13 +142,13 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
             else the SoC of the visible NPUs. The default folder is per SoC.
 
     Raises:
-        ValueError: ``target`` is not one of :data:`TARGETS`.
+        ParameterError: ``target`` is not one of :data:`TARGETS`.
         TargetUnavailable: ``target="npu"`` without CANN, bisheng, SHMEM or a known SoC; raised
             before anything is run, the message names each missing piece and how to provide it.
         BuildError: cmake is missing, or configuring or compiling failed.
     """
     if target not in TARGETS:
-        raise ValueError(f"target={target!r}: must be one of {', '.join(TARGETS)}")
+        raise ParameterError(f"target={target!r}: must be one of {', '.join(TARGETS)}")
     config_args: list[str] = []
     if target == "npu":
         tc = require_npu_toolchain(soc=soc)

@@ -25,6 +25,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
+from ..errors import ParameterError
 from . import build as build_mod
 from .toolchain import (CANN_FIX, SHMEM_FIX, SOC_FIX, CannInfo, NpuInfo, Probes, ShmemInfo, cann_info, npu_info,
                         shmem_info, soc_arch)
@@ -96,7 +97,7 @@ class Capabilities:
             fix = "" if self.rows["twin"].available else self.rows["twin"].fix
             return {"classic": fix, "doubleplane": fix}
         if target != "npu":
-            raise ValueError(f"target={target!r}: must be cpu or npu")
+            raise ParameterError(f"target={target!r}: must be cpu or npu")
         fix = self.npu_fix()
         return {"classic": fix, "doubleplane": fix or self.rows["sdma"].fix}
 

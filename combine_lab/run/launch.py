@@ -17,10 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+import psutil
+
+from ..errors import ParameterError
+
 SHM_PREFIX = "combine_twin_"
 _POLL_S = 0.01
 _GRACE_S = 2.0
-_STOPPED_BY_PEER = 4  # host/twin: a PE exits with 4 when another PE failed first  # after one PE fails, the others get this long to notice and exit
+_STOPPED_BY_PEER = 4  # host/twin: a PE exits with 4 when another PE failed first
+
+#: The host driver's ``policy`` argument for each variant (host/host_args.cpp spells them
+#: mte_only and dual_plane); the only place the driver's own words for the variants appear.
+DRIVER_POLICY = {"classic": "mte_only", "doubleplane": "dual_plane"}
 
 
 class LaunchError(RuntimeError):
@@ -56,19 +64,16 @@ def tagged_segments(tag: str) -> set[str]:
 
 def tagged_host_pids(tag: str) -> set[int]:
     """PIDs of live (not zombie) host-driver processes started with ``COMBINE_LAB_SESSION_TAG=tag``."""
-    marker = f"COMBINE_LAB_SESSION_TAG={tag}".encode()
     out = set()
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
+    for proc in psutil.process_iter(["cmdline", "status"]):
         try:
-            if not (d / "cmdline").read_bytes().split(b"\0")[0].endswith(b"combine_host"):
+            argv = proc.info["cmdline"] or []
+            if not argv or not argv[0].endswith("combine_host") or proc.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
-            state = (d / "stat").read_text().split(")")[-1].split()[0]
-            if state != "Z" and marker in (d / "environ").read_bytes().split(b"\0"):
-                out.add(int(d.name))
-        except (OSError, IndexError):
-            continue
+            if proc.environ().get("COMBINE_LAB_SESSION_TAG") == tag:
+                out.add(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue  # gone, or not ours to read: not a PE of this session
     return out
 
 
@@ -86,16 +91,20 @@ def bootstrap_ipport(port: int | None = None) -> str:
 
 def host_argv(*, pe_size: int, pe_id: int, ipport: str, g_npus: int, first_pe: int = 0, first_npu: int = 0,
               dtype: str, bs: int, h: int, topk: int, expert_per_pe: int, perf: bool, warmup: int, loops: int,
-              csv: str | os.PathLike, case_id: str, policy: str, min_sdma_bytes: int,
+              csv: str | os.PathLike, case_id: str, variant: str, min_sdma_bytes: int,
               case_root: str | os.PathLike) -> list[str]:
     """The host driver's arguments for one PE (host/host_args.cpp ``kHostUsage``), as strings.
 
     The same on both targets: on the NPU, PE ``pe_id`` takes device ``pe_id % g_npus + first_npu``
     (``-fnpu``) and every PE bootstraps SHMEM at ``ipport`` (``-ipport``, one free 127.0.0.1 port
-    per run). ``policy``: ``mte_only`` or ``dual_plane``; ``perf``: write the perf row.
+    per run). ``variant``: ``classic`` or ``doubleplane``, passed as the driver's policy
+    (:data:`DRIVER_POLICY`); ``perf``: write the perf row.
+
+    Raises KeyError for a variant not in :data:`DRIVER_POLICY` (run_case checks it first).
     """
     return [str(v) for v in (pe_size, pe_id, ipport, g_npus, first_pe, first_npu, dtype, bs, h, topk, expert_per_pe,
-                             int(bool(perf)), warmup, loops, csv, case_id, policy, min_sdma_bytes, case_root)]
+                             int(bool(perf)), warmup, loops, csv, case_id, DRIVER_POLICY[variant], min_sdma_bytes,
+                             case_root)]
 
 
 def shm_path(session: str) -> Path:
@@ -146,7 +155,7 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
         KeyboardInterrupt: re-raised after cleanup.
     """
     if pes < 1:
-        raise ValueError(f"pes={pes}: must be >= 1")
+        raise ParameterError(f"pes={pes}: must be >= 1")
     session = session or new_session()
     if shm_path(session).exists():
         # Never touch another run's segment: refuse before starting anything.

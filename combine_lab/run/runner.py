@@ -18,20 +18,18 @@ from typing import Union
 import numpy as np
 import pandas as pd
 
-from . import build as build_mod
-from ..case.casefiles import check_x_out, read_case, write_case
-from .capabilities import npu_variant_refusal
-from ..planning.capacity import check_capacity
 from ..case.case import Case, make_case
-from ..errors import SpecError
-from .launch import LaunchError, bootstrap_ipport, host_argv, launch_pes
-from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan
-from ..planning.planner import plan as make_plan
-from .outputs import counters_frame, counters_name, perf_csv_name, read_counters, read_perf_csv, write_perf_csv
+from ..case.casefiles import (case_dir_of, check_x_out, read_case, read_rank_file, read_x_out, write_case)
 from ..case.spec import CaseSpec
+from ..errors import CaseFileError, ParameterError
+from ..planning.capacity import check_capacity
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, Plan
+from ..planning.planner import plan as make_plan
+from . import build as build_mod
+from .capabilities import npu_variant_refusal
+from .launch import LaunchError, bootstrap_ipport, host_argv, launch_pes
+from .outputs import counters_frame, counters_name, perf_csv_name, read_counters, read_perf_csv, write_perf_csv
 
-#: CLI variant name -> planner policy (the kernel's launch argument).
-VARIANTS = {"classic": "mte_only", "doubleplane": "dual_plane"}
 _MISMATCH_EXIT = 2  # the driver's status when x_out differs from golden
 
 
@@ -45,13 +43,11 @@ class PreparedCase:
 
     @property
     def case_dir(self) -> Path:
-        return self.case_root / "golden" / self.case.spec.case_id
+        return case_dir_of(self.case_root, self.case.spec.case_id)
 
     def golden(self, r: int) -> np.ndarray:
         """PE r's golden x_out as written in the case files (what the PEs check against), T [bs, h]."""
-        spec = self.case.spec
-        g = np.fromfile(self.case_dir / f"rank_{r}" / "golden_x_out.bin", dtype=spec.np_dtype)
-        return g.reshape(spec.bs, spec.h)
+        return read_rank_file(self.case_dir, self.case.spec, r, "golden_x_out.bin")
 
     def cleanup(self) -> None:
         """Remove the case files if this object created their folder."""
@@ -78,7 +74,8 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None, targ
         target: where it will run (``cpu``: the twin's /dev/shm heaps are counted too).
 
     Raises:
-        SpecError, CaseFileError: invalid spec or case files (before anything is launched).
+        SpecError, CaseFileError: invalid spec or case files, or a case folder that is not in a
+            ``golden/`` folder (before anything is launched).
         capacity.CapacityError: the case does not fit /dev/shm, memory or disk (before writing).
     """
     if isinstance(case, PreparedCase):
@@ -87,7 +84,7 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None, targ
         path = Path(case)
         loaded = read_case(path)
         if path.resolve().parent.name != "golden":
-            raise SpecError(f"case={path}: a case folder must sit in <root>/golden/ (combine-facts section 3)")
+            raise CaseFileError(f"case={path}: a case folder must sit in <root>/golden/ (combine-facts section 3)")
         return PreparedCase(loaded, path.resolve().parent.parent)
     if isinstance(case, CaseSpec):
         check_capacity(case, work_dir, target=target, draws_x=True)  # before drawing anything
@@ -104,14 +101,16 @@ class RunResult:
     """What one run of one variant produced.
 
     Attributes:
-        case_id: ``shape_{bs}_{h}_{topk}_{E}_{pes}``; routing: the routing string.
-        variant: ``classic`` or ``doubleplane``; policy: ``mte_only`` or ``dual_plane``.
+        case_id: ``shape_{bs}_{h}_{topk}_{E}_{pes}``; routing: the routing string; dtype: T
+            ('int32_t' or 'float16_t').
+        variant: ``classic`` or ``doubleplane``; min_sdma_bytes: the SDMA floor it ran with; target.
         x_out: per rank, ``[bs, h]`` arrays of T.
         checks: per rank, the verdict of x_out against golden (int32 exact, float16 1e-2).
         perf: perf rows (combine-facts section 8) of the profiled PEs; times in us.
-        counters: twin counters of the last launch, one row per (pe, plane).
+        counters: twin counters of the last launch, one row per (pe, plane): puts, bytes, quiets,
+            status_writes, status_bytes (empty where nothing counts them: NPU).
         counters_total: the same summed over every launch (warmup + loops).
-        plan: the planner's plan for this policy; counters must carry exactly its bytes.
+        plan: the planner's plan for this variant; counters must carry exactly its bytes.
         run_dir: folder with the PEs' logs and the run's CSV/JSON files (inside the case's
             folder: removed with it unless the case files are kept).
         violations: the twin checker's first reports (PE, core, slot, both operations);
@@ -120,8 +119,8 @@ class RunResult:
 
     case_id: str
     routing: str
+    dtype: str
     variant: str
-    policy: str
     min_sdma_bytes: int
     target: str
     x_out: list[np.ndarray]
@@ -148,16 +147,18 @@ class RunResult:
         return self.check_ok and not self.counter_mismatches() and self.violation_count == 0
 
     def plane_bytes(self) -> pd.DataFrame:
-        """Per PE the payload bytes and rows each plane carried (last launch), from the counters."""
+        """Per PE what each plane carried in the last launch, as the twin counted it: payload
+        ``mte_bytes``, ``sdma_bytes`` (bytes), payload ``mte_puts``, ``sdma_puts`` (one put per
+        row) and ``status_writes`` (both planes; all must be MTE's). Empty without counters (NPU)."""
         if self.counters.empty:
-            return pd.DataFrame(columns=["mte_bytes", "sdma_bytes", "mte_rows", "sdma_rows", "status_writes"])
+            return pd.DataFrame(columns=["mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts", "status_writes"])
         c = self.counters.set_index(["pe", "plane"])
         pes = sorted(self.counters["pe"].unique())
         return pd.DataFrame({
             "mte_bytes": [int(c.loc[(p, "MTE"), "bytes"]) for p in pes],
             "sdma_bytes": [int(c.loc[(p, "SDMA"), "bytes"]) for p in pes],
-            "mte_rows": [int(c.loc[(p, "MTE"), "puts"]) for p in pes],
-            "sdma_rows": [int(c.loc[(p, "SDMA"), "puts"]) for p in pes],
+            "mte_puts": [int(c.loc[(p, "MTE"), "puts"]) for p in pes],
+            "sdma_puts": [int(c.loc[(p, "SDMA"), "puts"]) for p in pes],
             "status_writes": [int(c.loc[(p, "MTE"), "status_writes"] + c.loc[(p, "SDMA"), "status_writes"])
                               for p in pes],
         }, index=pd.Index(pes, name="pe"))
@@ -177,8 +178,9 @@ class RunResult:
     def counter_mismatches(self) -> list[str]:
         """Differences between what the twin counted and what the plan says, one line each.
 
-        Per PE: MTE and SDMA payload bytes and rows equal the plan's; every row gets one
-        status write, all by MTE. Empty when there are no counters (NPU target).
+        Per PE: MTE and SDMA payload bytes equal the plan's, and the payload puts its rows (one
+        put per row); every row gets one status write, all by MTE. Empty when there are no
+        counters (NPU target).
         """
         if self.counters.empty:
             return []
@@ -188,8 +190,8 @@ class RunResult:
         out = []
         for pe in got.index:
             w = want.loc[pe]
-            expect = {"mte_bytes": w["mte_bytes"], "sdma_bytes": w["sdma_bytes"], "mte_rows": w["mte_rows"],
-                      "sdma_rows": w["sdma_rows"], "status_writes": w["mte_rows"] + w["sdma_rows"]}
+            expect = {"mte_bytes": w["mte_bytes"], "sdma_bytes": w["sdma_bytes"], "mte_puts": w["mte_rows"],
+                      "sdma_puts": w["sdma_rows"], "status_writes": w["mte_rows"] + w["sdma_rows"]}
             for k, v in expect.items():
                 if int(got.loc[pe, k]) != int(v):
                     out.append(f"PE {pe}: {k} counted {int(got.loc[pe, k])}, planned {int(v)}")
@@ -236,26 +238,28 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         A :class:`RunResult`; x_out mismatches are reported in ``checks``, not raised.
 
     Raises:
-        SpecError: bad variant, loops, warmup, prof_pe, timeout (before launching).
+        SpecError: an invalid case spec (before anything is written).
+        ParameterError: bad variant, loops, warmup, min_sdma_bytes, prof_pe, chaos_seed, timeout
+            (before launching).
         CaseFileError: invalid case files.
         build.BuildError / build.TargetUnavailable: the target cannot be built.
         build.VariantRefused: ``doubleplane`` on ``npu`` with CANN older than 9.0.0 (before anything runs).
         LaunchError: a PE failed (other than an x_out mismatch) or the run timed out.
     """
     if variant not in VARIANTS:
-        raise SpecError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
+        raise ParameterError(f"variant={variant!r}: must be one of {', '.join(map(repr, VARIANTS))}")
     for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("min_sdma_bytes", min_sdma_bytes, 0)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
-            raise SpecError(f"{label}={v!r}: must be an int >= {lo}")
+            raise ParameterError(f"{label}={v!r}: must be an int >= {lo}")
     if chaos_seed is not None and (not isinstance(chaos_seed, (int, np.integer)) or isinstance(chaos_seed, bool)
                                    or chaos_seed < 0 or target != "cpu"):
-        raise SpecError(f"chaos_seed={chaos_seed!r}: must be an int >= 0, on target cpu (the twin)")
+        raise ParameterError(f"chaos_seed={chaos_seed!r}: must be an int >= 0, on target cpu (the twin)")
     if not (timeout_s > 0):
-        raise SpecError(f"timeout_s={timeout_s!r}: must be > 0 seconds")
-    if target == "npu" and binary is None:
-        refusal = npu_variant_refusal(variant)  # dual-plane needs SDMA (CANN >= 9.0.0)
-        if refusal:
-            raise build_mod.VariantRefused(refusal)
+        raise ParameterError(f"timeout_s={timeout_s!r}: must be > 0 seconds")
+    if binary is None:
+        why = refusals(target, [variant]).get(variant)
+        if why:
+            raise build_mod.VariantRefused(why)
     prepared = prepare_case(case, work_dir, target)
     spec = prepared.case.spec
     if prof_pe == "all":
@@ -263,10 +267,9 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
     elif isinstance(prof_pe, (int, np.integer)) and not isinstance(prof_pe, bool) and 0 <= prof_pe < spec.pes:
         prof_pes = [int(prof_pe)]
     else:
-        raise SpecError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {spec.pes - 1}]")
-    policy = VARIANTS[variant]
+        raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {spec.pes - 1}]")
     check_capacity(spec, prepared.case_root, _rows_per_pe(prepared.case), target)
-    the_plan = make_plan(prepared.case, policy, min_sdma_bytes=min_sdma_bytes)
+    the_plan = make_plan(prepared.case, variant, min_sdma_bytes=min_sdma_bytes)
     try:
         binary = Path(binary) if binary is not None else build_mod.build(target)
         env = dict(env or {})
@@ -281,7 +284,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
             argv = lambda r: host_argv(pe_size=spec.pes, pe_id=r, ipport=port, g_npus=spec.pes,  # noqa: E731
                                        first_npu=fnpu, dtype=spec.dtype, bs=spec.bs, h=spec.h, topk=spec.topk,
                                        expert_per_pe=spec.expert_per_pe, perf=perf, warmup=warmup, loops=loops,
-                                       csv=csv_of(r), case_id=spec.case_id, policy=policy,
+                                       csv=csv_of(r), case_id=spec.case_id, variant=variant,
                                        min_sdma_bytes=min_sdma_bytes, case_root=prepared.case_root)
             outcomes = launch_pes(binary, spec.pes, argv, cwd=prepared.case_root, log_dir=run_dir / f"logs_pe{ppe}",
                                   timeout_s=timeout_s, env={**env, "SHMEM_CYCLE_PROF_PE": str(ppe)},
@@ -294,8 +297,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
             if target == "cpu" else []
         x_out, checks = [], []
         for r in range(spec.pes):
-            x = np.fromfile(prepared.case_root / "output" / f"x_out_{r}.bin", dtype=spec.np_dtype)
-            x = x.reshape(spec.bs, spec.h)
+            x = read_x_out(prepared.case_root, spec, r)
             x_out.append(x)
             checks.append(check_x_out(x, prepared.golden(r), spec.dtype))  # the file the PEs checked against
         perf_df = pd.concat(perf_frames, ignore_index=True) if perf_frames else pd.DataFrame()
@@ -303,7 +305,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
             append_perf_rows(perf_df, Path(output_dir), name)
             for r in range(spec.pes if counters else 0):  # the twin's counters go beside the perf CSVs
                 shutil.copyfile(run_dir / counters_name(name, r), Path(output_dir) / counters_name(name, r))
-        return RunResult(case_id=spec.case_id, routing=spec.routing, variant=variant, policy=policy,
+        return RunResult(case_id=spec.case_id, routing=spec.routing, dtype=spec.dtype, variant=variant,
                          min_sdma_bytes=min_sdma_bytes, target=target, x_out=x_out, checks=checks, perf=perf_df,
                          counters=counters_frame(counters, "last") if counters else pd.DataFrame(),
                          counters_total=counters_frame(counters, "total") if counters else pd.DataFrame(),
@@ -328,21 +330,49 @@ def append_perf_rows(perf: pd.DataFrame, output_dir: Path, name: str) -> list[Pa
     return paths
 
 
-def compare(case: CaseLike, **kwargs) -> dict[str, RunResult]:
+def refusals(target: str, variants=VARIANTS) -> dict[str, str]:
+    """Variant -> why ``target`` refuses it here, for each of ``variants`` that it refuses.
+
+    The one place a refusal is decided: doubleplane on an NPU whose CANN is older than 9.0.0
+    (no SDMA; :func:`combine_lab.run.capabilities.npu_variant_refusal`). The twin refuses
+    nothing. :func:`run_case` raises ``VariantRefused`` with the reason; :func:`compare`, the
+    sweep, the CLI and the tuning app turn it into a row that says why.
+    """
+    if target != "npu":
+        return {}
+    out = {}
+    for v in variants:
+        why = npu_variant_refusal(v)
+        if why:
+            out[v] = why
+    return out
+
+
+class Comparison(dict):
+    """What :func:`compare` returns: variant -> :class:`RunResult` for each variant that ran, in
+    :data:`VARIANTS` order, and ``refused``: variant -> reason for each one the target refused."""
+
+    def __init__(self, runs=(), refused: dict[str, str] | None = None):
+        super().__init__(runs)
+        self.refused: dict[str, str] = dict(refused or {})
+
+
+def compare(case: CaseLike, **kwargs) -> Comparison:
     """Run ``classic`` and ``doubleplane`` on the same case files; returns both results by variant.
 
     Keyword arguments are those of :func:`run_case` (except ``variant``). A variant refused on
-    this target (doubleplane on an NPU with CANN < 9.0.0) is left out with a warning giving the
-    reason; classic still runs.
+    this target (doubleplane on an NPU with CANN < 9.0.0) is left out of the mapping, with its
+    reason in ``Comparison.refused`` and in a warning; classic still runs.
     """
     keep = kwargs.pop("keep_files", False)
     prepared = prepare_case(case, kwargs.pop("work_dir", None))
     try:
-        out = {}
+        out = Comparison()
         for v in VARIANTS:
             try:
                 out[v] = run_case(prepared, v, **kwargs)
             except build_mod.VariantRefused as e:
+                out.refused[v] = str(e)
                 warnings.warn(str(e), stacklevel=2)
         return out
     finally:
@@ -350,5 +380,5 @@ def compare(case: CaseLike, **kwargs) -> dict[str, RunResult]:
             prepared.cleanup()
 
 
-__all__ = ["VARIANTS", "PreparedCase", "RunResult", "prepare_case", "run_case", "compare", "append_perf_rows",
-           "LaunchError"]
+__all__ = ["VARIANTS", "PreparedCase", "RunResult", "Comparison", "prepare_case", "run_case", "compare", "refusals",
+           "append_perf_rows", "LaunchError"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 from .build import build, default_build_dir, source_root
 from ..case.case import case_from_arrays
@@ -114,7 +115,8 @@ def run_selftest(seeds: int = 5) -> Report:
 
 def _run_selftest(seeds: int, tag: str) -> Report:
     rep = Report()
-    segs0, pids0, fds0 = tagged_segments(tag), tagged_host_pids(tag), len(os.listdir("/proc/self/fd"))
+    me = psutil.Process()
+    segs0, pids0, fds0 = tagged_segments(tag), tagged_host_pids(tag), me.num_fds()
 
     # 1. The checker catches broken kernels.
     caught = []
@@ -181,7 +183,7 @@ def _run_selftest(seeds: int, tag: str) -> Report:
         rep.failures.append(f"{3 - fault_ok} fault cases misbehaved")
 
     # 4. Leaks.
-    segs, pids, fds = tagged_segments(tag) - segs0, tagged_host_pids(tag) - pids0, len(os.listdir("/proc/self/fd")) - fds0
+    segs, pids, fds = tagged_segments(tag) - segs0, tagged_host_pids(tag) - pids0, me.num_fds() - fds0
     rep.leaks = len(segs) + len(pids) + max(fds, 0)
     rep.lines.append(f"  leaks        shared-memory segments {len(segs)}, PE processes {len(pids)}, "
                      f"open files {max(fds, 0)}")

@@ -124,7 +124,8 @@ class Probes:
     ``run(argv, env)``: stdout of a command or None.
     """
 
-    torch_npu: Callable[[], TorchNpu | None] = _probe_torch_npu
+    # looked up when called, so that a test that replaces _probe_torch_npu reaches it
+    torch_npu: Callable[[], TorchNpu | None] = lambda: _probe_torch_npu()  # noqa: E731
     package_version: Callable[[str], str | None] = _package_version
     python_version: Callable[[], str] = platform.python_version
     run: Callable[[list[str], dict], str | None] = _run_quiet

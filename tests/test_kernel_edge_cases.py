@@ -4,14 +4,11 @@ above-average remote segment by SDMA)."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from combine_lab.case.case import case_from_arrays
-from combine_lab.case.casefiles import write_case
-from combine_lab.run.runner import PreparedCase, prepare_case, run_case
+from combine_lab.run.runner import prepare_case, run_case
 from combine_lab.case.spec import CaseSpec
 
 VARIANTS = [("classic", 2 * 1024 * 1024), ("doubleplane", 2 * 1024 * 1024), ("doubleplane", 0)]
@@ -23,7 +20,7 @@ def spec_of(pes, bs, h, topk, epp, dtype="float16_t"):
 
 
 @pytest.mark.parametrize("variant,min_sdma", VARIANTS, ids=VARIANT_IDS)
-def test_fault1_masked_slots_never_used(variant, min_sdma, no_leaks):
+def test_masked_slots_never_used(variant, min_sdma, no_leaks):
     spec = spec_of(2, 4, 32, 2, 2)
     ids = np.array([[[0, 2], [1, -1], [-1, -1], [3, 0]]] * 2, dtype=np.int32)
     scales = np.array([[[.5, .5], [1.0, .7], [.3, .3], [.25, .75]]] * 2, dtype=np.float32)
@@ -37,7 +34,7 @@ def test_fault1_masked_slots_never_used(variant, min_sdma, no_leaks):
 
 
 @pytest.mark.parametrize("variant,min_sdma", VARIANTS, ids=VARIANT_IDS)
-def test_fault1_every_slot_masked(variant, min_sdma, no_leaks):
+def test_every_slot_masked(variant, min_sdma, no_leaks):
     spec = spec_of(2, 4, 32, 2, 2)
     ids = np.full((2, 4, 2), -1, dtype=np.int32)
     res = run_case(case_from_arrays(spec, np.ones((2, 4, 32)), ids, np.ones((2, 4, 2))), variant,
@@ -45,11 +42,11 @@ def test_fault1_every_slot_masked(variant, min_sdma, no_leaks):
     assert res.ok
     for r in range(2):
         np.testing.assert_array_equal(res.x_out[r], np.zeros((4, 32), np.float16))
-    assert int(res.plane_bytes()[["mte_rows", "sdma_rows", "status_writes"]].to_numpy().sum()) == 0
+    assert int(res.plane_bytes()[["mte_puts", "sdma_puts", "status_writes"]].to_numpy().sum()) == 0
 
 
 @pytest.mark.parametrize("variant,min_sdma", VARIANTS, ids=VARIANT_IDS)
-def test_fault2_pe_receiving_nothing_never_reads_padding(variant, min_sdma, tmp_path, no_leaks):
+def test_pe_receiving_nothing_never_reads_padding(variant, min_sdma, tmp_path, no_leaks):
     spec = spec_of(2, 4, 32, 2, 2)
     rng = np.random.default_rng(7)
     ids = rng.integers(0, 2, size=(2, 4, 2)).astype(np.int32)  # experts 0 and 1 live on PE 0
@@ -65,7 +62,7 @@ def test_fault2_pe_receiving_nothing_never_reads_padding(variant, min_sdma, tmp_
 
 
 @pytest.mark.parametrize("variant,min_sdma", VARIANTS, ids=VARIANT_IDS)
-def test_fault3_float32_accumulation_one_rounding(variant, min_sdma, no_leaks):
+def test_float32_accumulation_one_rounding(variant, min_sdma, no_leaks):
     # token 0's eight rows are [2048, 1, ..., 1] in different slot orders on each PE.
     spec = spec_of(8, 1, 16, 8, 1)
     ids = np.array([np.roll(np.arange(8), r) for r in range(8)], dtype=np.int32).reshape(8, 1, 8)
@@ -94,7 +91,7 @@ def test_fault3_float32_accumulation_one_rounding(variant, min_sdma, no_leaks):
 
 
 @pytest.mark.parametrize("variant,min_sdma", VARIANTS, ids=VARIANT_IDS)
-def test_fault3_no_overflow_in_float16(variant, min_sdma, no_leaks):
+def test_no_overflow_in_float16(variant, min_sdma, no_leaks):
     spec = spec_of(2, 1, 16, 2, 1)
     ids = np.array([[[0, 1]], [[1, 0]]], dtype=np.int32)
     res = run_case(case_from_arrays(spec, np.full((2, 1, 16), 40000.0), ids, np.full((2, 1, 2), 0.5)), variant,
@@ -106,7 +103,7 @@ def test_fault3_no_overflow_in_float16(variant, min_sdma, no_leaks):
 
 
 @pytest.mark.parametrize("variant,min_sdma", VARIANTS, ids=VARIANT_IDS)
-def test_fault4_scales_applied_once(variant, min_sdma, no_leaks):
+def test_scales_applied_once(variant, min_sdma, no_leaks):
     spec = spec_of(2, 2, 32, 2, 2)
     ids = np.array([[[0, 3], [1, 2]]] * 2, dtype=np.int32)
     scales = np.array([[[.5, .25], [.125, .125]]] * 2, dtype=np.float32)
@@ -117,7 +114,7 @@ def test_fault4_scales_applied_once(variant, min_sdma, no_leaks):
 
 
 @pytest.mark.parametrize("variant,min_sdma", VARIANTS, ids=VARIANT_IDS)
-def test_fault5_same_expert_twice_in_topk(variant, min_sdma, no_leaks):
+def test_same_expert_twice_in_topk(variant, min_sdma, no_leaks):
     spec = spec_of(2, 2, 32, 2, 2)
     ids = np.array([[[1, 1], [0, 3]]] * 2, dtype=np.int32)
     scales = np.array([[[.3, .6], [.5, .5]]] * 2, dtype=np.float32)
@@ -132,7 +129,7 @@ def test_fault5_same_expert_twice_in_topk(variant, min_sdma, no_leaks):
 
 
 @pytest.mark.parametrize("variant,min_sdma", VARIANTS, ids=VARIANT_IDS)
-def test_fault6_empty_segments_in_the_middle(variant, min_sdma, tmp_path, no_leaks):
+def test_empty_segments_in_the_middle(variant, min_sdma, tmp_path, no_leaks):
     """PE 0 of 4 (expert_per_pe 2) receives segment counts [1,0,2,1,3,1,0,2]; every row holds
     its segment id + 1, and rows past 10 hold 999 (never read)."""
     pes, epp, h, topk = 4, 2, 32, 2
@@ -172,7 +169,7 @@ def test_fault6_empty_segments_in_the_middle(variant, min_sdma, tmp_path, no_lea
 
 @pytest.mark.parametrize("dtype", ["float16_t", "int32_t"])
 @pytest.mark.parametrize("variant,min_sdma", VARIANTS, ids=VARIANT_IDS)
-def test_fault7_repeated_calls_never_see_old_values(variant, min_sdma, dtype, no_leaks):
+def test_repeated_calls_never_see_old_values(variant, min_sdma, dtype, no_leaks):
     spec = CaseSpec(pes=2, bs=4, h=32, topk=2, expert_per_pe=2, dtype=dtype, routing="zipf:0.5")
     # Five calls; the driver fills call i's rows with i+1 and checks that call's x_out.
     res = run_case(spec, variant, min_sdma_bytes=min_sdma, warmup=2, loops=3,
@@ -195,7 +192,7 @@ def res_case_routing(spec):
 
 @pytest.mark.parametrize("dtype", ["float16_t", "int32_t"])
 @pytest.mark.parametrize("variant,min_sdma", VARIANTS, ids=VARIANT_IDS)
-def test_fault8_x_out_fully_written(variant, min_sdma, dtype, no_leaks):
+def test_x_out_fully_written(variant, min_sdma, dtype, no_leaks):
     """The driver pre-fills x_out with 0xFF bytes (NaN in float16, -1 in int32)."""
     spec = CaseSpec(pes=2, bs=4, h=32, topk=2, expert_per_pe=2, dtype=dtype, routing="external")
     ids = np.array([[[0, 1], [-1, -1], [2, 3], [1, 2]]] * 2, dtype=np.int32)

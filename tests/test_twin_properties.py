@@ -46,10 +46,10 @@ def specs(draw, max_h=300):
 
 @settings(max_examples=150, deadline=None)
 @given(spec=specs(), min_sdma=st.sampled_from([0, 64, 4096, 2 * 1024 * 1024]),
-       policy=st.sampled_from(["mte_only", "dual_plane"]))
-def test_planner_invariants(spec, min_sdma, policy):
+       variant=st.sampled_from(["classic", "doubleplane"]))
+def test_planner_invariants(spec, min_sdma, variant):
     case = make_case(spec)
-    p = plan(case, policy, min_sdma_bytes=min_sdma)
+    p = plan(case, variant, min_sdma_bytes=min_sdma)
     seg = p.segments
     ids = case.expert_ids
     valid = (ids >= 0) & (ids < spec.moe_expert_num)
@@ -62,7 +62,7 @@ def test_planner_invariants(spec, min_sdma, policy):
     sdma = seg[seg.plane == "SDMA"]
     assert (sdma.src_rank != sdma.pe).all() and (sdma.token_count > 0).all()
     assert (sdma.bytes >= min_sdma).all()
-    if policy == "mte_only" or spec.pes == 1:
+    if variant == "classic" or spec.pes == 1:
         assert sdma.empty
     # totals equal the case's bytes
     t = p.totals

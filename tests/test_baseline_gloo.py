@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import BASELINE_EXTRA, require
 
-torch = pytest.importorskip("torch", reason="the baseline needs torch: pip install -e '.[baseline]'")
+require("torch", reason=BASELINE_EXTRA)
 
 from combine_lab import cli  # noqa: E402
 from combine_lab.run.baseline import run_baseline  # noqa: E402

@@ -3,18 +3,17 @@ a soak of consecutive runs with nothing leaked."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from combine_lab.planning.capacity import CapacityError, twin_heap_bytes, window_bytes
 from combine_lab.run.launch import LaunchError, launch_pes, shm_path
-from combine_lab.run.runner import prepare_case, run_case
+from combine_lab.run.runner import run_case
 from combine_lab.case.spec import CaseSpec
 
 from conftest import RUN_TAG, host_processes, twin_segments
@@ -64,20 +63,11 @@ def test_two_runs_at_once_from_two_processes(tmp_path, no_leaks):
 
 
 def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+    return psutil.Process().num_fds()
 
 
 def _children() -> int:
-    me = str(os.getpid())
-    n = 0
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if (d / "stat").read_text().split(")")[-1].split()[1] == me:
-                    n += 1
-            except (OSError, IndexError):
-                pass
-    return n
+    return len(psutil.Process().children())
 
 
 @pytest.mark.slow

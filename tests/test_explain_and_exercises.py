@@ -1,4 +1,4 @@
-"""The walkthrough's tables (combine_lab.explain) and exercise checks agree with the case,
+"""The walkthrough's tables (combine_lab.planning.explain) and exercise checks (combine_lab.lab.exercises) agree with the case,
 the planner and the kernel as the twin counts it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from combine_lab.lab import exercises
 from combine_lab.planning import explain
 from combine_lab.case.case import make_case
-from combine_lab.errors import SpecError
+from combine_lab.errors import ParameterError
 from combine_lab.planning.planner import plan
 from combine_lab.run.runner import run_case
 from combine_lab.case.spec import CaseSpec
@@ -25,7 +25,7 @@ SPECS = [
 @pytest.mark.parametrize("floor", [0, 64, 10**9])
 def test_decision_table_equals_planner(spec, floor):
     case = make_case(spec)
-    p = plan(case, "dual_plane", min_sdma_bytes=floor)
+    p = plan(case, "doubleplane", min_sdma_bytes=floor)
     for pe in range(spec.pes):
         d = explain.decision_table(case, pe, floor)
         assert list(d["plane"]) == list(p.segments.query("pe == @pe")["plane"])
@@ -67,7 +67,7 @@ def test_routing_table_masks_and_destinations():
     assert (valid["dest_pe"] * 2 + valid["local_expert"] == valid["expert_id"]).all()
     assert (t.loc[t["masked"], "segment"] == -1).all()
     assert len(explain.routing_table(make_case(spec), src_rank=1)) == 16
-    with pytest.raises(SpecError, match="src_rank=5"):
+    with pytest.raises(ParameterError, match="src_rank=5"):
         explain.routing_table(make_case(spec), src_rank=5)
 
 
@@ -86,7 +86,7 @@ def test_core_programs_match_what_the_twin_counts(no_leaks):
     kernel issued on the twin; every flag step comes after the quiet of its payload's engine."""
     spec = CaseSpec(pes=3, bs=200, h=8, topk=2, expert_per_pe=2, routing="hot-expert:0.5")
     case = make_case(spec)
-    p = plan(case, "dual_plane", min_sdma_bytes=0)
+    p = plan(case, "doubleplane", min_sdma_bytes=0)
     res = run_case(case, "doubleplane", min_sdma_bytes=0, warmup=0, loops=1)
     assert res.ok
     counted = res.counters.set_index(["pe", "plane"])
@@ -167,7 +167,7 @@ def test_core_rows_check_counts_what_the_core_puts_by_mte():
     for wrong in [(85, 85), (21, 85), (64, 21), 85, "lots"]:
         r = exercises.check_core_rows(case, 1, 0, wrong)
         assert not r and "leave out the rows of the SDMA segments" in r.message and "(85, 21)" not in r.message
-    # a floor nothing reaches: dual-plane sends everything by MTE too
+    # a floor nothing reaches: doubleplane sends everything by MTE too
     assert exercises.check_core_rows(case, 1, 0, (85, 85), min_sdma_bytes=1 << 40)
     # the local core sends nothing across PEs, and nothing by SDMA
     assert exercises.check_core_rows(case, 1, 1, (87, 87))

@@ -8,8 +8,6 @@ import warnings
 
 import pytest
 
-from combine_lab.run import build as build_mod
-from combine_lab.run import capabilities as caps_mod
 from combine_lab import cli
 from combine_lab.run.build import VariantRefused
 from combine_lab.run.capabilities import Capability, detect, npu_variant_refusal
@@ -171,20 +169,7 @@ def test_doctor_command_runs_here(capsys):
     assert out[-6:-4] == ["  cpu classic      yes", "  cpu doubleplane  yes"]
 
 
-# ---- the dual-plane variant refused on CANN < 9.0.0, classic still runs ----
-
-@pytest.fixture
-def old_cann_npu(tmp_path, monkeypatch, twin_binary):
-    """os.environ with CANN 8.3 and SHMEM; build(target='npu') returns the twin's driver, so
-    the classic variant really runs (as it would on an NPU) and the refusal is observable."""
-    env = npu_env(tmp_path, cann="8.3.RC1", soc="Ascend910B3")
-    for k, v in env.items():
-        if k != "PATH":
-            monkeypatch.setenv(k, v)
-    built = []
-    monkeypatch.setattr(build_mod, "build", lambda target="cpu", **kw: built.append(target) or twin_binary)
-    return built
-
+# ---- the doubleplane variant refused on CANN < 9.0.0, classic still runs (fixture old_cann_npu: conftest) ----
 
 SMALL = CaseSpec(pes=2, bs=4, h=32, topk=2, expert_per_pe=2)
 REFUSED = ("variant=doubleplane on target=npu: refused: the dual-plane combine needs SDMA, which needs CANN 9.0.0 "
