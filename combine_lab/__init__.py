@@ -19,8 +19,8 @@ The rules this package implements are fixed by ``shared/docs/combine-facts.md``
 (layout: sections 1-3, decision rule: section 4, perf CSV: section 8).
 """
 
-from .case.casefiles import read_case, write_case
 from .case.case import make_case
+from .case.casefiles import read_case, write_case
 from .case.spec import CaseSpec
 from .planning.planner import plan
 from .run.runner import compare, run_case

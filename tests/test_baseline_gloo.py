@@ -36,6 +36,7 @@ def test_exchange_plan_matches_the_receive_layout():
         prepared.cleanup()
 
 
+@pytest.mark.slow  # about 5 s each; the CLI test below runs the same baseline in the fast set
 @pytest.mark.parametrize("dtype, masked", [("int32_t", 0.0), ("float16_t", 0.25)])
 def test_gloo_baseline_equals_golden(dtype, masked, no_leaks):
     spec = CaseSpec(pes=3, bs=8, h=48, topk=3, expert_per_pe=2, dtype=dtype, masked_fraction=masked,

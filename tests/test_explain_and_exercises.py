@@ -1,5 +1,5 @@
-"""The walkthrough's tables (combine_lab.planning.explain) and exercise checks (combine_lab.lab.exercises) agree with the case,
-the planner and the kernel as the twin counts it."""
+"""The walkthrough's tables (combine_lab.planning.explain) and exercise checks
+(combine_lab.lab.exercises) agree with the case, the planner and the kernel as the twin counts it."""
 
 from __future__ import annotations
 

@@ -49,6 +49,8 @@ walkthrough:
 """
 
 
+#: The tests that read ``lab_out`` run all three notebooks once (slow); the fast set still executes
+#: 01_walkthrough through the CLI (reader mode) and 03_sweep through papermill.
 @pytest.fixture(scope="module")
 def lab_out(tmp_path_factory, twin_binary):
     """Runs all three notebooks once through the CLI; fails if a PE or segment is left behind.
@@ -67,6 +69,7 @@ def lab_out(tmp_path_factory, twin_binary):
     return out
 
 
+@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 01 and 03 below
 def test_cli_leaves_executed_copies_figures_and_records(lab_out, capsys):
     for name in NAMES:
         nb = nbformat.read(lab_out / f"{name}.ipynb", as_version=4)
@@ -81,6 +84,7 @@ def test_cli_leaves_executed_copies_figures_and_records(lab_out, capsys):
     assert all((lab_out / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
 
 
+@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 01 and 03 below
 def test_walkthrough_exercises_and_checks_pass(lab_out):
     r = records.read_record(lab_out, "01_walkthrough")
     assert r["reveal_answers"] is True  # headless: our answers, which must all hold
@@ -98,12 +102,14 @@ def test_walkthrough_exercises_and_checks_pass(lab_out):
     assert timing["verdict"].endswith("2 repeats") or timing["verdict"].startswith("mixed")
 
 
+@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 01 and 03 below
 def test_tuning_notebook_ran_the_app_twice(lab_out):
     r = records.read_record(lab_out, "02_tuning")
     assert r["runs"] == 2 and r["checks"] == ["PASS", "PASS"] and r["counters_ok"] == [True, True]
     assert r["sdma_segments"] > 0
 
 
+@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 01 and 03 below
 def test_sweep_csv_has_every_case_and_passing_checks(lab_out):
     r = records.read_record(lab_out, "03_sweep")
     tidy = read_sweep_csv(lab_out / "sweep.csv")
@@ -274,7 +280,8 @@ def test_split_params_routes_keys():
     per = notebooks.split_params({"loops": 2, "sweep": {"bs_list": [8]}, "01_walkthrough": {"seed": 1}}, nbs)
     assert per["03_sweep"] == {"bs_list": [8], "loops": 2}
     assert per["01_walkthrough"] == {"seed": 1, "loops": 2} and per["02_tuning"] == {"loops": 2}
-    assert [p.stem for p in notebooks.find_notebooks(only=["sweep", "01_walkthrough"])] == ["01_walkthrough", "03_sweep"]
+    only = notebooks.find_notebooks(only=["sweep", "01_walkthrough"])
+    assert [p.stem for p in only] == ["01_walkthrough", "03_sweep"]
 
 
 @pytest.mark.parametrize("name", NAMES)

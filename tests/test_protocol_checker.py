@@ -62,7 +62,8 @@ def test_chaos_seed_is_recorded_and_validated(no_leaks):
         run_case(SPEC, "classic", chaos_seed=-1)
 
 
-def test_selftest_reports_healthy(capsys, no_leaks):
+def test_selftest_reports_healthy(broken_kernels, capsys, no_leaks):
+    """Reuses the broken kernels the fixtures built (same folders), so it builds nothing."""
     assert cli.main(["selftest", "--seeds", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "combine-lab selftest (CPU twin)"

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .case import Case, RankInputs
 from ..errors import CaseFileError, ParameterError, SpecError
+from .case import Case, RankInputs
 from .spec import DTYPES, CaseSpec
 
 __all__ = ["CaseFileError", "REFERENCE_KEYS", "write_case", "read_case", "read_meta", "FileCase", "CheckResult",

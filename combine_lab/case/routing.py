@@ -59,8 +59,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import traces
 from ..errors import SpecError
+from . import traces
 
 #: Two-level Zipf exponents of the ``deepseek`` preset (see module docstring).
 DEEPSEEK_RANK_EXPONENT = 0.425

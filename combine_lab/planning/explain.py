@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .capacity import STATUS_SLOT_BYTES, window_geometry
 from ..case.case import Case
 from ..errors import ParameterError
+from .capacity import STATUS_SLOT_BYTES, window_geometry
 from .planner import Plan
 
 __all__ = ["STATUS_SLOT_BYTES", "SDMA_QUIET_EVERY", "window_geometry", "routing_table", "segment_table",

@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..case.casefiles import CheckResult, check_x_out, read_x_out
 from ..errors import ParameterError
 from .build import TargetUnavailable
-from ..case.casefiles import CheckResult, check_x_out, read_x_out
 from .launch import free_port, launch_pes
 
 #: target -> torch.distributed backend.
@@ -130,8 +130,8 @@ def run_baseline(prepared, *, target: str = "cpu", warmup: int = 1, loops: int =
     env["PYTHONPATH"] = src_root + os.pathsep + os.environ.get("PYTHONPATH", "")
 
     def argv(r: int) -> list[str]:
-        return ["-m", "combine_lab.run.baseline_worker", "--rank", str(r), "--world", str(spec.pes), "--port", str(port),
-                "--backend", backend, "--case-dir", str(prepared.case_dir), "--out", str(run_dir),
+        return ["-m", "combine_lab.run.baseline_worker", "--rank", str(r), "--world", str(spec.pes),
+                "--port", str(port), "--backend", backend, "--case-dir", str(prepared.case_dir), "--out", str(run_dir),
                 "--warmup", str(warmup), "--loops", str(loops), "--first-device", str(fnpu),
                 "--timeout", str(timeout_s)]
 

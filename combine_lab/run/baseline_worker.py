@@ -134,7 +134,8 @@ def _worker(a: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Worker entry point (``python -m combine_lab.run.baseline_worker --rank R ...``)."""
-    p = argparse.ArgumentParser(prog="combine_lab.run.baseline_worker", description="all_to_all baseline worker (one per PE)")
+    p = argparse.ArgumentParser(prog="combine_lab.run.baseline_worker",
+                                description="all_to_all baseline worker (one per PE)")
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--world", type=int, required=True)
     p.add_argument("--port", type=int, required=True)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..case.case import Case, make_case
-from ..case.casefiles import (case_dir_of, check_x_out, read_case, read_rank_file, read_x_out, write_case)
+from ..case.casefiles import case_dir_of, check_x_out, read_case, read_rank_file, read_x_out, write_case
 from ..case.spec import CaseSpec
 from ..errors import CaseFileError, ParameterError
 from ..planning.capacity import check_capacity

@@ -17,11 +17,12 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from .build import build, default_build_dir, source_root
 from ..case.case import case_from_arrays
+from ..case.casefiles import rank_file
+from ..case.spec import CaseSpec
+from .build import build, default_build_dir, source_root
 from .launch import LaunchError, tagged_host_pids, tagged_segments
 from .runner import prepare_case, run_case
-from ..case.spec import CaseSpec
 
 #: (name, text in kernels/combine_kernel.cpp, broken replacement)
 BROKEN_KERNELS = {
@@ -165,7 +166,7 @@ def _run_selftest(seeds: int, tag: str) -> Report:
     fault_ok += res.driver_status == [0, 0]
     with tempfile.TemporaryDirectory(prefix="combine_selftest_") as tmp:
         prepared = prepare_case(CaseSpec(pes=2, bs=4, h=16, topk=2, expert_per_pe=2), tmp)
-        counts = prepared.case_dir / "rank_0" / "ep_recv_count.bin"
+        counts = rank_file(prepared.case_dir, 0, "ep_recv_count.bin")
         np.zeros(4, dtype=np.int32).tofile(counts)  # PE 0 sends nothing, but its owners wait
         t0 = time.monotonic()
         rep.cases += 1
