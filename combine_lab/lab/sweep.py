@@ -4,11 +4,11 @@
                      routings=["uniform", "hot-expert:0.5"])
     planned_shares(grid)                       # which cases send anything by SDMA, before running
     tidy = run_sweep(grid, warmup=2, loops=20, repeats=5, prof_pe="all", csv_path="out/sweep.csv")
-    summary = tables.summarize(tidy); tables.losses(summary)
+    summary = tables.summarize(tidy); tables.losses(summary)   # from combine_lab.results import tables
 
 The tidy table, its summary and the speed-up convention (classic time / doubleplane time,
-above 1 when doubleplane is faster) are :mod:`combine_lab.results.tables`'; every row of it
-is a :class:`~combine_lab.results.rows.ResultRow` beside its perf row.
+above 1 when doubleplane is faster) belong to :mod:`combine_lab.results.tables`: each tidy
+row is a perf row with the run's :class:`~combine_lab.results.rows.ResultRow` beside it.
 """
 
 from __future__ import annotations

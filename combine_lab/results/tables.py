@@ -193,11 +193,11 @@ def readable(summary: pd.DataFrame, metric: str = "comm_only") -> pd.DataFrame:
         rows.append({
             "case": r["case_id"], "routing": r["routing"], "SDMA share (%)": f"{100 * r['sdma_share']:.1f}",
             f"{metric} classic (us)": _spread(r[f"{metric}_classic_us"], r[f"{metric}_classic_lo_us"],
-                                              r[f"{metric}_classic_hi_us"], ".0f"),
+                                             r[f"{metric}_classic_hi_us"], ".0f"),
             f"{metric} doubleplane (us)": _spread(r[f"{metric}_doubleplane_us"], r[f"{metric}_doubleplane_lo_us"],
-                                                r[f"{metric}_doubleplane_hi_us"], ".0f"),
+                                                 r[f"{metric}_doubleplane_hi_us"], ".0f"),
             "speed-up classic/doubleplane (1)": _spread(r[f"{metric}_speedup"], r[f"{metric}_speedup_lo"],
-                                                  r[f"{metric}_speedup_hi"], ".2f"),
+                                                        r[f"{metric}_speedup_hi"], ".2f"),
             "verdict": r[f"{metric}_verdict"],
         })
     return pd.DataFrame(rows, columns=["case", "routing", "SDMA share (%)", f"{metric} classic (us)",

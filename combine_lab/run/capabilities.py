@@ -2,8 +2,10 @@
 
 Tests, ``combine-lab doctor`` and the notebooks' target selector all read it, so they
 agree on what can run here and why not. :func:`detect` is a function of its inputs: the
-environment ``env`` (paths, ``PATH``), the folders those name, and :class:`Probes` (the
-torch_npu import, package versions, running ``npu-smi``) which tests replace.
+environment ``env`` (paths, ``PATH``), the folders those name, and
+:class:`~combine_lab.run.toolchain.Probes` (the torch_npu import, package versions, running
+``npu-smi``) which tests replace. The facts themselves (CANN, SHMEM, SoC, NPUs) are found by
+:mod:`combine_lab.run.toolchain`; this module turns them into rows with their fixes.
 
 Rows (name: what ``available`` means):
 
