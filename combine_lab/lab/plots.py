@@ -26,6 +26,8 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter
 from matplotlib.collections import PatchCollection
 
+from ..errors import ParameterError
+
 __all__ = ["byte_unit", "new_figure", "segment_map", "SegmentMapView", "plane_bytes_plot", "compare_per_pe", "history_plot",
            "sweep_heatmaps", "sdma_share_plot", "figure_png", "save_figure", "show", "SDMA_COLOR",
            "VARIANT_COLORS", "EMPTY_COLOR", "PE_ROLE", "NO_SDMA_NOTE"]
@@ -193,10 +195,11 @@ class _StackedMap:
             self.colorbars.append(fig.colorbar(sm, cax=cax))
 
     def update(self, plan, title: str | None = None) -> Figure:
-        """Redraw for ``plan`` (same pes and expert_per_pe); returns the Figure."""
+        """Redraw for ``plan`` (same pes and expert_per_pe); returns the Figure. Raises
+        ParameterError for a plan of another shape."""
         nbytes, _, sdma = _plan_arrays(plan)
         if nbytes.shape != (self.pes, self.epp, self.pes):
-            raise ValueError(f"plan has pes={plan.pes}, expert_per_pe={plan.expert_per_pe}; this map was built "
+            raise ParameterError(f"plan has pes={plan.pes}, expert_per_pe={plan.expert_per_pe}; this map was built "
                              f"for pes={self.pes}, expert_per_pe={self.epp}")
         div, unit = byte_unit(nbytes.max(initial=0.0))
         flat = nbytes.reshape(self.pes * self.epp, self.pes) / div
