@@ -50,7 +50,8 @@ walkthrough:
 
 
 #: The tests that read ``lab_out`` run all three notebooks once (slow); the fast set still executes
-#: 01_walkthrough through the CLI (reader mode) and 03_sweep through papermill.
+#: 03_sweep headless through papermill, and checks the walkthrough's exercises and answers
+#: without a kernel (test_explain_and_exercises.py).
 @pytest.fixture(scope="module")
 def lab_out(tmp_path_factory, twin_binary):
     """Runs all three notebooks once through the CLI; fails if a PE or segment is left behind.
@@ -69,7 +70,7 @@ def lab_out(tmp_path_factory, twin_binary):
     return out
 
 
-@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 01 and 03 below
+@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 03 below
 def test_cli_leaves_executed_copies_figures_and_records(lab_out, capsys):
     for name in NAMES:
         nb = nbformat.read(lab_out / f"{name}.ipynb", as_version=4)
@@ -84,7 +85,7 @@ def test_cli_leaves_executed_copies_figures_and_records(lab_out, capsys):
     assert all((lab_out / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
 
 
-@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 01 and 03 below
+@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 03 below
 def test_walkthrough_exercises_and_checks_pass(lab_out):
     r = records.read_record(lab_out, "01_walkthrough")
     assert r["reveal_answers"] is True  # headless: our answers, which must all hold
@@ -102,14 +103,14 @@ def test_walkthrough_exercises_and_checks_pass(lab_out):
     assert timing["verdict"].endswith("2 repeats") or timing["verdict"].startswith("mixed")
 
 
-@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 01 and 03 below
+@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 03 below
 def test_tuning_notebook_ran_the_app_twice(lab_out):
     r = records.read_record(lab_out, "02_tuning")
     assert r["runs"] == 2 and r["checks"] == ["PASS", "PASS"] and r["counters_ok"] == [True, True]
     assert r["sdma_segments"] > 0
 
 
-@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 01 and 03 below
+@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 03 below
 def test_sweep_csv_has_every_case_and_passing_checks(lab_out):
     r = records.read_record(lab_out, "03_sweep")
     tidy = read_sweep_csv(lab_out / "sweep.csv")
@@ -244,6 +245,7 @@ def test_cli_refuses_a_misspelt_notebook_parameter_before_running(tmp_path, caps
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow  # a subprocess, a kernel and the whole walkthrough (~7 s)
 def test_cli_reader_mode_and_a_quiet_kernel(tmp_path):
     """reveal_answers False: the exercises wait for the reader's answers and the notebook
     still runs to the end; the kernel runs over IPC, so no TCP-encryption warning on stderr."""

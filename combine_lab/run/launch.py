@@ -23,7 +23,7 @@ from ..errors import ParameterError
 
 SHM_PREFIX = "combine_twin_"
 _POLL_S = 0.01
-_GRACE_S = 2.0
+_GRACE_S = 2.0  # after one PE fails, the others get this long to notice and exit
 _STOPPED_BY_PEER = 4  # host/twin: a PE exits with 4 when another PE failed first
 
 #: The host driver's ``policy`` argument for each variant (host/host_args.cpp spells them
@@ -75,6 +75,13 @@ def tagged_host_pids(tag: str) -> set[int]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue  # gone, or not ours to read: not a PE of this session
     return out
+
+
+def stop_grace_s() -> float:
+    """Seconds the other PEs get to stop by themselves after one fails, before they are killed:
+    ``$COMBINE_LAB_STOP_GRACE_S`` when set (tests shorten it, as they do COMBINE_TWIN_TIMEOUT_S,
+    where a PE fails before the others can notice), else 2.0."""
+    return float(os.environ.get("COMBINE_LAB_STOP_GRACE_S", _GRACE_S))
 
 
 def free_port() -> int:
@@ -146,6 +153,9 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
         tolerated_codes: exit statuses that are results, not failures (the driver's 2 for an
             x_out mismatch): they neither stop the other PEs nor raise.
 
+    When a PE fails, the others get :func:`stop_grace_s` (2 s) to stop by themselves (the twin's
+    PEs exit with status 4 when they see a peer's failure), then they are killed.
+
     Returns:
         One :class:`PeOutcome` per PE, in PE order, each with status 0 or a tolerated one.
 
@@ -177,6 +187,7 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
                                           stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                           start_new_session=True))
         deadline = time.monotonic() + timeout_s
+        grace_s = stop_grace_s()
         first_failure: int | None = None
         failed_at = 0.0
         while True:
@@ -188,7 +199,7 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
                 bad = [pe for pe, c in enumerate(codes) if c is not None and c != 0 and c not in tolerated_codes]
                 if bad:
                     first_failure, failed_at = bad[0], now
-            if first_failure is not None and now - failed_at > _GRACE_S:
+            if first_failure is not None and now - failed_at > grace_s:
                 break
             if now > deadline:
                 running = [pe for pe, c in enumerate(codes) if c is None]
