@@ -6,11 +6,10 @@ import json
 import subprocess
 import sys
 
-import pandas as pd
 import pytest
 
 from combine_lab import cli
-from combine_lab.results import PERF_COLUMNS, read_perf_csv
+from combine_lab.run.outputs import PERF_COLUMNS, read_perf_csv
 
 SMALL = ["-pes", "2", "-bs", "8", "-h", "16", "-topk", "2", "-expertPerPe", "2", "--warmup", "1", "--loops", "2"]
 
@@ -83,7 +82,7 @@ def test_compare_prints_both_variants_with_planned_sdma(capsys, no_leaks):
     (["-type", "int8_t"], "dtype='int8_t': must be one of 'int32_t', 'float16_t'"),
     (["-pes", "0"], "pes=0: must be an int >= 1"),
     (["-gnpus", "4"], "-gnpus=4: must equal -pes=2 (one node)"),
-    (["--bs-list", "4,x"], "--bs-list='4,x': must be integers"),
+    (["--bs-list", "4,x"], "--bs-list='4,x': 'x' is not a valid int"),
     (["--prof-pe", "7"], "prof_pe=7: must be 'all' or a PE in [0, 1]"),
     (["--loops", "0"], "loops=0: must be an int >= 1"),
     (["-topk", "9", "--routing", "zipf:1.0"], "topk=9"),
@@ -96,7 +95,7 @@ def test_bad_input_is_refused_before_launch(args, message, capsys, no_leaks):
 
 
 def test_console_script_help_lists_reference_flags():
-    out = subprocess.run([sys.executable, "-m", "combine_lab.cli", "run", "--help"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "combine_lab", "run", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
     for flag in ["-pes", "-bs", "-h H", "-topk", "-expertPerPe", "-type", "-fnpu", "-ipport", "--perf", "--warmup",
                  "--loops", "--pes-list", "--bs-list", "--h-list", "--topk-list", "--expert-per-pe-list",
