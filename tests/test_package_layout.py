@@ -18,7 +18,7 @@ PACKAGE = ROOT / "combine_lab"
 
 #: The stages, in the order of the flow; a module may import its own stage and those before it.
 #: errors and params serve every stage; the top-level __init__ and __main__ sit above all.
-LAYERS = ["errors", "params", "case", "planning", "run", "results", "lab", "cli"]
+LAYERS = ["errors", "params", "case", "planning", "run", "model", "results", "lab", "cli"]
 
 
 def module_name(path: Path) -> str:
@@ -142,7 +142,7 @@ def test_every_module_imports_and_plan_stays_the_function():
 # --------------------------------------------------------------------------------- declared imports
 
 #: Import name -> distribution name, where they differ.
-DIST_OF = {"yaml": "pyyaml", "IPython": "ipython"}
+DIST_OF = {"yaml": "pyyaml", "IPython": "ipython", "tomli_w": "tomli-w"}
 #: Distribution -> conda-forge package, where they differ.
 CONDA_OF = {"torch": "pytorch"}
 #: Imported only on an NPU machine, from its own vendor install (README "NPU target").

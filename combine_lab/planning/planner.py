@@ -69,6 +69,26 @@ def _check_int(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+def sdma_mask(counts: np.ndarray, row_bytes: int, min_sdma_bytes: int) -> np.ndarray:
+    """The decision rule of combine-facts section 4, on every segment of every PE at once.
+
+    ``counts``: int [pes, expert_per_pe*pes] rows per segment (non-cumulative; int64, or object
+    for exact Python ints); ``row_bytes``: h*sizeof(T); ``min_sdma_bytes``: the floor (2 MiB in
+    the facts sheet). Returns bool [pes, expert_per_pe*pes]: True where the segment goes by SDMA
+    (remote, non-empty, >= the floor and strictly above the PE's average remote segment,
+    compared as ``segment_bytes * den > num`` in integers, so ties stay on MTE).
+    """
+    pes, S = counts.shape
+    epp = S // pes
+    src = np.arange(S) % pes
+    remote = src[None, :] != np.arange(pes)[:, None]
+    seg_bytes = counts * row_bytes
+    num = (counts * remote).sum(axis=1) * row_bytes
+    den = max(pes - 1, 1) * epp
+    return np.asarray(remote & (counts > 0) & (seg_bytes >= min_sdma_bytes) & (seg_bytes * den > num[:, None]),
+                      dtype=bool)
+
+
 def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str = "doubleplane",
                 min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> Plan:
     """Plan from cumulative receive counts.
@@ -113,10 +133,9 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str =
     seg_bytes = counts * row_bytes
     num = remote_rows * row_bytes
     if variant == "doubleplane":
-        sdma = remote & (counts > 0) & (seg_bytes >= min_sdma_bytes) & (seg_bytes * den > num[:, None])
+        sdma = sdma_mask(counts, row_bytes, min_sdma_bytes)
     else:
         sdma = np.zeros((pes, S), dtype=bool)
-    sdma = sdma.astype(bool)
     seg_df = pd.DataFrame({
         "pe": np.repeat(np.arange(pes, dtype=np.int64), S),
         "segment": np.tile(segment.astype(np.int64), pes),
