@@ -33,7 +33,8 @@ NOT_FITTED = ("sdma_engines",)
 @dataclass(frozen=True)
 class Param:
     """One parameter: ``value`` in ``unit``; ``source`` (published, with grade) or ``assumed``
-    with ``rationale`` and ``range`` (low, high)."""
+    with ``rationale`` and ``range`` (low, high); ``fit``: calibration fits it by default (an
+    assumed parameter that per-core times cannot tell apart from another says ``fit = false``)."""
 
     name: str
     value: float
@@ -42,6 +43,7 @@ class Param:
     assumed: bool = False
     rationale: str = ""
     range: tuple[float, float] | None = None
+    fit: bool = True
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,8 @@ class NpuModel:
 
     @property
     def fittable(self) -> list[str]:
-        """The assumed parameters calibration may fit (counts excluded)."""
-        return [n for n in self.assumed if n not in NOT_FITTED]
+        """The assumed parameters calibration fits by default (counts and ``fit = false`` excluded)."""
+        return [n for n in self.assumed if n not in NOT_FITTED and self.params[n].fit]
 
     def with_values(self, **values: float) -> "NpuModel":
         """A copy with some values replaced (same units, sources and flags)."""
@@ -100,6 +102,8 @@ class NpuModel:
                 entry["rationale"] = p.rationale
             if p.range is not None:
                 entry["range"] = [float(p.range[0]), float(p.range[1])]
+            if not p.fit:
+                entry["fit"] = False
             doc["params"][n] = entry
         path = Path(path)
         path.write_text(tomli_w.dumps(doc))
@@ -140,7 +144,8 @@ def load_model(name: str | Path) -> NpuModel:
             raise ParameterError(f"{p}: {n} has neither a source nor assumed = true")
         rng = e.get("range")
         params[n] = Param(n, float(e["value"]), e["unit"], e.get("source", ""), bool(e.get("assumed", False)),
-                          e.get("rationale", ""), (float(rng[0]), float(rng[1])) if rng else None)
+                          e.get("rationale", ""), (float(rng[0]), float(rng[1])) if rng else None,
+                          bool(e.get("fit", True)))
         if params[n].value <= 0:
             raise ParameterError(f"{p}: {n}={params[n].value}: must be > 0")
     return NpuModel(str(doc.get("name", p.stem)), str(doc.get("machine", "")), str(doc.get("soc", "")),
