@@ -100,88 +100,93 @@ def _fair_moved(owner: np.ndarray, totals: np.ndarray, x: np.ndarray) -> np.ndar
     return pre[owner, below] + (K - below) * x
 
 
-def replay(rows: CaseRows, sdma: np.ndarray, model: NpuModel, sdma_mode: str = "row") -> ModelledTimes:
-    """Replay the kernel's stream for plan ``sdma`` (bool [pes, epp*pes]) on ``model``.
+def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, block_dim: int, epp: int,
+           row_bytes: int, model: NpuModel, sdma_mode: str = "row") -> tuple[np.ndarray, np.ndarray]:
+    """Stage 1 of the PEs whose segment counts are the rows of ``counts`` (float/int [V, epp*pes]),
+    with SDMA segments ``sdma`` (bool [V, epp*pes]); row v stands for PE ``pe_of[v]`` of a launch of
+    ``pes`` PEs. Stage 1 of a PE depends on nothing outside it, so rows may repeat a PE under
+    other plans (``combine-lab suggest`` prices many thresholds at once this way).
 
-    Returns :class:`ModelledTimes`. Raises ValueError for an unknown ``sdma_mode``.
-    """
+    Returns (comm_only float64 [V, block_dim] in us, flag_start float64 [V*epp*pes]: when each
+    segment's first status flag is issued)."""
     if sdma_mode not in SDMA_MODES:
         raise ValueError(f"sdma_mode={sdma_mode!r}: one of {SDMA_MODES}")
-    P, S, B, epp, row = rows.pes, rows.counts.shape[1], rows.block_dim, rows.epp, float(rows.row_bytes)
-    m = model
+    V, S = counts.shape
+    P, B, row, m = pes, block_dim, float(row_bytes), model
     link, egress = _rate(m["link_GBps"]), _rate(m["egress_GBps"])
-    n = rows.counts.ravel().astype(np.float64)
+    n = counts.ravel().astype(np.float64)
     sd = sdma.ravel().astype(bool)
-    d = np.repeat(np.arange(P), S)
-    seg = np.tile(np.arange(S), P)
+    v = np.repeat(np.arange(V), S)
+    seg = np.tile(np.arange(S), V)
     src = seg % P
-    remote = src != d
-    core = d * B + src % B                       # global core id of the segment's sender
+    remote = src != np.asarray(pe_of)[v]
+    core = v * B + src % B                       # global core id of the segment's sender
     order = (src // B) * epp + seg // P          # the segment's place in its core's loops
     nbytes = n * row
-    key = np.lexsort((order, core))              # segments by core, then loop order
+    # Segments by core, then loop order: the same permutation within every row, rows in turn.
+    local = np.lexsort(((np.arange(S) % P // B) * epp + np.arange(S) // P, np.arange(S) % P % B))
+    key = (np.arange(V)[:, None] * S + local[None, :]).ravel()
     ks_core = core[key]
 
-    # Bytes per link (d -> src) and per sender; PE d's senders: its B cores (MTE), its engines (SDMA).
-    pair = d * P + src
-    link_mte = np.bincount(pair, weights=nbytes * (remote & ~sd), minlength=P * P)
-    link_sdma = np.bincount(pair, weights=nbytes * sd, minlength=P * P)
-    core_remote = np.bincount(core, weights=nbytes * (remote & ~sd), minlength=P * B).reshape(P, B)
-    pe_sdma = np.bincount(d, weights=nbytes * sd, minlength=P)
-    senders = np.concatenate([core_remote, pe_sdma[:, None]], axis=1)  # [P, B + 1]
+    # Bytes per link (pe -> src) and per sender; a PE's senders: its B cores (MTE), its engines (SDMA).
+    pair = v * P + src
+    link_mte = np.bincount(pair, weights=nbytes * (remote & ~sd), minlength=V * P)
+    link_sdma = np.bincount(pair, weights=nbytes * sd, minlength=V * P)
+    core_remote = np.bincount(core, weights=nbytes * (remote & ~sd), minlength=V * B).reshape(V, B)
+    pe_sdma = np.bincount(v, weights=nbytes * sd, minlength=V)
+    senders = np.concatenate([core_remote, pe_sdma[:, None]], axis=1)  # [V, B + 1]
+    owner = np.repeat(np.arange(V), B)
 
     # ---- SDMA calls: per core, in loop order; the engines go round-robin across the PE's cores ----
     sdma_rate = min(_rate(m["sdma_GBps"]), link)
-    if sdma_mode == "row":
-        ops = np.where(sd, n, 0.0)
-        per_op = np.ceil(row / SQE_BYTES) * m["sdma_sqe_us"] + row / sdma_rate
-        op_bytes = np.full(len(n), row)
-    else:
-        ops = np.where(sd & (n > 0), 1.0, 0.0)
-        per_op = np.ceil(nbytes / SQE_BYTES) * m["sdma_sqe_us"] + nbytes / sdma_rate
-        op_bytes = nbytes
-    n_c = np.bincount(core, weights=ops, minlength=P * B).reshape(P, B)
-    k_ops = ops[key]
-    k_work = k_ops * np.where(sd, per_op, 0.0)[key]
-    k_bytes = k_ops * np.where(sd, op_bytes, 0.0)[key]
-    seg_end = _grouped_cumsum(ks_core, k_ops)   # the core's calls through this segment
-    work_end = _grouped_cumsum(ks_core, k_work)
-    bytes_end = _grouped_cumsum(ks_core, k_bytes)
-    span = float(n.sum() + 2)
-
-    def served(cores: np.ndarray, k: np.ndarray, ends: np.ndarray, amount: np.ndarray) -> np.ndarray:
-        """``amount`` (work or bytes) of core ``cores``'s first ``k`` calls (k <= its calls)."""
-        if len(ks_core) == 0:
-            return np.zeros(len(k))
-        at = np.minimum(np.searchsorted(ks_core * span + seg_end, cores * span + k, side="left"), len(ks_core) - 1)
-        per = np.where(k_ops[at] > 0, amount[at] / np.where(k_ops[at] > 0, k_ops[at], 1), 0.0)
-        got = ends[at] - amount[at] + (k - (seg_end[at] - k_ops[at])) * per
-        return np.where((ks_core[at] == cores) & (k > 0), got, 0.0)
-
-    peers = np.broadcast_to(np.arange(P)[:, None, None] * B + np.arange(B)[None, None, :], (P, B, B)).ravel()
-
-    def round_robin(k: np.ndarray, ends: np.ndarray, amount: np.ndarray) -> np.ndarray:
-        """[P, B]: ``amount`` the engines have served when core c's first k[p, c] calls are done:
-        every core c' of the PE contributes its first min(n_c', k) calls."""
-        kk = np.minimum(n_c[:, None, :], k[:, :, None]).ravel()
-        return served(peers, kk, ends, amount).reshape(P, B, B).sum(axis=2)
-
     engines = m["sdma_engines"]
-    t = np.zeros((P, B))
+    if sdma_mode == "row":  # every call the same: one row
+        ops = np.where(sd, n, 0.0)
+        n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
+        per_op = np.ceil(row / SQE_BYTES) * m["sdma_sqe_us"] + row / sdma_rate
+
+        def round_robin(k: np.ndarray, per: float) -> np.ndarray:
+            """[V, B]: the engines' work (or bytes, ``per`` of each call) when core c's first
+            k[v, c] calls are done: every core c' of the PE contributes min(n_c', k) calls."""
+            return _fair_moved(owner, n_c, k.ravel()).reshape(V, B) * per
+
+        work_done = lambda k: round_robin(k, per_op)   # noqa: E731
+        bytes_done = lambda k: round_robin(k, row)     # noqa: E731
+    else:  # one call per segment, of its own size
+        ops = np.where(sd & (n > 0), 1.0, 0.0)
+        n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
+        work = np.where(sd, np.ceil(nbytes / SQE_BYTES) * m["sdma_sqe_us"] + nbytes / sdma_rate, 0.0) * ops
+        k_ops, k_work, k_bytes = ops[key], work[key], (nbytes * ops)[key]
+        seg_end = _grouped_cumsum(ks_core, k_ops)
+        work_end, bytes_end = _grouped_cumsum(ks_core, k_work), _grouped_cumsum(ks_core, k_bytes)
+        span = float(n.sum() + 2)
+        peers = np.broadcast_to(np.arange(V)[:, None, None] * B + np.arange(B)[None, None, :], (V, B, B)).ravel()
+
+        def served(k: np.ndarray, ends: np.ndarray, amount: np.ndarray) -> np.ndarray:
+            if len(ks_core) == 0:
+                return np.zeros((V, B))
+            kk = np.minimum(n_c[:, None, :], k[:, :, None]).ravel()
+            at = np.minimum(np.searchsorted(ks_core * span + seg_end, peers * span + kk, side="left"),
+                            len(ks_core) - 1)
+            got = np.where((ks_core[at] == peers) & (kk > 0) & (k_ops[at] > 0), ends[at], 0.0)
+            return got.reshape(V, B, B).sum(axis=2)  # kk counts whole calls: a segment is one
+
+        work_done = lambda k: served(k, work_end, k_work)     # noqa: E731
+        bytes_done = lambda k: served(k, bytes_end, k_bytes)  # noqa: E731
+
+    t = np.zeros((V, B))
     gates = (n_c // SDMA_QUIET_EVERY).astype(np.int64)
     for j in range(1, int(gates.max(initial=0)) + 1):
-        done = m["sdma_issue_us"] + round_robin(np.full((P, B), float(j * SDMA_QUIET_EVERY)), work_end, k_work) / engines
+        done = m["sdma_issue_us"] + work_done(np.full((V, B), float(j * SDMA_QUIET_EVERY))) / engines
         t = np.where(gates >= j, np.maximum(t + SDMA_QUIET_EVERY * m["sdma_issue_us"], done) + m["sdma_quiet_us"], t)
     t = t + (n_c - gates * SDMA_QUIET_EVERY) * m["sdma_issue_us"]
-    engine_done = m["sdma_issue_us"] + round_robin(n_c, work_end, k_work) / engines
+    engine_done = m["sdma_issue_us"] + work_done(n_c) / engines
     # Fair-share bounds of the SDMA calls: their links (each core's dsts) and the PE's egress.
     sdma_link = np.where(sd, (link_sdma + np.minimum(link_sdma, link_mte))[pair] / link, 0.0)
-    link_bound = np.zeros(P * B)
+    link_bound = np.zeros(V * B)
     np.maximum.at(link_bound, core, sdma_link)
-    moved = round_robin(n_c, bytes_end, k_bytes)            # the engines' bytes by then
-    egress_bound = np.where(n_c > 0, _fair_moved(np.repeat(np.arange(P), B), senders,
-                                                 moved.ravel()).reshape(P, B) / egress, 0.0)
-    sdma_done = np.maximum.reduce([engine_done, link_bound.reshape(P, B), egress_bound])
+    egress_bound = np.where(n_c > 0, _fair_moved(owner, senders, bytes_done(n_c).ravel()).reshape(V, B) / egress, 0.0)
+    sdma_done = np.maximum.reduce([engine_done, link_bound.reshape(V, B), egress_bound])
 
     # ---- MTE segments in loop order: pipeline, then (payload done, within the bounds) quiet, flags ----
     a = row / _rate(m["core_gm_GBps"])
@@ -195,7 +200,7 @@ def replay(rows: CaseRows, sdma: np.ndarray, model: NpuModel, sdma_mode: str = "
     k_pair = pair[key]
     bound = np.where(is_mte[key] & remote[key],
                      np.maximum((to_dst + np.minimum(to_dst, link_sdma[k_pair])) / link,
-                                _fair_moved(d[key], senders, so_far) / egress), -np.inf)
+                                _fair_moved(v[key], senders, so_far) / egress), -np.inf)
     start = t.ravel()[ks_core]                                      # after the SDMA issue phase
     D = pipe[key] + tail[key]
     C = _grouped_cumsum(ks_core, D)
@@ -203,10 +208,10 @@ def replay(rows: CaseRows, sdma: np.ndarray, model: NpuModel, sdma_mode: str = "
     end = C + np.maximum(start, lead)
     payload_done = np.empty(len(n))
     payload_done[key] = end - tail[key]
-    mte_end = np.full(P * B, -np.inf)
+    mte_end = np.full(V * B, -np.inf)
     np.maximum.at(mte_end, ks_core, np.where(is_mte[key], end, -np.inf))
-    any_mte = np.isfinite(mte_end).reshape(P, B)
-    t = np.where(any_mte, mte_end.reshape(P, B) + m["quiet_us"], t)
+    any_mte = np.isfinite(mte_end).reshape(V, B)
+    t = np.where(any_mte, mte_end.reshape(V, B) + m["quiet_us"], t)
     flag_start = payload_done + m["quiet_us"]
 
     # ---- SDMA tail: wait for this core's calls, then the SDMA rows' flags in loop order ----
@@ -216,9 +221,19 @@ def replay(rows: CaseRows, sdma: np.ndarray, model: NpuModel, sdma_mode: str = "
     before = _grouped_cumsum(ks_core, sdma_rows) - sdma_rows
     sdma_flag_start = np.empty(len(n))
     sdma_flag_start[key] = t.ravel()[ks_core] + before * m["flag_us"]
-    rows_c = np.bincount(core, weights=np.where(sd, n, 0.0), minlength=P * B).reshape(P, B)
+    rows_c = np.bincount(core, weights=np.where(sd, n, 0.0), minlength=V * B).reshape(V, B)
     comm_only = t + np.where(has_sdma, rows_c * m["flag_us"] + m["quiet_us"], 0.0)
-    flag_start = np.where(sd, sdma_flag_start, flag_start)
+    return comm_only, np.where(sd, sdma_flag_start, flag_start)
+
+
+def replay(rows: CaseRows, sdma: np.ndarray, model: NpuModel, sdma_mode: str = "row") -> ModelledTimes:
+    """Replay the kernel's stream for plan ``sdma`` (bool [pes, epp*pes]) on ``model``.
+
+    Returns :class:`ModelledTimes`. Raises ValueError for an unknown ``sdma_mode``.
+    """
+    P, S, B, m = rows.pes, rows.counts.shape[1], rows.block_dim, model
+    row = float(rows.row_bytes)
+    comm_only, flag_start = stage1(rows.counts, sdma, np.arange(P), P, B, rows.epp, rows.row_bytes, m, sdma_mode)
 
     # ---- Stage 2: every slot's flag landing, each token's last one, a scan per core ----
     land = flag_start[rows.dest * S + rows.seg] + (rows.pos + 1) * m["flag_us"] + m["flag_latency_us"]
