@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from combine_lab import cli
+from combine_lab.errors import ParameterError
 from combine_lab.run import runner
 from combine_lab.run.outputs import CORE_COLUMN, PERF_HEADER, gib_per_s, read_perf_csv
 from perf_facts import HEADER, ub_size_kb
@@ -323,3 +324,40 @@ def test_compare_prints_both_variants_with_planned_sdma(capsys, no_leaks):
     # SDMA bytes and planned SDMA: 600 rows x 4096 B on the hot expert's PE.
     assert dual[-4:] == ["2457600", "2457600", "yes", "0"]
     assert classic[-4:] == ["0", "0", "yes", "0"]
+
+
+def test_run_case_appends_rows_once_every_launch_succeeded_and_writes_the_sidecar(tmp_path, monkeypatch, no_leaks):
+    from combine_lab import CaseSpec, run_case
+
+    seen = record_launches(monkeypatch)
+    ports = iter(["tcp://127.0.0.1:9301", "tcp://127.0.0.1:9302", "tcp://127.0.0.1:9303"])
+    spec = CaseSpec(pes=2, bs=4, h=16, topk=2, expert_per_pe=2)
+    run_case(spec, "classic", loops=2, prof_pe="all", output_dir=tmp_path, ipport=lambda: next(ports))
+    res = run_case(spec, "classic", loops=2, output_dir=tmp_path, ipport=lambda: next(ports), fpe=2)
+    assert [(a[2], a[4]) for a in seen] == [("tcp://127.0.0.1:9301", "0"), ("tcp://127.0.0.1:9302", "0"),
+                                          ("tcp://127.0.0.1:9303", "2")]
+    text = (tmp_path / "combine_perf_rank0.csv").read_text()
+    assert text.count(HEADER) == 1 and len(text.splitlines()) == 5  # header + 2 runs x 2 metrics
+    assert len(dict_rows(tmp_path / "combine_perf_rank1.csv")) == 2
+    side = json.loads((tmp_path / "combine_counters_shape_4_16_2_4_2.json").read_text())
+    assert (side["variant"], side["prof_pes"], side["launches"]) == ("classic", [0], res.launches)
+    with pytest.raises(ParameterError, match=r"^fpe=-1: must be an int >= 0$"):
+        run_case(spec, "classic", fpe=-1, output_dir=tmp_path)
+
+
+def test_a_run_that_fails_on_a_later_profiled_pe_adds_no_rows(tmp_path, monkeypatch, no_leaks):
+    from combine_lab import CaseSpec, run_case
+
+    real, calls = runner.launch_pes, []
+
+    def second_fails(binary, pes, argv_for_pe, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise runner.LaunchError("PE 1 failed (test)", pe=1)
+        return real(binary, pes, argv_for_pe, **kw)
+
+    monkeypatch.setattr(runner, "launch_pes", second_fails)
+    with pytest.raises(runner.LaunchError, match=r"^PE 1 failed \(test\)$"):
+        run_case(CaseSpec(pes=2, bs=4, h=16, topk=2, expert_per_pe=2), "doubleplane", prof_pe="all",
+                 output_dir=tmp_path / "perf")
+    assert len(calls) == 2 and not (tmp_path / "perf").exists()

@@ -217,3 +217,40 @@ def test_sidecar_round_trip_and_missing_keys(tmp_path):
     del data["ranks"]
     with pytest.raises(ResultFileError, match=r"sidecar without ranks$"):
         write_sidecar(tmp_path / "x.json", data)
+
+
+def test_analysis_figures_and_tables_from_hand_made_files(tmp_path):
+    from combine_lab.results.analysis import markdown_report, perf_figure, perf_rows, write_figures, write_report
+
+    ranks = [_rank_file(tmp_path / "combine_perf_rank0.csv", RANK0), _rank_file(tmp_path / "combine_perf_rank1.csv", RANK1)]
+    write_summary_csv(ranks, tmp_path / "combine_perf_summary.csv")
+    rows, summary = perf_rows(tmp_path, "classic")
+    fig = perf_figure(rows, summary, "classic", "comm_only")
+    left, right = fig.axes
+    assert fig._suptitle.get_text() == "combine: comm_only, classic (MTE only), 3 case(s)"
+    assert (left.get_title(), left.get_ylabel()) == ("Bandwidth/GB/s per case", "bandwidth (GB/s = 2^30 B/s, all PEs' data)")
+    assert (right.get_title(), right.get_ylabel()) == ("CoreMaxTime/us per case", "CoreMaxTime (us)")
+    assert right.get_xlabel() == "case (shape_bs_h_topk_E_pes)"
+    assert [t.get_text() for t in right.get_xticklabels()] == ["shape_8_16_2_4_2", "shape_4_16_2_4_2",
+                                                               "shape_8_16_2_32_16"]
+    # PE 1's bars: CoreMaxTime 12.5, 5.0 and (Warmup 0 row) 30.0 us.
+    pe1 = [p.get_height() for p in right.containers[1]]
+    assert pe1 == [12.5, 5.0, 30.0]
+    paths = write_figures(tmp_path, "classic")
+    assert [p.name for p in paths] == ["combine_perf_full_op.png", "combine_perf_comm_only.png"]
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+
+    text = markdown_report(tmp_path, "classic")
+    assert text.startswith("# combine perf: classic (MTE only)\n\nFrom `" + str(tmp_path) + "`: combine_perf_rank0.csv, "
+                           "combine_perf_rank1.csv, combine_perf_summary.csv.\n")
+    assert ("## comm_only\n\n| CaseId | ProfPe | Npus | Blocks | DataSize/B | GlobalDataSize/B | Bandwidth/GB/s | "
+            "PerPeBandwidth/GB/s | CoreMaxTime/us | cores |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+            "| shape_8_16_2_4_2 | 0 | 2 | 2 | 1024 | 2048 | 9.9999 | 9.9999 | 10.0000 | 2 |\n"
+            "| shape_8_16_2_4_2 | 1 | 2 | 2 | 1024 | 2048 | 9.9999 | 9.9999 | 12.5000 | 2 |\n") in text
+    assert "| shape_8_16_2_32_16 | 0 | 16 | 16 | 1024 | 16384 | 9.9999 | 9.9999 | 20.0000 | 0 |\n" in text
+    assert ("### comm_only: summary (per case the slowest profiled PE)\n\n| CaseId | ProfPe | Npus | Blocks | "
+            "DataSize/B | GlobalDataSize/B | Bandwidth/GB/s | PerPeBandwidth/GB/s | CoreMaxTime/us |\n") in text
+    assert "| shape_8_16_2_4_2 | max | 2 | 2 | 1024 | 2048 | 0.1526 | 0.0763 | 12.5000 |\n" in text
+    assert write_report(tmp_path, "classic").read_text() == text
+    with pytest.raises(ResultFileError, match=r"no combine_doubleplane_perf_rank<r>\.csv to analyse$"):
+        perf_rows(tmp_path, "doubleplane")
