@@ -276,6 +276,14 @@ def test_bad_input_is_refused_before_anything_runs_or_is_removed(args, message, 
     assert out == "" and old.is_file()  # nothing ran, nothing was removed
 
 
+def test_an_output_dir_that_cannot_be_made_is_refused_before_launch(tmp_path, capsys, no_leaks):
+    (tmp_path / "file").write_text("x")
+    code, out, err = run_cli(["run", *SMALL, "--perf", "--output-dir", str(tmp_path / "file" / "perf")], capsys)
+    assert (code, out) == (2, "")
+    assert err == (f"combine-lab: error: --output-dir={tmp_path}/file/perf: cannot create {tmp_path}/file/perf "
+                   f"(Not a directory)\n")
+
+
 def test_analyse_takes_plot_or_md_only(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["run", *SMALL, "--perf", "-a", "pdf"])

@@ -246,6 +246,10 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     folders = {v: variant_dir(a.output_dir, v, separate=len(variants) > 1) for v in variants}
     if a.perf:
         for variant, folder in folders.items():
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ParameterError(f"--output-dir={a.output_dir}: cannot create {folder} ({e.strerror})") from None
             removed = clear_outputs(folder, variant)
             if removed:
                 print(f"combine-lab: removed {len(removed)} files of an earlier {variant} run from {folder}",

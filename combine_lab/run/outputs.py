@@ -128,7 +128,10 @@ def rank_files(folder: str | Path, variant: str) -> list[Path]:
 def clear_outputs(folder: str | Path, variant: str) -> list[Path]:
     """Remove what an earlier run of ``variant`` left in ``folder``: its per-rank perf CSVs, summary,
     counters sidecars, figures and report (only files with those exact names; the other variant's
-    and anything else stay). Returns the removed paths. One run's folder then holds that run."""
+    and anything else stay). Returns the removed paths. One run's folder then holds that run.
+
+    Raises:
+        ResultFileError: a file that cannot be removed (the message names it)."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
@@ -139,7 +142,10 @@ def clear_outputs(folder: str | Path, variant: str) -> list[Path]:
     removed = []
     for p in sorted(folder.iterdir()):
         if p.is_file() and pat.fullmatch(p.name):
-            p.unlink()
+            try:
+                p.unlink()
+            except OSError as e:
+                raise ResultFileError(f"{p}: cannot remove the file of an earlier run ({e.strerror})") from None
             removed.append(p)
     return removed
 
