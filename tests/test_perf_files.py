@@ -15,8 +15,8 @@ from combine_lab.run.build import source_root
 from combine_lab.run.outputs import (CORE_COLUMN, PERF_COLUMNS, PERF_HEADER, ResultFileError, append_perf_csv,
                                      clear_outputs, counters_name, driver_counters_name, figure_name, file_prefix,
                                      fixed4, gib_per_s, perf_csv_name, perf_summary_name, rank_files, read_perf_csv,
-                                     read_sidecar, report_name, summary_rows, variant_dir, write_sidecar,
-                                     write_summary_csv)
+                                     read_sidecar, report_name, summary_rows, variant_dir, write_perf_csv,
+                                     write_sidecar, write_summary_csv)
 from perf_facts import HEADER, ub_size_kb
 
 ROOT = source_root()
@@ -110,7 +110,8 @@ def test_driver_writes_the_hand_computed_row_bytes(perf_row_driver, tmp_path):
     for _ in range(2):  # a second run appends rows, not another header
         subprocess.run([str(perf_row_driver), str(path)], check=True)
     ub = ub_size_kb()
-    comm = f"1024,4,4,{ub},1.1466,3.3270,comm_only,4096,0.2866,8,16,2,2,int32_t,5,50,1,shape_8_16_2_8_4,3.3270,2.6034,0.0003"
+    comm = (f"1024,4,4,{ub},1.1466,3.3270,comm_only,4096,0.2866,8,16,2,2,int32_t,5,50,1,shape_8_16_2_8_4,"
+            "3.3270,2.6034,0.0003")
     full = f"1024,4,4,{ub},0.0000,0.0000,full_op,4096,0.0000,8,16,2,2,int32_t,5,50,1,shape_8_16_2_8_4"
     assert path.read_bytes() == f"{HEADER}\n{comm}\n{full}\n{comm}\n{full}\n".encode()
 
@@ -127,6 +128,13 @@ def test_a_reader_keyed_by_header_gets_every_cores_time(perf_row_driver, tmp_pat
     df = read_perf_csv(path)
     assert [tuple(t) for t in df["core_times_us"]] == [(3.327, 2.6034, 0.0003), ()]
     assert df["ProfPe"].tolist() == [1, 1] and df["Blocks"].tolist() == [4, 4]
+
+
+def test_python_writer_gives_the_drivers_bytes_back(perf_row_driver, tmp_path):
+    src = tmp_path / "combine_perf_rank1.csv"
+    subprocess.run([str(perf_row_driver), str(src)], check=True)
+    out = write_perf_csv(read_perf_csv(src), tmp_path / "again" / "combine_perf_rank1.csv")
+    assert out.read_bytes() == src.read_bytes()
 
 
 def _rank_file(path: Path, rows: list[str]) -> Path:
@@ -160,13 +168,18 @@ SUMMARY = [
 ]
 
 
+def two_rank_files(folder: Path) -> list[Path]:
+    """RANK0 and RANK1 as combine_perf_rank0.csv and combine_perf_rank1.csv in ``folder``."""
+    return [_rank_file(folder / "combine_perf_rank0.csv", RANK0), _rank_file(folder / "combine_perf_rank1.csv", RANK1)]
+
+
 def test_summary_follows_section8_on_hand_made_rows(tmp_path):
-    files = [_rank_file(tmp_path / "combine_perf_rank0.csv", RANK0), _rank_file(tmp_path / "combine_perf_rank1.csv", RANK1)]
+    files = two_rank_files(tmp_path)
     assert [",".join(r) for r in summary_rows(files)] == SUMMARY
 
 
 def test_summary_file_bytes(tmp_path):
-    files = [_rank_file(tmp_path / "combine_perf_rank0.csv", RANK0), _rank_file(tmp_path / "combine_perf_rank1.csv", RANK1)]
+    files = two_rank_files(tmp_path)
     out = tmp_path / "combine_perf_summary.csv"
     df = write_summary_csv(files, out)
     # Lines end in \r\n, as Python's csv writer ends them in the reference's summary.
@@ -222,13 +235,14 @@ def test_sidecar_round_trip_and_missing_keys(tmp_path):
 def test_analysis_figures_and_tables_from_hand_made_files(tmp_path):
     from combine_lab.results.analysis import markdown_report, perf_figure, perf_rows, write_figures, write_report
 
-    ranks = [_rank_file(tmp_path / "combine_perf_rank0.csv", RANK0), _rank_file(tmp_path / "combine_perf_rank1.csv", RANK1)]
+    ranks = two_rank_files(tmp_path)
     write_summary_csv(ranks, tmp_path / "combine_perf_summary.csv")
     rows, summary = perf_rows(tmp_path, "classic")
     fig = perf_figure(rows, summary, "classic", "comm_only")
     left, right = fig.axes
     assert fig._suptitle.get_text() == "combine: comm_only, classic (MTE only), 3 case(s)"
-    assert (left.get_title(), left.get_ylabel()) == ("Bandwidth/GB/s per case", "bandwidth (GB/s = 2^30 B/s, all PEs' data)")
+    assert (left.get_title(), left.get_ylabel()) == ("Bandwidth/GB/s per case",
+                                                     "bandwidth (GB/s = 2^30 B/s, all PEs' data)")
     assert (right.get_title(), right.get_ylabel()) == ("CoreMaxTime/us per case", "CoreMaxTime (us)")
     assert right.get_xlabel() == "case (shape_bs_h_topk_E_pes)"
     assert [t.get_text() for t in right.get_xticklabels()] == ["shape_8_16_2_4_2", "shape_4_16_2_4_2",
@@ -241,7 +255,7 @@ def test_analysis_figures_and_tables_from_hand_made_files(tmp_path):
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)
 
     text = markdown_report(tmp_path, "classic")
-    assert text.startswith("# combine perf: classic (MTE only)\n\nFrom `" + str(tmp_path) + "`: combine_perf_rank0.csv, "
+    assert text.startswith(f"# combine perf: classic (MTE only)\n\nFrom `{tmp_path}`: combine_perf_rank0.csv, "
                            "combine_perf_rank1.csv, combine_perf_summary.csv.\n")
     assert ("## comm_only\n\n| CaseId | ProfPe | Npus | Blocks | DataSize/B | GlobalDataSize/B | Bandwidth/GB/s | "
             "PerPeBandwidth/GB/s | CoreMaxTime/us | cores |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"

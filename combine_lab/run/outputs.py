@@ -232,6 +232,31 @@ def read_perf_csv(path: str | Path) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------ writing CSVs
 
+def perf_row_fields(row) -> list[str]:
+    """One row of :func:`read_perf_csv` form (a dict or Series with :data:`PERF_COLUMNS` and
+    ``core_times_us``) as the driver writes it: integers as integers, floats ``%.4f``, then one
+    field per core time."""
+    out = []
+    for c in PERF_COLUMNS:
+        v = row[c]
+        out.append(fixed4(float(v)) if c in _FLOAT_COLUMNS else str(int(v)) if c in _INT_COLUMNS else str(v))
+    return out + [fixed4(float(t)) for t in row["core_times_us"]]
+
+
+def write_perf_csv(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write rows of :func:`read_perf_csv` form to ``path`` (replacing it) in the per-rank format:
+    the header once, each row by :func:`perf_row_fields`, lines ending in ``\\n`` as the driver's.
+    ``read_perf_csv(write_perf_csv(read_perf_csv(p), q))`` gives the same rows, and ``q`` the bytes of ``p``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(PERF_HEADER)
+        for _, r in df.iterrows():
+            w.writerow(perf_row_fields(r))
+    return path
+
+
 def append_perf_csv(src: str | Path, dst: str | Path) -> Path:
     """Append the rows of ``src`` (a per-rank CSV the driver wrote in one run's folder) to ``dst``
     byte for byte, writing the header first when ``dst`` is new or empty, as the reference's

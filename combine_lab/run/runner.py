@@ -351,8 +351,10 @@ def _sidecar(res: RunResult, spec: CaseSpec, warmup: int, loops: int, prof_pes: 
             "warmup": int(warmup), "loops": int(loops), "launches": int(res.launches), "prof_pes": prof_pes,
             "check": "PASS" if res.check_ok else "FAIL", "counters_ok": not res.counter_mismatches(),
             "counter_mismatches": res.counter_mismatches(), "violations": int(res.violation_count),
-            "violation_examples": list(res.violations), "planned": _records(res.plan.totals, ["mte_rows", "mte_bytes", "sdma_rows", "sdma_bytes"]),
-            "counted": _records(res.plane_bytes(), ["mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts", "status_writes"]),
+            "violation_examples": list(res.violations),
+            "planned": _records(res.plan.totals, ["mte_rows", "mte_bytes", "sdma_rows", "sdma_bytes"]),
+            "counted": _records(res.plane_bytes(), ["mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts",
+                                                    "status_writes"]),
             "ranks": counters}
 
 
