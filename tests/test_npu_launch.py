@@ -61,7 +61,7 @@ def test_runner_passes_fnpu_and_a_fresh_ipport_on_npu(tmp_path, monkeypatch):
     root = tmp_path / "case"
     for r, argv in enumerate(argvs):
         csv = argv[14]
-        assert csv.endswith(f"combine_classic_perf_rank{r}.csv")
+        assert csv.endswith(f"combine_perf_rank{r}.csv")  # classic: the reference's name
         assert argv == host_argv(pe_size=2, pe_id=r, ipport=port, g_npus=2, first_npu=6, dtype="int32_t", bs=4,
                                  h=32, topk=2, expert_per_pe=2, perf=True, warmup=2, loops=3, csv=csv,
                                  case_id="shape_4_32_2_4_2", variant="classic", min_sdma_bytes=2097152,

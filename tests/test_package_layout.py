@@ -148,7 +148,7 @@ CONDA_OF = {"torch": "pytorch"}
 #: Imported only on an NPU machine, from its own vendor install (README "NPU target").
 NPU_ONLY = {"torch_npu"}
 #: Test-only helpers that live in tests/.
-LOCAL = {"conftest", "naive_case", "npu_fakes", "combine_lab"}
+LOCAL = {"conftest", "naive_case", "npu_fakes", "perf_facts", "combine_lab"}
 
 
 def third_party_imports() -> dict[str, set[str]]:

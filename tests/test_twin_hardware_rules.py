@@ -62,7 +62,8 @@ def test_the_real_kernel_serves_several_ranks_per_core_at_64_pes(no_leaks):
         assert res.ok, (res.checks, res.counter_mismatches(), res.violations)
         assert res.violation_count == 0 and res.counter_mismatches() == []
         assert int(res.plane_bytes()["sdma_bytes"].sum()) == 28819456  # the plan's SDMA bytes, all landed
-        assert set(res.perf["Blocks"]) == {blocks}
+        assert set(res.perf["Blocks"]) == {blocks}  # the CSV's Blocks is the launch's block_dim
+        assert {len(t) for t in res.perf["core_times_us"]} == {blocks}  # every block recorded both frames
 
 
 def test_an_unknown_twin_soc_is_refused_before_launch(no_leaks):

@@ -1,7 +1,9 @@
 """What ``run`` and ``compare`` share: the case flags, the loop over cases and variants, the table.
 
 The case flags are those of the reference drivers (combine-facts section 9) plus the lab's
-own (--routing, --target, --min-sdma-bytes, ...). The table prints one
+own (--routing, --target, --min-sdma-bytes, ...); where the reference's run script silently
+bends a bad value (warmup, loops, an out-of-range --prof-pe) the value is refused instead
+(README: "Deviations from the reference"). The table prints one
 :class:`~combine_lab.results.rows.ResultRow` per line, a variant the target refuses and the
 ``--baseline`` run included.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -23,27 +26,40 @@ from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 from ..results.rows import REFUSED, NotRun, ResultRow, result_row
 from ..run.build import VariantRefused
-from ..run.outputs import perf_csv_name, write_summary_csv
+from ..run.outputs import (clear_outputs, counters_name, perf_summary_name, rank_files, variant_dir,
+                           write_summary_csv)
 from ..run.runner import prepare_case, refusals, run_case
+
+
+#: SHMEM's bootstrap address when -ipport is not given (combine-facts section 9).
+DEFAULT_IPPORT = "tcp://127.0.0.1:8767"
+#: A 127.0.0.1 bootstrap moves to port + (launch index mod this), one port per launch.
+PORT_SPAN = 1000
 
 
 def add_case_flags(p: argparse.ArgumentParser) -> None:
     """The case and run flags of ``run`` and ``compare`` (combine-facts section 9, plus the lab's)."""
     g = p.add_argument_group("case (combine-facts section 9)")
     g.add_argument("-pes", type=int, default=2, help="PEs (ranks); sets -gnpus too (default 2)")
-    g.add_argument("-gnpus", type=int, default=None, help="NPUs on this node; must equal -pes")
+    g.add_argument("-gnpus", type=int, default=None,
+                   help="NPUs on this node (default = -pes); a different value is set to -pes with --perf and "
+                        "refused without it")
+    g.add_argument("-fnpu", type=int, default=0, help="first NPU: PE r runs on NPU fnpu + r (default 0)")
+    g.add_argument("-fpe", type=int, default=0, help="first PE id, passed to the driver (default 0; one node: 0)")
+    g.add_argument("-ipport", default=DEFAULT_IPPORT,
+                   help=f"SHMEM bootstrap (default {DEFAULT_IPPORT}); on 127.0.0.1 each launch (case, variant, "
+                        f"profiled PE) takes the next port: port + n mod {PORT_SPAN}")
+    g.add_argument("-type", dest="dtype", default="int32_t", help="int32_t | float16_t (default int32_t)")
     g.add_argument("-bs", type=int, default=8, help="tokens per PE (default 8)")
     g.add_argument("-h", dest="h", type=int, default=7168, help="hidden size, elements (default 7168)")
     g.add_argument("-topk", type=int, default=8, help="experts per token (default 8)")
-    g.add_argument("-expertPerPe", dest="expert_per_pe", type=int, default=4, help="experts per PE (default 4)")
-    g.add_argument("-type", dest="dtype", default="int32_t", help="int32_t | float16_t (default int32_t)")
-    g.add_argument("-fnpu", type=int, default=0, help="first NPU id (default 0)")
-    g.add_argument("-ipport", default=None, help="SHMEM bootstrap, default a free port on tcp://127.0.0.1")
+    g.add_argument("-expertPerPe", dest="expert_per_pe", type=int, default=2, help="experts per PE (default 2)")
     g.add_argument("--routing", default="uniform",
                    help="uniform | zipf:S | hot-expert:F | hot-rank:F | deepseek | trace:MODEL/DOMAIN/LAYER")
     g.add_argument("--seed", type=int, default=42, help="case seed (default 42)")
     g.add_argument("--masked-fraction", type=float, default=0.0, help="share of slots masked to -1 (default 0)")
-    g.add_argument("--pes-list", nargs="+", default=None, help="sweep: PE counts")
+    lists = "commas or spaces, several arguments or one quoted (\"8 16\"); the cases are the product of the lists"
+    g.add_argument("--pes-list", nargs="+", default=None, help=f"sweep: PE counts ({lists})")
     g.add_argument("--bs-list", nargs="+", default=None, help="sweep: batch sizes")
     g.add_argument("--h-list", nargs="+", default=None, help="sweep: hidden sizes")
     g.add_argument("--topk-list", nargs="+", default=None, help="sweep: top-k values")
@@ -52,11 +68,24 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
     r.add_argument("--target", choices=["cpu", "npu"], default="cpu", help="cpu = CPU twin (default), npu = Ascend")
     r.add_argument("--min-sdma-bytes", type=int, default=DEFAULT_MIN_SDMA_BYTES,
                    help="smallest segment that may go by SDMA, bytes (default 2 MiB)")
-    r.add_argument("--perf", action="store_true", help="write perf CSVs (full_op, comm_only)")
-    r.add_argument("--warmup", type=int, default=5, help="launches before profiling (default 5)")
-    r.add_argument("--loops", type=int, default=50, help="profiled launches (default 50)")
-    r.add_argument("--prof-pe", default="0", help="PE to profile, or 'all' to profile every PE in turn")
-    r.add_argument("--output-dir", default="output/perf", help="perf CSV folder (default output/perf)")
+    r.add_argument("--perf", action="store_true",
+                   help="profile: warmup + loops launches, full_op and comm_only rows in the perf CSVs; without "
+                        "it, one launch per case and the check, no CSV")
+    r.add_argument("--warmup", type=int, default=5, help="untimed launches before profiling, >= 0 (default 5)")
+    r.add_argument("--loops", type=int, default=50, help="profiled launches, >= 1 (default 50)")
+    r.add_argument("--prof-pe", default=None,
+                   help="with --perf: the PE profiled (default 0), or 'all': every PE in turn, one run each, then "
+                        "the summary CSV (per case the slowest PE, ProfPe 'max')")
+    r.add_argument("--output-dir", default="output/perf",
+                   help="with --perf: where the perf CSVs go (default output/perf): combine_perf_rank<r>.csv "
+                        "(classic) or combine_doubleplane_perf_rank<r>.csv, combine[_doubleplane]_perf_summary.csv, "
+                        "and per case the lab's sidecar combine[_doubleplane]_counters_<case>.json; compare puts "
+                        "each variant in its own subfolder (<dir>/classic, <dir>/doubleplane). The variant's files "
+                        "of an earlier run there are removed first")
+    r.add_argument("-a", "--analyse", choices=["plot", "md"], default=None,
+                   help="with --perf, after the run: plot = figures of the CSVs (bandwidth and CoreMaxTime per case, "
+                        "per metric: <prefix>_perf_<metric>.png), md = the same as Markdown tables "
+                        "(<prefix>_perf_report.md), beside the CSVs")
     r.add_argument("--work-dir", default=None, help="where case files go (default a temporary folder, removed)")
     r.add_argument("--timeout", type=float, default=300.0, help="limit per launch of all PEs, seconds (default 300)")
     r.add_argument("--chaos", type=int, default=None, metavar="SEED",
@@ -65,8 +94,6 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _specs(a: argparse.Namespace) -> list[CaseSpec]:
-    if a.gnpus is not None and a.gnpus != a.pes:
-        raise ParameterError(f"-gnpus={a.gnpus}: must equal -pes={a.pes} (one node)")
     axes = {
         "pes": as_list(a.pes_list, int, "--pes-list") if a.pes_list else [a.pes],
         "bs": as_list(a.bs_list, int, "--bs-list") if a.bs_list else [a.bs],
@@ -84,13 +111,63 @@ def _specs(a: argparse.Namespace) -> list[CaseSpec]:
     return specs
 
 
-def _prof_pe(text: str):
-    if text == "all":
-        return "all"
+def _prof_pe(text: str | None, specs: list[CaseSpec]):
+    """--prof-pe as run_case takes it (default 0), checked against every case's PEs."""
+    if text is None or text == "all":
+        return 0 if text is None else "all"
     try:
-        return int(text)
+        pe = int(text)
     except ValueError:
         raise ParameterError(f"--prof-pe={text!r}: must be a PE number or 'all'") from None
+    fewest = min(specs, key=lambda s: s.pes)
+    if not 0 <= pe < fewest.pes:
+        raise ParameterError(f"--prof-pe={text}: must be 'all' or a PE in [0, {fewest.pes - 1}] "
+                             f"({fewest.case_id} has {fewest.pes} PEs)")
+    return pe
+
+
+def bootstrap_addresses(ipport: str):
+    """-ipport as a function that returns the address of the next launch: on 127.0.0.1, ``port + n
+    mod 1000`` for the n-th launch of this command (the reference's one port per case, so that a
+    launch never meets the previous one's socket); any other address unchanged.
+
+    Raises:
+        ParameterError: not ``tcp://HOST:PORT``, or a 127.0.0.1 port past 65535 - 999.
+    """
+    m = re.fullmatch(r"tcp://([^\s:/]+):(\d+)", ipport)
+    if not m:
+        raise ParameterError(f"-ipport={ipport!r}: must be tcp://HOST:PORT (default {DEFAULT_IPPORT})")
+    host, port = m.group(1), int(m.group(2))
+    if host != "127.0.0.1":
+        if not 1 <= port <= 65535:
+            raise ParameterError(f"-ipport={ipport!r}: port must be in [1, 65535]")
+        return lambda: ipport
+    if not 1 <= port <= 65535 - (PORT_SPAN - 1):
+        raise ParameterError(f"-ipport={ipport!r}: a 127.0.0.1 port must be in [1, {65535 - (PORT_SPAN - 1)}] "
+                             f"(each launch takes the next of {PORT_SPAN} ports)")
+    launches = itertools.count()
+    return lambda: f"tcp://127.0.0.1:{port + next(launches) % PORT_SPAN}"
+
+
+def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec]) -> None:
+    """The flags that do not make a case, checked before anything runs (combine-facts section 9):
+    -gnpus (set to -pes with --perf, refused without), --warmup, --loops, -fnpu, -fpe, -a."""
+    if a.gnpus is not None and a.gnpus != a.pes:
+        if not a.perf:
+            raise ParameterError(f"-gnpus={a.gnpus}: must equal -pes={a.pes} (one node; with --perf it is set to "
+                                 f"each case's -pes)")
+        print(f"combine-lab: note: -gnpus={a.gnpus} set to each case's -pes (one node)", file=sys.stderr)
+    for flag, value, lo, reference in (("--warmup", a.warmup, 0, "reads a negative value as 0"),
+                                       ("--loops", a.loops, 1, "reads 0 or less as 1"),
+                                       ("-fnpu", a.fnpu, 0, None), ("-fpe", a.fpe, 0, None)):
+        if value < lo:
+            why = f" (the reference's run script {reference}; here it is refused)" if reference else ""
+            raise ParameterError(f"{flag}={value}: must be an int >= {lo}{why}")
+    if a.analyse and not a.perf:
+        raise ParameterError(f"-a/--analyse={a.analyse}: needs --perf (it draws the perf CSVs of this run)")
+    if a.prof_pe is not None and not a.perf:
+        print("combine-lab: note: --prof-pe has no effect without --perf (one launch per case, nothing profiled)",
+              file=sys.stderr)
 
 
 #: The run table: column title -> ResultRow field.
@@ -141,15 +218,23 @@ def _report(res) -> None:
 
 
 def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
-    """Run ``variants`` on every case the flags ``a`` describe, print the table and the perf CSVs
+    """Run ``variants`` on every case the flags ``a`` describe, print the table and the files
     written; return the exit status (0 every run passed, 1 a check or counter comparison failed).
+
+    Everything is checked before anything runs. Without ``--perf`` each case is launched once and
+    checked, nothing is written; with it, each variant's folder (:func:`variant_dir`: the output
+    dir, or a subfolder per variant when several run) first loses the files an earlier run of that
+    variant left (perf CSVs, summary, sidecars, figures, report), then gets this run's; with
+    ``--prof-pe all`` the summary CSV follows, and ``-a plot|md`` the figures or tables.
 
     A variant the target refuses (doubleplane on an NPU with CANN < 9.0.0) gets a REFUSED row and
     its reason on stderr while the others run; when it is the only one asked for, raises
     ``VariantRefused`` (exit 2). With ``--baseline`` the baseline's row follows each case's.
     """
     specs = _specs(a)
-    prof_pe = _prof_pe(a.prof_pe)
+    prof_pe = _prof_pe(a.prof_pe, specs)
+    _check_run_flags(a, specs)
+    next_ipport = bootstrap_addresses(a.ipport)
     refused = refusals(a.target, variants)
     if refused and len(variants) == 1:
         raise VariantRefused(refused[variants[0]])
@@ -158,9 +243,21 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     if getattr(a, "baseline", None):
         from ..run.baseline import require_baseline
         require_baseline(a.target)  # before anything runs: the fix if it cannot
-    out_dir = Path(a.output_dir)
+    folders = {v: variant_dir(a.output_dir, v, separate=len(variants) > 1) for v in variants}
+    if a.perf:
+        for variant, folder in folders.items():
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ParameterError(f"--output-dir={a.output_dir}: cannot create {folder} ({e.strerror})") from None
+            removed = clear_outputs(folder, variant)
+            if removed:
+                print(f"combine-lab: removed {len(removed)} files of an earlier {variant} run from {folder}",
+                      file=sys.stderr)
+    # Without --perf nothing is timed: one launch, then the check (as the reference's driver does).
+    warmup, loops = (a.warmup, a.loops) if a.perf else (0, 1)
     rows: list[ResultRow] = []
-    bad, written = 0, set()
+    bad = 0
     for spec in _progress(specs, "combine"):
         prepared = prepare_case(spec, a.work_dir, a.target)
         try:
@@ -169,15 +266,13 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
                     rows.append(result_row(NotRun.of(spec, variant, a.target, REFUSED, refused[variant],
                                                       a.min_sdma_bytes)))
                     continue
-                res = run_case(prepared, variant, min_sdma_bytes=a.min_sdma_bytes, warmup=a.warmup, loops=a.loops,
-                               perf=True, prof_pe=prof_pe, target=a.target, timeout_s=a.timeout,
-                               output_dir=out_dir if a.perf else None, fnpu=a.fnpu, ipport=a.ipport,
-                               chaos_seed=a.chaos)
+                res = run_case(prepared, variant, min_sdma_bytes=a.min_sdma_bytes, warmup=warmup, loops=loops,
+                               perf=a.perf, prof_pe=prof_pe, target=a.target, timeout_s=a.timeout,
+                               output_dir=folders[variant] if a.perf else None, fnpu=a.fnpu, fpe=a.fpe,
+                               ipport=next_ipport, chaos_seed=a.chaos)
                 rows.append(result_row(res))
                 bad += 0 if rows[-1].ok else 1
                 _report(res)
-                if a.perf:
-                    written |= {out_dir / perf_csv_name(f"combine_{variant}", int(p)) for p in res.perf["ProfPe"]}
             if getattr(a, "baseline", None):  # compare --baseline hccl
                 rows.append(_baseline_row(prepared, a))
                 bad += 0 if rows[-1].ok else 1
@@ -185,16 +280,29 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
             if a.work_dir is None:
                 prepared.cleanup()
     print(table_text(rows))
-    if a.perf and written:
+    if a.perf:
         for variant in variants:
-            files = sorted(p for p in written if p.name in {perf_csv_name(f"combine_{variant}", r)
-                                                            for r in range(max(s.pes for s in specs))})
-            if len(files) > 1 or len(specs) > 1:
-                summary = out_dir / f"combine_{variant}_perf_summary.csv"
-                write_summary_csv(files, summary)
-                files.append(summary)
-            print("perf CSV: " + ", ".join(str(p) for p in files))
+            if variant not in refused:
+                _finish_perf(folders[variant], variant, [s.case_id for s in specs], prof_pe == "all", a.analyse)
     return 0 if bad == 0 else 1
+
+
+def _finish_perf(folder: Path, variant: str, case_ids: list[str], summary: bool, analyse: str | None) -> None:
+    """After a perf run of ``variant``: the summary CSV (``--prof-pe all``), the ``-a`` analysis,
+    and one line per kind of file written in ``folder``."""
+    ranks = rank_files(folder, variant)
+    print("perf CSV: " + ", ".join(str(p) for p in ranks))
+    if summary and ranks:
+        path = folder / perf_summary_name(variant)
+        write_summary_csv(ranks, path)
+        print(f"perf summary: {path}")
+    print("sidecars: " + ", ".join(str(folder / counters_name(variant, c)) for c in dict.fromkeys(case_ids)))
+    if analyse == "plot":
+        from ..results.analysis import write_figures
+        print("figures: " + ", ".join(str(p) for p in write_figures(folder, variant)))
+    elif analyse == "md":
+        from ..results.analysis import write_report
+        print(f"report: {write_report(folder, variant)}")
 
 
 def _baseline_row(prepared, a: argparse.Namespace) -> ResultRow:

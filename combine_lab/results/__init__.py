@@ -2,5 +2,6 @@
 
 - :mod:`.rows`: :class:`ResultRow` and :func:`result_row` (a run, a refusal or a baseline), the
   speed-up and the verdict;
-- :mod:`.tables`: the sweep's tidy table and CSV, its per-case summary, losses, readable view.
+- :mod:`.tables`: the sweep's tidy table and CSV, its per-case summary, losses, readable view;
+- :mod:`.analysis`: ``-a plot`` / ``-a md``: a run's perf CSVs as figures (PNG) and Markdown tables.
 """

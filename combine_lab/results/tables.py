@@ -26,14 +26,15 @@ import pandas as pd
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
 from ..planning.planner import VARIANTS
-from ..run.outputs import PERF_COLUMNS, ResultFileError
+from ..run.outputs import PERF_COLUMNS, ResultFileError, fixed4
 from .rows import FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, ResultRow, speedup, verdict
 
 __all__ = ["TIDY_COLUMNS", "SUMMARY_COLUMNS", "tidy_rows", "write_sweep_csv", "read_sweep_csv", "summarize",
            "losses", "readable"]
 
 #: Every column of the tidy table, in order: the perf columns, ``core_times_us`` (the per-core
-#: times joined by ';'), the sweep's ``repeat`` (0, 1, ...) and case ``seed``, then the row's.
+#: times, us with 4 decimals as in the perf CSV, joined by ';'), the sweep's ``repeat`` (0, 1, ...)
+#: and case ``seed``, then the row's.
 TIDY_COLUMNS = PERF_COLUMNS + ["core_times_us", "repeat", "seed"] + ROW_COLUMNS
 _CASE_KEYS = ["CaseId", "routing", "Dtype", "seed", "target", "min_sdma_bytes"]
 
@@ -48,7 +49,7 @@ def tidy_rows(row: ResultRow, spec: CaseSpec, perf: pd.DataFrame | None = None, 
         out = []
         for _, r in perf.iterrows():
             fixed = {c: r[c] for c in PERF_COLUMNS}
-            out.append({**fixed, "core_times_us": ";".join(f"{v:.6f}" for v in r["core_times_us"]), **extra})
+            out.append({**fixed, "core_times_us": ";".join(fixed4(v) for v in r["core_times_us"]), **extra})
         return out
     base = {c: np.nan for c in PERF_COLUMNS}
     base.update({"Npus": spec.pes, "BS": spec.bs, "H": spec.h, "TopK": spec.topk, "ExpertPerPe": spec.expert_per_pe,

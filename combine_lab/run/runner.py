@@ -13,7 +13,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import Callable, Union
 
 import numpy as np
 import pandas as pd
@@ -29,7 +29,8 @@ from ..planning.planner import plan as make_plan
 from . import build as build_mod
 from .capabilities import npu_variant_refusal
 from .launch import LaunchError, bootstrap_ipport, host_argv, launch_pes
-from .outputs import counters_frame, counters_name, perf_csv_name, read_counters, read_perf_csv, write_perf_csv
+from .outputs import (append_perf_csv, counters_frame, counters_name, driver_counters_name, perf_csv_name,
+                      read_counters, read_perf_csv, write_sidecar)
 
 _MISMATCH_EXIT = 2  # the driver's status when x_out differs from golden
 
@@ -210,8 +211,8 @@ class RunResult:
 def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
              warmup: int = 0, loops: int = 1, perf: bool = True, prof_pe: int | str = 0, target: str = "cpu",
              timeout_s: float = 120.0, work_dir: str | os.PathLike | None = None,
-             output_dir: str | os.PathLike | None = None, name: str | None = None, fnpu: int = 0,
-             ipport: str | None = None, keep_files: bool = False, chaos_seed: int | None = None,
+             output_dir: str | os.PathLike | None = None, fnpu: int = 0, fpe: int = 0,
+             ipport: str | Callable[[], str] | None = None, keep_files: bool = False, chaos_seed: int | None = None,
              binary: str | os.PathLike | None = None, env: dict[str, str] | None = None) -> RunResult:
     """Run ``case`` with one ``variant`` on ``target`` and check it.
 
@@ -221,12 +222,18 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         min_sdma_bytes: smallest segment (bytes) that may go by SDMA (combine-facts section 4: 2 MiB).
         warmup, loops: launches before and during profiling; loops >= 1.
         perf: record perf rows for the profiled PE(s).
-        prof_pe: the PE whose cores are profiled, or ``"all"`` to run once per PE.
+        prof_pe: the PE whose cores are profiled, or ``"all"`` to run once per PE (with ``perf``
+            only: without it, one run).
         target: ``cpu`` (twin) or ``npu``.
         timeout_s: limit for each launch of all PEs, seconds.
-        output_dir: if given, perf rows are appended to ``<output_dir>/<name>_perf_rank<r>.csv``.
-        name: file prefix; default ``combine_<variant>``.
-        fnpu, ipport: first NPU and SHMEM bootstrap address (default a free 127.0.0.1 port).
+        output_dir: if given, the perf rows of profiled PE r are appended to
+            ``<output_dir>/combine_perf_rank<r>.csv`` (classic) or
+            ``combine_doubleplane_perf_rank<r>.csv`` (header once, as combine-facts section 8),
+            once every launch succeeded, and the case's sidecar is written beside them
+            (``<prefix>_counters_<case_id>.json``: :func:`combine_lab.run.outputs.write_sidecar`).
+        fnpu, fpe: first NPU (PE r on NPU ``r % pes + fnpu``) and first PE id passed to the driver.
+        ipport: SHMEM bootstrap address for every launch, or a function called once per launch
+            (each profiled PE's run) that returns it; default a free 127.0.0.1 port per launch.
         keep_files: keep case files that this call wrote to a temporary folder.
         chaos_seed: twin only: run under chaos mode with this seed (puts land as late and in
             as odd an order as their semantics allow); protocol violations are reported in
@@ -249,7 +256,8 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
     """
     if variant not in VARIANTS:
         raise ParameterError(f"variant={variant!r}: must be one of {', '.join(map(repr, VARIANTS))}")
-    for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("min_sdma_bytes", min_sdma_bytes, 0)):
+    for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("min_sdma_bytes", min_sdma_bytes, 0),
+                         ("fnpu", fnpu, 0), ("fpe", fpe, 0)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
             raise ParameterError(f"{label}={v!r}: must be an int >= {lo}")
     if chaos_seed is not None and (not isinstance(chaos_seed, (int, np.integer)) or isinstance(chaos_seed, bool)
@@ -275,6 +283,8 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         prof_pes = [int(prof_pe)]
     else:
         raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {spec.pes - 1}]")
+    if not perf:
+        prof_pes = prof_pes[:1]  # nothing is profiled: one run
     check_capacity(spec, prepared.case_root, _rows_per_pe(prepared.case), target)
     the_plan = make_plan(prepared.case, variant, min_sdma_bytes=min_sdma_bytes)
     try:
@@ -282,16 +292,15 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         env = dict(env or {})
         if chaos_seed is not None:
             env["COMBINE_TWIN_CHAOS"] = str(int(chaos_seed))
-        name = name or f"combine_{variant}"
-        run_dir = Path(tempfile.mkdtemp(prefix=f"{name}_", dir=prepared.case_root))
-        perf_frames, status = [], [0] * spec.pes
+        run_dir = Path(tempfile.mkdtemp(prefix=f"combine_{variant}_", dir=prepared.case_root))
+        csv_of = lambda r: run_dir / perf_csv_name(variant, r)  # noqa: E731
+        perf_frames, perf_files, status = [], [], [0] * spec.pes
         for ppe in prof_pes:
-            csv_of = lambda r: run_dir / perf_csv_name(name, r)  # noqa: E731
-            port = ipport or bootstrap_ipport()  # a fresh port per launch: runs never collide
+            port = (ipport() if callable(ipport) else ipport) or bootstrap_ipport()  # default: fresh per launch
             argv = lambda r: host_argv(pe_size=spec.pes, pe_id=r, ipport=port, g_npus=spec.pes,  # noqa: E731
-                                       first_npu=fnpu, dtype=spec.dtype, bs=spec.bs, h=spec.h, topk=spec.topk,
-                                       expert_per_pe=spec.expert_per_pe, perf=perf, warmup=warmup, loops=loops,
-                                       csv=csv_of(r), case_id=spec.case_id, variant=variant,
+                                       first_pe=fpe, first_npu=fnpu, dtype=spec.dtype, bs=spec.bs, h=spec.h,
+                                       topk=spec.topk, expert_per_pe=spec.expert_per_pe, perf=perf, warmup=warmup,
+                                       loops=loops, csv=csv_of(r), case_id=spec.case_id, variant=variant,
                                        min_sdma_bytes=min_sdma_bytes, case_root=prepared.case_root)
             outcomes = launch_pes(binary, spec.pes, argv, cwd=prepared.case_root, log_dir=run_dir / f"logs_pe{ppe}",
                                   timeout_s=timeout_s, env={**env, "SHMEM_CYCLE_PROF_PE": str(ppe)},
@@ -299,8 +308,9 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
             status = [max(s, o.returncode) for s, o in zip(status, outcomes)]
             if perf and csv_of(ppe).is_file():
                 perf_frames.append(read_perf_csv(csv_of(ppe)))
-                csv_of(ppe).unlink()  # the next prof PE's run appends afresh
-        counters = [read_counters(run_dir / counters_name(name, r)) for r in range(spec.pes)] \
+                kept = csv_of(ppe).rename(run_dir / f"prof{ppe}_{csv_of(ppe).name}")  # the next run writes afresh
+                perf_files.append((ppe, kept))
+        counters = [read_counters(run_dir / driver_counters_name(csv_of(r).name)) for r in range(spec.pes)] \
             if target == "cpu" else []
         x_out, checks = [], []
         for r in range(spec.pes):
@@ -308,33 +318,44 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
             x_out.append(x)
             checks.append(check_x_out(x, prepared.golden(r), spec.dtype))  # the file the PEs checked against
         perf_df = pd.concat(perf_frames, ignore_index=True) if perf_frames else pd.DataFrame()
-        if output_dir is not None and not perf_df.empty:
-            append_perf_rows(perf_df, Path(output_dir), name)
-            for r in range(spec.pes if counters else 0):  # the twin's counters go beside the perf CSVs
-                shutil.copyfile(run_dir / counters_name(name, r), Path(output_dir) / counters_name(name, r))
-        return RunResult(case_id=spec.case_id, routing=spec.routing, dtype=spec.dtype, variant=variant,
-                         min_sdma_bytes=min_sdma_bytes, target=target, x_out=x_out, checks=checks, perf=perf_df,
-                         counters=counters_frame(counters, "last") if counters else pd.DataFrame(),
-                         counters_total=counters_frame(counters, "total") if counters else pd.DataFrame(),
-                         launches=int(counters[0]["launches"]) if counters else warmup + loops,
-                         plan=the_plan, run_dir=run_dir, driver_status=status,
-                         violations=[m for c in counters for m in c.get("violation_examples", [])],
-                         violation_count=sum(int(c.get("violations", 0)) for c in counters))
+        result = RunResult(case_id=spec.case_id, routing=spec.routing, dtype=spec.dtype, variant=variant,
+                           min_sdma_bytes=min_sdma_bytes, target=target, x_out=x_out, checks=checks, perf=perf_df,
+                           counters=counters_frame(counters, "last") if counters else pd.DataFrame(),
+                           counters_total=counters_frame(counters, "total") if counters else pd.DataFrame(),
+                           launches=int(counters[0]["launches"]) if counters else warmup + loops,
+                           plan=the_plan, run_dir=run_dir, driver_status=status,
+                           violations=[m for c in counters for m in c.get("violation_examples", [])],
+                           violation_count=sum(int(c.get("violations", 0)) for c in counters))
+        if output_dir is not None:  # only once every launch succeeded: a failed run adds no rows
+            for ppe, path in perf_files:
+                append_perf_csv(path, Path(output_dir) / perf_csv_name(variant, ppe))
+            write_sidecar(Path(output_dir) / counters_name(variant, spec.case_id),
+                          _sidecar(result, spec, warmup, loops, prof_pes, counters))
+        return result
     finally:
         if not keep_files and prepared is not case:
             prepared.cleanup()
 
 
-def append_perf_rows(perf: pd.DataFrame, output_dir: Path, name: str) -> list[Path]:
-    """Append ``perf`` rows to ``<output_dir>/<name>_perf_rank<ProfPe>.csv``, one file per rank."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for rank, rows in perf.groupby("ProfPe"):
-        path = output_dir / perf_csv_name(name, int(rank))
-        old = read_perf_csv(path) if path.is_file() and path.stat().st_size else None
-        write_perf_csv(pd.concat([old, rows], ignore_index=True) if old is not None else rows, path)
-        paths.append(path)
-    return paths
+def _records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
+    """``columns`` of a per-PE frame (index ``pe``) as JSON-ready dicts, ``pe`` first, Python ints."""
+    return [{"pe": int(pe), **{k: int(row[k]) for k in columns}} for pe, row in df.iterrows()]
+
+
+def _sidecar(res: RunResult, spec: CaseSpec, warmup: int, loops: int, prof_pes: list[int],
+             counters: list[dict]) -> dict:
+    """The sidecar of one run (:func:`combine_lab.run.outputs.write_sidecar`): what the perf CSV has
+    no column for."""
+    return {"case_id": spec.case_id, "variant": res.variant, "routing": spec.routing, "dtype": spec.dtype,
+            "seed": int(spec.seed), "target": res.target, "min_sdma_bytes": int(res.min_sdma_bytes),
+            "warmup": int(warmup), "loops": int(loops), "launches": int(res.launches), "prof_pes": prof_pes,
+            "check": "PASS" if res.check_ok else "FAIL", "counters_ok": not res.counter_mismatches(),
+            "counter_mismatches": res.counter_mismatches(), "violations": int(res.violation_count),
+            "violation_examples": list(res.violations),
+            "planned": _records(res.plan.totals, ["mte_rows", "mte_bytes", "sdma_rows", "sdma_bytes"]),
+            "counted": _records(res.plane_bytes(), ["mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts",
+                                                    "status_writes"]),
+            "ranks": counters}
 
 
 def refusals(target: str, variants=VARIANTS) -> dict[str, str]:
@@ -388,4 +409,4 @@ def compare(case: CaseLike, **kwargs) -> Comparison:
 
 
 __all__ = ["VARIANTS", "PreparedCase", "RunResult", "Comparison", "prepare_case", "run_case", "compare", "refusals",
-           "append_perf_rows", "LaunchError"]
+           "LaunchError"]
