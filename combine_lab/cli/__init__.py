@@ -2,10 +2,12 @@
 
     combine-lab run -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 -type int32_t --routing trace:mixtral/arxiv/15
     combine-lab compare -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 --routing trace:mixtral/arxiv/15
+    combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 8 --routing deepseek --model a3
+    combine-lab calibrate output/perf/combine_perf_rank0.csv --model a3 --out fitted.toml
     combine-lab doctor | selftest | notebooks
 
-Sub-commands: :mod:`.run`, :mod:`.compare` (both on :mod:`.cases`), :mod:`.doctor`,
-:mod:`.selftest`, :mod:`.notebooks`. Each registers its parser and a handler
+Sub-commands: :mod:`.run`, :mod:`.compare` (both on :mod:`.cases`), :mod:`.suggest`,
+:mod:`.calibrate`, :mod:`.doctor`, :mod:`.selftest`, :mod:`.notebooks`. Each registers its parser and a handler
 ``args.handler(args) -> exit status``; :func:`main` turns the lab's errors into exit status 2.
 """
 
@@ -19,15 +21,16 @@ from ..planning.capacity import CapacityError
 from ..run.build import BuildError
 from ..run.launch import LaunchError
 from ..run.outputs import ResultFileError
-from . import compare, doctor, notebooks, run, selftest
+from . import calibrate, compare, doctor, notebooks, run, selftest, suggest
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of ``combine-lab`` (sub-commands run, compare, doctor, selftest, notebooks)."""
+    """The argparse parser of ``combine-lab`` (sub-commands run, compare, suggest, calibrate, selftest,
+    doctor, notebooks)."""
     parser = argparse.ArgumentParser(prog="combine-lab", description="MoE combine lab: doubleplane (MTE+SDMA) vs "
                                      "classic (MTE only) combine on the CPU twin or an Ascend NPU")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, compare, selftest, doctor, notebooks):
+    for module in (run, compare, suggest, calibrate, selftest, doctor, notebooks):
         module.register(sub)
     return parser
 

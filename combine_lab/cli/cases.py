@@ -37,18 +37,12 @@ DEFAULT_IPPORT = "tcp://127.0.0.1:8767"
 PORT_SPAN = 1000
 
 
-def add_case_flags(p: argparse.ArgumentParser) -> None:
-    """The case and run flags of ``run`` and ``compare`` (combine-facts section 9, plus the lab's)."""
+def add_shape_flags(p: argparse.ArgumentParser):
+    """The flags that make a case (combine-facts section 9 shapes, routing, sweep lists); returns
+    their group. ``run``/``compare`` add placement and run flags (:func:`add_case_flags`),
+    ``suggest`` the model's."""
     g = p.add_argument_group("case (combine-facts section 9)")
     g.add_argument("-pes", type=int, default=2, help="PEs (ranks); sets -gnpus too (default 2)")
-    g.add_argument("-gnpus", type=int, default=None,
-                   help="NPUs on this node (default = -pes); a different value is set to -pes with --perf and "
-                        "refused without it")
-    g.add_argument("-fnpu", type=int, default=0, help="first NPU: PE r runs on NPU fnpu + r (default 0)")
-    g.add_argument("-fpe", type=int, default=0, help="first PE id, passed to the driver (default 0; one node: 0)")
-    g.add_argument("-ipport", default=DEFAULT_IPPORT,
-                   help=f"SHMEM bootstrap (default {DEFAULT_IPPORT}); on 127.0.0.1 each launch (case, variant, "
-                        f"profiled PE) takes the next port: port + n mod {PORT_SPAN}")
     g.add_argument("-type", dest="dtype", default="int32_t", help="int32_t | float16_t (default int32_t)")
     g.add_argument("-bs", type=int, default=8, help="tokens per PE (default 8)")
     g.add_argument("-h", dest="h", type=int, default=7168, help="hidden size, elements (default 7168)")
@@ -64,6 +58,20 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--h-list", nargs="+", default=None, help="sweep: hidden sizes")
     g.add_argument("--topk-list", nargs="+", default=None, help="sweep: top-k values")
     g.add_argument("--expert-per-pe-list", nargs="+", default=None, help="sweep: experts per PE")
+    return g
+
+
+def add_case_flags(p: argparse.ArgumentParser) -> None:
+    """The case and run flags of ``run`` and ``compare`` (combine-facts section 9, plus the lab's)."""
+    g = add_shape_flags(p)
+    g.add_argument("-gnpus", type=int, default=None,
+                   help="NPUs on this node (default = -pes); a different value is set to -pes with --perf and "
+                        "refused without it")
+    g.add_argument("-fnpu", type=int, default=0, help="first NPU: PE r runs on NPU fnpu + r (default 0)")
+    g.add_argument("-fpe", type=int, default=0, help="first PE id, passed to the driver (default 0; one node: 0)")
+    g.add_argument("-ipport", default=DEFAULT_IPPORT,
+                   help=f"SHMEM bootstrap (default {DEFAULT_IPPORT}); on 127.0.0.1 each launch (case, variant, "
+                        f"profiled PE) takes the next port: port + n mod {PORT_SPAN}")
     r = p.add_argument_group("run")
     r.add_argument("--target", choices=["cpu", "npu"], default="cpu", help="cpu = CPU twin (default), npu = Ascend")
     r.add_argument("--min-sdma-bytes", type=int, default=DEFAULT_MIN_SDMA_BYTES,
@@ -90,10 +98,28 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
     r.add_argument("--timeout", type=float, default=300.0, help="limit per launch of all PEs, seconds (default 300)")
     r.add_argument("--chaos", type=int, default=None, metavar="SEED",
                    help="twin: complete puts late and shuffled (seeded) and report protocol violations")
+    r.add_argument("--clock", default="wall", metavar="wall|model:NAME",
+                   help="wall (default): run and time the kernel; model:NAME (a2, a3, host, or a .toml file): "
+                        "price each case on the timing model instead, launching nothing (any shape, no payload); "
+                        "the table says 'modelled on NAME', perf CSVs go to <output-dir>-model-NAME")
     p.add_argument("--help", action="help", help="show this help and exit")
 
 
-def _specs(a: argparse.Namespace) -> list[CaseSpec]:
+def clock_model(text: str):
+    """The NpuModel of ``--clock model:NAME``, or None for ``wall``.
+
+    Raises:
+        ParameterError: neither wall nor model:NAME, or an unknown model (listing the known ones).
+    """
+    if text == "wall":
+        return None
+    if not text.startswith("model:") or not text[len("model:"):]:
+        raise ParameterError(f"--clock={text!r}: wall or model:NAME (NAME: a2, a3, host, or a .toml file)")
+    from ..model.params import load_model
+    return load_model(text[len("model:"):])
+
+
+def _specs(a: argparse.Namespace, payload: bool = True) -> list[CaseSpec]:
     axes = {
         "pes": as_list(a.pes_list, int, "--pes-list") if a.pes_list else [a.pes],
         "bs": as_list(a.bs_list, int, "--bs-list") if a.bs_list else [a.bs],
@@ -102,12 +128,13 @@ def _specs(a: argparse.Namespace) -> list[CaseSpec]:
         "expert_per_pe": as_list(a.expert_per_pe_list, int, "--expert-per-pe-list") if a.expert_per_pe_list
         else [a.expert_per_pe],
     }
-    # Every case is validated, and checked to fit this machine, before the first one runs.
+    # Every case is validated, and checked to fit this machine (when it runs), before the first one runs.
     specs = [CaseSpec(pes=p, bs=b, h=h, topk=k, expert_per_pe=e, dtype=a.dtype, seed=a.seed, routing=a.routing,
                       masked_fraction=a.masked_fraction)
              for p, b, h, k, e in itertools.product(*axes.values())]
-    for spec in specs:
-        check_capacity(spec, a.work_dir, target=a.target, draws_x=True)
+    if payload:
+        for spec in specs:
+            check_capacity(spec, a.work_dir, target=a.target, draws_x=True)
     return specs
 
 
@@ -231,9 +258,12 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     its reason on stderr while the others run; when it is the only one asked for, raises
     ``VariantRefused`` (exit 2). With ``--baseline`` the baseline's row follows each case's.
     """
-    specs = _specs(a)
+    model = clock_model(getattr(a, "clock", "wall"))
+    specs = _specs(a, payload=model is None)
     prof_pe = _prof_pe(a.prof_pe, specs)
     _check_run_flags(a, specs)
+    if model is not None:
+        return _run_modelled(a, variants, specs, prof_pe, model)
     next_ipport = bootstrap_addresses(a.ipport)
     refused = refusals(a.target, variants)
     if refused and len(variants) == 1:
@@ -287,22 +317,62 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     return 0 if bad == 0 else 1
 
 
-def _finish_perf(folder: Path, variant: str, case_ids: list[str], summary: bool, analyse: str | None) -> None:
+def _finish_perf(folder: Path, variant: str, case_ids: list[str], summary: bool, analyse: str | None,
+                 note: str = "") -> None:
     """After a perf run of ``variant``: the summary CSV (``--prof-pe all``), the ``-a`` analysis,
-    and one line per kind of file written in ``folder``."""
+    and one line per kind of file written in ``folder``; ``note`` titles modelled figures."""
     ranks = rank_files(folder, variant)
     print("perf CSV: " + ", ".join(str(p) for p in ranks))
     if summary and ranks:
         path = folder / perf_summary_name(variant)
         write_summary_csv(ranks, path)
         print(f"perf summary: {path}")
-    print("sidecars: " + ", ".join(str(folder / counters_name(variant, c)) for c in dict.fromkeys(case_ids)))
+    if not note:
+        print("sidecars: " + ", ".join(str(folder / counters_name(variant, c)) for c in dict.fromkeys(case_ids)))
     if analyse == "plot":
         from ..results.analysis import write_figures
-        print("figures: " + ", ".join(str(p) for p in write_figures(folder, variant)))
+        print("figures: " + ", ".join(str(p) for p in write_figures(folder, variant, note)))
     elif analyse == "md":
         from ..results.analysis import write_report
-        print(f"report: {write_report(folder, variant)}")
+        print(f"report: {write_report(folder, variant, note)}")
+
+
+def _run_modelled(a: argparse.Namespace, variants: list[str], specs: list[CaseSpec], prof_pe, model) -> int:
+    """``--clock model:NAME``: price every case and variant on ``model`` (nothing is launched, only the
+    routing is drawn), print the table under its "modelled on" line, and with ``--perf`` write the
+    perf CSVs (and summary, -a) in the reference format under ``<output-dir>-model-<name>``."""
+    from ..case.case import make_case
+    from ..model.modelled import model_case
+    from ..run.outputs import perf_csv_name, write_perf_csv, read_perf_csv
+
+    for flag, given in (("--chaos", a.chaos is not None), ("--baseline", bool(getattr(a, "baseline", None)))):
+        if given:
+            raise ParameterError(f"{flag}: runs the kernel; --clock model:{model.name} prices it without running")
+    base = Path(f"{a.output_dir}-model-{model.name}")
+    folders = {v: variant_dir(base, v, separate=len(variants) > 1) for v in variants}
+    if a.perf:
+        for variant, folder in folders.items():
+            folder.mkdir(parents=True, exist_ok=True)
+            clear_outputs(folder, variant)
+    rows: list[ResultRow] = []
+    for spec in _progress(specs, "model"):
+        case = make_case(spec)
+        for variant in variants:
+            res = model_case(case, variant, model, a.min_sdma_bytes, prof_pe, a.warmup, a.loops)
+            rows.append(result_row(res))
+            if a.perf:
+                for pe in res.prof_pes:
+                    path = folders[variant] / perf_csv_name(variant, pe)
+                    old = read_perf_csv(path) if path.is_file() else None
+                    new = res.perf_rows(pe)
+                    write_perf_csv(new if old is None else pd.concat([old, new], ignore_index=True), path)
+    print(model.caption())
+    print(table_text(rows))
+    if a.perf:
+        for variant in variants:
+            _finish_perf(folders[variant], variant, [s.case_id for s in specs], prof_pe == "all", a.analyse,
+                         model.caption())
+    return 0
 
 
 def _baseline_row(prepared, a: argparse.Namespace) -> ResultRow:

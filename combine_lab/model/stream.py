@@ -21,10 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..case.case import Case
-from ..planning.cores import launch_block_dim
+from ..planning.cores import kernel_constant, launch_block_dim
 from ..planning.planner import sdma_mask
 
-SDMA_QUIET_EVERY = 256  # kernels/combine_kernel.h kSdmaQuietEvery
+SDMA_QUIET_EVERY = kernel_constant("kSdmaQuietEvery")
 SQE_BYTES = 1 << 20     # one SDMA descriptor carries up to 1 MiB (combine-facts section 10)
 
 

@@ -8,6 +8,26 @@ serves source ranks ``c, c + block_dim, c + 2*block_dim, ...``.
 
 from __future__ import annotations
 
+import functools
+import re
+from pathlib import Path
+
+KERNEL_HEADER = Path(__file__).resolve().parents[2] / "kernels" / "combine_kernel.h"
+
+
+@functools.cache
+def kernel_constant(name: str) -> int:
+    """An integer ``constexpr`` of kernels/combine_kernel.h (e.g. ``kSdmaQuietEvery``), read from the
+    header itself so that Python and the kernel never disagree. ``N * 1024`` forms are evaluated.
+
+    Raises:
+        KeyError: the header defines no such integer constant.
+    """
+    m = re.search(rf"constexpr u?int\d+_t {name} = (\d+)(?: \* (\d+))?;", KERNEL_HEADER.read_text())
+    if not m:
+        raise KeyError(f"{KERNEL_HEADER}: no integer constexpr {name}")
+    return int(m.group(1)) * int(m.group(2) or 1)
+
 #: The SoC whose AIV count and UB the CPU twin enforces when none is chosen
 #: (``COMBINE_TWIN_SOC``; host/twin/twin_acl.cpp holds the same table).
 TWIN_DEFAULT_SOC = "Ascend910B3"
@@ -15,7 +35,7 @@ TWIN_DEFAULT_SOC = "Ascend910B3"
 TWIN_SOCS = ("the twin models Ascend910B2 (48 AIV), Ascend910B3 and Ascend910B4 (40 AIV) and Ascend910_93xx "
              "(48 AIV per die)")
 #: SHMEM makes one SDMA stream per AIV block 0..47 (ACLSHMEM_MAX_AIV_PER_NPU).
-MAX_SDMA_BLOCKS = 48
+MAX_SDMA_BLOCKS = kernel_constant("kMaxSdmaBlocks")
 
 
 def aiv_cores(soc: str) -> int:

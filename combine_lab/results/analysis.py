@@ -10,6 +10,8 @@ are those of the CSVs: times in microseconds, bandwidths in "GB/s" as the CSV he
 
 from __future__ import annotations
 
+import textwrap
+
 from pathlib import Path
 
 import pandas as pd
@@ -45,10 +47,12 @@ def perf_rows(folder: str | Path, variant: str) -> tuple[pd.DataFrame, pd.DataFr
     return rows, read_perf_csv(summary_path) if summary_path.is_file() else None
 
 
-def perf_figure(rows: pd.DataFrame, summary: pd.DataFrame | None, variant: str, metric: str) -> Figure:
+def perf_figure(rows: pd.DataFrame, summary: pd.DataFrame | None, variant: str, metric: str,
+                note: str = "") -> Figure:
     """Bandwidth/GB/s (left) and CoreMaxTime/us (right) of ``metric`` per case: one bar per profiled
     PE, and the summary's value (slowest PE) as a black mark when ``summary`` is given. Cases in the
-    order they ran. Made without pyplot (nothing global to close)."""
+    order they ran; ``note`` is a second title line (modelled times say "modelled on ..." there).
+    Made without pyplot (nothing global to close)."""
     sel = rows[rows["Metric"] == metric]
     cases = list(dict.fromkeys(sel["CaseId"]))
     pes = sorted(set(sel["ProfPe"]))
@@ -74,18 +78,20 @@ def perf_figure(rows: pd.DataFrame, summary: pd.DataFrame | None, variant: str, 
         ax.grid(axis="y", alpha=0.3)
     handles, labels = fig.axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, title="profiled PE", loc="outside right upper", fontsize="small")
-    fig.suptitle(f"{file_prefix(variant)}: {metric}, {_LABEL[variant]}, {len(cases)} case(s)")
+    title = f"{file_prefix(variant)}: {metric}, {_LABEL[variant]}, {len(cases)} case(s)"
+    wrapped = textwrap.fill(note, width=int(fig.get_figwidth() * 10)) if note else ""
+    fig.suptitle(title + (f"\n{wrapped}" if note else ""), fontsize="medium" if note else None)
     return fig
 
 
-def write_figures(folder: str | Path, variant: str) -> list[Path]:
+def write_figures(folder: str | Path, variant: str, note: str = "") -> list[Path]:
     """Write :func:`perf_figure` of each metric as PNG into ``folder``; returns the paths."""
     folder = Path(folder)
     rows, summary = perf_rows(folder, variant)
     out = []
     for metric in PERF_METRICS:
         path = folder / figure_name(variant, metric)
-        perf_figure(rows, summary, variant, metric).savefig(path, dpi=100)
+        perf_figure(rows, summary, variant, metric, note).savefig(path, dpi=100)
         out.append(path)
     return out
 
@@ -110,13 +116,14 @@ def _report_frame(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
     return sel[REPORT_COLUMNS].reset_index(drop=True)
 
 
-def markdown_report(folder: str | Path, variant: str) -> str:
+def markdown_report(folder: str | Path, variant: str, note: str = "") -> str:
     """The ``-a md`` text: per metric, Bandwidth/GB/s, PerPeBandwidth/GB/s and CoreMaxTime/us per case
-    and profiled PE, then the summary's rows (slowest PE per case) when there is one."""
+    and profiled PE, then the summary's rows (slowest PE per case) when there is one; ``note`` (e.g.
+    "modelled on ...") follows the title."""
     folder = Path(folder)
     rows, summary = perf_rows(folder, variant)
     files = ", ".join(p.name for p in rank_files(folder, variant))
-    out = [f"# {file_prefix(variant)} perf: {_LABEL[variant]}", "",
+    out = [f"# {file_prefix(variant)} perf: {_LABEL[variant]}", ""] + ([f"**{note}**", ""] if note else []) + [
            f"From `{folder}`: {files}" + (f", {perf_summary_name(variant)}" if summary is not None else "") + ".",
            "Times in microseconds (us); bandwidths in GB/s as the CSVs write them (2^30 bytes per second; "
            "Bandwidth: all PEs' data, PerPeBandwidth: one PE's); cores: cores that recorded the frame.", ""]
@@ -128,8 +135,8 @@ def markdown_report(folder: str | Path, variant: str) -> str:
     return "\n".join(out)
 
 
-def write_report(folder: str | Path, variant: str) -> Path:
+def write_report(folder: str | Path, variant: str, note: str = "") -> Path:
     """Write :func:`markdown_report` to ``folder / report_name(variant)``; returns the path."""
     path = Path(folder) / report_name(variant)
-    path.write_text(markdown_report(folder, variant))
+    path.write_text(markdown_report(folder, variant, note))
     return path

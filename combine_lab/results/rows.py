@@ -8,7 +8,9 @@ from any of:
 - a :class:`NotRun`: a variant the target refused (check REFUSED: doubleplane on an NPU with
   CANN older than 9.0.0) or a run that failed (check ERROR), with the reason;
 - a :class:`~combine_lab.run.baseline.BaselineResult`: the all_to_all baseline (variant
-  ``gloo-a2a`` or ``hccl-a2a``).
+  ``gloo-a2a`` or ``hccl-a2a``);
+- a :class:`~combine_lab.model.modelled.ModelledResult`: a variant priced by the timing model
+  (check MODEL, target ``model:<name>``, the "modelled on ..." caption as its reason).
 
 Comparing the variants happens here too, once: :func:`speedup` (classic time / doubleplane
 time, above 1 when doubleplane is faster), :func:`verdict` over repeats, and
@@ -26,6 +28,7 @@ import numpy as np
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
 from ..run.baseline import BaselineResult
+from ..model.modelled import MODELLED, ModelledResult
 from ..run.runner import RunResult
 
 __all__ = ["PASS", "FAIL", "REFUSED", "ERROR", "METRICS", "SPEEDUP", "NO_SDMA", "NotRun", "ResultRow", "ROW_COLUMNS",
@@ -74,7 +77,8 @@ class ResultRow:
     Attributes:
         case_id, routing, dtype, target: the case and where it ran ('cpu' twin or 'npu').
         variant: ``classic`` | ``doubleplane`` | ``gloo-a2a`` | ``hccl-a2a`` (baseline).
-        check: :data:`PASS` | :data:`FAIL` (x_out against golden on every PE) | :data:`REFUSED` | :data:`ERROR`.
+        check: :data:`PASS` | :data:`FAIL` (x_out against golden on every PE) | :data:`REFUSED` | :data:`ERROR`
+            | ``MODEL`` (priced by the timing model: nothing ran; ``reason`` holds "modelled on ...").
         comm_only_us, full_op_us: CoreMaxTime/us, mean over the profiled PEs (baseline: mean over
             loops of the slowest rank); NaN when nothing was timed.
         min_sdma_bytes: the SDMA floor, bytes (None for the baseline).
@@ -134,7 +138,7 @@ class ResultRow:
 #: The fields of :class:`ResultRow`, in order: the columns every results table shares.
 ROW_COLUMNS = [f.name for f in dataclasses.fields(ResultRow)]
 
-Outcome = Union[RunResult, NotRun, BaselineResult]
+Outcome = Union[RunResult, NotRun, BaselineResult, ModelledResult]
 
 
 def _max_err(checks) -> float:
@@ -171,7 +175,18 @@ def result_row(outcome: Outcome) -> ResultRow:
             comm_only_us=outcome.time_us("comm_only"), full_op_us=outcome.time_us("full_op"), min_sdma_bytes=None,
             mte_bytes=None, sdma_bytes=None, payload_bytes=None, planned_sdma_bytes=None, sdma_share=float("nan"),
             counters_ok=None, violations=None, max_abs_err=_max_err(outcome.checks))
-    raise ParameterError(f"outcome={type(outcome).__name__}: must be a RunResult, NotRun or BaselineResult")
+    if isinstance(outcome, ModelledResult):  # priced, not run: planned bytes, nothing checked or counted
+        sdma = int(outcome.plan.totals["sdma_bytes"].sum())
+        mte = int(outcome.plan.totals["mte_bytes"].sum())
+        return ResultRow(
+            case_id=outcome.case.spec.case_id, routing=outcome.case.spec.routing, dtype=outcome.case.spec.dtype,
+            target=f"model:{outcome.model.name}", variant=outcome.variant, check=MODELLED,
+            comm_only_us=outcome.time_us("comm_only"), full_op_us=outcome.time_us("full_op"),
+            min_sdma_bytes=outcome.min_sdma_bytes, mte_bytes=mte, sdma_bytes=sdma, payload_bytes=mte + sdma,
+            planned_sdma_bytes=sdma, sdma_share=sdma / (mte + sdma) if mte + sdma else 0.0, counters_ok=None,
+            violations=None, max_abs_err=float("nan"), reason=outcome.caption)
+    raise ParameterError(f"outcome={type(outcome).__name__}: must be a RunResult, NotRun, BaselineResult or "
+                         "ModelledResult")
 
 
 def speedup(classic_us, doubleplane_us):
