@@ -22,11 +22,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import LabError
+from ..errors import LabError, ParameterError
+from ..params import convert
 from .records import RECORD_SUFFIX, default_output_dir
 
-__all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "declared_parameters", "split_params",
-           "run_notebooks", "KERNEL_NAME"]
+__all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "declared_parameters", "declared_types",
+           "split_params", "run_notebooks", "KERNEL_NAME"]
 
 #: The Jupyter kernel the notebooks run on (``.ci/setup`` registers it).
 KERNEL_NAME = "python3"
@@ -108,8 +109,15 @@ def load_params(path: str | os.PathLike) -> dict:
 def declared_parameters(nb: str | os.PathLike) -> list[str]:
     """The names a notebook declares in its ``parameters`` cell, in order, as papermill
     reads them (``papermill.inspect_notebook``)."""
+    return list(declared_types(nb))
+
+
+def declared_types(nb: str | os.PathLike) -> dict[str, str]:
+    """Name -> declared type (the annotation's text, e.g. ``"int"``, ``"list[int]"``,
+    ``"Optional[str]"``; ``"None"`` where a parameter has none) of a notebook's ``parameters``
+    cell, in order, as papermill reads them (``papermill.inspect_notebook``)."""
     import papermill
-    return list(papermill.inspect_notebook(str(nb)).keys())
+    return {name: p["inferred_type_name"] for name, p in papermill.inspect_notebook(str(nb)).items()}
 
 
 def _did_you_mean(name: str, allowed) -> str:
@@ -119,17 +127,24 @@ def _did_you_mean(name: str, allowed) -> str:
 
 
 def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
-    """Parameters per notebook stem from a params mapping (see the module docstring).
+    """Parameters per notebook stem from a params mapping (see the module docstring), each
+    converted to the type its notebook declares.
 
     Keys naming a notebook (stem or the part after the number) hold that notebook's
     parameters; other keys go to every notebook that declares them in its ``parameters``
     cell. Every name is checked against what papermill finds in the notebooks' parameters
-    cells (:func:`declared_parameters`), so that a misspelt name is refused here rather
-    than ignored by papermill with a warning.
+    cells (:func:`declared_types`), so that a misspelt name is refused here rather than
+    ignored by papermill with a warning; every value is converted to the declared type
+    (:func:`combine_lab.params.convert`: ``"4096"`` -> 4096 for an ``int``, ``"False"`` -> False
+    for a ``bool``), so that text from YAML is never used as a string in the notebook.
 
     Raises LabError (nothing has run yet) for a parameter a notebook does not declare::
 
         params: 'bs_lst' is not a parameter of notebook 03_sweep (did you mean 'bs_list'?); its parameters: ...
+
+    for a value that is not of the declared type::
+
+        params: notebook 02_tuning: parameter h='40x': expected int
 
     for a top-level key no notebook declares, or a notebook entry that is not a mapping.
     """
@@ -137,7 +152,8 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
     for nb in notebooks:
         by_name[nb.stem] = nb
         by_name[_NAME.match(nb.name).group(2)] = nb
-    declared = {nb.stem: declared_parameters(nb) for nb in notebooks}
+    types = {nb.stem: declared_types(nb) for nb in notebooks}
+    declared = {stem: list(t) for stem, t in types.items()}
     out: dict[str, dict] = {nb.stem: {} for nb in notebooks}
     common = {}
     for key, value in params.items():
@@ -162,6 +178,13 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
                             f"{', '.join(every)}")
         for stem in takers:
             out[stem].setdefault(key, value)
+    for stem, values in out.items():
+        for name, value in values.items():
+            if types[stem][name] != "None":  # a parameter without a declared type goes as it is
+                try:
+                    values[name] = convert(value, types[stem][name], name)
+                except ParameterError as e:
+                    raise LabError(f"params: notebook {stem}: {e}") from None
     return out
 
 
