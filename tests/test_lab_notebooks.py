@@ -199,6 +199,12 @@ def test_papermill_cli_with_a_string_list(tmp_path, no_leaks):
                    for o in c.get("outputs", []))
     assert "WARNING: no case sends anything by SDMA" in text
     assert (tmp_path / "03_sdma_share_vs_speedup.png").is_file()
+    # the saved notebook shows the finished bar (a widget bar saved its first state: "sweep: 0%| | 0/2")
+    nb = nbformat.read(out_nb, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "run_sweep(" in c.source)
+    assert all(o.output_type == "stream" for o in cell.outputs[:2]), [o.output_type for o in cell.outputs]
+    shown = "".join(o.text for o in cell.outputs if o.output_type == "stream").split("\n")[0].split("\r")[-1]
+    assert shown.startswith("sweep: 100%|") and " 2/2 [" in shown, shown
 
 
 def test_notebooks_declare_parameters():
