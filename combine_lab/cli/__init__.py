@@ -12,6 +12,8 @@ Sub-commands: :mod:`.run`, :mod:`.compare` (both on :mod:`.cases`), :mod:`.docto
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 
 from ..errors import CaseFileError, LabError, ParameterError, SpecError
@@ -32,13 +34,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, unwound as Ctrl-C is: every ``finally`` runs (PEs killed, shared memory and case
+    folders removed), then ``combine-lab`` exits with 143 (128 + SIGTERM)."""
+
+
+def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup short
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """While ``combine-lab`` runs, SIGTERM raises :class:`Terminated` (in the main thread only,
+    where Python delivers signals; elsewhere nothing changes)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 ok, 1 a check failed, 2 bad input or failed run)."""
+    """Entry point; returns the exit status (0 ok, 1 a check failed, 2 bad input or failed run,
+    130 Ctrl-C, 143 SIGTERM: both after stopping every PE and removing what the run made)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[-1:] == ["-h"]:  # -h is the hidden size, as in the reference drivers
         print("combine-lab: -h is the hidden size (-h 7168); for help use --help", file=sys.stderr)
         return 2
     args = build_parser().parse_args(argv)
+    with _sigterm_as_interrupt():
+        return _handle(args)
+
+
+def _handle(args: argparse.Namespace) -> int:
     try:
         return args.handler(args)
     except (SpecError, ParameterError, CaseFileError, CapacityError, LabError, ResultFileError, BuildError,
@@ -49,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"combine-lab: error: out of memory making or reading the case ({e}); use a smaller shape",
               file=sys.stderr)
         return 2
+    except Terminated:
+        print("combine-lab: terminated (SIGTERM); every PE was stopped, its shared memory and the run's case "
+              "files removed", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
-        print("combine-lab: interrupted; every PE was stopped and its shared memory removed", file=sys.stderr)
+        print("combine-lab: interrupted; every PE was stopped, its shared memory and the run's case files removed",
+              file=sys.stderr)
         return 130

@@ -28,10 +28,11 @@ from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, Plan
 from ..planning.planner import plan as make_plan
 from . import build as build_mod
 from .capabilities import npu_variant_refusal
-from .launch import LaunchError, bootstrap_ipport, host_argv, launch_pes
+from .launch import LaunchError, bootstrap_ipport, host_argv, launch_pes, owned_temp_dir, remove_orphans
 from .outputs import counters_frame, counters_name, perf_csv_name, read_counters, read_perf_csv, write_perf_csv
 
 _MISMATCH_EXIT = 2  # the driver's status when x_out differs from golden
+_REFUSED_INPUT_EXIT = 1  # the driver refused its arguments or case files, before SHMEM started
 
 
 @dataclass
@@ -70,8 +71,10 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None, targ
     Args:
         case: a :class:`CaseSpec`, a :class:`Case`, an existing :class:`PreparedCase`, or the
             path of a reference case folder ``.../golden/shape_*`` (read and validated).
-        work_dir: where to write the files; default a fresh temporary folder that
-            :meth:`PreparedCase.cleanup` removes.
+        work_dir: where to write the files; default a fresh temporary folder
+            (``<tmp>/combine_lab_case_p<pid>_*``) that :meth:`PreparedCase.cleanup` removes, and that
+            a later run removes if this process dies first; case folders of dead runs are removed
+            before this one is made (:func:`combine_lab.run.launch.remove_orphans`).
         target: where it will run (``cpu``: the twin's /dev/shm heaps are counted too).
 
     Raises:
@@ -87,12 +90,14 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None, targ
         if path.resolve().parent.name != "golden":
             raise CaseFileError(f"case={path}: a case folder must sit in <root>/golden/ (combine-facts section 3)")
         return PreparedCase(loaded, path.resolve().parent.parent)
+    if work_dir is None:
+        remove_orphans()  # a dead run's case folder may be what fills the disk
     if isinstance(case, CaseSpec):
         check_capacity(case, work_dir, target=target, draws_x=True)  # before drawing anything
         case = make_case(case)
     check_capacity(case.spec, work_dir, _rows_per_pe(case), target)
     owns = work_dir is None
-    root = Path(tempfile.mkdtemp(prefix="combine_lab_")) if owns else Path(work_dir)
+    root = owned_temp_dir("case") if owns else Path(work_dir)
     write_case(case, root)
     return PreparedCase(case, root, owns_root=owns)
 
@@ -295,7 +300,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
                                        min_sdma_bytes=min_sdma_bytes, case_root=prepared.case_root)
             outcomes = launch_pes(binary, spec.pes, argv, cwd=prepared.case_root, log_dir=run_dir / f"logs_pe{ppe}",
                                   timeout_s=timeout_s, env={**env, "SHMEM_CYCLE_PROF_PE": str(ppe)},
-                                  tolerated_codes=(_MISMATCH_EXIT,))
+                                  tolerated_codes=(_MISMATCH_EXIT,), unnoticed_codes=(_REFUSED_INPUT_EXIT,))
             status = [max(s, o.returncode) for s, o in zip(status, outcomes)]
             if perf and csv_of(ppe).is_file():
                 perf_frames.append(read_perf_csv(csv_of(ppe)))
