@@ -116,3 +116,89 @@ def test_sweep_that_does_not_fit_is_refused_before_the_first_case(capsys, no_lea
     assert out == ""  # not even the small case ran
     assert err.startswith("combine-lab: error: shape_65536_65536_8_32_8: making the case needs x of 137438953472 "
                           "bytes (128.00 GiB: pes*bs*h*4) in memory, ")
+
+
+# ---- issue 9 item 6: every output, work and notebook folder is checked before anything runs ----
+
+from combine_lab.errors import ParameterError  # noqa: E402
+from combine_lab.run import build as build_mod  # noqa: E402
+from combine_lab.run import runner  # noqa: E402
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("something ran although the folder was refused")
+    for mod, name in ((build_mod, "build"), (runner, "launch_pes"), (runner, "make_case"), (runner, "write_case")):
+        monkeypatch.setattr(mod, name, refuse)
+
+
+@pytest.mark.parametrize("flag, folder, reason", [
+    ("--output-dir", "{file}/perf", "under {file}, which is a file, not a folder"),
+    ("--output-dir", "{file}", "is a file, not a folder"),
+    ("--output-dir", "/proc/combine_lab_x", "under /proc, the kernel's proc file system, which holds no files; "
+                                            "pick a folder on a disk"),
+    ("--output-dir", "/sys/combine_lab_x", "under /sys, the kernel's sysfs file system, which holds no files; "
+                                           "pick a folder on a disk"),
+    ("--work-dir", "{file}/work", "under {file}, which is a file, not a folder"),
+    ("--work-dir", "/proc/x", "under /proc, the kernel's proc file system, which holds no files; "
+                              "pick a folder on a disk"),
+])
+def test_unusable_folder_refused_before_anything_runs(tmp_path, capsys, nothing_runs, flag, folder, reason):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    folder, reason = folder.format(file=a_file), reason.format(file=a_file)
+    code, out, err = run_cli(["run", *SMALL, "--perf", flag, folder], capsys)
+    assert code == 2
+    assert err == f"combine-lab: error: {flag} {folder}: {reason}\n"
+    assert out == "" and a_file.read_text() == "not a folder"
+
+
+def test_unwritable_folder_is_refused_naming_the_reason(tmp_path, capsys, nothing_runs):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        probe = ro / "probe"
+        try:
+            probe.mkdir()
+            probe.rmdir()
+            pytest.skip("this user writes in read-only folders (root)")
+        except PermissionError:
+            pass
+        code, _, err = run_cli(["run", *SMALL, "--perf", "--output-dir", str(ro / "perf")], capsys)
+        assert code == 2 and err == f"combine-lab: error: --output-dir {ro}/perf: cannot create it (Permission denied)\n"
+    finally:
+        ro.chmod(0o700)
+
+
+def test_run_case_refuses_an_unusable_output_or_work_dir(tmp_path, nothing_runs):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    from combine_lab.case.spec import CaseSpec
+    spec = CaseSpec(pes=2, bs=8, h=16, topk=2, expert_per_pe=2)
+    with pytest.raises(ParameterError) as err:
+        runner.run_case(spec, "classic", output_dir=a_file)
+    assert str(err.value) == f"output_dir {a_file}: is a file, not a folder"
+    with pytest.raises(ParameterError) as err:
+        runner.run_case(spec, "classic", work_dir=a_file / "w")
+    assert str(err.value) == f"work_dir {a_file}/w: under {a_file}, which is a file, not a folder"
+
+
+def test_notebooks_out_under_proc_refused_before_anything_runs(capsys, monkeypatch):
+    pytest.importorskip("papermill", reason="needs the lab extra: pip install -e '.[lab]'")
+    import papermill
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("ran a notebook"))
+    code, out, err = run_cli(["notebooks", "--only", "sweep", "--out", "/proc/lab"], capsys)
+    assert code == 2
+    assert err == ("combine-lab: error: --out /proc/lab: under /proc, the kernel's proc file system, which holds no "
+                   "files; pick a folder on a disk\n")
+
+
+def test_notebook_output_dir_is_checked(tmp_path):
+    from combine_lab.lab import records
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ParameterError) as err:
+        records.output_dir(tmp_path / "f" / "lab")
+    assert str(err.value) == f"output_dir {tmp_path}/f/lab: under {tmp_path}/f, which is a file, not a folder"
+    assert records.output_dir(tmp_path / "new" / "lab") == (tmp_path / "new" / "lab").resolve()

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "combine_lab"
 
 #: The stages, in the order of the flow; a module may import its own stage and those before it.
-#: errors and params serve every stage; the top-level __init__ and __main__ sit above all.
-LAYERS = ["errors", "params", "case", "planning", "run", "results", "lab", "cli"]
+#: errors, params and folders serve every stage; the top-level __init__ and __main__ sit above all.
+LAYERS = ["errors", "params", "folders", "case", "planning", "run", "results", "lab", "cli"]
 
 
 def module_name(path: Path) -> str:

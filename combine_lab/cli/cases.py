@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
+from ..folders import usable_folder
 from ..params import as_list
 from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
@@ -65,6 +66,11 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _specs(a: argparse.Namespace) -> list[CaseSpec]:
+    # the folders a run writes to, before anything is drawn, written or launched
+    if a.perf:
+        usable_folder(a.output_dir, "--output-dir")
+    if a.work_dir is not None:
+        usable_folder(a.work_dir, "--work-dir")
     if a.gnpus is not None and a.gnpus != a.pes:
         raise ParameterError(f"-gnpus={a.gnpus}: must equal -pes={a.pes} (one node)")
     axes = {

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LabError, ParameterError
+from ..folders import usable_folder
 from ..params import convert
 from .records import RECORD_SUFFIX, default_output_dir
 
@@ -202,7 +203,8 @@ def _kernel_config(socket_dir: str):
 
 def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None = None,
                   only: list[str] | None = None, folder: str | os.PathLike | None = None,
-                  kernel_name: str = KERNEL_NAME, timeout_s: float = 600.0, log=None) -> list[NotebookRun]:
+                  kernel_name: str = KERNEL_NAME, timeout_s: float = 600.0, log=None,
+                  out_name: str = "out_dir") -> list[NotebookRun]:
     """Execute the notebooks headless with papermill; return one :class:`NotebookRun` each.
 
     Args:
@@ -213,9 +215,11 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
         folder: notebook folder (default :func:`notebook_dir`).
         kernel_name: Jupyter kernel; timeout_s: limit per cell, seconds.
         log: callable taking one line of text per notebook (e.g. print), or None.
+        out_name: how messages name ``out_dir`` (the CLI's ``--out``).
 
     A failing notebook is reported (``ok`` False, ``error``), and the others still run.
-    Raises LabError for bad names or parameters (before anything runs or is created).
+    Raises LabError for bad names or parameters (before anything runs or is created), then
+    ParameterError for an output folder that cannot hold files (before anything runs).
     The kernel runs over IPC sockets in a private temporary folder (no TCP port, no
     unencrypted-transport warning).
     """
@@ -223,8 +227,7 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
     notebooks = find_notebooks(folder, only)
     per_nb = split_params(params or {}, notebooks)  # bad names or parameters: nothing created yet
     out = Path(out_dir) if out_dir is not None else default_output_dir()
-    out = out.expanduser().resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = usable_folder(out, out_name).resolve()
     results = []
     old_backend = os.environ.get("MPLBACKEND")
     os.environ["MPLBACKEND"] = "Agg"  # the kernel inherits it: no display needed

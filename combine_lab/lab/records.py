@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ParameterError
+from ..folders import usable_folder
 from ..params import convert
 
 __all__ = ["default_output_dir", "output_dir", "write_record", "read_record", "RECORD_SUFFIX", "check_parameters",
@@ -78,11 +79,12 @@ def output_dir(value: str | os.PathLike | None = None) -> Path:
     ``value``: a path, or None / "" for :func:`default_output_dir`. Relative paths are
     taken from the current directory (the notebook's folder in JupyterLab, the
     caller's with papermill). Returns an absolute Path.
+
+    Raises ParameterError naming the folder and why it cannot hold files (a file, under a file,
+    under /proc, not writable: :func:`combine_lab.folders.usable_folder`).
     """
     path = Path(value) if value not in (None, "") else default_output_dir()
-    path = path.expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return usable_folder(path, "output_dir").resolve()
 
 
 def _jsonable(v: Any) -> Any:

@@ -22,6 +22,7 @@ from ..case.case import Case, make_case
 from ..case.casefiles import case_dir_of, check_x_out, read_case, read_rank_file, read_x_out, write_case
 from ..case.spec import CaseSpec
 from ..errors import CaseFileError, ParameterError
+from ..folders import usable_folder
 from ..planning.capacity import check_capacity
 from ..planning.cores import TWIN_SOCS, aiv_cores
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, Plan
@@ -81,6 +82,7 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None, targ
         SpecError, CaseFileError: invalid spec or case files, or a case folder that is not in a
             ``golden/`` folder (before anything is launched).
         capacity.CapacityError: the case does not fit /dev/shm, memory or disk (before writing).
+        ParameterError: ``work_dir`` cannot hold the files (:func:`combine_lab.folders.usable_folder`).
     """
     if isinstance(case, PreparedCase):
         return case
@@ -92,6 +94,8 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None, targ
         return PreparedCase(loaded, path.resolve().parent.parent)
     if work_dir is None:
         remove_orphans()  # a dead run's case folder may be what fills the disk
+    else:
+        usable_folder(work_dir, "work_dir")
     if isinstance(case, CaseSpec):
         check_capacity(case, work_dir, target=target, draws_x=True)  # before drawing anything
         case = make_case(case)
@@ -245,8 +249,8 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
 
     Raises:
         SpecError: an invalid case spec (before anything is written).
-        ParameterError: bad variant, loops, warmup, min_sdma_bytes, prof_pe, chaos_seed, timeout
-            (before launching).
+        ParameterError: bad variant, loops, warmup, min_sdma_bytes, prof_pe, chaos_seed, timeout, or an
+            output_dir / work_dir that cannot hold files (before launching).
         CaseFileError: invalid case files.
         build.BuildError / build.TargetUnavailable: the target cannot be built.
         build.VariantRefused: ``doubleplane`` on ``npu`` with CANN older than 9.0.0 (before anything runs).
@@ -262,6 +266,8 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         raise ParameterError(f"chaos_seed={chaos_seed!r}: must be an int >= 0, on target cpu (the twin)")
     if not (timeout_s > 0):
         raise ParameterError(f"timeout_s={timeout_s!r}: must be > 0 seconds")
+    if output_dir is not None:
+        usable_folder(output_dir, "output_dir")
     twin_soc = (env or {}).get("COMBINE_TWIN_SOC") or os.environ.get("COMBINE_TWIN_SOC")
     if target == "cpu" and twin_soc:
         try:
