@@ -96,7 +96,10 @@ def test_cann_problems(tmp_path):
     row = detect(env, probes())["cann"]
     assert row.detail == (f"cannot read the CANN version from {tmp_path}/noversion/<arch>-linux/"
                           f"ascend_toolkit_install.info or {tmp_path}/noversion/compiler/version.info")
-    assert npu_variant_refusal("doubleplane", env).endswith(f"later ({row.detail}); the classic variant still runs")
+    for variant in ("classic", "doubleplane"):  # without a usable CANN nothing runs, and the reason says so
+        assert npu_variant_refusal(variant, env) == (
+            f"variant={variant} on target=npu: refused: no usable CANN here ({row.detail}), and every variant needs "
+            f"it: {CANN_FIX}")
 
 
 def test_shmem_layouts_and_problems(tmp_path):

@@ -202,3 +202,81 @@ def test_notebook_output_dir_is_checked(tmp_path):
         records.output_dir(tmp_path / "f" / "lab")
     assert str(err.value) == f"output_dir {tmp_path}/f/lab: under {tmp_path}/f, which is a file, not a folder"
     assert records.output_dir(tmp_path / "new" / "lab") == (tmp_path / "new" / "lab").resolve()
+
+
+# ---- issue 9 item 9: the smaller faults ----
+
+import combine_lab  # noqa: E402
+from combine_lab.run.launch import check_ipport  # noqa: E402
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    root = __import__("pathlib").Path(combine_lab.__file__).resolve().parent
+    assert capsys.readouterr().out == f"combine-lab {combine_lab.__version__} ({root})\n"
+    proc = subprocess.run([sys.executable, "-m", "combine_lab", "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == f"combine-lab {combine_lab.__version__} ({root})\n"
+
+
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_target_npu_without_cann_refuses_every_variant_and_says_so(command, capsys, monkeypatch, nothing_runs):
+    """The field report: `run --target npu` said "the classic variant still runs"; without CANN nothing runs."""
+    for var in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    code, out, err = run_cli([command, *SMALL, "--target", "npu"], capsys)
+    assert code == 2 and out == ""
+    variant = "doubleplane" if command == "run" else "classic"
+    assert err == (f"combine-lab: error: variant={variant} on target=npu: refused: no usable CANN here "
+                   "(ASCEND_HOME_PATH is not set), and every variant needs it: install the CANN toolkit and run "
+                   "`source <CANN>/set_env.sh` (it sets ASCEND_HOME_PATH)\n")
+    assert "still runs" not in err
+
+
+def test_negative_first_npu_refused_before_any_pe_starts(capsys, nothing_runs):
+    code, _, err = run_cli(["run", *SMALL, "-fnpu", "-1"], capsys)
+    assert code == 2 and err == "combine-lab: error: -fnpu=-1: must be an NPU id >= 0 (PE r runs on NPU fnpu + r)\n"
+
+
+@pytest.mark.parametrize("ipport", ["127.0.0.1:8767", "tcp://127.0.0.1", "tcp://127.0.0.1:0", "tcp://127.0.0.1:70000",
+                                    "udp://127.0.0.1:8767", "tcp://127.0.0.1:87a", "tcp://" + "h" * 54 + ":8767"])
+def test_malformed_ipport_refused_before_any_pe_starts(ipport, capsys, nothing_runs):
+    code, _, err = run_cli(["run", *SMALL, "-ipport", ipport], capsys)
+    assert code == 2
+    assert err == (f"combine-lab: error: -ipport={ipport!r}: must be tcp://HOST:PORT (e.g. tcp://127.0.0.1:8767), "
+                   "PORT in 1-65535, at most 63 characters\n")
+
+
+@pytest.mark.parametrize("ipport", ["tcp://127.0.0.1:8767", "tcp://localhost:1", "tcp6://[::1]:65535",
+                                    "tcp://node-3.cluster:9000"])
+def test_well_formed_ipport_accepted(ipport):
+    assert check_ipport(ipport) == ipport
+
+
+def test_run_case_refuses_bad_fnpu_and_ipport_before_launching(nothing_runs):
+    from combine_lab.case.spec import CaseSpec
+    spec = CaseSpec(pes=2, bs=8, h=16, topk=2, expert_per_pe=2)
+    with pytest.raises(ParameterError, match=r"^fnpu=-1: must be an NPU id >= 0"):
+        runner.run_case(spec, "classic", fnpu=-1)
+    with pytest.raises(ParameterError, match=r"^ipport='tcp://x': must be tcp://HOST:PORT"):
+        runner.run_case(spec, "classic", ipport="tcp://x")
+
+
+def test_notebooks_only_counts_the_figures_it_made(tmp_path, capsys, monkeypatch):
+    """The field report: `notebooks --only X` counted every PNG of the output folder, other notebooks' too."""
+    pytest.importorskip("papermill", reason="needs the lab extra: pip install -e '.[lab]'")
+    import papermill
+    out = tmp_path / "lab"
+    out.mkdir()
+    for name in ("01_a", "01_b", "02_c", "03_comm_only_speedup_heatmaps"):
+        (out / f"{name}.png").write_bytes(b"\x89PNG old")
+
+    def fake_run(nb, target, parameters, **kw):
+        (out / "03_comm_only_speedup_heatmaps.png").write_bytes(b"\x89PNG new figure")  # rewritten
+        (out / "03_sdma_share_vs_speedup.png").write_bytes(b"\x89PNG new")  # made
+        __import__("pathlib").Path(target).write_text("{}")
+    monkeypatch.setattr(papermill, "execute_notebook", fake_run)
+    code, stdout, err = run_cli(["notebooks", "--only", "sweep", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert stdout.splitlines()[-1] == f"executed notebooks, 2 figures (PNG) and records in {out}"

@@ -16,6 +16,7 @@ import contextlib
 import signal
 import sys
 
+from .. import __version__
 from ..errors import CaseFileError, LabError, ParameterError, SpecError
 from ..planning.capacity import CapacityError
 from ..run.build import BuildError
@@ -24,10 +25,19 @@ from ..run.outputs import ResultFileError
 from . import compare, doctor, notebooks, run, selftest
 
 
+def version_text() -> str:
+    """``combine-lab <version> (<package folder>)``: the folder tells which checkout an editable
+    install runs."""
+    from pathlib import Path
+    return f"combine-lab {__version__} ({Path(__file__).resolve().parents[1]})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``combine-lab`` (sub-commands run, compare, doctor, selftest, notebooks)."""
     parser = argparse.ArgumentParser(prog="combine-lab", description="MoE combine lab: doubleplane (MTE+SDMA) vs "
                                      "classic (MTE only) combine on the CPU twin or an Ascend NPU")
+    parser.add_argument("--version", action="version", version=version_text(),
+                        help="show the version of combine_lab and where it is installed from, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (run, compare, selftest, doctor, notebooks):
         module.register(sub)

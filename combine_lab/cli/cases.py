@@ -24,6 +24,7 @@ from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 from ..results.rows import REFUSED, NotRun, ResultRow, result_row
 from ..run.build import VariantRefused
+from ..run.launch import check_ipport
 from ..run.outputs import perf_csv_name, write_summary_csv
 from ..run.runner import prepare_case, refusals, run_case
 
@@ -71,6 +72,10 @@ def _specs(a: argparse.Namespace) -> list[CaseSpec]:
         usable_folder(a.output_dir, "--output-dir")
     if a.work_dir is not None:
         usable_folder(a.work_dir, "--work-dir")
+    if a.fnpu < 0:
+        raise ParameterError(f"-fnpu={a.fnpu}: must be an NPU id >= 0 (PE r runs on NPU fnpu + r)")
+    if a.ipport is not None:
+        check_ipport(a.ipport, "-ipport")
     if a.gnpus is not None and a.gnpus != a.pes:
         raise ParameterError(f"-gnpus={a.gnpus}: must equal -pes={a.pes} (one node)")
     axes = {
@@ -157,7 +162,7 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     specs = _specs(a)
     prof_pe = _prof_pe(a.prof_pe)
     refused = refusals(a.target, variants)
-    if refused and len(variants) == 1:
+    if refused and len(refused) == len(variants):  # nothing would run: say why, exit 2
         raise VariantRefused(refused[variants[0]])
     for why in refused.values():
         print(f"combine-lab: {why}", file=sys.stderr)

@@ -39,7 +39,8 @@ _NAME = re.compile(r"^(\d\d)_(.+)\.ipynb$")
 class NotebookRun:
     """Outcome of one headless notebook: ``name`` (stem), ``output`` (executed copy),
     ``seconds`` (wall time), ``ok``, ``error`` (first line of the failure, '' when ok),
-    ``parameters`` (what was injected), ``record`` (its ``.record.json``, {} if none)."""
+    ``parameters`` (what was injected), ``record`` (its ``.record.json``, {} if none),
+    ``figures`` (the PNGs of the output folder it wrote or rewrote, sorted)."""
 
     name: str
     output: Path
@@ -48,6 +49,7 @@ class NotebookRun:
     error: str = ""
     parameters: dict = field(default_factory=dict)
     record: dict = field(default_factory=dict)
+    figures: list[Path] = field(default_factory=list)
 
 
 def notebook_dir() -> Path:
@@ -189,6 +191,18 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
     return out
 
 
+def _pngs(folder: Path) -> dict[Path, tuple[int, int]]:
+    """PNG path -> (mtime in ns, size) of ``folder``: what a notebook wrote is what changed."""
+    out = {}
+    for path in folder.glob("*.png"):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        out[path] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
 def _kernel_config(socket_dir: str):
     """Kernel manager settings for a headless run: the kernel talks to papermill over IPC
     sockets in ``socket_dir`` (a private folder), not TCP ports. Over TCP ipykernel warns
@@ -235,6 +249,7 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
         for nb in notebooks:
             p = {"output_dir": str(out), **per_nb[nb.stem]}
             target = out / nb.name
+            pngs_before = _pngs(out)
             t0 = time.perf_counter()
             ok, error = True, ""
             try:
@@ -249,7 +264,8 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
             seconds = time.perf_counter() - t0
             record_path = out / f"{nb.stem}{RECORD_SUFFIX}"
             record = json.loads(record_path.read_text()) if ok and record_path.is_file() else {}
-            run = NotebookRun(nb.stem, target, seconds, ok, error, p, record)
+            made = sorted(path for path, stamp in _pngs(out).items() if pngs_before.get(path) != stamp)
+            run = NotebookRun(nb.stem, target, seconds, ok, error, p, record, made)
             results.append(run)
             if log is not None:
                 log(f"{nb.stem}: {'ok' if ok else 'FAILED'} in {seconds:.1f} s -> {target}"

@@ -179,6 +179,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+_IPPORT = re.compile(r"^tcp6?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$")
+#: SHMEM's ``aclshmemx_init_attr_t.ip_port`` is ``char[64]``: 63 characters and the terminator.
+IPPORT_MAX_CHARS = 63
+
+
+def check_ipport(ipport: str, name: str = "ipport") -> str:
+    """``ipport`` if SHMEM's bootstrap can use it: ``tcp://HOST:PORT`` (``tcp6://[ADDR]:PORT`` for
+    IPv6), PORT in 1-65535, at most 63 characters (``ip_port[64]``). Returns it.
+
+    Raises ParameterError naming ``name`` (a flag such as ``-ipport``), the value and the form,
+    before any PE starts (a PE would otherwise fail at SHMEM's bootstrap, or use a cut address).
+    """
+    m = _IPPORT.match(ipport) if isinstance(ipport, str) else None
+    if m is None or not 1 <= int(m.group(2)) <= 65535 or len(ipport) > IPPORT_MAX_CHARS:
+        raise ParameterError(f"{name}={ipport!r}: must be tcp://HOST:PORT (e.g. tcp://127.0.0.1:8767), PORT in "
+                             f"1-65535, at most {IPPORT_MAX_CHARS} characters")
+    return ipport
+
+
 def bootstrap_ipport(port: int | None = None) -> str:
     """SHMEM's bootstrap address for one run: ``tcp://127.0.0.1:<port>``, a free port by default."""
     return f"tcp://127.0.0.1:{free_port() if port is None else int(port)}"

@@ -29,7 +29,8 @@ from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, Plan
 from ..planning.planner import plan as make_plan
 from . import build as build_mod
 from .capabilities import npu_variant_refusal
-from .launch import LaunchError, bootstrap_ipport, host_argv, launch_pes, owned_temp_dir, remove_orphans
+from .launch import (LaunchError, bootstrap_ipport, check_ipport, host_argv, launch_pes, owned_temp_dir,
+                     remove_orphans)
 from .outputs import counters_frame, counters_name, perf_csv_name, read_counters, read_perf_csv, write_perf_csv
 
 _MISMATCH_EXIT = 2  # the driver's status when x_out differs from golden
@@ -249,8 +250,8 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
 
     Raises:
         SpecError: an invalid case spec (before anything is written).
-        ParameterError: bad variant, loops, warmup, min_sdma_bytes, prof_pe, chaos_seed, timeout, or an
-            output_dir / work_dir that cannot hold files (before launching).
+        ParameterError: bad variant, loops, warmup, min_sdma_bytes, prof_pe, chaos_seed, timeout, fnpu,
+            ipport, or an output_dir / work_dir that cannot hold files (before launching).
         CaseFileError: invalid case files.
         build.BuildError / build.TargetUnavailable: the target cannot be built.
         build.VariantRefused: ``doubleplane`` on ``npu`` with CANN older than 9.0.0 (before anything runs).
@@ -266,6 +267,10 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         raise ParameterError(f"chaos_seed={chaos_seed!r}: must be an int >= 0, on target cpu (the twin)")
     if not (timeout_s > 0):
         raise ParameterError(f"timeout_s={timeout_s!r}: must be > 0 seconds")
+    if not isinstance(fnpu, (int, np.integer)) or isinstance(fnpu, bool) or fnpu < 0:
+        raise ParameterError(f"fnpu={fnpu!r}: must be an NPU id >= 0 (PE r runs on NPU fnpu + r)")
+    if ipport is not None:
+        check_ipport(ipport, "ipport")
     if output_dir is not None:
         usable_folder(output_dir, "output_dir")
     twin_soc = (env or {}).get("COMBINE_TWIN_SOC") or os.environ.get("COMBINE_TWIN_SOC")
