@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (combine_lab)
 #     language: python
-#     name: python3
+#     name: combine-lab
 # ---
 
 # %% [markdown]

@@ -2,10 +2,11 @@
 
     combine-lab run -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 -type int32_t --routing trace:mixtral/arxiv/15
     combine-lab compare -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 --routing trace:mixtral/arxiv/15
-    combine-lab doctor | selftest | notebooks
+    combine-lab doctor | selftest | notebooks | lab
+    combine-lab --version
 
 Sub-commands: :mod:`.run`, :mod:`.compare` (both on :mod:`.cases`), :mod:`.doctor`,
-:mod:`.selftest`, :mod:`.notebooks`. Each registers its parser and a handler
+:mod:`.selftest`, :mod:`.notebooks`, :mod:`.lab`. Each registers its parser and a handler
 ``args.handler(args) -> exit status``; :func:`main` turns the lab's errors into exit status 2.
 """
 
@@ -22,7 +23,7 @@ from ..planning.capacity import CapacityError
 from ..run.build import BuildError
 from ..run.launch import LaunchError
 from ..run.outputs import ResultFileError
-from . import compare, doctor, notebooks, run, selftest
+from . import compare, doctor, lab, notebooks, run, selftest
 
 
 def version_text() -> str:
@@ -33,13 +34,13 @@ def version_text() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of ``combine-lab`` (sub-commands run, compare, doctor, selftest, notebooks)."""
+    """The argparse parser of ``combine-lab`` (sub-commands run, compare, doctor, selftest, notebooks, lab)."""
     parser = argparse.ArgumentParser(prog="combine-lab", description="MoE combine lab: doubleplane (MTE+SDMA) vs "
                                      "classic (MTE only) combine on the CPU twin or an Ascend NPU")
     parser.add_argument("--version", action="version", version=version_text(),
                         help="show the version of combine_lab and where it is installed from, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, compare, selftest, doctor, notebooks):
+    for module in (run, compare, selftest, doctor, notebooks, lab):
         module.register(sub)
     return parser
 

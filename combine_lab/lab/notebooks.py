@@ -1,7 +1,8 @@
 """Run the lab notebooks headless with papermill (what ``combine-lab notebooks`` does).
 
-Each notebook of ``notebooks/`` (``NN_name.ipynb``) is executed top to bottom on the
-Jupyter kernel ``python3`` with ``MPLBACKEND=Agg``; the executed copies, the figures
+Each notebook of ``notebooks/`` (``NN_name.ipynb``) is executed top to bottom on the lab's
+Jupyter kernel (:data:`KERNEL_NAME`, this environment's Python, which ``.ci/setup`` registers
+in the environment, not for the user) with ``MPLBACKEND=Agg``; the executed copies, the figures
 (PNG) and what each notebook records (``<name>.record.json``, CSVs) are left in the
 output folder. The params file maps notebook names to their parameters; top-level keys
 that are not notebook names go to every notebook that declares them::
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -28,10 +30,13 @@ from ..params import convert
 from .records import RECORD_SUFFIX, default_output_dir
 
 __all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "declared_parameters", "declared_types",
-           "split_params", "run_notebooks", "KERNEL_NAME"]
+           "split_params", "run_notebooks", "require_kernel", "KERNEL_NAME", "KERNEL_DISPLAY_NAME"]
 
-#: The Jupyter kernel the notebooks run on (``.ci/setup`` registers it).
-KERNEL_NAME = "python3"
+#: The Jupyter kernel the notebooks name and run on: this environment's Python, registered in the
+#: environment itself (``.ci/setup``: ``ipykernel install --sys-prefix``), so that no other Python's
+#: ``python3`` kernel (a user-wide one) is picked up instead.
+KERNEL_NAME = "combine-lab"
+KERNEL_DISPLAY_NAME = "Python 3 (combine_lab)"
 _NAME = re.compile(r"^(\d\d)_(.+)\.ipynb$")
 
 
@@ -50,6 +55,25 @@ class NotebookRun:
     parameters: dict = field(default_factory=dict)
     record: dict = field(default_factory=dict)
     figures: list[Path] = field(default_factory=list)
+
+
+def require_kernel(name: str = KERNEL_NAME) -> str:
+    """The Python that Jupyter kernel ``name`` runs (its kernel.json ``argv[0]``).
+
+    Raises LabError, with the command that registers it, when no kernel of that name is found on
+    Jupyter's paths or its Python does not exist (registered from an environment since removed).
+    """
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+    fix = (f"bash .ci/setup registers it, or: {Path(sys.executable).name} -m ipykernel install --sys-prefix "
+           f"--name {name} --display-name '{KERNEL_DISPLAY_NAME}'")
+    try:
+        spec = KernelSpecManager().get_kernel_spec(name)
+    except NoSuchKernel:
+        raise LabError(f"Jupyter kernel {name!r} is not registered for this environment; {fix}") from None
+    exe = spec.argv[0] if spec.argv else ""
+    if os.path.isabs(exe) and not os.path.exists(exe):
+        raise LabError(f"Jupyter kernel {name!r} ({spec.resource_dir}) runs {exe}, which does not exist; {fix}")
+    return exe
 
 
 def notebook_dir() -> Path:
@@ -232,14 +256,16 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
         out_name: how messages name ``out_dir`` (the CLI's ``--out``).
 
     A failing notebook is reported (``ok`` False, ``error``), and the others still run.
-    Raises LabError for bad names or parameters (before anything runs or is created), then
-    ParameterError for an output folder that cannot hold files (before anything runs).
+    Raises LabError for bad names or parameters or a kernel that is not registered (before
+    anything runs or is created), then ParameterError for an output folder that cannot hold files
+    (before anything runs).
     The kernel runs over IPC sockets in a private temporary folder (no TCP port, no
     unencrypted-transport warning).
     """
     import papermill
     notebooks = find_notebooks(folder, only)
     per_nb = split_params(params or {}, notebooks)  # bad names or parameters: nothing created yet
+    require_kernel(kernel_name)
     out = Path(out_dir) if out_dir is not None else default_output_dir()
     out = usable_folder(out, out_name).resolve()
     results = []
