@@ -133,7 +133,7 @@ def test_npu_smi_failing_and_soc_override(tmp_path):
     assert caps["soc"] == Capability("soc", False, "Ascend310P3: not an A2/A3 (Ascend910B*, Ascend910_93*) or "
                                                    "Ascend950 SoC", SOC_FIX)
     assert detect(dict(env, PATH=str(tmp_path)), probes(versions={}))["torch"] == Capability(
-        "torch", False, "not installed", "pip install -e '.[baseline]' (CPU torch)")
+        "torch", False, "not installed", "bash .ci/setup --baseline (CPU-only torch)")
 
 
 def test_doctor_screen_line_by_line(tmp_path):

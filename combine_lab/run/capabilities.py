@@ -32,7 +32,7 @@ from . import build as build_mod
 from .toolchain import (CANN_FIX, SHMEM_FIX, SOC_FIX, CannInfo, NpuInfo, Probes, ShmemInfo, cann_info, npu_info,
                         shmem_info, soc_arch)
 
-TORCH_FIX = "pip install -e '.[baseline]' (CPU torch)"
+TORCH_FIX = "bash .ci/setup --baseline (CPU-only torch)"
 
 
 @dataclass(frozen=True)
