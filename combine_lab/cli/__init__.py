@@ -18,7 +18,7 @@ import signal
 import sys
 
 from .. import __version__
-from ..errors import CaseFileError, LabError, ParameterError, SpecError
+from ..errors import CaseFileError, LabError, ParameterError, SpecError, Terminated
 from ..planning.capacity import CapacityError
 from ..run.build import BuildError
 from ..run.launch import LaunchError
@@ -43,11 +43,6 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (run, compare, selftest, doctor, notebooks, lab):
         module.register(sub)
     return parser
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, unwound as Ctrl-C is: every ``finally`` runs (PEs killed, shared memory and case
-    folders removed), then ``combine-lab`` exits with 143 (128 + SIGTERM)."""
 
 
 def _on_sigterm(signum, frame):

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import Terminated
 from ..lab.notebooks import KERNEL_NAME
 from ..lab.server import LabServer
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
-    from . import Terminated
-
     server = LabServer.start(args.dir, port=args.port, timeout_s=args.start_timeout)
     print(f"JupyterLab on {server.root_dir} with the {KERNEL_NAME} kernel:\n    {server.url}\nCtrl-C stops it.",
           flush=True)
