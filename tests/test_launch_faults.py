@@ -216,6 +216,16 @@ def _start_launcher(tmp_dir: Path) -> tuple[subprocess.Popen, list[int]]:
     raise AssertionError("the PEs never started")
 
 
+def _kill_all(proc: subprocess.Popen, pes: list[int]) -> None:
+    """After a failed check: nothing of the launcher or its PEs may outlive the test."""
+    for pid in [proc.pid, *pes]:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait(timeout=10)
+
+
 def _alive(pids) -> list[int]:
     out = []
     for pid in pids:
@@ -234,15 +244,18 @@ def test_pes_die_with_a_killed_launcher_and_the_next_run_removes_its_case_folder
     tmp_dir.mkdir()
     segments_before = twin_segments()
     proc, pes = _start_launcher(tmp_dir)
-    left = [p.name for p in tmp_dir.iterdir()]
-    assert len(left) == 1 and left[0].startswith(f"combine_lab_case_p{proc.pid}_"), left
-    proc.kill()
-    proc.wait(timeout=10)
-    t0 = time.monotonic()
-    while _alive(pes) and time.monotonic() - t0 < 10:
-        time.sleep(0.02)
-    assert not _alive(pes), "PEs outlived their launcher"
-    assert time.monotonic() - t0 < 2.0
+    try:
+        left = [p.name for p in tmp_dir.iterdir()]
+        assert len(left) == 1 and left[0].startswith(f"combine_lab_case_p{proc.pid}_"), left
+        proc.kill()
+        proc.wait(timeout=10)
+        t0 = time.monotonic()
+        while _alive(pes) and time.monotonic() - t0 < 10:
+            time.sleep(0.02)
+        assert not _alive(pes), "PEs outlived their launcher"
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        _kill_all(proc, pes)
     assert [p.name for p in tmp_dir.iterdir()] == left  # nobody cleaned up: the launcher is dead
     # the next run removes what the dead one left: its case folder (and any segment of its session)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_dir))
@@ -258,11 +271,15 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path, twin_binary):
     segments_before = twin_segments()
     proc, pes = _start_launcher(tmp_dir)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
+    try:
+        _, err = proc.communicate(timeout=30)
+        alive = _alive(pes)
+    finally:
+        _kill_all(proc, pes)
     assert proc.returncode == 143
+    assert alive == []
     assert err.endswith("combine-lab: terminated (SIGTERM); every PE was stopped, its shared memory and the run's "
                         "case files removed\n"), err[-500:]
-    assert not _alive(pes)
     assert list(tmp_dir.iterdir()) == []
     assert not twin_segments() - segments_before
 
