@@ -14,12 +14,13 @@ The package follows the flow of every run, one folder per stage:
 The everyday API is importable from here::
 
     from combine_lab import CaseSpec, make_case, plan, run_case, compare, write_case, read_case
+    from combine_lab import Case, case_from_arrays      # a case from your own routing, scales and x
 
 The rules this package implements are fixed by ``shared/docs/combine-facts.md``
 (layout: sections 1-3, decision rule: section 4, perf CSV: section 8).
 """
 
-from .case.case import make_case
+from .case.case import Case, case_from_arrays, make_case
 from .case.casefiles import read_case, write_case
 from .case.spec import CaseSpec
 from .planning.planner import plan
@@ -27,4 +28,5 @@ from .run.runner import compare, run_case
 
 __version__ = "0.1.0"
 
-__all__ = ["CaseSpec", "make_case", "plan", "run_case", "compare", "write_case", "read_case"]
+__all__ = ["CaseSpec", "make_case", "plan", "run_case", "compare", "write_case", "read_case", "Case",
+           "case_from_arrays"]

@@ -9,7 +9,8 @@ Each class means one thing, so that a caller can tell what to fix from the class
   variant, warmup/loops, the SDMA floor, a PE or core index, a metric, a list of values, a
   control name), not the case itself;
 - :class:`LabError`: the lab's notebook run is set up wrong (no notebooks folder, a params
-  file that cannot be read, a notebook or parameter that does not exist).
+  file that cannot be read, a notebook or parameter that does not exist);
+- :class:`Terminated`: SIGTERM, turned into the unwinding of a Ctrl-C by ``combine-lab``.
 
 Others live with the stage that raises them: ``CapacityError`` (:mod:`combine_lab.planning.capacity`),
 ``BuildError`` and its kinds (:mod:`combine_lab.run.build`), ``LaunchError``
@@ -47,3 +48,8 @@ class LabError(ValueError):
 
     The message names the folder, file, notebook or parameter and what exists instead.
     """
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, unwound as Ctrl-C is: every ``finally`` runs (PEs killed, shared memory and case
+    folders removed, JupyterLab stopped), then ``combine-lab`` exits with 143 (128 + SIGTERM)."""

@@ -1,17 +1,25 @@
-"""Values as users type them: one parser for lists, shared by command-line flags and notebook parameters.
+"""Values as users type them: one parser for lists and declared types, shared by command-line flags
+and notebook parameters.
 
 ``combine-lab run --bs-list 8,16`` (or ``--bs-list 8 16``), papermill's ``-p bs_list "[8, 16]"``
 and a notebook cell's ``bs_list = [8, 16]`` all read the same way through :func:`as_list`.
+A notebook parameter declared ``h: int = 8192`` and given as text (a YAML string, papermill's
+``-r h 4096`` or ``-p`` of a string) is converted by :func:`convert` to the declared type, or
+refused naming the parameter, the value and the type.
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import numbers
 from typing import Any, Callable
+
+import numpy as np
 
 from .errors import ParameterError
 
-__all__ = ["as_list"]
+__all__ = ["as_list", "convert", "describe_type"]
 
 
 def _split(text: str, kind: Callable[[Any], Any]) -> list:
@@ -60,3 +68,121 @@ def as_list(value: Any, kind: Callable[[Any], Any] = int, name: str = "value") -
     if not out:
         raise ParameterError(f"{name}={shown!r}: must hold at least one value")
     return out
+
+
+#: The types a notebook parameter may declare (its annotation), by name.
+_SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+_NONE_TEXT = ("none", "null", "")
+
+
+def _parse_type(text: str):
+    """``("int",)``, ``("list", "float")``, ``("optional", <inner>)`` from an annotation's text:
+    int, float, bool, str, list[T] (T a scalar), Optional[T], T | None (also typing.List, typing.Optional).
+    Raises ParameterError for anything else."""
+    def walk(node):
+        if isinstance(node, ast.Name) and node.id in _SCALARS:
+            return (node.id,)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "typing":
+            node = ast.Name(id=node.attr)
+        if isinstance(node, ast.Subscript):
+            base = node.value.id if isinstance(node.value, ast.Name) else \
+                getattr(node.value, "attr", None)
+            if base in ("list", "List"):
+                inner = walk(node.slice)
+                if inner[0] in ("int", "float", "str"):
+                    return ("list", inner[0])
+            if base == "Optional":
+                return ("optional", walk(node.slice))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            sides = [node.left, node.right]
+            nones = [n for n in sides if isinstance(n, ast.Constant) and n.value is None]
+            if len(nones) == 1:
+                other = sides[0] if sides[1] in nones else sides[1]
+                return ("optional", walk(other))
+        raise ValueError
+    try:
+        return walk(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, ValueError):
+        raise ParameterError(f"type {text!r}: must be one of int, float, bool, str, list[int], list[float], "
+                             "list[str], Optional[T]") from None
+
+
+def describe_type(declared: str) -> str:
+    """``declared`` (an annotation's text, e.g. ``"list[int]"``) in words: ``"list of int"``,
+    ``"str or None"``, ``"bool (True/False)"``."""
+    def words(t):
+        if t[0] == "list":
+            return f"list of {t[1]}"
+        if t[0] == "optional":
+            return f"{words(t[1])} or None"
+        return "bool (True/False)" if t[0] == "bool" else t[0]
+    return words(_parse_type(declared))
+
+
+def _scalar(value: Any, kind: str):
+    """``value`` as the scalar ``kind``; raises ValueError when it is not one."""
+    is_bool = isinstance(value, (bool, np.bool_))
+    if kind == "bool":
+        if is_bool or isinstance(value, numbers.Integral) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ValueError
+    if is_bool:  # True is not a number here, nor a word
+        raise ValueError
+    if kind == "str":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, numbers.Real):  # papermill -p turns "2024" into 2024
+            return str(value)
+        raise ValueError
+    if isinstance(value, str):
+        text = value.strip()
+        if kind == "float":
+            return float(text)
+        try:
+            return int(text)
+        except ValueError:
+            value = float(text)  # "8.0" is 8; "8.5" is refused below
+    if not isinstance(value, numbers.Real):
+        raise ValueError
+    if kind == "float":
+        return float(value)
+    if isinstance(value, numbers.Integral) or float(value).is_integer():
+        return int(value)
+    raise ValueError
+
+
+def convert(value: Any, declared: str, name: str = "value") -> Any:
+    """``value`` converted to the type ``declared`` (an annotation's text), for notebook parameters
+    that arrive as text (YAML strings, papermill ``-r`` and ``-p`` strings).
+
+    - ``int``: an int, an integral float, or text of one (``"4096"``, ``" 16 "``, ``"8.0"``);
+    - ``float``: a number or its text;
+    - ``bool``: a bool, 0/1, or ``true/false``, ``yes/no``, ``on/off``, ``1/0`` in any case
+      (``"False"`` is False);
+    - ``str``: text, or a number as papermill ``-p`` makes of ``"2024"``;
+    - ``list[int]`` etc.: a list, a single value or text, as :func:`as_list` reads it
+      (``"[64, 128]"``, ``"64,128"``);
+    - ``Optional[T]`` (or ``T | None``): None, the text ``None``/``null``/empty, or a T.
+
+    Returns the converted value. Raises ParameterError naming the parameter, the value given and
+    the type expected, e.g. ``"parameter h='40x': expected int"``.
+    """
+    t = _parse_type(declared)
+    if t[0] == "optional":
+        if value is None or isinstance(value, str) and value.strip().lower() in _NONE_TEXT:
+            return None
+        t = t[1]
+    expected = describe_type(declared)
+    if t[0] == "list":
+        try:
+            return as_list(value, _SCALARS[t[1]], name)
+        except ParameterError as e:
+            detail = str(e).split(": ", 1)[-1]
+            raise ParameterError(f"parameter {name}={value!r}: expected {expected} ({detail})") from None
+    try:
+        return _scalar(value, t[0])
+    except (ValueError, TypeError, OverflowError):
+        raise ParameterError(f"parameter {name}={value!r}: expected {expected}") from None

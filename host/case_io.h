@@ -12,7 +12,7 @@ struct RankCase {
     uint64_t used_rows = 0;              // ep_recv_count[last]; the file holds pe_size*bs*topk rows
     std::vector<int32_t> assist_info;    // [pe_size*bs*topk, 3]
     std::vector<int32_t> ep_recv_count;  // [expert_per_pe*pe_size], cumulative
-    std::vector<int32_t> expert_ids;     // [bs, topk]
+    std::vector<int32_t> expert_ids;     // [bs, topk]; ids outside [0, E) are masked slots
     std::vector<float> expert_scales;    // [bs, topk]
     std::vector<uint8_t> golden_x_out;   // [bs, h] T
 };

@@ -1,12 +1,18 @@
 // Host driver of the combine: one process per PE (combine-facts section 7).
 // Reads this PE's case files, runs warmup + loops combines, writes output/x_out_<pe>.bin,
 // checks it against golden, and appends the full_op / comm_only rows when profiling.
-// Exit status: 0 ok, 1 bad arguments or case files, 2 x_out mismatch, 5 runtime failure.
+// Exit status: 0 ok, 1 bad arguments or case files, 2 x_out mismatch, 5 runtime failure,
+// 6 its launcher was gone before it started.
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include <sys/stat.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 
 #include "acl/acl.h"
 #include "shmem.h"
@@ -25,6 +31,7 @@ int g_pe = -1;
         const aclError err_ = (call);                                                            \
         if (err_ != ACL_SUCCESS) {                                                               \
             fprintf(stderr, "combine_host: PE %d: %s failed with %d\n", g_pe, #call, int(err_)); \
+            platform_abort_peers();                                                              \
             return 5;                                                                            \
         }                                                                                        \
     } while (0)
@@ -45,6 +52,23 @@ std::string counters_path(const std::string& csv) {
     return out;
 }
 
+// Dies with its launcher: the kernel kills this process when its parent dies, and when the
+// parent is already another process (the launcher died before the prctl) it does not start.
+// The launcher names itself in COMBINE_LAB_LAUNCHER_PID; without it only the prctl applies.
+bool watch_launcher() {
+#if defined(__linux__)
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+    const char* env = getenv("COMBINE_LAB_LAUNCHER_PID");
+    const long want = env && *env ? strtol(env, nullptr, 10) : 0;
+    if (want > 0 && long(getppid()) != want) {
+        fprintf(stderr, "combine_host: launcher %ld is gone (parent is now %ld): not starting\n", want,
+                long(getppid()));
+        return false;
+    }
+    return true;
+}
+
 int prof_pe_from_env() {
     const char* env = getenv("SHMEM_CYCLE_PROF_PE");
     return env && *env ? atoi(env) : 0;
@@ -53,6 +77,7 @@ int prof_pe_from_env() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (!watch_launcher()) return 6;
     HostArgs a;
     if (!parse_host_args(argc, argv, &a)) return 1;
     g_pe = a.pe_id;
@@ -91,6 +116,7 @@ int main(int argc, char** argv) {
     uint8_t* window = static_cast<uint8_t*>(aclshmem_malloc(w.total_bytes));
     if (window == nullptr) {
         fprintf(stderr, "combine_host: PE %d: aclshmem_malloc(%llu) failed\n", a.pe_id, (unsigned long long)w.total_bytes);
+        platform_abort_peers();
         return 5;
     }
     CHECK_ACL(aclrtMemset(window, w.total_bytes, 0, w.total_bytes));
@@ -113,6 +139,7 @@ int main(int argc, char** argv) {
     CHECK_ACL(aclrtMalloc(reinterpret_cast<void**>(&d_x_out), x_out_bytes, ACL_MEM_MALLOC_HUGE_FIRST));
     if (!d_expand_x || !d_assist || !d_counts || !d_ids || !d_scales) {
         fprintf(stderr, "combine_host: PE %d: device allocation or copy of the case failed\n", a.pe_id);
+        platform_abort_peers();
         return 5;
     }
     // x_out starts as garbage (NaN in float16, -1 in int32): every element must be written.
@@ -123,6 +150,7 @@ int main(int argc, char** argv) {
     CHECK_ACL(aclrtGetDeviceInfo(uint32_t(a.pe_id % a.g_npus + a.first_npu), ACL_DEV_ATTR_VECTOR_CORE_NUM, &aiv_cores));
     if (aiv_cores < 1) {
         fprintf(stderr, "combine_host: PE %d: the device reports %lld vector cores\n", a.pe_id, (long long)aiv_cores);
+        platform_abort_peers();
         return 5;
     }
     const uint32_t block_dim = combine::launch_block_dim(uint32_t(a.pe_size), uint32_t(aiv_cores));

@@ -1,5 +1,6 @@
 // Host-side hooks that only the twin implements: labelling the window's regions (so the
-// twin can count status writes and name slots) and dumping the per-plane counters.
+// twin can count status writes and name slots), dumping the per-plane counters, and telling
+// the other PEs that this one failed.
 // On the NPU they do nothing; the kernel and the driver's logic are the same.
 #pragma once
 
@@ -15,12 +16,15 @@ inline void platform_label_window(uint8_t* payload, size_t payload_bytes, uint64
     twin::label_region(status, status_bytes, twin::kRegionStatus, status_slot);
 }
 inline bool platform_dump_counters(const std::string& path) { return twin::dump_counters(path.c_str()); }
+// A failure after SHMEM started: the twin's other PEs stop at once (status 4) rather than wait.
+inline void platform_abort_peers() { twin::abort_peers(); }
 constexpr const char* kPlatformName = "twin";
 // The twin has both data planes.
 constexpr bool kPlatformHasSdma = true;
 #else
 inline void platform_label_window(uint8_t*, size_t, uint64_t, uint8_t*, size_t, uint64_t) {}
 inline bool platform_dump_counters(const std::string&) { return true; }
+inline void platform_abort_peers() {}  // SHMEM's own timeouts end the other PEs' waits
 constexpr const char* kPlatformName = "npu";
 // SHMEM's SDMA engine needs CANN 9.0.0 or later; cmake/npu.cmake sets COMBINE_NPU_SDMA.
 #if defined(COMBINE_NPU_SDMA) && COMBINE_NPU_SDMA

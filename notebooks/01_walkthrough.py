@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (combine_lab)
 #     language: python
-#     name: python3
+#     name: combine-lab
 # ---
 
 # %% [markdown]
@@ -44,16 +44,22 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill can override them: `papermill ... -p loops 5`).
-output_dir = None          # where figures and the record go; None: <repo>/output/lab
-reveal_answers = True      # True: the exercises take our answers (headless runs); False: work them yourself
-seed = 42                  # case seed (our exercise answers hold for seed 42)
-warmup = 1                 # launches before profiling
-loops = 3                  # profiled launches
-skew_pes = 2               # the skewed case of section 7 (exercise 6's answer holds for
-skew_bs = 64               #   pes 2, bs 64, hot-expert:0.5 and any h)
-skew_h = 16384             # elements per row: 64 KiB rows of int32
-skew_routing = "hot-expert:0.5"
-skew_repeats = 5           # runs of both variants for the times with their spread
+output_dir: "Optional[str]" = None  # where figures and the record go; None: <repo>/output/lab
+reveal_answers: bool = True         # True: the exercises take our answers (headless runs); False: work them yourself
+seed: int = 42                      # case seed (our exercise answers hold for seed 42)
+warmup: int = 1                     # launches before profiling
+loops: int = 3                      # profiled launches
+skew_pes: int = 2                   # the skewed case of section 7 (exercise 6's answer holds for
+skew_bs: int = 64                   #   pes 2, bs 64, hot-expert:0.5 and any h)
+skew_h: int = 16384                 # elements per row: 64 KiB rows of int32
+skew_routing: str = "hot-expert:0.5"
+skew_repeats: int = 5               # runs of both variants for the times with their spread
+
+# %%
+# Parameters given as text (papermill -r, -p strings, YAML) become their declared types, or stop here.
+from combine_lab.lab.records import check_parameters
+
+parameters = check_parameters(globals())
 
 # %%
 import os

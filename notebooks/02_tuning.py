@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (combine_lab)
 #     language: python
-#     name: python3
+#     name: combine-lab
 # ---
 
 # %% [markdown]
@@ -34,19 +34,25 @@
 
 # %% tags=["parameters"]
 # Parameters: the values the app starts with (papermill can override them).
-output_dir = None          # figures and record; None: <repo>/output/lab
-pes = 4
-bs = 128
-h = 8192                   # elements per row: 32 KiB rows of int32
-topk = 2
-expert_per_pe = 2
-dtype = "int32_t"
-routing_model = "zipf"     # uniform | zipf | hot-expert | hot-rank | deepseek | trace
-skew = 1.2                 # S for zipf, F for hot-expert / hot-rank
-min_sdma_bytes = 2 * 1024 * 1024
-warmup = 1
-loops = 3
-target = "cpu"
+output_dir: "Optional[str]" = None  # figures and record; None: <repo>/output/lab
+pes: int = 4
+bs: int = 128
+h: int = 8192                       # elements per row: 32 KiB rows of int32
+topk: int = 2
+expert_per_pe: int = 2
+dtype: str = "int32_t"
+routing_model: str = "zipf"         # uniform | zipf | hot-expert | hot-rank | deepseek | trace
+skew: float = 1.2                   # S for zipf, F for hot-expert / hot-rank
+min_sdma_bytes: int = 2 * 1024 * 1024
+warmup: int = 1
+loops: int = 3
+target: str = "cpu"
+
+# %%
+# Parameters given as text (papermill -r, -p strings, YAML) become their declared types, or stop here.
+from combine_lab.lab.records import check_parameters
+
+parameters = check_parameters(globals())
 
 # %%
 from IPython.display import display

@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (combine_lab)
 #     language: python
-#     name: python3
+#     name: combine-lab
 # ---
 
 # %% [markdown]
@@ -42,22 +42,28 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill -p NAME VALUE overrides them).
-output_dir = None                  # CSVs, figures and record; None: <repo>/output/lab
-pes_list = [2]
-bs_list = [64, 128]
-h_list = [8192, 16384]             # elements per row: 32 and 64 KiB rows of int32
-topk_list = [2]
-expert_per_pe_list = [2]
-routings = ["uniform", "zipf:1.5", "hot-expert:0.5"]
-dtype = "int32_t"                  # int32_t | float16_t
-warmup = 2                         # launches before profiling, per run
-loops = 20                         # profiled launches per run (the time is their mean)
-repeats = 5                        # runs of both variants per case: the spread of the times
-target = "cpu"                     # cpu (twin) | npu
-min_sdma_bytes = 2 * 1024 * 1024   # SDMA floor, bytes (the real rule: 2 MiB)
-prof_pe = "all"                    # profiled PE, or "all" (the slowest PE counts)
-seed = 42
-csv_name = "sweep.csv"
+output_dir: "Optional[str]" = None     # CSVs, figures and record; None: <repo>/output/lab
+pes_list: list[int] = [2]
+bs_list: list[int] = [64, 128]
+h_list: list[int] = [8192, 16384]      # elements per row: 32 and 64 KiB rows of int32
+topk_list: list[int] = [2]
+expert_per_pe_list: list[int] = [2]
+routings: list[str] = ["uniform", "zipf:1.5", "hot-expert:0.5"]
+dtype: str = "int32_t"                 # int32_t | float16_t
+warmup: int = 2                        # launches before profiling, per run
+loops: int = 20                        # profiled launches per run (the time is their mean)
+repeats: int = 5                       # runs of both variants per case: the spread of the times
+target: str = "cpu"                    # cpu (twin) | npu
+min_sdma_bytes: int = 2 * 1024 * 1024  # SDMA floor, bytes (the real rule: 2 MiB)
+prof_pe: str = "all"                   # profiled PE, or "all" (the slowest PE counts)
+seed: int = 42
+csv_name: str = "sweep.csv"
+
+# %%
+# Parameters given as text (papermill -r, -p strings, YAML) become their declared types, or stop here.
+from combine_lab.lab.records import check_parameters
+
+parameters = check_parameters(globals())
 
 # %%
 import os

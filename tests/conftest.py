@@ -37,15 +37,22 @@ def build_cache() -> Path:
 os.environ["COMBINE_LAB_BUILD_DIR"] = str(build_cache())
 
 #: Why lab and baseline tests skip where their extra is not installed (pytest.importorskip's reason).
-LAB_EXTRA = "needs the lab extra: pip install -e '.[lab]'"
-BASELINE_EXTRA = "needs the baseline extra: pip install -e '.[baseline]'"
+LAB_EXTRA = "needs the lab extra: bash .ci/setup"
+BASELINE_EXTRA = "needs the baseline extra (CPU torch): bash .ci/setup --baseline"
 
 
 def require(*modules: str, reason: str) -> None:
     """Skip the calling test module unless every one of ``modules`` imports; ``reason`` says how to
-    install them."""
+    install them. With ``COMBINE_LAB_REQUIRE_EXTRAS=1`` (CI, which installs every extra) a missing
+    module fails instead: an extra that did not install must not pass as skipped tests."""
     for module in modules:
-        pytest.importorskip(module, reason=reason)
+        if os.environ.get("COMBINE_LAB_REQUIRE_EXTRAS") == "1":
+            try:
+                __import__(module)
+            except ImportError as e:
+                pytest.fail(f"{module} does not import ({e}); {reason}", pytrace=False)
+        else:
+            pytest.importorskip(module, reason=reason)
 RUN_TAG = f"t{uuid.uuid4().hex[:8]}"
 os.environ["COMBINE_LAB_SESSION_TAG"] = RUN_TAG
 

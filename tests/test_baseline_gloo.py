@@ -63,3 +63,6 @@ def test_cli_compare_baseline_hccl_runs_gloo_on_the_twin(capsys, no_leaks):
     table = [line.split() for line in out.out.splitlines()[1:4]]
     assert [t[2:4] for t in table] == [["classic", "PASS"], ["doubleplane", "PASS"], ["gloo-a2a", "PASS"]]
     assert float(table[2][4]) > 0 and float(table[2][5]) > 0
+    # integers where they apply, "-" where they do not (the baseline has no planes, plan or checker)
+    assert [t[6:] for t in table] == [[t[6], "0", "0", "yes", "0"] for t in table[:2]] + [["-"] * 5]
+    assert all(t[6].isdigit() for t in table[:2])

@@ -96,7 +96,10 @@ def test_cann_problems(tmp_path):
     row = detect(env, probes())["cann"]
     assert row.detail == (f"cannot read the CANN version from {tmp_path}/noversion/<arch>-linux/"
                           f"ascend_toolkit_install.info or {tmp_path}/noversion/compiler/version.info")
-    assert npu_variant_refusal("doubleplane", env).endswith(f"later ({row.detail}); the classic variant still runs")
+    for variant in ("classic", "doubleplane"):  # without a usable CANN nothing runs, and the reason says so
+        assert npu_variant_refusal(variant, env) == (
+            f"variant={variant} on target=npu: refused: no usable CANN here ({row.detail}), and every variant needs "
+            f"it: {CANN_FIX}")
 
 
 def test_shmem_layouts_and_problems(tmp_path):
@@ -130,7 +133,7 @@ def test_npu_smi_failing_and_soc_override(tmp_path):
     assert caps["soc"] == Capability("soc", False, "Ascend310P3: not an A2/A3 (Ascend910B*, Ascend910_93*) or "
                                                    "Ascend950 SoC", SOC_FIX)
     assert detect(dict(env, PATH=str(tmp_path)), probes(versions={}))["torch"] == Capability(
-        "torch", False, "not installed", "pip install -e '.[baseline]' (CPU torch)")
+        "torch", False, "not installed", "bash .ci/setup --baseline (CPU-only torch)")
 
 
 def test_doctor_screen_line_by_line(tmp_path):

@@ -147,3 +147,63 @@ def test_vectorised_equals_naive_loop_property(pes, epp, bs, h, topk, dtype, see
         fast = case.rank_inputs(r)
         for field in FIELDS:
             assert getattr(fast, field).tobytes() == naive[r][field].tobytes(), (r, field)
+
+
+# ---- issue 9 item 1: ids outside [0, E) are masked whatever their integer dtype ----
+
+from combine_lab.case.case import as_expert_ids, case_from_arrays  # noqa: E402
+from combine_lab.planning.planner import plan  # noqa: E402
+
+
+def test_int64_id_past_int32_is_masked_not_cast_into_range():
+    """The field report: pes 2, expert_per_pe 1, bs 1, h 4, topk 2, ids [[0, 2**32 + 1]] on rank 0.
+    A plain cast made the second id 1 (a valid expert): golden 2x instead of 1x."""
+    spec = CaseSpec(pes=2, bs=1, h=4, topk=2, expert_per_pe=1, routing="external")
+    x = np.arange(8, dtype=np.int32).reshape(2, 1, 4)
+    ids = np.array([[[0, 2**32 + 1]], [[1, -1]]], dtype=np.int64)
+    case = case_from_arrays(spec, x, ids, np.ones((2, 1, 2)))
+    assert case.expert_ids.dtype == np.int32
+    assert case.expert_ids.tolist() == [[[0, -1]], [[1, -1]]]
+    assert case.golden(0).tolist() == [[0, 1, 2, 3]]  # 1x: the second slot is masked
+    assert case.golden(1).tolist() == [[4, 5, 6, 7]]
+    assert case.segment_counts.tolist() == [[1, 0], [0, 1]]
+    p = plan(case, "doubleplane")
+    assert p.segments["token_count"].tolist() == [1, 0, 0, 1]
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"])
+def test_ids_outside_E_are_masked_in_every_integer_dtype(dtype):
+    spec = CaseSpec(pes=2, bs=2, h=3, topk=2, expert_per_pe=1, routing="external")  # E = 2
+    info = np.iinfo(dtype)
+    far = info.max  # 127 ... 2**64 - 1: outside [0, 2) in every dtype
+    ids = np.array([[[0, 2], [far, 1]], [[1, far], [0, 0]]], dtype=dtype)
+    if info.min < 0:
+        ids[1, 1, 1] = -1
+    x = np.ones((2, 2, 3))
+    case = case_from_arrays(spec, x, ids, np.ones((2, 2, 2)))
+    assert case.expert_ids.dtype == np.int32
+    kept = case.expert_ids
+    assert kept[0, 0].tolist() == [0, 2]  # E itself fits int32: kept, masked
+    assert kept[0, 1, 1] == 1 and kept[1, 0, 0] == 1 and kept[1, 1, 0] == 0
+    masked = (kept < 0) | (kept >= 2)
+    assert masked.tolist() == [[[False, True], [True, False]], [[False, True], [False, dtype.startswith("int")]]]
+    assert np.array_equal(golden_x_out(case)[:, :, 0], (~masked).sum(axis=2))
+    assert case.segment_counts.sum() == int((~masked).sum())
+
+
+@pytest.mark.parametrize("ids, dtype_name", [(np.zeros((2, 1, 2)), "float64"), (np.zeros((2, 1, 2), bool), "bool"),
+                                             (np.array([[["0", "1"]], [["1", "0"]]]), "str32")])
+def test_non_integer_ids_refused_naming_the_field(ids, dtype_name):
+    spec = CaseSpec(pes=2, bs=1, h=4, topk=2, expert_per_pe=1, routing="external")
+    with pytest.raises(SpecError) as err:
+        case_from_arrays(spec, np.ones((2, 1, 4)), ids, np.ones((2, 1, 2)))
+    assert str(err.value) == (f"expert_ids: dtype {dtype_name}: must be an integer array (expert ids; ids outside "
+                              "[0, 2) are masked)")
+    with pytest.raises(SpecError) as err:
+        case_from_arrays(spec, np.ones((2, 1, 4)), np.zeros((2, 1, 2), int), np.full((2, 1, 2), "a"))
+    assert str(err.value) == "expert_scales: dtype str32: must be an array of numbers (int or float)"
+
+
+def test_int32_ids_are_not_copied():
+    ids = np.array([[0, 5, -1]], dtype=np.int32)
+    assert as_expert_ids(ids, 2) is ids

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from combine_lab.case.case import Case, make_case
+from combine_lab.case.case import Case, case_from_arrays, make_case
 from combine_lab.case.casefiles import CaseFileError, CheckResult, check_x_out, read_case, write_case
 from combine_lab.case.spec import CaseSpec, SpecError
 from combine_lab.errors import ParameterError
@@ -170,14 +170,30 @@ def test_assist_rows_out_of_order_or_in_the_wrong_segment(case_dir):
                              "rank 1's expert_ids[0, 0]=2; expected src_rank 0 and expert 0"
 
 
-def test_expert_id_at_or_above_E(case_dir):
-    path = case_dir / "rank_1" / "expert_ids.bin"
-    ids = np.fromfile(path, dtype="<i4").reshape(3, 2)
-    ids[2, 1] = 4
-    put(path, ids)
-    with pytest.raises(CaseFileError) as err:
-        read_case(case_dir)
-    assert str(err.value) == f"{path}: expert_ids[2, 1]=4 >= moe_expert_num=4; expected < 4 (negative = masked)"
+def test_expert_id_E_is_a_masked_slot(tmp_path):
+    """Ids outside [0, E) (-1, E as "not routed" padding) are masked in files too: read_case agrees with
+    the golden and the counts written from the same routing (it used to refuse E)."""
+    spec = CaseSpec(pes=2, bs=3, h=4, topk=2, expert_per_pe=2, dtype="float16_t", routing="external")
+    ids = np.array([[[0, 4], [3, -1], [4, 4]], [[1, 2], [4, 0], [3, 3]]], dtype=np.int64)
+    x = np.linspace(-1, 1, 24).reshape(2, 3, 4)
+    made = case_from_arrays(spec, x, ids, np.full((2, 3, 2), 0.5))
+    case_dir = write_case(made, tmp_path)
+    assert np.fromfile(case_dir / "rank_0" / "expert_ids.bin", dtype="<i4").tolist() == [0, 4, 3, -1, 4, 4]
+    got = read_case(case_dir)
+    assert got.expert_ids.tolist() == ids.tolist()
+    assert got.segment_counts.tolist() == made.segment_counts.tolist()
+    assert got.segment_counts.sum() == 7  # the valid ids: 0, 3 on rank 0; 1, 2, 0, 3, 3 on rank 1
+    for r in range(2):
+        assert got.golden(r).tobytes() == made.golden(r).tobytes()
+    assert made.golden(0)[2].tolist() == [0.0] * 4  # token 2 of rank 0: both slots masked
+
+
+def test_masked_share_found_from_files_counts_ids_at_or_above_E(tmp_path):
+    spec = CaseSpec(pes=2, bs=2, h=2, topk=2, expert_per_pe=1, routing="external")
+    ids = np.array([[[0, 2], [1, 1]], [[-1, 0], [7, 1]]], dtype=np.int32)
+    case_dir = write_case(case_from_arrays(spec, np.ones((2, 2, 2)), ids, np.ones((2, 2, 2))), tmp_path)
+    edit_meta(case_dir, masked_fraction=None)
+    assert read_case(case_dir).spec.masked_fraction == 3 / 8
 
 
 def edit_meta(case_dir, **changes):

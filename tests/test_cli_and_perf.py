@@ -258,10 +258,10 @@ def test_defaults_are_the_reference_run_scripts():
     (["--perf", "--warmup", "-1"], "--warmup=-1: must be an int >= 0 (the reference's run script reads a negative "
                                    "value as 0; here it is refused)"),
     (["-fpe", "-1"], "combine-lab: error: -fpe=-1: must be an int >= 0\n"),
-    (["-fnpu", "-2"], "-fnpu=-2: must be an int >= 0"),
+    (["-fnpu", "-2"], "-fnpu=-2: must be an NPU id >= 0 (PE r runs on NPU fnpu + r)"),
     (["-a", "plot"], "combine-lab: error: -a/--analyse=plot: needs --perf (it draws the perf CSVs of this run)\n"),
-    (["-ipport", "127.0.0.1:8767"], "-ipport='127.0.0.1:8767': must be tcp://HOST:PORT (default "
-                                    "tcp://127.0.0.1:8767)"),
+    (["-ipport", "127.0.0.1:8767"], "-ipport='127.0.0.1:8767': must be tcp://HOST:PORT (e.g. tcp://127.0.0.1:8767), "
+                                    "PORT in 1-65535, at most 63 characters"),
     (["-ipport", "tcp://127.0.0.1:65000"], "-ipport='tcp://127.0.0.1:65000': a 127.0.0.1 port must be in "
                                            "[1, 64536] (each launch takes the next of 1000 ports)"),
     (["-topk", "9", "--routing", "zipf:1.0"], "topk=9"),
@@ -280,8 +280,8 @@ def test_an_output_dir_that_cannot_be_made_is_refused_before_launch(tmp_path, ca
     (tmp_path / "file").write_text("x")
     code, out, err = run_cli(["run", *SMALL, "--perf", "--output-dir", str(tmp_path / "file" / "perf")], capsys)
     assert (code, out) == (2, "")
-    assert err == (f"combine-lab: error: --output-dir={tmp_path}/file/perf: cannot create {tmp_path}/file/perf "
-                   f"(Not a directory)\n")
+    assert err == (f"combine-lab: error: --output-dir {tmp_path}/file/perf: under {tmp_path}/file, which is a file, "
+                   f"not a folder\n")
 
 
 def test_analyse_takes_plot_or_md_only(capsys):
@@ -368,4 +368,168 @@ def test_a_run_that_fails_on_a_later_profiled_pe_adds_no_rows(tmp_path, monkeypa
     with pytest.raises(runner.LaunchError, match=r"^PE 1 failed \(test\)$"):
         run_case(CaseSpec(pes=2, bs=4, h=16, topk=2, expert_per_pe=2), "doubleplane", prof_pe="all",
                  output_dir=tmp_path / "perf")
-    assert len(calls) == 2 and not (tmp_path / "perf").exists()
+    assert len(calls) == 2 and list((tmp_path / "perf").iterdir()) == []  # checked usable, nothing written
+
+
+# ---- issue 9 item 6: every output, work and notebook folder is checked before anything runs ----
+
+from combine_lab.errors import ParameterError  # noqa: E402
+from combine_lab.run import build as build_mod  # noqa: E402
+from combine_lab.run import runner  # noqa: E402
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("something ran although the folder was refused")
+    for mod, name in ((build_mod, "build"), (runner, "launch_pes"), (runner, "make_case"), (runner, "write_case")):
+        monkeypatch.setattr(mod, name, refuse)
+
+
+@pytest.mark.parametrize("flag, folder, reason", [
+    ("--output-dir", "{file}/perf", "under {file}, which is a file, not a folder"),
+    ("--output-dir", "{file}", "is a file, not a folder"),
+    ("--output-dir", "/proc/combine_lab_x", "under /proc, the kernel's proc file system, which holds no files; "
+                                            "pick a folder on a disk"),
+    ("--output-dir", "/sys/combine_lab_x", "under /sys, the kernel's sysfs file system, which holds no files; "
+                                           "pick a folder on a disk"),
+    ("--work-dir", "{file}/work", "under {file}, which is a file, not a folder"),
+    ("--work-dir", "/proc/x", "under /proc, the kernel's proc file system, which holds no files; "
+                              "pick a folder on a disk"),
+])
+def test_unusable_folder_refused_before_anything_runs(tmp_path, capsys, nothing_runs, flag, folder, reason):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    folder, reason = folder.format(file=a_file), reason.format(file=a_file)
+    code, out, err = run_cli(["run", *SMALL, "--perf", flag, folder], capsys)
+    assert code == 2
+    assert err == f"combine-lab: error: {flag} {folder}: {reason}\n"
+    assert out == "" and a_file.read_text() == "not a folder"
+
+
+def test_unwritable_folder_is_refused_naming_the_reason(tmp_path, capsys, nothing_runs):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        probe = ro / "probe"
+        try:
+            probe.mkdir()
+            probe.rmdir()
+            pytest.skip("this user writes in read-only folders (root)")
+        except PermissionError:
+            pass
+        code, _, err = run_cli(["run", *SMALL, "--perf", "--output-dir", str(ro / "perf")], capsys)
+        assert code == 2 and err == f"combine-lab: error: --output-dir {ro}/perf: cannot create it (Permission denied)\n"
+    finally:
+        ro.chmod(0o700)
+
+
+def test_run_case_refuses_an_unusable_output_or_work_dir(tmp_path, nothing_runs):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    from combine_lab.case.spec import CaseSpec
+    spec = CaseSpec(pes=2, bs=8, h=16, topk=2, expert_per_pe=2)
+    with pytest.raises(ParameterError) as err:
+        runner.run_case(spec, "classic", output_dir=a_file)
+    assert str(err.value) == f"output_dir {a_file}: is a file, not a folder"
+    with pytest.raises(ParameterError) as err:
+        runner.run_case(spec, "classic", work_dir=a_file / "w")
+    assert str(err.value) == f"work_dir {a_file}/w: under {a_file}, which is a file, not a folder"
+
+
+def test_notebooks_out_under_proc_refused_before_anything_runs(capsys, monkeypatch):
+    pytest.importorskip("papermill", reason="needs the lab extra: pip install -e '.[lab]'")
+    import papermill
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("ran a notebook"))
+    code, out, err = run_cli(["notebooks", "--only", "sweep", "--out", "/proc/lab"], capsys)
+    assert code == 2
+    assert err == ("combine-lab: error: --out /proc/lab: under /proc, the kernel's proc file system, which holds no "
+                   "files; pick a folder on a disk\n")
+
+
+def test_notebook_output_dir_is_checked(tmp_path):
+    from combine_lab.lab import records
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ParameterError) as err:
+        records.output_dir(tmp_path / "f" / "lab")
+    assert str(err.value) == f"output_dir {tmp_path}/f/lab: under {tmp_path}/f, which is a file, not a folder"
+    assert records.output_dir(tmp_path / "new" / "lab") == (tmp_path / "new" / "lab").resolve()
+
+
+# ---- issue 9 item 9: the smaller faults ----
+
+import combine_lab  # noqa: E402
+from combine_lab.run.launch import check_ipport  # noqa: E402
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    root = __import__("pathlib").Path(combine_lab.__file__).resolve().parent
+    assert capsys.readouterr().out == f"combine-lab {combine_lab.__version__} ({root})\n"
+    proc = subprocess.run([sys.executable, "-m", "combine_lab", "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == f"combine-lab {combine_lab.__version__} ({root})\n"
+
+
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_target_npu_without_cann_refuses_every_variant_and_says_so(command, capsys, monkeypatch, nothing_runs):
+    """The field report: `run --target npu` said "the classic variant still runs"; without CANN nothing runs."""
+    for var in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    code, out, err = run_cli([command, *SMALL, "--target", "npu"], capsys)
+    assert code == 2 and out == ""
+    variant = "doubleplane" if command == "run" else "classic"
+    assert err == (f"combine-lab: error: variant={variant} on target=npu: refused: no usable CANN here "
+                   "(ASCEND_HOME_PATH is not set), and every variant needs it: install the CANN toolkit and run "
+                   "`source <CANN>/set_env.sh` (it sets ASCEND_HOME_PATH)\n")
+    assert "still runs" not in err
+
+
+def test_negative_first_npu_refused_before_any_pe_starts(capsys, nothing_runs):
+    code, _, err = run_cli(["run", *SMALL, "-fnpu", "-1"], capsys)
+    assert code == 2 and err == "combine-lab: error: -fnpu=-1: must be an NPU id >= 0 (PE r runs on NPU fnpu + r)\n"
+
+
+@pytest.mark.parametrize("ipport", ["127.0.0.1:8767", "tcp://127.0.0.1", "tcp://127.0.0.1:0", "tcp://127.0.0.1:70000",
+                                    "udp://127.0.0.1:8767", "tcp://127.0.0.1:87a", "tcp://" + "h" * 54 + ":8767"])
+def test_malformed_ipport_refused_before_any_pe_starts(ipport, capsys, nothing_runs):
+    code, _, err = run_cli(["run", *SMALL, "-ipport", ipport], capsys)
+    assert code == 2
+    assert err == (f"combine-lab: error: -ipport={ipport!r}: must be tcp://HOST:PORT (e.g. tcp://127.0.0.1:8767), "
+                   "PORT in 1-65535, at most 63 characters\n")
+
+
+@pytest.mark.parametrize("ipport", ["tcp://127.0.0.1:8767", "tcp://localhost:1", "tcp6://[::1]:65535",
+                                    "tcp://node-3.cluster:9000"])
+def test_well_formed_ipport_accepted(ipport):
+    assert check_ipport(ipport) == ipport
+
+
+def test_run_case_refuses_bad_fnpu_and_ipport_before_launching(nothing_runs):
+    from combine_lab.case.spec import CaseSpec
+    spec = CaseSpec(pes=2, bs=8, h=16, topk=2, expert_per_pe=2)
+    with pytest.raises(ParameterError, match=r"^fnpu=-1: must be an NPU id >= 0"):
+        runner.run_case(spec, "classic", fnpu=-1)
+    with pytest.raises(ParameterError, match=r"^ipport='tcp://x': must be tcp://HOST:PORT"):
+        runner.run_case(spec, "classic", ipport="tcp://x")
+
+
+def test_notebooks_only_counts_the_figures_it_made(tmp_path, capsys, monkeypatch):
+    """The field report: `notebooks --only X` counted every PNG of the output folder, other notebooks' too."""
+    pytest.importorskip("papermill", reason="needs the lab extra: pip install -e '.[lab]'")
+    import papermill
+    out = tmp_path / "lab"
+    out.mkdir()
+    for name in ("01_a", "01_b", "02_c", "03_comm_only_speedup_heatmaps"):
+        (out / f"{name}.png").write_bytes(b"\x89PNG old")
+
+    def fake_run(nb, target, parameters, **kw):
+        (out / "03_comm_only_speedup_heatmaps.png").write_bytes(b"\x89PNG new figure")  # rewritten
+        (out / "03_sdma_share_vs_speedup.png").write_bytes(b"\x89PNG new")  # made
+        __import__("pathlib").Path(target).write_text("{}")
+    monkeypatch.setattr(papermill, "execute_notebook", fake_run)
+    code, stdout, err = run_cli(["notebooks", "--only", "sweep", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert stdout.splitlines()[-1] == f"executed notebooks, 2 figures (PNG) and records in {out}"

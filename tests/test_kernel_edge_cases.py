@@ -34,6 +34,21 @@ def test_masked_slots_never_used(variant, min_sdma, no_leaks):
 
 
 @pytest.mark.parametrize("variant,min_sdma", VARIANTS, ids=VARIANT_IDS)
+def test_ids_at_or_past_E_are_masked_by_the_driver(variant, min_sdma, no_leaks):
+    """E (a "not routed" padding) and an int64 2**32 + 1 are masked slots end to end: the case files
+    hold E, the driver accepts it (it used to refuse `expert_ids.bin: ... is 2: must be < 2` after the
+    build), the kernel neither waits for nor sums them, and x_out equals the golden that masks them."""
+    spec = spec_of(2, 2, 32, 2, 1, dtype="int32_t")  # E = 2
+    ids = np.array([[[0, 2], [2**32 + 1, 1]], [[1, 2], [0, -1]]], dtype=np.int64)
+    x = np.arange(2 * 2 * 32).reshape(2, 2, 32)
+    res = run_case(case_from_arrays(spec, x, ids, np.ones((2, 2, 2))), variant, min_sdma_bytes=min_sdma)
+    assert res.ok, (res.checks, res.counter_mismatches())
+    for r in range(2):
+        np.testing.assert_array_equal(res.x_out[r], x[r].astype(np.int32))  # one valid slot each: 1x
+    assert int(res.plane_bytes()["status_writes"].sum()) == 4  # the four valid slots
+
+
+@pytest.mark.parametrize("variant,min_sdma", VARIANTS, ids=VARIANT_IDS)
 def test_every_slot_masked(variant, min_sdma, no_leaks):
     spec = spec_of(2, 4, 32, 2, 2)
     ids = np.full((2, 4, 2), -1, dtype=np.int32)

@@ -171,3 +171,45 @@ def test_routing_string_and_widget():
     assert type(app.widget).__name__ == "VBox"
     with pytest.raises(ParameterError, match="unknown controls"):
         app.set(colour="red")
+
+
+# ---- issue 9 item 3: what no longer describes the current inputs is cleared or marked stale, never saved ----
+
+def test_failed_plan_and_failed_run_leave_no_stale_view_shown_or_saved(tmp_path, monkeypatch, no_leaks):
+    app = TuningApp(targets=["cpu"], **SMALL)
+    assert app.run() is not None, app.message
+    assert set(app.figures) == {"segment_map", "plane_bytes", "compare", "history"} and app.stale_views == []
+    assert app.verdict_html.value.count("PASS on every PE") == 2 and "Stale" not in app.verdict_html.value
+
+    # the field report: topk set to an invalid value showed "cannot plan" beside the old segment map
+    app.set(topk=app.spec.moe_expert_num + 1)
+    assert app.plan is None and "Cannot plan this case" in app.message
+    assert app.segment_image.value == b"" and app.plane_image.value == b""
+    assert set(app.figures) == {"history"}
+    assert app.stale_views == ["verdict", "counters", "compare"]
+    assert "<b>Stale</b>: the verdict, counters and comparison below are from run 1; the inputs cannot be planned" \
+        in app.verdict_html.value
+    saved = sorted(p.name for p in app.save_figures(tmp_path, prefix="02_"))
+    assert saved == ["02_history.png"] and sorted(p.name for p in tmp_path.iterdir()) == saved
+
+    app.set(topk=SMALL["topk"])  # back to the inputs of run 1: its views are current again
+    assert app.stale_views == [] and set(app.figures) == {"segment_map", "plane_bytes", "compare", "history"}
+    assert app.verdict_html.value.count("PASS on every PE") == 2 and "Stale" not in app.verdict_html.value
+    app.set(h=2 * SMALL["h"])  # a valid change: the plan is redrawn, the run views are stale
+    assert app.plan is not None and "compare" not in app.figures and "segment_map" in app.figures
+    assert "the inputs changed since (h)" in app.verdict_html.value
+    app.set(h=SMALL["h"])
+    assert app.save_figures(tmp_path, prefix="02_") and (tmp_path / "02_compare.png").is_file()
+
+    # the field report: after "Run failed: LaunchError ..." the verdict still read "PASS on every PE"
+    def dies(*a, **k):
+        raise LaunchError("PE 1 exited with status 3")
+    monkeypatch.setattr(runner, "compare", dies)
+    assert app.run() is None and app.message == "Run failed: LaunchError: PE 1 exited with status 3"
+    assert "PASS" not in app.verdict_html.value and "Run failed" in app.verdict_html.value
+    assert app.compare_image.value == b"" and app.counters_html.value == ""
+    assert set(app.figures) == {"segment_map", "plane_bytes", "history"}
+    app.save_figures(tmp_path, prefix="02_")
+    assert not (tmp_path / "02_compare.png").exists()  # the earlier save of it is gone with it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["02_history.png", "02_plane_bytes.png",
+                                                           "02_segment_map.png"]

@@ -199,6 +199,12 @@ def test_papermill_cli_with_a_string_list(tmp_path, no_leaks):
                    for o in c.get("outputs", []))
     assert "WARNING: no case sends anything by SDMA" in text
     assert (tmp_path / "03_sdma_share_vs_speedup.png").is_file()
+    # the saved notebook shows the finished bar (a widget bar saved its first state: "sweep: 0%| | 0/2")
+    nb = nbformat.read(out_nb, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "run_sweep(" in c.source)
+    assert all(o.output_type == "stream" for o in cell.outputs[:2]), [o.output_type for o in cell.outputs]
+    shown = "".join(o.text for o in cell.outputs if o.output_type == "stream").split("\n")[0].split("\r")[-1]
+    assert shown.startswith("sweep: 100%|") and " 2/2 [" in shown, shown
 
 
 def test_notebooks_declare_parameters():
@@ -311,3 +317,88 @@ def test_every_tracked_notebook_is_stripped():
     for rel in tracked:
         data = json.loads((ROOT / rel).read_text())
         assert all(not c.get("outputs") for c in data["cells"] if c["cell_type"] == "code"), rel
+
+
+# ---- issue 9 item 2: parameters given as text are converted by their declared type, or refused ----
+
+def test_every_notebook_parameter_declares_its_type():
+    """The parameters cells annotate every parameter (int, float, bool, str, list of int or str,
+    Optional[str]), so that papermill, the CLI and the notebook's own first cell know it."""
+    allowed = {"int", "float", "bool", "str", "list[int]", "list[str]", "Optional[str]"}
+    for name in NAMES:
+        types = notebooks.declared_types(NOTEBOOKS / f"{name}.ipynb")
+        assert types and set(types.values()) <= allowed, (name, types)
+    assert notebooks.declared_types(NOTEBOOKS / "02_tuning.ipynb")["h"] == "int"
+    assert notebooks.declared_types(NOTEBOOKS / "01_walkthrough.ipynb")["reveal_answers"] == "bool"
+    assert notebooks.declared_types(NOTEBOOKS / "03_sweep.ipynb")["routings"] == "list[str]"
+
+
+def test_cli_converts_text_params_to_the_declared_types(tmp_path, monkeypatch, capsys):
+    """The field report: {02_tuning: {pes: "2", bs: "16", h: "4096"}} ran with h the string "4096",
+    so the notebook's "double h" step planned h = 40964096."""
+    import papermill
+    ran = {}
+    monkeypatch.setattr(papermill, "execute_notebook",
+                        lambda nb, out, parameters, **k: ran.setdefault(Path(nb).stem, parameters))
+    p = tmp_path / "params.yaml"
+    p.write_text('02_tuning: {pes: "2", bs: "16", h: "4096", skew: "0.5"}\nwalkthrough: {reveal_answers: "False"}\n')
+    assert cli.main(["notebooks", "--params", str(p), "--out", str(tmp_path / "o")]) == 0
+    assert ran["02_tuning"] == {"output_dir": str(tmp_path / "o"), "pes": 2, "bs": 16, "h": 4096, "skew": 0.5}
+    assert ran["01_walkthrough"]["reveal_answers"] is False
+    assert 2 * ran["02_tuning"]["h"] == 8192
+
+
+def test_cli_refuses_a_value_of_the_wrong_type_before_running(tmp_path, monkeypatch, capsys):
+    import papermill
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: pytest.fail("ran a notebook"))
+    p = tmp_path / "params.yaml"
+    p.write_text('03_sweep: {bs_list: "16, 6x"}\n02_tuning: {h: "40x"}\n')
+    assert cli.main(["notebooks", "--params", str(p), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == "combine-lab: error: params: notebook 02_tuning: parameter h='40x': expected int\n"
+    assert not (tmp_path / "o").exists()
+    p.write_text('walkthrough: {reveal_answers: "maybe"}\n')
+    assert cli.main(["notebooks", "--params", str(p), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == ("combine-lab: error: params: notebook 01_walkthrough: parameter "
+                                       "reveal_answers='maybe': expected bool (True/False)\n")
+
+
+def _first_cells(name: str, tmp_path: Path) -> Path:
+    """A copy of notebook ``name`` cut after its first code cell past the parameter check: the
+    parameters, the check, and the cell that starts using them."""
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    params_at = next(i for i in code if "parameters" in nb.cells[i].metadata.get("tags", []))
+    keep = [i for i in code if i > params_at][1]
+    nb.cells = nb.cells[:keep + 1]
+    path = tmp_path / f"{name}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def _papermill(nb: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "papermill", str(nb), str(out), *args, "-p", "output_dir", str(out.parent),
+           "--no-progress-bar"]
+    return subprocess.run(cmd, cwd=ROOT, env={**os.environ, "MPLBACKEND": "Agg"}, capture_output=True, text=True,
+                          timeout=120)
+
+
+def _text(nb_path: Path) -> str:
+    return "".join(o.get("text", "") for c in nbformat.read(nb_path, as_version=4).cells if c.cell_type == "code"
+                   for o in c.get("outputs", []))
+
+
+def test_plain_papermill_raw_false_is_false(tmp_path):
+    """The field report: `papermill 01_walkthrough.ipynb out.ipynb -r reveal_answers False` filled in
+    our answers anyway (the string "False" is true). The notebook's first cells convert it."""
+    nb = _first_cells("01_walkthrough", tmp_path)
+    proc = _papermill(nb, tmp_path / "out.ipynb", "-r", "reveal_answers", "False", "-r", "seed", "42")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "exercises: yours to fill in" in _text(tmp_path / "out.ipynb")
+
+
+def test_plain_papermill_refuses_a_value_of_the_wrong_type_before_anything_runs(tmp_path):
+    nb = _first_cells("02_tuning", tmp_path)
+    proc = _papermill(nb, tmp_path / "out.ipynb", "-r", "h", "40x", "-p", "bs", "16")
+    assert proc.returncode != 0
+    assert "ParameterError: parameter h='40x': expected int" in proc.stderr
+    assert "targets here" not in _text(tmp_path / "out.ipynb")  # the next cell never ran

@@ -64,16 +64,6 @@ def test_decreasing_count_refused_by_driver(prepared, no_leaks):
     assert "must be cumulative (non-decreasing)" in str(e.value)
 
 
-def test_expert_id_out_of_range_refused_by_driver(prepared, no_leaks):
-    path = prepared.case_dir / "rank_1" / "expert_ids.bin"
-    ids = np.fromfile(path, dtype=np.int32)
-    ids[3] = 4  # E = 4
-    ids.tofile(path)
-    with pytest.raises(LaunchError) as e:
-        run_case(prepared, "doubleplane")
-    assert f"{path}: index 3 (token 1, topk 1) is 4: must be < 4 experts" in str(e.value)
-
-
 def drop_row_for_slot(case_dir, pes: int, src_rank: int, token: int, k: int) -> None:
     """Remove, from whichever destination PE holds it, the row that feeds (src_rank, token, k)."""
     for d in range(pes):
@@ -193,3 +183,142 @@ def test_assist_row_out_of_range_refused_by_driver(prepared, no_leaks):
     assert e.value.pe == 0
     assert (f"{path}: row {first} is (src_rank {assist[first, 0]}, token 4, topk {assist[first, 2]}): segment {row} "
             f"needs src_rank {row % SPEC.pes}, token in [0, 4), topk in [0, 2)") in str(e.value)
+
+
+# ---- issue 9 item 5: PEs die with their launcher; SIGTERM is Ctrl-C; dead launchers' leftovers go ----
+
+import tempfile  # noqa: E402
+
+import psutil  # noqa: E402
+from conftest import host_processes, twin_segments  # noqa: E402
+
+from combine_lab.run.launch import remove_orphans  # noqa: E402
+
+#: A run of many launches: its PEs are busy for minutes unless something stops them.
+LONG_RUN = ["run", "-pes", "2", "-bs", "64", "-h", "4096", "-topk", "2", "-expertPerPe", "1", "--perf", "--warmup",
+            "0", "--loops", "1000000", "--timeout", "600"]  # --perf: without it a run is one launch
+
+
+def _start_launcher(tmp_dir: Path) -> tuple[subprocess.Popen, list[int]]:
+    """``combine-lab run`` of LONG_RUN with its temporary folder in ``tmp_dir``; returns it once both
+    of its PEs run."""
+    env = dict(os.environ, TMPDIR=str(tmp_dir))
+    perf = ["--output-dir", str(tmp_dir.parent / "perf")]
+    proc = subprocess.Popen([sys.executable, "-m", "combine_lab", *LONG_RUN, *perf], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pes = [p for p in host_processes() if psutil.Process(p).ppid() == proc.pid]
+        if len(pes) == 2:
+            return proc, pes
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("the PEs never started")
+
+
+def _kill_all(proc: subprocess.Popen, pes: list[int]) -> None:
+    """After a failed check: nothing of the launcher or its PEs may outlive the test."""
+    for pid in [proc.pid, *pes]:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait(timeout=10)
+
+
+def _alive(pids) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def test_pes_die_with_a_killed_launcher_and_the_next_run_removes_its_case_folder(tmp_path, twin_binary, monkeypatch):
+    """The field report: a launcher killed with SIGKILL left its PEs running for minutes and its
+    case folder behind."""
+    tmp_dir = tmp_path / "tmp"
+    tmp_dir.mkdir()
+    segments_before = twin_segments()
+    proc, pes = _start_launcher(tmp_dir)
+    try:
+        left = [p.name for p in tmp_dir.iterdir()]
+        assert len(left) == 1 and left[0].startswith(f"combine_lab_case_p{proc.pid}_"), left
+        proc.kill()
+        proc.wait(timeout=10)
+        t0 = time.monotonic()
+        while _alive(pes) and time.monotonic() - t0 < 10:
+            time.sleep(0.02)
+        assert not _alive(pes), "PEs outlived their launcher"
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        _kill_all(proc, pes)
+    assert [p.name for p in tmp_dir.iterdir()] == left  # nobody cleaned up: the launcher is dead
+    # the next run removes what the dead one left: its case folder (and any segment of its session)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_dir))
+    res = run_case(SPEC, "classic", loops=1)
+    assert res.ok
+    assert list(tmp_dir.iterdir()) == []
+    assert not twin_segments() - segments_before and not host_processes()
+
+
+def test_sigterm_is_handled_like_ctrl_c(tmp_path, twin_binary):
+    tmp_dir = tmp_path / "tmp"
+    tmp_dir.mkdir()
+    segments_before = twin_segments()
+    proc, pes = _start_launcher(tmp_dir)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=30)
+        alive = _alive(pes)
+    finally:
+        _kill_all(proc, pes)
+    assert proc.returncode == 143
+    assert alive == []
+    assert err.endswith("combine-lab: terminated (SIGTERM); every PE was stopped, its shared memory and the run's "
+                        "case files removed\n"), err[-500:]
+    assert list(tmp_dir.iterdir()) == []
+    assert not twin_segments() - segments_before
+
+
+def test_a_launcher_gone_before_the_pe_started_is_noticed(twin_binary, tmp_path):
+    """The parent may die before the PE's prctl: the PE then sees another parent and does not start."""
+    env = dict(os.environ, COMBINE_LAB_LAUNCHER_PID="1" if os.getpid() != 1 else "2")
+    proc = subprocess.run([str(twin_binary)], env=env, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 6
+    assert proc.stderr == (f"combine_host: launcher {env['COMBINE_LAB_LAUNCHER_PID']} is gone (parent is now "
+                           f"{os.getpid()}): not starting\n")
+
+
+def test_peers_stop_at_once_when_a_pe_refuses_its_files(tmp_path, monkeypatch, no_leaks):
+    """A PE that refuses its case files exits before SHMEM starts, where the others cannot see it:
+    the launcher stops them at once instead of after the stop grace (set long here)."""
+    monkeypatch.setenv("COMBINE_LAB_STOP_GRACE_S", "30")
+    prepared = prepare_case(SPEC, tmp_path)
+    path = prepared.case_dir / "rank_1" / "expand_x.bin"
+    path.unlink()
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError) as e:
+        run_case(prepared, "doubleplane", timeout_s=120)
+    assert time.monotonic() - t0 < 10
+    assert e.value.pe == 1 and e.value.returncode == 1
+    assert f"{path}: cannot open (No such file or directory)" in str(e.value)
+
+
+def test_remove_orphans_keeps_what_live_processes_own(tmp_path):
+    mine = tmp_path / f"combine_lab_case_p{os.getpid()}_abc"
+    mine.mkdir()
+    gone_pid = 2**22 + 12345  # above pid_max here: no such process
+    gone = tmp_path / f"combine_lab_case_p{gone_pid}_xyz"
+    gone.mkdir()
+    (gone / "golden").mkdir()
+    reused = tmp_path / "combine_lab_case_p1_old"  # pid 1 started long before: alive, kept
+    reused.mkdir()
+    other = tmp_path / "combine_lab_kernel_abc"  # no pid in the name: not ours to judge
+    other.mkdir()
+    assert remove_orphans(tmp_path) == [gone]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, reused.name, other.name])

@@ -27,7 +27,7 @@ HOST_ONLY = ["host/combine_host.cpp", "host/host_args.cpp", "host/case_io.cpp", 
 
 CLANG = shutil.which("clang++")
 if CLANG is None:
-    reason = "needs clang++ for the NPU-branch compile check: bash .ci/setup installs it (apt-get install clang)"
+    reason = "needs clang++ for the NPU-branch compile check: bash .ci/setup --test installs it (apt-get install clang)"
     if os.environ.get("CI"):
         pytest.fail(reason, pytrace=False)
     pytestmark = pytest.mark.skip(reason=reason)

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "combine_lab"
 
 #: The stages, in the order of the flow; a module may import its own stage and those before it.
-#: errors and params serve every stage; the top-level __init__ and __main__ sit above all.
-LAYERS = ["errors", "params", "case", "planning", "run", "model", "results", "lab", "cli"]
+#: errors, params and folders serve every stage; the top-level __init__ and __main__ sit above all.
+LAYERS = ["errors", "params", "folders", "case", "planning", "run", "model", "results", "lab", "cli"]
 
 
 def module_name(path: Path) -> str:
@@ -116,14 +116,15 @@ def test_folders_follow_the_flow():
 
 
 def test_public_api_from_the_top():
-    from combine_lab import CaseSpec, compare, make_case, plan, read_case, run_case, write_case
-    assert combine_lab.__all__ == ["CaseSpec", "make_case", "plan", "run_case", "compare", "write_case", "read_case"]
+    from combine_lab import Case, CaseSpec, case_from_arrays, compare, make_case, plan, read_case, run_case, write_case
+    assert combine_lab.__all__ == ["CaseSpec", "make_case", "plan", "run_case", "compare", "write_case", "read_case",
+                                   "Case", "case_from_arrays"]
     from combine_lab.case import casefiles, case, spec
     from combine_lab.planning import planner
     from combine_lab.run import runner
-    assert (CaseSpec, make_case, plan, run_case, compare, write_case, read_case) == (
+    assert (CaseSpec, make_case, plan, run_case, compare, write_case, read_case, Case, case_from_arrays) == (
         spec.CaseSpec, case.make_case, planner.plan, runner.run_case, runner.compare, casefiles.write_case,
-        casefiles.read_case)
+        casefiles.read_case, case.Case, case.case_from_arrays)
 
 
 def test_every_module_imports_and_plan_stays_the_function():

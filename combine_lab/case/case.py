@@ -16,7 +16,34 @@ from .routing import draw_routing, draw_x
 from .spec import CaseSpec
 
 __all__ = ["RankInputs", "Case", "make_case", "case_from_arrays", "golden_x_out", "segment_counts_of",
-           "receive_order", "golden_rank"]
+           "receive_order", "golden_rank", "as_expert_ids"]
+
+_INT32 = np.iinfo(np.int32)
+
+
+def as_expert_ids(expert_ids, moe_expert_num: int, name: str = "expert_ids") -> np.ndarray:
+    """``expert_ids`` as the int32 array the case files hold, every id outside ``[0, moe_expert_num)``
+    still outside it (combine-facts section 1: such a slot is masked).
+
+    ``expert_ids``: an array of any integer dtype (int8 ... int64, uint8 ... uint64), any shape.
+    Valid ids are kept; a masked id that int32 can hold is kept as it is (-1, or E as a "not routed"
+    padding); a masked id that int32 cannot hold (say the int64 ``2**32 + 1``, which a plain cast
+    would turn into 1, a valid expert) becomes -1. An int32 array is returned as it is (no copy).
+
+    Raises:
+        SpecError: the array is not of an integer dtype (float, bool, object, ...); the message
+            names ``name`` and the dtype found.
+    """
+    a = np.asarray(expert_ids)
+    if a.dtype.kind not in "iu":
+        raise SpecError(f"{name}: dtype {a.dtype.name}: must be an integer array (expert ids; ids outside "
+                        f"[0, {moe_expert_num}) are masked)")
+    if a.dtype == np.int32:
+        return a
+    if a.dtype.itemsize < 4:  # int8, int16, uint8, uint16: every value fits
+        return a.astype(np.int32)
+    fits = (a >= _INT32.min) & (a <= _INT32.max)  # compared in a's own dtype: no wrap-around
+    return np.where(fits, a, -1).astype(np.int32)
 
 
 @dataclass(frozen=True)
@@ -107,7 +134,8 @@ class Case:
     """One combine case: spec, routing and receive counts; rank arrays on demand.
 
     Attributes: ``spec`` (CaseSpec); ``expert_ids`` int32 [pes, bs, topk] (-1 or any
-    id outside [0, E) = masked); ``expert_scales`` float32 [pes, bs, topk];
+    id outside [0, E) = masked; given in any integer dtype, see :func:`as_expert_ids`);
+    ``expert_scales`` float32 [pes, bs, topk];
     ``segment_counts`` int64 [pes, expert_per_pe*pes] (rows per segment, non-cumulative);
     ``ep_recv_count`` int32 [pes, expert_per_pe*pes] (cumulative per destination PE,
     combine-facts section 2). ``x`` (T [pes, bs, h]) is drawn on first use.
@@ -115,9 +143,9 @@ class Case:
 
     def __init__(self, spec: CaseSpec, expert_ids: np.ndarray, expert_scales: np.ndarray):
         self.spec = spec
-        self.expert_ids = expert_ids
-        self.expert_scales = expert_scales
-        self.segment_counts = segment_counts_of(expert_ids, spec.pes, spec.expert_per_pe)
+        self.expert_ids = as_expert_ids(expert_ids, spec.moe_expert_num)
+        self.expert_scales = np.asarray(expert_scales, dtype=np.float32)
+        self.segment_counts = segment_counts_of(self.expert_ids, spec.pes, spec.expert_per_pe)
         self.ep_recv_count = np.cumsum(self.segment_counts, axis=1).astype(np.int32)
         self._x = None
         self._order = None
@@ -189,12 +217,16 @@ def make_case(spec: CaseSpec) -> Case:
 def case_from_arrays(spec: CaseSpec, x: np.ndarray, expert_ids: np.ndarray, expert_scales: np.ndarray) -> Case:
     """A Case with given activations and routing instead of drawn ones (hand-made cases).
 
-    ``x``: T [pes, bs, h] (cast to spec.dtype); ``expert_ids``: int [pes, bs, topk]
-    (ids outside [0, E) are masked); ``expert_scales``: float [pes, bs, topk] (cast to
-    float32). Use ``routing="external"`` in ``spec`` so that nothing is redrawn.
+    ``x``: numbers [pes, bs, h], the tokens and, the experts being identities, their expert
+    outputs (cast to spec.dtype); ``expert_ids``: any integer dtype [pes, bs, topk], an id
+    outside [0, E) is a masked slot, whatever its dtype (see :func:`as_expert_ids`: -1, E and
+    the int64 ``2**32 + 1`` are all masked, never cast into range); ``expert_scales``: numbers
+    [pes, bs, topk] (cast to float32). Use ``routing="external"`` in ``spec`` so that nothing is
+    redrawn.
 
     Raises:
-        SpecError: an array's shape differs from the spec's (the message names the array).
+        SpecError: an array's shape differs from the spec's, ``expert_ids`` is not an integer
+            array, or ``x`` / ``expert_scales`` are not numbers (the message names the array).
     """
     want = {"x": (spec.pes, spec.bs, spec.h), "expert_ids": (spec.pes, spec.bs, spec.topk),
             "expert_scales": (spec.pes, spec.bs, spec.topk)}
@@ -202,7 +234,10 @@ def case_from_arrays(spec: CaseSpec, x: np.ndarray, expert_ids: np.ndarray, expe
     for name, shape in want.items():
         if arrays[name].shape != shape:
             raise SpecError(f"{name}: shape {arrays[name].shape}, expected {shape} for {spec.case_id}")
-    case = Case(spec, arrays["expert_ids"].astype(np.int32), arrays["expert_scales"].astype(np.float32))
+    for name in ("x", "expert_scales"):
+        if arrays[name].dtype.kind not in "iuf":
+            raise SpecError(f"{name}: dtype {arrays[name].dtype.name}: must be an array of numbers (int or float)")
+    case = Case(spec, arrays["expert_ids"], arrays["expert_scales"])
     case._x = arrays["x"].astype(spec.np_dtype)
     return case
 

@@ -4,44 +4,83 @@
     combine-lab compare -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 --routing trace:mixtral/arxiv/15
     combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 8 --routing deepseek --model a3
     combine-lab calibrate output/perf/combine_perf_rank0.csv --model a3 --out fitted.toml
-    combine-lab doctor | selftest | notebooks
+    combine-lab doctor | selftest | notebooks | lab
+    combine-lab --version
 
 Sub-commands: :mod:`.run`, :mod:`.compare` (both on :mod:`.cases`), :mod:`.suggest`,
-:mod:`.calibrate`, :mod:`.doctor`, :mod:`.selftest`, :mod:`.notebooks`. Each registers its parser and a handler
+:mod:`.calibrate`, :mod:`.doctor`, :mod:`.selftest`, :mod:`.notebooks`, :mod:`.lab`. Each registers its parser and a handler
 ``args.handler(args) -> exit status``; :func:`main` turns the lab's errors into exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 
-from ..errors import CaseFileError, LabError, ParameterError, SpecError
+from .. import __version__
+from ..errors import CaseFileError, LabError, ParameterError, SpecError, Terminated
 from ..planning.capacity import CapacityError
 from ..run.build import BuildError
 from ..run.launch import LaunchError
 from ..run.outputs import ResultFileError
-from . import calibrate, compare, doctor, notebooks, run, selftest, suggest
+from . import calibrate, compare, doctor, lab, notebooks, run, selftest, suggest
+
+
+def version_text() -> str:
+    """``combine-lab <version> (<package folder>)``: the folder tells which checkout an editable
+    install runs."""
+    from pathlib import Path
+    return f"combine-lab {__version__} ({Path(__file__).resolve().parents[1]})"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``combine-lab`` (sub-commands run, compare, suggest, calibrate, selftest,
-    doctor, notebooks)."""
+    doctor, notebooks, lab)."""
     parser = argparse.ArgumentParser(prog="combine-lab", description="MoE combine lab: doubleplane (MTE+SDMA) vs "
                                      "classic (MTE only) combine on the CPU twin or an Ascend NPU")
+    parser.add_argument("--version", action="version", version=version_text(),
+                        help="show the version of combine_lab and where it is installed from, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, compare, suggest, calibrate, selftest, doctor, notebooks):
+    for module in (run, compare, suggest, calibrate, selftest, doctor, notebooks, lab):
         module.register(sub)
     return parser
 
 
+def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup short
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """While ``combine-lab`` runs, SIGTERM raises :class:`Terminated` (in the main thread only,
+    where Python delivers signals; elsewhere nothing changes)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 ok, 1 a check failed, 2 bad input or failed run)."""
+    """Entry point; returns the exit status (0 ok, 1 a check failed, 2 bad input or failed run,
+    130 Ctrl-C, 143 SIGTERM: both after stopping every PE and removing what the run made)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[-1:] == ["-h"]:  # -h is the hidden size, as in the reference drivers
         print("combine-lab: -h is the hidden size (-h 7168); for help use --help", file=sys.stderr)
         return 2
     args = build_parser().parse_args(argv)
+    with _sigterm_as_interrupt():
+        return _handle(args)
+
+
+def _handle(args: argparse.Namespace) -> int:
     try:
         return args.handler(args)
     except (SpecError, ParameterError, CaseFileError, CapacityError, LabError, ResultFileError, BuildError,
@@ -52,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"combine-lab: error: out of memory making or reading the case ({e}); use a smaller shape",
               file=sys.stderr)
         return 2
+    except Terminated:
+        print("combine-lab: terminated (SIGTERM); every PE was stopped, its shared memory and the run's case "
+              "files removed", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
-        print("combine-lab: interrupted; every PE was stopped and its shared memory removed", file=sys.stderr)
+        print("combine-lab: interrupted; every PE was stopped, its shared memory and the run's case files removed",
+              file=sys.stderr)
         return 130

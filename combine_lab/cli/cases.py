@@ -21,11 +21,13 @@ import pandas as pd
 
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
+from ..folders import usable_folder
 from ..params import as_list
 from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 from ..results.rows import REFUSED, NotRun, ResultRow, result_row
 from ..run.build import VariantRefused
+from ..run.launch import check_ipport
 from ..run.outputs import (clear_outputs, counters_name, perf_summary_name, rank_files, variant_dir,
                            write_summary_csv)
 from ..run.runner import prepare_case, refusals, run_case
@@ -120,6 +122,15 @@ def clock_model(text: str):
 
 
 def _specs(a: argparse.Namespace, payload: bool = True) -> list[CaseSpec]:
+    # the folders a run writes to, and the placement flags, before anything is drawn, written or launched
+    if a.perf and payload:  # a modelled run writes to its own folder (_run_modelled checks that one)
+        usable_folder(a.output_dir, "--output-dir")
+    if a.work_dir is not None:
+        usable_folder(a.work_dir, "--work-dir")
+    if a.fnpu < 0:
+        raise ParameterError(f"-fnpu={a.fnpu}: must be an NPU id >= 0 (PE r runs on NPU fnpu + r)")
+    if a.ipport is not None:
+        check_ipport(a.ipport, "-ipport")
     axes = {
         "pes": as_list(a.pes_list, int, "--pes-list") if a.pes_list else [a.pes],
         "bs": as_list(a.bs_list, int, "--bs-list") if a.bs_list else [a.bs],
@@ -266,7 +277,7 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
         return _run_modelled(a, variants, specs, prof_pe, model)
     next_ipport = bootstrap_addresses(a.ipport)
     refused = refusals(a.target, variants)
-    if refused and len(variants) == 1:
+    if refused and len(refused) == len(variants):  # nothing would run: say why, exit 2
         raise VariantRefused(refused[variants[0]])
     for why in refused.values():
         print(f"combine-lab: {why}", file=sys.stderr)
@@ -352,7 +363,7 @@ def _run_modelled(a: argparse.Namespace, variants: list[str], specs: list[CaseSp
     folders = {v: variant_dir(base, v, separate=len(variants) > 1) for v in variants}
     if a.perf:
         for variant, folder in folders.items():
-            folder.mkdir(parents=True, exist_ok=True)
+            usable_folder(folder, "--output-dir")
             clear_outputs(folder, variant)
     rows: list[ResultRow] = []
     for spec in _progress(specs, "model"):

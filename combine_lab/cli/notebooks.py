@@ -17,9 +17,10 @@ from ..lab.records import default_output_dir
 def _cmd_notebooks(args: argparse.Namespace) -> int:
     # a LabError (bad name, params file or parameter) is raised before anything runs: exit 2 from main
     params = load_params(args.params) if args.params else {}
-    runs = run_notebooks(args.out, params, args.only, kernel_name=args.kernel, timeout_s=args.timeout, log=print)
+    runs = run_notebooks(args.out, params, args.only, kernel_name=args.kernel, timeout_s=args.timeout, log=print,
+                         out_name="--out")
     out = runs[0].output.parent if runs else Path(args.out or default_output_dir())
-    figures = sorted(out.glob("*.png"))
+    figures = sorted({p for r in runs for p in r.figures})  # this run's, not what the folder held before
     print(f"executed notebooks, {len(figures)} figures (PNG) and records in {out}")
     return 0 if all(r.ok for r in runs) else 1
 

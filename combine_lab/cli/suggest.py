@@ -48,4 +48,4 @@ def register(sub) -> None:
                    help="segment-sdma: also price SDMA calls per segment (one SQE per MiB) instead of per row")
     m.add_argument("--csv", default=None, help="also write the curve to this CSV")
     p.add_argument("--help", action="help", help="show this help and exit")
-    p.set_defaults(handler=_suggest, work_dir=None, target="cpu")
+    p.set_defaults(handler=_suggest, work_dir=None, target="cpu", perf=False, fnpu=0, ipport=None)

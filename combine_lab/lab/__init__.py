@@ -4,6 +4,7 @@
 - :mod:`.plots`: figures (segment maps, plane bytes, comparisons, sweeps);
 - :mod:`.sweep`: grids of cases run for both variants;
 - :mod:`.exercises`: checks for the walkthrough's exercises;
-- :mod:`.records`: output folder and records of headless notebook runs;
-- :mod:`.notebooks`: run the notebooks headless with papermill.
+- :mod:`.records`: typed notebook parameters, output folder and records of headless notebook runs;
+- :mod:`.notebooks`: run the notebooks headless with papermill; the lab's Jupyter kernel;
+- :mod:`.server`: JupyterLab on the notebooks (``combine-lab lab``).
 """

@@ -18,6 +18,12 @@ set ``app.controls[name].value`` (or :meth:`TuningApp.set`), call :meth:`TuningA
 or ``app.run_button.click()``, then read ``app.plan``, ``app.sdma_table``,
 ``app.message``, ``app.history``, ``app.rows``, ``app.last_runs``. Bad values never raise: they show
 a readable message (``app.message``) and nothing is planned or launched.
+
+What is shown always describes the current inputs, or says it does not: a failed plan clears the
+plan view (segment map, plane bytes); a failed Run clears the verdict, counters and comparison;
+and while the inputs differ from those of the last Run (a control changed, a plan failed) its
+verdict, counters and comparison are marked stale (``app.stale_views``) and
+:meth:`TuningApp.save_figures` leaves the comparison out.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import contextlib
 import html
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
@@ -135,7 +142,12 @@ class TuningApp:
         rows: DataFrame (:data:`ROWS_COLUMNS`), one result row per variant of every completed run.
         last_runs: the :class:`~combine_lab.run.runner.Comparison` of the last run (variant ->
             RunResult, and ``refused``: variant -> reason), or None.
-        figures: the last Figure of each view ("segment_map", "plane_bytes", "compare", "history").
+        figures: the Figure of each view that describes the current inputs ("segment_map",
+            "plane_bytes": the current plan; "compare": the last Run, while the inputs are still
+            the ones it ran with; "history": every completed Run). A view that no longer describes
+            them is not in it, so :meth:`save_figures` never saves it as current.
+        stale_views: the run views shown marked stale ("verdict", "counters", "compare"): the
+            inputs changed since the Run they show, or the current ones cannot be planned.
         replans: how many times the plan view was recomputed; plan_seconds: the last one's time.
     """
 
@@ -159,6 +171,11 @@ class TuningApp:
         self._rows_data: list[dict] = []
         self.last_runs: dict | None = None
         self.figures: dict = {}
+        self.stale_views: list[str] = []
+        self._run_values: dict | None = None  # the inputs of the Run the run views show
+        self._run_verdict = ""
+        self._run_counters = ""
+        self._run_figure = None
         self.replans = 0
         self.plan_seconds = float("nan")
         self._case_key = None
@@ -350,6 +367,12 @@ class TuningApp:
             self.run_button.disabled = True
             self.plan_summary.value = ""
             self.sdma_html.value = ""
+            # the plan view showed another case: cleared, never saved as this one's
+            self.segment_image.value = b""
+            self.plane_image.value = b""
+            self.figures.pop("segment_map", None)
+            self.figures.pop("plane_bytes", None)
+            self._sync_run_views()
             return None
         self.spec, self.plan = spec, p
         self.run_button.disabled = False
@@ -358,9 +381,43 @@ class TuningApp:
         self.sdma_table = seg.loc[seg["plane"] == "SDMA", ["pe", "segment", "local_expert", "src_rank",
                                                            "token_count", "bytes"]].reset_index(drop=True)
         self._draw_plan(spec, p)
+        self._sync_run_views()
         self.replans += 1
         self.plan_seconds = time.perf_counter() - t0
         return p
+
+    def _sync_run_views(self) -> None:
+        """Show the last Run's verdict, counters and comparison as current while the inputs are
+        those it ran with (and they can be planned); otherwise mark them stale and take the
+        comparison out of :attr:`figures`."""
+        if self._run_values is None:
+            self.stale_views = []
+            return
+        if self.plan is not None and self.values() == self._run_values:
+            self.stale_views = []
+            self.verdict_html.value = self._run_verdict
+            self.counters_html.value = self._run_counters
+            self.figures["compare"] = self._run_figure
+            return
+        self.stale_views = ["verdict", "counters", "compare"]
+        self.figures.pop("compare", None)
+        changed = [k for k, v in self.values().items() if self._run_values.get(k) != v]
+        why = ("the inputs cannot be planned" if self.plan is None else
+               "the inputs changed since (" + ", ".join(changed) + ")")
+        run = len(self.history)
+        self.verdict_html.value = (
+            f"<div style='border-left:4px solid #888;padding:4px 8px;color:#555'><b>Stale</b>: the verdict, counters "
+            f"and comparison below are from run {run}; {html.escape(why)}. Press Run for the current inputs.</div>"
+            f"<div style='opacity:0.45'>{self._run_verdict}</div>")
+        self.counters_html.value = f"<div style='opacity:0.45'>{self._run_counters}</div>"
+
+    def _clear_run_views(self) -> None:
+        """A Run failed: nothing of the run before it describes these inputs."""
+        self._run_values, self._run_verdict, self._run_counters, self._run_figure = None, "", "", None
+        self.stale_views = []
+        self.counters_html.value = ""
+        self.compare_image.value = b""
+        self.figures.pop("compare", None)
 
     def _draw_plan(self, spec: CaseSpec, p: Plan) -> None:
         t = p.totals
@@ -426,6 +483,9 @@ class TuningApp:
         except _RUN_ERRORS as e:
             self.status.value = "failed"
             self._show_message(f"Run failed: {type(e).__name__}: {e}")
+            self._clear_run_views()
+            self.verdict_html.value = (f"<p style='color:#b00020'><b>Run failed</b>: {html.escape(type(e).__name__)}: "
+                                       f"{html.escape(str(e))}. No verdict for these inputs.</p>")
             return None
         finally:
             self.run_button.disabled = self.plan is None
@@ -467,8 +527,8 @@ class TuningApp:
                             "; counters differ from the plan: " + html.escape("; ".join(mism[:4])))
                          + "</li>")
         first = rows[0]
-        self.verdict_html.value = (f"<p><b>{first.case_id}</b> {html.escape(first.routing)} on {first.target}:</p>"
-                                   f"<ul>{''.join(lines)}</ul>")
+        self._run_verdict = (f"<p><b>{first.case_id}</b> {html.escape(first.routing)} on {first.target}:</p>"
+                             f"<ul>{''.join(lines)}</ul>")
         frames = []
         for res in runs.values():
             pb = res.plane_bytes()
@@ -477,12 +537,12 @@ class TuningApp:
         if frames:
             counters = pd.concat(frames, ignore_index=True)[["variant", "pe", "mte_bytes", "sdma_bytes", "mte_puts",
                                                             "sdma_puts", "status_writes"]]
-            self.counters_html.value = ("<p>Per-plane counters (last launch; bytes, puts):</p>"
-                                        + counters.to_html(index=False))
+            self._run_counters = ("<p>Per-plane counters (last launch; bytes, puts):</p>"
+                                  + counters.to_html(index=False))
         else:
-            self.counters_html.value = "<p>No per-plane counters on this target.</p>"
+            self._run_counters = "<p>No per-plane counters on this target.</p>"
         fig = plots.compare_per_pe(runs)
-        self.figures["compare"] = fig
+        self._run_figure = fig
         self.compare_image.value = plots.figure_png(fig)
         number = len(self.history) + 1
         self._rows_data.extend({"run": number, **r.as_dict()} for r in rows)
@@ -496,8 +556,16 @@ class TuningApp:
         hfig = plots.history_plot(self.history)
         self.figures["history"] = hfig
         self.history_image.value = plots.figure_png(hfig)
+        self._run_values = dict(v)
+        self._sync_run_views()
 
     # ------------------------------------------------------------------ output
     def save_figures(self, out_dir, prefix: str = "tuning_") -> list:
-        """Save the current figures as ``<out_dir>/<prefix><view>.png``; returns the paths."""
+        """Save the figures that describe the current inputs (:attr:`figures`) as
+        ``<out_dir>/<prefix><view>.png``; returns the paths. A stale view (a plan that failed, a
+        comparison from a Run with other inputs or one that failed) is not saved, and a file
+        this method saved for it before is removed, so that the folder never holds it as current."""
+        for name in ("segment_map", "plane_bytes", "compare", "history"):
+            if name not in self.figures:
+                Path(out_dir, f"{prefix}{name}.png").unlink(missing_ok=True)
         return [plots.save_figure(fig, out_dir, f"{prefix}{name}") for name, fig in self.figures.items()]

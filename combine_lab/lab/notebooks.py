@@ -1,7 +1,8 @@
 """Run the lab notebooks headless with papermill (what ``combine-lab notebooks`` does).
 
-Each notebook of ``notebooks/`` (``NN_name.ipynb``) is executed top to bottom on the
-Jupyter kernel ``python3`` with ``MPLBACKEND=Agg``; the executed copies, the figures
+Each notebook of ``notebooks/`` (``NN_name.ipynb``) is executed top to bottom on the lab's
+Jupyter kernel (:data:`KERNEL_NAME`, this environment's Python, which ``.ci/setup`` registers
+in the environment, not for the user) with ``MPLBACKEND=Agg``; the executed copies, the figures
 (PNG) and what each notebook records (``<name>.record.json``, CSVs) are left in the
 output folder. The params file maps notebook names to their parameters; top-level keys
 that are not notebook names go to every notebook that declares them::
@@ -17,19 +18,25 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import LabError
+from ..errors import LabError, ParameterError
+from ..folders import usable_folder
+from ..params import convert
 from .records import RECORD_SUFFIX, default_output_dir
 
-__all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "declared_parameters", "split_params",
-           "run_notebooks", "KERNEL_NAME"]
+__all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "declared_parameters", "declared_types",
+           "split_params", "run_notebooks", "require_kernel", "KERNEL_NAME", "KERNEL_DISPLAY_NAME"]
 
-#: The Jupyter kernel the notebooks run on (``.ci/setup`` registers it).
-KERNEL_NAME = "python3"
+#: The Jupyter kernel the notebooks name and run on: this environment's Python, registered in the
+#: environment itself (``.ci/setup``: ``ipykernel install --sys-prefix``), so that no other Python's
+#: ``python3`` kernel (a user-wide one) is picked up instead.
+KERNEL_NAME = "combine-lab"
+KERNEL_DISPLAY_NAME = "Python 3 (combine_lab)"
 _NAME = re.compile(r"^(\d\d)_(.+)\.ipynb$")
 
 
@@ -37,7 +44,8 @@ _NAME = re.compile(r"^(\d\d)_(.+)\.ipynb$")
 class NotebookRun:
     """Outcome of one headless notebook: ``name`` (stem), ``output`` (executed copy),
     ``seconds`` (wall time), ``ok``, ``error`` (first line of the failure, '' when ok),
-    ``parameters`` (what was injected), ``record`` (its ``.record.json``, {} if none)."""
+    ``parameters`` (what was injected), ``record`` (its ``.record.json``, {} if none),
+    ``figures`` (the PNGs of the output folder it wrote or rewrote, sorted)."""
 
     name: str
     output: Path
@@ -46,6 +54,26 @@ class NotebookRun:
     error: str = ""
     parameters: dict = field(default_factory=dict)
     record: dict = field(default_factory=dict)
+    figures: list[Path] = field(default_factory=list)
+
+
+def require_kernel(name: str = KERNEL_NAME) -> str:
+    """The Python that Jupyter kernel ``name`` runs (its kernel.json ``argv[0]``).
+
+    Raises LabError, with the command that registers it, when no kernel of that name is found on
+    Jupyter's paths or its Python does not exist (registered from an environment since removed).
+    """
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+    fix = (f"bash .ci/setup registers it, or: {Path(sys.executable).name} -m ipykernel install --sys-prefix "
+           f"--name {name} --display-name '{KERNEL_DISPLAY_NAME}'")
+    try:
+        spec = KernelSpecManager().get_kernel_spec(name)
+    except NoSuchKernel:
+        raise LabError(f"Jupyter kernel {name!r} is not registered for this environment; {fix}") from None
+    exe = spec.argv[0] if spec.argv else ""
+    if os.path.isabs(exe) and not os.path.exists(exe):
+        raise LabError(f"Jupyter kernel {name!r} ({spec.resource_dir}) runs {exe}, which does not exist; {fix}")
+    return exe
 
 
 def notebook_dir() -> Path:
@@ -108,8 +136,15 @@ def load_params(path: str | os.PathLike) -> dict:
 def declared_parameters(nb: str | os.PathLike) -> list[str]:
     """The names a notebook declares in its ``parameters`` cell, in order, as papermill
     reads them (``papermill.inspect_notebook``)."""
+    return list(declared_types(nb))
+
+
+def declared_types(nb: str | os.PathLike) -> dict[str, str]:
+    """Name -> declared type (the annotation's text, e.g. ``"int"``, ``"list[int]"``,
+    ``"Optional[str]"``; ``"None"`` where a parameter has none) of a notebook's ``parameters``
+    cell, in order, as papermill reads them (``papermill.inspect_notebook``)."""
     import papermill
-    return list(papermill.inspect_notebook(str(nb)).keys())
+    return {name: p["inferred_type_name"] for name, p in papermill.inspect_notebook(str(nb)).items()}
 
 
 def _did_you_mean(name: str, allowed) -> str:
@@ -119,17 +154,24 @@ def _did_you_mean(name: str, allowed) -> str:
 
 
 def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
-    """Parameters per notebook stem from a params mapping (see the module docstring).
+    """Parameters per notebook stem from a params mapping (see the module docstring), each
+    converted to the type its notebook declares.
 
     Keys naming a notebook (stem or the part after the number) hold that notebook's
     parameters; other keys go to every notebook that declares them in its ``parameters``
     cell. Every name is checked against what papermill finds in the notebooks' parameters
-    cells (:func:`declared_parameters`), so that a misspelt name is refused here rather
-    than ignored by papermill with a warning.
+    cells (:func:`declared_types`), so that a misspelt name is refused here rather than
+    ignored by papermill with a warning; every value is converted to the declared type
+    (:func:`combine_lab.params.convert`: ``"4096"`` -> 4096 for an ``int``, ``"False"`` -> False
+    for a ``bool``), so that text from YAML is never used as a string in the notebook.
 
     Raises LabError (nothing has run yet) for a parameter a notebook does not declare::
 
         params: 'bs_lst' is not a parameter of notebook 03_sweep (did you mean 'bs_list'?); its parameters: ...
+
+    for a value that is not of the declared type::
+
+        params: notebook 02_tuning: parameter h='40x': expected int
 
     for a top-level key no notebook declares, or a notebook entry that is not a mapping.
     """
@@ -137,7 +179,8 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
     for nb in notebooks:
         by_name[nb.stem] = nb
         by_name[_NAME.match(nb.name).group(2)] = nb
-    declared = {nb.stem: declared_parameters(nb) for nb in notebooks}
+    types = {nb.stem: declared_types(nb) for nb in notebooks}
+    declared = {stem: list(t) for stem, t in types.items()}
     out: dict[str, dict] = {nb.stem: {} for nb in notebooks}
     common = {}
     for key, value in params.items():
@@ -162,6 +205,25 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
                             f"{', '.join(every)}")
         for stem in takers:
             out[stem].setdefault(key, value)
+    for stem, values in out.items():
+        for name, value in values.items():
+            if types[stem][name] != "None":  # a parameter without a declared type goes as it is
+                try:
+                    values[name] = convert(value, types[stem][name], name)
+                except ParameterError as e:
+                    raise LabError(f"params: notebook {stem}: {e}") from None
+    return out
+
+
+def _pngs(folder: Path) -> dict[Path, tuple[int, int]]:
+    """PNG path -> (mtime in ns, size) of ``folder``: what a notebook wrote is what changed."""
+    out = {}
+    for path in folder.glob("*.png"):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        out[path] = (st.st_mtime_ns, st.st_size)
     return out
 
 
@@ -179,7 +241,8 @@ def _kernel_config(socket_dir: str):
 
 def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None = None,
                   only: list[str] | None = None, folder: str | os.PathLike | None = None,
-                  kernel_name: str = KERNEL_NAME, timeout_s: float = 600.0, log=None) -> list[NotebookRun]:
+                  kernel_name: str = KERNEL_NAME, timeout_s: float = 600.0, log=None,
+                  out_name: str = "out_dir") -> list[NotebookRun]:
     """Execute the notebooks headless with papermill; return one :class:`NotebookRun` each.
 
     Args:
@@ -190,18 +253,21 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
         folder: notebook folder (default :func:`notebook_dir`).
         kernel_name: Jupyter kernel; timeout_s: limit per cell, seconds.
         log: callable taking one line of text per notebook (e.g. print), or None.
+        out_name: how messages name ``out_dir`` (the CLI's ``--out``).
 
     A failing notebook is reported (``ok`` False, ``error``), and the others still run.
-    Raises LabError for bad names or parameters (before anything runs or is created).
+    Raises LabError for bad names or parameters or a kernel that is not registered (before
+    anything runs or is created), then ParameterError for an output folder that cannot hold files
+    (before anything runs).
     The kernel runs over IPC sockets in a private temporary folder (no TCP port, no
     unencrypted-transport warning).
     """
     import papermill
     notebooks = find_notebooks(folder, only)
     per_nb = split_params(params or {}, notebooks)  # bad names or parameters: nothing created yet
+    require_kernel(kernel_name)
     out = Path(out_dir) if out_dir is not None else default_output_dir()
-    out = out.expanduser().resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = usable_folder(out, out_name).resolve()
     results = []
     old_backend = os.environ.get("MPLBACKEND")
     os.environ["MPLBACKEND"] = "Agg"  # the kernel inherits it: no display needed
@@ -209,6 +275,7 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
         for nb in notebooks:
             p = {"output_dir": str(out), **per_nb[nb.stem]}
             target = out / nb.name
+            pngs_before = _pngs(out)
             t0 = time.perf_counter()
             ok, error = True, ""
             try:
@@ -223,7 +290,8 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
             seconds = time.perf_counter() - t0
             record_path = out / f"{nb.stem}{RECORD_SUFFIX}"
             record = json.loads(record_path.read_text()) if ok and record_path.is_file() else {}
-            run = NotebookRun(nb.stem, target, seconds, ok, error, p, record)
+            made = sorted(path for path, stamp in _pngs(out).items() if pngs_before.get(path) != stamp)
+            run = NotebookRun(nb.stem, target, seconds, ok, error, p, record, made)
             results.append(run)
             if log is not None:
                 log(f"{nb.stem}: {'ok' if ok else 'FAILED'} in {seconds:.1f} s -> {target}"

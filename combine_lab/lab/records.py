@@ -1,8 +1,14 @@
-"""What the lab notebooks share: where they write, and the records they leave.
+"""What the lab notebooks share: their parameters' types, where they write, and the records they leave.
 
-Notebooks hold narrative and calls; what they need beyond the core package (where to write
-figures, how to leave machine-readable results for the tests and ``combine-lab notebooks``)
-lives here. A papermill parameter given as a string is read by :func:`combine_lab.params.as_list`.
+Notebooks hold narrative and calls; what they need beyond the core package (typed parameters,
+where to write figures, how to leave machine-readable results for the tests and
+``combine-lab notebooks``) lives here.
+
+Every notebook declares the type of each parameter in its ``parameters`` cell
+(``h: int = 8192``, ``bs_list: list[int] = [64, 128]``, ``output_dir: "Optional[str]" = None``),
+where papermill's ``inspect_notebook`` and ``--help-notebook`` read it too; its first code
+cell calls :func:`check_parameters`, so that text from plain papermill (``-r``, ``-p``
+strings, ``-y``) is converted before anything runs.
 """
 
 from __future__ import annotations
@@ -13,10 +19,52 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["default_output_dir", "output_dir", "write_record", "read_record", "RECORD_SUFFIX"]
+from ..errors import ParameterError
+from ..folders import usable_folder
+from ..params import convert
+
+__all__ = ["default_output_dir", "output_dir", "write_record", "read_record", "RECORD_SUFFIX", "check_parameters",
+           "annotation_text"]
 
 #: A notebook's record is ``<output_dir>/<notebook stem><RECORD_SUFFIX>``.
 RECORD_SUFFIX = ".record.json"
+
+
+def annotation_text(annotation: Any) -> str:
+    """A parameter's annotation as text, as papermill reads it from the cell: ``int`` -> ``"int"``,
+    ``list[int]`` -> ``"list[int]"``, a string annotation as it is."""
+    if isinstance(annotation, str):
+        return annotation
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def check_parameters(namespace: dict) -> dict:
+    """Convert a notebook's parameters to their declared types, in place, before anything runs.
+
+    ``namespace``: the notebook's globals (``globals()``), holding the parameters cell's values,
+    papermill's injected ones over them, and ``__annotations__`` (name -> declared type) from
+    the parameters cell. Each annotated name is converted by :func:`combine_lab.params.convert`
+    (``"2"`` -> 2 for ``int``, ``"False"`` -> False for ``bool``, ``"[64,128]"`` -> [64, 128] for
+    ``list[int]``). Returns {name: converted value}.
+
+    Raises:
+        ParameterError: naming every parameter that does not convert, its value and its type,
+            e.g. ``parameter h='40x': expected int``.
+    """
+    out, bad = {}, []
+    for name, annotation in dict(namespace.get("__annotations__", {})).items():
+        if name not in namespace:
+            continue
+        try:
+            out[name] = convert(namespace[name], annotation_text(annotation), name)
+        except ParameterError as e:
+            bad.append(str(e))
+    if bad:
+        raise ParameterError("; ".join(bad))
+    namespace.update(out)
+    return out
 
 
 def default_output_dir() -> Path:
@@ -31,11 +79,12 @@ def output_dir(value: str | os.PathLike | None = None) -> Path:
     ``value``: a path, or None / "" for :func:`default_output_dir`. Relative paths are
     taken from the current directory (the notebook's folder in JupyterLab, the
     caller's with papermill). Returns an absolute Path.
+
+    Raises ParameterError naming the folder and why it cannot hold files (a file, under a file,
+    under /proc, not writable: :func:`combine_lab.folders.usable_folder`).
     """
     path = Path(value) if value not in (None, "") else default_output_dir()
-    path = path.expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return usable_folder(path, "output_dir").resolve()
 
 
 def _jsonable(v: Any) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 
@@ -32,7 +33,7 @@ from ..run import build as build_mod
 from ..run import runner
 from ..run.launch import LaunchError
 
-__all__ = ["Grid", "make_grid", "planned_shares", "run_sweep"]
+__all__ = ["Grid", "make_grid", "planned_shares", "run_sweep", "progress_bar"]
 
 
 @dataclass
@@ -97,6 +98,26 @@ def planned_shares(specs, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> pd.Da
                                        "payload_bytes", "sdma_bytes", "sdma_share"])
 
 
+def progress_bar(items, desc: str, *, disable: bool = False):
+    """A tqdm text bar over ``items`` (one step per case): on stdout in a Jupyter kernel, on
+    stderr elsewhere (a terminal, a log).
+
+    Text, not tqdm's notebook widget: a notebook executed headless (papermill, ``combine-lab
+    notebooks``) saves a widget's first state as its text (``sweep: 0%| | 0/4``) and never the
+    rest, while a text bar's saved output ends with its last state (``sweep: 100%|...| 4/4``);
+    JupyterLab draws the same text bar in place as it advances.
+    """
+    from tqdm.std import tqdm
+
+    try:
+        from IPython import get_ipython
+        in_kernel = type(get_ipython()).__name__ == "ZMQInteractiveShell"
+    except ImportError:  # pragma: no cover - IPython comes with the lab extra
+        in_kernel = False
+    return tqdm(items, desc=desc, unit="case", disable=disable, file=sys.stdout if in_kernel else sys.stderr,
+                dynamic_ncols=not in_kernel, ncols=80 if in_kernel else None)
+
+
 def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, target: str = "cpu",
               min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES, prof_pe: int | str = 0, timeout_s: float = 120.0,
               csv_path: str | os.PathLike | None = None, progress: bool = True) -> pd.DataFrame:
@@ -118,7 +139,7 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
             the summary then takes the slowest PE, which ends the combine).
         timeout_s: limit per launch of all PEs, seconds.
         csv_path: if given, the tidy table is written there (:func:`combine_lab.results.tables.write_sweep_csv`).
-        progress: show a tqdm progress bar (one step per case).
+        progress: show a progress bar (one step per case; :func:`progress_bar`).
 
     Returns:
         The tidy DataFrame (:data:`~combine_lab.results.tables.TIDY_COLUMNS`), one row per
@@ -137,7 +158,6 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
             raise ParameterError(f"{label}={v!r}: must be an int >= {lo}")
     build_mod.build(target)
-    from tqdm.auto import tqdm
     refused = runner.refusals(target)
     for why in refused.values():
         warnings.warn(why, stacklevel=2)
@@ -150,7 +170,7 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
     def not_run(spec, variant, check, reason, rep):
         return tidy_rows(result_row(NotRun.of(spec, variant, target, check, reason, floor)), spec, repeat=rep)
 
-    for spec in tqdm(specs, desc="sweep", unit="case", disable=not progress):
+    for spec in progress_bar(specs, "sweep", disable=not progress):
         for variant, why in refused.items():
             rows += not_run(spec, variant, REFUSED, why, 0)
         prepared = None

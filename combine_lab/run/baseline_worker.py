@@ -23,6 +23,7 @@ import numpy as np
 from ..case.case import receive_order
 from ..case.casefiles import read_meta, read_rank_file, x_out_path
 from ..case.spec import CaseSpec
+from .launch import die_with_launcher
 
 BACKENDS = ("gloo", "hccl")
 
@@ -133,7 +134,9 @@ def _worker(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Worker entry point (``python -m combine_lab.run.baseline_worker --rank R ...``)."""
+    """Worker entry point (``python -m combine_lab.run.baseline_worker --rank R ...``); dies with
+    its launcher (:func:`combine_lab.run.launch.die_with_launcher`)."""
+    die_with_launcher()
     p = argparse.ArgumentParser(prog="combine_lab.run.baseline_worker",
                                 description="all_to_all baseline worker (one per PE)")
     p.add_argument("--rank", type=int, required=True)

@@ -32,7 +32,7 @@ from . import build as build_mod
 from .toolchain import (CANN_FIX, SHMEM_FIX, SOC_FIX, CannInfo, NpuInfo, Probes, ShmemInfo, cann_info, npu_info,
                         shmem_info, soc_arch)
 
-TORCH_FIX = "pip install -e '.[baseline]' (CPU torch)"
+TORCH_FIX = "bash .ci/setup --baseline (CPU-only torch)"
 
 
 @dataclass(frozen=True)
@@ -49,12 +49,15 @@ class Capability:
 def npu_variant_refusal(variant: str, env: dict[str, str] | None = None) -> str | None:
     """Why ``variant`` cannot run on the NPU target here, or None. Only CANN is read (cheap).
 
-    The dual-plane variant needs SDMA, which needs CANN 9.0.0 or later; classic needs nothing more.
+    Without a usable CANN (none found, no bisheng, no readable version) every variant is refused,
+    and the reason says so. With one, the dual-plane variant needs SDMA, which needs CANN 9.0.0 or
+    later; classic needs nothing more.
     """
-    if variant != "doubleplane":
-        return None
     cann = cann_info(dict(os.environ) if env is None else env)
-    if cann.sdma:
+    if not cann.ok:
+        return (f"variant={variant} on target=npu: refused: no usable CANN here ({cann.problem}), and every variant "
+                f"needs it: {CANN_FIX}")
+    if variant != "doubleplane" or cann.sdma:
         return None
     found = f"found CANN {cann.version} at {cann.home}" if cann.version else (cann.problem or "CANN not found")
     return (f"variant=doubleplane on target=npu: refused: the dual-plane combine needs SDMA, which needs CANN "

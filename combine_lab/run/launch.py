@@ -1,16 +1,28 @@
 """Start one host-driver process per PE, wait for all of them, and clean up whatever happens.
 
 Every run gets a fresh session (a unique twin shared-memory name and a free TCP port for
-SHMEM's bootstrap), so two runs never collide, even at once. On failure, timeout or
-Ctrl-C every PE's process group is killed and the run's ``/dev/shm`` segment removed.
+SHMEM's bootstrap), so two runs never collide, even at once. On failure, timeout, Ctrl-C or
+SIGTERM every PE's process group is killed and the run's ``/dev/shm`` segment removed.
+
+A launcher that dies without cleaning up (SIGKILL, a crash) takes its PEs with it: each PE is
+told the launcher's pid (``COMBINE_LAB_LAUNCHER_PID``), asks the kernel to kill it when its
+parent dies (``prctl(PR_SET_PDEATHSIG)``) and exits at once if its parent is already another
+process. What such a launcher leaves on disk (its case folder, ``<tmp>/combine_lab_case_p<pid>_*``)
+and in ``/dev/shm`` (its session's segment) is removed by the next run, once the pid in the name
+is no process started before the folder (:func:`remove_orphans`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -25,6 +37,13 @@ SHM_PREFIX = "combine_twin_"
 _POLL_S = 0.01
 _GRACE_S = 2.0  # after one PE fails, the others get this long to notice and exit
 _STOPPED_BY_PEER = 4  # host/twin: a PE exits with 4 when another PE failed first
+
+#: The environment variable that tells each PE its launcher's pid (see :func:`die_with_launcher`).
+LAUNCHER_PID_ENV = "COMBINE_LAB_LAUNCHER_PID"
+#: Folders a run owns under the temporary folder: ``combine_lab_<kind>_p<pid>_<random>``.
+_OWNED_DIR = re.compile(r"^combine_lab_[a-z]+_p(\d+)_")
+#: The launcher's pid in a session name (:func:`new_session`): ``...cl<pid>_<12 hex>``.
+_SESSION_PID = re.compile(r"cl(\d+)_[0-9a-f]{12}$")
 
 #: The host driver's ``policy`` argument for each variant (host/host_args.cpp spells them
 #: mte_only and dual_plane); the only place the driver's own words for the variants appear.
@@ -55,6 +74,75 @@ def new_session() -> str:
     prefixed by ``$COMBINE_LAB_SESSION_TAG`` when set (a test run tags its own sessions)."""
     tag = "".join(c for c in os.environ.get("COMBINE_LAB_SESSION_TAG", "") if c.isalnum())
     return f"{tag}cl{os.getpid()}_{uuid.uuid4().hex[:12]}"
+
+
+def owned_temp_dir(kind: str) -> Path:
+    """A fresh folder ``<tmp>/combine_lab_<kind>_p<pid>_<random>`` for this process (``kind``:
+    lowercase letters, e.g. ``case``). The pid in its name lets a later run remove it when this
+    process died without doing so (:func:`remove_orphans`)."""
+    return Path(tempfile.mkdtemp(prefix=f"combine_lab_{kind}_p{os.getpid()}_"))
+
+
+def owner_gone(pid: int, since: float) -> bool:
+    """True when no process ``pid`` that could have made something at time ``since`` (seconds
+    since the epoch) is alive: the pid is free, or it now belongs to a process started later."""
+    if pid == os.getpid():
+        return False
+    try:
+        return psutil.Process(pid).create_time() > since + 1.0
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:  # not ours to inspect: assume it is alive
+        return False
+
+
+def remove_orphans(tmp_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Remove what launchers that died (SIGKILL, a crash) left behind: their case folders
+    (:func:`owned_temp_dir` under ``tmp_dir``, default the temporary folder) and their sessions'
+    twin segments in ``/dev/shm`` (:func:`new_session`), each only when the pid in its name is
+    gone (:func:`owner_gone`). Returns what was removed. Never raises for a file another process
+    removed first or that is not ours to remove."""
+    removed = []
+    candidates = []
+    tmp = Path(tmp_dir) if tmp_dir is not None else Path(tempfile.gettempdir())
+    try:
+        candidates += [(p, int(m.group(1))) for p in tmp.iterdir() if (m := _OWNED_DIR.match(p.name))]
+    except OSError:
+        pass
+    candidates += [(p, int(m.group(1))) for p in Path("/dev/shm").glob(f"{SHM_PREFIX}*")
+                   if (m := _SESSION_PID.search(p.name))]
+    for path, pid in candidates:
+        try:
+            made = path.stat().st_mtime
+        except OSError:
+            continue
+        if not owner_gone(pid, made):
+            continue
+        try:
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed.append(path)
+        except OSError:
+            continue
+    return removed
+
+
+def die_with_launcher() -> None:
+    """For a PE written in Python (the baseline worker): be killed when the launcher dies, as the
+    host driver is (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), and exit now (status 6) when the
+    launcher named by ``COMBINE_LAB_LAUNCHER_PID`` is already gone (this process's parent is
+    then another one). Does nothing where prctl does not exist (not Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    want = os.environ.get(LAUNCHER_PID_ENV, "")
+    if want.isdigit() and os.getppid() != int(want):
+        print(f"PE: launcher {want} is gone (parent is now {os.getppid()}); not starting", file=sys.stderr)
+        os._exit(6)
 
 
 def tagged_segments(tag: str) -> set[str]:
@@ -89,6 +177,25 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+_IPPORT = re.compile(r"^tcp6?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$")
+#: SHMEM's ``aclshmemx_init_attr_t.ip_port`` is ``char[64]``: 63 characters and the terminator.
+IPPORT_MAX_CHARS = 63
+
+
+def check_ipport(ipport: str, name: str = "ipport") -> str:
+    """``ipport`` if SHMEM's bootstrap can use it: ``tcp://HOST:PORT`` (``tcp6://[ADDR]:PORT`` for
+    IPv6), PORT in 1-65535, at most 63 characters (``ip_port[64]``). Returns it.
+
+    Raises ParameterError naming ``name`` (a flag such as ``-ipport``), the value and the form,
+    before any PE starts (a PE would otherwise fail at SHMEM's bootstrap, or use a cut address).
+    """
+    m = _IPPORT.match(ipport) if isinstance(ipport, str) else None
+    if m is None or not 1 <= int(m.group(2)) <= 65535 or len(ipport) > IPPORT_MAX_CHARS:
+        raise ParameterError(f"{name}={ipport!r}: must be tcp://HOST:PORT (e.g. tcp://127.0.0.1:8767), PORT in "
+                             f"1-65535, at most {IPPORT_MAX_CHARS} characters")
+    return ipport
 
 
 def bootstrap_ipport(port: int | None = None) -> str:
@@ -137,7 +244,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str]], *, cwd: Path, log_dir: Path,
                timeout_s: float, env: dict[str, str] | None = None, session: str | None = None,
-               tolerated_codes: Sequence[int] = ()) -> list[PeOutcome]:
+               tolerated_codes: Sequence[int] = (), unnoticed_codes: Sequence[int] = ()) -> list[PeOutcome]:
     """Run ``binary`` once per PE (``pes`` processes) and return each PE's outcome.
 
     Args:
@@ -152,9 +259,14 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
         session: twin session name; default :func:`new_session`.
         tolerated_codes: exit statuses that are results, not failures (the driver's 2 for an
             x_out mismatch): they neither stop the other PEs nor raise.
+        unnoticed_codes: exit statuses of failures the other PEs cannot see (the driver's 1: it
+            refused its arguments or case files before SHMEM started): the others are stopped at once.
 
     When a PE fails, the others get :func:`stop_grace_s` (2 s) to stop by themselves (the twin's
-    PEs exit with status 4 when they see a peer's failure), then they are killed.
+    PEs exit with status 4 when they see a peer's failure), then they are killed; after a status
+    in ``unnoticed_codes`` they are killed at once. Every PE gets ``COMBINE_LAB_LAUNCHER_PID``
+    (this process) so that it dies with it (:func:`die_with_launcher`; the host driver does the same).
+    Before starting, what dead launchers left behind is removed (:func:`remove_orphans`).
 
     Returns:
         One :class:`PeOutcome` per PE, in PE order, each with status 0 or a tolerated one.
@@ -166,6 +278,7 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
     """
     if pes < 1:
         raise ParameterError(f"pes={pes}: must be >= 1")
+    remove_orphans()
     session = session or new_session()
     if shm_path(session).exists():
         # Never touch another run's segment: refuse before starting anything.
@@ -175,6 +288,7 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
     run_env = dict(os.environ)
     run_env.update(env or {})
     run_env["COMBINE_TWIN_SESSION"] = session
+    run_env[LAUNCHER_PID_ENV] = str(os.getpid())
     run_env.setdefault("COMBINE_TWIN_TIMEOUT_S", f"{max(1.0, 0.5 * timeout_s):.1f}")
     procs: list[subprocess.Popen] = []
     files = []
@@ -199,6 +313,8 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
                 bad = [pe for pe, c in enumerate(codes) if c is not None and c != 0 and c not in tolerated_codes]
                 if bad:
                     first_failure, failed_at = bad[0], now
+                    if codes[bad[0]] in unnoticed_codes:
+                        break  # the others cannot notice: no use waiting for them
             if first_failure is not None and now - failed_at > grace_s:
                 break
             if now > deadline:

@@ -22,17 +22,20 @@ from ..case.case import Case, make_case
 from ..case.casefiles import case_dir_of, check_x_out, read_case, read_rank_file, read_x_out, write_case
 from ..case.spec import CaseSpec
 from ..errors import CaseFileError, ParameterError
+from ..folders import usable_folder
 from ..planning.capacity import check_capacity
 from ..planning.cores import TWIN_SOCS, aiv_cores
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, Plan
 from ..planning.planner import plan as make_plan
 from . import build as build_mod
 from .capabilities import npu_variant_refusal
-from .launch import LaunchError, bootstrap_ipport, host_argv, launch_pes
+from .launch import (LaunchError, bootstrap_ipport, check_ipport, host_argv, launch_pes, owned_temp_dir,
+                     remove_orphans)
 from .outputs import (append_perf_csv, counters_frame, counters_name, driver_counters_name, perf_csv_name,
                       read_counters, read_perf_csv, write_sidecar)
 
 _MISMATCH_EXIT = 2  # the driver's status when x_out differs from golden
+_REFUSED_INPUT_EXIT = 1  # the driver refused its arguments or case files, before SHMEM started
 
 
 @dataclass
@@ -71,14 +74,17 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None, targ
     Args:
         case: a :class:`CaseSpec`, a :class:`Case`, an existing :class:`PreparedCase`, or the
             path of a reference case folder ``.../golden/shape_*`` (read and validated).
-        work_dir: where to write the files; default a fresh temporary folder that
-            :meth:`PreparedCase.cleanup` removes.
+        work_dir: where to write the files; default a fresh temporary folder
+            (``<tmp>/combine_lab_case_p<pid>_*``) that :meth:`PreparedCase.cleanup` removes, and that
+            a later run removes if this process dies first; case folders of dead runs are removed
+            before this one is made (:func:`combine_lab.run.launch.remove_orphans`).
         target: where it will run (``cpu``: the twin's /dev/shm heaps are counted too).
 
     Raises:
         SpecError, CaseFileError: invalid spec or case files, or a case folder that is not in a
             ``golden/`` folder (before anything is launched).
         capacity.CapacityError: the case does not fit /dev/shm, memory or disk (before writing).
+        ParameterError: ``work_dir`` cannot hold the files (:func:`combine_lab.folders.usable_folder`).
     """
     if isinstance(case, PreparedCase):
         return case
@@ -88,12 +94,16 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None, targ
         if path.resolve().parent.name != "golden":
             raise CaseFileError(f"case={path}: a case folder must sit in <root>/golden/ (combine-facts section 3)")
         return PreparedCase(loaded, path.resolve().parent.parent)
+    if work_dir is None:
+        remove_orphans()  # a dead run's case folder may be what fills the disk
+    else:
+        usable_folder(work_dir, "work_dir")
     if isinstance(case, CaseSpec):
         check_capacity(case, work_dir, target=target, draws_x=True)  # before drawing anything
         case = make_case(case)
     check_capacity(case.spec, work_dir, _rows_per_pe(case), target)
     owns = work_dir is None
-    root = Path(tempfile.mkdtemp(prefix="combine_lab_")) if owns else Path(work_dir)
+    root = owned_temp_dir("case") if owns else Path(work_dir)
     write_case(case, root)
     return PreparedCase(case, root, owns_root=owns)
 
@@ -247,8 +257,8 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
 
     Raises:
         SpecError: an invalid case spec (before anything is written).
-        ParameterError: bad variant, loops, warmup, min_sdma_bytes, prof_pe, chaos_seed, timeout
-            (before launching).
+        ParameterError: bad variant, loops, warmup, min_sdma_bytes, prof_pe, chaos_seed, timeout, fnpu,
+            ipport, or an output_dir / work_dir that cannot hold files (before launching).
         CaseFileError: invalid case files.
         build.BuildError / build.TargetUnavailable: the target cannot be built.
         build.VariantRefused: ``doubleplane`` on ``npu`` with CANN older than 9.0.0 (before anything runs).
@@ -257,7 +267,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
     if variant not in VARIANTS:
         raise ParameterError(f"variant={variant!r}: must be one of {', '.join(map(repr, VARIANTS))}")
     for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("min_sdma_bytes", min_sdma_bytes, 0),
-                         ("fnpu", fnpu, 0), ("fpe", fpe, 0)):
+                         ("fpe", fpe, 0)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
             raise ParameterError(f"{label}={v!r}: must be an int >= {lo}")
     if chaos_seed is not None and (not isinstance(chaos_seed, (int, np.integer)) or isinstance(chaos_seed, bool)
@@ -265,6 +275,12 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         raise ParameterError(f"chaos_seed={chaos_seed!r}: must be an int >= 0, on target cpu (the twin)")
     if not (timeout_s > 0):
         raise ParameterError(f"timeout_s={timeout_s!r}: must be > 0 seconds")
+    if not isinstance(fnpu, (int, np.integer)) or isinstance(fnpu, bool) or fnpu < 0:
+        raise ParameterError(f"fnpu={fnpu!r}: must be an NPU id >= 0 (PE r runs on NPU fnpu + r)")
+    if ipport is not None and not callable(ipport):  # a function's addresses are checked as it makes them
+        check_ipport(ipport, "ipport")
+    if output_dir is not None:
+        usable_folder(output_dir, "output_dir")
     twin_soc = (env or {}).get("COMBINE_TWIN_SOC") or os.environ.get("COMBINE_TWIN_SOC")
     if target == "cpu" and twin_soc:
         try:
@@ -296,7 +312,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         csv_of = lambda r: run_dir / perf_csv_name(variant, r)  # noqa: E731
         perf_frames, perf_files, status = [], [], [0] * spec.pes
         for ppe in prof_pes:
-            port = (ipport() if callable(ipport) else ipport) or bootstrap_ipport()  # default: fresh per launch
+            port = (check_ipport(ipport(), "ipport") if callable(ipport) else ipport) or bootstrap_ipport()
             argv = lambda r: host_argv(pe_size=spec.pes, pe_id=r, ipport=port, g_npus=spec.pes,  # noqa: E731
                                        first_pe=fpe, first_npu=fnpu, dtype=spec.dtype, bs=spec.bs, h=spec.h,
                                        topk=spec.topk, expert_per_pe=spec.expert_per_pe, perf=perf, warmup=warmup,
@@ -304,7 +320,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
                                        min_sdma_bytes=min_sdma_bytes, case_root=prepared.case_root)
             outcomes = launch_pes(binary, spec.pes, argv, cwd=prepared.case_root, log_dir=run_dir / f"logs_pe{ppe}",
                                   timeout_s=timeout_s, env={**env, "SHMEM_CYCLE_PROF_PE": str(ppe)},
-                                  tolerated_codes=(_MISMATCH_EXIT,))
+                                  tolerated_codes=(_MISMATCH_EXIT,), unnoticed_codes=(_REFUSED_INPUT_EXIT,))
             status = [max(s, o.returncode) for s, o in zip(status, outcomes)]
             if perf and csv_of(ppe).is_file():
                 perf_frames.append(read_perf_csv(csv_of(ppe)))

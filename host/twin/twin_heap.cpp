@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "shmem.h"
+#include "twin_platform.h"
 #include "twin_state.h"
 
 namespace twin {
@@ -53,6 +54,13 @@ void fatal(const char* fmt, ...) {
     }
     if (!s.shm_name.empty()) shm_unlink(s.shm_name.c_str());  // ENOENT is fine: someone already did
     _exit(3);
+}
+
+void abort_peers() {
+    PeState& s = pe_state();
+    if (s.ctrl == nullptr) return;
+    int32_t none = -1;
+    s.ctrl->abort_pe.compare_exchange_strong(none, s.my_pe);
 }
 
 Waiter::Waiter(const char* what, double patience)

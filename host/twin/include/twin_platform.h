@@ -28,4 +28,8 @@ void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes)
 // launches, as JSON. Returns false (errno set) when the file cannot be written.
 bool dump_counters(const char* path);
 
+// The driver failed after aclshmemx_init_attr: tell the other PEs (they stop with status 4
+// at their next wait) instead of leaving them to wait for it. Nothing before init.
+void abort_peers();
+
 }  // namespace twin

@@ -1,0 +1,43 @@
+"""``combine-lab lab``: JupyterLab on the lab notebooks, with the lab's kernel, until Ctrl-C.
+
+    combine-lab lab [--port 8888]
+
+Prints the URL with its token once JupyterLab answers; Ctrl-C (or SIGTERM) stops it and every
+kernel it started. Root-safe (``--allow-root`` as root), on 127.0.0.1, a free port by default.
+How: :class:`combine_lab.lab.server.LabServer`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import Terminated
+from ..lab.notebooks import KERNEL_NAME
+from ..lab.server import LabServer
+
+
+def _cmd_lab(args: argparse.Namespace) -> int:
+    server = LabServer.start(args.dir, port=args.port, timeout_s=args.start_timeout)
+    print(f"JupyterLab on {server.root_dir} with the {KERNEL_NAME} kernel:\n    {server.url}\nCtrl-C stops it.",
+          flush=True)
+    try:
+        code = server.wait()
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated)
+        server.stop()
+        how = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
+        print(f"combine-lab lab: stopped ({how}); JupyterLab and its kernels are gone", flush=True)
+        return 143 if isinstance(e, Terminated) else 0
+    server.stop()
+    print(f"combine-lab lab: JupyterLab exited with status {code}", flush=True)
+    return 0 if code == 0 else 2
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add the ``lab`` sub-command; its handler returns 0 when stopped by Ctrl-C, 143 by SIGTERM,
+    2 when JupyterLab cannot start (the message says why)."""
+    p = subparsers.add_parser("lab", help="JupyterLab on the lab notebooks with the lab's kernel (Ctrl-C stops it)")
+    p.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--dir", default=None, help="folder to serve (default: the notebooks folder)")
+    p.add_argument("--start-timeout", type=float, default=120.0, help="seconds to wait for JupyterLab to answer")
+    p.set_defaults(handler=_cmd_lab)
+    return p

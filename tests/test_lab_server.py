@@ -1,0 +1,148 @@
+"""``combine-lab lab``: JupyterLab on the notebooks with the lab's kernel, root-safe, a free port, the
+URL with its token printed, and nothing left running after Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import LAB_EXTRA, require
+
+require("jupyterlab", "jupyter_server", "ipykernel", reason=LAB_EXTRA)
+
+from combine_lab import cli  # noqa: E402
+from combine_lab.lab import notebooks  # noqa: E402
+from combine_lab.lab.server import lab_command  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Lines:
+    """The lines a process prints on stdout, read in the background (a read never blocks the test)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.queue: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._pump, args=(proc.stdout,), daemon=True)
+        self.thread.start()
+
+    def _pump(self, stream):
+        for line in stream:
+            self.queue.put(line)
+        self.queue.put("")
+
+    def next(self, deadline: float) -> str:
+        try:
+            return self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return ""
+
+    def rest(self, timeout: float) -> str:
+        self.thread.join(timeout)
+        out = []
+        while not self.queue.empty():
+            out.append(self.queue.get())
+        return "".join(out)
+
+
+def _get(url: str, token: str, method: str = "GET", body: dict | None = None):
+    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body else None,
+                                 headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status, r.read()
+
+
+def _family(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+@pytest.mark.slow  # JupyterLab and a kernel start (~15 s on 2 cores); the fast set checks its command line
+def test_lab_serves_the_notebooks_with_the_lab_kernel_and_ctrl_c_leaves_nothing(tmp_path):
+    err = open(tmp_path / "jupyter.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "combine_lab", "lab"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=err, text=True, env={**os.environ})
+    try:
+        lines = Lines(proc)
+        deadline = time.monotonic() + 150
+        first = lines.next(deadline)
+        url_line = lines.next(deadline).strip()
+        assert first == f"JupyterLab on {ROOT / 'notebooks'} with the {notebooks.KERNEL_NAME} kernel:\n", \
+            (first, (tmp_path / "jupyter.log").read_text()[-2000:])
+        m = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/lab\?token=([0-9a-f]{48})", url_line)
+        assert m, url_line
+        base, token = f"http://127.0.0.1:{m.group(1)}", m.group(2)
+        assert lines.next(deadline) == "Ctrl-C stops it.\n"
+        status, body = _get(f"{base}/api/status", token)
+        assert status == 200 and "started" in json.loads(body)
+        status, body = _get(f"{base}/lab", token)
+        assert status == 200 and b"JupyterLab" in body
+        status, body = _get(f"{base}/api/contents", token)
+        names = {c["name"] for c in json.loads(body)["content"]}
+        assert {"01_walkthrough.ipynb", "02_tuning.ipynb", "03_sweep.ipynb"} <= names
+        specs = json.loads(_get(f"{base}/api/kernelspecs", token)[1])
+        assert specs["default"] == notebooks.KERNEL_NAME and notebooks.KERNEL_NAME in specs["kernelspecs"]
+        # a kernel, as opening a notebook starts one: it must go with the server
+        status, body = _get(f"{base}/api/kernels", token, "POST", {"name": notebooks.KERNEL_NAME})
+        assert status == 201
+        t0 = time.monotonic()
+        while len(_family(proc.pid)) < 2 and time.monotonic() - t0 < 30:  # the server, then its kernel
+            time.sleep(0.1)
+        family = _family(proc.pid)
+        assert len(family) >= 2, family
+        server = [p for p in family if p.ppid() == proc.pid]
+        assert len(server) == 1 and server[0].cmdline()[1:3] == ["-m", "jupyterlab"]
+        assert ("--allow-root" in server[0].cmdline()) == (os.geteuid() == 0)  # root-safe: refused as root without
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        assert proc.wait(timeout=60) == 0
+        assert lines.rest(10) == "combine-lab lab: stopped (Ctrl-C); JupyterLab and its kernels are gone\n"
+        gone, alive = psutil.wait_procs(family, timeout=5)
+        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+    finally:
+        if proc.poll() is None:
+            for p in _family(proc.pid):
+                p.kill()
+            proc.kill()
+        err.close()
+
+
+def test_lab_command_is_root_safe_and_on_loopback(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    cmd = lab_command(Path("/nb"), 8899, "tok")
+    assert cmd[:3] == [sys.executable, "-m", "jupyterlab"] and cmd[-1] == "--allow-root"
+    assert {"--ServerApp.ip=127.0.0.1", "--ServerApp.port=8899", "--ServerApp.port_retries=0",
+            "--IdentityProvider.token=tok", "--ServerApp.root_dir=/nb",
+            f"--MappingKernelManager.default_kernel_name={notebooks.KERNEL_NAME}"} <= set(cmd)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "--allow-root" not in lab_command(Path("/nb"), 8899, "tok")
+
+
+def test_a_missing_kernel_is_refused_with_the_fix(capsys, monkeypatch):
+    monkeypatch.setattr(notebooks, "KERNEL_NAME", "combine-lab-nowhere")
+    from combine_lab.lab import server
+    monkeypatch.setattr(server, "KERNEL_NAME", "combine-lab-nowhere")
+    with pytest.raises(Exception) as e:
+        notebooks.require_kernel("combine-lab-nowhere")
+    assert str(e.value) == ("Jupyter kernel 'combine-lab-nowhere' is not registered for this environment; bash "
+                            f".ci/setup registers it, or: {Path(sys.executable).name} -m ipykernel install --sys-prefix "
+                            "--name combine-lab-nowhere --display-name 'Python 3 (combine_lab)'")
+
+
+def test_the_notebooks_name_the_lab_kernel():
+    import nbformat
+    for nb in notebooks.find_notebooks():
+        spec = nbformat.read(nb, as_version=4).metadata["kernelspec"]
+        assert spec == {"name": notebooks.KERNEL_NAME, "display_name": notebooks.KERNEL_DISPLAY_NAME,
+                        "language": "python"}
