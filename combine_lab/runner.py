@@ -107,7 +107,7 @@ class RunResult:
         case_id: ``shape_{bs}_{h}_{topk}_{E}_{pes}``; routing: the routing string.
         variant: ``classic`` or ``doubleplane``; policy: ``mte_only`` or ``dual_plane``.
         x_out: per rank, ``[bs, h]`` arrays of T.
-        checks: per rank, the verdict of x_out against golden (int32 exact, float16 1e-2).
+        checks: per rank, the verdict of x_out against golden (bit-exact for both dtypes).
         perf: perf rows (combine-facts section 8) of the profiled PEs; times in us.
         counters: twin counters of the last launch, one row per (pe, plane).
         counters_total: the same summed over every launch (warmup + loops).

@@ -32,7 +32,7 @@ def test_run_writes_perf_csv_with_section8_values(tmp_path, capsys, no_leaks):
     row = df.iloc[0]
     assert row["DataSize/B"] == 8 * 2 * 16 * 2
     assert row["GlobalDataSize/B"] == 8 * 2 * 16 * 2 * 2
-    assert (row["Npus"], row["Blocks"], row["UBsize/KB"]) == (2, 2, 80)  # one MTE staging buffer (kernels/combine_kernel.h)
+    assert (row["Npus"], row["Blocks"], row["UBsize/KB"]) == (2, 2, 64)  # one MTE staging buffer (kernels/combine_kernel.h)
     assert (row["BS"], row["H"], row["TopK"], row["ExpertPerPe"], row["Dtype"]) == (8, 16, 2, 2, "float16_t")
     assert (row["Warmup"], row["Loops"], row["ProfPe"], row["CaseId"]) == (1, 2, 0, "shape_8_16_2_4_2")
     for _, r in df.iterrows():

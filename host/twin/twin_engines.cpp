@@ -4,8 +4,9 @@
 // SDMA: a put is a descriptor queued to the PE's copy-engine thread, complete at SDMA quiet.
 //   As in SHMEM, only AIV blocks 0..47 have an SDMA stream: a put from block 48 or above
 //   does nothing (a violation here), and block_dim must stay within the SoC's AIV count.
-// Chaos mode (COMBINE_TWIN_CHAOS=<seed>): MTE3 legs land only when completed (quiet, flag,
-// barrier) and SDMA descriptors only at SDMA quiet, each batch in a seeded shuffled order.
+// Chaos mode (COMBINE_TWIN_CHAOS=<seed>): MTE legs run when every pipe drains (quiet, PIPE_ALL
+// barrier, kernel end) in the order twin_pipes.cpp picks; SDMA descriptors land only at SDMA
+// quiet, each batch in a seeded shuffled order.
 // Checker (always on): per window slot the twin records the launch in which its payload
 // landed; a status-ready flag that lands before that is a violation, reported with the
 // writing PE and core, the slot, and both operations. Status slots must be waited on

@@ -20,9 +20,9 @@
 // - Outside chaos mode every op executes at issue (the data happen to be right) and only the
 //   violations report. In chaos mode (COMBINE_TWIN_CHAOS) ops are kept until every pipe
 //   drains (PipeBarrier<PIPE_ALL>, quiet, SyncAll, kernel end) and then run in an order the
-//   flags allow, chosen by the seed, with every violating pair run the wrong way round (the
-//   reader before the writer it did not wait for, the writer before the reader), so that a
-//   missing flag corrupts x_out. The scalar unit's own UB loads and stores cannot be
+//   flags allow, chosen by the seed, with each reported pair run the wrong way round (the
+//   reader before the writer it did not wait for, the writer before the reader it did not
+//   wait for), so that a missing flag corrupts x_out. The scalar unit's own UB loads and stores cannot be
 //   observed: an S_MTE3 flag after scalar stores is paired, not checked.
 // - UB ranges given to SHMEM or to LocalTensors lie inside the core's UB, below SHMEM's own
 //   reserve (188 KiB and up), 32-byte aligned, and one range serves one role (MTE staging,

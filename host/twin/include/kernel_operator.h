@@ -42,7 +42,7 @@ int64_t GetSystemCycle();
 }  // namespace AscendC
 
 namespace twin {
-// Pipe events of the calling core (twin_pipes.cpp): pairing, and MTE3 completion.
+// Pipe events of the calling core (twin_pipes.cpp): pairing, and the order they put between pipes.
 void flag_set(AscendC::HardEvent event, int32_t id);
 void flag_wait(AscendC::HardEvent event, int32_t id);
 void pipe_barrier(pipe_t pipe);
