@@ -2,18 +2,20 @@
 against this host's memory speed, and float16 against int32, in one run (issue 13).
 
 Case: pes 2, bs 1024, h 4096, topk 2, expert_per_pe 1, uniform routing, seed 42, variant
-classic (MTE only), on the CPU twin; both dtypes with the same routing. Each dtype runs
-``--repeats`` times (``--warmup`` + ``--loops`` launches each); times are the profiled PE's
+classic (MTE only), on the CPU twin, both dtypes with the same routing; each runs
+``--repeats`` times (``--warmup`` + ``--loops`` launches); times are the profiled PE's
 ``CoreMaxTime/us`` (perf CSV, combine-facts section 8), the median over repeats.
 
 Printed, side by side:
 - ``full_op float16 / int32``: the ratio of full_op times (target: <= 2);
-- per dtype, ``stage 2 / memory bound``: stage 2 time = full_op - comm_only; memory bound =
-  (bytes stage 2 reads + writes per PE) / (this host's memcpy traffic rate), where a memcpy
-  of n bytes moves 2n bytes (n read, n written) and the rate is measured here, in this run,
-  on a 64 MiB buffer (out of cache); the value is memory bound / stage 2, so 1.0 means stage
-  2 moves its bytes as fast as memcpy moves bytes (target: >= 0.3). Stage 2 reads every
-  valid slot's row (bs*topk*h*sizeof(T)) and writes x_out (bs*h*sizeof(T)).
+- per dtype, ``stage 2 / memory bound``: stage 2 = full_op - comm_only (us); memory bound =
+  (bytes stage 2 reads + writes per PE) / (this host's memcpy rate: bytes a memcpy copies per
+  second, on a 64 MiB buffer, out of cache, measured in this run); the value is memory bound
+  / stage 2 (target: >= 0.3). Stage 2 reads every valid slot's row (bs*topk*h*sizeof(T)) and
+  writes x_out (bs*h*sizeof(T)). At pes 2, stage 2 includes waiting for the other PE's status
+  flags, and the PEs' four core threads share this host's CPUs; the same case at pes 1 (one
+  core, all rows local) times the reduction alone, printed beside it. Counting a memcpy's
+  read and write both as traffic would halve every memory-bound figure: that is printed too.
 
 Times on a shared machine vary; the ratios are what to compare (tests assert ratios only,
 never absolute times).
@@ -38,8 +40,9 @@ FP16_OVER_INT32_TARGET = 2.0
 MEMORY_BOUND_TARGET = 0.3
 
 
-def memcpy_traffic_rate(nbytes: int = 64 << 20, repeats: int = 7) -> float:
-    """Bytes read + written per second by a memcpy of ``nbytes`` (best of ``repeats``)."""
+def memcpy_rate(nbytes: int = 64 << 20, repeats: int = 7) -> float:
+    """Bytes per second a memcpy of ``nbytes`` copies (best of ``repeats``; each byte copied
+    is read once and written once)."""
     src = np.ones(nbytes, dtype=np.uint8)
     dst = np.empty_like(src)
     np.copyto(dst, src)  # first touch
@@ -48,7 +51,7 @@ def memcpy_traffic_rate(nbytes: int = 64 << 20, repeats: int = 7) -> float:
         t = time.perf_counter()
         np.copyto(dst, src)
         best = min(best, time.perf_counter() - t)
-    return 2 * nbytes / best
+    return nbytes / best
 
 
 def stage2_bytes(spec: CaseSpec, expert_ids: np.ndarray) -> int:
@@ -57,9 +60,9 @@ def stage2_bytes(spec: CaseSpec, expert_ids: np.ndarray) -> int:
     return (valid + spec.bs) * spec.row_bytes
 
 
-def time_dtype(dtype: str, repeats: int, warmup: int, loops: int) -> dict:
-    """Median full_op and comm_only (us) of ``repeats`` runs, and stage 2's bytes."""
-    spec = CaseSpec(**SHAPE, dtype=dtype)
+def time_dtype(dtype: str, repeats: int, warmup: int, loops: int, pes: int = 2) -> dict:
+    """Median full_op, comm_only and stage 2 (us) over ``repeats`` runs, and stage 2's bytes."""
+    spec = CaseSpec(**{**SHAPE, "pes": pes}, dtype=dtype)
     full, comm = [], []
     with tempfile.TemporaryDirectory(prefix="bench_stage2_") as tmp:
         prepared = prepare_case(spec, tmp)
@@ -81,18 +84,23 @@ def main() -> None:
     ap.add_argument("--loops", type=int, default=10)
     args = ap.parse_args()
     print("case: pes {pes} bs {bs} h {h} topk {topk} expert_per_pe {expert_per_pe}, classic, CPU twin".format(**SHAPE))
-    rate = memcpy_traffic_rate()
-    print(f"memcpy traffic rate (read + written) GB/s: {rate / 1e9:.2f}")
-    results = {dt: time_dtype(dt, args.repeats, args.warmup, args.loops) for dt in ("int32_t", "float16_t")}
+    rate = memcpy_rate()
+    print(f"memcpy rate (bytes copied per second) GB/s: {rate / 1e9:.2f}")
+    dtypes = ("int32_t", "float16_t")
+    results = {dt: time_dtype(dt, args.repeats, args.warmup, args.loops) for dt in dtypes}
+    alone = {dt: time_dtype(dt, args.repeats, args.warmup, args.loops, pes=1) for dt in dtypes}
     for dt, r in results.items():
         bound_us = r["bytes"] / rate * 1e6
-        r["fraction"] = bound_us / r["stage2"] if r["stage2"] > 0 else float("inf")
-        print(f"{dt}: full_op us {r['full_op']:.1f}, comm_only us {r['comm_only']:.1f}, stage 2 us {r['stage2']:.1f}, "
-              f"stage 2 bytes {r['bytes']}, memory bound us {bound_us:.1f}")
+        for res in (r, alone[dt]):
+            res["fraction"] = bound_us / res["stage2"] if res["stage2"] > 0 else float("inf")
+        print(f"{dt}: full_op us {r['full_op']:.1f}, comm_only us {r['comm_only']:.1f}, stage 2 us {r['stage2']:.1f} "
+              f"(pes 1: {alone[dt]['stage2']:.1f}), stage 2 bytes {r['bytes']}, memory bound us {bound_us:.1f}")
     ratio = results["float16_t"]["full_op"] / results["int32_t"]["full_op"]
     print(f"full_op float16 / int32: {ratio:.2f} (target <= {FP16_OVER_INT32_TARGET})")
-    for dt in ("int32_t", "float16_t"):
-        print(f"stage 2 / memory bound, {dt}: {results[dt]['fraction']:.2f} (target >= {MEMORY_BOUND_TARGET})")
+    for dt in dtypes:
+        print(f"stage 2 / memory bound, {dt}: {results[dt]['fraction']:.2f} at pes 2, "
+              f"{alone[dt]['fraction']:.2f} at pes 1 (the reduction alone) (target >= {MEMORY_BOUND_TARGET}; "
+              f"read + write as traffic: {results[dt]['fraction'] / 2:.2f}, {alone[dt]['fraction'] / 2:.2f})")
 
 
 if __name__ == "__main__":

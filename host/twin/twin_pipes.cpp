@@ -92,18 +92,25 @@ struct UbRange {
     std::string op;
 };
 
-// The latest op of one pipe that read (or wrote) a span: with per-pipe watermarks, an op
-// ordered after it is ordered after every earlier op of that pipe too.
-struct OpRef {
-    uint64_t seq = kNone;
-    const char* name = "";
-    int pe = -1;  // a SHMEM put's leg: the destination PE
-    UbSpan span;
-};
-
+// Per UB span the ops touched: the latest op of each pipe that read it and that wrote it. With
+// per-pipe watermarks, an op ordered after the latest one of a pipe is ordered after every
+// earlier one of that pipe too. `rd`/`wr` hold seq + 1 (0: none), so "ordered before an op of
+// pipe C" is rd[p] <= known[C][p].
 struct SpanEntry {
     UbSpan span;
-    OpRef last_read[kPipeCount], last_write[kPipeCount];
+    std::vector<uint32_t> overlapping;  // indices of the entries whose spans overlap this one (itself too)
+    uint64_t rd[kPipeCount] = {}, wr[kPipeCount] = {};
+    const char* rd_name[kPipeCount] = {};
+    const char* wr_name[kPipeCount] = {};
+    int rd_pe[kPipeCount] = {-1, -1, -1, -1};  // a SHMEM put's leg: its destination PE
+};
+
+// The op a hazard is reported against.
+struct OpRef {
+    uint64_t seq;
+    const char* name;
+    int pe;
+    UbSpan span;
 };
 
 struct FlagState {
@@ -124,6 +131,7 @@ struct Kept {
 struct CoreState {
     std::vector<UbRange> ranges;
     std::vector<SpanEntry> spans;
+    int32_t span_cache[256];  // span hash -> index in spans, or -1: most ops find their entry at once
     uint64_t next_seq = 0;
     uint64_t known[kPipeCount][kPipeCount] = {};
     FlagState flags[kEvents][kEventIds];
@@ -137,7 +145,13 @@ struct CoreState {
     bool sync_reported[256];
 };
 
-thread_local CoreState tl;
+// The calling core thread's state, made by pipes_core_begin and freed by pipes_thread_end. A
+// pointer, so that reaching it costs no thread_local initialisation check on every op.
+thread_local CoreState* tl_state = nullptr;
+inline CoreState& core_state() {
+    if (tl_state == nullptr) tl_state = new CoreState();
+    return *tl_state;
+}
 
 bool overlaps(const UbSpan& a, const UbSpan& b) { return a.begin < b.end && b.begin < a.end; }
 
@@ -166,6 +180,7 @@ std::string hazard_text(const PipeOp& op, Hazard kind, const OpRef& other, int o
 
 // Chaos mode: the kept op with seq `earlier` runs after the op being issued (kept index `mine`).
 void run_before(uint64_t earlier, uint32_t mine) {
+    CoreState& tl = core_state();
     for (size_t i = tl.kept.size(); i-- > 0;) {
         Kept& k = tl.kept[i];
         if (k.seq == earlier) {
@@ -179,60 +194,86 @@ void run_before(uint64_t earlier, uint32_t mine) {
     }
 }
 
+uint32_t span_hash(const UbSpan& s) { return ((s.begin * 0x9E3779B1u) ^ (s.end * 0x85EBCA77u)) >> 24; }
+
+// The entry of span `s`, made (with its overlap lists) when first seen.
+uint32_t entry_of(const UbSpan& s) {
+    CoreState& tl = core_state();
+    int32_t& slot = tl.span_cache[span_hash(s)];
+    if (slot >= 0 && tl.spans[size_t(slot)].span.begin == s.begin && tl.spans[size_t(slot)].span.end == s.end)
+        return uint32_t(slot);
+    for (size_t i = 0; i < tl.spans.size(); ++i) {
+        if (tl.spans[i].span.begin == s.begin && tl.spans[i].span.end == s.end) {
+            slot = int32_t(i);
+            return uint32_t(i);
+        }
+    }
+    const uint32_t me = uint32_t(tl.spans.size());
+    tl.spans.push_back(SpanEntry{});
+    tl.spans.back().span = s;
+    for (uint32_t i = 0; i <= me; ++i) {
+        if (!overlaps(tl.spans[i].span, s)) continue;
+        tl.spans[me].overlapping.push_back(i);
+        if (i != me) tl.spans[i].overlapping.push_back(me);
+    }
+    slot = int32_t(me);
+    return me;
+}
+
 // Checks `op` (seq `seq`) against the latest reader and writer of every pipe on each UB span
 // it touches, reports its worst hazard (a read of unwritten data first, then a write under a
 // reader, then a write under a writer) and, in chaos mode, makes that pair run the wrong way
 // round; then records `op` as the latest reader/writer of its spans.
 void track(const PipeOp& op, uint64_t seq, int kept_index) {
+    CoreState& tl = core_state();
     const uint64_t* known = tl.known[op.pipe];
-    Hazard best_kind = kWaw;
-    const OpRef* best = nullptr;
-    int best_pipe = -1;
+    int best_kind = 3, best_pipe = -1;  // 3: none yet
+    uint32_t best_entry = 0;
     UbSpan best_span;
-    auto consider = [&](Hazard kind, const OpRef& other, int other_pipe, const UbSpan& mine) {
-        if (other.seq == kNone || other.seq < known[other_pipe]) return;  // ordered before `op`
-        if (best != nullptr && int(kind) >= int(best_kind)) return;
-        best_kind = kind;
-        best = &other;
-        best_pipe = other_pipe;
-        best_span = mine;
-    };
-    int read_entry[2] = {-1, -1}, write_entry = -1;
-    for (size_t i = 0; i < tl.spans.size(); ++i) {
-        SpanEntry& e = tl.spans[i];
-        for (int r = 0; r < op.n_reads; ++r) {
-            if (!overlaps(op.reads[r], e.span)) continue;
-            if (op.reads[r].begin == e.span.begin && op.reads[r].end == e.span.end) read_entry[r] = int(i);
-            for (int p = 0; p < kPipeCount; ++p) consider(kRaw, e.last_write[p], p, op.reads[r]);
+    auto consider = [&](Hazard kind, const uint64_t* seqs, uint32_t entry, const UbSpan& mine) {
+        if (int(kind) >= best_kind) return;
+        for (int p = 0; p < kPipeCount; ++p) {
+            if (seqs[p] > known[p]) {  // not ordered before `op`
+                best_kind = int(kind);
+                best_pipe = p;
+                best_entry = entry;
+                best_span = mine;
+                return;
+            }
         }
-        if (op.writes && overlaps(op.write, e.span)) {
-            if (op.write.begin == e.span.begin && op.write.end == e.span.end) write_entry = int(i);
-            for (int p = 0; p < kPipeCount; ++p) consider(kWar, e.last_read[p], p, op.write);
-            for (int p = 0; p < kPipeCount; ++p) consider(kWaw, e.last_write[p], p, op.write);
+    };
+    uint32_t read_entry[2] = {0, 0};
+    for (int r = 0; r < op.n_reads; ++r) {
+        read_entry[r] = entry_of(op.reads[r]);
+        for (uint32_t i : tl.spans[read_entry[r]].overlapping) consider(kRaw, tl.spans[i].wr, i, op.reads[r]);
+    }
+    uint32_t write_entry = 0;
+    if (op.writes) {
+        write_entry = entry_of(op.write);
+        for (uint32_t i : tl.spans[write_entry].overlapping) {
+            consider(kWar, tl.spans[i].rd, i, op.write);
+            consider(kWaw, tl.spans[i].wr, i, op.write);
         }
     }
-    if (best != nullptr) {
-        report_violation(hazard_text(op, best_kind, *best, best_pipe, best_span));
-        if (kept_index >= 0) run_before(best->seq, uint32_t(kept_index));
+    if (best_kind < 3) {
+        const SpanEntry& e = tl.spans[best_entry];
+        const bool war = best_kind == kWar;
+        const OpRef other{(war ? e.rd : e.wr)[best_pipe] - 1, (war ? e.rd_name : e.wr_name)[best_pipe],
+                          war ? e.rd_pe[best_pipe] : -1, e.span};
+        report_violation(hazard_text(op, Hazard(best_kind), other, best_pipe, best_span));
+        if (kept_index >= 0) run_before(other.seq, uint32_t(kept_index));
     }
-    auto entry = [](int i, const UbSpan& s) -> SpanEntry& {
-        if (i >= 0) return tl.spans[size_t(i)];
-        for (SpanEntry& e : tl.spans)  // a span first seen by this op (its read and write may share it)
-            if (e.span.begin == s.begin && e.span.end == s.end) return e;
-        tl.spans.push_back(SpanEntry{});
-        tl.spans.back().span = s;
-        return tl.spans.back();
-    };
-    auto note = [&](OpRef& ref, const UbSpan& s, int pe) {
-        ref.seq = seq;
-        ref.name = op.name;
-        ref.pe = pe;
-        ref.span = s;
-    };
-    for (int r = 0; r < op.n_reads; ++r)
-        note(entry(read_entry[r], op.reads[r]).last_read[op.pipe], op.reads[r],
-             op.kind == OpKind::ShmemLeg ? op.put.pe : -1);
-    if (op.writes) note(entry(write_entry, op.write).last_write[op.pipe], op.write, -1);
+    for (int r = 0; r < op.n_reads; ++r) {
+        SpanEntry& e = tl.spans[read_entry[r]];
+        e.rd[op.pipe] = seq + 1;
+        e.rd_name[op.pipe] = op.name;
+        e.rd_pe[op.pipe] = op.kind == OpKind::ShmemLeg ? op.put.pe : -1;
+    }
+    if (op.writes) {
+        SpanEntry& e = tl.spans[write_entry];
+        e.wr[op.pipe] = seq + 1;
+        e.wr_name[op.pipe] = op.name;
+    }
 }
 
 void execute(const PipeOp& op) {
@@ -251,6 +292,7 @@ void execute(const PipeOp& op) {
 // Chaos mode: runs every kept op. An op is ready once the ops its flags wait for have run;
 // among the ready ones, those that a violating pair says must go first do, else the seed picks.
 void run_kept(uint64_t salt) {
+    CoreState& tl = core_state();
     std::vector<Kept>& ks = tl.kept;
     const size_t n = ks.size();
     if (n == 0) return;
@@ -324,6 +366,7 @@ std::string range_text(uint32_t b, uint32_t e) {
 }
 
 uint32_t ub_use(const void* p, uint32_t bytes, UbRole role, const char* op) {
+    CoreState& tl = core_state();
     uint8_t* base = ub_base();
     if (base == nullptr) fatal("%s called outside a kernel core", op);
     const uint8_t* q = static_cast<const uint8_t*>(p);
@@ -355,6 +398,7 @@ uint32_t ub_use(const void* p, uint32_t bytes, UbRole role, const char* op) {
 }
 
 void pipe_issue(PipeOp& op) {
+    CoreState& tl = core_state();
     if (!tl.in_core) fatal("%s called outside a kernel core", op.name);
     const uint64_t seq = tl.next_seq++;
     int kept_index = -1;
@@ -369,6 +413,7 @@ void pipe_issue(PipeOp& op) {
 }
 
 void pipes_drain() {
+    CoreState& tl = core_state();
     if (current_core() < 0) return;
     run_kept(4);
     for (auto& row : tl.known)
@@ -376,11 +421,13 @@ void pipes_drain() {
 }
 
 void soc_state_init() {
+    CoreState& tl = core_state();
     if (current_core() < 0) fatal("AscendC::InitSocState called outside a kernel core");
     tl.soc_ready = true;
 }
 
 void soc_state_require(const char* op) {
+    CoreState& tl = core_state();
     if (tl.soc_ready || tl.soc_reported) return;
     tl.soc_reported = true;
     report_violation(where() + ": " + op + " before AscendC::InitSocState(): a kernel with LocalTensors at fixed "
@@ -390,6 +437,7 @@ void soc_state_require(const char* op) {
 }
 
 void sync_id_use(uint32_t sync_id, int plane, const char* op) {
+    CoreState& tl = core_state();
     if (sync_id >= kEventIds) fatal("%s: sync_id %u: event ids are EVENT_ID0..EVENT_ID7", op, sync_id);
     int& owner = tl.sync_plane[sync_id];
     if (owner < 0) {
@@ -404,10 +452,12 @@ void sync_id_use(uint32_t sync_id, int plane, const char* op) {
 }
 
 void pipes_core_begin() {
+    CoreState& tl = core_state();
     tl.in_core = true;
     tl.chaos = chaos_seed() != 0;
     tl.ranges.clear();
     tl.spans.clear();
+    std::fill(std::begin(tl.span_cache), std::end(tl.span_cache), -1);
     tl.kept.clear();
     tl.next_seq = 0;
     tl.drains = 0;
@@ -420,7 +470,13 @@ void pipes_core_begin() {
     std::fill(std::begin(tl.sync_reported), std::end(tl.sync_reported), false);
 }
 
+void pipes_thread_end() {
+    delete tl_state;
+    tl_state = nullptr;
+}
+
 void pipes_core_end() {
+    CoreState& tl = core_state();
     pipes_drain();  // the kernel's end drains every pipe
     tl.in_core = false;
     for (int e = 0; e < kEvents; ++e)
@@ -432,6 +488,7 @@ void pipes_core_end() {
 }
 
 void flag_set(AscendC::HardEvent event, int32_t id) {
+    CoreState& tl = core_state();
     if (current_core() < 0) fatal("SetFlag called outside a kernel core");
     if (id < 0 || id >= kEventIds) fatal("SetFlag<HardEvent::%s>(%d): event ids are EVENT_ID0..EVENT_ID7", event_name(event), id);
     FlagState& f = tl.flags[int(event)][id];
@@ -453,6 +510,7 @@ void flag_set(AscendC::HardEvent event, int32_t id) {
 }
 
 void flag_wait(AscendC::HardEvent event, int32_t id) {
+    CoreState& tl = core_state();
     if (current_core() < 0) fatal("WaitFlag called outside a kernel core");
     if (id < 0 || id >= kEventIds) fatal("WaitFlag<HardEvent::%s>(%d): event ids are EVENT_ID0..EVENT_ID7", event_name(event), id);
     FlagState& f = tl.flags[int(event)][id];
@@ -472,6 +530,7 @@ void flag_wait(AscendC::HardEvent event, int32_t id) {
 }
 
 void pipe_barrier(pipe_t pipe) {
+    CoreState& tl = core_state();
     if (current_core() < 0) fatal("PipeBarrier called outside a kernel core");
     switch (pipe) {
     case PIPE_ALL:

@@ -189,6 +189,8 @@ std::string where();
 std::string range_text(uint32_t begin, uint32_t end);
 void pipes_core_begin();
 void pipes_core_end();
+// A core thread ends: frees its pipe state.
+void pipes_thread_end();
 
 // Engines: MTE/SDMA counters, region labels, SDMA thread.
 void engines_start(uint32_t engine_mask);

@@ -71,13 +71,16 @@ const char* cast_name(Elem src, Elem dst) { return kNames.cast[int(src)][int(dst
 
 UbSpan span_of(const UbOperand& t, uint64_t bytes) { return UbSpan{t.off, uint32_t(t.off + bytes)}; }
 
+[[noreturn]] __attribute__((noinline, cold)) void past_tensor(const char* op, const char* what, const UbOperand& t,
+                                                                uint64_t bytes, uint64_t cap) {
+    fatal("%s: %s %s runs past its LocalTensor %s (%u %s)", op, what, range_text(t.off, uint32_t(t.off + bytes)).c_str(),
+          range_text(t.off, uint32_t(t.off + cap)).c_str(), t.elems, kElemName[int(t.elem)]);
+}
+
 // `bytes` of tensor `t` used by `op`: inside its LocalTensor, else fatal.
-UbSpan ub_operand(const char* op, const char* what, const UbOperand& t, uint64_t bytes) {
+inline UbSpan ub_operand(const char* op, const char* what, const UbOperand& t, uint64_t bytes) {
     const uint64_t cap = uint64_t(t.elems) * esize(t.elem);
-    if (bytes > cap)
-        fatal("%s: %s %s runs past its LocalTensor %s (%u %s)", op, what,
-              range_text(t.off, uint32_t(t.off + bytes)).c_str(), range_text(t.off, uint32_t(t.off + cap)).c_str(),
-              t.elems, kElemName[int(t.elem)]);
+    if (bytes > cap) past_tensor(op, what, t, bytes, cap);
     return span_of(t, bytes);
 }
 
