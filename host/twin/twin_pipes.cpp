@@ -22,8 +22,8 @@
 //   drains (PipeBarrier<PIPE_ALL>, quiet, SyncAll, kernel end) and then run in an order the
 //   flags allow, chosen by the seed, with each reported pair run the wrong way round (the
 //   reader before the writer it did not wait for, the writer before the reader it did not
-//   wait for), so that a missing flag corrupts x_out. The scalar unit's own UB loads and stores cannot be
-//   observed: an S_MTE3 flag after scalar stores is paired, not checked.
+//   wait for), so that a missing flag corrupts x_out. The scalar unit's own UB loads and
+//   stores cannot be observed: an S_MTE3 flag after scalar stores is paired, not checked.
 // - UB ranges given to SHMEM or to LocalTensors lie inside the core's UB, below SHMEM's own
 //   reserve (188 KiB and up), 32-byte aligned, and one range serves one role (MTE staging,
 //   SDMA scratch, MTE source, vector tile): overlapping roles are fatal, naming both ranges.
