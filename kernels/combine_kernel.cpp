@@ -263,7 +263,7 @@ private:
     };
 
     __aicore__ inline uint32_t TileLen(uint32_t h0) const { return h_ - h0 < kReduceTile ? h_ - h0 : kReduceTile; }
-    __aicore__ static inline int32_t ReduceEvent(uint32_t half) { return int32_t(kReduceEvent0 + half); }
+    __aicore__ static inline int32_t ReduceEvent(uint32_t side) { return int32_t(kReduceEvent0 + side); }
 
     // The first load at or after slot `k` of tile `h0` of token `t`, in reduction order
     // (token, tile, slot); false when no valid slot is left before token `t_end`.
@@ -287,8 +287,8 @@ private:
         return false;
     }
 
-    // GM -> UB (MTE2) of load `p` into in[half], once its token's flags are all ready.
-    __aicore__ inline void IssueLoad(const Load& p, const AscendC::LocalTensor<T>& in, uint32_t half) {
+    // GM -> UB (MTE2) of load `p` into in[side], once its token's flags are all ready.
+    __aicore__ inline void IssueLoad(const Load& p, const AscendC::LocalTensor<T>& in, uint32_t side) {
         if (p.t != waited_token_) {
             for (uint32_t k = 0; k < topk_; ++k) {
                 if (SlotValid(p.t, k)) WaitSlot(p.t * topk_ + k);  // masked slots: nobody sends them
@@ -299,7 +299,7 @@ private:
         AscendC::GlobalTensor<T> row;
         row.SetGlobalBuffer(SlotPayload(p.t * topk_ + p.k) + p.h0, n);
 #if !defined(COMBINE_FAULT_NO_V_MTE2_WAIT)
-        AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(half));  // in[half]: V has read its last tile
+        AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(side));  // in[side]: V has read its last tile
 #endif
 #if defined(COMBINE_FAULT_DATACOPY_UNALIGNED)
         AscendC::DataCopy(in, row, n);  // fault injection: DataCopy whatever the length
@@ -312,21 +312,21 @@ private:
         }
 #endif
 #if !defined(COMBINE_FAULT_NO_MTE2_V_WAIT)
-        AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(ReduceEvent(half));
+        AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(ReduceEvent(side));
 #endif
     }
 
-    // acc += float(in[half]) * scale, once in[half] has arrived.
-    __aicore__ inline void AccumulateTile(const AscendC::LocalTensor<T>& in, uint32_t half,
+    // acc += float(in[side]) * scale, once in[side] has arrived.
+    __aicore__ inline void AccumulateTile(const AscendC::LocalTensor<T>& in, uint32_t side,
                                           const AscendC::LocalTensor<float>& cast, const AscendC::LocalTensor<float>& acc,
                                           float scale, uint32_t n) {
 #if !defined(COMBINE_FAULT_NO_MTE2_V_WAIT)
-        AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(ReduceEvent(half));
+        AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(ReduceEvent(side));
 #endif
         AscendC::PipeBarrier<PIPE_V>();  // cast: the last Add still reads it
         AscendC::Cast(cast, in, ReduceCast<T>::kIn, n);
 #if !defined(COMBINE_FAULT_NO_V_MTE2_WAIT)
-        AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(half));  // in[half] may be refilled
+        AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(side));  // in[side] may be refilled
 #endif
         AscendC::PipeBarrier<PIPE_V>();
         AscendC::Muls(cast, cast, scale, int32_t(n));
@@ -336,17 +336,17 @@ private:
         AscendC::Add(acc, acc, cast, int32_t(n));
     }
 
-    // x_out[t, h0 : h0 + n] = T(acc), through out[half].
+    // x_out[t, h0 : h0 + n] = T(acc), through out[side].
     __aicore__ inline void WriteTile(const AscendC::LocalTensor<float>& acc, const AscendC::LocalTensor<T>& out,
-                                     uint32_t half, uint32_t t, uint32_t h0, uint32_t n) {
+                                     uint32_t side, uint32_t t, uint32_t h0, uint32_t n) {
 #if !defined(COMBINE_FAULT_NO_MTE3_V_WAIT)
-        AscendC::WaitFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(half));  // out[half]: its last copy out is done
+        AscendC::WaitFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(side));  // out[side]: its last copy out is done
 #endif
         AscendC::PipeBarrier<PIPE_V>();  // acc: the last Add wrote it
         AscendC::Cast(out, acc, ReduceCast<T>::kOut, n);
 #if !defined(COMBINE_FAULT_NO_V_MTE3_WAIT)
-        AscendC::SetFlag<AscendC::HardEvent::V_MTE3>(ReduceEvent(half));
-        AscendC::WaitFlag<AscendC::HardEvent::V_MTE3>(ReduceEvent(half));
+        AscendC::SetFlag<AscendC::HardEvent::V_MTE3>(ReduceEvent(side));
+        AscendC::WaitFlag<AscendC::HardEvent::V_MTE3>(ReduceEvent(side));
 #endif
         AscendC::GlobalTensor<T> dst;
         dst.SetGlobalBuffer(x_out_ + uint64_t(t) * h_ + h0, n);
@@ -360,7 +360,7 @@ private:
         }
 #endif
 #if !defined(COMBINE_FAULT_NO_MTE3_V_WAIT)
-        AscendC::SetFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(half));
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(side));
 #endif
     }
 
@@ -379,7 +379,7 @@ private:
         const LocalTensor<T> out[kReduceBuffers] = {
             LocalTensor<T>(TPosition::VECOUT, kUbReduceOutOff, kReduceTile),
             LocalTensor<T>(TPosition::VECOUT, kUbReduceOutOff + kReduceTileBytes, kReduceTile)};
-        for (uint32_t b = 0; b < kReduceBuffers; ++b) {  // every half starts free
+        for (uint32_t b = 0; b < kReduceBuffers; ++b) {  // every side starts free
 #if !defined(COMBINE_FAULT_NO_V_MTE2_WAIT)
             AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(b));
 #endif
@@ -390,7 +390,7 @@ private:
         waited_token_ = t_end;  // none yet
         Load cur{};
         bool have = FindLoad(cur, t_begin, 0, 0, t_end);
-        uint32_t in_half = 0, out_half = 0;
+        uint32_t in_side = 0, out_side = 0;
         if (have) IssueLoad(cur, in[0], 0);
         for (uint32_t t = t_begin; t < t_end; ++t) {
             for (uint32_t h0 = 0; h0 < h_; h0 += kReduceTile) {
@@ -398,15 +398,15 @@ private:
                 AscendC::PipeBarrier<PIPE_V>();  // acc: the last tile's Cast to out still reads it
                 AscendC::Duplicate(acc, 0.0f, int32_t(n));  // acc starts at +0, as the golden's
                 while (have && cur.t == t && cur.h0 == h0) {  // the valid slots, in topk order
-                    AccumulateTile(in[in_half], in_half, cast, acc, scales_[t * topk_ + cur.k], n);
+                    AccumulateTile(in[in_side], in_side, cast, acc, scales_[t * topk_ + cur.k], n);
                     Load next{};
                     have = FindLoad(next, cur.t, cur.h0, cur.k + 1, t_end);
-                    in_half ^= 1;
-                    if (have) IssueLoad(next, in[in_half], in_half);  // MTE2 runs while V works on `cur`
+                    in_side ^= 1;
+                    if (have) IssueLoad(next, in[in_side], in_side);  // MTE2 runs while V works on `cur`
                     cur = next;
                 }
-                WriteTile(acc, out[out_half], out_half, t, h0, n);
-                out_half ^= 1;
+                WriteTile(acc, out[out_side], out_side, t, h0, n);
+                out_side ^= 1;
             }
             for (uint32_t k = 0; k < topk_; ++k) {  // ready for the next launch
                 if (!SlotValid(t, k)) continue;
