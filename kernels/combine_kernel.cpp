@@ -253,11 +253,13 @@ private:
     // the next slot's tile comes in while the vector unit works on this one, and a tile goes
     // out while the next one is reduced. No instruction of stage 2 loops over elements.
     //
-    // Flags (asc-devkit static Tensor programming; the twin checks each, twin_pipes.cpp):
-    // MTE2_V before V reads a tile MTE2 brought in; V_MTE2 before MTE2 refills a tile V still
-    // reads; V_MTE3 before MTE3 copies out what V wrote; MTE3_V before V overwrites a tile MTE3
-    // still copies out; PipeBarrier<PIPE_V> between vector instructions that share a tile
-    // (asc-devkit PipeBarrier: "Mul's input is Add's output ... insert PipeBarrier").
+    // Flags, as asc-devkit's static Tensor programming guide sets them by hand (no TPipe;
+    // docs/zh/guide/.../基于Tensor的CPP编程/静态Tensor编程.md; the twin checks each,
+    // host/twin/twin_pipes.cpp): MTE2_V before V reads a tile MTE2 brought in; V_MTE2 before
+    // MTE2 refills a tile V still reads; V_MTE3 before MTE3 copies out what V wrote; MTE3_V
+    // before V overwrites a tile MTE3 still copies out; PipeBarrier<PIPE_V> between vector
+    // instructions that share a tile (docs/zh/api/SIMD-API/基础API/同步控制/核内同步/
+    // PipeBarrier(ISASI).md: Mul reads what Add wrote, so a PipeBarrier<PIPE_V> goes between).
     struct Load {
         uint32_t t, h0, k;  // slot k of token t, the tile starting at column h0
     };
