@@ -10,7 +10,8 @@ Printed, side by side:
 - ``full_op float16 / int32``: the ratio of full_op times (target: <= 2);
 - per dtype, ``stage 2 / memory bound``: stage 2 = full_op - comm_only (us); memory bound =
   (bytes stage 2 reads + writes per PE) / (this host's memcpy rate: bytes a memcpy copies per
-  second, on a 64 MiB buffer, out of cache, measured in this run); the value is memory bound
+  second, on a 64 MiB buffer, out of cache, sampled beside every run of this benchmark, the
+  median sample); the value is memory bound
   / stage 2 (target: >= 0.3). Stage 2 reads every valid slot's row (bs*topk*h*sizeof(T)) and
   writes x_out (bs*h*sizeof(T)). At pes 2, stage 2 includes waiting for the other PE's status
   flags, and the PEs' four core threads share this host's CPUs; the same case at pes 1 (one
@@ -40,18 +41,26 @@ FP16_OVER_INT32_TARGET = 2.0
 MEMORY_BOUND_TARGET = 0.3
 
 
-def memcpy_rate(nbytes: int = 64 << 20, repeats: int = 7) -> float:
-    """Bytes per second a memcpy of ``nbytes`` copies (best of ``repeats``; each byte copied
-    is read once and written once)."""
-    src = np.ones(nbytes, dtype=np.uint8)
-    dst = np.empty_like(src)
-    np.copyto(dst, src)  # first touch
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - t)
-    return nbytes / best
+class MemcpyRate:
+    """Bytes per second a memcpy of ``nbytes`` copies (each byte read once and written once),
+    sampled beside every run of the twin so that both see the same load on this machine; the
+    rate is the median sample."""
+
+    def __init__(self, nbytes: int = 64 << 20):
+        self.src = np.ones(nbytes, dtype=np.uint8)
+        self.dst = np.empty_like(self.src)
+        np.copyto(self.dst, self.src)  # first touch
+        self.samples: list[float] = []
+
+    def sample(self, count: int = 3) -> None:
+        for _ in range(count):
+            t = time.perf_counter()
+            np.copyto(self.dst, self.src)
+            self.samples.append(self.src.nbytes / (time.perf_counter() - t))
+
+    @property
+    def rate(self) -> float:
+        return statistics.median(self.samples)
 
 
 def stage2_bytes(spec: CaseSpec, expert_ids: np.ndarray) -> int:
@@ -60,13 +69,15 @@ def stage2_bytes(spec: CaseSpec, expert_ids: np.ndarray) -> int:
     return (valid + spec.bs) * spec.row_bytes
 
 
-def time_dtype(dtype: str, repeats: int, warmup: int, loops: int, pes: int = 2) -> dict:
-    """Median full_op, comm_only and stage 2 (us) over ``repeats`` runs, and stage 2's bytes."""
+def time_dtype(dtype: str, repeats: int, warmup: int, loops: int, memcpy: MemcpyRate, pes: int = 2) -> dict:
+    """Median full_op, comm_only and stage 2 (us) over ``repeats`` runs, and stage 2's bytes;
+    samples ``memcpy`` before each run."""
     spec = CaseSpec(**{**SHAPE, "pes": pes}, dtype=dtype)
     full, comm = [], []
     with tempfile.TemporaryDirectory(prefix="bench_stage2_") as tmp:
         prepared = prepare_case(spec, tmp)
         for _ in range(repeats):
+            memcpy.sample()
             res = run_case(prepared, "classic", warmup=warmup, loops=loops, min_sdma_bytes=2 << 20)
             if not res.ok:
                 raise SystemExit(f"{spec.case_id} {dtype}: x_out or counters wrong: {res.checks}")
@@ -84,11 +95,14 @@ def main() -> None:
     ap.add_argument("--loops", type=int, default=10)
     args = ap.parse_args()
     print("case: pes {pes} bs {bs} h {h} topk {topk} expert_per_pe {expert_per_pe}, classic, CPU twin".format(**SHAPE))
-    rate = memcpy_rate()
-    print(f"memcpy rate (bytes copied per second) GB/s: {rate / 1e9:.2f}")
+    memcpy = MemcpyRate()
     dtypes = ("int32_t", "float16_t")
-    results = {dt: time_dtype(dt, args.repeats, args.warmup, args.loops) for dt in dtypes}
-    alone = {dt: time_dtype(dt, args.repeats, args.warmup, args.loops, pes=1) for dt in dtypes}
+    results = {dt: time_dtype(dt, args.repeats, args.warmup, args.loops, memcpy) for dt in dtypes}
+    alone = {dt: time_dtype(dt, args.repeats, args.warmup, args.loops, memcpy, pes=1) for dt in dtypes}
+    memcpy.sample()
+    rate = memcpy.rate
+    print(f"memcpy rate (bytes copied per second, median of {len(memcpy.samples)} samples beside the runs) GB/s: "
+          f"{rate / 1e9:.2f}")
     for dt, r in results.items():
         bound_us = r["bytes"] / rate * 1e6
         for res in (r, alone[dt]):
