@@ -78,12 +78,14 @@ def test_two_vector_writes_with_no_barrier_between_them_are_reported(rules):
         "may still write it (no PipeBarrier<PIPE_V> between them)"]
 
 
-def test_datacopypad_pads_with_the_first_element_or_the_padding_value(rules):
+def test_datacopypad_pads_with_the_first_element_the_padding_value_or_garbage(rules):
     p = _run(rules, "pad_dummy_and_value")
     assert p.returncode == 0 and p.stderr == "", p.stderr
-    got = [float(v) for v in p.stdout.split()]
-    data = [float(i + 1) for i in range(20)]
-    assert got == data + [1.0] * 12 + data + [7.0] * 12
+    got = p.stdout.split()
+    data = [f"{i + 1}" for i in range(20)]
+    assert got[:32] == data + ["1"] * 12  # no padding, isPad false: the first element
+    assert got[32:64] == ["7", "7"] + data + ["7"] * 10  # 2 left, isPad: the padding value throughout
+    assert got[64:96] == data + ["-nan"] * 12  # isPad, no padding: left open by the docs (0xFFFF)
 
 
 def test_axpy_rounds_once_where_muls_and_add_round_twice(rules):

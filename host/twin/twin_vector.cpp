@@ -309,17 +309,17 @@ void exec_add(const PipeOp& op) {
 // One rounding (see kernel_operator.h): computed exactly in double, then rounded once.
 void exec_axpy(const PipeOp& op) {
     const Elem d_e = Elem(op.dst_elem), s_e = Elem(op.src_elem);
+    float* df = ub_ptr<float>(op.dst_off);
+    _Float16* dh = ub_ptr<_Float16>(op.dst_off);
+    const float* sf = ub_ptr<float>(op.src0_off);
+    const _Float16* sh = ub_ptr<_Float16>(op.src0_off);
     for (uint32_t i = 0; i < op.count; ++i) {
-        if (d_e == Elem::F32 && s_e == Elem::F32) {
-            float* d = ub_ptr<float>(op.dst_off);
-            d[i] = std::fmaf(ub_ptr<float>(op.src0_off)[i], float(op.scalar), d[i]);
-        } else if (d_e == Elem::F32 && s_e == Elem::F16) {
-            float* d = ub_ptr<float>(op.dst_off);
-            d[i] = float(double(ub_ptr<_Float16>(op.src0_off)[i]) * op.scalar + double(d[i]));
-        } else {
-            _Float16* d = ub_ptr<_Float16>(op.dst_off);
-            d[i] = _Float16(double(ub_ptr<_Float16>(op.src0_off)[i]) * op.scalar + double(d[i]));
-        }
+        if (d_e == Elem::F32 && s_e == Elem::F32)
+            df[i] = std::fmaf(sf[i], float(op.scalar), df[i]);
+        else if (d_e == Elem::F32)
+            df[i] = float(double(sh[i]) * op.scalar + double(df[i]));
+        else
+            dh[i] = _Float16(double(sh[i]) * op.scalar + double(dh[i]));
     }
 }
 
@@ -340,26 +340,32 @@ void exec_dup(const PipeOp& op) {
     }
 }
 
-// GM -> UB blocks with their padding: the padding value where isPad, else the first element
-// of the block as dummy when no padding was asked for (asc-devkit), else garbage (NaN bytes).
+// GM -> UB blocks with their padding (asc-devkit DataCopyPad, GM -> UB): left and right
+// padding hold paddingValue where isPad, else garbage; the dummy that fills a block up to 32
+// bytes is the block's first element when no padding was asked for and isPad is false, and
+// paddingValue when padding was asked for and isPad is true. The docs leave the other cases
+// open, and "random" where isPad is false: the twin writes garbage there (0xFF bytes, NaN in
+// floating point), so that a kernel that relies on them shows it.
 void exec_copy_in(const PipeOp& op) {
     const uint32_t es = esize(Elem(op.dst_elem));
+    const bool padded = op.left_pad != 0 || op.right_pad != 0;
     for (uint32_t b = 0; b < op.blocks; ++b) {
         uint8_t* ub = ub_base() + op.dst_off + uint64_t(b) * op.ub_block_pitch;
         const uint8_t* gm = op.gm_src + uint64_t(b) * op.gm_block_pitch;
         const uint32_t left = op.left_pad * es, used = left + op.count + op.right_pad * es;
         const uint32_t tail = op.ub_block_pitch ? align32(used) - used : 0;
-        auto fill = [&](uint8_t* p, uint32_t bytes, bool dummy) {
+        auto fill = [&](uint8_t* p, uint32_t bytes, const void* value) {
             for (uint32_t i = 0; i < bytes; i += es) {
-                if (op.is_pad) memcpy(p + i, &op.pad_bits, es);
-                else if (dummy && op.left_pad == 0 && op.right_pad == 0 && op.count >= es) memcpy(p + i, gm, es);
+                if (value != nullptr) memcpy(p + i, value, es);
                 else memset(p + i, 0xFF, es);
             }
         };
-        fill(ub, left, false);
+        const void* pad_value = op.is_pad ? static_cast<const void*>(&op.pad_bits) : nullptr;
+        const void* dummy = padded ? pad_value : (!op.is_pad && op.count >= es ? gm : nullptr);
+        fill(ub, left, pad_value);
         memcpy(ub + left, gm, op.count);
-        fill(ub + left + op.count, op.right_pad * es, false);
-        fill(ub + used, tail, true);
+        fill(ub + left + op.count, op.right_pad * es, pad_value);
+        fill(ub + used, tail, dummy);
     }
 }
 

@@ -92,23 +92,28 @@ const std::map<std::string, std::function<void()>> kCases = {
          PipeBarrier<PIPE_V>();
          Muls(f, f, 3.0f, int32_t(kTile));
      }},
-    // DataCopyPad of 20 half (40 B): the block is padded to 32-byte multiples with the first
-    // element (no padding value asked for) or with the padding value.
+    // DataCopyPad of 20 half (40 B) into 32-byte blocks: with no padding asked for and isPad
+    // false the block is filled up with its first element; with 2 elements of left padding and
+    // isPad, padding and fill are the padding value; with isPad but no padding the docs leave
+    // the fill open: garbage (NaN).
     {"pad_dummy_and_value", [] {
-         static half gm[20], out[64];
+         static half gm[20], out[96];
          for (int i = 0; i < 20; ++i) gm[i] = half(float(i + 1));
          GlobalTensor<half> g, o;
          g.SetGlobalBuffer(gm, 20);
-         o.SetGlobalBuffer(out, 64);
-         LocalTensor<half> a(TPosition::VECCALC, kBase, 32), b(TPosition::VECCALC, kBase + 64, 32);
+         o.SetGlobalBuffer(out, 96);
+         LocalTensor<half> a(TPosition::VECCALC, kBase, 32), b(TPosition::VECCALC, kBase + 64, 32),
+             c(TPosition::VECCALC, kBase + 128, 32);
          DataCopyPad(a, g, DataCopyExtParams(1, 40, 0, 0, 0), DataCopyPadExtParams<half>());
-         DataCopyPad(b, g, DataCopyExtParams(1, 40, 0, 0, 0), DataCopyPadExtParams<half>(true, 0, 0, half(7.0f)));
+         DataCopyPad(b, g, DataCopyExtParams(1, 40, 0, 0, 0), DataCopyPadExtParams<half>(true, 2, 0, half(7.0f)));
+         DataCopyPad(c, g, DataCopyExtParams(1, 40, 0, 0, 0), DataCopyPadExtParams<half>(true, 0, 0, half(7.0f)));
          SetFlag<HardEvent::MTE2_MTE3>(0);
          WaitFlag<HardEvent::MTE2_MTE3>(0);
          DataCopy(o, a, 32);
          DataCopy(o[32], b, 32);
+         DataCopy(o[64], c, 32);
          PipeBarrier<PIPE_ALL>();
-         for (int i = 0; i < 64; ++i) printf("%g%s", float(out[i]), i == 63 ? "\n" : " ");
+         for (int i = 0; i < 96; ++i) printf("%g%s", float(out[i]), i == 95 ? "\n" : " ");
      }},
     // Axpy rounds once: 1 + 2^-12 times itself is 1 + 2^-11 + 2^-24 exactly; Muls rounds that
     // to 1 + 2^-11 (a tie, to even), so Muls + Add of -(1 + 2^-11) gives 0 and Axpy 2^-24.
