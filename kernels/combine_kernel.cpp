@@ -400,12 +400,18 @@ private:
                 AscendC::PipeBarrier<PIPE_V>();  // acc: the last tile's Cast to out still reads it
                 AscendC::Duplicate(acc, 0.0f, int32_t(n));  // acc starts at +0, as the golden's
                 while (have && cur.t == t && cur.h0 == h0) {  // the valid slots, in topk order
-                    AccumulateTile(in[in_side], in_side, cast, acc, scales_[t * topk_ + cur.k], n);
                     Load next{};
-                    have = FindLoad(next, cur.t, cur.h0, cur.k + 1, t_end);
+                    const bool more = FindLoad(next, cur.t, cur.h0, cur.k + 1, t_end);
+                    // The next tile comes in (MTE2) while V works on this one. Within a token its
+                    // flags are already waited for; the first tile of a new token is loaded after
+                    // V's work is queued, so that waiting for its flags never holds V back.
+                    const bool early = more && next.t == cur.t;
+                    if (early) IssueLoad(next, in[in_side ^ 1], in_side ^ 1);
+                    AccumulateTile(in[in_side], in_side, cast, acc, scales_[t * topk_ + cur.k], n);
+                    if (more && !early) IssueLoad(next, in[in_side ^ 1], in_side ^ 1);
                     in_side ^= 1;
-                    if (have) IssueLoad(next, in[in_side], in_side);  // MTE2 runs while V works on `cur`
                     cur = next;
+                    have = more;
                 }
                 WriteTile(acc, out[out_side], out_side, t, h0, n);
                 out_side ^= 1;

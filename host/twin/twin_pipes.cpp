@@ -136,6 +136,7 @@ struct CoreState {
     uint64_t known[kPipeCount][kPipeCount] = {};
     FlagState flags[kEvents][kEventIds];
     std::vector<Kept> kept;
+    std::vector<std::pair<uint64_t, PipeOp>> mte2_late;  // DataCopy GM -> UB issued, not yet run (seq, op)
     uint64_t drains = 0;
     bool chaos = false;  // chaos mode: ops kept for the drain
     bool in_core = false;
@@ -397,6 +398,34 @@ uint32_t ub_use(const void* p, uint32_t bytes, UbRole role, const char* op) {
     return off;
 }
 
+namespace {
+
+// Outside chaos mode a DataCopy GM -> UB runs when something could see its UB or when a flag
+// or barrier says MTE2 is done with it, not at issue: the twin asks the CPU to prefetch its
+// source at issue, so that, as on the NPU, the copy's memory traffic overlaps the vector
+// work the kernel issues in between. Everything any op could observe is as at issue.
+void run_mte2_late(uint64_t below) {
+    CoreState& tl = core_state();
+    size_t done = 0;
+    for (; done < tl.mte2_late.size() && tl.mte2_late[done].first < below; ++done) execute(tl.mte2_late[done].second);
+    tl.mte2_late.erase(tl.mte2_late.begin(), tl.mte2_late.begin() + long(done));
+}
+
+bool touches_mte2_late(const PipeOp& op) {
+    for (const auto& late : core_state().mte2_late) {
+        for (int r = 0; r < op.n_reads; ++r)
+            if (overlaps(op.reads[r], late.second.write)) return true;
+        if (op.writes && overlaps(op.write, late.second.write)) return true;
+    }
+    return false;
+}
+
+void prefetch(const uint8_t* p, uint64_t bytes) {
+    for (uint64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i, 0, 3);
+}
+
+}  // namespace
+
 void pipe_issue(PipeOp& op) {
     CoreState& tl = core_state();
     if (!tl.in_core) fatal("%s called outside a kernel core", op.name);
@@ -409,12 +438,22 @@ void pipe_issue(PipeOp& op) {
         kept_index = int(tl.kept.size() - 1);
     }
     track(op, seq, kept_index);
-    if (kept_index < 0) execute(op);
+    if (kept_index >= 0) return;
+    if (op.kind == OpKind::CopyIn) {
+        for (uint32_t b = 0; b < op.blocks && b < 4; ++b) prefetch(op.gm_src + uint64_t(b) * op.gm_block_pitch, op.count);
+        tl.mte2_late.emplace_back(seq, op);
+        return;
+    }
+    // Other pipes' ops may write GM a late copy reads: those run first; a V op only when it
+    // touches UB a late copy writes.
+    if (!tl.mte2_late.empty() && (op.pipe != kPipeV || touches_mte2_late(op))) run_mte2_late(kNone);
+    execute(op);
 }
 
 void pipes_drain() {
     CoreState& tl = core_state();
     if (current_core() < 0) return;
+    run_mte2_late(kNone);
     run_kept(4);
     for (auto& row : tl.known)
         for (uint64_t& w : row) w = tl.next_seq;
@@ -459,6 +498,7 @@ void pipes_core_begin() {
     tl.spans.clear();
     std::fill(std::begin(tl.span_cache), std::end(tl.span_cache), -1);
     tl.kept.clear();
+    tl.mte2_late.clear();
     tl.next_seq = 0;
     tl.drains = 0;
     tl.soc_ready = false;
@@ -520,6 +560,7 @@ void flag_wait(AscendC::HardEvent event, int32_t id) {
     f.pending = false;
     int src, dst;
     event_pipes(event, &src, &dst);
+    if (src == kPipeMte2 && !tl.mte2_late.empty()) run_mte2_late(f.known[kPipeMte2]);  // what the flag covers
     if (dst < 0) return;
     // The destination pipe's later ops start after what the flag covers; when the scalar unit
     // waits, it issues nothing to any pipe before then.
@@ -542,6 +583,7 @@ void pipe_barrier(pipe_t pipe) {
         tl.known[kPipeV][kPipeV] = tl.next_seq;
         break;
     case PIPE_MTE2:
+        run_mte2_late(kNone);
         tl.known[kPipeMte2][kPipeMte2] = tl.next_seq;
         break;
     case PIPE_MTE3:
