@@ -17,8 +17,9 @@
 //   no such order between them, is a violation naming both instructions, the UB range and
 //   the flag that was missing. An MTE2 copy over the UB a SHMEM put's last leg still reads
 //   is the "UB reuse" violation.
-// - Outside chaos mode every op executes at issue (the data happen to be right) and only the
-//   violations report. In chaos mode (COMBINE_TWIN_CHAOS) ops are kept until every pipe
+// - Outside chaos mode every op acts as if it executed at issue (the data happen to be right)
+//   and only the violations report; a DataCopy GM -> UB actually runs when a flag, a barrier
+//   or an access needs it, with its source prefetched at issue (run_mte2_late). In chaos mode (COMBINE_TWIN_CHAOS) ops are kept until every pipe
 //   drains (PipeBarrier<PIPE_ALL>, quiet, SyncAll, kernel end) and then run in an order the
 //   flags allow, chosen by the seed, with each reported pair run the wrong way round (the
 //   reader before the writer it did not wait for, the writer before the reader it did not
