@@ -1,4 +1,4 @@
-"""Benchmark case making: vectorised combine_lab.case vs the naive loop, and write_case memory.
+"""Benchmark case making: vectorised combine_lab.case.case vs the naive loop, and write_case memory.
 
 Case: pes 8, bs 256, h 7168, topk 8, expert_per_pe 8, int32, uniform routing, seed 42.
 Both paths start from the same drawn x / expert_ids / expert_scales (drawing is timed
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 import tempfile
 import time
@@ -23,11 +22,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))  # naive_case lives with the tests
 
-from combine_lab import routing  # noqa: E402
-from combine_lab.case import Case, make_case  # noqa: E402
-from combine_lab.casefiles import write_case  # noqa: E402
-from combine_lab.routing import draw_routing, draw_x  # noqa: E402
-from combine_lab.spec import CaseSpec  # noqa: E402
+from combine_lab.case import routing  # noqa: E402
+from combine_lab.case.case import Case, make_case  # noqa: E402
+from combine_lab.case.casefiles import write_case  # noqa: E402
+from combine_lab.case.routing import draw_routing, draw_x  # noqa: E402
+from combine_lab.case.spec import CaseSpec  # noqa: E402
 from naive_case import naive_rank_inputs  # noqa: E402
 
 FIELDS = ("expand_x", "assist_info_for_combine", "ep_recv_count", "expert_ids", "expert_scales", "golden_x_out")

@@ -26,12 +26,12 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from combine_lab import plots  # noqa: E402
-from combine_lab.app import TuningApp  # noqa: E402
-from combine_lab.case import make_case  # noqa: E402
-from combine_lab.cli_lab import run_notebooks  # noqa: E402
-from combine_lab.planner import plan_counts  # noqa: E402
-from combine_lab.spec import CaseSpec  # noqa: E402
+from combine_lab.lab import plots  # noqa: E402
+from combine_lab.lab.app import TuningApp  # noqa: E402
+from combine_lab.case.case import make_case  # noqa: E402
+from combine_lab.lab.notebooks import run_notebooks  # noqa: E402
+from combine_lab.planning.planner import plan_counts  # noqa: E402
+from combine_lab.case.spec import CaseSpec  # noqa: E402
 
 PLAN_TARGET_S = 0.200
 NOTEBOOKS_TARGET_S = 180.0
@@ -50,7 +50,7 @@ def bench_plan_view(repeats: int, out: Path) -> bool:
 
     def once(h):
         t0 = time.perf_counter()
-        p = plan_counts(case.ep_recv_count, h, spec.itemsize, "dual_plane")
+        p = plan_counts(case.ep_recv_count, h, spec.itemsize, "doubleplane")
         fig = view.draw(p)
         png = plots.figure_png(fig)
         return time.perf_counter() - t0, p, fig, png

@@ -33,8 +33,8 @@ import time
 
 import numpy as np
 
-from combine_lab.runner import prepare_case, run_case
-from combine_lab.spec import CaseSpec
+from combine_lab import CaseSpec
+from combine_lab.run.runner import prepare_case, run_case
 
 SHAPE = dict(pes=2, bs=1024, h=4096, topk=2, expert_per_pe=1)
 FP16_OVER_INT32_TARGET = 2.0

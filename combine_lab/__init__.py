@@ -1,7 +1,30 @@
 """combine_lab: make MoE combine cases, plan MTE/SDMA planes, run the kernel, check and plot.
 
+The package follows the flow of every run, one folder per stage:
+
+- :mod:`combine_lab.case`: the case (spec, routing, dispatch layout, golden, case files);
+- :mod:`combine_lab.planning`: the plan (decision rule, window geometry and capacity, tables
+  that explain both);
+- :mod:`combine_lab.run`: build, launch, run and check on a target (CPU twin or NPU), the
+  capability table, the all_to_all baseline, the self-test;
+- :mod:`combine_lab.results`: one result row per run, speed-up and verdict, sweep tables;
+- :mod:`combine_lab.lab`: the tuning app, plots, sweeps, exercises, notebook runner;
+- :mod:`combine_lab.cli`: ``combine-lab``, one module per sub-command.
+
+The everyday API is importable from here::
+
+    from combine_lab import CaseSpec, make_case, plan, run_case, compare, write_case, read_case
+
 The rules this package implements are fixed by ``shared/docs/combine-facts.md``
 (layout: sections 1-3, decision rule: section 4, perf CSV: section 8).
 """
 
+from .case.case import make_case
+from .case.casefiles import read_case, write_case
+from .case.spec import CaseSpec
+from .planning.planner import plan
+from .run.runner import compare, run_case
+
 __version__ = "0.1.0"
+
+__all__ = ["CaseSpec", "make_case", "plan", "run_case", "compare", "write_case", "read_case"]

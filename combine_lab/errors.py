@@ -1,8 +1,19 @@
-"""Exception types shared by the case-making modules.
+"""Exception types shared by every stage of the package (a leaf: it imports nothing of it).
 
-``SpecError`` is re-exported by :mod:`combine_lab.spec`, ``CaseFileError`` by
-:mod:`combine_lab.casefiles`; they live here so that ``spec`` and ``routing``
-can both raise ``SpecError`` without importing each other.
+Each class means one thing, so that a caller can tell what to fix from the class alone:
+
+- :class:`SpecError`: the case asked for is invalid (a :class:`~combine_lab.case.spec.CaseSpec`
+  field, its routing, or a case array that does not fit the spec);
+- :class:`CaseFileError`: reference case files on disk are missing or inconsistent;
+- :class:`ParameterError`: a parameter of planning, running or showing a case is invalid (a
+  variant, warmup/loops, the SDMA floor, a PE or core index, a metric, a list of values, a
+  control name), not the case itself;
+- :class:`LabError`: the lab's notebook run is set up wrong (no notebooks folder, a params
+  file that cannot be read, a notebook or parameter that does not exist).
+
+Others live with the stage that raises them: ``CapacityError`` (:mod:`combine_lab.planning.capacity`),
+``BuildError`` and its kinds (:mod:`combine_lab.run.build`), ``LaunchError``
+(:mod:`combine_lab.run.launch`), ``ResultFileError`` (:mod:`combine_lab.run.outputs`).
 """
 
 
@@ -19,4 +30,20 @@ class CaseFileError(ValueError):
     holds data inconsistent with its meta.json.
 
     The message names the file (path), what was found and what was expected.
+    """
+
+
+class ParameterError(ValueError):
+    """A parameter other than the case's own is invalid: how to plan, run, sweep or show a case.
+
+    The message names the parameter, the value given and what is allowed, e.g.
+    ``"loops=0: must be an int >= 1"`` or ``"variant='dual_plane': must be one of 'classic', 'doubleplane'"``.
+    """
+
+
+class LabError(ValueError):
+    """The headless notebook run cannot start: no notebooks folder, an unreadable params
+    file, a notebook or a notebook parameter that does not exist. Nothing has run yet.
+
+    The message names the folder, file, notebook or parameter and what exists instead.
     """

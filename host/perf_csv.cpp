@@ -27,10 +27,12 @@ double cycles_per_us(const char* soc) {
 
 bool append_perf_row(const HostArgs& a, const char* metric, const FrameSnapshot& before, const FrameSnapshot& after,
                      double cyc_per_us, uint32_t blocks, std::string* error) {
-    std::vector<double> core_us(blocks, 0.0);
+    // One time per core that recorded the frame, in core order; a core whose frame count is 0
+    // did not run it and is left out, not written as 0 (combine-facts section 8).
+    std::vector<double> core_us;
     for (uint32_t b = 0; b < blocks; ++b) {
         const int64_t n = after.ccount[b] - before.ccount[b];
-        core_us[b] = n > 0 ? double(after.cycles[b] - before.cycles[b]) / double(n) / cyc_per_us : 0.0;
+        if (n > 0) core_us.push_back(double(after.cycles[b] - before.cycles[b]) / double(n) / cyc_per_us);
     }
     const double core_max = core_us.empty() ? 0.0 : *std::max_element(core_us.begin(), core_us.end());
     const uint64_t data = uint64_t(a.bs) * a.topk * a.h * a.elem_bytes();
@@ -38,6 +40,7 @@ bool append_perf_row(const HostArgs& a, const char* metric, const FrameSnapshot&
     // GiB/s from bytes per microsecond: bytes/us * 1e6 / 2^30.
     auto gibps = [core_max](uint64_t bytes) { return core_max > 0 ? double(bytes) / core_max * 1e6 / 1073741824.0 : 0.0; };
 
+    // The header goes once, when the file is new (or empty); later runs append rows.
     struct stat st {};
     const bool need_header = stat(a.csv.c_str(), &st) != 0 || st.st_size == 0;
     FILE* f = fopen(a.csv.c_str(), "a");
@@ -47,16 +50,15 @@ bool append_perf_row(const HostArgs& a, const char* metric, const FrameSnapshot&
     }
     if (need_header) {
         fprintf(f, "DataSize/B,Npus,Blocks,UBsize/KB,Bandwidth/GB/s,CoreMaxTime/us,Metric,GlobalDataSize/B,"
-                   "PerPeBandwidth/GB/s,BS,H,TopK,ExpertPerPe,Dtype,Warmup,Loops,ProfPe,CaseId");
-        for (uint32_t b = 0; b < blocks; ++b) fprintf(f, ",SingleCoreTime/us");
-        fprintf(f, "\n");
+                   "PerPeBandwidth/GB/s,BS,H,TopK,ExpertPerPe,Dtype,Warmup,Loops,ProfPe,CaseId,SingleCoreTime/us\n");
     }
     // Bandwidth: all PEs' data over this PE's slowest core; PerPeBandwidth: this PE's data.
-    fprintf(f, "%llu,%d,%u,%u,%.9g,%.6f,%s,%llu,%.9g,%u,%u,%u,%u,%s,%u,%u,%d,%s", (unsigned long long)data, a.pe_size,
+    // UBsize/KB: the MTE staging buffer the kernel runs with; every float with 4 decimals.
+    fprintf(f, "%llu,%d,%u,%u,%.4f,%.4f,%s,%llu,%.4f,%u,%u,%u,%u,%s,%u,%u,%d,%s", (unsigned long long)data, a.pe_size,
             blocks, combine::kUbMteStageBytes / 1024, gibps(global), core_max, metric, (unsigned long long)global,
             gibps(data), a.bs, a.h, a.topk, a.expert_per_pe, a.dtype_name.c_str(), a.warmup, a.loops, a.pe_id,
             a.case_id.c_str());
-    for (double us : core_us) fprintf(f, ",%.6f", us);
+    for (double us : core_us) fprintf(f, ",%.4f", us);
     fprintf(f, "\n");
     if (fclose(f) != 0) {
         *error = a.csv + ": write failed (" + strerror(errno) + ")";

@@ -16,7 +16,9 @@ FrameSnapshot snapshot_frame(const aclshmem_prof_pe_t* prof, uint32_t frame, uin
 // 50 cycles/us on A2/A3, 1000 on Ascend950 and on the twin (nanoseconds).
 double cycles_per_us(const char* soc_name);
 
-// Appends one row (Metric `metric`) built from the difference `after - before`, writing
-// the header first when the file is new or empty. Returns false with `error` set.
+// Appends one row (Metric `metric`) built from the difference `after - before` in the format of
+// combine-facts section 8: the 19-name header first when the file is new or empty; every float
+// with 4 decimals; one time per core whose frame count is not 0, after CaseId; UBsize/KB is
+// kUbMteStageBytes / 1024. Returns false with `error` set.
 bool append_perf_row(const HostArgs& a, const char* metric, const FrameSnapshot& before, const FrameSnapshot& after,
                      double cyc_per_us, uint32_t blocks, std::string* error);

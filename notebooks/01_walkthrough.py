@@ -61,13 +61,13 @@ import os
 import pandas as pd
 from IPython.display import display
 
-from combine_lab import explain, exercises, labio, plots, sweep
-from combine_lab.case import make_case
-from combine_lab.planner import DEFAULT_MIN_SDMA_BYTES, plan
-from combine_lab.runner import compare
-from combine_lab.spec import CaseSpec
+from combine_lab import CaseSpec, compare, make_case, plan
+from combine_lab.lab import exercises, plots, records, sweep
+from combine_lab.planning import explain
+from combine_lab.planning.planner import DEFAULT_MIN_SDMA_BYTES
+from combine_lab.results import tables
 
-out = labio.output_dir(output_dir)
+out = records.output_dir(output_dir)
 pd.set_option("display.width", 160)
 pd.set_option("display.max_columns", 20)
 record = {"seed": seed}
@@ -221,7 +221,7 @@ print("threshold_num =", d_real.attrs["threshold_num"], "B, threshold_den =", d_
 
 # %%
 floor = 0
-p_tiny = plan(case, "dual_plane", min_sdma_bytes=floor)
+p_tiny = plan(case, "doubleplane", min_sdma_bytes=floor)
 d0 = explain.decision_table(case, 0, floor)
 display(d0)
 # The table above is the rule written out segment by segment; the planner computes it vectorised.
@@ -276,7 +276,7 @@ answers.append(exercises.check_status_order(answer_5))
 answers[-1]
 
 # %% [markdown]
-# ## 6 · Run: classic and dual-plane on the twin, x_out checked
+# ## 6 · Run: classic and doubleplane on the twin, x_out checked
 #
 # `compare` writes the case files (the reference format, combine-facts section 3), builds the
 # twin if needed, launches one process per PE for each variant, reads `x_out` back and checks
@@ -327,33 +327,33 @@ plots.show(plots.plane_bytes_plot(p2), out, "01_plane_bytes_skewed")
 # segments whose `src_rank` is `c` (section 5).
 #
 # **Exercise 6.** Core 0 of PE 1 sends rows back to PE 0. How many rows does it put by MTE
-# *itself* with MTE-only, and with dual-plane? Read the row counts off the segment map
-# (text = rows; SDMA segments outlined in red) and answer `(mte_only_rows, dual_plane_rows)`.
+# *itself* with classic (MTE only), and with doubleplane? Read the row counts off the segment
+# map (text = rows; SDMA segments outlined in red) and answer `(classic_rows, doubleplane_rows)`.
 
 # %%
-answer_6 = None  # <- your answer: (MTE-only rows, dual-plane rows)
+answer_6 = None  # <- your answer: (classic rows, doubleplane rows)
 if reveal_answers:
     answer_6 = exercises.OUR_ANSWERS[6]
 answers.append(exercises.check_core_rows(case2, pe=1, core=0, answer=answer_6))
 answers[-1]
 
 # %% [markdown]
-# The same count for every remote core, in bytes: with dual-plane the large segments go to
+# The same count for every remote core, in bytes: with doubleplane the large segments go to
 # the copy engine, so the busiest remote core drives far fewer bytes by MTE itself.
 
 # %%
-load_mte = explain.core_load(plan(case2, "mte_only"))
+load_mte = explain.core_load(plan(case2, "classic"))
 load_dual = explain.core_load(p2)
 busy = pd.DataFrame({
-    "MTE-only: MTE bytes": load_mte[load_mte["remote"]].groupby("pe")["mte_bytes"].max(),
-    "dual-plane: MTE bytes": load_dual[load_dual["remote"]].groupby("pe")["mte_bytes"].max(),
-    "dual-plane: SDMA bytes": load_dual[load_dual["remote"]].groupby("pe")["sdma_bytes"].sum(),
+    "classic: MTE bytes": load_mte[load_mte["remote"]].groupby("pe")["mte_bytes"].max(),
+    "doubleplane: MTE bytes": load_dual[load_dual["remote"]].groupby("pe")["mte_bytes"].max(),
+    "doubleplane: SDMA bytes": load_dual[load_dual["remote"]].groupby("pe")["sdma_bytes"].sum(),
 })
 busy.index.name = "busiest remote core of PE"
 display(busy)
 worst = {"classic": int(busy.iloc[:, 0].max()), "doubleplane": int(busy.iloc[:, 1].max())}
-print(f"busiest remote core over all PEs drives {worst['classic'] / 2**20:.2f} MiB by MTE-only and "
-      f"{worst['doubleplane'] / 2**20:.2f} MiB with dual-plane")
+print(f"busiest remote core over all PEs drives {worst['classic'] / 2**20:.2f} MiB by MTE with classic and "
+      f"{worst['doubleplane'] / 2**20:.2f} MiB with doubleplane")
 record["skewed_busiest_core_mte_bytes"] = worst
 
 # %% [markdown]
@@ -373,25 +373,25 @@ record["skewed"] = {v: {"check_ok": r.check_ok, "counters_ok": not r.counter_mis
 # %% [markdown]
 # One run says little about time. Repeating both variants `skew_repeats` times gives each
 # time with its spread: median [first-third quartile] of the slowest PE, and the speed-up
-# MTE-only / dual-plane of each repeat (above 1: dual-plane faster), with how many repeats agree.
+# classic / doubleplane of each repeat (above 1: doubleplane faster), with how many repeats agree.
 
 # %%
-spread = sweep.summarize(sweep.run_sweep([spec2], warmup=warmup, loops=loops, repeats=int(skew_repeats),
-                                         prof_pe="all", progress=False))
-display(sweep.readable(spread))
+spread = tables.summarize(sweep.run_sweep([spec2], warmup=warmup, loops=loops, repeats=int(skew_repeats),
+                                          prof_pe="all", progress=False))
+display(tables.readable(spread))
 print(f"{os.cpu_count()} CPUs here run {skew_pes} PE processes, each with {skew_pes} AI-core threads and a "
       "copy-engine (SDMA) thread")
 record["skewed_speedup"] = {k: spread[f"comm_only_{k}"].iloc[0] for k in ("speedup", "speedup_lo", "speedup_hi",
                                                                              "verdict")}
 
 # %% [markdown]
-# **What the twin shows, and what it does not.** It shows the plan at work: dual-plane
-# produced the same x_out as MTE-only, bit for bit, with exactly the planned bytes on each
+# **What the twin shows, and what it does not.** It shows the plan at work: doubleplane
+# produced the same x_out as classic, bit for bit, with exactly the planned bytes on each
 # plane, and the busiest remote core drove far fewer bytes by MTE (the table above). It does **not** show
 # a speed win, and you should not expect one: on the twin, the AI cores *and* the copy engine
 # are CPU threads copying memory on this machine's few CPUs. Handing rows from a core thread
 # to the SDMA thread adds no copy bandwidth, it adds one more thread competing for the same
-# CPUs (and a quiet that waits for it), so dual-plane's comm_only is often *slower* here; the
+# CPUs (and a quiet that waits for it), so doubleplane's comm_only is often *slower* here; the
 # plot above shows what this run measured, once, without a spread. On an NPU the copy engine is separate hardware running beside the
 # cores; whether taking these bytes off the busiest core pays off there can only be measured
 # there (`03_sweep` with `target = "npu"`, many cases with their spread). Use `02_tuning` to
@@ -402,7 +402,7 @@ for a in answers:
     print(a)
 record["exercises"] = exercises.summary(answers)
 record["reveal_answers"] = bool(reveal_answers)
-print("record:", labio.write_record(out, "01_walkthrough", record))
+print("record:", records.write_record(out, "01_walkthrough", record))
 right = sum(bool(a) for a in answers)
 if reveal_answers:  # our answers must hold: a headless run fails if the case or the checks drifted
     assert record["exercises"]["all_ok"], f"only {right} of {len(answers)} of our answers hold"

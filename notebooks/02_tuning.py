@@ -22,15 +22,15 @@
 # the **bytes each plane would carry** and the **remote average** each segment must beat.
 # Changing a control runs nothing: it draws the routing (never the activations x) and replans.
 #
-# **Run** builds the target if needed, runs MTE-only (classic) and dual-plane on the same case
+# **Run** builds the target if needed, runs classic (MTE only) and doubleplane on the same case
 # files, checks x_out on every PE, compares the twin's per-plane counters with the plan, and
 # plots comm_only and full_op per PE. Runs accumulate in the table and history plot below it.
 # A bad value (say `topk` larger than the number of experts with a distinct routing) shows a
 # message and launches nothing.
 #
 # Same arc as every notebook: **case → plan → run → check → plot**. The app's logic lives in
-# `combine_lab.app.TuningApp`; this notebook only shows it. The target selector offers what
-# `combine_lab.capabilities.detect().targets()` says can run here.
+# `combine_lab.lab.app.TuningApp`; this notebook only shows it. The target selector offers what
+# `combine_lab.run.capabilities.detect().targets()` says can run here.
 
 # %% tags=["parameters"]
 # Parameters: the values the app starts with (papermill can override them).
@@ -51,13 +51,12 @@ target = "cpu"
 # %%
 from IPython.display import display
 
-from combine_lab import labio, plots
-from combine_lab.app import TuningApp
-from combine_lab.capabilities import detect
-from combine_lab.case import make_case
-from combine_lab.planner import plan
+from combine_lab import make_case, plan
+from combine_lab.lab import plots, records
+from combine_lab.lab.app import TuningApp
+from combine_lab.run.capabilities import detect
 
-out = labio.output_dir(output_dir)
+out = records.output_dir(output_dir)
 print("targets here:", detect().targets())
 
 # %% [markdown]
@@ -80,7 +79,7 @@ app
 
 # %%
 print(app.spec, "\nplanned in", f"{app.plan_seconds * 1e3:.0f} ms")
-reference = plan(make_case(app.spec), "dual_plane", min_sdma_bytes=min_sdma_bytes)
+reference = plan(make_case(app.spec), "doubleplane", min_sdma_bytes=min_sdma_bytes)
 for pe in range(app.spec.pes):
     listed = app.sdma_table.loc[app.sdma_table["pe"] == pe, "segment"].tolist()
     assert listed == reference.sdma_segments(pe).tolist()
@@ -128,4 +127,4 @@ for name in ("segment_map", "plane_bytes", "compare", "history"):
 record = {"runs": len(app.history), "checks": app.history["check"].tolist(),
           "counters_ok": [bool(v) for v in app.history["counters_ok"]],
           "sdma_segments": int(len(app.sdma_table)), "plan_ms": app.plan_seconds * 1e3}
-print("record:", labio.write_record(out, "02_tuning", record))
+print("record:", records.write_record(out, "02_tuning", record))

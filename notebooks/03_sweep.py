@@ -14,21 +14,22 @@
 # ---
 
 # %% [markdown]
-# # 03 · Sweep: where does dual-plane win?
+# # 03 · Sweep: where does doubleplane win?
 #
 # Runs every case of a grid (pes × bs × h × topk × expert_per_pe × routing) for both variants,
-# MTE-only (classic) and dual-plane, several times each on the chosen target; checks x_out and
-# the per-plane counters of every run; writes **one tidy CSV** (the perf columns of
-# combine-facts section 8 plus variant, repeat, routing, plane bytes and the check verdict) and
-# a per-case summary CSV; and draws the speed-up of dual-plane over bs × h per routing, the
-# speed-up against the SDMA byte share, and the cases where dual-plane loses.
+# classic (MTE only) and doubleplane (MTE + SDMA), several times each on the chosen target; checks
+# x_out and the per-plane counters of every run; writes **one tidy CSV** (the perf columns of
+# combine-facts section 8 plus the run's result row: variant, routing, plane bytes, check verdict,
+# and the repeat) and a per-case summary CSV; and draws the speed-up of doubleplane over bs × h
+# per routing, the speed-up against the SDMA byte share, and the cases where doubleplane loses.
 #
-# **One convention throughout:** speed-up = MTE-only time / dual-plane time, so **above 1
-# means dual-plane is faster**. Every time is the median over `repeats` runs with its min-max.
+# **One convention throughout:** speed-up = classic time / doubleplane time, so **above 1
+# means doubleplane is faster**. Every time is the median over `repeats` runs with its
+# quartiles.
 #
-# **Only cases with SDMA traffic say anything about dual-plane.** When the decision rule picks
+# **Only cases with SDMA traffic say anything about doubleplane.** When the decision rule picks
 # no segment (all segments below `min_sdma_bytes`, or none above its PE's remote average), the
-# dual-plane run sends exactly the bytes of MTE-only, so any difference between the two times
+# doubleplane run sends exactly the bytes of classic, so any difference between the two times
 # is noise. The default grid is chosen so that most cases do send by SDMA (skewed routings,
 # rows of 32-64 KiB); the few that do not are kept as a yardstick: their spread *is* the noise.
 #
@@ -63,18 +64,19 @@ import os
 
 from IPython.display import display
 
-from combine_lab import labio, plots, sweep
+from combine_lab.lab import plots, records, sweep
+from combine_lab.results import rows, tables
 
-out = labio.output_dir(output_dir)
+out = records.output_dir(output_dir)
 prof = prof_pe if prof_pe == "all" else int(prof_pe)
-print(f"{os.cpu_count()} CPUs here; speed-up = MTE-only time / dual-plane time (above 1: dual-plane faster)")
+print(f"{os.cpu_count()} CPUs here; {rows.SPEEDUP}")
 
 # %% [markdown]
 # ## Case: the grid, and which cases send anything by SDMA
 #
 # Every combination is validated before the first run; invalid ones (e.g. `topk` above the
 # number of experts for a distinct routing) are listed and skipped. The planner then says,
-# before anything runs, what share of each case's payload the dual-plane run will send by SDMA.
+# before anything runs, what share of each case's payload the doubleplane run will send by SDMA.
 #
 # The floor stays at the real rule's 2 MiB: the default rows (32-64 KiB) make segments of a
 # few MiB, so the rule has something to choose. With tiny shapes (rows of a few hundred
@@ -119,30 +121,30 @@ display(tidy.head(4))
 failed = tidy[(tidy["check"] != "PASS") | ~tidy["counters_ok"].astype(bool)]
 print(f"{len(tidy) - len(failed)} of {len(tidy)} rows passed the x_out check and the counter comparison")
 if len(failed):
-    display(failed[["CaseId", "routing", "repeat", "variant", "Metric", "check", "counters_ok", "error"]])
+    display(failed[["CaseId", "routing", "repeat", "variant", "Metric", "check", "counters_ok", "reason"]])
 assert failed.empty, f"{len(failed)} rows failed the x_out check or the counter comparison"
 
 # %% [markdown]
 # ## Summary: times with their spread
 #
 # One row per case: both variants' comm_only times (CoreMaxTime of the slowest profiled PE,
-# us) as median [min-max] over the repeats, the speed-up of the same repeat's pair likewise,
-# and a verdict: `no SDMA: identical traffic`, or in how many repeats dual-plane was faster.
+# us) as median [quartiles] over the repeats, the speed-up of the same repeat's pair likewise,
+# and a verdict: `no SDMA: identical traffic`, or in how many repeats doubleplane was faster.
 # The full summary (full_op too) goes to a CSV beside the tidy one.
 
 # %%
-summary = sweep.summarize(tidy)
+summary = tables.summarize(tidy)
 summary_path = out / (csv_path.stem + "_summary.csv")
 summary.to_csv(summary_path, index=False)
-display(sweep.readable(summary))
+display(tables.readable(summary))
 print("summary ->", summary_path)
 
 # %% [markdown]
 # ## Plot
 #
-# Left: the comm_only speed-up over bs × h per routing (blue: dual-plane faster, red: slower;
+# Left: the comm_only speed-up over bs × h per routing (blue: doubleplane faster, red: slower;
 # hatched grey: no SDMA traffic, nothing to compare). Right: the speed-up against the SDMA
-# share, with min-max bars; the grey band spans the no-SDMA cases, i.e. how far two runs of
+# share, with quartile bars; the grey band spans the no-SDMA cases, i.e. how far two runs of
 # identical traffic drift apart on this machine. A point inside the band is not a result.
 
 # %%
@@ -150,17 +152,17 @@ plots.show(plots.sweep_heatmaps(summary), out, "03_comm_only_speedup_heatmaps")
 plots.show(plots.sdma_share_plot(summary), out, "03_sdma_share_vs_speedup")
 
 # %% [markdown]
-# ### Where dual-plane loses (comm_only speed-up below 1)
+# ### Where doubleplane loses (comm_only speed-up below 1)
 #
 # Only cases with SDMA traffic; the verdict says whether every repeat agreed.
 
 # %%
-lost = sweep.losses(summary)
-display(sweep.readable(lost))
+lost = tables.losses(summary)
+display(tables.readable(lost))
 
 # %% [markdown]
 # **Reading the result.** On the CPU twin both planes are threads on this machine's CPUs:
-# the "copy engine" competes with the AI-core threads for the same few cores, so dual-plane
+# the "copy engine" competes with the AI-core threads for the same few cores, so doubleplane
 # is not expected to be faster here, and with few CPUs it usually is not. What the twin does
 # show is that both variants produce the same x_out with exactly the planned bytes on each
 # plane, how much the rule moves to SDMA for each shape and routing, and how noisy the
@@ -171,5 +173,5 @@ display(sweep.readable(lost))
 record = {"csv": csv_path, "summary_csv": summary_path, "cases": len(grid), "rows": len(tidy),
           "skipped": len(grid.skipped), "repeats": int(repeats), "cases_with_sdma": int((summary["sdma_share"] > 0).sum()),
           "all_pass": bool((tidy["check"] == "PASS").all()), "losses": len(lost),
-          "routings": sorted(set(summary["routing"])), "speedup": sweep.SPEEDUP}
-print("record:", labio.write_record(out, "03_sweep", record))
+          "routings": sorted(set(summary["routing"])), "speedup": rows.SPEEDUP}
+print("record:", records.write_record(out, "03_sweep", record))

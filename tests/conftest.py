@@ -1,21 +1,51 @@
-"""Shared fixtures: the twin binary (built once), and a leak check after every test that
-launches PEs: no combine_host process and no /dev/shm segment of the twin may remain.
+"""Shared fixtures: the twin binary and the broken kernels, each built once, and a leak check
+after every test that launches PEs: no combine_host process and no /dev/shm segment of the
+twin may remain.
+
+Builds go to a cache outside the checkout (``COMBINE_LAB_BUILD_DIR``, inherited by every
+process the tests start: notebook kernels, subprocess runs, ``combine-lab selftest``), one
+folder per checkout; ``build`` reuses a folder until a source under kernels/, host/, cmake/
+changes (its fingerprint), so each kernel is compiled once, not once per test run.
 
 This test run tags what it starts (COMBINE_LAB_SESSION_TAG, inherited by every process it
 launches), so the checks see only this run's PEs and segments, not another run's beside it."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from pathlib import Path
 
 import pytest
 
-from combine_lab.build import build
-from combine_lab.launch import tagged_host_pids, tagged_segments
+from combine_lab.run import build as build_mod
+from combine_lab.run.build import build, source_root
+from combine_lab.run.launch import tagged_host_pids, tagged_segments
 
 
+def build_cache() -> Path:
+    """``$COMBINE_LAB_TEST_BUILD_DIR``, else ``$XDG_CACHE_HOME`` (~/.cache) ``/combine_lab/builds-<checkout>``:
+    one folder per checkout, since a CMake build folder belongs to one source folder."""
+    if os.environ.get("COMBINE_LAB_TEST_BUILD_DIR"):
+        return Path(os.environ["COMBINE_LAB_TEST_BUILD_DIR"])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    checkout = hashlib.sha256(str(source_root()).encode()).hexdigest()[:12]
+    return cache / "combine_lab" / f"builds-{checkout}"
+
+
+os.environ["COMBINE_LAB_BUILD_DIR"] = str(build_cache())
+
+#: Why lab and baseline tests skip where their extra is not installed (pytest.importorskip's reason).
+LAB_EXTRA = "needs the lab extra: pip install -e '.[lab]'"
+BASELINE_EXTRA = "needs the baseline extra: pip install -e '.[baseline]'"
+
+
+def require(*modules: str, reason: str) -> None:
+    """Skip the calling test module unless every one of ``modules`` imports; ``reason`` says how to
+    install them."""
+    for module in modules:
+        pytest.importorskip(module, reason=reason)
 RUN_TAG = f"t{uuid.uuid4().hex[:8]}"
 os.environ["COMBINE_LAB_SESSION_TAG"] = RUN_TAG
 
@@ -32,7 +62,17 @@ def host_processes() -> list[int]:
 
 @pytest.fixture(scope="session")
 def twin_binary() -> Path:
+    """The twin's host driver, built (or found up to date) once per test run."""
     return build("cpu")
+
+
+@pytest.fixture(scope="session")
+def broken_kernels(twin_binary) -> dict[str, Path]:
+    """name -> driver of each broken kernel of the self-test (combine_lab.run.selftest), built once
+    into the shared build folders where ``combine-lab selftest`` finds them too."""
+    from combine_lab.run.selftest import BROKEN_KERNELS, build_broken_kernel
+
+    return {name: build_broken_kernel(name) for name in BROKEN_KERNELS}
 
 
 @pytest.fixture
@@ -44,6 +84,14 @@ def no_leaks(twin_binary):
     procs = host_processes()
     assert not leaked, f"shared-memory segments left behind: {sorted(leaked)}"
     assert not procs, f"combine_host processes left running: {procs}"
+
+
+@pytest.fixture
+def short_stop_grace(monkeypatch):
+    """The launcher kills the other PEs 0.3 s after one fails instead of 2 s: for tests where a PE
+    fails before the others can notice (a driver refusing its files), so they would only wait."""
+    monkeypatch.setenv("COMBINE_LAB_STOP_GRACE_S", "0.3")
+    return 0.3
 
 
 @pytest.fixture
@@ -59,7 +107,7 @@ def pytest_collection_modifyitems(config, items):
     npu_items = [item for item in items if item.get_closest_marker("npu")]
     if not npu_items:
         return
-    from combine_lab.capabilities import detect
+    from combine_lab.run.capabilities import detect
 
     caps = detect()
     if "npu" in caps.targets():
@@ -67,3 +115,19 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason=f"needs an Ascend NPU with CANN and SHMEM; here: {caps.npu_fix()}")
     for item in npu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture
+def old_cann_npu(tmp_path, monkeypatch, twin_binary):
+    """An NPU machine whose CANN (8.3) has no SDMA, faked: os.environ with CANN 8.3 and SHMEM, and
+    build(target='npu') returning the twin's driver, so that classic really runs (as it would on
+    an NPU) and the refusal of doubleplane is observable. Returns the targets build was asked for."""
+    from npu_fakes import npu_env
+
+    env = npu_env(tmp_path, cann="8.3.RC1", soc="Ascend910B3")
+    for k, v in env.items():
+        if k not in ("PATH", "COMBINE_LAB_BUILD_DIR"):
+            monkeypatch.setenv(k, v)
+    built = []
+    monkeypatch.setattr(build_mod, "build", lambda target="cpu", **kw: built.append(target) or twin_binary)
+    return built

@@ -44,8 +44,8 @@ def naive_rank_inputs(spec, x, expert_ids, expert_scales, d):
 
 def make_case_naive(spec):
     """Every PE's arrays for ``spec``: a list of dicts (see naive_rank_inputs). x and the
-    routing come from combine_lab.routing (tested against the recipe on their own)."""
-    from combine_lab.routing import draw_routing, draw_x
+    routing come from combine_lab.case.routing (tested against the recipe on their own)."""
+    from combine_lab.case.routing import draw_routing, draw_x
 
     x = draw_x(spec)
     expert_ids, expert_scales = draw_routing(spec)

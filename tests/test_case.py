@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from combine_lab import routing
-from combine_lab.case import Case, golden_rank, golden_x_out, make_case
-from combine_lab.spec import CaseSpec
+from combine_lab.case import routing
+from combine_lab.case.case import Case, golden_rank, golden_x_out, make_case
+from combine_lab.case.spec import CaseSpec
 from naive_case import make_case_naive
 
 FIELDS = ("expand_x", "assist_info_for_combine", "ep_recv_count", "expert_ids", "expert_scales", "golden_x_out")
@@ -128,7 +128,7 @@ def test_make_case_for_a_big_non_uniform_case_draws_no_x(monkeypatch):
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from combine_lab.spec import SpecError  # noqa: E402
+from combine_lab.case.spec import SpecError  # noqa: E402
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -3,9 +3,10 @@ import json
 import numpy as np
 import pytest
 
-from combine_lab.case import Case, make_case
-from combine_lab.casefiles import CaseFileError, CheckResult, check_x_out, read_case, write_case
-from combine_lab.spec import CaseSpec, SpecError
+from combine_lab.case.case import Case, make_case
+from combine_lab.case.casefiles import CaseFileError, CheckResult, check_x_out, read_case, write_case
+from combine_lab.case.spec import CaseSpec, SpecError
+from combine_lab.errors import ParameterError
 
 FILES = ("expand_x.bin", "assist_info.bin", "ep_recv_count.bin", "expert_ids.bin", "expert_scales.bin",
          "golden_x_out.bin")
@@ -250,10 +251,10 @@ def test_check_x_out_float16_is_bit_exact():
 
 def test_check_x_out_bad_input():
     g = np.zeros((2, 3), dtype=np.int32)
-    with pytest.raises(SpecError) as err:
+    with pytest.raises(ParameterError) as err:
         check_x_out(np.zeros((3, 2), dtype=np.int32), g, "int32_t")
     assert str(err.value) == "x_out shape=[3, 2]: must equal golden shape [2, 3]"
-    with pytest.raises(SpecError) as err:
+    with pytest.raises(ParameterError) as err:
         check_x_out(np.zeros((2, 3), dtype=np.float16), g, "int32_t")
     assert str(err.value) == "x_out dtype=float16: must be int32 for 'int32_t'"
     with pytest.raises(SpecError) as err:

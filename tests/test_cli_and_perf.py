@@ -1,18 +1,25 @@
-"""The combine-lab CLI (flags of combine-facts section 9) and the perf CSV it writes (section 8)."""
+"""The combine-lab CLI: the flags of combine-facts section 9 and the perf files it leaves
+(section 8), read back as the reference's tools read them: by header."""
 
 from __future__ import annotations
 
+import csv
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from combine_lab import cli
-from combine_lab.results import PERF_COLUMNS, read_perf_csv
+from combine_lab.errors import ParameterError
+from combine_lab.run import runner
+from combine_lab.run.outputs import CORE_COLUMN, PERF_HEADER, gib_per_s, read_perf_csv
+from perf_facts import HEADER, ub_size_kb
 
 SMALL = ["-pes", "2", "-bs", "8", "-h", "16", "-topk", "2", "-expertPerPe", "2", "--warmup", "1", "--loops", "2"]
+FLOAT_FIELDS = ["Bandwidth/GB/s", "CoreMaxTime/us", "PerPeBandwidth/GB/s"]
 
 
 def run_cli(args, capsys):
@@ -21,47 +28,296 @@ def run_cli(args, capsys):
     return code, out.out, out.err
 
 
-def test_run_writes_perf_csv_with_section8_values(tmp_path, capsys, no_leaks):
+def dict_rows(path: Path) -> list[dict]:
+    """A perf CSV as a reader keyed by its header sees it (the reference's summariser reads it so)."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def cores(row: dict) -> list[str]:
+    """Every core's time of a header-keyed row: the first under SingleCoreTime/us, the rest unnamed."""
+    return ([row[CORE_COLUMN]] if row[CORE_COLUMN] is not None else []) + row.get(None, [])
+
+
+def summary_by_the_rules(paths: list[Path]) -> list[list[str]]:
+    """Section 8's summary, written here from the rules (not from combine_lab): group by the 14
+    keys, keep the slowest row (first on a tie), bandwidths from its time, ProfPe max, sort."""
+    keys = ["Metric", "DataSize/B", "GlobalDataSize/B", "Npus", "Blocks", "UBsize/KB", "BS", "H", "TopK",
+            "ExpertPerPe", "Dtype", "Warmup", "Loops", "CaseId"]
+    best: dict[tuple, dict] = {}
+    for path in sorted(paths, key=lambda p: p.name):
+        for row in dict_rows(path):
+            k = tuple(row[f] for f in keys)
+            if k not in best or float(row["CoreMaxTime/us"]) > float(best[k]["CoreMaxTime/us"]):
+                best[k] = row
+    out = []
+    for row in best.values():
+        us = float(row["CoreMaxTime/us"])
+        row = {**row, "ProfPe": "max",
+               "Bandwidth/GB/s": f"{int(row['GlobalDataSize/B']) / us * 1e6 / 2**30 if us > 0 else 0.0:.4f}",
+               "PerPeBandwidth/GB/s": f"{int(row['DataSize/B']) / us * 1e6 / 2**30 if us > 0 else 0.0:.4f}"}
+        out.append([row[h] or "" for h in PERF_HEADER])
+    return sorted(out, key=lambda r: (r[6], int(r[1]), int(r[0]), r[17]))
+
+
+def check_row_format(row: dict, blocks: int) -> None:
+    """One row as section 8 writes it: 4-decimal floats, CoreMaxTime the largest core time,
+    bandwidths from it, one time per core."""
+    for field in FLOAT_FIELDS:
+        assert re.fullmatch(r"\d+\.\d{4}", row[field]), (field, row[field])
+    times = cores(row)
+    assert len(times) == blocks and all(re.fullmatch(r"\d+\.\d{4}", t) for t in times)
+    assert row["CoreMaxTime/us"] == max(times, key=float)
+    us = float(row["CoreMaxTime/us"])
+    # The driver divides by the unrounded time: its 4th decimal may differ by one from ours.
+    assert float(row["Bandwidth/GB/s"]) == pytest.approx(gib_per_s(int(row["GlobalDataSize/B"]), us), abs=2e-4)
+    assert float(row["PerPeBandwidth/GB/s"]) == pytest.approx(gib_per_s(int(row["DataSize/B"]), us), abs=2e-4)
+
+
+def test_run_perf_writes_the_references_rank_file_and_a_sidecar(tmp_path, capsys, no_leaks):
     code, out, err = run_cli(["run", *SMALL, "-type", "float16_t", "--perf", "--output-dir", str(tmp_path)], capsys)
     assert code == 0, err
     path = tmp_path / "combine_doubleplane_perf_rank0.csv"
-    header = path.read_text().splitlines()[0].split(",")
-    assert header == PERF_COLUMNS + ["SingleCoreTime/us"] * 2
+    assert path.read_text().split("\n", 1)[0] == HEADER
+    rows = dict_rows(path)
+    assert [r["Metric"] for r in rows] == ["full_op", "comm_only"]
+    for r in rows:
+        check_row_format(r, blocks=2)  # block_dim = min(pes, AIV cores, 48) = 2: both cores timed
+        assert {k: r[k] for k in ["DataSize/B", "Npus", "Blocks", "UBsize/KB", "GlobalDataSize/B", "BS", "H", "TopK",
+                                  "ExpertPerPe", "Dtype", "Warmup", "Loops", "ProfPe", "CaseId"]} == {
+            "DataSize/B": str(8 * 2 * 16 * 2), "Npus": "2", "Blocks": "2", "UBsize/KB": str(ub_size_kb()),
+            "GlobalDataSize/B": str(8 * 2 * 16 * 2 * 2), "BS": "8", "H": "16", "TopK": "2", "ExpertPerPe": "2",
+            "Dtype": "float16_t", "Warmup": "1", "Loops": "2", "ProfPe": "0", "CaseId": "shape_8_16_2_4_2"}
     df = read_perf_csv(path)
-    assert list(df["Metric"]) == ["full_op", "comm_only"]
-    row = df.iloc[0]
-    assert row["DataSize/B"] == 8 * 2 * 16 * 2
-    assert row["GlobalDataSize/B"] == 8 * 2 * 16 * 2 * 2
-    assert (row["Npus"], row["Blocks"], row["UBsize/KB"]) == (2, 2, 64)  # one MTE staging buffer (kernels/combine_kernel.h)
-    assert (row["BS"], row["H"], row["TopK"], row["ExpertPerPe"], row["Dtype"]) == (8, 16, 2, 2, "float16_t")
-    assert (row["Warmup"], row["Loops"], row["ProfPe"], row["CaseId"]) == (1, 2, 0, "shape_8_16_2_4_2")
-    for _, r in df.iterrows():
-        assert r["CoreMaxTime/us"] == pytest.approx(max(r["core_times_us"]), abs=1e-6)
-        assert r["CoreMaxTime/us"] > 0
-        assert r["Bandwidth/GB/s"] == pytest.approx(r["GlobalDataSize/B"] / r["CoreMaxTime/us"] * 1e6 / 2**30,
-                                                    rel=1e-4)
-        assert r["PerPeBandwidth/GB/s"] == pytest.approx(r["DataSize/B"] / r["CoreMaxTime/us"] * 1e6 / 2**30,
-                                                         rel=1e-4)
+    assert [list(t) for t in df["core_times_us"]] == [[float(v) for v in cores(r)] for r in rows]
+    # No summary without --prof-pe all; the lab's own information is in the sidecar only.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["combine_doubleplane_counters_shape_8_16_2_4_2.json",
+                                                          "combine_doubleplane_perf_rank0.csv"]
+    side = json.loads((tmp_path / "combine_doubleplane_counters_shape_8_16_2_4_2.json").read_text())
+    assert {k: side[k] for k in ["case_id", "variant", "routing", "dtype", "target", "min_sdma_bytes", "warmup",
+                                 "loops", "launches", "prof_pes", "check", "counters_ok", "violations"]} == {
+        "case_id": "shape_8_16_2_4_2", "variant": "doubleplane", "routing": "uniform", "dtype": "float16_t",
+        "target": "cpu", "min_sdma_bytes": 2097152, "warmup": 1, "loops": 2, "launches": 3, "prof_pes": [0],
+        "check": "PASS", "counters_ok": True, "violations": 0}
+    assert [r["pe"] for r in side["ranks"]] == [0, 1] and [r["launches"] for r in side["ranks"]] == [3, 3]
+    assert side["counted"][0]["mte_bytes"] == side["planned"][0]["mte_bytes"] > 0
     assert "shape_8_16_2_4_2" in out and "PASS" in out
-    # the twin's counters go beside the perf CSV
-    counters = json.loads((tmp_path / "combine_doubleplane_counters_rank1.json").read_text())
-    assert counters["pe"] == 1 and counters["launches"] == 3 and counters["violations"] == 0
+    assert f"perf CSV: {path}\n" in out
 
 
-def test_prof_pe_all_and_sweep_write_rank_files_and_summary(tmp_path, capsys, no_leaks):
-    code, out, err = run_cli(["run", *SMALL, "--bs-list", "4,8", "--prof-pe", "all", "--perf", "--variant", "classic",
-                              "--output-dir", str(tmp_path)], capsys)
+def test_prof_pe_all_sweep_leaves_rank_files_summary_and_figures_in_output_perf(tmp_path, monkeypatch, capsys,
+                                                                              no_leaks):
+    """The issue's "done when": run ... --perf --prof-pe all -a plot, default --output-dir, a quoted list."""
+    monkeypatch.chdir(tmp_path)
+    args = ["run", *SMALL, "--bs-list", "4 8", "--prof-pe", "all", "--perf", "--variant", "classic", "-a", "plot"]
+    code, out, err = run_cli(args, capsys)
     assert code == 0, err
-    for r in range(2):
-        df = read_perf_csv(tmp_path / f"combine_classic_perf_rank{r}.csv")
-        assert list(df["CaseId"]) == ["shape_4_16_2_4_2"] * 2 + ["shape_8_16_2_4_2"] * 2
-        assert set(df["ProfPe"]) == {r}
-    summary = read_perf_csv(tmp_path / "combine_classic_perf_summary.csv")
-    assert len(summary) == 8
-    assert sorted(summary["ProfPe"].tolist()) == [0] * 4 + [1] * 4
+    perf = tmp_path / "output" / "perf"
+    assert sorted(p.name for p in perf.iterdir()) == [
+        "combine_counters_shape_4_16_2_4_2.json", "combine_counters_shape_8_16_2_4_2.json",
+        "combine_perf_comm_only.png", "combine_perf_full_op.png", "combine_perf_rank0.csv", "combine_perf_rank1.csv",
+        "combine_perf_summary.csv"]
+    ranks = [perf / "combine_perf_rank0.csv", perf / "combine_perf_rank1.csv"]
+    for r, path in enumerate(ranks):
+        rows = dict_rows(path)
+        assert [(x["CaseId"], x["Metric"], x["ProfPe"]) for x in rows] == [
+            ("shape_4_16_2_4_2", "full_op", str(r)), ("shape_4_16_2_4_2", "comm_only", str(r)),
+            ("shape_8_16_2_4_2", "full_op", str(r)), ("shape_8_16_2_4_2", "comm_only", str(r))]
+        for x in rows:
+            check_row_format(x, blocks=2)
+    summary = perf / "combine_perf_summary.csv"
+    with open(summary, newline="") as f:
+        written = list(csv.reader(f))
+    assert written[0] == PERF_HEADER
+    assert written[1:] == summary_by_the_rules(ranks)
+    assert [r[16] for r in written[1:]] == ["max"] * 4
+    for png in ("combine_perf_comm_only.png", "combine_perf_full_op.png"):
+        assert (perf / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"perf summary: {Path('output/perf/combine_perf_summary.csv')}\n" in out
     table = [line.split() for line in out.splitlines()[1:3]]
     assert [(t[0], t[2], t[3]) for t in table] == [("shape_4_16_2_4_2", "classic", "PASS"),
                                                    ("shape_8_16_2_4_2", "classic", "PASS")]
+
+    # A second run replaces the first: the same rows, not twice as many; an old case's sidecar goes.
+    (perf / "combine_counters_shape_2_16_2_4_2.json").write_text("{}")
+    (perf / "combine_doubleplane_perf_rank0.csv").write_text(HEADER + "\n")  # the other variant's: kept
+    code, out, err = run_cli(args[:-2] + ["-a", "md"], capsys)
+    assert code == 0, err
+    assert "combine-lab: removed 8 files of an earlier classic run from output/perf\n" in err
+    assert [len(dict_rows(p)) for p in ranks] == [4, 4]
+    assert sorted(p.name for p in perf.iterdir()) == [
+        "combine_counters_shape_4_16_2_4_2.json", "combine_counters_shape_8_16_2_4_2.json",
+        "combine_doubleplane_perf_rank0.csv", "combine_perf_rank0.csv", "combine_perf_rank1.csv",
+        "combine_perf_report.md", "combine_perf_summary.csv"]
+    report = (perf / "combine_perf_report.md").read_text()
+    first = dict_rows(ranks[0])[1]  # shape_4 comm_only of PE 0
+    assert (f"| shape_4_16_2_4_2 | 0 | 2 | 2 | 512 | 1024 | {first['Bandwidth/GB/s']} | "
+            f"{first['PerPeBandwidth/GB/s']} | {first['CoreMaxTime/us']} | 2 |") in report
+    assert "## comm_only\n\n| CaseId | ProfPe | Npus | Blocks | DataSize/B | GlobalDataSize/B | Bandwidth/GB/s | " \
+           "PerPeBandwidth/GB/s | CoreMaxTime/us | cores |\n" in report
+
+
+def test_compare_keeps_each_variant_in_its_own_folder(tmp_path, capsys, no_leaks):
+    code, out, err = run_cli(["compare", *SMALL, "--perf", "--output-dir", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["classic", "doubleplane"]
+    assert sorted(p.name for p in (tmp_path / "classic").iterdir()) == [
+        "combine_counters_shape_8_16_2_4_2.json", "combine_perf_rank0.csv"]
+    assert sorted(p.name for p in (tmp_path / "doubleplane").iterdir()) == [
+        "combine_doubleplane_counters_shape_8_16_2_4_2.json", "combine_doubleplane_perf_rank0.csv"]
+    # A summariser reading one folder with any *_perf_rank*.csv pattern sees one variant.
+    for folder in ("classic", "doubleplane"):
+        assert len(list((tmp_path / folder).glob("*_perf_rank*.csv"))) == 1
+
+
+def test_without_perf_one_launch_is_checked_and_nothing_written(tmp_path, capsys, no_leaks):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "combine_doubleplane_perf_rank0.csv").write_text(HEADER + "\n")
+    code, out, err = run_cli(["run", *SMALL, "--output-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "w"),
+                              "--prof-pe", "all"], capsys)
+    assert code == 0, err
+    assert err.startswith("combine-lab: note: --prof-pe has no effect without --perf (one launch per case, "
+                          "nothing profiled)\n")
+    line = out.splitlines()[1].split()
+    assert line[:4] == ["shape_8_16_2_4_2", "uniform", "doubleplane", "PASS"] and line[4:6] == ["-", "-"]
+    assert "perf CSV" not in out
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["combine_doubleplane_perf_rank0.csv"]
+    # The twin counted one launch on every PE (the run's own folder, kept with --work-dir).
+    counted = sorted((tmp_path / "w").glob("combine_doubleplane_*/combine_doubleplane_counters_rank*.json"))
+    assert [json.loads(p.read_text())["launches"] for p in counted] == [1, 1]
+
+
+def record_launches(monkeypatch) -> list[list[str]]:
+    """Wrap the runner's launch_pes: the driver argv of PE 0 of every launch, in order."""
+    seen = []
+    real = runner.launch_pes
+
+    def spy(binary, pes, argv_for_pe, **kw):
+        seen.append(list(argv_for_pe(0)))
+        return real(binary, pes, argv_for_pe, **kw)
+
+    monkeypatch.setattr(runner, "launch_pes", spy)
+    return seen
+
+
+def test_ports_move_per_launch_on_127_0_0_1_and_fpe_reaches_the_driver(tmp_path, monkeypatch, capsys, no_leaks):
+    seen = record_launches(monkeypatch)
+    code, out, err = run_cli(["compare", *SMALL, "--bs-list", "4,8", "--perf", "--prof-pe", "all", "-fpe", "0",
+                              "--output-dir", str(tmp_path)], capsys)
+    assert code == 0, err
+    # 2 cases x 2 variants x 2 profiled PEs: 8767 + launch index, as the reference's per-case port.
+    assert [a[2] for a in seen] == [f"tcp://127.0.0.1:{8767 + i}" for i in range(8)]
+    assert {a[4] for a in seen} == {"0"}  # first_pe
+    seen.clear()
+    code, out, err = run_cli(["run", *SMALL, "--bs-list", "4 8", "-ipport", "tcp://127.0.0.1:9100", "-fpe", "3"],
+                             capsys)
+    assert code == 0, err
+    assert [(a[2], a[4], a[11], a[12], a[13]) for a in seen] == [  # no --perf: perf 0, warmup 0, loops 1
+        ("tcp://127.0.0.1:9100", "3", "0", "0", "1"), ("tcp://127.0.0.1:9101", "3", "0", "0", "1")]
+
+
+def test_other_bootstrap_hosts_are_used_as_given():
+    from combine_lab.cli.cases import bootstrap_addresses
+    nxt = bootstrap_addresses("tcp://10.1.2.3:8767")
+    assert [nxt(), nxt()] == ["tcp://10.1.2.3:8767"] * 2
+    nxt = bootstrap_addresses("tcp://127.0.0.1:64536")
+    assert [nxt() for _ in range(1001)][-2:] == ["tcp://127.0.0.1:65535", "tcp://127.0.0.1:64536"]
+
+
+def test_gnpus_differing_is_set_to_pes_with_perf(tmp_path, capsys, no_leaks):
+    code, out, err = run_cli(["run", *SMALL, "-gnpus", "4", "--perf", "--output-dir", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert "combine-lab: note: -gnpus=4 set to each case's -pes (one node)\n" in err
+    assert dict_rows(tmp_path / "combine_doubleplane_perf_rank0.csv")[0]["Npus"] == "2"
+
+
+def test_defaults_are_the_reference_run_scripts():
+    a = cli.build_parser().parse_args(["run"])
+    assert (a.pes, a.gnpus, a.fnpu, a.fpe, a.ipport, a.dtype, a.bs, a.h, a.topk, a.expert_per_pe) == (
+        2, None, 0, 0, "tcp://127.0.0.1:8767", "int32_t", 8, 7168, 8, 2)
+    assert (a.perf, a.warmup, a.loops, a.prof_pe, a.output_dir, a.analyse) == (
+        False, 5, 50, None, "output/perf", None)
+    a = cli.build_parser().parse_args(["compare", "-a", "md", "--analyse", "plot"])
+    assert a.analyse == "plot"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-type", "bfloat16_t"], "dtype='bfloat16_t': refused, the CANN 9.0 beta backend lacks the scalar bf16 cast"),
+    (["-type", "int8_t"], "dtype='int8_t': must be one of 'int32_t', 'float16_t'"),
+    (["-pes", "0"], "pes=0: must be an int >= 1"),
+    (["-gnpus", "4"], "combine-lab: error: -gnpus=4: must equal -pes=2 (one node; with --perf it is set to each "
+                      "case's -pes)\n"),
+    (["--bs-list", "4,x"], "--bs-list='4,x': 'x' is not a valid int"),
+    (["--perf", "--prof-pe", "7"], "combine-lab: error: --prof-pe=7: must be 'all' or a PE in [0, 1] "
+                                   "(shape_8_16_2_4_2 has 2 PEs)\n"),
+    (["--perf", "--pes-list", "4 2", "--prof-pe", "3"], "--prof-pe=3: must be 'all' or a PE in [0, 1] "
+                                                        "(shape_8_16_2_4_2 has 2 PEs)"),
+    (["--perf", "--prof-pe", "last"], "--prof-pe='last': must be a PE number or 'all'"),
+    (["--perf", "--loops", "0"], "combine-lab: error: --loops=0: must be an int >= 1 (the reference's run script "
+                                 "reads 0 or less as 1; here it is refused)\n"),
+    (["--perf", "--warmup", "-1"], "--warmup=-1: must be an int >= 0 (the reference's run script reads a negative "
+                                   "value as 0; here it is refused)"),
+    (["-fpe", "-1"], "combine-lab: error: -fpe=-1: must be an int >= 0\n"),
+    (["-fnpu", "-2"], "-fnpu=-2: must be an int >= 0"),
+    (["-a", "plot"], "combine-lab: error: -a/--analyse=plot: needs --perf (it draws the perf CSVs of this run)\n"),
+    (["-ipport", "127.0.0.1:8767"], "-ipport='127.0.0.1:8767': must be tcp://HOST:PORT (default "
+                                    "tcp://127.0.0.1:8767)"),
+    (["-ipport", "tcp://127.0.0.1:65000"], "-ipport='tcp://127.0.0.1:65000': a 127.0.0.1 port must be in "
+                                           "[1, 64536] (each launch takes the next of 1000 ports)"),
+    (["-topk", "9", "--routing", "zipf:1.0"], "topk=9"),
+])
+def test_bad_input_is_refused_before_anything_runs_or_is_removed(args, message, tmp_path, capsys, no_leaks):
+    old = tmp_path / "combine_doubleplane_perf_rank0.csv"
+    old.write_text(HEADER + "\n")
+    code, out, err = run_cli(["run", *SMALL, "--output-dir", str(tmp_path), *args], capsys)
+    assert code == 2
+    assert err.startswith("combine-lab: error: ")
+    assert message in err
+    assert out == "" and old.is_file()  # nothing ran, nothing was removed
+
+
+def test_an_output_dir_that_cannot_be_made_is_refused_before_launch(tmp_path, capsys, no_leaks):
+    (tmp_path / "file").write_text("x")
+    code, out, err = run_cli(["run", *SMALL, "--perf", "--output-dir", str(tmp_path / "file" / "perf")], capsys)
+    assert (code, out) == (2, "")
+    assert err == (f"combine-lab: error: --output-dir={tmp_path}/file/perf: cannot create {tmp_path}/file/perf "
+                   f"(Not a directory)\n")
+
+
+def test_analyse_takes_plot_or_md_only(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["run", *SMALL, "--perf", "-a", "pdf"])
+    assert e.value.code == 2
+    assert "argument -a/--analyse: invalid choice: 'pdf' (choose from 'plot', 'md')" in capsys.readouterr().err
+
+
+def test_console_script_help_lists_reference_flags_and_says_what_is_removed():
+    out = subprocess.run([sys.executable, "-m", "combine_lab", "run", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0
+    for flag in ["-pes", "-gnpus", "-fnpu", "-fpe", "-ipport", "-bs", "-h H", "-topk", "-expertPerPe", "-type",
+                 "--perf", "--warmup", "--loops", "--pes-list", "--bs-list", "--h-list", "--topk-list",
+                 "--expert-per-pe-list", "--prof-pe", "--output-dir", "-a {plot,md}, --analyse {plot,md}",
+                 "--variant", "--routing", "--target", "--min-sdma-bytes"]:
+        assert flag in out.stdout, flag
+    text = " ".join(out.stdout.split())
+    assert "The variant's files of an earlier run there are removed first" in text
+    assert "compare puts each variant in its own subfolder (<dir>/classic, <dir>/doubleplane)" in text
+    assert "combine_perf_rank<r>.csv (classic) or combine_doubleplane_perf_rank<r>.csv" in text
+
+
+def test_dash_h_alone_points_to_help(capsys):
+    code, out, err = run_cli(["run", "-pes", "2", "-h"], capsys)
+    assert code == 2
+    assert err == "combine-lab: -h is the hidden size (-h 7168); for help use --help\n"
+
+
+def test_sweep_that_does_not_fit_is_refused_before_the_first_case(capsys, no_leaks):
+    code, out, err = run_cli(["run", "-pes", "8", "-h", "65536", "-topk", "8", "-expertPerPe", "4",
+                              "--bs-list", "8", "65536"], capsys)
+    assert code == 2
+    assert out == ""  # not even the small case ran
+    assert err.startswith("combine-lab: error: shape_65536_65536_8_32_8: making the case needs x of 137438953472 "
+                          "bytes (128.00 GiB: pes*bs*h*4) in memory, ")
 
 
 def test_compare_prints_both_variants_with_planned_sdma(capsys, no_leaks):
@@ -78,42 +334,38 @@ def test_compare_prints_both_variants_with_planned_sdma(capsys, no_leaks):
     assert classic[-4:] == ["0", "0", "yes", "0"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["-type", "bfloat16_t"], "dtype='bfloat16_t': refused, the CANN 9.0 beta backend lacks the scalar bf16 cast"),
-    (["-type", "int8_t"], "dtype='int8_t': must be one of 'int32_t', 'float16_t'"),
-    (["-pes", "0"], "pes=0: must be an int >= 1"),
-    (["-gnpus", "4"], "-gnpus=4: must equal -pes=2 (one node)"),
-    (["--bs-list", "4,x"], "--bs-list='4,x': must be integers"),
-    (["--prof-pe", "7"], "prof_pe=7: must be 'all' or a PE in [0, 1]"),
-    (["--loops", "0"], "loops=0: must be an int >= 1"),
-    (["-topk", "9", "--routing", "zipf:1.0"], "topk=9"),
-])
-def test_bad_input_is_refused_before_launch(args, message, capsys, no_leaks):
-    code, out, err = run_cli(["run", *SMALL, *args], capsys)
-    assert code == 2
-    assert err.startswith("combine-lab: error: ")
-    assert message in err
+def test_run_case_appends_rows_once_every_launch_succeeded_and_writes_the_sidecar(tmp_path, monkeypatch, no_leaks):
+    from combine_lab import CaseSpec, run_case
+
+    seen = record_launches(monkeypatch)
+    ports = iter(["tcp://127.0.0.1:9301", "tcp://127.0.0.1:9302", "tcp://127.0.0.1:9303"])
+    spec = CaseSpec(pes=2, bs=4, h=16, topk=2, expert_per_pe=2)
+    run_case(spec, "classic", loops=2, prof_pe="all", output_dir=tmp_path, ipport=lambda: next(ports))
+    res = run_case(spec, "classic", loops=2, output_dir=tmp_path, ipport=lambda: next(ports), fpe=2)
+    assert [(a[2], a[4]) for a in seen] == [("tcp://127.0.0.1:9301", "0"), ("tcp://127.0.0.1:9302", "0"),
+                                          ("tcp://127.0.0.1:9303", "2")]
+    text = (tmp_path / "combine_perf_rank0.csv").read_text()
+    assert text.count(HEADER) == 1 and len(text.splitlines()) == 5  # header + 2 runs x 2 metrics
+    assert len(dict_rows(tmp_path / "combine_perf_rank1.csv")) == 2
+    side = json.loads((tmp_path / "combine_counters_shape_4_16_2_4_2.json").read_text())
+    assert (side["variant"], side["prof_pes"], side["launches"]) == ("classic", [0], res.launches)
+    with pytest.raises(ParameterError, match=r"^fpe=-1: must be an int >= 0$"):
+        run_case(spec, "classic", fpe=-1, output_dir=tmp_path)
 
 
-def test_console_script_help_lists_reference_flags():
-    out = subprocess.run([sys.executable, "-m", "combine_lab.cli", "run", "--help"], capture_output=True, text=True)
-    assert out.returncode == 0
-    for flag in ["-pes", "-bs", "-h H", "-topk", "-expertPerPe", "-type", "-fnpu", "-ipport", "--perf", "--warmup",
-                 "--loops", "--pes-list", "--bs-list", "--h-list", "--topk-list", "--expert-per-pe-list",
-                 "--prof-pe", "--output-dir", "--variant", "--routing", "--target", "--min-sdma-bytes"]:
-        assert flag in out.stdout, flag
+def test_a_run_that_fails_on_a_later_profiled_pe_adds_no_rows(tmp_path, monkeypatch, no_leaks):
+    from combine_lab import CaseSpec, run_case
 
+    real, calls = runner.launch_pes, []
 
-def test_dash_h_alone_points_to_help(capsys):
-    code, out, err = run_cli(["run", "-pes", "2", "-h"], capsys)
-    assert code == 2
-    assert err == "combine-lab: -h is the hidden size (-h 7168); for help use --help\n"
+    def second_fails(binary, pes, argv_for_pe, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise runner.LaunchError("PE 1 failed (test)", pe=1)
+        return real(binary, pes, argv_for_pe, **kw)
 
-
-def test_sweep_that_does_not_fit_is_refused_before_the_first_case(capsys, no_leaks):
-    code, out, err = run_cli(["run", "-pes", "8", "-h", "65536", "-topk", "8", "-expertPerPe", "4",
-                              "--bs-list", "8", "65536"], capsys)
-    assert code == 2
-    assert out == ""  # not even the small case ran
-    assert err.startswith("combine-lab: error: shape_65536_65536_8_32_8: making the case needs x of 137438953472 "
-                          "bytes (128.00 GiB: pes*bs*h*4) in memory, ")
+    monkeypatch.setattr(runner, "launch_pes", second_fails)
+    with pytest.raises(runner.LaunchError, match=r"^PE 1 failed \(test\)$"):
+        run_case(CaseSpec(pes=2, bs=4, h=16, topk=2, expert_per_pe=2), "doubleplane", prof_pe="all",
+                 output_dir=tmp_path / "perf")
+    assert len(calls) == 2 and not (tmp_path / "perf").exists()

@@ -5,17 +5,19 @@ from __future__ import annotations
 import html
 
 import pytest
-from conftest import host_processes
+from conftest import LAB_EXTRA, host_processes, require
 
-from combine_lab import app as app_mod
-from combine_lab import build as build_mod
-from combine_lab import launch, runner
-from combine_lab.app import TuningApp, routing_string
-from combine_lab.capabilities import detect
-from combine_lab.case import Case, make_case
-from combine_lab.errors import SpecError
-from combine_lab.launch import LaunchError
-from combine_lab.planner import plan
+require("ipywidgets", "IPython", reason=LAB_EXTRA)
+
+from combine_lab.case.case import Case, make_case  # noqa: E402
+from combine_lab.errors import ParameterError, SpecError  # noqa: E402
+from combine_lab.lab import app as app_mod  # noqa: E402
+from combine_lab.lab.app import TuningApp, routing_string  # noqa: E402
+from combine_lab.planning.planner import plan  # noqa: E402
+from combine_lab.run import build as build_mod  # noqa: E402
+from combine_lab.run import launch, runner  # noqa: E402
+from combine_lab.run.capabilities import detect  # noqa: E402
+from combine_lab.run.launch import LaunchError  # noqa: E402
 
 SMALL = dict(pes=2, bs=64, h=8192, topk=2, expert_per_pe=2, routing_model="hot-expert", skew=0.5, warmup=0, loops=1)
 
@@ -26,7 +28,7 @@ def listed(app) -> dict[int, list[int]]:
 
 
 def planner_says(app, floor) -> dict[int, list[int]]:
-    p = plan(make_case(app.spec), "dual_plane", min_sdma_bytes=floor)
+    p = plan(make_case(app.spec), "doubleplane", min_sdma_bytes=floor)
     return {pe: p.sdma_segments(pe).tolist() for pe in range(app.spec.pes)}
 
 
@@ -69,7 +71,7 @@ def test_plan_path_never_draws_x(monkeypatch):
     def no_x(self):
         raise AssertionError("the plan path drew x")
     monkeypatch.setattr(Case, "x", property(no_x))
-    monkeypatch.setattr("combine_lab.routing.draw_x", lambda spec: no_x(None))
+    monkeypatch.setattr("combine_lab.case.routing.draw_x", lambda spec: no_x(None))
     app = TuningApp(targets=["cpu"], pes=16, bs=512, h=7168, topk=8, expert_per_pe=8, routing_model="deepseek")
     assert app.plan is not None and app.message == ""
     app.set(h=4096, dtype="float16_t")
@@ -119,7 +121,7 @@ def test_run_on_twin_compares_both_variants(no_leaks):
     assert app.compare_image.value[:4] == b"\x89PNG" and app.history_image.value[:4] == b"\x89PNG"
     h = app.history
     assert list(h["run"]) == [1] and list(h["check"]) == ["PASS"] and bool(h["counters_ok"].iloc[0])
-    # one convention everywhere: speed-up = MTE-only / dual-plane (above 1: dual-plane faster)
+    # one convention everywhere: speed-up = classic / doubleplane (above 1: doubleplane faster)
     assert not [c for c in h.columns if "ratio" in c]
     assert h["comm_only_speedup"].iloc[0] == pytest.approx(
         h["comm_only_classic_us"].iloc[0] / h["comm_only_doubleplane_us"].iloc[0])
@@ -167,5 +169,5 @@ def test_routing_string_and_widget():
         routing_string("trace")
     app = TuningApp(targets=["cpu"], pes=2, bs=8, h=64, topk=2, expert_per_pe=2)
     assert type(app.widget).__name__ == "VBox"
-    with pytest.raises(SpecError, match="unknown controls"):
+    with pytest.raises(ParameterError, match="unknown controls"):
         app.set(colour="red")

@@ -11,13 +11,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
-from conftest import host_processes, twin_segments
+from conftest import LAB_EXTRA, host_processes, require, twin_segments
 
-from combine_lab import cli, cli_lab, labio, sweep
-from combine_lab.planner import DEFAULT_MIN_SDMA_BYTES
-from combine_lab.sweep import SUMMARY_COLUMNS, TIDY_COLUMNS, read_sweep_csv
+require("nbformat", "papermill", "jupytext", "ipykernel", "ipywidgets", "yaml", reason=LAB_EXTRA)
+import nbformat  # noqa: E402
+
+from combine_lab import cli  # noqa: E402
+from combine_lab.lab import notebooks, records, sweep  # noqa: E402
+from combine_lab.planning.planner import DEFAULT_MIN_SDMA_BYTES  # noqa: E402
+from combine_lab.results import rows  # noqa: E402
+from combine_lab.results.tables import SUMMARY_COLUMNS, TIDY_COLUMNS, read_sweep_csv  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -45,6 +49,9 @@ walkthrough:
 """
 
 
+#: The tests that read ``lab_out`` run all three notebooks once (slow); the fast set still executes
+#: 03_sweep headless through papermill, and checks the walkthrough's exercises and answers
+#: without a kernel (test_explain_and_exercises.py).
 @pytest.fixture(scope="module")
 def lab_out(tmp_path_factory, twin_binary):
     """Runs all three notebooks once through the CLI; fails if a PE or segment is left behind.
@@ -63,13 +70,14 @@ def lab_out(tmp_path_factory, twin_binary):
     return out
 
 
+@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 03 below
 def test_cli_leaves_executed_copies_figures_and_records(lab_out, capsys):
     for name in NAMES:
         nb = nbformat.read(lab_out / f"{name}.ipynb", as_version=4)
         assert any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), name
         injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
         assert injected and str(lab_out) in injected[0].source
-        assert (lab_out / f"{name}{labio.RECORD_SUFFIX}").is_file()
+        assert (lab_out / f"{name}{records.RECORD_SUFFIX}").is_file()
     pngs = {p.name for p in lab_out.glob("*.png")}
     assert {"01_segment_map_tiny.png", "01_segment_map_skewed.png", "01_compare_skewed.png", "02_segment_map.png",
             "02_compare.png", "02_history.png", "03_comm_only_speedup_heatmaps.png",
@@ -77,8 +85,9 @@ def test_cli_leaves_executed_copies_figures_and_records(lab_out, capsys):
     assert all((lab_out / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
 
 
+@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 03 below
 def test_walkthrough_exercises_and_checks_pass(lab_out):
-    r = labio.read_record(lab_out, "01_walkthrough")
+    r = records.read_record(lab_out, "01_walkthrough")
     assert r["reveal_answers"] is True  # headless: our answers, which must all hold
     assert r["exercises"]["all_ok"] and len(r["exercises"]) == 7 and all(r["exercises"].values())
     assert "exercise 6 (rows SDMA takes off a remote core)" in r["exercises"]
@@ -89,19 +98,21 @@ def test_walkthrough_exercises_and_checks_pass(lab_out):
     assert r["skewed"]["classic"]["sdma_bytes"] == 0
     busiest = r["skewed_busiest_core_mte_bytes"]
     assert busiest["doubleplane"] < busiest["classic"]
-    timing = r["skewed_speedup"]  # times with their spread; speed-up MTE-only / dual-plane
+    timing = r["skewed_speedup"]  # times with their spread; speed-up classic / doubleplane
     assert timing["speedup_lo"] <= timing["speedup"] <= timing["speedup_hi"]
     assert timing["verdict"].endswith("2 repeats") or timing["verdict"].startswith("mixed")
 
 
+@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 03 below
 def test_tuning_notebook_ran_the_app_twice(lab_out):
-    r = labio.read_record(lab_out, "02_tuning")
+    r = records.read_record(lab_out, "02_tuning")
     assert r["runs"] == 2 and r["checks"] == ["PASS", "PASS"] and r["counters_ok"] == [True, True]
     assert r["sdma_segments"] > 0
 
 
+@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 03 below
 def test_sweep_csv_has_every_case_and_passing_checks(lab_out):
-    r = labio.read_record(lab_out, "03_sweep")
+    r = records.read_record(lab_out, "03_sweep")
     tidy = read_sweep_csv(lab_out / "sweep.csv")
     assert list(tidy.columns) == TIDY_COLUMNS
     # cases x repeats x variants x profiled PEs (prof_pe "all") x metrics
@@ -118,8 +129,8 @@ def test_sweep_csv_has_every_case_and_passing_checks(lab_out):
     summary = __import__("pandas").read_csv(lab_out / "sweep_summary.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS and not [c for c in summary.columns if "ratio" in c]
     assert r["cases_with_sdma"] == int((summary["sdma_share"] > 0).sum()) == 1
-    assert (summary.loc[summary["sdma_share"] == 0, "comm_only_verdict"] == sweep.NO_SDMA).all()
-    assert r["speedup"] == sweep.SPEEDUP
+    assert (summary.loc[summary["sdma_share"] == 0, "comm_only_verdict"] == rows.NO_SDMA).all()
+    assert r["speedup"] == rows.SPEEDUP
 
 
 def _sweep_defaults() -> dict:
@@ -176,14 +187,14 @@ def test_papermill_cli_with_a_string_list(tmp_path, no_leaks):
     env = {**os.environ, "MPLBACKEND": "Agg"}
     cmd = [sys.executable, "-m", "papermill", str(NOTEBOOKS / "03_sweep.ipynb"), str(out_nb), "-p", "bs_list",
            "[8,16]", "-p", "h_list", "64", "-p", "routings", "uniform", "-p", "loops", "1", "-p", "warmup", "0",
-           "-p", "repeats", "1", "-p", "prof_pe", "0", "-p", "output_dir", str(tmp_path), "-k", cli_lab.KERNEL_NAME,
-           "--no-progress-bar"]
+           "-p", "repeats", "1", "-p", "prof_pe", "0", "-p", "output_dir", str(tmp_path),
+           "-k", notebooks.KERNEL_NAME, "--no-progress-bar"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     tidy = read_sweep_csv(tmp_path / "sweep.csv")
     assert sorted(set(tidy["BS"])) == [8, 16] and len(tidy) == 2 * 2 * 2 and (tidy["check"] == "PASS").all()
     # tiny rows: nothing reaches the floor; the notebook says so, and so does the figure
-    assert labio.read_record(tmp_path, "03_sweep")["cases_with_sdma"] == 0
+    assert records.read_record(tmp_path, "03_sweep")["cases_with_sdma"] == 0
     text = "".join(o.get("text", "") for c in nbformat.read(out_nb, as_version=4).cells if c.cell_type == "code"
                    for o in c.get("outputs", []))
     assert "WARNING: no case sends anything by SDMA" in text
@@ -221,7 +232,7 @@ def test_cli_refuses_a_misspelt_notebook_parameter_before_running(tmp_path, caps
     p = tmp_path / "params.yaml"
     p.write_text("loops: 2\n03_sweep:\n  bs_lst: [8, 16]\n")
     assert cli.main(["notebooks", "--params", str(p), "--out", str(tmp_path / "o")]) == 2
-    allowed = cli_lab.declared_parameters(NOTEBOOKS / "03_sweep.ipynb")
+    allowed = notebooks.declared_parameters(NOTEBOOKS / "03_sweep.ipynb")
     assert allowed[:3] == ["output_dir", "pes_list", "bs_list"]
     assert capsys.readouterr().err == (
         "combine-lab: error: params: 'bs_lst' is not a parameter of notebook 03_sweep (did you mean 'bs_list'?); "
@@ -234,6 +245,7 @@ def test_cli_refuses_a_misspelt_notebook_parameter_before_running(tmp_path, caps
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow  # a subprocess, a kernel and the whole walkthrough (~7 s)
 def test_cli_reader_mode_and_a_quiet_kernel(tmp_path):
     """reveal_answers False: the exercises wait for the reader's answers and the notebook
     still runs to the end; the kernel runs over IPC, so no TCP-encryption warning on stderr."""
@@ -247,7 +259,7 @@ def test_cli_reader_mode_and_a_quiet_kernel(tmp_path):
                           env={**os.environ, "MPLBACKEND": "Agg"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "without encryption" not in proc.stderr and "IPKernelApp" not in proc.stderr, proc.stderr
-    r = labio.read_record(out, "01_walkthrough")
+    r = records.read_record(out, "01_walkthrough")
     assert r["reveal_answers"] is False and r["exercises"]["all_ok"] is False
     assert len(r["exercises"]) == 7 and not any(r["exercises"].values())
     text = "".join(o.get("text", "") for c in nbformat.read(out / "01_walkthrough.ipynb", as_version=4).cells
@@ -265,12 +277,13 @@ def test_cli_refuses_unknown_notebook_and_missing_params(tmp_path, capsys):
 
 
 def test_split_params_routes_keys():
-    nbs = cli_lab.find_notebooks()
+    nbs = notebooks.find_notebooks()
     assert [p.stem for p in nbs] == NAMES
-    per = cli_lab.split_params({"loops": 2, "sweep": {"bs_list": [8]}, "01_walkthrough": {"seed": 1}}, nbs)
+    per = notebooks.split_params({"loops": 2, "sweep": {"bs_list": [8]}, "01_walkthrough": {"seed": 1}}, nbs)
     assert per["03_sweep"] == {"bs_list": [8], "loops": 2}
     assert per["01_walkthrough"] == {"seed": 1, "loops": 2} and per["02_tuning"] == {"loops": 2}
-    assert [p.stem for p in cli_lab.find_notebooks(only=["sweep", "01_walkthrough"])] == ["01_walkthrough", "03_sweep"]
+    only = notebooks.find_notebooks(only=["sweep", "01_walkthrough"])
+    assert [p.stem for p in only] == ["01_walkthrough", "03_sweep"]
 
 
 @pytest.mark.parametrize("name", NAMES)

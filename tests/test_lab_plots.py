@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from matplotlib.collections import PatchCollection
 
-from combine_lab import plots
-from combine_lab.case import make_case
-from combine_lab.planner import plan
-from combine_lab.spec import CaseSpec
+from combine_lab.lab import plots
+from combine_lab.case.case import make_case
+from combine_lab.planning.planner import plan
+from combine_lab.case.spec import CaseSpec
 
 
 def assert_labelled(fig):
@@ -84,7 +84,8 @@ def test_plane_bytes_compare_history_and_sweep_figures(skewed_plan):
                          "comm_only_speedup": [1.25, 6 / 7]})
     fig = plots.history_plot(hist)
     assert_labelled(fig)
-    assert "MTE-only / dual-plane" in fig.axes[1].get_ylabel() and "above 1: dual-plane faster" in fig.axes[1].get_title()
+    assert "classic / doubleplane" in fig.axes[1].get_ylabel()
+    assert "above 1: doubleplane faster" in fig.axes[1].get_title()
     assert_labelled(plots.history_plot(hist.iloc[0:0]))
 
 
@@ -102,7 +103,7 @@ def test_sweep_figures_one_convention_and_no_sdma_marked():
     assert_labelled(fig)
     assert [a.get_title() for a in fig.axes[:2]] == ["u", "z"]
     bar = fig.axes[-1]
-    assert "speed-up MTE-only / dual-plane" in bar.get_ylabel() and "above 1: dual-plane faster" in bar.get_ylabel()
+    assert "speed-up classic / doubleplane" in bar.get_ylabel() and "above 1: doubleplane faster" in bar.get_ylabel()
     u = fig.axes[0]
     texts = [t.get_text() for t in u.texts]
     # "u" has no SDMA traffic: no colour, no speed-up, a hatched cell marked as such
@@ -114,7 +115,7 @@ def test_sweep_figures_one_convention_and_no_sdma_marked():
     fig = plots.sdma_share_plot(summary)
     assert_labelled(fig)
     ax = fig.axes[0]
-    assert "(%)" in ax.get_xlabel() and "MTE-only / dual-plane" in ax.get_ylabel()
+    assert "(%)" in ax.get_xlabel() and "classic / doubleplane" in ax.get_ylabel()
     labels = ax.get_legend_handles_labels()[1]
     assert any(l.startswith("no SDMA") for l in labels) and any(l.startswith("no-SDMA span") for l in labels)
     assert not any(plots.NO_SDMA_NOTE == t.get_text() for t in ax.texts)

@@ -1,4 +1,4 @@
-"""Sweeps: grid validation, papermill-style parameters, the tidy CSV, summaries and losses."""
+"""Sweeps: grid validation, the tidy CSV, summaries over repeats, losses."""
 
 from __future__ import annotations
 
@@ -6,29 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from combine_lab import labio, sweep
-from combine_lab.errors import SpecError
-from combine_lab.results import PERF_COLUMNS
-
-
-@pytest.mark.parametrize("value, kind, want", [
-    ([8, 16], int, [8, 16]), ("[8,16]", int, [8, 16]), ("8,16", int, [8, 16]), ("8 16", int, [8, 16]),
-    (8, int, [8]), ("[\"uniform\", \"zipf:1.2\"]", str, ["uniform", "zipf:1.2"]), ("uniform,zipf:1.2", str,
-                                                                              ["uniform", "zipf:1.2"]),
-    ("['uniform', 'hot-rank:0.5']", str, ["uniform", "hot-rank:0.5"]), ("int32_t", str, ["int32_t"]),
-    ((4.0,), int, [4]),
-])
-def test_as_list_reads_papermill_values(value, kind, want):
-    assert labio.as_list(value, kind, "x") == want
-
-
-@pytest.mark.parametrize("value, kind, fragment", [("[8, x]", int, "'x' is not a valid int"), ("", int, "at least one"),
-                                                   ([2.5], int, "2.5 is not an integer")])
-def test_as_list_refuses_with_the_parameter_name(value, kind, fragment):
-    with pytest.raises(SpecError, match="bs_list="):
-        labio.as_list(value, kind, "bs_list")
-    with pytest.raises(SpecError, match=fragment):
-        labio.as_list(value, kind, "bs_list")
+from combine_lab.errors import ParameterError, SpecError
+from combine_lab.lab import sweep
+from combine_lab.results import rows, tables
+from combine_lab.run.outputs import PERF_COLUMNS
 
 
 def test_make_grid_validates_every_case_first():
@@ -58,25 +39,25 @@ def test_run_sweep_writes_a_tidy_csv(tmp_path, no_leaks):
     g = sweep.make_grid([2], [64], [8192], [2], [2], ["uniform", "hot-expert:0.5"])
     path = tmp_path / "out" / "sweep.csv"
     tidy = sweep.run_sweep(g, warmup=0, loops=1, repeats=2, csv_path=path, progress=False)
-    assert list(tidy.columns) == sweep.TIDY_COLUMNS
+    assert list(tidy.columns) == tables.TIDY_COLUMNS
     assert len(tidy) == 2 * 2 * 2 * 2  # cases x repeats x variants x metrics (one profiled PE)
     assert sorted(set(tidy["repeat"])) == [0, 1]
-    assert (tidy["check"] == "PASS").all() and tidy["counters_ok"].all() and (tidy["error"] == "").all()
+    assert (tidy["check"] == "PASS").all() and tidy["counters_ok"].all() and (tidy["reason"] == "").all()
     assert set(tidy["variant"]) == {"classic", "doubleplane"}
     assert (tidy.loc[tidy["variant"] == "classic", "sdma_bytes"] == 0).all()
     hot_dual = tidy[(tidy["routing"] == "hot-expert:0.5") & (tidy["variant"] == "doubleplane")]
     assert (hot_dual["sdma_bytes"] == hot_dual["planned_sdma_bytes"]).all() and (hot_dual["sdma_bytes"] > 0).all()
     assert np.allclose(tidy["sdma_share"], tidy["sdma_bytes"] / tidy["payload_bytes"])
-    back = sweep.read_sweep_csv(path)
-    assert list(back.columns) == sweep.TIDY_COLUMNS and len(back) == len(tidy)
+    back = tables.read_sweep_csv(path)
+    assert list(back.columns) == tables.TIDY_COLUMNS and len(back) == len(tidy)
     assert (back["CoreMaxTime/us"].to_numpy() == pytest.approx(tidy["CoreMaxTime/us"].to_numpy()))
     assert all(len(s.split(";")) == 2 for s in back["core_times_us"])  # block_dim = pes cores
-    s = sweep.summarize(back)
-    assert list(s.columns) == sweep.SUMMARY_COLUMNS and not [c for c in s.columns if "ratio" in c]
+    s = tables.summarize(back)
+    assert list(s.columns) == tables.SUMMARY_COLUMNS and not [c for c in s.columns if "ratio" in c]
     assert len(s) == 2 and s["check_ok"].all() and s["counters_ok"].all() and (s["repeats"] == 2).all()
     uni, hot = s.set_index("routing").loc["uniform"], s.set_index("routing").loc["hot-expert:0.5"]
-    assert uni["sdma_share"] == 0 and uni["comm_only_verdict"] == sweep.NO_SDMA
-    assert hot["sdma_share"] > 0 and hot["comm_only_verdict"] != sweep.NO_SDMA
+    assert uni["sdma_share"] == 0 and uni["comm_only_verdict"] == rows.NO_SDMA
+    assert hot["sdma_share"] > 0 and hot["comm_only_verdict"] != rows.NO_SDMA
     assert hot["comm_only_speedup_lo"] <= hot["comm_only_speedup"] <= hot["comm_only_speedup_hi"]
 
 
@@ -95,7 +76,7 @@ def test_run_sweep_repeats_alternate_the_order_and_profile_every_pe(monkeypatch,
     assert [v for _, v, _ in calls] == ["classic", "doubleplane", "doubleplane", "classic", "classic", "doubleplane"]
     assert len({p for p, _, _ in calls}) == 1 and {pp for _, _, pp in calls} == {"all"}
     assert len(tidy) == 3 * 2 * 2 * 2  # repeats x variants x PEs x metrics
-    s = sweep.summarize(tidy)
+    s = tables.summarize(tidy)
     slowest = tidy[(tidy["Metric"] == "comm_only") & (tidy["variant"] == "classic")].groupby("repeat")[
         "CoreMaxTime/us"].max()
     assert s["comm_only_classic_us"].iloc[0] == pytest.approx(float(np.median(slowest)))
@@ -104,14 +85,14 @@ def test_run_sweep_repeats_alternate_the_order_and_profile_every_pe(monkeypatch,
 
 def test_run_sweep_refuses_bad_loops_before_anything_runs(monkeypatch):
     monkeypatch.setattr(sweep.runner, "run_case", lambda *a, **k: pytest.fail("ran"))
-    with pytest.raises(SpecError, match="loops=0"):
+    with pytest.raises(ParameterError, match="loops=0"):
         sweep.run_sweep(sweep.make_grid([2], [8], [64], [2], [2], ["uniform"]), loops=0)
-    with pytest.raises(SpecError, match="repeats=0: must be an int >= 1"):
+    with pytest.raises(ParameterError, match="repeats=0: must be an int >= 1"):
         sweep.run_sweep(sweep.make_grid([2], [8], [64], [2], [2], ["uniform"]), repeats=0)
 
 
 def test_failed_case_is_recorded_and_the_sweep_goes_on(monkeypatch, no_leaks):
-    from combine_lab.launch import LaunchError
+    from combine_lab.run.launch import LaunchError
     real = sweep.runner.run_case
     calls = []
 
@@ -124,10 +105,10 @@ def test_failed_case_is_recorded_and_the_sweep_goes_on(monkeypatch, no_leaks):
     tidy = sweep.run_sweep(sweep.make_grid([2], [8, 16], [64], [2], [2], ["uniform"]), loops=1, repeats=2,
                            progress=False)
     err = tidy[tidy["check"] == "ERROR"]
-    assert len(err) == 4 and (err["error"] == "PE 0 exited with status 3").all() and (err["BS"] == 8).all()
+    assert len(err) == 4 and (err["reason"] == "PE 0 exited with status 3").all() and (err["BS"] == 8).all()
     assert (err["repeat"] == 0).all()  # the failing case stops at its first repeat
     assert (tidy.loc[tidy["check"] != "ERROR", "check"] == "PASS").all() and len(tidy) == 4 + 2 * 2 * 2
-    s = sweep.summarize(tidy).set_index("bs")
+    s = tables.summarize(tidy).set_index("bs")
     assert not s.loc[8, "check_ok"] and s.loc[8, "comm_only_verdict"] == "no run" and s.loc[16, "check_ok"]
 
 
@@ -142,13 +123,14 @@ def _fake_tidy(rows):
                     sdma = share if variant == "doubleplane" else 0.0
                     r.update({"CoreMaxTime/us": t * f, "Metric": metric, "CaseId": case, "BS": bs, "H": h,
                               "Npus": 2, "TopK": 2, "ExpertPerPe": 2, "Dtype": "int32_t", "core_times_us": "",
-                              "variant": variant, "repeat": rep, "policy": "", "routing": routing, "seed": 42,
+                              "variant": variant, "repeat": rep, "routing": routing, "seed": 42, "case_id": case,
+                              "dtype": "int32_t", "comm_only_us": t, "full_op_us": 2 * t, "violations": 0,
                               "target": "cpu", "min_sdma_bytes": 1, "mte_bytes": 100 - 100 * sdma,
                               "sdma_bytes": 100 * sdma, "planned_sdma_bytes": 100 * sdma, "payload_bytes": 100,
                               "sdma_share": sdma, "check": "PASS", "max_abs_err": 0.0, "counters_ok": True,
-                              "error": ""})
+                              "reason": ""})
                     out.append(r)
-    return pd.DataFrame(out, columns=sweep.TIDY_COLUMNS)
+    return pd.DataFrame(out, columns=tables.TIDY_COLUMNS)
 
 
 def test_summarize_speedup_spread_verdicts_and_losses():
@@ -158,30 +140,30 @@ def test_summarize_speedup_spread_verdicts_and_losses():
         ("c", "zipf:1", 16, 64, [10.0, 12.0, 10.0], [12.5, 10.0, 20.0], 0.2),   # mixed
         ("d", "zipf:1", 32, 64, [10.0, 10.0, 10.0], [20.0, 40.0, 12.5], 0.3),   # slower every time
     ])
-    s = sweep.summarize(tidy).set_index("case_id")
-    assert list(s.columns) == sweep.SUMMARY_COLUMNS[1:]
-    # speed-up = MTE-only / dual-plane of the same repeat, median and quartiles
+    s = tables.summarize(tidy).set_index("case_id")
+    assert list(s.columns) == tables.SUMMARY_COLUMNS[1:]
+    # speed-up = classic / doubleplane of the same repeat, median and quartiles
     assert s.loc["b", "comm_only_speedup"] == 2.0
     assert (s.loc["b", "comm_only_speedup_lo"], s.loc["b", "comm_only_speedup_hi"]) == (1.625, 2.25)
     assert s.loc["c", "comm_only_speedup"] == pytest.approx(0.8)  # 0.8, 1.2, 0.5
     assert s.loc["b", "comm_only_doubleplane_us"] == 5.0 and s.loc["b", "comm_only_doubleplane_lo_us"] == 4.5
     assert s.loc["b", "full_op_classic_us"] == 20.0 and s.loc["b", "full_op_speedup"] == 2.0
-    assert s.loc["a", "comm_only_verdict"] == sweep.NO_SDMA == "no SDMA: identical traffic"
+    assert s.loc["a", "comm_only_verdict"] == rows.NO_SDMA == "no SDMA: identical traffic"
     assert s.loc["b", "comm_only_verdict"] == "faster in all 3 repeats"
     assert s.loc["c", "comm_only_verdict"] == "mixed: faster in 1 of 3 repeats"
     assert s.loc["d", "comm_only_verdict"] == "slower in all 3 repeats"
-    lost = sweep.losses(s.reset_index())
+    lost = tables.losses(s.reset_index())
     assert list(lost["case_id"]) == ["d", "c"]  # worst first; "a" (no SDMA) is no loss, only noise
     assert (lost["comm_only_speedup"] < 1).all() and "comm_only_verdict" in lost.columns
-    assert list(sweep.losses(s.reset_index(), "full_op")["case_id"]) == ["d", "c"]
-    with pytest.raises(SpecError, match="metric='x'"):
-        sweep.losses(s.reset_index(), "x")
-    table = sweep.readable(s.reset_index()).set_index("case")
-    assert table.loc["b", "speed-up MTE-only/dual (1)"] == "2.00 [1.62-2.25]"
-    assert table.loc["b", "comm_only dual-plane (us)"] == "5 [4-6]"
-    assert table.loc["a", "verdict"] == sweep.NO_SDMA and table.loc["b", "SDMA share (%)"] == "50.0"
-    assert list(sweep.readable(lost)["case"]) == ["d", "c"]
-    assert sweep.summarize(tidy.iloc[0:0]).empty
-    one = sweep.summarize(_fake_tidy([("e", "zipf:1", 8, 64, [10.0], [20.0], 0.5)]))
+    assert list(tables.losses(s.reset_index(), "full_op")["case_id"]) == ["d", "c"]
+    with pytest.raises(ParameterError, match="metric='x'"):
+        tables.losses(s.reset_index(), "x")
+    table = tables.readable(s.reset_index()).set_index("case")
+    assert table.loc["b", "speed-up classic/doubleplane (1)"] == "2.00 [1.62-2.25]"
+    assert table.loc["b", "comm_only doubleplane (us)"] == "5 [4-6]"
+    assert table.loc["a", "verdict"] == rows.NO_SDMA and table.loc["b", "SDMA share (%)"] == "50.0"
+    assert list(tables.readable(lost)["case"]) == ["d", "c"]
+    assert tables.summarize(tidy.iloc[0:0]).empty
+    one = tables.summarize(_fake_tidy([("e", "zipf:1", 8, 64, [10.0], [20.0], 0.5)]))
     assert one["comm_only_verdict"].iloc[0] == "slower (1 repeat: no spread)"
-    assert sweep.readable(one)["speed-up MTE-only/dual (1)"].iloc[0] == "0.50"
+    assert tables.readable(one)["speed-up classic/doubleplane (1)"].iloc[0] == "0.50"

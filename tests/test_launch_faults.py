@@ -15,15 +15,16 @@ import numpy as np
 import pytest
 
 from combine_lab.errors import CaseFileError
-from combine_lab.launch import LaunchError, launch_pes
-from combine_lab.runner import prepare_case, run_case
-from combine_lab.spec import CaseSpec
+from combine_lab.run.launch import LaunchError, launch_pes
+from combine_lab.run.runner import prepare_case, run_case
+from combine_lab.case.spec import CaseSpec
 
 SPEC = CaseSpec(pes=2, bs=4, h=16, topk=2, expert_per_pe=2)
 
 
 @pytest.fixture
-def prepared(tmp_path):
+def prepared(tmp_path, short_stop_grace):
+    """The case files of SPEC; a PE that refuses them fails at once while the others wait for it."""
     return prepare_case(SPEC, tmp_path)
 
 
@@ -118,7 +119,7 @@ def test_pe_that_never_starts_ends_within_timeout(twin_binary, tmp_path, no_leak
     assert "waiting for all PEs to attach (1 of 2)" in str(e.value)
 
 
-def test_killed_pe_is_reported_and_others_stopped(twin_binary, tmp_path, no_leaks):
+def test_killed_pe_is_reported_and_others_stopped(twin_binary, tmp_path, short_stop_grace, no_leaks):
     prepared = prepare_case(SPEC, tmp_path)
     # PE 1 is "sleep": it never attaches, and is killed by a signal after 0.5 s.
     script = tmp_path / "fake_pe.sh"
@@ -149,8 +150,8 @@ def test_ctrl_c_stops_every_pe(tmp_path, no_leaks):
     env = dict(os.environ, COMBINE_TWIN_TIMEOUT_S="60", PYTHONPATH=str(Path(__file__).parent))
     code = f"""
 from pathlib import Path
-from combine_lab.runner import prepare_case, run_case
-from combine_lab.spec import CaseSpec
+from combine_lab.run.runner import prepare_case, run_case
+from combine_lab.case.spec import CaseSpec
 from test_launch_faults import drop_row_for_slot, SPEC
 prepared = prepare_case(SPEC, Path({str(tmp_path)!r}))
 drop_row_for_slot(prepared.case_dir, SPEC.pes, 0, 0, 0)

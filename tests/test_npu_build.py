@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from combine_lab import build as build_mod
-from combine_lab.build import TargetUnavailable, build, require_npu_toolchain, source_root
-from combine_lab.capabilities import CANN_FIX, SHMEM_FIX, SOC_FIX
+from combine_lab.run import build as build_mod
+from combine_lab.run.build import TargetUnavailable, build, require_npu_toolchain, source_root
+from combine_lab.run.toolchain import CANN_FIX, SHMEM_FIX, SOC_FIX
 
 from npu_fakes import make_cann, make_shmem, npu_env
 
@@ -106,7 +106,7 @@ def test_configure_refuses_shmem_without_device_sources(tmp_path):
             in " ".join(proc.stdout.split()))
 
 
-def test_configure_old_cann_builds_mte_only(tmp_path):
+def test_configure_old_cann_builds_without_sdma(tmp_path):
     env = npu_env(tmp_path, cann="8.3.RC1", soc="Ascend910B3")
     compiles, _ = configure(env, tmp_path / "b")
     assert "-DCOMBINE_NPU_SDMA=0" in shlex.split(compiles["combine_kernel.cpp"])
@@ -203,7 +203,7 @@ def test_build_npu_without_shmem(tmp_path, monkeypatch, nothing_runs):
 
 
 def test_build_npu_without_a_known_soc(tmp_path, monkeypatch, nothing_runs):
-    monkeypatch.setattr("combine_lab.capabilities._probe_torch_npu", lambda: None)
+    monkeypatch.setattr("combine_lab.run.toolchain._probe_torch_npu", lambda: None)
     env = npu_env(tmp_path)  # no NPU: no torch_npu, no npu-smi
     msg = refusal(monkeypatch, env)
     assert msg == ("target=npu: cannot build here:\n"

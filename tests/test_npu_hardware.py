@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from combine_lab.build import build, default_build_dir
-from combine_lab.capabilities import detect
-from combine_lab.runner import compare, prepare_case
-from combine_lab.spec import CaseSpec
+from combine_lab.run.build import build, default_build_dir
+from combine_lab.run.capabilities import detect
+from combine_lab.run.runner import compare, prepare_case
+from combine_lab.case.spec import CaseSpec
 
 pytestmark = pytest.mark.npu
 
@@ -58,7 +58,7 @@ def test_doubleplane_with_sdma_segments(caps):
 def test_hccl_baseline_matches_golden(caps):
     if caps.baselines()["hccl"]:
         pytest.skip(caps.baselines()["hccl"])
-    from combine_lab.baseline import run_baseline
+    from combine_lab.run.baseline import run_baseline
 
     prepared = prepare_case(CaseSpec(pes=2, bs=16, h=7168, topk=8, expert_per_pe=2, dtype="float16_t"))
     try:

@@ -9,19 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from combine_lab import runner
-from combine_lab.launch import bootstrap_ipport, host_argv, launch_pes, new_session
-from combine_lab.runner import run_case
-from combine_lab.spec import CaseSpec
+from combine_lab.run import runner
+from combine_lab.run.launch import bootstrap_ipport, host_argv, launch_pes, new_session
+from combine_lab.run.runner import run_case
+from combine_lab.case.spec import CaseSpec
 
 
 def test_host_argv_is_the_drivers_usage_line():
     argv = host_argv(pe_size=4, pe_id=3, ipport="tcp://127.0.0.1:40123", g_npus=4, first_npu=4, dtype="float16_t",
                      bs=16, h=7168, topk=8, expert_per_pe=2, perf=True, warmup=5, loops=50,
                      csv=Path("/r/combine_doubleplane_perf_rank3.csv"), case_id="shape_16_7168_8_8_4",
-                     policy="dual_plane", min_sdma_bytes=2097152, case_root=Path("/r"))
+                     variant="doubleplane", min_sdma_bytes=2097152, case_root=Path("/r"))
     # host/host_args.cpp: pe_size pe_id ipport g_npus first_pe first_npu dtype bs h topk expert_per_pe
     #                     perf warmup loops csv case_id policy min_sdma_bytes case_root
+    # (the driver spells doubleplane dual_plane: launch.DRIVER_POLICY)
     assert argv == ["4", "3", "tcp://127.0.0.1:40123", "4", "0", "4", "float16_t", "16", "7168", "8", "2", "1", "5",
                     "50", "/r/combine_doubleplane_perf_rank3.csv", "shape_16_7168_8_8_4", "dual_plane", "2097152",
                     "/r"]
@@ -60,10 +61,10 @@ def test_runner_passes_fnpu_and_a_fresh_ipport_on_npu(tmp_path, monkeypatch):
     root = tmp_path / "case"
     for r, argv in enumerate(argvs):
         csv = argv[14]
-        assert csv.endswith(f"combine_classic_perf_rank{r}.csv")
+        assert csv.endswith(f"combine_perf_rank{r}.csv")  # classic: the reference's name
         assert argv == host_argv(pe_size=2, pe_id=r, ipport=port, g_npus=2, first_npu=6, dtype="int32_t", bs=4,
                                  h=32, topk=2, expert_per_pe=2, perf=True, warmup=2, loops=3, csv=csv,
-                                 case_id="shape_4_32_2_4_2", policy="mte_only", min_sdma_bytes=2097152,
+                                 case_id="shape_4_32_2_4_2", variant="classic", min_sdma_bytes=2097152,
                                  case_root=root)
     assert second[2][0][2] != port  # each launch bootstraps on its own port
 
@@ -78,7 +79,8 @@ def test_launch_pes_runs_one_process_per_pe_with_those_argv(tmp_path, no_leaks):
     def argv(r):
         return host_argv(pe_size=3, pe_id=r, ipport=port, g_npus=3, first_npu=2, dtype="int32_t", bs=4, h=32,
                          topk=2, expert_per_pe=1, perf=False, warmup=0, loops=1, csv=tmp_path / f"p{r}.csv",
-                         case_id="shape_4_32_2_3_3", policy="mte_only", min_sdma_bytes=2097152, case_root=tmp_path)
+                         case_id="shape_4_32_2_3_3", variant="classic", min_sdma_bytes=2097152,
+                         case_root=tmp_path)
 
     outcomes = launch_pes(driver, 3, argv, cwd=tmp_path, log_dir=tmp_path / "logs", timeout_s=20)
     assert [o.returncode for o in outcomes] == [0, 0, 0]

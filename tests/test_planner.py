@@ -2,9 +2,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from combine_lab.case import make_case
-from combine_lab.planner import plan, plan_counts
-from combine_lab.spec import CaseSpec, SpecError
+from combine_lab.case.case import make_case
+from combine_lab.planning.planner import plan, plan_counts
+from combine_lab.case.spec import CaseSpec
+from combine_lab.errors import ParameterError
 
 MiB2 = 2 * 1024 * 1024
 
@@ -98,9 +99,9 @@ def test_segments_frame_layout():
     assert p.sdma_segments(0).tolist() == [3] and p.sdma_segments(1).tolist() == []
 
 
-def test_mte_only_policy():
+def test_classic_sends_everything_by_mte():
     counts = np.array([cumulative(0, MiB2, 0), [0] * 3, [0] * 3])
-    p = plan_counts(counts, h=1, itemsize=1, policy="mte_only")
+    p = plan_counts(counts, h=1, itemsize=1, variant="classic")
     assert (p.segments.plane == "MTE").all() and p.totals.sdma_bytes.sum() == 0
 
 
@@ -122,7 +123,8 @@ def test_plan_of_a_case_matches_plan_counts():
 
 
 @pytest.mark.parametrize("args, message", [
-    (dict(policy="sdma_only"), "policy='sdma_only': must be one of ['mte_only', 'dual_plane']"),
+    (dict(variant="sdma_only"), "variant='sdma_only': must be one of 'classic', 'doubleplane'"),
+    (dict(variant="dual_plane"), "variant='dual_plane': must be one of 'classic', 'doubleplane'"),
     (dict(h=0), "h=0: must be an int >= 1"),
     (dict(itemsize=2.0), "itemsize=2.0: must be an int >= 1"),
     (dict(min_sdma_bytes=-1), "min_sdma_bytes=-1: must be an int >= 0"),
@@ -138,13 +140,13 @@ def test_plan_of_a_case_matches_plan_counts():
 def test_planner_errors(args, message):
     kwargs = dict(ep_recv_count=np.array([[1, 2], [3, 4]]), h=4, itemsize=4)
     kwargs.update(args)
-    with pytest.raises(SpecError) as err:
+    with pytest.raises(ParameterError) as err:
         plan_counts(**kwargs)
     assert str(err.value) == message
 
 
 def test_sdma_segments_bad_pe():
     p = plan_counts(np.array([[1, 2], [3, 4]]), 4, 4)
-    with pytest.raises(SpecError) as err:
+    with pytest.raises(ParameterError) as err:
         p.sdma_segments(2)
     assert str(err.value) == "pe=2: must be in [0, pes=2)"

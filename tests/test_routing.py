@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from combine_lab import routing, traces
-from combine_lab.routing import Routing, draw_routing, draw_x, parse_routing
-from combine_lab.spec import CaseSpec, SpecError
+from combine_lab.case import routing, traces
+from combine_lab.case.routing import Routing, draw_routing, draw_x, parse_routing
+from combine_lab.case.spec import CaseSpec, SpecError
 
 
 def recipe(pes, bs, h, topk, E, dtype, seed):

@@ -10,9 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from combine_lab.case import case_from_arrays, golden_rank
-from combine_lab.runner import run_case
-from combine_lab.spec import CaseSpec
+from combine_lab import CaseSpec, run_case
+from combine_lab.case.case import case_from_arrays, golden_rank
 
 H = 2068
 NAN = float("nan")

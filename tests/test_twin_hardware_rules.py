@@ -10,29 +10,15 @@ import re
 import numpy as np
 import pytest
 
-from combine_lab.capabilities import aiv_cores, launch_block_dim
-from combine_lab.case import make_case
-from combine_lab.errors import SpecError
-from combine_lab.runner import run_case
-from combine_lab.selftest import BROKEN_KERNELS, CHECKER_SPEC, build_broken_kernel, try_broken_kernel
-from combine_lab.spec import CaseSpec
-
-
-@pytest.fixture(scope="module")
-def broken():
-    """name -> driver built with that fault switch (built once, shared with the self-test's folders)."""
-    return {}
-
-
-def _binary(broken, name):
-    if name not in broken:
-        broken[name] = build_broken_kernel(name)
-    return broken[name]
+from combine_lab import CaseSpec, make_case, run_case
+from combine_lab.errors import ParameterError
+from combine_lab.planning.cores import aiv_cores, launch_block_dim
+from combine_lab.run.selftest import BROKEN_KERNELS, CHECKER_SPEC, try_broken_kernel
 
 
 @pytest.mark.parametrize("name", list(BROKEN_KERNELS))
-def test_each_broken_kernel_is_caught(broken, name, no_leaks):
-    caught, seen = try_broken_kernel(name, _binary(broken, name))
+def test_each_broken_kernel_is_caught(broken_kernels, name, no_leaks):
+    caught, seen = try_broken_kernel(name, broken_kernels[name])
     assert caught, seen
     assert BROKEN_KERNELS[name].evidence in seen
 
@@ -42,8 +28,8 @@ UB_REUSE = re.compile(r"^PE \d core \d: UB reuse: aclshmemx_mte_put_nbi \(GM -> 
                       r"PE \d is still in flight \(no quiet or MTE3->MTE2 flag between them\)$")
 
 
-def test_ub_reuse_is_reported_always_and_corrupts_x_out_under_chaos(broken, no_leaks):
-    binary = _binary(broken, "ub_reuse")
+def test_ub_reuse_is_reported_always_and_corrupts_x_out_under_chaos(broken_kernels, no_leaks):
+    binary = broken_kernels["ub_reuse"]
     calm = run_case(CHECKER_SPEC, "classic", binary=binary)
     assert calm.violation_count > 0 and all(UB_REUSE.match(v) for v in calm.violations), calm.violations
     assert calm.check_ok  # outside chaos mode every leg lands at once: the data happen to be right
@@ -52,9 +38,9 @@ def test_ub_reuse_is_reported_always_and_corrupts_x_out_under_chaos(broken, no_l
     assert not late.check_ok  # the legs land late, from a staging buffer the next put overwrote
 
 
-def test_sdma_from_core_48_does_nothing_and_says_so(broken, no_leaks):
+def test_sdma_from_core_48_does_nothing_and_says_so(broken_kernels, no_leaks):
     case = BROKEN_KERNELS["sdma_from_core_48"].case()
-    res = run_case(case, "doubleplane", min_sdma_bytes=0, binary=_binary(broken, "sdma_from_core_48"),
+    res = run_case(case, "doubleplane", min_sdma_bytes=0, binary=broken_kernels["sdma_from_core_48"],
                    env={"COMBINE_TWIN_SOC": "Ascend910B2"})
     dropped = ("PE 0 core 48: SDMA put of 32 bytes to PE 48 did nothing: SHMEM creates SDMA streams for AIV blocks "
                "0..47 only (block_dim must stay within min(AIV cores, 48))")
@@ -64,7 +50,7 @@ def test_sdma_from_core_48_does_nothing_and_says_so(broken, no_leaks):
                                 "put issued for it in this launch" for s in (0, 1)]]
     assert [r for r, c in enumerate(res.checks) if not c.ok] == [48]
     assert not res.x_out[48].any()  # PE 48's tokens never got their payload: the window's zeros
-    assert int(res.plane_bytes().loc[0, "sdma_bytes"]) == 0
+    assert int(res.plane_bytes().loc[0, "sdma_bytes"]) == 0 and int(res.plane_bytes().loc[0, "sdma_puts"]) == 0
     assert int(res.plan.totals.loc[0, "sdma_bytes"]) == 2 * 8 * 4  # what the plan sent by SDMA
 
 
@@ -77,11 +63,12 @@ def test_the_real_kernel_serves_several_ranks_per_core_at_64_pes(no_leaks):
         assert res.ok, (res.checks, res.counter_mismatches(), res.violations)
         assert res.violation_count == 0 and res.counter_mismatches() == []
         assert int(res.plane_bytes()["sdma_bytes"].sum()) == 28819456  # the plan's SDMA bytes, all landed
-        assert set(res.perf["Blocks"]) == {blocks}
+        assert set(res.perf["Blocks"]) == {blocks}  # the CSV's Blocks is the launch's block_dim
+        assert {len(t) for t in res.perf["core_times_us"]} == {blocks}  # every block recorded both frames
 
 
 def test_an_unknown_twin_soc_is_refused_before_launch(no_leaks):
-    with pytest.raises(SpecError) as e:
+    with pytest.raises(ParameterError) as e:
         run_case(CaseSpec(pes=2, bs=2, h=8, topk=1, expert_per_pe=1), "classic", env={"COMBINE_TWIN_SOC": "Ascend310P3"})
     assert str(e.value) == ("COMBINE_TWIN_SOC='Ascend310P3': the twin models Ascend910B2 (48 AIV), Ascend910B3 and "
                             "Ascend910B4 (40 AIV) and Ascend910_93xx (48 AIV per die)")
@@ -111,8 +98,8 @@ ALSO = {"no_mte2_v_wait": r"DataCopyPad \(GM -> UB\) writes UB \[(132096, 132160
 
 
 @pytest.mark.parametrize("name", list(HAZARDS))
-def test_a_missing_pipe_flag_is_reported_always_and_corrupts_x_out_under_chaos(broken, name, no_leaks):
-    binary = _binary(broken, name)
+def test_a_missing_pipe_flag_is_reported_always_and_corrupts_x_out_under_chaos(broken_kernels, name, no_leaks):
+    binary = broken_kernels[name]
     main = re.compile(r"^PE \d core \d: " + HAZARDS[name] + "$")
     also = re.compile(r"^PE \d core \d: " + ALSO.get(name, "(?!)") + "$")
     calm = run_case(CHECKER_SPEC, "classic", min_sdma_bytes=2 << 20, binary=binary)
@@ -124,11 +111,11 @@ def test_a_missing_pipe_flag_is_reported_always_and_corrupts_x_out_under_chaos(b
     assert not late.check_ok
 
 
-def test_datacopy_of_a_length_not_a_multiple_of_32_bytes_moves_whole_blocks_only(broken, no_leaks):
+def test_datacopy_of_a_length_not_a_multiple_of_32_bytes_moves_whole_blocks_only(broken_kernels, no_leaks):
     """h = 20 float16 = 40 B: DataCopy moves 32 B each way (asc-devkit: the count is rounded
     down to 32 B), so the last 4 elements of every x_out row are never written (the driver
     fills x_out with 0xFF first: NaN)."""
-    res = run_case(CHECKER_SPEC, "classic", min_sdma_bytes=2 << 20, binary=_binary(broken, "datacopy_unaligned"))
+    res = run_case(CHECKER_SPEC, "classic", min_sdma_bytes=2 << 20, binary=broken_kernels["datacopy_unaligned"])
     into = re.compile(r"^PE \d core \d: DataCopy \(GM -> UB\) of 20 half \(40 B\) to UB \[(132096, 132160|140288, "
                       r"140352)\): DataCopy moves whole 32-byte blocks, so only 32 B arrive \(use DataCopyPad for "
                       r"lengths that are not a multiple of 32 B\)$")
@@ -144,8 +131,8 @@ def test_datacopy_of_a_length_not_a_multiple_of_32_bytes_moves_whole_blocks_only
         assert not res.checks[r].ok and res.checks[r].mismatches >= spec.bs * 4
 
 
-def test_vector_instructions_before_init_soc_state_are_reported_once_per_core(broken, no_leaks):
-    res = run_case(CHECKER_SPEC, "classic", min_sdma_bytes=2 << 20, binary=_binary(broken, "no_init_soc_state"))
+def test_vector_instructions_before_init_soc_state_are_reported_once_per_core(broken_kernels, no_leaks):
+    res = run_case(CHECKER_SPEC, "classic", min_sdma_bytes=2 << 20, binary=broken_kernels["no_init_soc_state"])
     msg = re.compile(r"^PE (\d) core (\d): DataCopyPad \(GM -> UB\) before AscendC::InitSocState\(\): a kernel with "
                      r"LocalTensors at fixed addresses \(no TPipe\) must set the core's mask mode and atomic state "
                      r"first \(asc-devkit static Tensor programming\), else its vector and DataCopy instructions run "

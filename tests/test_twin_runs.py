@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from combine_lab.case import make_case
-from combine_lab.runner import compare, run_case
-from combine_lab.spec import CaseSpec
+from combine_lab.case.case import make_case
+from combine_lab.run.runner import compare, run_case
+from combine_lab.case.spec import CaseSpec
 
 MiB = 1024 * 1024
 
@@ -38,7 +38,7 @@ def assert_run_matches(res, spec: CaseSpec):
     ids = make_case(spec).expert_ids
     valid = int(((ids >= 0) & (ids < spec.moe_expert_num)).sum())
     pb = res.plane_bytes()
-    assert int(pb["mte_rows"].sum() + pb["sdma_rows"].sum()) == valid
+    assert int(pb["mte_puts"].sum() + pb["sdma_puts"].sum()) == valid
     assert int(pb["mte_bytes"].sum() + pb["sdma_bytes"].sum()) == valid * spec.row_bytes
     assert int(pb["status_writes"].sum()) == valid
     q = expected_quiets(res.plan)
@@ -47,7 +47,7 @@ def assert_run_matches(res, spec: CaseSpec):
         assert int(c.loc[(pe, "MTE"), "quiets"]) == want["MTE"], pe
         assert int(c.loc[(pe, "SDMA"), "quiets"]) == want["SDMA"], pe
         assert int(c.loc[(pe, "SDMA"), "status_writes"]) == 0  # flags only ever by MTE
-    if res.policy == "mte_only":
+    if res.variant == "classic":
         assert int(pb["sdma_bytes"].sum()) == 0
 
 
@@ -83,11 +83,11 @@ def test_receiving_nothing_pes_send_nothing(no_leaks):
     spec, _ = CASES["pe-receives-nothing"]
     res = run_case(spec, "doubleplane", min_sdma_bytes=0)
     pb = res.plane_bytes()
-    hot = int(pb["mte_rows"].add(pb["sdma_rows"]).idxmax())
+    hot = int(pb["mte_puts"].add(pb["sdma_puts"]).idxmax())
     cold = [pe for pe in range(4) if pe != hot]
     # The cold PEs hold no expert rows, so they send nothing; their x_out is still produced.
-    assert pb.loc[cold, ["mte_rows", "sdma_rows"]].to_numpy().sum() == 0
-    assert pb.loc[hot, "mte_rows"] + pb.loc[hot, "sdma_rows"] == 4 * 6 * 2
+    assert pb.loc[cold, ["mte_puts", "sdma_puts"]].to_numpy().sum() == 0
+    assert pb.loc[hot, "mte_puts"] + pb.loc[hot, "sdma_puts"] == 4 * 6 * 2
     assert (res.plan.totals.loc[cold, ["mte_rows", "sdma_rows"]].to_numpy() == 0).all()
     assert res.check_ok
 

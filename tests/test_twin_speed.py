@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import statistics
 
-from combine_lab.runner import prepare_case, run_case
-from combine_lab.spec import CaseSpec
+from combine_lab import CaseSpec
+from combine_lab.run.runner import prepare_case, run_case
 
 
 def _full_op_us(dtype: str, tmp_path) -> float:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from combine_lab.build import build
+from combine_lab.run.build import build
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "tests" / "twin_rules" / "vector_rules.cpp"

@@ -1,0 +1,8 @@
+"""The case: what one combine is asked to do (combine-facts sections 1-3).
+
+- :mod:`.spec`: :class:`CaseSpec`, the validated parameters of one case;
+- :mod:`.routing`: routing models, drawing expert_ids, expert_scales and x;
+- :mod:`.traces`: per-expert loads measured on real MoE models;
+- :mod:`.case`: :class:`Case`: receive counts, per-rank dispatch layout and golden x_out;
+- :mod:`.casefiles`: reference case files: write, read and validate, check an x_out.
+"""

@@ -1,0 +1,111 @@
+"""CaseSpec: the validated parameters of one combine case (combine-facts sections 1-3)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SpecError
+from .routing import check_routing, parse_routing
+
+__all__ = ["DTYPES", "CaseSpec", "SpecError"]
+
+#: Output/activation dtypes T the combine supports (combine-facts section 2).
+DTYPES = {"int32_t": np.int32, "float16_t": np.float16}
+
+_BF16_REASON = ("dtype='bfloat16_t': refused, the CANN 9.0 beta backend lacks the scalar bf16 cast "
+                "the accumulation needs (combine-facts section 2); allowed: 'int32_t', 'float16_t'")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """Parameters of one combine case; validated on construction.
+
+    Fields: ``pes`` (ranks), ``bs`` (tokens per rank), ``h`` (hidden size, elements),
+    ``topk``, ``expert_per_pe``: ints >= 1; ``dtype``: 'int32_t' or 'float16_t'
+    ('bfloat16_t' is refused, combine-facts section 2); ``seed``: int >= 0;
+    ``routing``: a routing string (see :mod:`combine_lab.routing`); ``masked_fraction``:
+    number in [0, 1], the share of (rank, token, topk) slots masked to expert id -1.
+    Numpy integers are stored as Python ints.
+
+    Raises SpecError naming the field, the value and what is allowed; for distinct
+    routings (every model but uniform) topk must be <= moe_expert_num, plus the
+    model's own limits (:func:`combine_lab.case.routing.check_routing`).
+    """
+
+    pes: int
+    bs: int
+    h: int
+    topk: int
+    expert_per_pe: int
+    dtype: str = "int32_t"
+    seed: int = 42
+    routing: str = "uniform"
+    masked_fraction: float = 0.0
+
+    def __post_init__(self):
+        for name in ("pes", "bs", "h", "topk", "expert_per_pe"):
+            v = getattr(self, name)
+            if not _is_int(v) or v < 1:
+                raise SpecError(f"{name}={v!r}: must be an int >= 1")
+            object.__setattr__(self, name, int(v))
+        if self.dtype == "bfloat16_t":
+            raise SpecError(_BF16_REASON)
+        if self.dtype not in DTYPES:
+            raise SpecError(f"dtype={self.dtype!r}: must be one of 'int32_t', 'float16_t'")
+        if not _is_int(self.seed) or self.seed < 0:
+            raise SpecError(f"seed={self.seed!r}: must be an int >= 0")
+        object.__setattr__(self, "seed", int(self.seed))
+        mf = self.masked_fraction
+        if not (isinstance(mf, (int, float, np.integer, np.floating)) and not isinstance(mf, bool)
+                and math.isfinite(mf) and 0.0 <= mf <= 1.0):
+            raise SpecError(f"masked_fraction={mf!r}: must be a number in [0, 1]")
+        object.__setattr__(self, "masked_fraction", float(mf))
+        check_routing(parse_routing(self.routing), self.pes, self.expert_per_pe, self.topk)
+
+    @property
+    def moe_expert_num(self) -> int:
+        """E = pes * expert_per_pe."""
+        return self.pes * self.expert_per_pe
+
+    @property
+    def np_dtype(self) -> type:
+        """numpy scalar type of T (np.int32 or np.float16)."""
+        return DTYPES[self.dtype]
+
+    @property
+    def itemsize(self) -> int:
+        """sizeof(T) in bytes (4 or 2)."""
+        return np.dtype(self.np_dtype).itemsize
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one token row: h * itemsize."""
+        return self.h * self.itemsize
+
+    @property
+    def case_id(self) -> str:
+        """``shape_{bs}_{h}_{topk}_{E}_{pes}`` (combine-facts section 3)."""
+        return f"shape_{self.bs}_{self.h}_{self.topk}_{self.moe_expert_num}_{self.pes}"
+
+    @property
+    def capacity_rows(self) -> int:
+        """Receive rows per destination PE: pes * bs * topk (combine-facts section 2)."""
+        return self.pes * self.bs * self.topk
+
+    def to_meta(self) -> dict:
+        """meta.json content: the reference keys of combine-facts section 3 (pe_size, bs,
+        h, topk, expert_per_pe, moe_expert_num, dtype, expert_compute='identity') then
+        the extra keys seed, routing, masked_fraction."""
+        return {
+            "pe_size": self.pes, "bs": self.bs, "h": self.h, "topk": self.topk,
+            "expert_per_pe": self.expert_per_pe, "moe_expert_num": self.moe_expert_num,
+            "dtype": self.dtype, "expert_compute": "identity",
+            "seed": self.seed, "routing": self.routing, "masked_fraction": self.masked_fraction,
+        }

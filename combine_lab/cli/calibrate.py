@@ -1,0 +1,47 @@
+"""``combine-lab calibrate``: fit a timing model's assumed parameters to measured perf CSVs.
+
+    combine-lab calibrate output/perf/*_perf_rank*.csv --model a3 --out params.toml \\
+        [--routing uniform] [--seed 42] [--min-sdma-bytes 2097152] [--free a,b] [--cores all|max]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..model.calibrate import calibrate, measurements_from_csvs
+from ..model.params import load_model
+from ..params import as_list
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
+
+
+def _calibrate(a: argparse.Namespace) -> int:
+    model = load_model(a.model)
+    meas = measurements_from_csvs(a.csv, routing=a.routing, seed=a.seed, min_sdma_bytes=a.min_sdma_bytes)
+    free = as_list(a.free, str, "--free") if a.free else None
+    fit = calibrate(model, meas, free=free, cores=a.cores)
+    print(fit.report())
+    if a.out:
+        path = fit.model.to_toml(a.out, note=f"calibrated by combine-lab calibrate from {len(a.csv)} perf CSV(s), "
+                                              f"{len(meas)} measurements, starting from {model.name}")
+        print(f"model: {path} (use --clock model:{path} or --model {path})")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit a timing model's assumed parameters to measured perf CSVs",
+                       description="Fit the assumed parameters of a timing model (data/npu_models) to perf CSVs in "
+                                   "the reference format (combine-facts section 8), per-rank files of ours or of the "
+                                   "reference's run script. The CSVs do not say the routing: it is the reference's "
+                                   "uniform recipe unless --routing says otherwise.")
+    p.add_argument("csv", nargs="+", help="per-rank perf CSVs (combine[_doubleplane]_perf_rank<r>.csv)")
+    p.add_argument("--model", default="a3", help="the model to start from: a2, a3, host, or a .toml file")
+    p.add_argument("--out", default=None, help="write the fitted model here (.toml)")
+    p.add_argument("--routing", default="uniform", help="routing of every case in the CSVs (default uniform)")
+    p.add_argument("--seed", type=int, default=42, help="case seed (default 42, the reference's)")
+    p.add_argument("--min-sdma-bytes", type=int, default=DEFAULT_MIN_SDMA_BYTES,
+                   help="the SDMA floor the doubleplane runs used, bytes (default 2 MiB)")
+    p.add_argument("--free", nargs="+", default=None, help="parameters to fit (default: the model's assumed ones)")
+    p.add_argument("--cores", choices=["all", "max"], default="all",
+                   help="fit every core's time (all) or each row's CoreMaxTime (max: for a host whose cores are "
+                        "threads sharing a few CPUs)")
+    p.set_defaults(handler=_calibrate)

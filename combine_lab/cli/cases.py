@@ -1,0 +1,387 @@
+"""What ``run`` and ``compare`` share: the case flags, the loop over cases and variants, the table.
+
+The case flags are those of the reference drivers (combine-facts section 9) plus the lab's
+own (--routing, --target, --min-sdma-bytes, ...); where the reference's run script silently
+bends a bad value (warmup, loops, an out-of-range --prof-pe) the value is refused instead
+(README: "Deviations from the reference"). The table prints one
+:class:`~combine_lab.results.rows.ResultRow` per line, a variant the target refuses and the
+``--baseline`` run included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from ..case.spec import CaseSpec
+from ..errors import ParameterError
+from ..params import as_list
+from ..planning.capacity import check_capacity
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
+from ..results.rows import REFUSED, NotRun, ResultRow, result_row
+from ..run.build import VariantRefused
+from ..run.outputs import (clear_outputs, counters_name, perf_summary_name, rank_files, variant_dir,
+                           write_summary_csv)
+from ..run.runner import prepare_case, refusals, run_case
+
+
+#: SHMEM's bootstrap address when -ipport is not given (combine-facts section 9).
+DEFAULT_IPPORT = "tcp://127.0.0.1:8767"
+#: A 127.0.0.1 bootstrap moves to port + (launch index mod this), one port per launch.
+PORT_SPAN = 1000
+
+
+def add_shape_flags(p: argparse.ArgumentParser):
+    """The flags that make a case (combine-facts section 9 shapes, routing, sweep lists); returns
+    their group. ``run``/``compare`` add placement and run flags (:func:`add_case_flags`),
+    ``suggest`` the model's."""
+    g = p.add_argument_group("case (combine-facts section 9)")
+    g.add_argument("-pes", type=int, default=2, help="PEs (ranks); sets -gnpus too (default 2)")
+    g.add_argument("-type", dest="dtype", default="int32_t", help="int32_t | float16_t (default int32_t)")
+    g.add_argument("-bs", type=int, default=8, help="tokens per PE (default 8)")
+    g.add_argument("-h", dest="h", type=int, default=7168, help="hidden size, elements (default 7168)")
+    g.add_argument("-topk", type=int, default=8, help="experts per token (default 8)")
+    g.add_argument("-expertPerPe", dest="expert_per_pe", type=int, default=2, help="experts per PE (default 2)")
+    g.add_argument("--routing", default="uniform",
+                   help="uniform | zipf:S | hot-expert:F | hot-rank:F | deepseek | trace:MODEL/DOMAIN/LAYER")
+    g.add_argument("--seed", type=int, default=42, help="case seed (default 42)")
+    g.add_argument("--masked-fraction", type=float, default=0.0, help="share of slots masked to -1 (default 0)")
+    lists = "commas or spaces, several arguments or one quoted (\"8 16\"); the cases are the product of the lists"
+    g.add_argument("--pes-list", nargs="+", default=None, help=f"sweep: PE counts ({lists})")
+    g.add_argument("--bs-list", nargs="+", default=None, help="sweep: batch sizes")
+    g.add_argument("--h-list", nargs="+", default=None, help="sweep: hidden sizes")
+    g.add_argument("--topk-list", nargs="+", default=None, help="sweep: top-k values")
+    g.add_argument("--expert-per-pe-list", nargs="+", default=None, help="sweep: experts per PE")
+    return g
+
+
+def add_case_flags(p: argparse.ArgumentParser) -> None:
+    """The case and run flags of ``run`` and ``compare`` (combine-facts section 9, plus the lab's)."""
+    g = add_shape_flags(p)
+    g.add_argument("-gnpus", type=int, default=None,
+                   help="NPUs on this node (default = -pes); a different value is set to -pes with --perf and "
+                        "refused without it")
+    g.add_argument("-fnpu", type=int, default=0, help="first NPU: PE r runs on NPU fnpu + r (default 0)")
+    g.add_argument("-fpe", type=int, default=0, help="first PE id, passed to the driver (default 0; one node: 0)")
+    g.add_argument("-ipport", default=DEFAULT_IPPORT,
+                   help=f"SHMEM bootstrap (default {DEFAULT_IPPORT}); on 127.0.0.1 each launch (case, variant, "
+                        f"profiled PE) takes the next port: port + n mod {PORT_SPAN}")
+    r = p.add_argument_group("run")
+    r.add_argument("--target", choices=["cpu", "npu"], default="cpu", help="cpu = CPU twin (default), npu = Ascend")
+    r.add_argument("--min-sdma-bytes", type=int, default=DEFAULT_MIN_SDMA_BYTES,
+                   help="smallest segment that may go by SDMA, bytes (default 2 MiB)")
+    r.add_argument("--perf", action="store_true",
+                   help="profile: warmup + loops launches, full_op and comm_only rows in the perf CSVs; without "
+                        "it, one launch per case and the check, no CSV")
+    r.add_argument("--warmup", type=int, default=5, help="untimed launches before profiling, >= 0 (default 5)")
+    r.add_argument("--loops", type=int, default=50, help="profiled launches, >= 1 (default 50)")
+    r.add_argument("--prof-pe", default=None,
+                   help="with --perf: the PE profiled (default 0), or 'all': every PE in turn, one run each, then "
+                        "the summary CSV (per case the slowest PE, ProfPe 'max')")
+    r.add_argument("--output-dir", default="output/perf",
+                   help="with --perf: where the perf CSVs go (default output/perf): combine_perf_rank<r>.csv "
+                        "(classic) or combine_doubleplane_perf_rank<r>.csv, combine[_doubleplane]_perf_summary.csv, "
+                        "and per case the lab's sidecar combine[_doubleplane]_counters_<case>.json; compare puts "
+                        "each variant in its own subfolder (<dir>/classic, <dir>/doubleplane). The variant's files "
+                        "of an earlier run there are removed first")
+    r.add_argument("-a", "--analyse", choices=["plot", "md"], default=None,
+                   help="with --perf, after the run: plot = figures of the CSVs (bandwidth and CoreMaxTime per case, "
+                        "per metric: <prefix>_perf_<metric>.png), md = the same as Markdown tables "
+                        "(<prefix>_perf_report.md), beside the CSVs")
+    r.add_argument("--work-dir", default=None, help="where case files go (default a temporary folder, removed)")
+    r.add_argument("--timeout", type=float, default=300.0, help="limit per launch of all PEs, seconds (default 300)")
+    r.add_argument("--chaos", type=int, default=None, metavar="SEED",
+                   help="twin: complete puts late and shuffled (seeded) and report protocol violations")
+    r.add_argument("--clock", default="wall", metavar="wall|model:NAME",
+                   help="wall (default): run and time the kernel; model:NAME (a2, a3, host, or a .toml file): "
+                        "price each case on the timing model instead, launching nothing (any shape, no payload); "
+                        "the table says 'modelled on NAME', perf CSVs go to <output-dir>-model-NAME")
+    p.add_argument("--help", action="help", help="show this help and exit")
+
+
+def clock_model(text: str):
+    """The NpuModel of ``--clock model:NAME``, or None for ``wall``.
+
+    Raises:
+        ParameterError: neither wall nor model:NAME, or an unknown model (listing the known ones).
+    """
+    if text == "wall":
+        return None
+    if not text.startswith("model:") or not text[len("model:"):]:
+        raise ParameterError(f"--clock={text!r}: wall or model:NAME (NAME: a2, a3, host, or a .toml file)")
+    from ..model.params import load_model
+    return load_model(text[len("model:"):])
+
+
+def _specs(a: argparse.Namespace, payload: bool = True) -> list[CaseSpec]:
+    axes = {
+        "pes": as_list(a.pes_list, int, "--pes-list") if a.pes_list else [a.pes],
+        "bs": as_list(a.bs_list, int, "--bs-list") if a.bs_list else [a.bs],
+        "h": as_list(a.h_list, int, "--h-list") if a.h_list else [a.h],
+        "topk": as_list(a.topk_list, int, "--topk-list") if a.topk_list else [a.topk],
+        "expert_per_pe": as_list(a.expert_per_pe_list, int, "--expert-per-pe-list") if a.expert_per_pe_list
+        else [a.expert_per_pe],
+    }
+    # Every case is validated, and checked to fit this machine (when it runs), before the first one runs.
+    specs = [CaseSpec(pes=p, bs=b, h=h, topk=k, expert_per_pe=e, dtype=a.dtype, seed=a.seed, routing=a.routing,
+                      masked_fraction=a.masked_fraction)
+             for p, b, h, k, e in itertools.product(*axes.values())]
+    if payload:
+        for spec in specs:
+            check_capacity(spec, a.work_dir, target=a.target, draws_x=True)
+    return specs
+
+
+def _prof_pe(text: str | None, specs: list[CaseSpec]):
+    """--prof-pe as run_case takes it (default 0), checked against every case's PEs."""
+    if text is None or text == "all":
+        return 0 if text is None else "all"
+    try:
+        pe = int(text)
+    except ValueError:
+        raise ParameterError(f"--prof-pe={text!r}: must be a PE number or 'all'") from None
+    fewest = min(specs, key=lambda s: s.pes)
+    if not 0 <= pe < fewest.pes:
+        raise ParameterError(f"--prof-pe={text}: must be 'all' or a PE in [0, {fewest.pes - 1}] "
+                             f"({fewest.case_id} has {fewest.pes} PEs)")
+    return pe
+
+
+def bootstrap_addresses(ipport: str):
+    """-ipport as a function that returns the address of the next launch: on 127.0.0.1, ``port + n
+    mod 1000`` for the n-th launch of this command (the reference's one port per case, so that a
+    launch never meets the previous one's socket); any other address unchanged.
+
+    Raises:
+        ParameterError: not ``tcp://HOST:PORT``, or a 127.0.0.1 port past 65535 - 999.
+    """
+    m = re.fullmatch(r"tcp://([^\s:/]+):(\d+)", ipport)
+    if not m:
+        raise ParameterError(f"-ipport={ipport!r}: must be tcp://HOST:PORT (default {DEFAULT_IPPORT})")
+    host, port = m.group(1), int(m.group(2))
+    if host != "127.0.0.1":
+        if not 1 <= port <= 65535:
+            raise ParameterError(f"-ipport={ipport!r}: port must be in [1, 65535]")
+        return lambda: ipport
+    if not 1 <= port <= 65535 - (PORT_SPAN - 1):
+        raise ParameterError(f"-ipport={ipport!r}: a 127.0.0.1 port must be in [1, {65535 - (PORT_SPAN - 1)}] "
+                             f"(each launch takes the next of {PORT_SPAN} ports)")
+    launches = itertools.count()
+    return lambda: f"tcp://127.0.0.1:{port + next(launches) % PORT_SPAN}"
+
+
+def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec]) -> None:
+    """The flags that do not make a case, checked before anything runs (combine-facts section 9):
+    -gnpus (set to -pes with --perf, refused without), --warmup, --loops, -fnpu, -fpe, -a."""
+    if a.gnpus is not None and a.gnpus != a.pes:
+        if not a.perf:
+            raise ParameterError(f"-gnpus={a.gnpus}: must equal -pes={a.pes} (one node; with --perf it is set to "
+                                 f"each case's -pes)")
+        print(f"combine-lab: note: -gnpus={a.gnpus} set to each case's -pes (one node)", file=sys.stderr)
+    for flag, value, lo, reference in (("--warmup", a.warmup, 0, "reads a negative value as 0"),
+                                       ("--loops", a.loops, 1, "reads 0 or less as 1"),
+                                       ("-fnpu", a.fnpu, 0, None), ("-fpe", a.fpe, 0, None)):
+        if value < lo:
+            why = f" (the reference's run script {reference}; here it is refused)" if reference else ""
+            raise ParameterError(f"{flag}={value}: must be an int >= {lo}{why}")
+    if a.analyse and not a.perf:
+        raise ParameterError(f"-a/--analyse={a.analyse}: needs --perf (it draws the perf CSVs of this run)")
+    if a.prof_pe is not None and not a.perf:
+        print("combine-lab: note: --prof-pe has no effect without --perf (one launch per case, nothing profiled)",
+              file=sys.stderr)
+
+
+#: The run table: column title -> ResultRow field.
+TABLE_COLUMNS = {"case": "case_id", "routing": "routing", "variant": "variant", "check": "check",
+                 "comm_only/us": "comm_only_us", "full_op/us": "full_op_us", "MTE bytes": "mte_bytes",
+                 "SDMA bytes": "sdma_bytes", "planned SDMA": "planned_sdma_bytes", "counters=plan": "counters_ok",
+                 "violations": "violations"}
+_INT_FIELDS = ("mte_bytes", "sdma_bytes", "planned_sdma_bytes", "violations")
+
+
+def table(rows: list[ResultRow]) -> pd.DataFrame:
+    """The rows as the run table shows them (:data:`TABLE_COLUMNS`): times rounded to 3 decimals
+    (us; NaN when not timed), bytes and violations as integers, counters=plan 'yes' or 'NO'; a
+    value a row does not have (a refused variant, the baseline) is '-'."""
+    data = {}
+    for title, name in TABLE_COLUMNS.items():
+        values = [getattr(r, name) for r in rows]
+        if name in ("comm_only_us", "full_op_us"):
+            data[title] = [round(v, 3) if not math.isnan(v) else float("nan") for v in values]
+        elif name == "counters_ok":
+            data[title] = ["-" if v is None else ("yes" if v else "NO") for v in values]
+        elif name in _INT_FIELDS and any(v is None for v in values):
+            data[title] = pd.Series(["-" if v is None else int(v) for v in values], dtype=object)
+        else:
+            data[title] = values
+    return pd.DataFrame(data, columns=list(TABLE_COLUMNS))
+
+
+def table_text(rows: list[ResultRow]) -> str:
+    """:func:`table` as text, one row per line under a header; times not measured read '-'."""
+    return table(rows).to_string(index=False, na_rep="-")
+
+
+def _progress(items, desc: str):
+    from tqdm.auto import tqdm
+    return tqdm(items, desc=desc, unit="case", disable=len(items) < 2, file=sys.stderr)
+
+
+def _report(res) -> None:
+    """What went wrong in a run, on stderr: violations, counter mismatches, x_out mismatches."""
+    for line in res.violations:
+        print(f"protocol violation: {line}", file=sys.stderr)
+    for line in res.counter_mismatches():
+        print(f"counter mismatch: {line}", file=sys.stderr)
+    for r, c in enumerate(res.checks):
+        if not c.ok:
+            print(f"x_out mismatch on PE {r}: {c}", file=sys.stderr)
+
+
+def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
+    """Run ``variants`` on every case the flags ``a`` describe, print the table and the files
+    written; return the exit status (0 every run passed, 1 a check or counter comparison failed).
+
+    Everything is checked before anything runs. Without ``--perf`` each case is launched once and
+    checked, nothing is written; with it, each variant's folder (:func:`variant_dir`: the output
+    dir, or a subfolder per variant when several run) first loses the files an earlier run of that
+    variant left (perf CSVs, summary, sidecars, figures, report), then gets this run's; with
+    ``--prof-pe all`` the summary CSV follows, and ``-a plot|md`` the figures or tables.
+
+    A variant the target refuses (doubleplane on an NPU with CANN < 9.0.0) gets a REFUSED row and
+    its reason on stderr while the others run; when it is the only one asked for, raises
+    ``VariantRefused`` (exit 2). With ``--baseline`` the baseline's row follows each case's.
+    """
+    model = clock_model(getattr(a, "clock", "wall"))
+    specs = _specs(a, payload=model is None)
+    prof_pe = _prof_pe(a.prof_pe, specs)
+    _check_run_flags(a, specs)
+    if model is not None:
+        return _run_modelled(a, variants, specs, prof_pe, model)
+    next_ipport = bootstrap_addresses(a.ipport)
+    refused = refusals(a.target, variants)
+    if refused and len(variants) == 1:
+        raise VariantRefused(refused[variants[0]])
+    for why in refused.values():
+        print(f"combine-lab: {why}", file=sys.stderr)
+    if getattr(a, "baseline", None):
+        from ..run.baseline import require_baseline
+        require_baseline(a.target)  # before anything runs: the fix if it cannot
+    folders = {v: variant_dir(a.output_dir, v, separate=len(variants) > 1) for v in variants}
+    if a.perf:
+        for variant, folder in folders.items():
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ParameterError(f"--output-dir={a.output_dir}: cannot create {folder} ({e.strerror})") from None
+            removed = clear_outputs(folder, variant)
+            if removed:
+                print(f"combine-lab: removed {len(removed)} files of an earlier {variant} run from {folder}",
+                      file=sys.stderr)
+    # Without --perf nothing is timed: one launch, then the check (as the reference's driver does).
+    warmup, loops = (a.warmup, a.loops) if a.perf else (0, 1)
+    rows: list[ResultRow] = []
+    bad = 0
+    for spec in _progress(specs, "combine"):
+        prepared = prepare_case(spec, a.work_dir, a.target)
+        try:
+            for variant in variants:
+                if variant in refused:
+                    rows.append(result_row(NotRun.of(spec, variant, a.target, REFUSED, refused[variant],
+                                                      a.min_sdma_bytes)))
+                    continue
+                res = run_case(prepared, variant, min_sdma_bytes=a.min_sdma_bytes, warmup=warmup, loops=loops,
+                               perf=a.perf, prof_pe=prof_pe, target=a.target, timeout_s=a.timeout,
+                               output_dir=folders[variant] if a.perf else None, fnpu=a.fnpu, fpe=a.fpe,
+                               ipport=next_ipport, chaos_seed=a.chaos)
+                rows.append(result_row(res))
+                bad += 0 if rows[-1].ok else 1
+                _report(res)
+            if getattr(a, "baseline", None):  # compare --baseline hccl
+                rows.append(_baseline_row(prepared, a))
+                bad += 0 if rows[-1].ok else 1
+        finally:
+            if a.work_dir is None:
+                prepared.cleanup()
+    print(table_text(rows))
+    if a.perf:
+        for variant in variants:
+            if variant not in refused:
+                _finish_perf(folders[variant], variant, [s.case_id for s in specs], prof_pe == "all", a.analyse)
+    return 0 if bad == 0 else 1
+
+
+def _finish_perf(folder: Path, variant: str, case_ids: list[str], summary: bool, analyse: str | None,
+                 note: str = "") -> None:
+    """After a perf run of ``variant``: the summary CSV (``--prof-pe all``), the ``-a`` analysis,
+    and one line per kind of file written in ``folder``; ``note`` titles modelled figures."""
+    ranks = rank_files(folder, variant)
+    print("perf CSV: " + ", ".join(str(p) for p in ranks))
+    if summary and ranks:
+        path = folder / perf_summary_name(variant)
+        write_summary_csv(ranks, path)
+        print(f"perf summary: {path}")
+    if not note:
+        print("sidecars: " + ", ".join(str(folder / counters_name(variant, c)) for c in dict.fromkeys(case_ids)))
+    if analyse == "plot":
+        from ..results.analysis import write_figures
+        print("figures: " + ", ".join(str(p) for p in write_figures(folder, variant, note)))
+    elif analyse == "md":
+        from ..results.analysis import write_report
+        print(f"report: {write_report(folder, variant, note)}")
+
+
+def _run_modelled(a: argparse.Namespace, variants: list[str], specs: list[CaseSpec], prof_pe, model) -> int:
+    """``--clock model:NAME``: price every case and variant on ``model`` (nothing is launched, only the
+    routing is drawn), print the table under its "modelled on" line, and with ``--perf`` write the
+    perf CSVs (and summary, -a) in the reference format under ``<output-dir>-model-<name>``."""
+    from ..case.case import make_case
+    from ..model.modelled import model_case
+    from ..run.outputs import perf_csv_name, write_perf_csv, read_perf_csv
+
+    for flag, given in (("--chaos", a.chaos is not None), ("--baseline", bool(getattr(a, "baseline", None)))):
+        if given:
+            raise ParameterError(f"{flag}: runs the kernel; --clock model:{model.name} prices it without running")
+    base = Path(f"{a.output_dir}-model-{model.name}")
+    folders = {v: variant_dir(base, v, separate=len(variants) > 1) for v in variants}
+    if a.perf:
+        for variant, folder in folders.items():
+            folder.mkdir(parents=True, exist_ok=True)
+            clear_outputs(folder, variant)
+    rows: list[ResultRow] = []
+    for spec in _progress(specs, "model"):
+        case = make_case(spec)
+        for variant in variants:
+            res = model_case(case, variant, model, a.min_sdma_bytes, prof_pe, a.warmup, a.loops)
+            rows.append(result_row(res))
+            if a.perf:
+                for pe in res.prof_pes:
+                    path = folders[variant] / perf_csv_name(variant, pe)
+                    old = read_perf_csv(path) if path.is_file() else None
+                    new = res.perf_rows(pe)
+                    write_perf_csv(new if old is None else pd.concat([old, new], ignore_index=True), path)
+    print(model.caption())
+    print(table_text(rows))
+    if a.perf:
+        for variant in variants:
+            _finish_perf(folders[variant], variant, [s.case_id for s in specs], prof_pe == "all", a.analyse,
+                         model.caption())
+    return 0
+
+
+def _baseline_row(prepared, a: argparse.Namespace) -> ResultRow:
+    """Run the all_to_all baseline on ``prepared`` (``--baseline hccl``: HCCL on npu, gloo on the
+    twin); its x_out mismatches go to stderr."""
+    from ..run.baseline import run_baseline
+
+    res = run_baseline(prepared, target=a.target, warmup=a.warmup, loops=a.loops, timeout_s=a.timeout, fnpu=a.fnpu)
+    for r, c in enumerate(res.checks):
+        if not c.ok:
+            print(f"x_out mismatch on PE {r} ({res.variant}): {c}", file=sys.stderr)
+    return result_row(res)

@@ -1,0 +1,30 @@
+"""``combine-lab compare``: classic and doubleplane on the same case files, side by side.
+
+    combine-lab compare -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 --routing trace:mixtral/arxiv/15
+    combine-lab compare ... --baseline hccl   # + torch.distributed all_to_all (HCCL; gloo on the twin)
+
+With ``--perf`` each variant's files go to their own folder, ``<output-dir>/classic/`` and
+``<output-dir>/doubleplane/``, so that a summariser reading one folder never mixes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..run.runner import VARIANTS
+from .cases import add_case_flags, run_variants
+
+
+def _compare(a: argparse.Namespace) -> int:
+    return run_variants(a, list(VARIANTS))
+
+
+def register(sub) -> None:
+    """Add ``compare`` to ``sub`` (argparse sub-parsers)."""
+    p = sub.add_parser("compare", add_help=False,
+                       help="run classic and doubleplane on the same case(s); --perf files in <output-dir>/classic "
+                            "and <output-dir>/doubleplane")
+    add_case_flags(p)
+    p.add_argument("--baseline", choices=["hccl"], default=None,
+                   help="also run torch.distributed all_to_all + weighted sum (HCCL on npu; gloo, CPU tensors, on cpu)")
+    p.set_defaults(handler=_compare)

@@ -1,0 +1,23 @@
+"""``combine-lab run``: one variant on a case or a sweep of cases, x_out checked, perf CSVs written.
+
+    combine-lab run -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 -type int32_t --routing trace:mixtral/arxiv/15
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..run.runner import VARIANTS
+from .cases import add_case_flags, run_variants
+
+
+def _run(a: argparse.Namespace) -> int:
+    return run_variants(a, [a.variant])
+
+
+def register(sub) -> None:
+    """Add ``run`` to ``sub`` (argparse sub-parsers)."""
+    p = sub.add_parser("run", add_help=False, help="run one variant on a case or a sweep, check x_out, profile")
+    add_case_flags(p)
+    p.add_argument("--variant", choices=list(VARIANTS), default="doubleplane", help="default doubleplane")
+    p.set_defaults(handler=_run)

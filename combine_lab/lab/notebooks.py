@@ -1,0 +1,236 @@
+"""Run the lab notebooks headless with papermill (what ``combine-lab notebooks`` does).
+
+Each notebook of ``notebooks/`` (``NN_name.ipynb``) is executed top to bottom on the
+Jupyter kernel ``python3`` with ``MPLBACKEND=Agg``; the executed copies, the figures
+(PNG) and what each notebook records (``<name>.record.json``, CSVs) are left in the
+output folder. The params file maps notebook names to their parameters; top-level keys
+that are not notebook names go to every notebook that declares them::
+
+    loops: 3                  # every notebook with a `loops` parameter
+    03_sweep:                 # or "sweep"
+      bs_list: [8, 16]
+      routings: [uniform, "zipf:1.2"]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import LabError
+from .records import RECORD_SUFFIX, default_output_dir
+
+__all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "declared_parameters", "split_params",
+           "run_notebooks", "KERNEL_NAME"]
+
+#: The Jupyter kernel the notebooks run on (``.ci/setup`` registers it).
+KERNEL_NAME = "python3"
+_NAME = re.compile(r"^(\d\d)_(.+)\.ipynb$")
+
+
+@dataclass
+class NotebookRun:
+    """Outcome of one headless notebook: ``name`` (stem), ``output`` (executed copy),
+    ``seconds`` (wall time), ``ok``, ``error`` (first line of the failure, '' when ok),
+    ``parameters`` (what was injected), ``record`` (its ``.record.json``, {} if none)."""
+
+    name: str
+    output: Path
+    seconds: float
+    ok: bool
+    error: str = ""
+    parameters: dict = field(default_factory=dict)
+    record: dict = field(default_factory=dict)
+
+
+def notebook_dir() -> Path:
+    """``$COMBINE_LAB_NOTEBOOKS`` if set, else ``<repository>/notebooks``."""
+    env = os.environ.get("COMBINE_LAB_NOTEBOOKS")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def find_notebooks(folder: str | os.PathLike | None = None, only: list[str] | None = None) -> list[Path]:
+    """The numbered notebooks ``NN_name.ipynb`` of ``folder`` (default :func:`notebook_dir`), in order.
+
+    ``only``: names to keep, each a stem (``03_sweep``) or the part after the number
+    (``sweep``). Raises LabError when the folder holds none or a name matches none.
+    """
+    folder = Path(folder) if folder is not None else notebook_dir()
+    found = sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb") if _NAME.match(p.name))
+    if not found:
+        raise LabError(f"{folder}: no notebooks NN_name.ipynb there (a source checkout has notebooks/)")
+    if only:
+        keep = []
+        for name in only:
+            hits = [p for p in found if name in (p.stem, _NAME.match(p.name).group(2))]
+            if not hits:
+                raise LabError(f"--only {name!r}: no such notebook; have {[p.stem for p in found]}")
+            keep += [p for p in hits if p not in keep]
+        found = sorted(keep)
+    return found
+
+
+def load_params(path: str | os.PathLike) -> dict:
+    """Read a params file: JSON (``.json``) or YAML (``.yaml``/``.yml``; others: JSON, then YAML).
+
+    Returns a dict. Raises LabError when the file is missing, unparsable or not a mapping.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise LabError(f"--params {path}: cannot read it ({e.strerror})") from None
+    data = None
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+            try:
+                data = json.loads(text) if path.suffix.lower() not in (".yaml", ".yml") else yaml.safe_load(text)
+            except ValueError:
+                data = yaml.safe_load(text)
+    except Exception as e:  # json.JSONDecodeError, yaml.YAMLError
+        raise LabError(f"--params {path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: "
+                        f"{str(e).splitlines()[0]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise LabError(f"--params {path}: must hold a mapping (name: value), not a {type(data).__name__}")
+    return data
+
+
+def declared_parameters(nb: str | os.PathLike) -> list[str]:
+    """The names a notebook declares in its ``parameters`` cell, in order, as papermill
+    reads them (``papermill.inspect_notebook``)."""
+    import papermill
+    return list(papermill.inspect_notebook(str(nb)).keys())
+
+
+def _did_you_mean(name: str, allowed) -> str:
+    import difflib
+    close = difflib.get_close_matches(str(name), list(allowed), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
+    """Parameters per notebook stem from a params mapping (see the module docstring).
+
+    Keys naming a notebook (stem or the part after the number) hold that notebook's
+    parameters; other keys go to every notebook that declares them in its ``parameters``
+    cell. Every name is checked against what papermill finds in the notebooks' parameters
+    cells (:func:`declared_parameters`), so that a misspelt name is refused here rather
+    than ignored by papermill with a warning.
+
+    Raises LabError (nothing has run yet) for a parameter a notebook does not declare::
+
+        params: 'bs_lst' is not a parameter of notebook 03_sweep (did you mean 'bs_list'?); its parameters: ...
+
+    for a top-level key no notebook declares, or a notebook entry that is not a mapping.
+    """
+    by_name = {}
+    for nb in notebooks:
+        by_name[nb.stem] = nb
+        by_name[_NAME.match(nb.name).group(2)] = nb
+    declared = {nb.stem: declared_parameters(nb) for nb in notebooks}
+    out: dict[str, dict] = {nb.stem: {} for nb in notebooks}
+    common = {}
+    for key, value in params.items():
+        if key in by_name:
+            if not isinstance(value, dict):
+                raise LabError(f"params[{key!r}]: must be a mapping of that notebook's parameters")
+            stem = by_name[key].stem
+            for name in value:
+                if name not in declared[stem]:
+                    raise LabError(f"params: {name!r} is not a parameter of notebook {stem}"
+                                    f"{_did_you_mean(name, declared[stem])}; its parameters: "
+                                    f"{', '.join(declared[stem])}")
+            out[stem].update(value)
+        else:
+            common[key] = value
+    for key, value in common.items():
+        takers = [stem for stem, names in declared.items() if key in names]
+        if not takers:
+            every = sorted(set().union(*declared.values()))
+            raise LabError(f"params: {key!r} is not a parameter of any notebook run "
+                            f"({', '.join(declared)}){_did_you_mean(key, every)}; their parameters: "
+                            f"{', '.join(every)}")
+        for stem in takers:
+            out[stem].setdefault(key, value)
+    return out
+
+
+def _kernel_config(socket_dir: str):
+    """Kernel manager settings for a headless run: the kernel talks to papermill over IPC
+    sockets in ``socket_dir`` (a private folder), not TCP ports. Over TCP ipykernel warns
+    at start that the traffic is unencrypted, once per notebook; over IPC there is nothing
+    to warn about, and the kernel's other messages still reach stderr."""
+    from traitlets.config import Config
+    cfg = Config()
+    cfg.KernelManager.transport = "ipc"
+    cfg.KernelManager.ip = os.path.join(socket_dir, "kernel")
+    return cfg
+
+
+def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None = None,
+                  only: list[str] | None = None, folder: str | os.PathLike | None = None,
+                  kernel_name: str = KERNEL_NAME, timeout_s: float = 600.0, log=None) -> list[NotebookRun]:
+    """Execute the notebooks headless with papermill; return one :class:`NotebookRun` each.
+
+    Args:
+        out_dir: where executed copies, figures and records go (created); default
+            :func:`combine_lab.lab.records.default_output_dir`. Passed to each notebook as ``output_dir``.
+        params: a params mapping (see :func:`split_params`).
+        only: notebook names to run (default all).
+        folder: notebook folder (default :func:`notebook_dir`).
+        kernel_name: Jupyter kernel; timeout_s: limit per cell, seconds.
+        log: callable taking one line of text per notebook (e.g. print), or None.
+
+    A failing notebook is reported (``ok`` False, ``error``), and the others still run.
+    Raises LabError for bad names or parameters (before anything runs or is created).
+    The kernel runs over IPC sockets in a private temporary folder (no TCP port, no
+    unencrypted-transport warning).
+    """
+    import papermill
+    notebooks = find_notebooks(folder, only)
+    per_nb = split_params(params or {}, notebooks)  # bad names or parameters: nothing created yet
+    out = Path(out_dir) if out_dir is not None else default_output_dir()
+    out = out.expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    old_backend = os.environ.get("MPLBACKEND")
+    os.environ["MPLBACKEND"] = "Agg"  # the kernel inherits it: no display needed
+    try:
+        for nb in notebooks:
+            p = {"output_dir": str(out), **per_nb[nb.stem]}
+            target = out / nb.name
+            t0 = time.perf_counter()
+            ok, error = True, ""
+            try:
+                with tempfile.TemporaryDirectory(prefix="combine_lab_kernel_") as sockets:
+                    papermill.execute_notebook(str(nb), str(target), parameters=p, kernel_name=kernel_name,
+                                               cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout_s,
+                                               config=_kernel_config(sockets))
+            except papermill.PapermillExecutionError as e:
+                ok, error = False, f"cell {e.exec_count}: {e.ename}: {e.evalue}"
+            except Exception as e:  # kernel died, timeout, missing kernel
+                ok, error = False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            seconds = time.perf_counter() - t0
+            record_path = out / f"{nb.stem}{RECORD_SUFFIX}"
+            record = json.loads(record_path.read_text()) if ok and record_path.is_file() else {}
+            run = NotebookRun(nb.stem, target, seconds, ok, error, p, record)
+            results.append(run)
+            if log is not None:
+                log(f"{nb.stem}: {'ok' if ok else 'FAILED'} in {seconds:.1f} s -> {target}"
+                    + (f"\n  {error}" if error else ""))
+    finally:
+        if old_backend is None:
+            os.environ.pop("MPLBACKEND", None)
+        else:
+            os.environ["MPLBACKEND"] = old_backend
+    return results

@@ -1,0 +1,180 @@
+"""Sweeps: run every case of a grid for both variants, repeatedly, and collect one tidy table.
+
+    grid = make_grid(pes=[2], bs=[64, 128], h=[8192, 16384], topk=[2], expert_per_pe=[2],
+                     routings=["uniform", "hot-expert:0.5"])
+    planned_shares(grid)                       # which cases send anything by SDMA, before running
+    tidy = run_sweep(grid, warmup=2, loops=20, repeats=5, prof_pe="all", csv_path="out/sweep.csv")
+    summary = tables.summarize(tidy); tables.losses(summary)   # from combine_lab.results import tables
+
+The tidy table, its summary and the speed-up convention (classic time / doubleplane time,
+above 1 when doubleplane is faster) belong to :mod:`combine_lab.results.tables`: each tidy
+row is a perf row with the run's :class:`~combine_lab.results.rows.ResultRow` beside it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..case.case import make_case
+from ..case.spec import CaseSpec
+from ..errors import ParameterError, SpecError
+from ..params import as_list
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, plan
+from ..results.rows import ERROR, REFUSED, NotRun, result_row
+from ..results.tables import TIDY_COLUMNS, tidy_rows, write_sweep_csv
+from ..run import build as build_mod
+from ..run import runner
+from ..run.launch import LaunchError
+
+__all__ = ["Grid", "make_grid", "planned_shares", "run_sweep"]
+
+
+@dataclass
+class Grid:
+    """The cases of a sweep: ``specs`` (valid CaseSpecs, in product order) and ``skipped``
+    (``(parameters, reason)`` for each invalid combination when skipping was asked for)."""
+
+    specs: list[CaseSpec]
+    skipped: list[tuple[dict, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+
+def make_grid(pes, bs, h, topk, expert_per_pe, routings, dtype="int32_t", seed: int = 42,
+              masked_fraction: float = 0.0, skip_invalid: bool = False) -> Grid:
+    """The product of the axes as CaseSpecs, every one validated before anything runs.
+
+    Each axis is a list, a single value, or a string as papermill ``-p`` passes it
+    (``"[8, 16]"``, ``"8,16"``); ``routings`` and ``dtype`` likewise hold strings.
+    Order: routing, dtype, pes, bs, h, topk, expert_per_pe (the last varies fastest).
+
+    Raises SpecError naming every invalid combination (for example topk > E with a
+    distinct routing), unless ``skip_invalid``: then they are listed in ``Grid.skipped``.
+    """
+    axes = {"routing": as_list(routings, str, "routings"), "dtype": as_list(dtype, str, "dtype"),
+            "pes": as_list(pes, int, "pes"), "bs": as_list(bs, int, "bs"), "h": as_list(h, int, "h"),
+            "topk": as_list(topk, int, "topk"), "expert_per_pe": as_list(expert_per_pe, int, "expert_per_pe")}
+    specs, skipped = [], []
+    for values in itertools.product(*axes.values()):
+        params = dict(zip(axes, values))
+        try:
+            specs.append(CaseSpec(seed=seed, masked_fraction=masked_fraction, **params))
+        except SpecError as e:
+            skipped.append((params, str(e)))
+    if skipped and not skip_invalid:
+        lines = "; ".join(f"{p}: {why}" for p, why in skipped[:5])
+        more = f" (and {len(skipped) - 5} more)" if len(skipped) > 5 else ""
+        raise SpecError(f"{len(skipped)} of {len(skipped) + len(specs)} sweep cases are invalid: {lines}{more}")
+    return Grid(specs, skipped)
+
+
+def planned_shares(specs, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> pd.DataFrame:
+    """What the planner would send by SDMA in each case, before anything runs.
+
+    ``specs``: CaseSpecs or a :class:`Grid`. One row per case: case_id, routing, pes, bs,
+    h, topk, expert_per_pe, payload_bytes, sdma_bytes (doubleplane plan, summed over PEs)
+    and sdma_share in [0, 1]. A case with sdma_share 0 sends exactly the same bytes with
+    both variants: a sweep learns nothing about doubleplane from it but the timing noise.
+    Draws the routing only (never the activations x), so it is quick.
+    """
+    if isinstance(specs, Grid):
+        specs = specs.specs
+    rows = []
+    for spec in specs:
+        t = plan(make_case(spec), "doubleplane", min_sdma_bytes=int(min_sdma_bytes)).totals
+        sdma, total = int(t["sdma_bytes"].sum()), int((t["mte_bytes"] + t["sdma_bytes"]).sum())
+        rows.append({"case_id": spec.case_id, "routing": spec.routing, "pes": spec.pes, "bs": spec.bs, "h": spec.h,
+                     "topk": spec.topk, "expert_per_pe": spec.expert_per_pe, "payload_bytes": total,
+                     "sdma_bytes": sdma, "sdma_share": sdma / total if total else 0.0})
+    return pd.DataFrame(rows, columns=["case_id", "routing", "pes", "bs", "h", "topk", "expert_per_pe",
+                                       "payload_bytes", "sdma_bytes", "sdma_share"])
+
+
+def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, target: str = "cpu",
+              min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES, prof_pe: int | str = 0, timeout_s: float = 120.0,
+              csv_path: str | os.PathLike | None = None, progress: bool = True) -> pd.DataFrame:
+    """Run classic and doubleplane on every spec, ``repeats`` times, and tidy the results.
+
+    Each case's files are written once; each repeat launches both variants on them
+    (:func:`combine_lab.run.runner.run_case`), the order alternating between repeats
+    (classic first, then doubleplane first, ...) so that neither always runs second.
+    The spread over repeats (quartiles) is what :func:`combine_lab.results.tables.summarize`
+    reports with every time; every repeat's times stay in the tidy table.
+
+    Args:
+        specs: CaseSpecs (e.g. ``make_grid(...).specs``) or a :class:`Grid`.
+        warmup, loops: launches before and during profiling, per run (loops >= 1).
+        repeats: runs of both variants per case (>= 1; 3 or more for a spread worth reading).
+        target: ``cpu`` (twin) or ``npu``; built once before the first case.
+        min_sdma_bytes: SDMA floor, bytes.
+        prof_pe: the PE profiled, or ``"all"`` (one launch per PE: pes times slower;
+            the summary then takes the slowest PE, which ends the combine).
+        timeout_s: limit per launch of all PEs, seconds.
+        csv_path: if given, the tidy table is written there (:func:`combine_lab.results.tables.write_sweep_csv`).
+        progress: show a tqdm progress bar (one step per case).
+
+    Returns:
+        The tidy DataFrame (:data:`~combine_lab.results.tables.TIDY_COLUMNS`), one row per
+        (case, repeat, variant, profiled PE, metric). A case whose run fails gets rows with
+        check ``ERROR`` for that repeat and the message in ``reason``, and no further repeats;
+        the sweep goes on. A variant this target refuses (doubleplane on an NPU with CANN <
+        9.0.0) gets rows with check ``REFUSED`` and the reason, once per case, and a warning.
+
+    Raises:
+        ParameterError: bad warmup/loops/repeats/prof_pe (before anything runs).
+        build.BuildError / TargetUnavailable: the target cannot be built.
+    """
+    if isinstance(specs, Grid):
+        specs = specs.specs
+    for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("repeats", repeats, 1)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
+            raise ParameterError(f"{label}={v!r}: must be an int >= {lo}")
+    build_mod.build(target)
+    from tqdm.auto import tqdm
+    refused = runner.refusals(target)
+    for why in refused.values():
+        warnings.warn(why, stacklevel=2)
+    runnable = [v for v in VARIANTS if v not in refused]
+    floor = int(min_sdma_bytes)
+    rows: list[dict] = []
+    kw = dict(warmup=int(warmup), loops=int(loops), target=target, min_sdma_bytes=floor, prof_pe=prof_pe,
+              timeout_s=timeout_s)
+
+    def not_run(spec, variant, check, reason, rep):
+        return tidy_rows(result_row(NotRun.of(spec, variant, target, check, reason, floor)), spec, repeat=rep)
+
+    for spec in tqdm(specs, desc="sweep", unit="case", disable=not progress):
+        for variant, why in refused.items():
+            rows += not_run(spec, variant, REFUSED, why, 0)
+        prepared = None
+        try:
+            prepared = runner.prepare_case(spec)
+            for rep in range(int(repeats)):
+                order = runnable if rep % 2 == 0 else runnable[::-1]
+                done: list[dict] = []
+                try:
+                    for variant in order:
+                        res = runner.run_case(prepared, variant, **kw)
+                        done += tidy_rows(result_row(res), spec, res.perf, rep)
+                except (LaunchError, OSError) as e:
+                    for variant in runnable:
+                        rows += not_run(spec, variant, ERROR, str(e).splitlines()[0], rep)
+                    break
+                rows += done
+        except OSError as e:  # the case files could not be written
+            for variant in runnable:
+                rows += not_run(spec, variant, ERROR, str(e).splitlines()[0], 0)
+        finally:
+            if prepared is not None:
+                prepared.cleanup()
+    tidy = pd.DataFrame(rows, columns=TIDY_COLUMNS)
+    if csv_path is not None:
+        write_sweep_csv(tidy, csv_path)
+    return tidy

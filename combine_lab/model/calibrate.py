@@ -1,0 +1,199 @@
+"""Fit a timing model's free parameters to measured times (``combine-lab calibrate``).
+
+Measurements come from perf CSVs in the reference format (combine-facts section 8: ours, or the
+reference run script's): each row gives a case (BS, H, TopK, ExpertPerPe, Npus, Dtype), a metric,
+the profiled PE and one time per core that recorded the frame. The model replays the same case
+(routing: the reference's uniform recipe unless told otherwise, since the CSV does not carry it)
+and the fit minimises the relative error of every core's time, in log space, with
+``scipy.optimize.least_squares`` within each free parameter's plausible range. The confidence of
+each fitted value is its standard error from the Jacobian at the optimum (relative, in %).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from ..case.case import Case, make_case
+from ..case.spec import CaseSpec
+from ..errors import ParameterError
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
+from ..run.outputs import read_perf_csv
+from .params import NpuModel
+from .replay import replay
+from .stream import CaseRows, case_rows
+
+
+@dataclass
+class Measurement:
+    """Measured per-core times of one (case, variant, metric) on profiled PE ``pe``:
+    ``times_us`` float64 [cores] in core order (idle cores left out); ``min_sdma_bytes`` of the
+    run; ``source`` names the file (and row) it came from."""
+
+    case: Case
+    variant: str
+    metric: str
+    pe: int
+    times_us: np.ndarray
+    min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES
+    source: str = ""
+
+
+_DTYPES = {"int32_t": "int32_t", "float16_t": "float16_t"}
+
+
+def variant_of_csv(path: str | Path) -> str:
+    """classic or doubleplane, from a perf CSV's file name (combine-facts section 8)."""
+    name = Path(path).name
+    if "doubleplane" in name:
+        return "doubleplane"
+    if re.match(r"combine_(classic_)?perf_", name):
+        return "classic"
+    raise ParameterError(f"{path}: not a perf CSV name (combine_perf_rank<r>.csv, combine_doubleplane_perf_rank<r>.csv, "
+                         "or their _summary.csv)")
+
+
+def measurements_from_csvs(paths: list[str | Path], routing: str = "uniform", seed: int = 42,
+                           min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> list[Measurement]:
+    """One :class:`Measurement` per (row) of the perf CSVs at ``paths``; cases are remade from
+    their shape with ``routing`` and ``seed`` (the reference's recipe: uniform, 42).
+
+    Raises:
+        ParameterError: a file name that is not a perf CSV, a dtype other than int32_t /
+            float16_t, or a summary row (ProfPe 'max') whose PE is unknown.
+        ResultFileError: a file that is not a perf CSV (read_perf_csv).
+    """
+    out, cases = [], {}
+    for path in paths:
+        variant = variant_of_csv(path)
+        df = read_perf_csv(path)
+        for i, r in df.iterrows():
+            dtype = _DTYPES.get(str(r["Dtype"]))
+            if dtype is None:
+                raise ParameterError(f"{path}: row {i}: Dtype={r['Dtype']!r}: int32_t or float16_t")
+            try:
+                pe = int(r["ProfPe"])
+            except (TypeError, ValueError):
+                raise ParameterError(f"{path}: row {i}: ProfPe={r['ProfPe']!r}: calibrate from per-rank files "
+                                     "(combine_*perf_rank<r>.csv), not summaries") from None
+            key = (int(r["Npus"]), int(r["BS"]), int(r["H"]), int(r["TopK"]), int(r["ExpertPerPe"]), dtype)
+            if key not in cases:
+                pes, bs, h, topk, epp, dt = key
+                cases[key] = make_case(CaseSpec(pes=pes, bs=bs, h=h, topk=topk, expert_per_pe=epp, dtype=dt,
+                                                routing=routing, seed=seed))
+            times = np.asarray(r["core_times_us"], dtype=np.float64)
+            out.append(Measurement(cases[key], variant, str(r["Metric"]), pe, times, min_sdma_bytes,
+                                   f"{Path(path).name}:{i}"))
+    return out
+
+
+@dataclass
+class Calibration:
+    """A fit: ``model`` with the fitted values; ``params`` (DataFrame: name, start, value, unit,
+    std_err_pct); ``cases`` (DataFrame per measurement: source, case_id, variant, metric, pe,
+    measured_us, modelled_us, error_pct of the core-max time, rms_core_error_pct)."""
+
+    model: NpuModel
+    params: pd.DataFrame
+    cases: pd.DataFrame
+    cost: float
+
+    def report(self) -> str:
+        """The fit as text: one line per parameter, then per measurement."""
+        p = self.params.to_string(index=False, formatters={"start": "{:.4g}".format, "value": "{:.4g}".format,
+                                                           "std_err_pct": lambda v: "n/a" if not np.isfinite(v)
+                                                           else f"{v:.2f}"})
+        c = self.cases.to_string(index=False, float_format=lambda v: f"{v:.3f}")
+        return f"{self.model.caption()}\n\nfitted parameters:\n{p}\n\nper measurement:\n{c}"
+
+
+def _pairs(model: NpuModel, rows: dict[int, CaseRows], meas: list[Measurement], cores: str = "all"):
+    """(modelled, measured) per-core times of each measurement, matched core by core (or, where a
+    file left idle cores out, largest to largest), over the cores the model gives work to; with
+    ``cores="max"`` only the CoreMaxTime of each."""
+    out, cache = [], {}
+    for m in meas:
+        k = (id(m.case), m.variant, m.min_sdma_bytes)
+        if k not in cache:
+            r = rows[id(m.case)]
+            cache[k] = replay(r, r.sdma(m.variant, m.min_sdma_bytes), model)
+        pred = getattr(cache[k], m.metric)[m.pe]
+        got = m.times_us
+        if len(pred) != len(got):
+            n = min(len(pred), len(got))
+            pred, got = np.sort(pred)[-n:], np.sort(got)[-n:]
+        if cores == "max":
+            out.append((pred.max(keepdims=True), got.max(keepdims=True)))
+            continue
+        busy = pred > 0  # a core with no rows records no comm_only time worth fitting
+        out.append((pred[busy], got[busy]))
+    return out
+
+
+def calibrate(model: NpuModel, meas: list[Measurement], free: list[str] | None = None,
+              cores: str = "all") -> Calibration:
+    """Fit ``free`` parameters (default: the model's assumed, fittable ones) to ``meas``.
+
+    Residuals are log(modelled / measured) per core time (``cores="all"``), or of each
+    measurement's CoreMaxTime only (``cores="max"``: for a host whose cores are threads sharing a
+    few CPUs, where one core's time is mostly its scheduling); values stay within each
+    parameter's range (or a factor 100 of the start where none is given).
+
+    Raises:
+        ParameterError: no measurements, ``cores`` not all/max, or a free name that is not a
+            parameter of the model.
+    """
+    if not meas:
+        raise ParameterError("no measurements to calibrate from")
+    if cores not in ("all", "max"):
+        raise ParameterError(f"cores={cores!r}: all or max")
+    free = list(model.fittable if free is None else free)
+    unknown = [f for f in free if f not in model.params]
+    if unknown:
+        raise ParameterError(f"free parameter(s) {unknown}: one of {list(model.params)}")
+    rows = {}
+    for m in meas:
+        if id(m.case) not in rows:
+            rows[id(m.case)] = case_rows(m.case, model.soc)
+    lo, hi, x0 = [], [], []
+    for f in free:
+        p = model.params[f]
+        a, b = p.range if p.range else (p.value / 100, p.value * 100)
+        lo.append(math.log(a))
+        hi.append(math.log(b))
+        x0.append(min(max(math.log(p.value), math.log(a)), math.log(b)))
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        mod = model.with_values(**{f: math.exp(v) for f, v in zip(free, x)})
+        return np.concatenate([np.log(p / np.maximum(g, 1e-9)) for p, g in _pairs(mod, rows, meas, cores)])
+
+    fit = least_squares(residuals, np.array(x0), bounds=(np.array(lo), np.array(hi)), x_scale="jac", method="trf")
+    fitted = model.with_values(**{f: math.exp(v) for f, v in zip(free, fit.x)})
+    dof = max(len(fit.fun) - len(free), 1)
+    s2 = float(fit.fun @ fit.fun) / dof
+    try:
+        cov = np.linalg.pinv(fit.jac.T @ fit.jac) * s2
+        std = np.sqrt(np.clip(np.diag(cov), 0, None))  # in log units: relative error
+    except np.linalg.LinAlgError:
+        std = np.full(len(free), np.nan)
+    # A parameter these measurements do not depend on (its column of the Jacobian is zero: e.g. a
+    # rate above a bandwidth that caps it) has no confidence at all, whatever the algebra says.
+    blind = np.linalg.norm(fit.jac, axis=0) < 1e-9 * max(float(np.linalg.norm(fit.jac)), 1e-300)
+    std = np.where(blind, np.inf, std)
+    params = pd.DataFrame({"name": free, "start": [model[f] for f in free], "value": [fitted[f] for f in free],
+                           "unit": [model.params[f].unit for f in free], "std_err_pct": 100 * std,
+                           "note": ["no effect on these measurements" if b else "" for b in blind]})
+    recs = []
+    for (p, g), m in zip(_pairs(fitted, rows, meas, cores), meas):
+        mx, px = float(np.max(g, initial=0.0)), float(np.max(p, initial=0.0))
+        core_err = np.log(p / np.maximum(g, 1e-9))
+        recs.append({"source": m.source, "case_id": m.case.spec.case_id, "variant": m.variant, "metric": m.metric,
+                     "pe": m.pe, "measured_us": mx, "modelled_us": px, "error_pct": 100 * (px - mx) / max(mx, 1e-9),
+                     "rms_core_error_pct": 100 * float(np.sqrt(np.mean(core_err ** 2))) if len(core_err) else 0.0})
+    return Calibration(fitted, params, pd.DataFrame(recs), float(fit.cost))

@@ -1,0 +1,87 @@
+"""A modelled run: what ``combine-lab run|compare --clock model:<name>`` shows instead of a
+launch. Nothing is launched and no payload is made (only the routing is drawn), so any shape
+the planner takes is priced; the times are the model's (:mod:`.replay`) and say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..case.case import Case
+from ..errors import ParameterError
+from ..planning.cores import kernel_constant
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan
+from ..planning.planner import plan as make_plan
+from ..run.outputs import PERF_COLUMNS, gib_per_s
+from .params import NpuModel
+from .replay import ModelledTimes, replay
+from .stream import case_rows
+
+#: ``ResultRow.check`` of a modelled run: nothing ran, so nothing was checked.
+MODELLED = "MODEL"
+
+
+@dataclass
+class ModelledResult:
+    """One variant of one case on a model: ``times`` (per PE and core, us), the ``plan``, the
+    ``model`` and the run parameters a perf row records (prof_pes, warmup, loops)."""
+
+    case: Case
+    variant: str
+    min_sdma_bytes: int
+    model: NpuModel
+    plan: Plan
+    times: ModelledTimes
+    prof_pes: list[int]
+    warmup: int
+    loops: int
+
+    @property
+    def caption(self) -> str:
+        return self.model.caption()
+
+    def time_us(self, metric: str) -> float:
+        """CoreMaxTime/us of ``metric``, mean over the profiled PEs (as RunResult reports it)."""
+        return float(np.mean([self.times.time_us(metric, pe) for pe in self.prof_pes]))
+
+    def perf_rows(self, pe: int) -> pd.DataFrame:
+        """The perf rows (full_op, comm_only) of profiled PE ``pe`` in :func:`read_perf_csv` form, as
+        the driver would write them (combine-facts section 8), with the modelled per-core times."""
+        s = self.case.spec
+        data = s.bs * s.topk * s.h * s.itemsize
+        recs = []
+        for metric in ("full_op", "comm_only"):
+            cores = getattr(self.times, metric)[pe]
+            core_max = float(cores.max())
+            recs.append({"DataSize/B": data, "Npus": s.pes, "Blocks": self.times.block_dim, "UBsize/KB": kernel_constant("kUbMteStageBytes") // 1024,
+                         "Bandwidth/GB/s": gib_per_s(data * s.pes, core_max), "CoreMaxTime/us": core_max,
+                         "Metric": metric, "GlobalDataSize/B": data * s.pes,
+                         "PerPeBandwidth/GB/s": gib_per_s(data, core_max), "BS": s.bs, "H": s.h, "TopK": s.topk,
+                         "ExpertPerPe": s.expert_per_pe, "Dtype": s.dtype, "Warmup": self.warmup, "Loops": self.loops,
+                         "ProfPe": pe, "CaseId": s.case_id, "core_times_us": tuple(float(t) for t in cores)})
+        return pd.DataFrame(recs, columns=PERF_COLUMNS + ["core_times_us"])
+
+
+def model_case(case: Case, variant: str, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
+               prof_pe: int | str = 0, warmup: int = 5, loops: int = 50) -> ModelledResult:
+    """Price ``variant`` of ``case`` on ``model`` (a run_case without the run).
+
+    Raises:
+        ParameterError: a variant other than classic/doubleplane (the planner's), or a prof_pe
+            that is not 'all' or a PE of the case.
+    """
+    plan = make_plan(case, variant, min_sdma_bytes=min_sdma_bytes)
+    pes = case.spec.pes
+    if prof_pe == "all":
+        prof_pes = list(range(pes))
+    elif isinstance(prof_pe, (int, np.integer)) and not isinstance(prof_pe, bool) and 0 <= prof_pe < pes:
+        prof_pes = [int(prof_pe)]
+    else:
+        raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {pes - 1}]")
+    rows = case_rows(case, model.soc)
+    sdma = (plan.segments["plane"].to_numpy() == "SDMA").reshape(pes, -1)
+    return ModelledResult(case, variant, int(min_sdma_bytes), model, plan, replay(rows, sdma, model), prof_pes,
+                          warmup, loops)

@@ -1,0 +1,254 @@
+"""Modelled time of one launch: the kernel's operation stream (:mod:`.stream`) replayed in
+virtual time on a model of the planes (:mod:`.params`), per PE and AIV core, as the profiling
+frames delimit ``comm_only`` (stage 1) and ``full_op`` (through the closing core barrier).
+
+The model, run by run (times in microseconds; bytes per microsecond = GB/s * 1e3):
+
+- **MTE put** of a row: GM -> UB at ``core_gm_GBps`` (a), then UB -> destination (b) at
+  ``core_gm_GBps`` to the core's own PE, or ``min(mte_remote_GBps, link_GBps)`` to another, plus
+  ``mte_put_us``. Two staging buffers in turn make a run of n puts a two-stage pipeline:
+  ``a + b + (n - 1) * max(a, b)``.
+- **quiet**: waits for the payload, then ``quiet_us``. **Status flags**: ``flag_us`` each at the
+  core; flag i lands at its owner ``flag_latency_us`` after it is issued.
+- **SDMA put**: ``sdma_issue_us`` of core time; the PE's ``sdma_engines`` serve the calls
+  (``ceil(bytes / 1 MiB)`` SQEs of ``sdma_sqe_us`` each, plus bytes at
+  ``min(sdma_GBps, link_GBps)``), round-robin across the cores that issued them. An SDMA quiet
+  (after every 256 issues, and before the SDMA rows' flags) waits for this core's calls, plus
+  ``sdma_quiet_us``.
+- **Links and egress** are shared fairly: one link per ordered PE pair at ``link_GBps`` one way,
+  all usable at once (a full mesh), each PE sending at most ``egress_GBps`` in all. Senders (a
+  core's MTE writes, the engines' SDMA) progress at equal shares, so a sender that has moved X
+  bytes cannot be done before the link (or egress) moved X of its own and up to X of every
+  other sender's bytes: ``sum(min(bytes_k, X)) / bandwidth``, a bound on its completion.
+- **Stage 2**, per token of a core's block: wait for the last of its valid slots' flags
+  (``wait_us`` per slot polled), then read each valid row (``core_gm_GBps``), cast, scale and add
+  it (``h / vec_elems_per_us``), and write x_out (one row); then ``barrier_us`` after the
+  slowest core of the PE.
+
+Deterministic, and monotone by construction (every time is sums and maxima of costs that grow
+with bytes and shrink with bandwidth). Approximations, said where times are shown: a row larger
+than a staging buffer overlaps its chunks as if whole; HBM contention and the cache work are in
+the per-operation costs; the engines' round-robin ignores when each core issues.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .params import NpuModel
+from .stream import SDMA_QUIET_EVERY, SQE_BYTES, CaseRows
+
+#: What-if modes of the SDMA calls: one per row (the kernel today) or one per segment laid out
+#: contiguously, one SQE per MiB (a variant not built: ``combine-lab suggest --what-if``).
+SDMA_MODES = ("row", "segment")
+
+
+@dataclass
+class ModelledTimes:
+    """Modelled per-core times of one launch: ``comm_only`` and ``full_op``, float64 [pes,
+    block_dim] in microseconds; ``caption``: the model's "modelled on ..." line."""
+
+    comm_only: np.ndarray
+    full_op: np.ndarray
+    block_dim: int
+    caption: str
+
+    def core_max(self, metric: str) -> np.ndarray:
+        """float64 [pes]: CoreMaxTime/us of each PE for ``metric`` (comm_only or full_op)."""
+        return getattr(self, metric).max(axis=1)
+
+    def time_us(self, metric: str, pe: int = 0) -> float:
+        """CoreMaxTime/us of ``pe`` for ``metric``, as the profiled PE reports it."""
+        return float(self.core_max(metric)[pe])
+
+
+def _rate(gbps) -> float:
+    return float(gbps) * 1e3  # bytes per microsecond
+
+
+def _group_scan(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running maximum of ``values`` restarting at each new ``group`` (sorted ascending); -inf
+    entries come out below 0 (every time here is >= 0, so they never win a max with one)."""
+    if len(values) == 0:
+        return values
+    finite = np.isfinite(values)
+    lo = min(float(values[finite].min(initial=0.0)), 0.0) - 1.0
+    hi = float(values[finite].max(initial=0.0))
+    lift = (hi - lo + 1.0) * group  # a later group always starts above every earlier value
+    return np.maximum.accumulate(np.where(finite, values, lo) + lift) - lift
+
+
+def _grouped_cumsum(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Inclusive cumulative sum of ``values`` restarting at each new ``group`` (sorted)."""
+    c = np.cumsum(values)
+    first = np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, dtype=bool)
+    base = np.maximum.accumulate(np.where(first, c - values, -np.inf)) if len(c) else c
+    return c - base
+
+
+def _fair_moved(owner: np.ndarray, totals: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """For each query i: sum over the senders k of PE ``owner[i]`` of ``min(totals[owner, k], x[i])``.
+    ``totals``: float [pes, senders] bytes each sender moves in all."""
+    P, K = totals.shape
+    srt = np.sort(totals, axis=1)
+    pre = np.concatenate([np.zeros((P, 1)), np.cumsum(srt, axis=1)], axis=1)
+    span = float(srt.max(initial=0.0)) + 1.0
+    flat = (np.arange(P)[:, None] * span + srt).ravel()
+    below = np.searchsorted(flat, owner * span + x, side="right") - owner * K  # senders with totals <= x
+    return pre[owner, below] + (K - below) * x
+
+
+def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, block_dim: int, epp: int,
+           row_bytes: int, model: NpuModel, sdma_mode: str = "row") -> tuple[np.ndarray, np.ndarray]:
+    """Stage 1 of the PEs whose segment counts are the rows of ``counts`` (float/int [V, epp*pes]),
+    with SDMA segments ``sdma`` (bool [V, epp*pes]); row v stands for PE ``pe_of[v]`` of a launch of
+    ``pes`` PEs. Stage 1 of a PE depends on nothing outside it, so rows may repeat a PE under
+    other plans (``combine-lab suggest`` prices many thresholds at once this way).
+
+    Returns (comm_only float64 [V, block_dim] in us, flag_start float64 [V*epp*pes]: when each
+    segment's first status flag is issued)."""
+    if sdma_mode not in SDMA_MODES:
+        raise ValueError(f"sdma_mode={sdma_mode!r}: one of {SDMA_MODES}")
+    V, S = counts.shape
+    P, B, row, m = pes, block_dim, float(row_bytes), model
+    link, egress = _rate(m["link_GBps"]), _rate(m["egress_GBps"])
+    n = counts.ravel().astype(np.float64)
+    sd = sdma.ravel().astype(bool)
+    v = np.repeat(np.arange(V), S)
+    seg = np.tile(np.arange(S), V)
+    src = seg % P
+    remote = src != np.asarray(pe_of)[v]
+    core = v * B + src % B                       # global core id of the segment's sender
+    order = (src // B) * epp + seg // P          # the segment's place in its core's loops
+    nbytes = n * row
+    # Segments by core, then loop order: the same permutation within every row, rows in turn.
+    local = np.lexsort(((np.arange(S) % P // B) * epp + np.arange(S) // P, np.arange(S) % P % B))
+    key = (np.arange(V)[:, None] * S + local[None, :]).ravel()
+    ks_core = core[key]
+
+    # Bytes per link (pe -> src) and per sender; a PE's senders: its B cores (MTE), its engines (SDMA).
+    pair = v * P + src
+    link_mte = np.bincount(pair, weights=nbytes * (remote & ~sd), minlength=V * P)
+    link_sdma = np.bincount(pair, weights=nbytes * sd, minlength=V * P)
+    core_remote = np.bincount(core, weights=nbytes * (remote & ~sd), minlength=V * B).reshape(V, B)
+    pe_sdma = np.bincount(v, weights=nbytes * sd, minlength=V)
+    senders = np.concatenate([core_remote, pe_sdma[:, None]], axis=1)  # [V, B + 1]
+    owner = np.repeat(np.arange(V), B)
+
+    # ---- SDMA calls: per core, in loop order; the engines go round-robin across the PE's cores ----
+    sdma_rate = min(_rate(m["sdma_GBps"]), link)
+    engines = m["sdma_engines"]
+    if sdma_mode == "row":  # every call the same: one row
+        ops = np.where(sd, n, 0.0)
+        n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
+        per_op = np.ceil(row / SQE_BYTES) * m["sdma_sqe_us"] + row / sdma_rate
+
+        def round_robin(k: np.ndarray, per: float) -> np.ndarray:
+            """[V, B]: the engines' work (or bytes, ``per`` of each call) when core c's first
+            k[v, c] calls are done: every core c' of the PE contributes min(n_c', k) calls."""
+            return _fair_moved(owner, n_c, k.ravel()).reshape(V, B) * per
+
+        work_done = lambda k: round_robin(k, per_op)   # noqa: E731
+        bytes_done = lambda k: round_robin(k, row)     # noqa: E731
+    else:  # one call per segment, of its own size
+        ops = np.where(sd & (n > 0), 1.0, 0.0)
+        n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
+        work = np.where(sd, np.ceil(nbytes / SQE_BYTES) * m["sdma_sqe_us"] + nbytes / sdma_rate, 0.0) * ops
+        k_ops, k_work, k_bytes = ops[key], work[key], (nbytes * ops)[key]
+        seg_end = _grouped_cumsum(ks_core, k_ops)
+        work_end, bytes_end = _grouped_cumsum(ks_core, k_work), _grouped_cumsum(ks_core, k_bytes)
+        span = float(n.sum() + 2)
+        peers = np.broadcast_to(np.arange(V)[:, None, None] * B + np.arange(B)[None, None, :], (V, B, B)).ravel()
+
+        def served(k: np.ndarray, ends: np.ndarray, amount: np.ndarray) -> np.ndarray:
+            if len(ks_core) == 0:
+                return np.zeros((V, B))
+            kk = np.minimum(n_c[:, None, :], k[:, :, None]).ravel()
+            at = np.minimum(np.searchsorted(ks_core * span + seg_end, peers * span + kk, side="left"),
+                            len(ks_core) - 1)
+            got = np.where((ks_core[at] == peers) & (kk > 0) & (k_ops[at] > 0), ends[at], 0.0)
+            return got.reshape(V, B, B).sum(axis=2)  # kk counts whole calls: a segment is one
+
+        work_done = lambda k: served(k, work_end, k_work)     # noqa: E731
+        bytes_done = lambda k: served(k, bytes_end, k_bytes)  # noqa: E731
+
+    t = np.zeros((V, B))
+    gates = (n_c // SDMA_QUIET_EVERY).astype(np.int64)
+    for j in range(1, int(gates.max(initial=0)) + 1):
+        done = m["sdma_issue_us"] + work_done(np.full((V, B), float(j * SDMA_QUIET_EVERY))) / engines
+        t = np.where(gates >= j, np.maximum(t + SDMA_QUIET_EVERY * m["sdma_issue_us"], done) + m["sdma_quiet_us"], t)
+    t = t + (n_c - gates * SDMA_QUIET_EVERY) * m["sdma_issue_us"]
+    engine_done = m["sdma_issue_us"] + work_done(n_c) / engines
+    # Fair-share bounds of the SDMA calls: their links (each core's dsts) and the PE's egress.
+    sdma_link = np.where(sd, (link_sdma + np.minimum(link_sdma, link_mte))[pair] / link, 0.0)
+    link_bound = np.zeros(V * B)
+    np.maximum.at(link_bound, core, sdma_link)
+    egress_bound = np.where(n_c > 0, _fair_moved(owner, senders, bytes_done(n_c).ravel()).reshape(V, B) / egress, 0.0)
+    sdma_done = np.maximum.reduce([engine_done, link_bound.reshape(V, B), egress_bound])
+
+    # ---- MTE segments in loop order: pipeline, then (payload done, within the bounds) quiet, flags ----
+    a = row / _rate(m["core_gm_GBps"])
+    b = row / np.where(remote, min(_rate(m["mte_remote_GBps"]), link), _rate(m["core_gm_GBps"])) + m["mte_put_us"]
+    is_mte = ~sd & (n > 0)
+    pipe = np.where(is_mte, a + b + (n - 1) * np.maximum(a, b), 0.0)
+    tail = np.where(is_mte, m["quiet_us"] + n * m["flag_us"], 0.0)
+    k_mte_remote = np.where(is_mte & remote, nbytes, 0.0)[key]
+    to_dst = _grouped_cumsum(ks_core * P + src[key], k_mte_remote)  # the core's MTE bytes to this dst so far
+    so_far = _grouped_cumsum(ks_core, k_mte_remote)                 # its remote MTE bytes so far
+    k_pair = pair[key]
+    bound = np.where(is_mte[key] & remote[key],
+                     np.maximum((to_dst + np.minimum(to_dst, link_sdma[k_pair])) / link,
+                                _fair_moved(v[key], senders, so_far) / egress), -np.inf)
+    start = t.ravel()[ks_core]                                      # after the SDMA issue phase
+    D = pipe[key] + tail[key]
+    C = _grouped_cumsum(ks_core, D)
+    lead = _group_scan(ks_core, np.where(is_mte[key], start + bound + tail[key] - C, -np.inf))
+    end = C + np.maximum(start, lead)
+    payload_done = np.empty(len(n))
+    payload_done[key] = end - tail[key]
+    mte_end = np.full(V * B, -np.inf)
+    np.maximum.at(mte_end, ks_core, np.where(is_mte[key], end, -np.inf))
+    any_mte = np.isfinite(mte_end).reshape(V, B)
+    t = np.where(any_mte, mte_end.reshape(V, B) + m["quiet_us"], t)
+    flag_start = payload_done + m["quiet_us"]
+
+    # ---- SDMA tail: wait for this core's calls, then the SDMA rows' flags in loop order ----
+    has_sdma = n_c > 0
+    t = np.where(has_sdma, np.maximum(t, sdma_done) + m["sdma_quiet_us"], t)
+    sdma_rows = np.where(sd, n, 0.0)[key]
+    before = _grouped_cumsum(ks_core, sdma_rows) - sdma_rows
+    sdma_flag_start = np.empty(len(n))
+    sdma_flag_start[key] = t.ravel()[ks_core] + before * m["flag_us"]
+    rows_c = np.bincount(core, weights=np.where(sd, n, 0.0), minlength=V * B).reshape(V, B)
+    comm_only = t + np.where(has_sdma, rows_c * m["flag_us"] + m["quiet_us"], 0.0)
+    return comm_only, np.where(sd, sdma_flag_start, flag_start)
+
+
+def replay(rows: CaseRows, sdma: np.ndarray, model: NpuModel, sdma_mode: str = "row") -> ModelledTimes:
+    """Replay the kernel's stream for plan ``sdma`` (bool [pes, epp*pes]) on ``model``.
+
+    Returns :class:`ModelledTimes`. Raises ValueError for an unknown ``sdma_mode``.
+    """
+    P, S, B, m = rows.pes, rows.counts.shape[1], rows.block_dim, model
+    row = float(rows.row_bytes)
+    comm_only, flag_start = stage1(rows.counts, sdma, np.arange(P), P, B, rows.epp, rows.row_bytes, m, sdma_mode)
+
+    # ---- Stage 2: every slot's flag landing, each token's last one, a scan per core ----
+    land = flag_start[rows.dest * S + rows.seg] + (rows.pos + 1) * m["flag_us"] + m["flag_latency_us"]
+    arrive = np.full(P * rows.bs * rows.topk, -np.inf)
+    arrive[rows.owner * rows.bs * rows.topk + rows.slot] = land
+    arrive = arrive.reshape(P, rows.bs, rows.topk).max(axis=2)
+    nv = rows.valid.sum(axis=2).astype(np.float64)
+    read = row / _rate(m["core_gm_GBps"])
+    work = nv * (read + rows.h / m["vec_elems_per_us"] + m["wait_us"]) + read
+    per = -(-rows.bs // B)
+    pad = B * per - rows.bs
+    arrive = np.pad(arrive, ((0, 0), (0, pad)), constant_values=-np.inf).reshape(P, B, per)
+    work = np.pad(work, ((0, 0), (0, pad))).reshape(P, B, per)
+    S_ = np.cumsum(work, axis=2)
+    lead2 = np.maximum.accumulate(arrive - (S_ - work), axis=2)
+    end2 = S_[:, :, -1] + np.maximum(comm_only, lead2[:, :, -1])
+    full_op = np.repeat(end2.max(axis=1, keepdims=True) + m["barrier_us"], B, axis=1)
+    return ModelledTimes(comm_only, full_op, B, model.caption())

@@ -1,0 +1,129 @@
+"""What a run needs in /dev/shm, memory and disk, checked before anything is written or launched.
+
+The twin's symmetric heap per PE mirrors host/combine_host.cpp (local_mem_size: the
+window plus 1 MiB, in 2 MiB units; kernels/combine_kernel.h window_layout) and
+host/twin/twin_heap.cpp (a quarter more for the protocol checker's shadows).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from ..case.spec import CaseSpec
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+class CapacityError(ValueError):
+    """The case is valid but does not fit this machine; the message gives the resource, the
+    bytes needed and the bytes available."""
+
+
+STATUS_SLOT_BYTES = 32
+
+
+def window_geometry(spec: CaseSpec) -> dict:
+    """The symmetric window of one PE (combine-facts section 5), all sizes in bytes.
+
+    Returns ``{"slots": bs*topk, "row_bytes": h*sizeof(T), "slot_stride": align_up(row_bytes, 32),
+    "payload_bytes": slots*slot_stride, "status_offset": payload_bytes, "status_slot_bytes": 32,
+    "window_bytes": payload_bytes + slots*32}``. Slot ``token_id*topk + topk_id`` holds that
+    (token, choice)'s expert output at ``slot*slot_stride`` and its ready flag at
+    ``status_offset + slot*32``.
+    """
+    slots = spec.bs * spec.topk
+    stride = -(-spec.row_bytes // 32) * 32
+    payload = slots * stride
+    return {"slots": slots, "row_bytes": spec.row_bytes, "slot_stride": stride, "payload_bytes": payload,
+            "status_offset": payload, "status_slot_bytes": STATUS_SLOT_BYTES,
+            "window_bytes": payload + slots * STATUS_SLOT_BYTES}
+
+
+def window_bytes(spec: CaseSpec) -> int:
+    """One PE's symmetric window as the driver allocates it, bytes: the payload and status
+    slots of :func:`window_geometry` (kernels/combine_kernel.h window_layout)."""
+    return window_geometry(spec)["window_bytes"]
+
+
+def twin_heap_bytes(spec: CaseSpec) -> int:
+    """One PE's share of the twin's shared-memory segment, bytes."""
+    user = (window_bytes(spec) + MiB + 2 * MiB - 1) // (2 * MiB) * (2 * MiB)
+    return user + (user // 4 + 64 * 1024 + 4095) // 4096 * 4096
+
+
+@dataclass(frozen=True)
+class Needs:
+    """Bytes a run needs: ``shm`` (twin segment), ``memory`` (PE processes, beyond shm),
+    ``disk`` (case files actually written; padding rows are a sparse tail)."""
+
+    shm: int
+    memory: int
+    disk: int
+
+
+def needs(spec: CaseSpec, rows_per_pe: list[int] | None = None) -> Needs:
+    """Estimate what running ``spec`` takes. ``rows_per_pe``: received rows per PE (default:
+    the worst case, capacity_rows for every PE)."""
+    rows = rows_per_pe if rows_per_pe is not None else [spec.capacity_rows] * spec.pes
+    shm = 4096 + spec.pes * twin_heap_bytes(spec)
+    # Each PE holds its used expand_x rows twice (host copy, device copy) and x_out twice.
+    memory = sum(2 * r * spec.row_bytes + 2 * spec.bs * spec.row_bytes for r in rows)
+    small = spec.capacity_rows * 12 + spec.bs * spec.topk * 8 + spec.bs * spec.row_bytes
+    disk = sum(r * spec.row_bytes + small for r in rows)
+    return Needs(shm, memory, disk)
+
+
+def mem_available() -> int:
+    """Memory available to new processes without swapping, bytes (MemAvailable on Linux)."""
+    return int(psutil.virtual_memory().available)
+
+
+def check_capacity(spec: CaseSpec, work_dir: str | os.PathLike | None, rows_per_pe: list[int] | None = None,
+                   target: str = "cpu", draws_x: bool = False) -> Needs:
+    """Refuse a case that cannot fit, before anything is drawn, written or launched.
+
+    Args:
+        rows_per_pe: received rows per PE when the routing is known; default: the
+            pes*bs*topk slots spread evenly (the total is what the memory and disk need).
+        draws_x: the case is still to be made in this process, so x (T [pes, bs, h]) and
+            one rank's arrays must fit in memory too.
+
+    Raises:
+        CapacityError: /dev/shm (twin), memory or the work folder's disk is too small; the
+            message names the resource, the bytes needed and the bytes available.
+    """
+    if rows_per_pe is None:
+        rows_per_pe = [spec.bs * spec.topk] * spec.pes
+    n = needs(spec, rows_per_pe)
+    if draws_x:
+        x_bytes = spec.pes * spec.bs * spec.row_bytes
+        mem = mem_available()
+        if x_bytes > mem:
+            raise CapacityError(f"{spec.case_id}: making the case needs x of {x_bytes} bytes "
+                                f"({x_bytes / GiB:.2f} GiB: pes*bs*h*{spec.itemsize}) in memory, {mem} bytes "
+                                f"({mem / GiB:.2f} GiB) available")
+    if target == "cpu":
+        shm_free = shutil.disk_usage("/dev/shm").free
+        if n.shm > shm_free:
+            raise CapacityError(f"{spec.case_id}: the twin's symmetric heaps need {n.shm} bytes "
+                                f"({n.shm / GiB:.2f} GiB: {spec.pes} PEs x {twin_heap_bytes(spec)} bytes) in /dev/shm, "
+                                f"{shm_free} bytes ({shm_free / GiB:.2f} GiB) available")
+        mem = mem_available()
+        if n.shm + n.memory > mem:
+            raise CapacityError(f"{spec.case_id}: the PEs need {n.shm + n.memory} bytes "
+                                f"({(n.shm + n.memory) / GiB:.2f} GiB) of memory, {mem} bytes ({mem / GiB:.2f} GiB) "
+                                f"available")
+    folder = Path(work_dir) if work_dir is not None else Path(os.environ.get("TMPDIR", "/tmp"))
+    while not folder.exists():
+        folder = folder.parent
+    disk_free = shutil.disk_usage(folder).free
+    if n.disk > disk_free:
+        raise CapacityError(f"{spec.case_id}: the case files need {n.disk} bytes ({n.disk / GiB:.2f} GiB) in "
+                            f"{folder}, {disk_free} bytes ({disk_free / GiB:.2f} GiB) available")
+    return n

@@ -1,0 +1,142 @@
+"""``-a plot`` and ``-a md``: the perf CSVs of one run (combine-facts section 8) drawn and tabulated.
+
+For one variant's folder: per metric (full_op, comm_only), Bandwidth/GB/s and CoreMaxTime/us per
+case and profiled PE, from the per-rank CSVs, with the summary's slowest PE (``--prof-pe all``)
+marked. ``plot`` writes one PNG per metric (:func:`combine_lab.run.outputs.figure_name`), ``md``
+one Markdown file with a table per metric (:func:`combine_lab.run.outputs.report_name`). Values
+are those of the CSVs: times in microseconds, bandwidths in "GB/s" as the CSV header names them
+(2^30 bytes per second), 4 decimals.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ..run.outputs import (PERF_METRICS, ResultFileError, figure_name, file_prefix, fixed4, perf_summary_name,
+                           rank_files, read_perf_csv, report_name)
+
+__all__ = ["perf_rows", "perf_figure", "write_figures", "markdown_report", "write_report"]
+
+_LABEL = {"classic": "classic (MTE only)", "doubleplane": "doubleplane (MTE + SDMA)"}
+_BANDWIDTH = "Bandwidth/GB/s"
+_TIME = "CoreMaxTime/us"
+#: Columns of the Markdown tables, in order (``cores``: how many cores recorded the frame).
+REPORT_COLUMNS = ["CaseId", "ProfPe", "Npus", "Blocks", "DataSize/B", "GlobalDataSize/B", _BANDWIDTH,
+                  "PerPeBandwidth/GB/s", _TIME, "cores"]
+
+
+def perf_rows(folder: str | Path, variant: str) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The per-rank rows of ``variant`` in ``folder`` (in file order, then row order) and its summary
+    (None when there is none), as :func:`combine_lab.run.outputs.read_perf_csv` reads them.
+
+    Raises:
+        ResultFileError: no per-rank CSV of ``variant`` in ``folder``, or one that does not read.
+    """
+    folder = Path(folder)
+    files = rank_files(folder, variant)
+    if not files:
+        raise ResultFileError(f"{folder}: no {file_prefix(variant)}_perf_rank<r>.csv to analyse")
+    rows = pd.concat([read_perf_csv(p) for p in files], ignore_index=True)
+    summary_path = folder / perf_summary_name(variant)
+    return rows, read_perf_csv(summary_path) if summary_path.is_file() else None
+
+
+def perf_figure(rows: pd.DataFrame, summary: pd.DataFrame | None, variant: str, metric: str,
+                note: str = "") -> Figure:
+    """Bandwidth/GB/s (left) and CoreMaxTime/us (right) of ``metric`` per case: one bar per profiled
+    PE, and the summary's value (slowest PE) as a black mark when ``summary`` is given. Cases in the
+    order they ran; ``note`` is a second title line (modelled times say "modelled on ..." there).
+    Made without pyplot (nothing global to close)."""
+    sel = rows[rows["Metric"] == metric]
+    cases = list(dict.fromkeys(sel["CaseId"]))
+    pes = sorted(set(sel["ProfPe"]))
+    fig = Figure(figsize=(max(8.0, 2.0 + 1.6 * len(cases)) * 2, 4.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    width = 0.8 / max(len(pes), 1)
+    for ax, column, label in zip(fig.subplots(1, 2), (_BANDWIDTH, _TIME),
+                                 ("bandwidth (GB/s = 2^30 B/s, all PEs' data)", "CoreMaxTime (us)")):
+        for i, pe in enumerate(pes):
+            by_case = sel[sel["ProfPe"] == pe].groupby("CaseId", sort=False)[column].max()
+            xs = [c + (i - (len(pes) - 1) / 2) * width for c in range(len(cases))]
+            ax.bar(xs, [by_case.get(case, 0.0) for case in cases], width=width, label=f"PE {pe}")
+        if summary is not None:
+            top = summary[summary["Metric"] == metric].groupby("CaseId", sort=False)[column].max()
+            marks = [(x, top[c]) for x, c in enumerate(cases) if c in top.index]
+            if marks:
+                ax.scatter([m[0] for m in marks], [m[1] for m in marks], marker="_", s=600, color="black",
+                           linewidths=2, label="summary (slowest PE)", zorder=3)
+        ax.set_xticks(range(len(cases)), cases, rotation=30, ha="right")
+        ax.set_xlabel("case (shape_bs_h_topk_E_pes)")
+        ax.set_ylabel(label)
+        ax.set_title(f"{column} per case")
+        ax.grid(axis="y", alpha=0.3)
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, title="profiled PE", loc="outside right upper", fontsize="small")
+    title = f"{file_prefix(variant)}: {metric}, {_LABEL[variant]}, {len(cases)} case(s)"
+    wrapped = textwrap.fill(note, width=int(fig.get_figwidth() * 10)) if note else ""
+    fig.suptitle(title + (f"\n{wrapped}" if note else ""), fontsize="medium" if note else None)
+    return fig
+
+
+def write_figures(folder: str | Path, variant: str, note: str = "") -> list[Path]:
+    """Write :func:`perf_figure` of each metric as PNG into ``folder``; returns the paths."""
+    folder = Path(folder)
+    rows, summary = perf_rows(folder, variant)
+    out = []
+    for metric in PERF_METRICS:
+        path = folder / figure_name(variant, metric)
+        perf_figure(rows, summary, variant, metric, note).savefig(path, dpi=100)
+        out.append(path)
+    return out
+
+
+def _markdown_table(df: pd.DataFrame) -> list[str]:
+    """``df`` as a GitHub Markdown table: floats with 4 decimals (as in the CSVs), numbers right-aligned."""
+    def cell(v) -> str:
+        return fixed4(v) if isinstance(v, float) else str(v)
+    numeric = [pd.api.types.is_numeric_dtype(df[c]) for c in df.columns]
+    lines = ["| " + " | ".join(df.columns) + " |",
+             "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return lines
+
+
+def _report_frame(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
+    sel = rows[rows["Metric"] == metric].copy()
+    sel["cores"] = [len(t) for t in sel["core_times_us"]]
+    order = {case: i for i, case in enumerate(dict.fromkeys(sel["CaseId"]))}  # cases in the order they ran
+    sel["_case"] = sel["CaseId"].map(order)
+    sel = sel.sort_values(["_case", "ProfPe"], kind="stable")
+    return sel[REPORT_COLUMNS].reset_index(drop=True)
+
+
+def markdown_report(folder: str | Path, variant: str, note: str = "") -> str:
+    """The ``-a md`` text: per metric, Bandwidth/GB/s, PerPeBandwidth/GB/s and CoreMaxTime/us per case
+    and profiled PE, then the summary's rows (slowest PE per case) when there is one; ``note`` (e.g.
+    "modelled on ...") follows the title."""
+    folder = Path(folder)
+    rows, summary = perf_rows(folder, variant)
+    files = ", ".join(p.name for p in rank_files(folder, variant))
+    out = [f"# {file_prefix(variant)} perf: {_LABEL[variant]}", ""] + ([f"**{note}**", ""] if note else []) + [
+           f"From `{folder}`: {files}" + (f", {perf_summary_name(variant)}" if summary is not None else "") + ".",
+           "Times in microseconds (us); bandwidths in GB/s as the CSVs write them (2^30 bytes per second; "
+           "Bandwidth: all PEs' data, PerPeBandwidth: one PE's); cores: cores that recorded the frame.", ""]
+    for metric in PERF_METRICS:
+        out += [f"## {metric}", ""] + _markdown_table(_report_frame(rows, metric)) + [""]
+        if summary is not None:
+            out += [f"### {metric}: summary (per case the slowest profiled PE)", ""]
+            out += _markdown_table(_report_frame(summary, metric).drop(columns="cores")) + [""]
+    return "\n".join(out)
+
+
+def write_report(folder: str | Path, variant: str, note: str = "") -> Path:
+    """Write :func:`markdown_report` to ``folder / report_name(variant)``; returns the path."""
+    path = Path(folder) / report_name(variant)
+    path.write_text(markdown_report(folder, variant, note))
+    return path

@@ -1,0 +1,205 @@
+"""Tables made of result rows: the sweep's tidy table (and its CSV), its per-case summary over
+repeats, the cases where doubleplane loses, and a view of them to read.
+
+The tidy table has one row per (case, repeat, variant, profiled PE, metric): the perf columns
+of combine-facts section 8 (times in us, bandwidths in GiB/s), the per-core times, the repeat
+and the case seed, then the run's :class:`~combine_lab.results.rows.ResultRow` (variant, check,
+plane bytes, SDMA share, whether the twin's counters equal the plan, the reason a variant did
+not run). A variant that did not run (refused, or a failed run) gets two rows, one per metric,
+with empty perf columns.
+
+One convention for comparing the variants, everywhere (summary columns, figures, the losses
+table, the tuning app's history): the speed-up (:data:`~combine_lab.results.rows.SPEEDUP`) is
+classic time / doubleplane time, above 1 when doubleplane is faster. A case whose doubleplane
+run sends nothing by SDMA (SDMA share 0) sends exactly the bytes of classic: its speed-up is
+timing noise, and :func:`summarize` says so in its verdict.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..case.spec import CaseSpec
+from ..errors import ParameterError
+from ..planning.planner import VARIANTS
+from ..run.outputs import PERF_COLUMNS, ResultFileError, fixed4
+from .rows import FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, ResultRow, speedup, verdict
+
+__all__ = ["TIDY_COLUMNS", "SUMMARY_COLUMNS", "tidy_rows", "write_sweep_csv", "read_sweep_csv", "summarize",
+           "losses", "readable"]
+
+#: Every column of the tidy table, in order: the perf columns, ``core_times_us`` (the per-core
+#: times, us with 4 decimals as in the perf CSV, joined by ';'), the sweep's ``repeat`` (0, 1, ...)
+#: and case ``seed``, then the row's.
+TIDY_COLUMNS = PERF_COLUMNS + ["core_times_us", "repeat", "seed"] + ROW_COLUMNS
+_CASE_KEYS = ["CaseId", "routing", "Dtype", "seed", "target", "min_sdma_bytes"]
+
+
+def tidy_rows(row: ResultRow, spec: CaseSpec, perf: pd.DataFrame | None = None, repeat: int = 0) -> list[dict]:
+    """The tidy rows of one run: one per perf row (``perf`` as :func:`combine_lab.run.outputs.read_perf_csv`
+    reads it: a profiled PE and a metric each) with ``row``'s values beside it; without perf rows
+    (a variant that did not run), one per metric with the perf columns empty but the case's
+    (Npus, BS, H, TopK, ExpertPerPe, Dtype, CaseId). Keys: :data:`TIDY_COLUMNS`."""
+    extra = {"repeat": repeat, "seed": spec.seed, **row.as_dict()}
+    if perf is not None and len(perf):
+        out = []
+        for _, r in perf.iterrows():
+            fixed = {c: r[c] for c in PERF_COLUMNS}
+            out.append({**fixed, "core_times_us": ";".join(fixed4(v) for v in r["core_times_us"]), **extra})
+        return out
+    base = {c: np.nan for c in PERF_COLUMNS}
+    base.update({"Npus": spec.pes, "BS": spec.bs, "H": spec.h, "TopK": spec.topk, "ExpertPerPe": spec.expert_per_pe,
+                 "Dtype": spec.dtype, "CaseId": spec.case_id, "core_times_us": ""})
+    return [{**base, "Metric": m, **extra} for m in ("full_op", "comm_only")]
+
+
+def write_sweep_csv(tidy: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write the tidy table as CSV (header = :data:`TIDY_COLUMNS`); folders are created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tidy.to_csv(path, index=False, columns=TIDY_COLUMNS)
+    return path
+
+
+def read_sweep_csv(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a tidy sweep CSV. Raises ResultFileError when the header is not :data:`TIDY_COLUMNS`."""
+    df = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"reason": str, "core_times_us": str})
+    if list(df.columns) != TIDY_COLUMNS:
+        raise ResultFileError(f"{path}: not a sweep CSV (columns {list(df.columns)[:5]}...)")
+    df["reason"] = df["reason"].fillna("")
+    return df
+
+
+def _summary_columns() -> list[str]:
+    cols = ["case_id", "routing", "dtype", "pes", "bs", "h", "topk", "expert_per_pe", "seed", "target",
+            "min_sdma_bytes", "repeats"]
+    for m in METRICS:
+        for v in VARIANTS:
+            cols += [f"{m}_{v}_us", f"{m}_{v}_lo_us", f"{m}_{v}_hi_us"]
+        cols += [f"{m}_speedup", f"{m}_speedup_lo", f"{m}_speedup_hi", f"{m}_verdict"]
+    return cols + ["sdma_share", "sdma_bytes", "check_ok", "counters_ok"]
+
+
+#: Columns of :func:`summarize`, in order.
+SUMMARY_COLUMNS = _summary_columns()
+
+
+def _quartiles(values: np.ndarray) -> tuple[float, float]:
+    """First and third quartile (the spread the lab reports: one stray run does not stretch it)."""
+    if not values.size:
+        return float("nan"), float("nan")
+    q1, q3 = np.percentile(values, [25, 75])
+    return float(q1), float(q3)
+
+
+def summarize(tidy: pd.DataFrame) -> pd.DataFrame:
+    """One row per case: both variants' times with their spread, the speed-up, the SDMA share, the verdicts.
+
+    Per repeat, a variant's time is CoreMaxTime/us of the slowest profiled PE (the
+    combine ends when every PE has; with one profiled PE, that PE's). Over the repeats:
+
+    * ``<metric>_<variant>_us``: the median; ``..._lo_us`` / ``..._hi_us``: first and third
+      quartile, the spread (metric comm_only or full_op, variant classic or doubleplane);
+    * ``<metric>_speedup``: median over repeats of :func:`~combine_lab.results.rows.speedup`
+      (classic time / doubleplane time of the same repeat: above 1, doubleplane faster);
+      ``..._speedup_lo`` / ``..._speedup_hi``: its first and third quartile;
+    * ``<metric>_verdict``: :func:`~combine_lab.results.rows.verdict`: NO_SDMA when the
+      doubleplane run sent nothing by SDMA (its speed-up is noise), else how many repeats were
+      faster ("faster in all 5 repeats", "slower in all 5 repeats", "mixed: faster in 2 of 5 repeats").
+
+    Also repeats (paired repeats of comm_only), sdma_share (doubleplane run, in [0, 1]),
+    sdma_bytes (doubleplane), check_ok (no run failed: every variant that ran PASS, none
+    ERROR; a refused variant is not a failure), counters_ok (every run that ran). Columns:
+    :data:`SUMMARY_COLUMNS`. Variants that did not run (check REFUSED or ERROR) are left out
+    of the times.
+    """
+    if tidy.empty:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    out = []
+    for key, g in tidy.groupby(_CASE_KEYS, sort=False, dropna=False):
+        first = g.iloc[0]
+        row = dict(zip(["case_id", "routing", "dtype", "seed", "target", "min_sdma_bytes"], key))
+        row.update(pes=int(first["Npus"]), bs=int(first["BS"]), h=int(first["H"]), topk=int(first["TopK"]),
+                   expert_per_pe=int(first["ExpertPerPe"]))
+        ran = g[g["check"].isin([PASS, FAIL])]
+        dual = ran[ran["variant"] == "doubleplane"]
+        row["sdma_share"] = float(dual["sdma_share"].iloc[0]) if len(dual) else float("nan")
+        row["sdma_bytes"] = dual["sdma_bytes"].iloc[0] if len(dual) else float("nan")
+        for metric in METRICS:
+            sel = ran[ran["Metric"] == metric]
+            per = sel.groupby(["variant", "repeat"])["CoreMaxTime/us"].max()  # slowest profiled PE
+            times = {}
+            for v in VARIANTS:
+                t = per[v] if v in per.index.get_level_values(0) else pd.Series(dtype=float)
+                times[v] = t
+                vals = t.to_numpy(dtype=float)
+                row[f"{metric}_{v}_us"] = float(np.median(vals)) if vals.size else float("nan")
+                row[f"{metric}_{v}_lo_us"], row[f"{metric}_{v}_hi_us"] = _quartiles(vals)
+            both = pd.concat({"classic": times["classic"], "doubleplane": times["doubleplane"]}, axis=1).dropna()
+            paired = speedup(both["classic"], both["doubleplane"])  # same repeat's pair
+            paired = paired[~np.isnan(paired)]
+            row[f"{metric}_speedup"] = float(np.median(paired)) if paired.size else float("nan")
+            row[f"{metric}_speedup_lo"], row[f"{metric}_speedup_hi"] = _quartiles(paired)
+            row[f"{metric}_verdict"] = verdict(paired, row["sdma_bytes"])
+            if metric == "comm_only":
+                row["repeats"] = int(paired.size)
+        row["check_ok"] = bool((g.loc[g["check"] != REFUSED, "check"] == PASS).all())
+        row["counters_ok"] = bool(len(ran)) and bool(ran["counters_ok"].astype(bool).all())
+        out.append(row)
+    return pd.DataFrame(out, columns=SUMMARY_COLUMNS)
+
+
+def _check_metric(metric: str) -> str:
+    if metric not in METRICS:
+        raise ParameterError(f"metric={metric!r}: must be 'comm_only' or 'full_op'")
+    return metric
+
+
+def losses(summary: pd.DataFrame, metric: str = "comm_only") -> pd.DataFrame:
+    """The cases where doubleplane loses on ``metric`` ('comm_only' or 'full_op'): median
+    speed-up below 1 among the cases that sent anything by SDMA (an SDMA share of 0 means
+    identical traffic: no loss to speak of), worst first. Columns: the case, sdma_share,
+    both variants' times with their spread (quartiles), the speed-up likewise and the verdict
+    (which says whether every repeat agreed), check_ok."""
+    metric = _check_metric(metric)
+    col = f"{metric}_speedup"
+    keep = ["case_id", "routing", "dtype", "pes", "bs", "h", "topk", "expert_per_pe", "sdma_share"]
+    for v in VARIANTS:
+        keep += [f"{metric}_{v}_us", f"{metric}_{v}_lo_us", f"{metric}_{v}_hi_us"]
+    keep += [col, f"{col}_lo", f"{col}_hi", f"{metric}_verdict", "check_ok"]
+    lost = summary[(summary["sdma_bytes"] > 0) & (summary[col] < 1.0)]
+    return lost.sort_values(col, ascending=True)[keep].reset_index(drop=True)
+
+
+def _spread(mid: float, lo: float, hi: float, fmt: str) -> str:
+    if not np.isfinite(mid):
+        return "-"
+    if lo == hi:
+        return format(mid, fmt)
+    return f"{format(mid, fmt)} [{format(lo, fmt)}-{format(hi, fmt)}]"
+
+
+def readable(summary: pd.DataFrame, metric: str = "comm_only") -> pd.DataFrame:
+    """:func:`summarize` (or :func:`losses`) rows as a table to read: per case the SDMA
+    share (%), both variants' times "median [q1-q3]" (us, over repeats: median and the
+    quartiles around it), the speed-up likewise (classic / doubleplane, above 1: doubleplane
+    faster) and the verdict."""
+    metric = _check_metric(metric)
+    rows = []
+    for _, r in summary.iterrows():
+        rows.append({
+            "case": r["case_id"], "routing": r["routing"], "SDMA share (%)": f"{100 * r['sdma_share']:.1f}",
+            f"{metric} classic (us)": _spread(r[f"{metric}_classic_us"], r[f"{metric}_classic_lo_us"],
+                                             r[f"{metric}_classic_hi_us"], ".0f"),
+            f"{metric} doubleplane (us)": _spread(r[f"{metric}_doubleplane_us"], r[f"{metric}_doubleplane_lo_us"],
+                                                 r[f"{metric}_doubleplane_hi_us"], ".0f"),
+            "speed-up classic/doubleplane (1)": _spread(r[f"{metric}_speedup"], r[f"{metric}_speedup_lo"],
+                                                        r[f"{metric}_speedup_hi"], ".2f"),
+            "verdict": r[f"{metric}_verdict"],
+        })
+    return pd.DataFrame(rows, columns=["case", "routing", "SDMA share (%)", f"{metric} classic (us)",
+                                       f"{metric} doubleplane (us)", "speed-up classic/doubleplane (1)", "verdict"])

@@ -1,0 +1,228 @@
+"""Build the combine host driver and kernel with CMake, reusing the build until a source changes.
+
+The twin target (``cpu``) compiles ``kernels/`` and ``host/`` with the host C++ compiler
+against ``host/twin``; the ``npu`` target compiles the same sources with CANN's bisheng
+against CANN and SHMEM (``cmake/npu.cmake``, combine-facts section 7), one build folder per
+SoC (``build/npu-<soc>``). Without CANN or SHMEM it stops before invoking anything and says
+what is missing and how to provide it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ParameterError
+from . import toolchain
+
+TARGETS = ("cpu", "npu")
+BINARY_NAME = "combine_host"
+_SOURCE_DIRS = ("kernels", "host", "cmake")
+_SOURCE_SUFFIXES = {".cpp", ".h", ".hpp", ".cmake", ".txt"}
+
+
+class BuildError(RuntimeError):
+    """The build could not be configured or compiled; the message holds the tool output tail."""
+
+
+class TargetUnavailable(BuildError):
+    """The requested target cannot be built on this machine (for example npu without CANN)."""
+
+
+class VariantRefused(TargetUnavailable):
+    """The target builds, but this variant cannot run on it here (dual-plane on CANN < 9.0.0)."""
+
+
+@dataclass(frozen=True)
+class NpuToolchain:
+    """What an NPU build uses: ``bisheng``, CANN ``cann_home`` and ``cann_version``, SHMEM
+    ``shmem_home`` and ``shmem_root``, the ``soc`` and its ``arch`` (dav-c220 / dav-c310) and
+    whether SHMEM's SDMA engine is there (``sdma``: CANN >= 9.0.0)."""
+
+    bisheng: str
+    cann_home: str
+    cann_version: str
+    shmem_home: str
+    shmem_root: str
+    soc: str
+    arch: str
+    sdma: bool
+
+    def cmake_args(self) -> list[str]:
+        """The -D options of the NPU configure step (cmake/npu.cmake)."""
+        return [f"-DCMAKE_CXX_COMPILER={self.bisheng}", f"-DASCEND_HOME_PATH={self.cann_home}",
+                f"-DSHMEM_HOME={self.shmem_home}", f"-DCOMBINE_NPU_SOC={self.soc}",
+                f"-DCOMBINE_NPU_ARCH={self.arch}", f"-DCOMBINE_NPU_SDMA={'ON' if self.sdma else 'OFF'}",
+                "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"]
+
+
+def source_root() -> Path:
+    """The repository root holding ``CMakeLists.txt``, ``kernels/`` and ``host/``.
+
+    Uses ``COMBINE_LAB_SOURCE`` when set, else the folder above the package.
+
+    Raises:
+        BuildError: no ``CMakeLists.txt`` there.
+    """
+    root = Path(os.environ.get("COMBINE_LAB_SOURCE", Path(__file__).resolve().parents[2]))
+    if not (root / "CMakeLists.txt").is_file():
+        raise BuildError(f"COMBINE_LAB_SOURCE={root}: no CMakeLists.txt there; point it at the combine_lab checkout")
+    return root
+
+
+def default_build_dir(target: str = "cpu", soc: str | None = None, env: dict[str, str] | None = None) -> Path:
+    """``$COMBINE_LAB_BUILD_DIR/<target>`` if set, else ``<source root>/build/<target>``; the NPU
+    target gets one folder per SoC: ``.../npu-<soc>``."""
+    env = os.environ if env is None else env
+    base = env.get("COMBINE_LAB_BUILD_DIR")
+    name = f"npu-{soc}" if target == "npu" and soc else target
+    return (Path(base) if base else source_root() / "build") / name
+
+
+def _fingerprint(root: Path, target: str, config: str = "") -> str:
+    h = hashlib.sha256(target.encode())
+    h.update(config.encode())
+    files = [root / "CMakeLists.txt"]
+    for d in _SOURCE_DIRS:
+        if (root / d).is_dir():
+            files += sorted(p for p in (root / d).rglob("*") if p.suffix in _SOURCE_SUFFIXES and p.is_file())
+    for p in files:
+        h.update(str(p.relative_to(root)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _run(cmd: list[str], cwd: Path) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stdout.splitlines()[-40:])
+        raise BuildError(f"{' '.join(cmd)} failed with status {proc.returncode}:\n{tail}")
+
+
+def build_status(target: str = "cpu", build_dir: str | os.PathLike | None = None,
+                 env: dict[str, str] | None = None) -> tuple[str, Path]:
+    """('up to date' | 'stale' | 'not built', build folder) of ``target``'s default (or given) folder.
+
+    'stale': built, but a source under kernels/, host/, cmake/ changed since. Runs nothing.
+    """
+    bdir = Path(build_dir) if build_dir is not None else default_build_dir(target, env=env)
+    stamp = bdir / "combine_lab_stamp.json"
+    if not (bdir / BINARY_NAME).is_file() or not stamp.is_file():
+        return "not built", bdir
+    try:
+        data = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return "stale", bdir
+    fp = _fingerprint(source_root(), target, data.get("config", ""))
+    return ("up to date" if data.get("fingerprint") == fp else "stale"), bdir
+
+
+def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force: bool = False,
+          fault: str | None = None, soc: str | None = None) -> Path:
+    """Configure and build the host driver for ``target``; return the binary's path.
+
+    The build folder is reused while the fingerprint of every file under ``kernels/``,
+    ``host/``, ``cmake/`` and ``CMakeLists.txt`` is unchanged, so a second call costs one
+    hash of the sources. Concurrent callers serialise on a lock file in the build folder.
+    Ninja is used when it is on PATH.
+
+    Args:
+        target: ``"cpu"`` (the CPU twin) or ``"npu"``.
+        build_dir: folder for CMake's files; default :func:`default_build_dir`.
+        force: rebuild even if nothing changed.
+        fault: cpu only: a fault-injection switch of the kernel source (``"UB_REUSE"`` turns on
+            ``COMBINE_FAULT_UB_REUSE``): the self-test's deliberately broken kernels are built
+            this way, never from edited copies of the source; use its own ``build_dir``.
+        soc: npu only: the SoC to build for (sets the bisheng arch); default ``COMBINE_NPU_SOC``,
+            else the SoC of the visible NPUs. The default folder is per SoC.
+
+    Raises:
+        ParameterError: ``target`` is not one of :data:`TARGETS`.
+        TargetUnavailable: ``target="npu"`` without CANN, bisheng, SHMEM or a known SoC; raised
+            before anything is run, the message names each missing piece and how to provide it.
+        BuildError: cmake is missing, or configuring or compiling failed.
+    """
+    if target not in TARGETS:
+        raise ParameterError(f"target={target!r}: must be one of {', '.join(TARGETS)}")
+    if fault is not None and (target != "cpu" or not fault.replace("_", "").isalnum() or fault.upper() != fault):
+        raise ParameterError(f"fault={fault!r}: an upper-case COMBINE_FAULT_<name> switch of the kernel, cpu target only")
+    config_args: list[str] = [f"-DCOMBINE_FAULT={fault}"] if fault else []
+    if target == "npu":
+        tc = require_npu_toolchain(soc=soc)
+        config_args = tc.cmake_args()
+        if build_dir is None:
+            build_dir = default_build_dir("npu", tc.soc)
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        raise BuildError("cmake not found on PATH: install it (apt-get install cmake, or pip install cmake)")
+    root = source_root()
+    bdir = Path(build_dir) if build_dir is not None else default_build_dir(target)
+    bdir.mkdir(parents=True, exist_ok=True)
+    binary = bdir / BINARY_NAME
+    stamp = bdir / "combine_lab_stamp.json"
+    with open(bdir / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        config = " ".join(config_args)
+        fp = _fingerprint(root, target, config)
+        old_config = None
+        if stamp.is_file():
+            try:
+                data = json.loads(stamp.read_text())
+                old_config = data.get("config", "")
+                if not force and binary.is_file() and data.get("fingerprint") == fp:
+                    return binary
+            except (OSError, ValueError):
+                pass
+        if old_config is not None and old_config != config:
+            # Another NPU toolchain (CANN, SHMEM, SoC): CMake cannot switch compilers in place.
+            shutil.rmtree(bdir / "CMakeFiles", ignore_errors=True)
+            (bdir / "CMakeCache.txt").unlink(missing_ok=True)
+        if not (bdir / "CMakeCache.txt").is_file():
+            gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+            _run([cmake, "-S", str(root), "-B", str(bdir), *gen, f"-DCOMBINE_TARGET={target}",
+                  "-DCMAKE_BUILD_TYPE=Release", *config_args], root)
+        _run([cmake, "--build", str(bdir), "--parallel", str(os.cpu_count() or 2)], root)
+        if not binary.is_file():
+            raise BuildError(f"build finished but {binary} is missing")
+        stamp.write_text(json.dumps({"fingerprint": fp, "target": target, "config": config}))
+    return binary
+
+
+def require_npu_toolchain(env: dict[str, str] | None = None, soc: str | None = None,
+                          probes: "toolchain.Probes | None" = None) -> NpuToolchain:
+    """The NPU toolchain from ``env`` (default ``os.environ``), or why there is none.
+
+    Looks for CANN (``ASCEND_HOME_PATH`` / ``ASCEND_TOOLKIT_HOME``, with bisheng and a
+    version), SHMEM (``SHMEM_HOME`` / ``SHMEM_HOME_PATH``) and the SoC (``soc``, else
+    ``COMBINE_NPU_SOC``, else the visible NPUs through ``probes``). Runs no build tool.
+
+    Raises:
+        TargetUnavailable: one line per missing piece, each with how to provide it.
+    """
+    env = dict(os.environ) if env is None else env
+    cann = toolchain.cann_info(env)
+    shmem = toolchain.shmem_info(env)
+    missing = []
+    if not cann.ok:
+        missing.append(f"CANN: {cann.problem}; {toolchain.CANN_FIX}")
+    if not shmem.ok:
+        missing.append(f"SHMEM: {shmem.problem}; {toolchain.SHMEM_FIX}")
+    soc = soc or env.get("COMBINE_NPU_SOC")
+    if not soc and not missing:
+        probes = probes or toolchain.Probes()
+        soc = toolchain.npu_info(env, probes, probes.torch_npu()).soc
+    arch = toolchain.soc_arch(soc) if soc else None
+    if not missing and arch is None:
+        what = f"{soc} is not an A2/A3 (Ascend910B*, Ascend910_93*) or Ascend950 SoC" if soc else \
+            "unknown (no NPU visible)"
+        missing.append(f"SoC: {what}; {toolchain.SOC_FIX}")
+    if missing:
+        raise TargetUnavailable("target=npu: cannot build here:\n" + "\n".join(f"  missing {m}" for m in missing)
+                                + "\nThe CPU twin (target=cpu) runs everywhere.")
+    return NpuToolchain(cann.bisheng, cann.home, cann.version, shmem.home, shmem.root, soc, arch[0], cann.sdma)

@@ -1,0 +1,240 @@
+"""Start one host-driver process per PE, wait for all of them, and clean up whatever happens.
+
+Every run gets a fresh session (a unique twin shared-memory name and a free TCP port for
+SHMEM's bootstrap), so two runs never collide, even at once. On failure, timeout or
+Ctrl-C every PE's process group is killed and the run's ``/dev/shm`` segment removed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import psutil
+
+from ..errors import ParameterError
+
+SHM_PREFIX = "combine_twin_"
+_POLL_S = 0.01
+_GRACE_S = 2.0  # after one PE fails, the others get this long to notice and exit
+_STOPPED_BY_PEER = 4  # host/twin: a PE exits with 4 when another PE failed first
+
+#: The host driver's ``policy`` argument for each variant (host/host_args.cpp spells them
+#: mte_only and dual_plane); the only place the driver's own words for the variants appear.
+DRIVER_POLICY = {"classic": "mte_only", "doubleplane": "dual_plane"}
+
+
+class LaunchError(RuntimeError):
+    """A PE failed or the run timed out. ``pe`` is the first failing PE (or None on timeout)."""
+
+    def __init__(self, message: str, pe: int | None = None, returncode: int | None = None):
+        super().__init__(message)
+        self.pe = pe
+        self.returncode = returncode
+
+
+@dataclass
+class PeOutcome:
+    """How one PE's process ended: ``returncode``, ``stdout`` and ``stderr`` text."""
+
+    pe: int
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def new_session() -> str:
+    """A session name unique to this process and call (letters, digits, underscore),
+    prefixed by ``$COMBINE_LAB_SESSION_TAG`` when set (a test run tags its own sessions)."""
+    tag = "".join(c for c in os.environ.get("COMBINE_LAB_SESSION_TAG", "") if c.isalnum())
+    return f"{tag}cl{os.getpid()}_{uuid.uuid4().hex[:12]}"
+
+
+def tagged_segments(tag: str) -> set[str]:
+    """Names of the twin's /dev/shm segments whose session starts with ``tag`` (see :func:`new_session`)."""
+    return {p.name for p in Path("/dev/shm").glob(f"{SHM_PREFIX}{tag}*")}
+
+
+def tagged_host_pids(tag: str) -> set[int]:
+    """PIDs of live (not zombie) host-driver processes started with ``COMBINE_LAB_SESSION_TAG=tag``."""
+    out = set()
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            argv = proc.info["cmdline"] or []
+            if not argv or not argv[0].endswith("combine_host") or proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get("COMBINE_LAB_SESSION_TAG") == tag:
+                out.add(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue  # gone, or not ours to read: not a PE of this session
+    return out
+
+
+def stop_grace_s() -> float:
+    """Seconds the other PEs get to stop by themselves after one fails, before they are killed:
+    ``$COMBINE_LAB_STOP_GRACE_S`` when set (tests shorten it, as they do COMBINE_TWIN_TIMEOUT_S,
+    where a PE fails before the others can notice), else 2.0."""
+    return float(os.environ.get("COMBINE_LAB_STOP_GRACE_S", _GRACE_S))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (for SHMEM's ``ip_port``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bootstrap_ipport(port: int | None = None) -> str:
+    """SHMEM's bootstrap address for one run: ``tcp://127.0.0.1:<port>``, a free port by default."""
+    return f"tcp://127.0.0.1:{free_port() if port is None else int(port)}"
+
+
+def host_argv(*, pe_size: int, pe_id: int, ipport: str, g_npus: int, first_pe: int = 0, first_npu: int = 0,
+              dtype: str, bs: int, h: int, topk: int, expert_per_pe: int, perf: bool, warmup: int, loops: int,
+              csv: str | os.PathLike, case_id: str, variant: str, min_sdma_bytes: int,
+              case_root: str | os.PathLike) -> list[str]:
+    """The host driver's arguments for one PE (host/host_args.cpp ``kHostUsage``), as strings.
+
+    The same on both targets: on the NPU, PE ``pe_id`` takes device ``pe_id % g_npus + first_npu``
+    (``-fnpu``) and every PE bootstraps SHMEM at ``ipport`` (``-ipport``, one free 127.0.0.1 port
+    per run). ``variant``: ``classic`` or ``doubleplane``, passed as the driver's policy
+    (:data:`DRIVER_POLICY`); ``perf``: write the perf row.
+
+    Raises KeyError for a variant not in :data:`DRIVER_POLICY` (run_case checks it first).
+    """
+    return [str(v) for v in (pe_size, pe_id, ipport, g_npus, first_pe, first_npu, dtype, bs, h, topk, expert_per_pe,
+                             int(bool(perf)), warmup, loops, csv, case_id, DRIVER_POLICY[variant], min_sdma_bytes,
+                             case_root)]
+
+
+def shm_path(session: str) -> Path:
+    """The twin's shared-memory segment of ``session`` (see host/twin/twin_heap.cpp)."""
+    return Path("/dev/shm") / f"{SHM_PREFIX}{session}"
+
+
+def _tail(path: Path, lines: int = 12) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str]], *, cwd: Path, log_dir: Path,
+               timeout_s: float, env: dict[str, str] | None = None, session: str | None = None,
+               tolerated_codes: Sequence[int] = ()) -> list[PeOutcome]:
+    """Run ``binary`` once per PE (``pes`` processes) and return each PE's outcome.
+
+    Args:
+        binary: the host driver.
+        pes: number of PEs (processes), >= 1.
+        argv_for_pe: the driver's arguments for PE ``r`` (without the program name).
+        cwd: working folder of every PE.
+        log_dir: where ``pe<r>.stdout`` / ``pe<r>.stderr`` are kept.
+        timeout_s: limit for the whole run, seconds; the twin's own waits give up at 50% of it
+            (barriers at 75%), so a hang is reported by the PE and core that hang.
+        env: extra environment variables.
+        session: twin session name; default :func:`new_session`.
+        tolerated_codes: exit statuses that are results, not failures (the driver's 2 for an
+            x_out mismatch): they neither stop the other PEs nor raise.
+
+    When a PE fails, the others get :func:`stop_grace_s` (2 s) to stop by themselves (the twin's
+    PEs exit with status 4 when they see a peer's failure), then they are killed.
+
+    Returns:
+        One :class:`PeOutcome` per PE, in PE order, each with status 0 or a tolerated one.
+
+    Raises:
+        LaunchError: a PE exited non-zero (message names the PE, its status and stderr tail)
+            or the run passed ``timeout_s`` (message names the PEs still running).
+        KeyboardInterrupt: re-raised after cleanup.
+    """
+    if pes < 1:
+        raise ParameterError(f"pes={pes}: must be >= 1")
+    session = session or new_session()
+    if shm_path(session).exists():
+        # Never touch another run's segment: refuse before starting anything.
+        raise LaunchError(f"session {session} is in use: {shm_path(session)} exists (another run, or a crashed "
+                          f"one: remove the file if no run is using it)")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    run_env = dict(os.environ)
+    run_env.update(env or {})
+    run_env["COMBINE_TWIN_SESSION"] = session
+    run_env.setdefault("COMBINE_TWIN_TIMEOUT_S", f"{max(1.0, 0.5 * timeout_s):.1f}")
+    procs: list[subprocess.Popen] = []
+    files = []
+    try:
+        for pe in range(pes):
+            out = open(log_dir / f"pe{pe}.stdout", "w")
+            err = open(log_dir / f"pe{pe}.stderr", "w")
+            files += [out, err]
+            procs.append(subprocess.Popen([str(binary), *map(str, argv_for_pe(pe))], cwd=cwd, env=run_env,
+                                          stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                          start_new_session=True))
+        deadline = time.monotonic() + timeout_s
+        grace_s = stop_grace_s()
+        first_failure: int | None = None
+        failed_at = 0.0
+        while True:
+            codes = [p.poll() for p in procs]
+            if all(c is not None for c in codes):
+                break
+            now = time.monotonic()
+            if first_failure is None:
+                bad = [pe for pe, c in enumerate(codes) if c is not None and c != 0 and c not in tolerated_codes]
+                if bad:
+                    first_failure, failed_at = bad[0], now
+            if first_failure is not None and now - failed_at > grace_s:
+                break
+            if now > deadline:
+                running = [pe for pe, c in enumerate(codes) if c is None]
+                said = {pe: _tail(log_dir / f"pe{pe}.stderr") for pe in running}
+                tails = "\n".join(f"--- PE {pe} stderr:\n{t}" for pe, t in said.items() if t)
+                raise LaunchError(f"timed out after {timeout_s:.1f} s: PEs {running} still running "
+                                  f"(session {session})\n{tails}")
+            time.sleep(_POLL_S)
+        codes = [p.poll() for p in procs]
+        for f in files:
+            f.flush()
+        failed = [pe for pe, c in enumerate(codes) if c != 0 and c not in tolerated_codes]
+        if failed:
+            # Report the root cause: status 4 is the twin's "stopped because another PE failed".
+            roots = [pe for pe in failed if codes[pe] != _STOPPED_BY_PEER]
+            origin = roots[0] if roots else (first_failure if first_failure is not None else failed[0])
+            if first_failure in roots:
+                origin = first_failure
+            c = codes[origin]
+            status = "killed by signal %d" % -c if c is not None and c < 0 else f"exited with status {c}"
+            raise LaunchError(f"PE {origin} {status}:\n{_tail(log_dir / f'pe{origin}.stderr')}", pe=origin,
+                              returncode=c)
+        return [PeOutcome(pe, codes[pe], (log_dir / f"pe{pe}.stdout").read_text(errors="replace"),
+                          (log_dir / f"pe{pe}.stderr").read_text(errors="replace")) for pe in range(pes)]
+    finally:
+        for p in procs:
+            _kill_group(p)
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        for f in files:
+            f.close()
+        try:
+            shm_path(session).unlink()
+        except FileNotFoundError:
+            pass

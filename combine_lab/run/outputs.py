@@ -1,0 +1,403 @@
+"""The files a run leaves, named, written and read in this one place.
+
+Perf CSVs (combine-facts section 8, the reference's format, so that its tools read ours):
+
+- one per profiled rank, ``combine_perf_rank<r>.csv`` (classic) or
+  ``combine_doubleplane_perf_rank<r>.csv`` (doubleplane), written by the host driver
+  (host/perf_csv.cpp) and appended here run after run (:func:`append_perf_csv`);
+- the summary of a ``--prof-pe all`` run, ``combine_perf_summary.csv`` /
+  ``combine_doubleplane_perf_summary.csv`` (:func:`write_summary_csv`).
+
+Header: the 19 names of :data:`PERF_HEADER`, once. A row: 18 fixed fields, then one time per
+core that recorded the frame, in core order (the first under ``SingleCoreTime/us``, the rest
+unnamed). Integers as integers, every float with 4 decimals. Two rows per case and profiled PE,
+Metric ``full_op`` and ``comm_only``. Times are microseconds; "GB/s" is 2^30 bytes per second.
+
+The lab's own information never goes into these CSVs: variant, routing, planned and counted
+plane bytes, the twin's counters and protocol violations of a case go to a sidecar beside them,
+``<prefix>_counters_<case_id>.json`` (:func:`counters_name`). ``-a plot`` and ``-a md`` add
+``<prefix>_perf_<metric>.png`` and ``<prefix>_perf_report.md`` (:func:`figure_name`,
+:func:`report_name`). ``<prefix>`` is :data:`FILE_PREFIX` of the variant.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+#: The file-name prefix of each variant, as the reference names its two drivers' files.
+FILE_PREFIX = {"classic": "combine", "doubleplane": "combine_doubleplane"}
+
+#: The 18 fixed fields of a perf row (combine-facts section 8), in order.
+PERF_COLUMNS = [
+    "DataSize/B", "Npus", "Blocks", "UBsize/KB", "Bandwidth/GB/s", "CoreMaxTime/us", "Metric",
+    "GlobalDataSize/B", "PerPeBandwidth/GB/s", "BS", "H", "TopK", "ExpertPerPe", "Dtype", "Warmup", "Loops",
+    "ProfPe", "CaseId",
+]
+#: The name over the first per-core time; the other cores' times follow it unnamed.
+CORE_COLUMN = "SingleCoreTime/us"
+#: The header line of every perf CSV and summary: exactly these 19 names.
+PERF_HEADER = PERF_COLUMNS + [CORE_COLUMN]
+#: The fields a summary groups rows by (combine-facts section 8); per group the slowest row wins.
+SUMMARY_KEYS = ["Metric", "DataSize/B", "GlobalDataSize/B", "Npus", "Blocks", "UBsize/KB", "BS", "H", "TopK",
+                "ExpertPerPe", "Dtype", "Warmup", "Loops", "CaseId"]
+#: ProfPe of a summary row: the slowest profiled PE of its group.
+SUMMARY_PROF_PE = "max"
+#: The two metrics of a perf CSV, in the order each case writes them.
+PERF_METRICS = ("full_op", "comm_only")
+
+_INT_COLUMNS = ["DataSize/B", "Npus", "Blocks", "UBsize/KB", "GlobalDataSize/B", "BS", "H", "TopK", "ExpertPerPe",
+                "Warmup", "Loops"]
+_FLOAT_COLUMNS = ["Bandwidth/GB/s", "CoreMaxTime/us", "PerPeBandwidth/GB/s"]
+COUNTER_FIELDS = ["puts", "bytes", "quiets", "status_writes", "status_bytes"]
+
+
+class ResultFileError(ValueError):
+    """A perf CSV or counters file is missing or not in the expected format (message names the file)."""
+
+
+# ----------------------------------------------------------------------------------------- names
+
+def file_prefix(variant: str) -> str:
+    """``combine`` (classic) or ``combine_doubleplane``: the start of every file name of ``variant``."""
+    try:
+        return FILE_PREFIX[variant]
+    except KeyError:
+        raise ResultFileError(f"variant={variant!r}: must be one of {', '.join(map(repr, FILE_PREFIX))}") from None
+
+
+def perf_csv_name(variant: str, rank: int) -> str:
+    """``combine_perf_rank<r>.csv`` / ``combine_doubleplane_perf_rank<r>.csv`` (combine-facts section 8)."""
+    return f"{file_prefix(variant)}_perf_rank{int(rank)}.csv"
+
+
+def perf_summary_name(variant: str) -> str:
+    """``combine_perf_summary.csv`` / ``combine_doubleplane_perf_summary.csv`` (combine-facts section 8)."""
+    return f"{file_prefix(variant)}_perf_summary.csv"
+
+
+def counters_name(variant: str, case_id: str) -> str:
+    """``<prefix>_counters_<case_id>.json``: the lab's sidecar of one case (one per case of a sweep)."""
+    return f"{file_prefix(variant)}_counters_{case_id}.json"
+
+
+def figure_name(variant: str, metric: str) -> str:
+    """``<prefix>_perf_<metric>.png``: the ``-a plot`` figure of one metric."""
+    return f"{file_prefix(variant)}_perf_{metric}.png"
+
+
+def report_name(variant: str) -> str:
+    """``<prefix>_perf_report.md``: the ``-a md`` tables."""
+    return f"{file_prefix(variant)}_perf_report.md"
+
+
+def driver_counters_name(csv_name: str) -> str:
+    """The twin's per-rank counters file the driver writes beside its CSV in the run's own folder:
+    ``..._perf_rank<r>.csv`` -> ``..._counters_rank<r>.json`` (host/combine_host.cpp derives it
+    the same way). Internal to one run; the output folder gets :func:`counters_name` instead."""
+    return csv_name.replace("_perf_rank", "_counters_rank").removesuffix(".csv") + ".json"
+
+
+def variant_dir(output_dir: str | Path, variant: str, separate: bool) -> Path:
+    """Where ``variant``'s files go: ``output_dir`` itself, or ``output_dir/<variant>`` when
+    several variants share it (``compare``), so that a summariser reading one folder with a
+    pattern such as ``*_perf_rank*.csv`` never mixes the variants' rows."""
+    return Path(output_dir) / variant if separate else Path(output_dir)
+
+
+def _rank_pattern(variant: str) -> re.Pattern:
+    return re.compile(rf"{re.escape(file_prefix(variant))}_perf_rank(\d+)\.csv")
+
+
+def rank_files(folder: str | Path, variant: str) -> list[Path]:
+    """The per-rank perf CSVs of ``variant`` in ``folder``, in name order (rank10 before rank2,
+    as a sorted glob lists them: the order a summariser reads them in)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    pat = _rank_pattern(variant)
+    return sorted((p for p in folder.iterdir() if pat.fullmatch(p.name)), key=lambda p: p.name)
+
+
+def clear_outputs(folder: str | Path, variant: str) -> list[Path]:
+    """Remove what an earlier run of ``variant`` left in ``folder``: its per-rank perf CSVs, summary,
+    counters sidecars, figures and report (only files with those exact names; the other variant's
+    and anything else stay). Returns the removed paths. One run's folder then holds that run.
+
+    Raises:
+        ResultFileError: a file that cannot be removed (the message names it)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    prefix = re.escape(file_prefix(variant))
+    metric = "|".join(PERF_METRICS)
+    pat = re.compile(rf"{prefix}_(perf_rank\d+\.csv|perf_summary\.csv|counters_shape_[0-9_]+\.json|"
+                     rf"perf_({metric})\.png|perf_report\.md)")
+    removed = []
+    for p in sorted(folder.iterdir()):
+        if p.is_file() and pat.fullmatch(p.name):
+            try:
+                p.unlink()
+            except OSError as e:
+                raise ResultFileError(f"{p}: cannot remove the file of an earlier run ({e.strerror})") from None
+            removed.append(p)
+    return removed
+
+
+# ---------------------------------------------------------------------------------- number format
+
+def fixed4(value: float) -> str:
+    """A float as every perf CSV writes it: fixed-point, exactly 4 decimals (``%.4f``)."""
+    return f"{value:.4f}"
+
+
+def gib_per_s(nbytes: float, us: float) -> float:
+    """Bandwidth of ``nbytes`` moved in ``us`` microseconds: bytes/us * 1e6 / 2^30 ("GB/s" in the
+    CSV header); 0 when the time is not positive."""
+    return nbytes / us * 1e6 / 2**30 if us > 0 else 0.0
+
+
+# ------------------------------------------------------------------------------------ reading CSVs
+
+def read_perf_rows(path: str | Path) -> list[list[str]]:
+    """The data rows of one perf CSV (per-rank or summary) as the strings written, each with at
+    least the 18 fixed fields; the fields after ``CaseId`` are the per-core times.
+
+    Raises:
+        ResultFileError: missing file, a header other than :data:`PERF_HEADER` (e.g. one that
+            repeats ``SingleCoreTime/us``), or a row with fewer than 18 fields.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ResultFileError(f"{path}: cannot read perf CSV ({e.strerror})") from None
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    if not rows or rows[0] != PERF_HEADER:
+        got = ",".join(rows[0]) if rows else "nothing"
+        raise ResultFileError(f"{path}: line 1: header is {got[:120]!r}; a perf CSV starts with the 19 names of "
+                              f"combine-facts section 8 ({','.join(PERF_HEADER[:3])},...,{CORE_COLUMN}), once")
+    out = []
+    for i, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        if row == PERF_HEADER:
+            raise ResultFileError(f"{path}: line {i}: a second header; a perf CSV has one")
+        if len(row) < len(PERF_COLUMNS):
+            raise ResultFileError(f"{path}: line {i}: {len(row)} fields, expected at least {len(PERF_COLUMNS)}")
+        out.append(row)
+    return out
+
+
+def read_perf_csv(path: str | Path) -> pd.DataFrame:
+    """Read one perf CSV (per-rank or summary) into a DataFrame.
+
+    Returns:
+        The 18 fixed columns of combine-facts section 8 (ints; bandwidths GiB/s and
+        CoreMaxTime/us as floats; ``Metric``, ``Dtype``, ``CaseId`` strings; ``ProfPe`` an int,
+        or ``"max"`` in a summary) plus ``core_times_us``: a tuple of the row's per-core times (us),
+        one per core that recorded the frame (a summary keeps the first core's only).
+
+    Raises:
+        ResultFileError: as :func:`read_perf_rows`, or a number that does not parse.
+    """
+    records = []
+    for row in read_perf_rows(path):
+        rec = dict(zip(PERF_COLUMNS, row[:len(PERF_COLUMNS)]))
+        try:
+            for c in _INT_COLUMNS:
+                rec[c] = int(rec[c])
+            for c in _FLOAT_COLUMNS:
+                rec[c] = float(rec[c])
+            rec["ProfPe"] = rec["ProfPe"] if rec["ProfPe"] == SUMMARY_PROF_PE else int(rec["ProfPe"])
+            rec["core_times_us"] = tuple(float(v) for v in row[len(PERF_COLUMNS):] if v != "")
+        except ValueError as e:
+            raise ResultFileError(f"{path}: {rec.get('CaseId', '?')} {rec.get('Metric', '?')}: {e}") from None
+        records.append(rec)
+    df = pd.DataFrame.from_records(records, columns=PERF_COLUMNS + ["core_times_us"])
+    for c in _INT_COLUMNS:
+        df[c] = df[c].astype("int64")
+    for c in _FLOAT_COLUMNS:
+        df[c] = df[c].astype("float64")
+    if len(df) and all(isinstance(v, int) for v in df["ProfPe"]):
+        df["ProfPe"] = df["ProfPe"].astype("int64")
+    return df
+
+
+# ------------------------------------------------------------------------------------ writing CSVs
+
+def perf_row_fields(row) -> list[str]:
+    """One row of :func:`read_perf_csv` form (a dict or Series with :data:`PERF_COLUMNS` and
+    ``core_times_us``) as the driver writes it: integers as integers, floats ``%.4f``, then one
+    field per core time."""
+    out = []
+    for c in PERF_COLUMNS:
+        v = row[c]
+        out.append(fixed4(float(v)) if c in _FLOAT_COLUMNS else str(int(v)) if c in _INT_COLUMNS else str(v))
+    return out + [fixed4(float(t)) for t in row["core_times_us"]]
+
+
+def write_perf_csv(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write rows of :func:`read_perf_csv` form to ``path`` (replacing it) in the per-rank format:
+    the header once, each row by :func:`perf_row_fields`, lines ending in ``\\n`` as the driver's.
+    ``read_perf_csv(write_perf_csv(read_perf_csv(p), q))`` gives the same rows, and ``q`` the bytes of ``p``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(PERF_HEADER)
+        for _, r in df.iterrows():
+            w.writerow(perf_row_fields(r))
+    return path
+
+
+def append_perf_csv(src: str | Path, dst: str | Path) -> Path:
+    """Append the rows of ``src`` (a per-rank CSV the driver wrote in one run's folder) to ``dst``
+    byte for byte, writing the header first when ``dst`` is new or empty, as the reference's
+    driver appends. Folders are created.
+
+    Raises:
+        ResultFileError: ``src`` is not a perf CSV, or ``dst`` exists with another header (a file
+            of another format: remove it or write elsewhere).
+    """
+    src, dst = Path(src), Path(dst)
+    read_perf_rows(src)  # validates the header and every row
+    lines = src.read_text(encoding="utf-8").splitlines(keepends=True)
+    if dst.is_file() and dst.stat().st_size:
+        with open(dst, encoding="utf-8", newline="") as f:
+            first = f.readline().rstrip("\r\n")
+        if first != ",".join(PERF_HEADER):
+            raise ResultFileError(f"{dst}: not a combine-facts section 8 perf CSV (header {first[:80]!r}); "
+                                  f"remove it or choose another output folder")
+        lines = lines[1:]
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(dst, "a", encoding="utf-8", newline="") as f:
+        f.writelines(lines)
+    return dst
+
+
+def summary_rows(paths: Iterable[str | Path]) -> list[list[str]]:
+    """The summary of per-rank perf CSVs by the rules of combine-facts section 8.
+
+    Rows of ``paths`` (read in the order given) are grouped by :data:`SUMMARY_KEYS`; per group
+    the row with the largest CoreMaxTime/us wins (the first one read on a tie); its Bandwidth and
+    PerPeBandwidth are recomputed from that CoreMaxTime as written (4 decimals) and its ProfPe
+    becomes ``max``. Groups are sorted by (Metric, Npus, DataSize/B, CaseId), stably. A summary
+    row has the 19 fields of the header: the per-core times beyond the first are not named by
+    the header and are left out (so the reference's summariser writes the same row), and a
+    row with no core time gets an empty ``SingleCoreTime/us``.
+    """
+    groups: dict[tuple, list[str]] = {}
+    for path in paths:
+        for row in read_perf_rows(path):
+            named = (row + [""])[:len(PERF_HEADER)]  # the fields the header names
+            rec = dict(zip(PERF_HEADER, named))
+            key = tuple(rec[k] for k in SUMMARY_KEYS)
+            best = groups.get(key)
+            if best is None or float(rec["CoreMaxTime/us"]) > float(best[PERF_HEADER.index("CoreMaxTime/us")]):
+                groups[key] = named
+    out = []
+    col = {name: i for i, name in enumerate(PERF_HEADER)}
+    for row in groups.values():
+        row = list(row)
+        us = float(row[col["CoreMaxTime/us"]])
+        row[col["Bandwidth/GB/s"]] = fixed4(gib_per_s(float(row[col["GlobalDataSize/B"]]), us))
+        row[col["PerPeBandwidth/GB/s"]] = fixed4(gib_per_s(float(row[col["DataSize/B"]]), us))
+        row[col["ProfPe"]] = SUMMARY_PROF_PE
+        out.append(row)
+    out.sort(key=lambda r: (r[col["Metric"]], int(float(r[col["Npus"]])), int(float(r[col["DataSize/B"]])),
+                            r[col["CaseId"]]))
+    return out
+
+
+def write_summary_csv(paths: Iterable[str | Path], out: str | Path) -> pd.DataFrame:
+    """Write :func:`summary_rows` of ``paths`` to ``out`` (header :data:`PERF_HEADER`; lines end in
+    ``\\r\\n``, as Python's csv writer ends them in the reference's summary) and return it as
+    :func:`read_perf_csv` reads it."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f, lineterminator="\r\n")
+        w.writerow(PERF_HEADER)
+        w.writerows(summary_rows(paths))
+    return read_perf_csv(out)
+
+
+# ---------------------------------------------------------------------------- counters and sidecar
+
+def read_counters(path: str | Path) -> dict:
+    """Read one twin counters file the driver wrote for one PE (:func:`driver_counters_name`).
+
+    Returns:
+        ``{"pe": int, "launches": int, "last": {"MTE": {...}, "SDMA": {...}}, "total": {...}}``
+        where each plane holds ``puts``, ``bytes`` (payload, bytes), ``quiets``,
+        ``status_writes`` and ``status_bytes``; also ``violations`` and ``violation_examples``.
+
+    Raises:
+        ResultFileError: missing or malformed file.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+        for which in ("last", "total"):
+            for plane in ("MTE", "SDMA"):
+                for field in COUNTER_FIELDS:
+                    int(data[which][plane][field])
+        return data
+    except OSError as e:
+        raise ResultFileError(f"{path}: cannot read twin counters ({e.strerror})") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise ResultFileError(f"{path}: not a twin counters file ({e!r})") from None
+
+
+def counters_frame(counters: list[dict], which: str = "last") -> pd.DataFrame:
+    """One row per (pe, plane) with the :data:`COUNTER_FIELDS` of ``which`` ("last" or "total")."""
+    rows = []
+    for c in counters:
+        for plane in ("MTE", "SDMA"):
+            rows.append({"pe": c["pe"], "plane": plane, **{k: int(c[which][plane][k]) for k in COUNTER_FIELDS}})
+    return pd.DataFrame(rows, columns=["pe", "plane", *COUNTER_FIELDS])
+
+
+#: Keys of a sidecar (:func:`write_sidecar`), in order.
+SIDECAR_KEYS = ["case_id", "variant", "routing", "dtype", "seed", "target", "min_sdma_bytes", "warmup", "loops",
+                "launches", "prof_pes", "check", "counters_ok", "counter_mismatches", "violations",
+                "violation_examples", "planned", "counted", "ranks"]
+
+
+def write_sidecar(path: str | Path, data: dict) -> Path:
+    """Write the lab's sidecar of one case (:func:`counters_name`): what the perf CSV has no column
+    for. ``data`` holds :data:`SIDECAR_KEYS`: the case and how it ran (case_id, variant, routing,
+    dtype, seed, target, min_sdma_bytes in bytes, warmup, loops, launches, prof_pes), the verdicts
+    (check PASS/FAIL, counters_ok, counter_mismatches, violations with examples), per PE the planned
+    and counted plane bytes (``planned``/``counted``: lists of dicts with ``pe``), and ``ranks``: the
+    twin's counters file of every PE as the driver wrote it (empty on an NPU)."""
+    missing = [k for k in SIDECAR_KEYS if k not in data]
+    if missing:
+        raise ResultFileError(f"{path}: sidecar without {', '.join(missing)}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({k: data[k] for k in SIDECAR_KEYS}, indent=1) + "\n")
+    return path
+
+
+def read_sidecar(path: str | Path) -> dict:
+    """Read a sidecar written by :func:`write_sidecar`. Raises ResultFileError when it is missing,
+    not JSON, or lacks one of :data:`SIDECAR_KEYS`."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise ResultFileError(f"{path}: cannot read sidecar ({e.strerror})") from None
+    except ValueError as e:
+        raise ResultFileError(f"{path}: not JSON ({e})") from None
+    missing = [k for k in SIDECAR_KEYS if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise ResultFileError(f"{path}: not a combine-lab sidecar (no {', '.join(missing)})")
+    return data

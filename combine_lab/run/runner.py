@@ -1,0 +1,412 @@
+"""Run a case on a target: write its files, build, launch one process per PE, read back and check.
+
+The arc of every run: case -> plan -> run -> check -> profile. A :class:`RunResult`
+holds x_out per rank, the check verdicts, the perf rows (full_op, comm_only), the twin's
+per-plane counters and the plan they must equal.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Union
+
+import numpy as np
+import pandas as pd
+
+from ..case.case import Case, make_case
+from ..case.casefiles import case_dir_of, check_x_out, read_case, read_rank_file, read_x_out, write_case
+from ..case.spec import CaseSpec
+from ..errors import CaseFileError, ParameterError
+from ..planning.capacity import check_capacity
+from ..planning.cores import TWIN_SOCS, aiv_cores
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, Plan
+from ..planning.planner import plan as make_plan
+from . import build as build_mod
+from .capabilities import npu_variant_refusal
+from .launch import LaunchError, bootstrap_ipport, host_argv, launch_pes
+from .outputs import (append_perf_csv, counters_frame, counters_name, driver_counters_name, perf_csv_name,
+                      read_counters, read_perf_csv, write_sidecar)
+
+_MISMATCH_EXIT = 2  # the driver's status when x_out differs from golden
+
+
+@dataclass
+class PreparedCase:
+    """A case whose files are on disk: ``case_root/golden/<case_id>/``."""
+
+    case: Case
+    case_root: Path
+    owns_root: bool = False
+
+    @property
+    def case_dir(self) -> Path:
+        return case_dir_of(self.case_root, self.case.spec.case_id)
+
+    def golden(self, r: int) -> np.ndarray:
+        """PE r's golden x_out as written in the case files (what the PEs check against), T [bs, h]."""
+        return read_rank_file(self.case_dir, self.case.spec, r, "golden_x_out.bin")
+
+    def cleanup(self) -> None:
+        """Remove the case files if this object created their folder."""
+        if self.owns_root:
+            shutil.rmtree(self.case_root, ignore_errors=True)
+
+
+CaseLike = Union[CaseSpec, Case, PreparedCase, str, os.PathLike]
+
+
+def _rows_per_pe(case: Case) -> list[int]:
+    """Received rows per destination PE (the last cumulative count of each)."""
+    return case.segment_counts.sum(axis=1).astype(int).tolist()
+
+
+def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None, target: str = "cpu") -> PreparedCase:
+    """Make ``case`` ready to run: build it from a spec, and write its files if needed.
+
+    Args:
+        case: a :class:`CaseSpec`, a :class:`Case`, an existing :class:`PreparedCase`, or the
+            path of a reference case folder ``.../golden/shape_*`` (read and validated).
+        work_dir: where to write the files; default a fresh temporary folder that
+            :meth:`PreparedCase.cleanup` removes.
+        target: where it will run (``cpu``: the twin's /dev/shm heaps are counted too).
+
+    Raises:
+        SpecError, CaseFileError: invalid spec or case files, or a case folder that is not in a
+            ``golden/`` folder (before anything is launched).
+        capacity.CapacityError: the case does not fit /dev/shm, memory or disk (before writing).
+    """
+    if isinstance(case, PreparedCase):
+        return case
+    if isinstance(case, (str, os.PathLike)):
+        path = Path(case)
+        loaded = read_case(path)
+        if path.resolve().parent.name != "golden":
+            raise CaseFileError(f"case={path}: a case folder must sit in <root>/golden/ (combine-facts section 3)")
+        return PreparedCase(loaded, path.resolve().parent.parent)
+    if isinstance(case, CaseSpec):
+        check_capacity(case, work_dir, target=target, draws_x=True)  # before drawing anything
+        case = make_case(case)
+    check_capacity(case.spec, work_dir, _rows_per_pe(case), target)
+    owns = work_dir is None
+    root = Path(tempfile.mkdtemp(prefix="combine_lab_")) if owns else Path(work_dir)
+    write_case(case, root)
+    return PreparedCase(case, root, owns_root=owns)
+
+
+@dataclass
+class RunResult:
+    """What one run of one variant produced.
+
+    Attributes:
+        case_id: ``shape_{bs}_{h}_{topk}_{E}_{pes}``; routing: the routing string; dtype: T
+            ('int32_t' or 'float16_t').
+        variant: ``classic`` or ``doubleplane``; min_sdma_bytes: the SDMA floor it ran with; target.
+        x_out: per rank, ``[bs, h]`` arrays of T.
+        checks: per rank, the verdict of x_out against golden (bit-exact for both dtypes).
+        perf: perf rows (combine-facts section 8) of the profiled PEs; times in us.
+        counters: twin counters of the last launch, one row per (pe, plane): puts, bytes, quiets,
+            status_writes, status_bytes (empty where nothing counts them: NPU).
+        counters_total: the same summed over every launch (warmup + loops).
+        plan: the planner's plan for this variant; counters must carry exactly its bytes.
+        run_dir: folder with the PEs' logs and the run's CSV/JSON files (inside the case's
+            folder: removed with it unless the case files are kept).
+        violations: the twin checker's first reports (PE, core, slot, both operations);
+            violation_count: how many there were in all.
+    """
+
+    case_id: str
+    routing: str
+    dtype: str
+    variant: str
+    min_sdma_bytes: int
+    target: str
+    x_out: list[np.ndarray]
+    checks: list
+    perf: pd.DataFrame
+    counters: pd.DataFrame
+    counters_total: pd.DataFrame
+    launches: int
+    plan: Plan
+    run_dir: Path
+    driver_status: list[int] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    violation_count: int = 0
+
+    @property
+    def check_ok(self) -> bool:
+        """True when every rank's x_out matches golden."""
+        return all(c.ok for c in self.checks)
+
+    @property
+    def ok(self) -> bool:
+        """x_out matches golden on every rank, the counters carry exactly the planned bytes,
+        and the twin's protocol checker saw no status flag ready before its payload."""
+        return self.check_ok and not self.counter_mismatches() and self.violation_count == 0
+
+    def plane_bytes(self) -> pd.DataFrame:
+        """Per PE what each plane carried in the last launch, as the twin counted it: payload
+        ``mte_bytes``, ``sdma_bytes`` (bytes), payload ``mte_puts``, ``sdma_puts`` (one put per
+        row) and ``status_writes`` (both planes; all must be MTE's). Empty without counters (NPU)."""
+        if self.counters.empty:
+            return pd.DataFrame(columns=["mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts", "status_writes"])
+        c = self.counters.set_index(["pe", "plane"])
+        pes = sorted(self.counters["pe"].unique())
+        return pd.DataFrame({
+            "mte_bytes": [int(c.loc[(p, "MTE"), "bytes"]) for p in pes],
+            "sdma_bytes": [int(c.loc[(p, "SDMA"), "bytes"]) for p in pes],
+            "mte_puts": [int(c.loc[(p, "MTE"), "puts"]) for p in pes],
+            "sdma_puts": [int(c.loc[(p, "SDMA"), "puts"]) for p in pes],
+            "status_writes": [int(c.loc[(p, "MTE"), "status_writes"] + c.loc[(p, "SDMA"), "status_writes"])
+                              for p in pes],
+        }, index=pd.Index(pes, name="pe"))
+
+    def sent_bytes(self) -> tuple[int, int]:
+        """Payload bytes (MTE, SDMA) of one launch, all PEs: the twin's counters, or the plan
+        where there are none (NPU)."""
+        pb = self.plane_bytes()
+        src = pb if len(pb) else self.plan.totals
+        return int(src["mte_bytes"].sum()), int(src["sdma_bytes"].sum())
+
+    def sdma_share(self) -> float:
+        """SDMA's share of the payload bytes of one launch, in [0, 1] (0 when nothing was sent)."""
+        mte, sdma = self.sent_bytes()
+        return sdma / (mte + sdma) if mte + sdma else 0.0
+
+    def counter_mismatches(self) -> list[str]:
+        """Differences between what the twin counted and what the plan says, one line each.
+
+        Per PE: MTE and SDMA payload bytes equal the plan's, and the payload puts its rows (one
+        put per row); every row gets one status write, all by MTE. Empty when there are no
+        counters (NPU target).
+        """
+        if self.counters.empty:
+            return []
+        got = self.plane_bytes()
+        want = self.plan.totals
+        by_plane = self.counters.set_index(["pe", "plane"])
+        out = []
+        for pe in got.index:
+            w = want.loc[pe]
+            expect = {"mte_bytes": w["mte_bytes"], "sdma_bytes": w["sdma_bytes"], "mte_puts": w["mte_rows"],
+                      "sdma_puts": w["sdma_rows"], "status_writes": w["mte_rows"] + w["sdma_rows"]}
+            for k, v in expect.items():
+                if int(got.loc[pe, k]) != int(v):
+                    out.append(f"PE {pe}: {k} counted {int(got.loc[pe, k])}, planned {int(v)}")
+            sdma_status = int(by_plane.loc[(pe, "SDMA"), "status_writes"])
+            if sdma_status:
+                out.append(f"PE {pe}: {sdma_status} status writes went by SDMA; they must go by MTE")
+        return out
+
+    def time_us(self, metric: str) -> float:
+        """CoreMaxTime/us of ``metric`` ('full_op' or 'comm_only'), mean over the profiled PEs; NaN if none."""
+        rows = self.perf[self.perf["Metric"] == metric] if not self.perf.empty else self.perf
+        return float(rows["CoreMaxTime/us"].mean()) if len(rows) else float("nan")
+
+
+def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
+             warmup: int = 0, loops: int = 1, perf: bool = True, prof_pe: int | str = 0, target: str = "cpu",
+             timeout_s: float = 120.0, work_dir: str | os.PathLike | None = None,
+             output_dir: str | os.PathLike | None = None, fnpu: int = 0, fpe: int = 0,
+             ipport: str | Callable[[], str] | None = None, keep_files: bool = False, chaos_seed: int | None = None,
+             binary: str | os.PathLike | None = None, env: dict[str, str] | None = None) -> RunResult:
+    """Run ``case`` with one ``variant`` on ``target`` and check it.
+
+    Args:
+        case: spec, case, prepared case or reference case folder (see :func:`prepare_case`).
+        variant: ``classic`` (MTE only) or ``doubleplane`` (MTE + SDMA).
+        min_sdma_bytes: smallest segment (bytes) that may go by SDMA (combine-facts section 4: 2 MiB).
+        warmup, loops: launches before and during profiling; loops >= 1.
+        perf: record perf rows for the profiled PE(s).
+        prof_pe: the PE whose cores are profiled, or ``"all"`` to run once per PE (with ``perf``
+            only: without it, one run).
+        target: ``cpu`` (twin) or ``npu``.
+        timeout_s: limit for each launch of all PEs, seconds.
+        output_dir: if given, the perf rows of profiled PE r are appended to
+            ``<output_dir>/combine_perf_rank<r>.csv`` (classic) or
+            ``combine_doubleplane_perf_rank<r>.csv`` (header once, as combine-facts section 8),
+            once every launch succeeded, and the case's sidecar is written beside them
+            (``<prefix>_counters_<case_id>.json``: :func:`combine_lab.run.outputs.write_sidecar`).
+        fnpu, fpe: first NPU (PE r on NPU ``r % pes + fnpu``) and first PE id passed to the driver.
+        ipport: SHMEM bootstrap address for every launch, or a function called once per launch
+            (each profiled PE's run) that returns it; default a free 127.0.0.1 port per launch.
+        keep_files: keep case files that this call wrote to a temporary folder.
+        chaos_seed: twin only: run under chaos mode with this seed (puts land as late and in
+            as odd an order as their semantics allow); protocol violations are reported in
+            ``RunResult.violations``. None: normal completion order.
+        binary: a host driver to use instead of building one (tests of broken kernels).
+        env: extra environment for every PE (e.g. ``COMBINE_HOST_REPEAT_CHECK=1``: call i
+            sends rows of value i+1 and checks its own x_out).
+
+    Returns:
+        A :class:`RunResult`; x_out mismatches are reported in ``checks``, not raised.
+
+    Raises:
+        SpecError: an invalid case spec (before anything is written).
+        ParameterError: bad variant, loops, warmup, min_sdma_bytes, prof_pe, chaos_seed, timeout
+            (before launching).
+        CaseFileError: invalid case files.
+        build.BuildError / build.TargetUnavailable: the target cannot be built.
+        build.VariantRefused: ``doubleplane`` on ``npu`` with CANN older than 9.0.0 (before anything runs).
+        LaunchError: a PE failed (other than an x_out mismatch) or the run timed out.
+    """
+    if variant not in VARIANTS:
+        raise ParameterError(f"variant={variant!r}: must be one of {', '.join(map(repr, VARIANTS))}")
+    for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("min_sdma_bytes", min_sdma_bytes, 0),
+                         ("fnpu", fnpu, 0), ("fpe", fpe, 0)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
+            raise ParameterError(f"{label}={v!r}: must be an int >= {lo}")
+    if chaos_seed is not None and (not isinstance(chaos_seed, (int, np.integer)) or isinstance(chaos_seed, bool)
+                                   or chaos_seed < 0 or target != "cpu"):
+        raise ParameterError(f"chaos_seed={chaos_seed!r}: must be an int >= 0, on target cpu (the twin)")
+    if not (timeout_s > 0):
+        raise ParameterError(f"timeout_s={timeout_s!r}: must be > 0 seconds")
+    twin_soc = (env or {}).get("COMBINE_TWIN_SOC") or os.environ.get("COMBINE_TWIN_SOC")
+    if target == "cpu" and twin_soc:
+        try:
+            aiv_cores(twin_soc)
+        except ValueError:
+            raise ParameterError(f"COMBINE_TWIN_SOC={twin_soc!r}: {TWIN_SOCS}") from None
+    if binary is None:
+        why = refusals(target, [variant]).get(variant)
+        if why:
+            raise build_mod.VariantRefused(why)
+    prepared = prepare_case(case, work_dir, target)
+    spec = prepared.case.spec
+    if prof_pe == "all":
+        prof_pes = list(range(spec.pes))
+    elif isinstance(prof_pe, (int, np.integer)) and not isinstance(prof_pe, bool) and 0 <= prof_pe < spec.pes:
+        prof_pes = [int(prof_pe)]
+    else:
+        raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {spec.pes - 1}]")
+    if not perf:
+        prof_pes = prof_pes[:1]  # nothing is profiled: one run
+    check_capacity(spec, prepared.case_root, _rows_per_pe(prepared.case), target)
+    the_plan = make_plan(prepared.case, variant, min_sdma_bytes=min_sdma_bytes)
+    try:
+        binary = Path(binary) if binary is not None else build_mod.build(target)
+        env = dict(env or {})
+        if chaos_seed is not None:
+            env["COMBINE_TWIN_CHAOS"] = str(int(chaos_seed))
+        run_dir = Path(tempfile.mkdtemp(prefix=f"combine_{variant}_", dir=prepared.case_root))
+        csv_of = lambda r: run_dir / perf_csv_name(variant, r)  # noqa: E731
+        perf_frames, perf_files, status = [], [], [0] * spec.pes
+        for ppe in prof_pes:
+            port = (ipport() if callable(ipport) else ipport) or bootstrap_ipport()  # default: fresh per launch
+            argv = lambda r: host_argv(pe_size=spec.pes, pe_id=r, ipport=port, g_npus=spec.pes,  # noqa: E731
+                                       first_pe=fpe, first_npu=fnpu, dtype=spec.dtype, bs=spec.bs, h=spec.h,
+                                       topk=spec.topk, expert_per_pe=spec.expert_per_pe, perf=perf, warmup=warmup,
+                                       loops=loops, csv=csv_of(r), case_id=spec.case_id, variant=variant,
+                                       min_sdma_bytes=min_sdma_bytes, case_root=prepared.case_root)
+            outcomes = launch_pes(binary, spec.pes, argv, cwd=prepared.case_root, log_dir=run_dir / f"logs_pe{ppe}",
+                                  timeout_s=timeout_s, env={**env, "SHMEM_CYCLE_PROF_PE": str(ppe)},
+                                  tolerated_codes=(_MISMATCH_EXIT,))
+            status = [max(s, o.returncode) for s, o in zip(status, outcomes)]
+            if perf and csv_of(ppe).is_file():
+                perf_frames.append(read_perf_csv(csv_of(ppe)))
+                kept = csv_of(ppe).rename(run_dir / f"prof{ppe}_{csv_of(ppe).name}")  # the next run writes afresh
+                perf_files.append((ppe, kept))
+        counters = [read_counters(run_dir / driver_counters_name(csv_of(r).name)) for r in range(spec.pes)] \
+            if target == "cpu" else []
+        x_out, checks = [], []
+        for r in range(spec.pes):
+            x = read_x_out(prepared.case_root, spec, r)
+            x_out.append(x)
+            checks.append(check_x_out(x, prepared.golden(r), spec.dtype))  # the file the PEs checked against
+        perf_df = pd.concat(perf_frames, ignore_index=True) if perf_frames else pd.DataFrame()
+        result = RunResult(case_id=spec.case_id, routing=spec.routing, dtype=spec.dtype, variant=variant,
+                           min_sdma_bytes=min_sdma_bytes, target=target, x_out=x_out, checks=checks, perf=perf_df,
+                           counters=counters_frame(counters, "last") if counters else pd.DataFrame(),
+                           counters_total=counters_frame(counters, "total") if counters else pd.DataFrame(),
+                           launches=int(counters[0]["launches"]) if counters else warmup + loops,
+                           plan=the_plan, run_dir=run_dir, driver_status=status,
+                           violations=[m for c in counters for m in c.get("violation_examples", [])],
+                           violation_count=sum(int(c.get("violations", 0)) for c in counters))
+        if output_dir is not None:  # only once every launch succeeded: a failed run adds no rows
+            for ppe, path in perf_files:
+                append_perf_csv(path, Path(output_dir) / perf_csv_name(variant, ppe))
+            write_sidecar(Path(output_dir) / counters_name(variant, spec.case_id),
+                          _sidecar(result, spec, warmup, loops, prof_pes, counters))
+        return result
+    finally:
+        if not keep_files and prepared is not case:
+            prepared.cleanup()
+
+
+def _records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
+    """``columns`` of a per-PE frame (index ``pe``) as JSON-ready dicts, ``pe`` first, Python ints."""
+    return [{"pe": int(pe), **{k: int(row[k]) for k in columns}} for pe, row in df.iterrows()]
+
+
+def _sidecar(res: RunResult, spec: CaseSpec, warmup: int, loops: int, prof_pes: list[int],
+             counters: list[dict]) -> dict:
+    """The sidecar of one run (:func:`combine_lab.run.outputs.write_sidecar`): what the perf CSV has
+    no column for."""
+    return {"case_id": spec.case_id, "variant": res.variant, "routing": spec.routing, "dtype": spec.dtype,
+            "seed": int(spec.seed), "target": res.target, "min_sdma_bytes": int(res.min_sdma_bytes),
+            "warmup": int(warmup), "loops": int(loops), "launches": int(res.launches), "prof_pes": prof_pes,
+            "check": "PASS" if res.check_ok else "FAIL", "counters_ok": not res.counter_mismatches(),
+            "counter_mismatches": res.counter_mismatches(), "violations": int(res.violation_count),
+            "violation_examples": list(res.violations),
+            "planned": _records(res.plan.totals, ["mte_rows", "mte_bytes", "sdma_rows", "sdma_bytes"]),
+            "counted": _records(res.plane_bytes(), ["mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts",
+                                                    "status_writes"]),
+            "ranks": counters}
+
+
+def refusals(target: str, variants=VARIANTS) -> dict[str, str]:
+    """Variant -> why ``target`` refuses it here, for each of ``variants`` that it refuses.
+
+    The one place a refusal is decided: doubleplane on an NPU whose CANN is older than 9.0.0
+    (no SDMA; :func:`combine_lab.run.capabilities.npu_variant_refusal`). The twin refuses
+    nothing. :func:`run_case` raises ``VariantRefused`` with the reason; :func:`compare`, the
+    sweep, the CLI and the tuning app turn it into a row that says why.
+    """
+    if target != "npu":
+        return {}
+    out = {}
+    for v in variants:
+        why = npu_variant_refusal(v)
+        if why:
+            out[v] = why
+    return out
+
+
+class Comparison(dict):
+    """What :func:`compare` returns: variant -> :class:`RunResult` for each variant that ran, in
+    :data:`VARIANTS` order, and ``refused``: variant -> reason for each one the target refused."""
+
+    def __init__(self, runs=(), refused: dict[str, str] | None = None):
+        super().__init__(runs)
+        self.refused: dict[str, str] = dict(refused or {})
+
+
+def compare(case: CaseLike, **kwargs) -> Comparison:
+    """Run ``classic`` and ``doubleplane`` on the same case files; returns both results by variant.
+
+    Keyword arguments are those of :func:`run_case` (except ``variant``). A variant refused on
+    this target (doubleplane on an NPU with CANN < 9.0.0) is left out of the mapping, with its
+    reason in ``Comparison.refused`` and in a warning; classic still runs.
+    """
+    keep = kwargs.pop("keep_files", False)
+    prepared = prepare_case(case, kwargs.pop("work_dir", None))
+    try:
+        out = Comparison()
+        for v in VARIANTS:
+            try:
+                out[v] = run_case(prepared, v, **kwargs)
+            except build_mod.VariantRefused as e:
+                out.refused[v] = str(e)
+                warnings.warn(str(e), stacklevel=2)
+        return out
+    finally:
+        if not keep and prepared is not case:
+            prepared.cleanup()
+
+
+__all__ = ["VARIANTS", "PreparedCase", "RunResult", "Comparison", "prepare_case", "run_case", "compare", "refusals",
+           "LaunchError"]

@@ -1,0 +1,277 @@
+"""``combine-lab selftest``: a short form of the protocol checker and the fault suite, with
+a one-screen report (cases tried, violations, hangs, leaks: all zero when healthy).
+
+The broken kernels are the real kernel source built with one of its compile-time
+fault-injection switches (``COMBINE_FAULT_<name>`` in kernels/combine_kernel.cpp and
+combine_kernel.h), each breaking one rule the hardware or the protocol imposes
+(combine-facts sections 5 and 10). They are built into their own build folders, never
+installed, and each must be caught by the twin in the way :data:`BROKEN_KERNELS` states.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import psutil
+
+from ..case.case import case_from_arrays
+from ..case.casefiles import rank_file
+from ..case.spec import CaseSpec
+from .build import build, default_build_dir
+from .launch import LaunchError, tagged_host_pids, tagged_segments
+from .runner import prepare_case, run_case
+
+#: A small case with SDMA segments at min_sdma_bytes=0 (zipf skew puts some above average).
+CHECKER_SPEC = CaseSpec(pes=3, bs=12, h=20, topk=3, expert_per_pe=2, routing="zipf:1.2", dtype="float16_t")
+
+
+def sdma_from_core_48_case():
+    """50 PEs, every token routed to expert 0 on PE 0 (PE 48 twice as many as the rest), so
+    PE 0's segment from source rank 48 is its only remote segment above average: at
+    min_sdma_bytes=0 it goes by SDMA, from core 48 when a core serves one rank each."""
+    pes, bs, h = 50, 2, 8
+    spec = CaseSpec(pes=pes, bs=bs, h=h, topk=1, expert_per_pe=1, routing="external")
+    ids = np.full((pes, bs, 1), -1, dtype=np.int32)
+    ids[:, 0, 0] = 0
+    ids[48, 1, 0] = 0
+    return case_from_arrays(spec, np.ones((pes, bs, h)), ids, np.ones((pes, bs, 1)))
+
+
+@dataclass(frozen=True)
+class BrokenKernel:
+    """One deliberately broken kernel and how the twin must catch it.
+
+    ``fault``: the kernel's COMBINE_FAULT_<fault> switch; ``rule``: what it breaks;
+    ``case``: the case (a CaseSpec, or a function making one); ``variant``, ``min_sdma_bytes``,
+    ``chaos_seed`` and ``env`` (e.g. COMBINE_TWIN_SOC) of the run; ``evidence``: text that a
+    violation must contain, or with ``fatal``, the error that stops the run (a fatal rule,
+    or a hang and its timeout); ``corrupts``: x_out must also differ from golden.
+    """
+
+    fault: str
+    rule: str
+    case: CaseSpec | Callable
+    variant: str
+    evidence: str
+    min_sdma_bytes: int = 0
+    chaos_seed: int | None = 1
+    env: dict = field(default_factory=dict)
+    fatal: bool = False
+    corrupts: bool = False
+
+
+BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
+    BrokenKernel("MTE_FLAG_BEFORE_QUIET", "MTE status flags written before the quiet that completes their payload",
+                 CHECKER_SPEC, "classic", "(MTE payload put issued, not yet landed)", min_sdma_bytes=2 << 20),
+    BrokenKernel("SDMA_FLAG_BEFORE_SDMA_QUIET", "SDMA rows' flags written before the SDMA quiet",
+                 CHECKER_SPEC, "doubleplane", "(SDMA payload put issued, not yet landed)"),
+    BrokenKernel("UB_REUSE", "one MTE staging buffer refilled while its last UB -> GM leg is in flight",
+                 CHECKER_SPEC, "classic", "UB reuse:", min_sdma_bytes=2 << 20, corrupts=True),
+    BrokenKernel("SDMA_FROM_CORE_48", "one core per source rank at 50 PEs: cores 48.. issue SDMA, which SHMEM "
+                 "gives no stream", sdma_from_core_48_case, "doubleplane", "did nothing: SHMEM creates SDMA streams",
+                 chaos_seed=None, env={"COMBINE_TWIN_SOC": "Ascend910B2"}, corrupts=True),
+    BrokenKernel("SHARED_SYNC_ID", "one sync id for both planes", CHECKER_SPEC, "doubleplane",
+                 "serves both planes"),
+    BrokenKernel("PARTIAL_STATUS_WAIT", "a status slot waited on at its first word only", CHECKER_SPEC,
+                 "doubleplane", "was waited on at word mask 0x01 of its 8 words"),
+    BrokenKernel("UB_OVERLAP", "the SDMA scratch placed inside an MTE staging buffer", CHECKER_SPEC, "doubleplane",
+                 "UB regions overlap: UB [1024, 66560) used as MTE staging (by aclshmemx_mte_put_nbi (GM -> UB -> GM)) "
+                 "and UB [1024, 1088) used as SDMA scratch", chaos_seed=None, fatal=True),
+    BrokenKernel("UB_IN_SHMEM_RESERVE", "an MTE staging buffer reaching into SHMEM's own UB (188 KiB and up)",
+                 CHECKER_SPEC, "classic", "MTE staging UB [128000, 193536) reaches into SHMEM's own UB (188 KiB and up",
+                 min_sdma_bytes=2 << 20, chaos_seed=None, fatal=True),
+    BrokenKernel("DEVICE_BARRIER", "SHMEM's device barrier_all in an AIV-only kernel (it is for MIX kernels)",
+                 CHECKER_SPEC, "classic", "aclshmem_barrier_all called from an AIV-only kernel",
+                 min_sdma_bytes=2 << 20, chaos_seed=None, fatal=True),
+    BrokenKernel("BLOCKS_OVER_AIV", "41 blocks on a 40-core SoC with a core barrier: the 41st waits for a wave that "
+                 "never comes", CaseSpec(pes=41, bs=2, h=8, topk=1, expert_per_pe=1), "classic",
+                 "exceeds the 40 AIV cores of Ascend910B3", min_sdma_bytes=2 << 20, chaos_seed=None,
+                 env={"COMBINE_TWIN_SOC": "Ascend910B3", "COMBINE_TWIN_TIMEOUT_S": "2"}, fatal=True),
+    # Stage 2's pipes (twin_pipes.cpp): each missing flag is reported always and, in chaos mode,
+    # lets the pipes run the wrong way round, so x_out is wrong.
+    BrokenKernel("NO_MTE2_V_WAIT", "stage 2 casts an input tile without waiting (MTE2_V) for its DataCopy",
+                 CHECKER_SPEC, "classic", "Cast (half -> float) reads UB [132096, 132136) before DataCopyPad (GM -> UB) "
+                 "has written it (no SetFlag/WaitFlag<HardEvent::MTE2_V> between them)", min_sdma_bytes=2 << 20,
+                 corrupts=True),
+    BrokenKernel("NO_V_MTE2_WAIT", "stage 2 refills an input tile the vector unit may still read (no V_MTE2)",
+                 CHECKER_SPEC, "classic", "DataCopyPad (GM -> UB) writes UB [132096, 132136) while Cast (half -> float) "
+                 "may still read it (no SetFlag/WaitFlag<HardEvent::V_MTE2> between them)", min_sdma_bytes=2 << 20,
+                 corrupts=True),
+    BrokenKernel("NO_PIPE_V_BARRIER", "stage 2 adds what Muls wrote with no PipeBarrier<PIPE_V> between them",
+                 CHECKER_SPEC, "classic", "Add (float) reads UB [148480, 148560) before Muls (float) has written it "
+                 "(no PipeBarrier<PIPE_V> between them)", min_sdma_bytes=2 << 20, corrupts=True),
+    BrokenKernel("NO_V_MTE3_WAIT", "stage 2 copies an output tile to x_out before the vector unit wrote it (no V_MTE3)",
+                 CHECKER_SPEC, "classic", "DataCopyPad (UB -> GM) reads UB [164864, 164904) before Cast (float -> half) "
+                 "has written it (no SetFlag/WaitFlag<HardEvent::V_MTE3> between them)", min_sdma_bytes=2 << 20,
+                 corrupts=True),
+    BrokenKernel("NO_MTE3_V_WAIT", "stage 2 overwrites an output tile MTE3 may still copy out (no MTE3_V)",
+                 CHECKER_SPEC, "classic", "Cast (float -> half) writes UB [164864, 164904) while DataCopyPad (UB -> GM) "
+                 "may still read it (no SetFlag/WaitFlag<HardEvent::MTE3_V> between them)", min_sdma_bytes=2 << 20,
+                 corrupts=True),
+    BrokenKernel("DATACOPY_UNALIGNED", "stage 2 uses DataCopy for rows of 40 B: whole 32-byte blocks only",
+                 CHECKER_SPEC, "classic", "DataCopy (GM -> UB) of 20 half (40 B) to UB [132096, 132160): DataCopy moves "
+                 "whole 32-byte blocks, so only 32 B arrive", min_sdma_bytes=2 << 20, chaos_seed=None, corrupts=True),
+    BrokenKernel("NO_INIT_SOC_STATE", "vector instructions without AscendC::InitSocState() first", CHECKER_SPEC,
+                 "classic", "DataCopyPad (GM -> UB) before AscendC::InitSocState(): a kernel with LocalTensors at fixed "
+                 "addresses (no TPipe) must set the core's mask mode and atomic state first", min_sdma_bytes=2 << 20,
+                 chaos_seed=None),
+]}
+
+
+def build_broken_kernel(name: str, build_dir: str | os.PathLike | None = None) -> Path:
+    """Build the driver with the broken kernel ``name`` (a key of :data:`BROKEN_KERNELS`) and
+    return it: the real kernel source with its ``COMBINE_FAULT_<NAME>`` switch on.
+
+    Raises:
+        KeyError: unknown name. BuildError: the build failed.
+    """
+    kernel = BROKEN_KERNELS[name]
+    folder = Path(build_dir) if build_dir is not None else default_build_dir("cpu").parent / f"broken-{name}"
+    return build("cpu", build_dir=folder, fault=kernel.fault)
+
+
+def try_broken_kernel(name: str, binary: Path) -> tuple[bool, str]:
+    """Run broken kernel ``name`` (built at ``binary``) on its case; return (caught, what was seen).
+
+    Caught means: a violation (or, for a fatal rule or a hang, the run's error) contains the
+    kernel's evidence text, and x_out differs from golden where the kernel corrupts it.
+    """
+    k = BROKEN_KERNELS[name]
+    case = k.case() if callable(k.case) else k.case
+    try:
+        res = run_case(case, k.variant, min_sdma_bytes=k.min_sdma_bytes, chaos_seed=k.chaos_seed, binary=binary,
+                       env=dict(k.env), timeout_s=60)
+    except LaunchError as e:
+        lines = str(e).splitlines()
+        hit = [ln.strip() for ln in lines if k.evidence in ln]
+        return (k.fatal and bool(hit)), (hit[0] if hit else lines[0])
+    seen = [v for v in res.violations if k.evidence in v]
+    caught = not k.fatal and bool(seen) and (res.check_ok is False if k.corrupts else True)
+    return caught, (seen[0] if seen else f"{res.violation_count} violations, x_out {'ok' if res.check_ok else 'wrong'}")
+
+
+@dataclass
+class Report:
+    """Counts of the self-test; ``lines``: one line per check, for the screen."""
+
+    cases: int = 0
+    violations: int = 0   # by the real kernel (the broken ones must have some)
+    mismatches: int = 0
+    hangs: int = 0        # runs that timed out when they should have finished, or hung past their limit
+    leaks: int = 0
+    failures: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not (self.violations or self.mismatches or self.hangs or self.leaks or self.failures)
+
+    def text(self) -> str:
+        verdict = "healthy" if self.healthy else "NOT HEALTHY"
+        tail = [f"cases tried: {self.cases}, violations: {self.violations}, mismatches: {self.mismatches}, "
+                f"hangs: {self.hangs}, leaks: {self.leaks} -- {verdict}"]
+        return "\n".join(["combine-lab selftest (CPU twin)"] + self.lines + [f"  FAILED: {f}" for f in self.failures]
+                         + tail)
+
+
+def run_selftest(seeds: int = 5) -> Report:
+    """Run the short checker and fault suite on the twin; returns the :class:`Report`.
+
+    Its runs carry their own session tag, so leaks are counted for them alone, whatever
+    else runs on the machine.
+
+    Args:
+        seeds: chaos seeds for the real kernel (each case x both variants x seeds runs).
+    """
+    old_tag = os.environ.get("COMBINE_LAB_SESSION_TAG")
+    tag = f"st{os.getpid()}x"
+    os.environ["COMBINE_LAB_SESSION_TAG"] = tag
+    try:
+        return _run_selftest(seeds, tag)
+    finally:
+        if old_tag is None:
+            os.environ.pop("COMBINE_LAB_SESSION_TAG", None)
+        else:
+            os.environ["COMBINE_LAB_SESSION_TAG"] = old_tag
+
+
+def _run_selftest(seeds: int, tag: str) -> Report:
+    rep = Report()
+    me = psutil.Process()
+    segs0, pids0, fds0 = tagged_segments(tag), tagged_host_pids(tag), me.num_fds()
+
+    # 1. The checker catches broken kernels.
+    caught = []
+    for name in BROKEN_KERNELS:
+        ok, seen = try_broken_kernel(name, build_broken_kernel(name))
+        rep.cases += 1
+        if ok:
+            caught.append(name)
+        else:
+            rep.failures.append(f"broken kernel {name} was not caught: {seen}")
+    rep.lines.append(f"  checker      broken kernels caught: {len(caught)}/{len(BROKEN_KERNELS)}")
+    for name in caught:
+        rep.lines.append(f"    {name:28s} {BROKEN_KERNELS[name].rule}")
+
+    # 2. The real kernel under chaos: no violation, x_out = golden, counters = plan.
+    specs = [CHECKER_SPEC, CaseSpec(pes=4, bs=8, h=33, topk=2, expert_per_pe=2, masked_fraction=0.25),
+             CaseSpec(pes=2, bs=16, h=16, topk=4, expert_per_pe=2, routing="hot-expert:0.25", dtype="float16_t")]
+    before = rep.violations + rep.mismatches
+    for spec in specs:
+        for variant, min_sdma in (("classic", 2 << 20), ("doubleplane", 0)):
+            for seed in range(seeds):
+                rep.cases += 1
+                try:
+                    res = run_case(spec, variant, min_sdma_bytes=min_sdma, chaos_seed=seed, timeout_s=60)
+                except LaunchError as e:
+                    rep.hangs += "timed out" in str(e)
+                    rep.failures.append(f"{spec.case_id} {variant} seed {seed}: {str(e).splitlines()[0]}")
+                    continue
+                rep.violations += res.violation_count
+                rep.mismatches += (not res.check_ok) + len(res.counter_mismatches())
+    rep.lines.append(f"  real kernel  {len(specs)} cases x 2 variants x {seeds} chaos seeds: "
+                     f"{rep.violations + rep.mismatches - before} violations or mismatches")
+
+    # 3. Faults: fully masked token and PE, repeated calls, a slot nobody sends (must end, naming it).
+    fault_ok = 0
+    spec = CaseSpec(pes=2, bs=4, h=32, topk=2, expert_per_pe=2, dtype="float16_t", routing="external")
+    ids = np.array([[[0, 2], [1, -1], [-1, -1], [3, 0]]] * 2, dtype=np.int32)
+    res = run_case(case_from_arrays(spec, np.ones((2, 4, 32)), ids, np.full((2, 4, 2), .5)), "doubleplane",
+                   min_sdma_bytes=0)
+    rep.cases += 1
+    fault_ok += res.ok and not res.x_out[0][2].any()
+    res = run_case(CaseSpec(pes=2, bs=4, h=32, topk=2, expert_per_pe=2, routing="zipf:0.5"), "doubleplane",
+                   min_sdma_bytes=0, warmup=2, loops=3, env={"COMBINE_HOST_REPEAT_CHECK": "1"})
+    rep.cases += 1
+    fault_ok += res.driver_status == [0, 0]
+    with tempfile.TemporaryDirectory(prefix="combine_selftest_") as tmp:
+        prepared = prepare_case(CaseSpec(pes=2, bs=4, h=16, topk=2, expert_per_pe=2), tmp)
+        counts = rank_file(prepared.case_dir, 0, "ep_recv_count.bin")
+        np.zeros(4, dtype=np.int32).tofile(counts)  # PE 0 sends nothing, but its owners wait
+        t0 = time.monotonic()
+        rep.cases += 1
+        try:
+            run_case(prepared, "classic", timeout_s=20, env={"COMBINE_TWIN_TIMEOUT_S": "2"})
+            rep.failures.append("a case whose rows were removed did not hang")
+        except LaunchError as e:
+            if "timed out after" in str(e) and "status slot" in str(e) and time.monotonic() - t0 < 15:
+                fault_ok += 1
+            else:
+                rep.hangs += 1
+                rep.failures.append(f"hang not reported as expected: {str(e).splitlines()[0]}")
+    rep.lines.append(f"  faults       masked slots, repeated calls, a slot nobody sends: {fault_ok}/3 as expected")
+    if fault_ok != 3:
+        rep.failures.append(f"{3 - fault_ok} fault cases misbehaved")
+
+    # 4. Leaks.
+    segs, pids, fds = tagged_segments(tag) - segs0, tagged_host_pids(tag) - pids0, me.num_fds() - fds0
+    rep.leaks = len(segs) + len(pids) + max(fds, 0)
+    rep.lines.append(f"  leaks        shared-memory segments {len(segs)}, PE processes {len(pids)}, "
+                     f"open files {max(fds, 0)}")
+    return rep

@@ -1,0 +1,84 @@
+"""Bad input and faults beyond the case files: capacity, sessions in use, two runs at once,
+a soak of consecutive runs with nothing leaked."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import numpy as np
+import psutil
+import pytest
+
+from combine_lab.planning.capacity import CapacityError, twin_heap_bytes, window_bytes
+from combine_lab.run.launch import LaunchError, launch_pes, shm_path
+from combine_lab.run.runner import run_case
+from combine_lab.case.spec import CaseSpec
+
+from conftest import RUN_TAG, host_processes, twin_segments
+
+
+def test_window_and_heap_bytes_match_the_driver():
+    spec = CaseSpec(pes=2, bs=8, h=13, topk=2, expert_per_pe=2, dtype="float16_t")
+    # 16 slots of align_up(26, 32) = 32 B and 16 status slots of 32 B (the ready values come from UB)
+    assert window_bytes(spec) == 16 * 32 + 16 * 32
+    assert twin_heap_bytes(spec) == 2 * 1024 * 1024 + (512 * 1024 + 64 * 1024)
+
+
+def test_shape_too_big_for_dev_shm_refused_before_writing(tmp_path, no_leaks):
+    spec = CaseSpec(pes=8, bs=65536, h=7168, topk=8, expert_per_pe=8, routing="zipf:1.0")
+    with pytest.raises(CapacityError) as e:
+        run_case(spec, "doubleplane", work_dir=tmp_path)
+    assert str(e.value).startswith(
+        "shape_65536_7168_8_64_8: the twin's symmetric heaps need 150513127424 bytes (140.18 GiB: 8 PEs x "
+        "18814140416 bytes) in /dev/shm, ")
+    assert re.search(r"in /dev/shm, \d+ bytes \(\d+\.\d\d GiB\) available$", str(e.value))
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_session_in_use_is_refused_and_left_alone(twin_binary, tmp_path, no_leaks):
+    session = f"{RUN_TAG}in_use"
+    other = shm_path(session)
+    other.write_bytes(b"another run")
+    try:
+        with pytest.raises(LaunchError, match=f"session {session} is in use: {other} exists"):
+            launch_pes(twin_binary, 2, lambda r: [r], cwd=tmp_path, log_dir=tmp_path / "logs", timeout_s=10,
+                       session=session)
+        assert other.read_bytes() == b"another run"  # not removed: it is not ours
+        assert host_processes() == []
+    finally:
+        other.unlink()
+
+
+def test_two_runs_at_once_from_two_processes(tmp_path, no_leaks):
+    code = ("import sys; from combine_lab.case.spec import CaseSpec; from combine_lab.run.runner import run_case; "
+            "r = run_case(CaseSpec(pes=4, bs=16, h=64, topk=2, expert_per_pe=2, routing='zipf:1.0', seed=int(sys.argv[1])), "
+            "'doubleplane', min_sdma_bytes=0, warmup=3, loops=10); print(r.ok)")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for seed in (1, 2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    assert [o[0].strip() for o in outs] == ["True", "True"]
+
+
+def _open_fds() -> int:
+    return psutil.Process().num_fds()
+
+
+def _children() -> int:
+    return len(psutil.Process().children())
+
+
+@pytest.mark.slow
+def test_soak_200_runs_leak_nothing(no_leaks):
+    rng = np.random.default_rng(2026)
+    fds, segs, kids = _open_fds(), twin_segments(), _children()
+    for i in range(200):
+        pes = int(rng.integers(1, 5))
+        spec = CaseSpec(pes=pes, bs=int(rng.integers(1, 9)), h=int(rng.integers(1, 40)), topk=2,
+                        expert_per_pe=int(rng.integers(1, 3)) if pes > 1 else 2,
+                        dtype=["int32_t", "float16_t"][i % 2], seed=i, routing="uniform")
+        res = run_case(spec, ["classic", "doubleplane"][i % 2], min_sdma_bytes=0)
+        assert res.ok, (i, spec)
+    assert (_open_fds(), twin_segments(), _children()) == (fds, segs, kids)

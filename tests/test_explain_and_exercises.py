@@ -1,0 +1,185 @@
+"""The walkthrough's tables (combine_lab.planning.explain) and exercise checks
+(combine_lab.lab.exercises) agree with the case, the planner and the kernel as the twin counts it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from combine_lab.lab import exercises
+from combine_lab.planning import explain
+from combine_lab.case.case import make_case
+from combine_lab.errors import ParameterError
+from combine_lab.planning.planner import plan
+from combine_lab.run.runner import run_case
+from combine_lab.case.spec import CaseSpec
+
+SPECS = [
+    CaseSpec(pes=2, bs=4, h=8, topk=2, expert_per_pe=2),
+    CaseSpec(pes=3, bs=16, h=24, topk=3, expert_per_pe=2, routing="zipf:1.5", masked_fraction=0.1),
+    CaseSpec(pes=4, bs=32, h=8, topk=2, expert_per_pe=1, routing="hot-rank:0.5", dtype="float16_t"),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.case_id}-{s.routing}")
+@pytest.mark.parametrize("floor", [0, 64, 10**9])
+def test_decision_table_equals_planner(spec, floor):
+    case = make_case(spec)
+    p = plan(case, "doubleplane", min_sdma_bytes=floor)
+    for pe in range(spec.pes):
+        d = explain.decision_table(case, pe, floor)
+        assert list(d["plane"]) == list(p.segments.query("pe == @pe")["plane"])
+        assert d.attrs["remote_avg_bytes"] == pytest.approx(p.totals.loc[pe, "remote_avg_segment_bytes"])
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.case_id}-{s.routing}")
+def test_dispatch_and_segment_tables_match_rank_inputs(spec):
+    case = make_case(spec)
+    geo = explain.window_geometry(spec)
+    for pe in range(spec.pes):
+        inputs = case.rank_inputs(pe)
+        n = int(inputs.ep_recv_count[-1])
+        t = explain.dispatch_table(case, pe, values=2)
+        assert len(t) == n
+        assert (t[["src_rank", "token_id", "topk_id"]].to_numpy() == inputs.assist_info_for_combine[:n]).all()
+        assert (t["window_slot"] == t["token_id"] * spec.topk + t["topk_id"]).all()
+        assert (t["payload_offset"] == t["window_slot"] * geo["slot_stride"]).all()
+        assert (t["status_offset"] == geo["status_offset"] + 32 * t["window_slot"]).all()
+        assert [tuple(v) for v in inputs.expand_x[:n, :2].tolist()] == list(t["x_head"])
+        seg = explain.segment_table(case, pe)
+        assert (seg["end"] == inputs.ep_recv_count).all()
+        for _, s in seg.iterrows():  # rows [start, end) are that segment's rows
+            rows = t.iloc[s["start"]:s["end"]]
+            assert (rows["segment"] == s["segment"]).all() and (rows["src_rank"] == s["src_rank"]).all()
+
+
+def test_window_geometry_aligns_stride_to_32_bytes():
+    g = explain.window_geometry(CaseSpec(pes=2, bs=3, h=9, topk=2, expert_per_pe=1, dtype="float16_t"))
+    assert (g["row_bytes"], g["slot_stride"], g["slots"]) == (18, 32, 6)
+    assert g["window_bytes"] == 6 * 32 + 6 * 32
+
+
+def test_routing_table_masks_and_destinations():
+    spec = CaseSpec(pes=2, bs=8, h=8, topk=2, expert_per_pe=2, masked_fraction=0.25)
+    t = explain.routing_table(make_case(spec))
+    assert len(t) == 2 * 8 * 2 and t["masked"].sum() == 8
+    valid = t[~t["masked"]]
+    assert (valid["dest_pe"] * 2 + valid["local_expert"] == valid["expert_id"]).all()
+    assert (t.loc[t["masked"], "segment"] == -1).all()
+    assert len(explain.routing_table(make_case(spec), src_rank=1)) == 16
+    with pytest.raises(ParameterError, match="src_rank=5"):
+        explain.routing_table(make_case(spec), src_rank=5)
+
+
+def test_core_load_sums_to_plan_totals():
+    case = make_case(SPECS[1])
+    p = plan(case, min_sdma_bytes=0)
+    load = explain.core_load(p)
+    per_pe = load.groupby("pe")[["mte_bytes", "sdma_bytes"]].sum()
+    assert (per_pe["mte_bytes"].to_numpy() == p.totals["mte_bytes"].to_numpy()).all()
+    assert (per_pe["sdma_bytes"].to_numpy() == p.totals["sdma_bytes"].to_numpy()).all()
+    assert (load.loc[~load["remote"], "sdma_bytes"] == 0).all()  # local rows never go by SDMA
+
+
+def test_core_programs_match_what_the_twin_counts(no_leaks):
+    """The step lists of every core add up to the puts, status writes and quiets the real
+    kernel issued on the twin; every flag step comes after the quiet of its payload's engine."""
+    spec = CaseSpec(pes=3, bs=200, h=8, topk=2, expert_per_pe=2, routing="hot-expert:0.5")
+    case = make_case(spec)
+    p = plan(case, "doubleplane", min_sdma_bytes=0)
+    res = run_case(case, "doubleplane", min_sdma_bytes=0, warmup=0, loops=1)
+    assert res.ok
+    counted = res.counters.set_index(["pe", "plane"])
+    for pe in range(spec.pes):
+        steps = [explain.core_program(case, p, pe, core) for core in range(spec.pes)]
+        want = {"MTE": {"puts": 0, "quiets": 0, "status_writes": 0}, "SDMA": {"puts": 0, "quiets": 0}}
+        for prog in steps:
+            quiet = prog["action"].str.startswith("quiet")
+            flags = prog["action"].str.contains("status flags")
+            for engine in ("MTE", "SDMA"):
+                e = prog["engine"] == engine
+                want[engine]["puts"] += int(prog.loc[e & ~quiet & ~flags, "rows"].sum())
+                want[engine]["quiets"] += int((e & quiet).sum())
+            want["MTE"]["status_writes"] += int(prog.loc[flags, "rows"].sum())
+            assert (prog.loc[flags, "engine"] == "MTE").all()
+            for i in np.flatnonzero(flags.to_numpy()):
+                before = prog.iloc[:i]
+                seg = prog.iloc[i]["segment"]
+                engine = "SDMA" if seg == -1 else "MTE"
+                assert ((before["engine"] == engine) & before["action"].str.startswith("quiet")).any()
+        for engine in ("MTE", "SDMA"):
+            for k, v in want[engine].items():
+                assert int(counted.loc[(pe, engine), k]) == v, (pe, engine, k)
+    assert int(counted.xs("SDMA", level="plane")["quiets"].sum()) > 0
+
+
+def _truths(case, floor):
+    t1 = int(explain.segment_table(case, 0)["rows"].iloc[1 * case.spec.pes + 0])
+    row = explain.dispatch_table(case, 1).iloc[0]
+    d = explain.decision_table(case, 1, floor)
+    return t1, (int(row.src_rank), int(row.token_id), int(row.topk_id)), int(row.window_slot), \
+        list(d.loc[d.plane == "SDMA", "segment"])
+
+
+@pytest.mark.parametrize("spec", SPECS[:2], ids=lambda s: s.routing)
+def test_exercise_checks_accept_the_truth_and_reject_the_rest(spec):
+    case = make_case(spec)
+    rows, source, slot, sdma = _truths(case, 0)
+    good = [exercises.check_segment_rows(case, 0, 1, 0, rows), exercises.check_row_source(case, 1, 0, source),
+            exercises.check_window_slot(case, 1, 0, slot), exercises.check_sdma_segments(case, 1, 0, sdma[::-1]),
+            exercises.check_status_order("b")]
+    assert all(good) and exercises.summary(good)["all_ok"]
+    bad = [exercises.check_segment_rows(case, 0, 1, 0, rows + 1),
+           exercises.check_segment_rows(case, 0, 1, 0, "many"),
+           exercises.check_row_source(case, 1, 0, source[::-1] if source[0] != source[2] else (9, 9, 9)),
+           exercises.check_row_source(case, 1, 0, 3),
+           exercises.check_window_slot(case, 1, 0, slot + 1),
+           exercises.check_sdma_segments(case, 1, 0, sdma + [99]),
+           exercises.check_sdma_segments(case, 1, 0, None),
+           exercises.check_status_order("a"), exercises.check_status_order("z")]
+    assert not any(bad)
+    assert not exercises.summary(bad)["all_ok"]
+    for r in bad:  # hints, never the answer
+        assert "hint" not in r.message and str(r).startswith(r.name)
+        assert "not yet" in r._repr_html_()
+
+
+def test_walkthrough_answers_hold_for_seed_42():
+    """Our answers, which 01_walkthrough takes when reveal_answers is True (headless runs), are right."""
+    ours = exercises.OUR_ANSWERS
+    assert ours == {1: 4, 2: (1, 3, 1), 3: 3, 4: [2], 5: "b", 6: (85, 21)}  # written down, not computed
+    case = make_case(CaseSpec(pes=2, bs=4, h=8, topk=2, expert_per_pe=2, seed=42))
+    assert exercises.check_segment_rows(case, 0, 1, 0, ours[1])
+    assert exercises.check_row_source(case, 1, 2, ours[2])
+    assert exercises.check_window_slot(case, 0, 6, ours[3])
+    assert exercises.check_sdma_segments(case, 1, 0, ours[4])
+    assert exercises.check_status_order(ours[5])
+    for h in (8192, 16384):  # section 7: rows do not depend on h
+        skewed = make_case(CaseSpec(pes=2, bs=64, h=h, topk=2, expert_per_pe=2, routing="hot-expert:0.5", seed=42))
+        assert exercises.check_core_rows(skewed, 1, 0, ours[6])
+
+
+def test_core_rows_check_counts_what_the_core_puts_by_mte():
+    case = make_case(CaseSpec(pes=2, bs=64, h=16384, topk=2, expert_per_pe=2, routing="hot-expert:0.5", seed=42))
+    right = exercises.check_core_rows(case, 1, 0, (85, 21))
+    assert right and "85 rows (5.31 MiB)" in right.message and "21 rows (1.31 MiB)" in right.message
+    assert "the copy engine moves the other 64 rows" in right.message
+    for wrong in [(85, 85), (21, 85), (64, 21), 85, "lots"]:
+        r = exercises.check_core_rows(case, 1, 0, wrong)
+        assert not r and "leave out the rows of the SDMA segments" in r.message and "(85, 21)" not in r.message
+    # a floor nothing reaches: doubleplane sends everything by MTE too
+    assert exercises.check_core_rows(case, 1, 0, (85, 85), min_sdma_bytes=1 << 40)
+    # the local core sends nothing across PEs, and nothing by SDMA
+    assert exercises.check_core_rows(case, 1, 1, (87, 87))
+
+
+def test_every_check_asks_for_a_missing_answer():
+    case = make_case(CaseSpec(pes=2, bs=4, h=8, topk=2, expert_per_pe=2, seed=42))
+    results = [exercises.check_segment_rows(case, 0, 1, 0, None), exercises.check_row_source(case, 1, 2, None),
+               exercises.check_window_slot(case, 0, 6, None), exercises.check_sdma_segments(case, 1, 0, None),
+               exercises.check_status_order(None), exercises.check_core_rows(case, 1, 0, None)]
+    for n, r in enumerate(results, 1):
+        assert not r and r.name.startswith(f"exercise {n} ")
+        assert r.message == (f"no answer yet: put yours in answer_{n} and run the cell again "
+                             "(or set reveal_answers = True in the parameters cell to see ours)")
+    assert exercises.summary(results) == {**{r.name: False for r in results}, "all_ok": False}

@@ -1,0 +1,118 @@
+"""Calibration finds the parameters behind measured times: perf CSVs synthesised by the model
+from known a3 values plus 5% noise give back every fitted value within 5%, and the CSV path
+reads files in the reference's format; the twin check (a host model calibrated on the twin's
+own wall-clock runs predicts held-out cases) is in test_model_host_twin.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from combine_lab import CaseSpec, make_case
+from combine_lab.errors import ParameterError
+from combine_lab.model.calibrate import Measurement, calibrate, measurements_from_csvs
+from combine_lab.model.params import load_model
+from combine_lab.model.replay import replay
+from combine_lab.model.stream import case_rows
+from combine_lab.run.outputs import PERF_COLUMNS, write_perf_csv
+
+A3 = load_model("a3")
+
+# Cases that between them exercise every fitted parameter: tiny ones (the fixed costs: quiet,
+# flag latency, barrier), wide rows (the bandwidths), skewed ones with SDMA, long stage 2s.
+DESIGN = [(8, b, h, k, e, r, "int32_t", s) for s, (b, h, k, e, r) in enumerate(
+    [(1, 8, 1, 1, "uniform"), (2, 8, 2, 1, "uniform"), (4, 64, 2, 2, "zipf:1.2"), (8, 8, 4, 2, "zipf:2.0"),
+     (2, 512, 1, 1, "uniform"), (16, 128, 2, 1, "zipf:1.5"), (4, 2048, 8, 1, "uniform"), (32, 32, 4, 4, "zipf:1.2"),
+     (8, 4096, 2, 2, "zipf:2.0"), (64, 64, 8, 1, "uniform"), (16, 1024, 4, 2, "zipf:1.0"), (2, 16, 8, 2, "zipf:1.5")])] + [
+    (4, 64, 512, 2, 2, "zipf:1.2", "int32_t", 0), (4, 256, 4096, 2, 1, "uniform", "float16_t", 0),
+    (8, 128, 7168, 4, 2, "zipf:1.5", "float16_t", 0), (8, 32, 16384, 8, 1, "uniform", "int32_t", 0),
+    (2, 1024, 8192, 8, 1, "uniform", "int32_t", 0), (8, 512, 1024, 4, 4, "zipf:1.0", "float16_t", 0),
+    (16, 64, 7168, 8, 1, "deepseek", "float16_t", 0), (4, 1024, 8192, 2, 1, "zipf:2.0", "float16_t", 0),
+    (8, 1024, 8192, 8, 2, "uniform", "float16_t", 1), (8, 512, 16384, 8, 1, "zipf:1.0", "float16_t", 2),
+    (8, 2048, 4096, 8, 2, "uniform", "float16_t", 3), (8, 256, 32768, 4, 1, "uniform", "float16_t", 4),
+    (32, 2, 64, 2, 1, "uniform", "int32_t", 5), (32, 4, 8, 1, 1, "uniform", "int32_t", 6),
+    (16, 8, 256, 4, 2, "zipf:1.2", "int32_t", 7), (32, 1, 1024, 1, 1, "uniform", "float16_t", 8)]
+
+
+SMALL = [d for d in DESIGN if d[0] <= 4][:8]
+
+
+def synthetic(model, noise: float, seed: int = 0, design=DESIGN) -> list[Measurement]:
+    """Every PE's per-core times of each ``design`` case and variant, modelled, times exp(N(0, noise))."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for p, b, h, k, e, r, dt, s in design:
+        case = make_case(CaseSpec(pes=p, bs=b, h=h, topk=k, expert_per_pe=e, routing=r, dtype=dt, seed=s))
+        rows = case_rows(case, model.soc)
+        for variant, floor in (("classic", 2 << 20), ("doubleplane", 0)):
+            t = replay(rows, rows.sdma(variant, floor), model)
+            for pe in range(p):
+                for metric in ("comm_only", "full_op"):
+                    x = getattr(t, metric)[pe]
+                    out.append(Measurement(case, variant, metric, pe, x * np.exp(rng.normal(0, noise, len(x))), floor))
+    return out
+
+
+@pytest.mark.slow
+def test_synthetic_noisy_times_give_back_every_fitted_parameter_within_5_percent():
+    meas = synthetic(A3, 0.05)
+    # Start far from the truth: alternately 0.6x and 1.6x, kept within each range.
+    start = A3.with_values(**{f: min(max(A3[f] * (1.6 if i % 2 else 0.6), A3.params[f].range[0]),
+                                     A3.params[f].range[1]) for i, f in enumerate(A3.fittable)})
+    cal = calibrate(start, meas)
+    assert list(cal.params["name"]) == A3.fittable
+    for _, p in cal.params.iterrows():
+        assert p["value"] == pytest.approx(A3[p["name"]], rel=0.05), p.to_dict()
+        assert np.isfinite(p["std_err_pct"]) and p["std_err_pct"] < 5, p.to_dict()
+    assert len(cal.cases) == len(meas)
+    assert cal.cases["rms_core_error_pct"].median() == pytest.approx(5.0, abs=1.5)  # the noise, not the model
+
+
+def test_exact_times_give_back_the_parameters():
+    meas = synthetic(A3, 0.0, design=SMALL)
+    start = A3.with_values(sdma_sqe_us=2.0, mte_put_us=0.5, quiet_us=2.0)
+    cal = calibrate(start, meas, free=["sdma_sqe_us", "mte_put_us", "quiet_us"])
+    for name in ("sdma_sqe_us", "mte_put_us", "quiet_us"):
+        assert cal.model[name] == pytest.approx(A3[name], rel=1e-4)
+    assert cal.cases["error_pct"].abs().max() < 1e-3
+
+
+def test_a_parameter_the_data_cannot_see_is_reported_so():
+    a2 = load_model("a2")  # its link (20.28 GB/s) caps both mte_remote_GBps and sdma_GBps
+    meas = synthetic(a2, 0.0, design=SMALL[:3])
+    cal = calibrate(a2, meas, free=["mte_remote_GBps", "mte_put_us"])
+    row = cal.params.set_index("name").loc["mte_remote_GBps"]
+    assert row["note"] == "no effect on these measurements" and not np.isfinite(row["std_err_pct"])
+    assert "n/a" in cal.report()
+
+
+def test_measurements_come_from_reference_format_csvs(tmp_path):
+    case = make_case(CaseSpec(pes=2, bs=8, h=16, topk=2, expert_per_pe=2))  # the reference recipe: uniform, 42
+    rows = case_rows(case, A3.soc)
+    t = replay(rows, rows.sdma("doubleplane", 0), A3)
+    recs = []
+    for metric in ("full_op", "comm_only"):
+        times = getattr(t, metric)[0]
+        recs.append({"DataSize/B": 1024, "Npus": 2, "Blocks": 2, "UBsize/KB": 80, "Bandwidth/GB/s": 1.0,
+                     "CoreMaxTime/us": float(times.max()), "Metric": metric, "GlobalDataSize/B": 2048,
+                     "PerPeBandwidth/GB/s": 0.5, "BS": 8, "H": 16, "TopK": 2, "ExpertPerPe": 2, "Dtype": "int32_t",
+                     "Warmup": 5, "Loops": 50, "ProfPe": 0, "CaseId": case.spec.case_id,
+                     "core_times_us": tuple(float(v) for v in times)})
+    path = write_perf_csv(pd.DataFrame(recs, columns=PERF_COLUMNS + ["core_times_us"]),
+                          tmp_path / "combine_doubleplane_perf_rank0.csv")
+    meas = measurements_from_csvs([path], min_sdma_bytes=0)
+    assert [(m.variant, m.metric, m.pe, m.case.spec.case_id) for m in meas] == [
+        ("doubleplane", "full_op", 0, "shape_8_16_2_4_2"), ("doubleplane", "comm_only", 0, "shape_8_16_2_4_2")]
+    assert np.array_equal(meas[0].case.expert_ids, case.expert_ids)
+    assert np.allclose(meas[1].times_us, t.comm_only[0], atol=1e-4)
+
+
+def test_bad_calibration_inputs_are_refused(tmp_path):
+    with pytest.raises(ParameterError, match="no measurements to calibrate from"):
+        calibrate(A3, [])
+    meas = synthetic(A3, 0.0, design=SMALL[:1])
+    with pytest.raises(ParameterError, match=r"free parameter\(s\) \['speed'\]"):
+        calibrate(A3, meas, free=["speed"])
+    with pytest.raises(ParameterError, match=r"notes.csv: not a perf CSV name"):
+        measurements_from_csvs([tmp_path / "notes.csv"])

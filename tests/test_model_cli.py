@@ -1,0 +1,96 @@
+"""The model from the command line: run/compare --clock model:NAME price cases without launching
+anything and say "modelled on"; their perf files are the reference's format under a folder that
+says modelled; suggest prints the curve and the best floor; calibrate fits a model file to CSVs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from combine_lab import CaseSpec, cli, make_case
+from combine_lab.model.modelled import model_case
+from combine_lab.model.params import load_model
+from combine_lab.model.replay import replay
+from combine_lab.model.stream import case_rows
+from combine_lab.run.outputs import read_perf_csv
+
+CASE = ["-pes", "4", "-bs", "64", "-h", "2048", "-topk", "2", "-expertPerPe", "2", "--routing", "zipf:1.5"]
+
+
+def run_cli(argv, capsys):
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_compare_on_a_model_prices_both_variants_and_launches_nothing(tmp_path, capsys, no_leaks, monkeypatch):
+    monkeypatch.setattr("combine_lab.cli.cases.run_case", lambda *a, **k: pytest.fail("nothing may be launched"))
+    code, out, err = run_cli(["compare", *CASE, "--min-sdma-bytes", "0", "--clock", "model:a3", "--perf",
+                              "--prof-pe", "all", "--output-dir", str(tmp_path / "perf"), "-a", "plot"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == load_model("a3").caption()
+    spec = CaseSpec(pes=4, bs=64, h=2048, topk=2, expert_per_pe=2, routing="zipf:1.5")
+    case = make_case(spec)
+    for variant, line in zip(("classic", "doubleplane"), lines[2:4]):
+        res = model_case(case, variant, load_model("a3"), 0, "all")
+        fields = line.split()
+        assert fields[:4] == [spec.case_id, "zipf:1.5", variant, "MODEL"]
+        assert float(fields[4]) == pytest.approx(res.time_us("comm_only"), abs=1e-3)
+        assert fields[-2:] == ["-", "-"]  # counters and violations: nothing ran
+        folder = tmp_path / "perf-model-a3" / variant
+        prefix = "combine" if variant == "classic" else "combine_doubleplane"
+        df = read_perf_csv(folder / f"{prefix}_perf_rank2.csv")
+        assert list(df["Metric"]) == ["full_op", "comm_only"] and set(df["ProfPe"]) == {2}
+        assert np.allclose(df.iloc[1]["core_times_us"], res.times.comm_only[2], atol=5e-5)
+        assert (folder / f"{prefix}_perf_summary.csv").is_file()
+        assert (folder / f"{prefix}_perf_comm_only.png").stat().st_size > 10_000
+    assert not (tmp_path / "perf").exists()  # measured results stay apart from modelled ones
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--clock", "model"], "--clock='model': wall or model:NAME (NAME: a2, a3, host, or a .toml file)"),
+    (["--clock", "model:a9"], "model='a9': one of a2, a3, host, or a .toml file"),
+    (["--clock", "model:a2", "--chaos", "3"], "--chaos: runs the kernel; --clock model:a2 prices it without running"),
+])
+def test_bad_clocks_are_refused_before_anything_runs(argv, message, capsys, tmp_path):
+    code, out, err = run_cli(["run", *CASE, "--output-dir", str(tmp_path / "p"), *argv], capsys)
+    assert code == 2 and err.strip() == f"combine-lab: error: {message}"
+    assert out == ""
+
+
+def test_suggest_prints_the_curve_and_the_best_floor(tmp_path, capsys):
+    code, out, err = run_cli(["suggest", *CASE, "--model", "a2", "--what-if", "segment-sdma",
+                              "--csv", str(tmp_path / "curve.csv")], capsys)
+    assert code == 0, err
+    curve = pd.read_csv(tmp_path / "curve.csv")
+    case = make_case(CaseSpec(pes=4, bs=64, h=2048, topk=2, expert_per_pe=2, routing="zipf:1.5"))
+    rows = case_rows(case, load_model("a2").soc)
+    for _, r in curve.iterrows():  # each floor's time is the model's at that plan
+        mask = rows.sdma("classic", 0) if r["threshold_bytes"] == -1 else rows.sdma("doubleplane", int(r["threshold_bytes"]))
+        t = replay(rows, mask, load_model("a2"))
+        assert r["modelled_us"] == pytest.approx(t.core_max("comm_only").max(), rel=1e-12)
+        assert r["sdma_segments"] == int(mask.sum())
+    floors = list(curve["threshold_bytes"])
+    assert floors[-1] == -1 and 2097152 in floors and floors[:-1] == sorted(floors[:-1], reverse=True)
+    best = curve.loc[curve["modelled_us"].idxmin()]
+    pick = "never SDMA (classic)" if best["threshold_bytes"] == -1 else f"min_sdma_bytes={int(best['threshold_bytes'])}"
+    assert out.splitlines()[-2] == f"best: {pick}: {best['modelled_us']:.3f} us, {best['speedup']:.3f}x classic"
+    assert out.splitlines()[1] == load_model("a2").caption()
+
+
+def test_calibrate_fits_a_model_file_to_modelled_csvs(tmp_path, capsys):
+    code, _, err = run_cli(["compare", *CASE, "--min-sdma-bytes", "0", "--clock", "model:a3", "--perf",
+                            "--prof-pe", "all", "--output-dir", str(tmp_path / "p")], capsys)
+    assert code == 0, err
+    start = load_model("a3").with_values(sdma_sqe_us=3.0, mte_put_us=0.3).to_toml(tmp_path / "start.toml")
+    csvs = sorted(str(p) for p in (tmp_path / "p-model-a3").rglob("*_perf_rank*.csv"))
+    assert len(csvs) == 8
+    code, out, err = run_cli(["calibrate", *csvs, "--model", str(start), "--routing", "zipf:1.5",
+                              "--min-sdma-bytes", "0", "--free", "sdma_sqe_us", "mte_put_us",
+                              "--out", str(tmp_path / "fit.toml")], capsys)
+    assert code == 0, err
+    fit = load_model(tmp_path / "fit.toml")
+    assert fit["sdma_sqe_us"] == pytest.approx(0.91, rel=1e-4) and fit["mte_put_us"] == pytest.approx(1.0, rel=1e-4)
+    assert "fitted parameters:" in out and f"model: {tmp_path / 'fit.toml'}" in out

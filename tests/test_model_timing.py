@@ -1,0 +1,179 @@
+"""The timing model is trustworthy where it can be checked without hardware: one MTE segment
+alone and one SDMA segment alone equal their closed forms; more bytes never make a case
+faster; without SDMA segments both variants take the same time; doubling every link never
+slows a case; the crossover moves the right way with SDMA's bandwidth and its per-descriptor
+cost; and the parameter files say where every value comes from."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from combine_lab import CaseSpec, make_case
+from combine_lab.case.case import case_from_arrays
+from combine_lab.errors import ParameterError
+from combine_lab.model.params import PARAMETERS, load_model, model_names
+from combine_lab.model.replay import replay
+from combine_lab.model.stream import case_rows, core_runs, Run
+
+A2 = load_model("a2")
+SOC = A2.soc
+
+
+def one_segment_case(pes: int, counts: dict[int, int], h: int = 1024, dtype: str = "int32_t"):
+    """A case where PE 0 receives ``counts[src]`` rows from each src (all to expert 0) and
+    nothing else moves: every other slot is masked."""
+    bs = max(counts.values())
+    spec = CaseSpec(pes=pes, bs=bs, h=h, topk=1, expert_per_pe=1, routing="external", dtype=dtype)
+    ids = np.full((pes, bs, 1), -1, dtype=np.int32)
+    for src, n in counts.items():
+        ids[src, :n, 0] = 0
+    return case_from_arrays(spec, np.ones((pes, bs, h)), ids, np.ones((pes, bs, 1)))
+
+
+def test_one_mte_segment_equals_its_closed_form():
+    n, h = 37, 1024
+    case = one_segment_case(2, {1: n}, h)
+    rows = case_rows(case, SOC)
+    sdma = rows.sdma("classic", 0)
+    assert core_runs(rows, sdma, 0, 1, stage=1) == [Run("mte_put", 1, n, 4 * h, 1), Run("quiet"),
+                                                    Run("flag", 1, n, 32, 1), Run("quiet")]
+    t = replay(rows, sdma, A2)
+    row = 4.0 * h
+    a = row / (A2["core_gm_GBps"] * 1e3)
+    rate = min(A2["mte_remote_GBps"], A2["link_GBps"]) * 1e3
+    b = row / rate + A2["mte_put_us"]
+    expect = a + b + (n - 1) * max(a, b) + A2["quiet_us"] + n * A2["flag_us"] + A2["quiet_us"]
+    assert t.comm_only[0, 1] == pytest.approx(expect, rel=1e-12)
+    assert t.comm_only[0, 0] == 0.0 and (t.comm_only[1] == 0.0).all()
+    # PE 1's tokens: the last flag lands, then each core's block of tokens is reduced in turn.
+    last_flag = a + b + (n - 1) * max(a, b) + A2["quiet_us"] + n * A2["flag_us"] + A2["flag_latency_us"]
+    assert t.full_op[1, 0] >= last_flag
+
+
+def test_one_sdma_segment_equals_its_closed_form():
+    n1, n2, h = 300, 10, 2048  # PE 0 gets 300 rows from PE 1 and 10 from PE 2: the first is above average
+    case = one_segment_case(3, {1: n1, 2: n2}, h)
+    rows = case_rows(case, SOC)
+    sdma = rows.sdma("doubleplane", 0)
+    assert sdma[0].tolist() == [False, True, False]
+    assert core_runs(rows, sdma, 0, 1, stage=1) == [Run("sdma_put", 1, 256, 4 * h, 1), Run("sdma_quiet"),
+                                                    Run("sdma_put", 1, n1 - 256, 4 * h, 1), Run("sdma_quiet"),
+                                                    Run("flag", 1, n1, 32, 1), Run("quiet")]
+    t = replay(rows, sdma, A2)
+    row = 4.0 * h
+    svc = math.ceil(row / (1 << 20)) * A2["sdma_sqe_us"] + row / (min(A2["sdma_GBps"], A2["link_GBps"]) * 1e3)
+    done = lambda k: A2["sdma_issue_us"] + k * svc / A2["sdma_engines"]  # noqa: E731 (one issuer)
+    t1 = max(256 * A2["sdma_issue_us"], done(256)) + A2["sdma_quiet_us"]
+    t1 += (n1 - 256) * A2["sdma_issue_us"]
+    link_bound = n1 * row / (A2["link_GBps"] * 1e3)  # the link 0 -> 1 carries these rows alone
+    egress_bound = (n1 + n2) * row / (A2["egress_GBps"] * 1e3)  # the engine and core 2 share egress fairly
+    expect = max(t1, done(n1), link_bound, egress_bound) + A2["sdma_quiet_us"] + n1 * A2["flag_us"] + A2["quiet_us"]
+    assert t.comm_only[0, 1] == pytest.approx(expect, rel=1e-12)
+
+
+def test_without_sdma_segments_both_variants_take_the_same_time():
+    case = make_case(CaseSpec(pes=4, bs=64, h=512, topk=2, expert_per_pe=2, routing="zipf:1.0"))
+    rows = case_rows(case, SOC)
+    huge = 1 << 40
+    assert not rows.sdma("doubleplane", huge).any()
+    a = replay(rows, rows.sdma("classic", huge), A2)
+    b = replay(rows, rows.sdma("doubleplane", huge), A2)
+    assert np.array_equal(a.comm_only, b.comm_only) and np.array_equal(a.full_op, b.full_op)
+
+
+cases = st.builds(
+    lambda pes, bs, h, topk, epp, routing, seed: make_case(
+        CaseSpec(pes=pes, bs=bs, h=h, topk=min(topk, pes * epp), expert_per_pe=epp, routing=routing, seed=seed)),
+    st.integers(2, 6), st.integers(1, 48), st.sampled_from([8, 100, 1024, 4096]), st.integers(1, 4),
+    st.integers(1, 3), st.sampled_from(["uniform", "zipf:1.2", "zipf:2.0"]),
+    st.integers(0, 10_000))
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases, st.sampled_from(["classic", "doubleplane"]), st.sampled_from([0, 1 << 16, 2 << 20]))
+def test_more_bytes_never_make_a_case_faster(case, variant, floor):
+    rows = case_rows(case, SOC)
+    sdma = rows.sdma(variant, floor)
+    before = replay(rows, sdma, A2)
+    # The same plan with one more row in the largest segment of every PE, and with wider rows.
+    grown = case_rows(case, SOC)
+    grown.counts = grown.counts.copy()
+    grown.counts[np.arange(case.spec.pes), grown.counts.argmax(axis=1)] += 1
+    for after in (replay(grown, sdma, A2), replay(wider(rows), sdma, A2)):
+        for metric in ("comm_only", "full_op"):  # the times a case reports: CoreMaxTime per PE
+            assert (after.core_max(metric) >= before.core_max(metric) - 1e-9).all(), metric
+
+
+def wider(rows):
+    """The same rows, each twice as wide."""
+    return type(rows)(**{**rows.__dict__, "h": rows.h * 2})
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases, st.sampled_from(["classic", "doubleplane"]), st.sampled_from([0, 1 << 16]))
+def test_doubling_every_link_never_slows_a_case(case, variant, floor):
+    rows = case_rows(case, SOC)
+    sdma = rows.sdma(variant, floor)
+    slow = replay(rows, sdma, A2)
+    fast = replay(rows, sdma, A2.with_values(link_GBps=2 * A2["link_GBps"], egress_GBps=2 * A2["egress_GBps"]))
+    for metric in ("comm_only", "full_op"):
+        assert (fast.core_max(metric) <= slow.core_max(metric) + 1e-9).all(), metric
+
+
+def test_the_crossover_moves_the_right_way():
+    # PE 0's busiest remote core sends 400 rows of 64 KiB; SDMA takes it off the core.
+    case = one_segment_case(3, {1: 400, 2: 20}, h=16384)
+    rows = case_rows(case, SOC)
+    mte, dual = rows.sdma("classic", 0), rows.sdma("doubleplane", 0)
+    assert dual[0, 1] and not dual[0, 2]
+    slow_core = A2.with_values(mte_remote_GBps=10.0, link_GBps=100.0, egress_GBps=400.0)
+    quick_engine = slow_core.with_values(sdma_GBps=60.0, sdma_sqe_us=0.5)
+    costly_engine = slow_core.with_values(sdma_GBps=60.0, sdma_sqe_us=500.0)
+    t = lambda m, s: replay(rows, s, m).time_us("comm_only", 0)  # noqa: E731
+    assert t(quick_engine, dual) < t(quick_engine, mte)
+    assert t(costly_engine, dual) > t(costly_engine, mte)
+    assert t(quick_engine, mte) == t(costly_engine, mte)  # MTE-only never touches the engine
+
+
+def test_the_same_inputs_give_identical_times():
+    case = make_case(CaseSpec(pes=4, bs=32, h=256, topk=2, expert_per_pe=2, routing="zipf:1.2"))
+    rows = case_rows(case, SOC)
+    a = replay(rows, rows.sdma("doubleplane", 0), A2)
+    b = replay(case_rows(case, SOC), rows.sdma("doubleplane", 0), A2)
+    assert np.array_equal(a.comm_only, b.comm_only) and np.array_equal(a.full_op, b.full_op)
+
+
+@pytest.mark.parametrize("name", ["a2", "a3", "host"])
+def test_every_parameter_has_a_unit_and_a_source_or_is_assumed(name):
+    m = load_model(name)
+    assert list(m.params) == list(PARAMETERS)
+    for p in m.params.values():
+        assert p.unit == PARAMETERS[p.name]
+        assert p.source or (p.assumed and p.rationale and p.range and p.range[0] <= p.value <= p.range[1]), p
+    assert m.caption().startswith(f"modelled on {name} (")
+    assert m.caption().endswith("assumed parameters: " + ", ".join(m.assumed))
+
+
+def test_published_values_carry_their_grade():
+    a2 = load_model("a2")
+    assert a2["link_GBps"] == 20.28 and a2.params["link_GBps"].source.startswith("M: hicann/hixl")
+    assert a2.params["egress_GBps"].source.startswith("H: ")
+    assert {"mte_put_us", "sdma_GBps", "sdma_sqe_us", "flag_latency_us"} <= set(a2.assumed)
+    assert model_names() == ["a2", "a3", "host"]
+
+
+def test_an_unknown_model_is_refused():
+    with pytest.raises(ParameterError) as e:
+        load_model("a9")
+    assert str(e.value) == "model='a9': one of a2, a3, host, or a .toml file"
+
+
+def test_a_written_model_reads_back(tmp_path):
+    m = load_model("a3").with_values(sdma_GBps=77.0)
+    back = load_model(m.to_toml(tmp_path / "fit.toml"))
+    assert back.params == m.params and back.name == "a3"

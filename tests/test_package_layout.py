@@ -1,0 +1,212 @@
+"""The package's shape: the public API from the top, folders that follow the flow with no import
+cycle, and every third-party import declared where an install reads it."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import combine_lab
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "combine_lab"
+
+#: The stages, in the order of the flow; a module may import its own stage and those before it.
+#: errors and params serve every stage; the top-level __init__ and __main__ sit above all.
+LAYERS = ["errors", "params", "case", "planning", "run", "model", "results", "lab", "cli"]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def is_package(name: str) -> bool:
+    return (ROOT / Path(*name.split(".")) / "__init__.py").is_file()
+
+
+def exists(name: str) -> bool:
+    return is_package(name) or (ROOT / Path(*name.split("."))).with_suffix(".py").is_file()
+
+
+def imports_of(path: Path) -> set[str]:
+    """The package modules ``path`` imports, anywhere in the file (deferred imports too), each
+    resolved to the most specific module: ``from ..run import runner`` is combine_lab.run.runner."""
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "combine_lab"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "combine_lab":
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                out.add(sub if exists(sub) else target)
+    out.discard(me)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of ``graph`` as a list of modules (first == last), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_cycle_finder_names_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def layer_of(module: str) -> int | None:
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_folders_follow_the_flow():
+    """case -> planning -> run -> results -> lab -> cli: no stage imports a later one."""
+    graph = import_graph()
+    assert {m.split(".")[1] for m in graph if m.count(".")} <= set(LAYERS) | {"__main__"}
+    backwards = [f"{m} imports {t}" for m, targets in graph.items() for t in targets
+                 if layer_of(m) is not None and layer_of(t) is not None and layer_of(t) > layer_of(m)]
+    assert not backwards, backwards
+
+
+def test_public_api_from_the_top():
+    from combine_lab import CaseSpec, compare, make_case, plan, read_case, run_case, write_case
+    assert combine_lab.__all__ == ["CaseSpec", "make_case", "plan", "run_case", "compare", "write_case", "read_case"]
+    from combine_lab.case import casefiles, case, spec
+    from combine_lab.planning import planner
+    from combine_lab.run import runner
+    assert (CaseSpec, make_case, plan, run_case, compare, write_case, read_case) == (
+        spec.CaseSpec, case.make_case, planner.plan, runner.run_case, runner.compare, casefiles.write_case,
+        casefiles.read_case)
+
+
+def test_every_module_imports_and_plan_stays_the_function():
+    """``combine_lab.plan`` is the planner's function, not a folder, whatever else is imported
+    (a subpackage named ``plan`` would replace it the moment it is imported)."""
+    names = [m.name for m in pkgutil.walk_packages(combine_lab.__path__, "combine_lab.")]
+    for name in names:
+        if name.endswith(".__main__"):
+            continue
+        importlib.import_module(name)
+    from combine_lab.planning.planner import plan
+    assert combine_lab.plan is plan
+    assert len(names) >= 30
+
+
+# --------------------------------------------------------------------------------- declared imports
+
+#: Import name -> distribution name, where they differ.
+DIST_OF = {"yaml": "pyyaml", "IPython": "ipython", "tomli_w": "tomli-w"}
+#: Distribution -> conda-forge package, where they differ.
+CONDA_OF = {"torch": "pytorch"}
+#: Imported only on an NPU machine, from its own vendor install (README "NPU target").
+NPU_ONLY = {"torch_npu"}
+#: Test-only helpers that live in tests/.
+LOCAL = {"conftest", "naive_case", "npu_fakes", "perf_facts", "combine_lab"}
+
+
+def third_party_imports() -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    files = [*PACKAGE.rglob("*.py"), *(ROOT / "tests").glob("*.py"), *(ROOT / "notebooks").glob("*.py"),
+             *(ROOT / "benchmarks").glob("*.py")]
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            for n in names:
+                top = n.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in LOCAL | NPU_ONLY:
+                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~ \[;]", requirement.strip(), maxsplit=1)[0].lower()
+
+
+def test_every_import_is_declared_in_pyproject_and_environment():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {_name(r) for r in project["dependencies"]}
+    for extra in project["optional-dependencies"].values():
+        declared |= {_name(r) for r in extra}
+    conda = {_name(line.lstrip(" -")) for line in (ROOT / "environment.yml").read_text().splitlines()
+             if line.startswith("  - ") and not line.strip().startswith("- pip")}
+    missing_pip, missing_conda = [], []
+    for module, where in sorted(third_party_imports().items()):
+        dist = DIST_OF.get(module, module).lower()
+        if dist not in declared:
+            missing_pip.append(f"{dist} (imported by {sorted(where)[0]})")
+        if CONDA_OF.get(dist, dist) not in conda:
+            missing_conda.append(f"{CONDA_OF.get(dist, dist)} (imported by {sorted(where)[0]})")
+    assert not missing_pip, f"not in pyproject.toml: {missing_pip}"
+    assert not missing_conda, f"not in environment.yml: {missing_conda}"
+
+
+def test_the_package_and_its_folders_are_installed():
+    """pyproject's package discovery takes every folder of the package."""
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    folders = {module_name(p) for p in PACKAGE.rglob("__init__.py")}
+    patterns = [re.compile(pat.replace(".", r"\.").replace("*", ".*") + "$") for pat in find["include"]]
+    assert all(any(p.match(f) for p in patterns) for f in folders), (find, sorted(folders))
+
+
+def test_readme_layout_lists_every_module():
+    """README's Layout names every module of the package, by folder (a folder's __init__.py that
+    holds only its docstring is not listed)."""
+    def docstring_only(path: Path) -> bool:
+        body = ast.parse(path.read_text()).body
+        return len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+
+    listed = set(re.findall(r"\| `([a-z_/]+\.py)`", (ROOT / "README.md").read_text()))
+    modules = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if not docstring_only(p)}
+    assert modules - listed == set(), f"not in README's Layout: {sorted(modules - listed)}"
+    assert listed - modules == set(), f"in README's Layout but not in the package: {sorted(listed - modules)}"
