@@ -192,7 +192,7 @@ uint64_t count_mismatches(const HostArgs& a, const uint8_t* x_out, const uint8_t
             memcpy(&xh, x_out + i * 2, 2);
             memcpy(&gh, golden + i * 2, 2);
             x = half_to_float(xh); g = half_to_float(gh);
-            ok = x == g || std::fabs(x - g) <= 1e-2 + 1e-2 * std::fabs(g);  // equal infinities pass
+            ok = xh == gh && !std::isnan(x);  // the same bits: both reduce in float32 in topk order
         }
         if (!ok && bad++ == 0) {
             char buf[160];

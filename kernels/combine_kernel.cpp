@@ -9,8 +9,9 @@
 //      flag before a buffer is filled again), quiet, then the status-ready flags;
 //   3. SDMA-quiet, then the status flags of the SDMA rows by MTE, quiet.
 //   A flag is only ever written by MTE and only after its payload is complete.
-// Stage 2 (reduction), each PE: per local token wait for all 8 words of every valid slot's
-//   flag, reduce in float32 in topk order, write x_out, reset the flags; then a core
+// Stage 2 (reduction), each PE, as Ascend C vector code (ReduceTokens): per local token wait
+//   for all 8 words of every valid slot's flag, reduce in float32 in topk order (DataCopy,
+//   Cast, Muls, Add on UB tiles, double-buffered), write x_out, reset the flags; then a core
 //   barrier. The host barriers all PEs after the stream sync, before the next launch.
 //
 // Broken kernels for the checker's self-test come from the COMBINE_FAULT_* switches below
@@ -19,6 +20,22 @@
 #include "combine_kernel.h"
 
 namespace combine {
+
+// Stage 2's conversions (asc-devkit Cast, A2/A3 combinations), chosen to round as the golden
+// does (numpy, combine-facts section 3): T -> float32 exactly (int32 beyond 2^24 half to even),
+// float32 -> int32 toward zero (astype), float32 -> float16 half to even.
+template <typename T>
+struct ReduceCast;
+template <>
+struct ReduceCast<int32_t> {
+    static constexpr AscendC::RoundMode kIn = AscendC::RoundMode::CAST_RINT;
+    static constexpr AscendC::RoundMode kOut = AscendC::RoundMode::CAST_TRUNC;
+};
+template <>
+struct ReduceCast<half> {
+    static constexpr AscendC::RoundMode kIn = AscendC::RoundMode::CAST_NONE;
+    static constexpr AscendC::RoundMode kOut = AscendC::RoundMode::CAST_RINT;
+};
 
 template <typename T>
 class CombineKernel {
@@ -43,6 +60,9 @@ public:
     }
 
     __aicore__ inline void Process() {
+#if !defined(COMBINE_FAULT_NO_INIT_SOC_STATE)
+        AscendC::InitSocState();  // static Tensor programming: set the core's state before any vector instruction
+#endif
         FillStatusBlock();
         SHMEMI_PROF_START(kProfFrameFullOp);
         SHMEMI_PROF_START(kProfFrameCommOnly);
@@ -124,7 +144,7 @@ private:
     // Where staging buffer `buf` and the SDMA scratch lie in UB (kernels/combine_kernel.h).
     __aicore__ inline uint32_t StageOff(uint32_t buf) const {
 #if defined(COMBINE_FAULT_UB_IN_SHMEM_RESERVE)
-        if (buf == 1) return 110 * 1024;  // fault injection: [110 KiB, 190 KiB) reaches SHMEM's own UB
+        if (buf == 1) return 125 * 1024;  // fault injection: [125 KiB, 189 KiB) reaches SHMEM's own UB
 #endif
         return kUbMteOff + buf * kUbMteStageBytes;
     }
@@ -225,38 +245,193 @@ private:
 #endif
     }
 
+    // Stage 2 of this core: tokens [t_begin, t_end) (an even split over the cores). Each row is
+    // cut into tiles of kReduceTile elements; per (token, tile): acc = 0, then for each valid
+    // slot in topk order: in = the slot's tile (MTE2), cast = float(in), cast = cast * scale,
+    // acc = acc + cast (V: a float32 product then a float32 sum, the golden's two roundings);
+    // then out = T(acc) (V) and the x_out tile = out (MTE3). in[] and out[] are double-buffered:
+    // the next slot's tile comes in while the vector unit works on this one, and a tile goes
+    // out while the next one is reduced. No instruction of stage 2 loops over elements.
+    //
+    // Flags, as asc-devkit's static Tensor programming guide sets them by hand (no TPipe;
+    // docs/zh/guide/.../基于Tensor的CPP编程/静态Tensor编程.md; the twin checks each,
+    // host/twin/twin_pipes.cpp): MTE2_V before V reads a tile MTE2 brought in; V_MTE2 before
+    // MTE2 refills a tile V still reads; V_MTE3 before MTE3 copies out what V wrote; MTE3_V
+    // before V overwrites a tile MTE3 still copies out; PipeBarrier<PIPE_V> between vector
+    // instructions that share a tile (docs/zh/api/SIMD-API/基础API/同步控制/核内同步/
+    // PipeBarrier(ISASI).md: Mul reads what Add wrote, so a PipeBarrier<PIPE_V> goes between).
+    struct Load {
+        uint32_t t, h0, k;  // slot k of token t, the tile starting at column h0
+    };
+
+    __aicore__ inline uint32_t TileLen(uint32_t h0) const { return h_ - h0 < kReduceTile ? h_ - h0 : kReduceTile; }
+    __aicore__ static inline int32_t ReduceEvent(uint32_t side) { return int32_t(kReduceEvent0 + side); }
+
+    // The first load at or after slot `k` of tile `h0` of token `t`, in reduction order
+    // (token, tile, slot); false when no valid slot is left before token `t_end`.
+    __aicore__ inline bool FindLoad(Load& p, uint32_t t, uint32_t h0, uint32_t k, uint32_t t_end) const {
+        while (t < t_end) {
+            for (; k < topk_; ++k) {
+                if (SlotValid(t, k)) {
+                    p = Load{t, h0, k};
+                    return true;
+                }
+            }
+            k = 0;
+            h0 += kReduceTile;
+            bool any = false;
+            for (uint32_t j = 0; j < topk_ && !any; ++j) any = SlotValid(t, j);
+            if (h0 >= h_ || !any) {
+                h0 = 0;
+                ++t;
+            }
+        }
+        return false;
+    }
+
+    // GM -> UB (MTE2) of load `p` into in[side], once its token's flags are all ready.
+    __aicore__ inline void IssueLoad(const Load& p, const AscendC::LocalTensor<T>& in, uint32_t side) {
+        if (p.t != waited_token_) {
+            for (uint32_t k = 0; k < topk_; ++k) {
+                if (SlotValid(p.t, k)) WaitSlot(p.t * topk_ + k);  // masked slots: nobody sends them
+            }
+            waited_token_ = p.t;
+        }
+        const uint32_t n = TileLen(p.h0);
+        AscendC::GlobalTensor<T> row;
+        row.SetGlobalBuffer(SlotPayload(p.t * topk_ + p.k) + p.h0, n);
+#if !defined(COMBINE_FAULT_NO_V_MTE2_WAIT)
+        AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(side));  // in[side]: V has read its last tile
+#endif
+#if defined(COMBINE_FAULT_DATACOPY_UNALIGNED)
+        AscendC::DataCopy(in, row, n);  // fault injection: DataCopy whatever the length
+#else
+        if (n * sizeof(T) % 32 == 0) {
+            AscendC::DataCopy(in, row, n);
+        } else {
+            AscendC::DataCopyPad(in, row, AscendC::DataCopyExtParams(1, uint32_t(n * sizeof(T)), 0, 0, 0),
+                                 AscendC::DataCopyPadExtParams<T>());
+        }
+#endif
+#if !defined(COMBINE_FAULT_NO_MTE2_V_WAIT)
+        AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(ReduceEvent(side));
+#endif
+    }
+
+    // acc += float(in[side]) * scale, once in[side] has arrived.
+    __aicore__ inline void AccumulateTile(const AscendC::LocalTensor<T>& in, uint32_t side,
+                                          const AscendC::LocalTensor<float>& cast, const AscendC::LocalTensor<float>& acc,
+                                          float scale, uint32_t n) {
+#if !defined(COMBINE_FAULT_NO_MTE2_V_WAIT)
+        AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(ReduceEvent(side));
+#endif
+        AscendC::PipeBarrier<PIPE_V>();  // cast: the last Add still reads it
+        AscendC::Cast(cast, in, ReduceCast<T>::kIn, n);
+#if !defined(COMBINE_FAULT_NO_V_MTE2_WAIT)
+        AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(side));  // in[side] may be refilled
+#endif
+        AscendC::PipeBarrier<PIPE_V>();
+        AscendC::Muls(cast, cast, scale, int32_t(n));
+#if !defined(COMBINE_FAULT_NO_PIPE_V_BARRIER)
+        AscendC::PipeBarrier<PIPE_V>();  // Add reads what Muls wrote
+#endif
+        AscendC::Add(acc, acc, cast, int32_t(n));
+    }
+
+    // x_out[t, h0 : h0 + n] = T(acc), through out[side].
+    __aicore__ inline void WriteTile(const AscendC::LocalTensor<float>& acc, const AscendC::LocalTensor<T>& out,
+                                     uint32_t side, uint32_t t, uint32_t h0, uint32_t n) {
+#if !defined(COMBINE_FAULT_NO_MTE3_V_WAIT)
+        AscendC::WaitFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(side));  // out[side]: its last copy out is done
+#endif
+        AscendC::PipeBarrier<PIPE_V>();  // acc: the last Add wrote it
+        AscendC::Cast(out, acc, ReduceCast<T>::kOut, n);
+#if !defined(COMBINE_FAULT_NO_V_MTE3_WAIT)
+        AscendC::SetFlag<AscendC::HardEvent::V_MTE3>(ReduceEvent(side));
+        AscendC::WaitFlag<AscendC::HardEvent::V_MTE3>(ReduceEvent(side));
+#endif
+        AscendC::GlobalTensor<T> dst;
+        dst.SetGlobalBuffer(x_out_ + uint64_t(t) * h_ + h0, n);
+#if defined(COMBINE_FAULT_DATACOPY_UNALIGNED)
+        AscendC::DataCopy(dst, out, n);
+#else
+        if (n * sizeof(T) % 32 == 0) {
+            AscendC::DataCopy(dst, out, n);
+        } else {
+            AscendC::DataCopyPad(dst, out, AscendC::DataCopyExtParams(1, uint32_t(n * sizeof(T)), 0, 0, 0));
+        }
+#endif
+#if !defined(COMBINE_FAULT_NO_MTE3_V_WAIT)
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(side));
+#endif
+    }
+
     __aicore__ inline void ReduceTokens() {
         const uint32_t per_core = (bs_ + cores_ - 1) / cores_;
         const uint32_t t_begin = core_ * per_core;
         const uint32_t t_end = t_begin + per_core < bs_ ? t_begin + per_core : bs_;
-        __ubuf__ float* acc = ub_at<float>(kUbAccOff);
+        if (t_begin >= t_end) return;
+        using AscendC::LocalTensor;
+        using AscendC::TPosition;
+        const LocalTensor<T> in[kReduceBuffers] = {
+            LocalTensor<T>(TPosition::VECIN, kUbReduceInOff, kReduceTile),
+            LocalTensor<T>(TPosition::VECIN, kUbReduceInOff + kReduceTileBytes, kReduceTile)};
+        const LocalTensor<float> cast(TPosition::VECCALC, kUbReduceCastOff, kReduceTile);
+        const LocalTensor<float> acc(TPosition::VECCALC, kUbReduceAccOff, kReduceTile);
+        const LocalTensor<T> out[kReduceBuffers] = {
+            LocalTensor<T>(TPosition::VECOUT, kUbReduceOutOff, kReduceTile),
+            LocalTensor<T>(TPosition::VECOUT, kUbReduceOutOff + kReduceTileBytes, kReduceTile)};
+        for (uint32_t b = 0; b < kReduceBuffers; ++b) {  // every side starts free
+#if !defined(COMBINE_FAULT_NO_V_MTE2_WAIT)
+            AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(b));
+#endif
+#if !defined(COMBINE_FAULT_NO_MTE3_V_WAIT)
+            AscendC::SetFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(b));
+#endif
+        }
+        waited_token_ = t_end;  // none yet
+        Load cur{};
+        bool have = FindLoad(cur, t_begin, 0, 0, t_end);
+        uint32_t in_side = 0, out_side = 0;
+        if (have) IssueLoad(cur, in[0], 0);
         for (uint32_t t = t_begin; t < t_end; ++t) {
-            for (uint32_t k = 0; k < topk_; ++k) {
-                if (SlotValid(t, k)) WaitSlot(t * topk_ + k);
-            }
-            for (uint32_t k = 0; k < topk_; ++k) {
-                if (SlotValid(t, k)) gm_invalidate(SlotPayload(t * topk_ + k), uint32_t(row_bytes_));
-            }
-            for (uint32_t h0 = 0; h0 < h_; h0 += kAccTile) {
-                const uint32_t n = h_ - h0 < kAccTile ? h_ - h0 : kAccTile;
-                for (uint32_t i = 0; i < n; ++i) acc[i] = 0.0f;
-                for (uint32_t k = 0; k < topk_; ++k) {  // topk order, as the golden does
-                    if (!SlotValid(t, k)) continue;
-                    const float scale = scales_[t * topk_ + k];
-                    __gm__ T* row = SlotPayload(t * topk_ + k) + h0;
-                    for (uint32_t i = 0; i < n; ++i) acc[i] = acc[i] + static_cast<float>(row[i]) * scale;
+            for (uint32_t h0 = 0; h0 < h_; h0 += kReduceTile) {
+                const uint32_t n = TileLen(h0);
+                AscendC::PipeBarrier<PIPE_V>();  // acc: the last tile's Cast to out still reads it
+                AscendC::Duplicate(acc, 0.0f, int32_t(n));  // acc starts at +0, as the golden's
+                while (have && cur.t == t && cur.h0 == h0) {  // the valid slots, in topk order
+                    Load next{};
+                    const bool more = FindLoad(next, cur.t, cur.h0, cur.k + 1, t_end);
+                    // The next tile comes in (MTE2) while V works on this one. Within a token its
+                    // flags are already waited for; the first tile of a new token is loaded after
+                    // V's work is queued, so that waiting for its flags never holds V back.
+                    const bool early = more && next.t == cur.t;
+                    if (early) IssueLoad(next, in[in_side ^ 1], in_side ^ 1);
+                    AccumulateTile(in[in_side], in_side, cast, acc, scales_[t * topk_ + cur.k], n);
+                    if (more && !early) IssueLoad(next, in[in_side ^ 1], in_side ^ 1);
+                    in_side ^= 1;
+                    cur = next;
+                    have = more;
                 }
-                __gm__ T* out = x_out_ + uint64_t(t) * h_ + h0;
-                for (uint32_t i = 0; i < n; ++i) out[i] = static_cast<T>(acc[i]);
+                WriteTile(acc, out[out_side], out_side, t, h0, n);
+                out_side ^= 1;
             }
-            gm_flush(x_out_ + uint64_t(t) * h_, uint32_t(row_bytes_));
-            for (uint32_t k = 0; k < topk_; ++k) {
+            for (uint32_t k = 0; k < topk_; ++k) {  // ready for the next launch
                 if (!SlotValid(t, k)) continue;
                 __gm__ int32_t* flag = SlotStatus(t * topk_ + k);
                 for (uint32_t w = 0; w < kStatusWords; ++w) flag[w] = 0;
                 gm_flush(flag, kStatusSlotBytes);
             }
         }
+        for (uint32_t b = 0; b < kReduceBuffers; ++b) {  // pair the flags still set
+#if !defined(COMBINE_FAULT_NO_V_MTE2_WAIT)
+            AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(b));
+#endif
+#if !defined(COMBINE_FAULT_NO_MTE3_V_WAIT)
+            AscendC::WaitFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(b));
+#endif
+        }
+        AscendC::PipeBarrier<PIPE_ALL>();  // x_out complete before the kernel ends
     }
 
     __gm__ T* expand_x_;
@@ -274,6 +449,7 @@ private:
     int my_pe_ = 0, pes_ = 1;
     uint32_t core_ = 0, cores_ = 1;
     uint32_t next_stage_ = 0;
+    uint32_t waited_token_ = 0;  // stage 2: the last token whose flags this core waited for
     bool stage_busy_[kUbMteBuffers] = {false, false};
 };
 

@@ -26,30 +26,49 @@ constexpr uint32_t kProfFrameFullOp = 0;
 constexpr uint32_t kProfFrameCommOnly = 1;
 constexpr uint32_t kMaxSdmaBlocks = 48;    // SHMEM makes one SDMA stream per AIV block 0..47
 
-// UB map of one AIV core (bytes), one place for every region the kernel stages through.
-// Everything stays below SHMEM's own UB (188 KiB and up) and inside the 192 KiB of A2/A3.
-constexpr uint32_t kUbSdmaOff = 0;                 // SDMA scratch (SHMEM needs >= 64 B)
+// UB map of one AIV core (bytes), one place for every region the kernel uses. Everything
+// stays below SHMEM's own UB (188 KiB and up) and inside the 192 KiB of A2/A3; no two
+// regions overlap (the twin refuses overlapping roles, host/twin/twin_pipes.cpp).
+//   [0, 64)            SDMA scratch (SHMEM needs >= 64 B)
+//   [64, 96)           the ready value x 8, source of status puts (filled by the scalar unit)
+//   [1 KiB, 129 KiB)   MTE staging: two buffers, used in turn (stage 1)
+//   [129 KiB, 177 KiB) stage 2 (ReduceTokens) tiles, LocalTensors at fixed addresses
+//                      (asc-devkit "static Tensor programming": no TPipe, flags by hand):
+//                      in[2] (T, double-buffered GM -> UB), cast (float32), acc (float32),
+//                      out[2] (T, double-buffered UB -> GM)
+constexpr uint32_t kUbSdmaOff = 0;
 constexpr uint32_t kUbSdmaBytes = 64;
-constexpr uint32_t kUbStatusOff = 64;              // the ready value x 8, source of status puts
+constexpr uint32_t kUbStatusOff = 64;
 constexpr uint32_t kUbStatusBytes = kStatusSlotBytes;
-constexpr uint32_t kUbMteOff = 1024;               // MTE staging: two buffers, used in turn
-constexpr uint32_t kUbMteStageBytes = 80 * 1024;   // per buffer (reported as UBsize/KB)
+constexpr uint32_t kUbMteOff = 1024;
+constexpr uint32_t kUbMteStageBytes = 64 * 1024;   // per buffer (reported as UBsize/KB); a row of up to 16 Ki int32
 constexpr uint32_t kUbMteBuffers = 2;
-constexpr uint32_t kUbAccOff = kUbMteOff + kUbMteBuffers * kUbMteStageBytes;  // stage 2 float32 tile
-constexpr uint32_t kAccTile = 4096;                // float32 elements (16 KiB)
-constexpr uint32_t kUbEnd = kUbAccOff + kAccTile * 4;
+constexpr uint32_t kReduceTile = 2048;             // elements per stage-2 tile (h is cut into tiles of this)
+constexpr uint32_t kReduceTileBytes = kReduceTile * 4;  // sized for 4-byte elements (int32, float32)
+constexpr uint32_t kReduceBuffers = 2;             // in and out tiles are double-buffered
+constexpr uint32_t kUbReduceOff = kUbMteOff + kUbMteBuffers * kUbMteStageBytes;
+constexpr uint32_t kUbReduceInOff = kUbReduceOff;                                         // + b * kReduceTileBytes
+constexpr uint32_t kUbReduceCastOff = kUbReduceInOff + kReduceBuffers * kReduceTileBytes;  // float32
+constexpr uint32_t kUbReduceAccOff = kUbReduceCastOff + kReduceTileBytes;                  // float32
+constexpr uint32_t kUbReduceOutOff = kUbReduceAccOff + kReduceTileBytes;                   // + b * kReduceTileBytes
+constexpr uint32_t kUbEnd = kUbReduceOutOff + kReduceBuffers * kReduceTileBytes;
 constexpr uint32_t kUbShmemReserveOff = 188 * 1024;
 static_assert(kUbSdmaOff + kUbSdmaBytes <= kUbStatusOff, "UB: SDMA scratch overlaps the status block");
 static_assert(kUbStatusOff + kUbStatusBytes <= kUbMteOff, "UB: status block overlaps MTE staging");
+static_assert(kUbMteOff + kUbMteBuffers * kUbMteStageBytes <= kUbReduceOff, "UB: MTE staging overlaps stage 2");
 static_assert(kUbEnd <= kUbShmemReserveOff, "UB: the kernel's regions reach into SHMEM's reserve");
-static_assert(kUbSdmaOff % 32 == 0 && kUbStatusOff % 32 == 0 && kUbMteOff % 32 == 0 && kUbAccOff % 32 == 0,
-              "UB: regions must be 32-byte aligned");
+static_assert(kUbSdmaOff % 32 == 0 && kUbStatusOff % 32 == 0 && kUbMteOff % 32 == 0 && kUbReduceOff % 32 == 0 &&
+                  kReduceTileBytes % 32 == 0,
+              "UB: regions must be 32-byte aligned (Ascend C: UB operands start at 32 B)");
 
-// Sync ids (pipe event ids SHMEM's calls pair their flags on): one per plane, as the
-// reference; the staging buffers have their own MTE3->MTE2 events.
-constexpr uint32_t kSdmaSyncId = 0;  // EVENT_ID0
-constexpr uint32_t kMteSyncId = 1;   // EVENT_ID1
-constexpr uint32_t kStageEvent0 = 2; // EVENT_ID2, EVENT_ID3: staging buffer 0, 1 free again
+// Pipe event ids (EVENT_ID0..7; asc-devkit reserves 6 and 7 for its own use in static
+// Tensor programming). Stage 1: one sync id per plane, as the reference (the ids SHMEM's
+// calls pair their own flags on), and an MTE3->MTE2 event per staging buffer. Stage 2:
+// one id per double-buffer half, for each of MTE2_V, V_MTE2, V_MTE3 and MTE3_V.
+constexpr uint32_t kSdmaSyncId = 0;   // EVENT_ID0
+constexpr uint32_t kMteSyncId = 1;    // EVENT_ID1
+constexpr uint32_t kStageEvent0 = 2;  // EVENT_ID2, EVENT_ID3: staging buffer 0, 1 free again
+constexpr uint32_t kReduceEvent0 = 4; // EVENT_ID4, EVENT_ID5: stage-2 tile 0, 1
 
 __host_aicore__ inline uint64_t payload_stride(uint32_t h, uint32_t elem_bytes) {
     const uint64_t row = uint64_t(h) * elem_bytes;

@@ -250,16 +250,19 @@ def test_check_x_out_int32_is_bit_exact():
     assert check_x_out(x, g, "int32_t") == CheckResult(False, 2_000_000_004.0, 2, (1, 0))
 
 
-def test_check_x_out_float16_tolerance():
-    g = np.array([1.0, 100.0, 0.0, 2.0], dtype=np.float16)
-    # |err| <= 1e-2 + 1e-2*|g|: 1.0195 passes (limit 0.02), 101 passes (limit 1.01), 0.0099 passes
-    x = np.array([1.0195, 101.0, 0.0099, 2.0], dtype=np.float16)
+def test_check_x_out_float16_is_bit_exact():
+    g = np.array([2056.0, 100.0, 0.0, -2.0, np.inf], dtype=np.float16)
+    assert check_x_out(g.copy(), g, "float16_t") == CheckResult(True, 0.0, 0, None)
+    # One float16 step off (2048: a float16 accumulator's answer for [2048, 1 x 7]), the sign
+    # of zero, and a NaN: each fails, however close.
+    x = np.array([2048.0, 100.0, -0.0, -2.0, np.inf], dtype=np.float16)
     r = check_x_out(x, g, "float16_t")
-    assert r.ok and r.mismatches == 0 and r.first_bad_index is None
-    assert r.max_abs_err == 1.0
-    x = np.array([1.0, 102.0, np.nan, 2.0312], dtype=np.float16)  # 2 off by 0.03125 > 0.03
+    assert (r.ok, r.mismatches, r.first_bad_index, r.max_abs_err) == (False, 2, (0,), 8.0)
+    x = np.array([2056.0, 100.0625, 0.0, np.nan, np.inf], dtype=np.float16)
     r = check_x_out(x, g, "float16_t")
-    assert (r.ok, r.mismatches, r.first_bad_index, r.max_abs_err) == (False, 3, (1,), 2.0)
+    assert (r.ok, r.mismatches, r.first_bad_index, r.max_abs_err) == (False, 2, (1,), 0.0625)
+    nan = np.array([np.nan], dtype=np.float16)
+    assert not check_x_out(nan, nan.copy(), "float16_t").ok  # a NaN never passes
 
 
 def test_check_x_out_bad_input():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from combine_lab import CaseSpec, make_case, run_case
@@ -71,3 +72,72 @@ def test_an_unknown_twin_soc_is_refused_before_launch(no_leaks):
         run_case(CaseSpec(pes=2, bs=2, h=8, topk=1, expert_per_pe=1), "classic", env={"COMBINE_TWIN_SOC": "Ascend310P3"})
     assert str(e.value) == ("COMBINE_TWIN_SOC='Ascend310P3': the twin models Ascend910B2 (48 AIV), Ascend910B3 and "
                             "Ascend910B4 (40 AIV) and Ascend910_93xx (48 AIV per die)")
+
+
+# Stage 2's pipes (twin_pipes.cpp). Each missing flag is reported with both instructions, the
+# UB range they share and the flag, whatever the schedule; outside chaos mode every instruction
+# runs at issue, so x_out happens to be right; in chaos mode the pair runs the wrong way round.
+HAZARDS = {
+    "no_mte2_v_wait": r"Cast \(half -> float\) reads UB \[(132096, 132136|140288, 140328)\) before DataCopyPad "
+                      r"\(GM -> UB\) has written it \(no SetFlag/WaitFlag<HardEvent::MTE2_V> between them\)",
+    "no_v_mte2_wait": r"DataCopyPad \(GM -> UB\) writes UB \[(132096, 132136|140288, 140328)\) while Cast \(half -> "
+                      r"float\) may still read it \(no SetFlag/WaitFlag<HardEvent::V_MTE2> between them\)",
+    "no_pipe_v_barrier": r"Add \(float\) reads UB \[148480, 148560\) before Muls \(float\) has written it "
+                         r"\(no PipeBarrier<PIPE_V> between them\)",
+    "no_v_mte3_wait": r"DataCopyPad \(UB -> GM\) reads UB \[(164864, 164904|173056, 173096)\) before Cast \(float -> "
+                      r"half\) has written it \(no SetFlag/WaitFlag<HardEvent::V_MTE3> between them\)",
+    "no_mte3_v_wait": r"Cast \(float -> half\) writes UB \[(164864, 164904|173056, 173096)\) while DataCopyPad \(UB -> "
+                      r"GM\) may still read it \(no SetFlag/WaitFlag<HardEvent::MTE3_V> between them\)",
+}
+
+
+# Without MTE2_V, nothing orders one DataCopyPad into a tile before the next one into it either
+# (asc-devkit: DataCopy into overlapping UB needs PipeBarrier<PIPE_MTE2> unless flags order them).
+ALSO = {"no_mte2_v_wait": r"DataCopyPad \(GM -> UB\) writes UB \[(132096, 132160|140288, 140352)\) while DataCopyPad "
+                          r"\(GM -> UB\) may still write it \(no PipeBarrier<PIPE_MTE2> between them\)"}
+
+
+@pytest.mark.parametrize("name", list(HAZARDS))
+def test_a_missing_pipe_flag_is_reported_always_and_corrupts_x_out_under_chaos(broken_kernels, name, no_leaks):
+    binary = broken_kernels[name]
+    main = re.compile(r"^PE \d core \d: " + HAZARDS[name] + "$")
+    also = re.compile(r"^PE \d core \d: " + ALSO.get(name, "(?!)") + "$")
+    calm = run_case(CHECKER_SPEC, "classic", min_sdma_bytes=2 << 20, binary=binary)
+    assert calm.violation_count > 0 and any(main.match(v) for v in calm.violations), calm.violations
+    assert all(main.match(v) or also.match(v) for v in calm.violations), calm.violations
+    assert calm.check_ok  # every instruction ran at issue: the data happen to be right
+    late = run_case(CHECKER_SPEC, "classic", min_sdma_bytes=2 << 20, chaos_seed=2, binary=binary)
+    assert late.violation_count == calm.violation_count  # the same pairs race, whatever the schedule
+    assert not late.check_ok
+
+
+def test_datacopy_of_a_length_not_a_multiple_of_32_bytes_moves_whole_blocks_only(broken_kernels, no_leaks):
+    """h = 20 float16 = 40 B: DataCopy moves 32 B each way (asc-devkit: the count is rounded
+    down to 32 B), so the last 4 elements of every x_out row are never written (the driver
+    fills x_out with 0xFF first: NaN)."""
+    res = run_case(CHECKER_SPEC, "classic", min_sdma_bytes=2 << 20, binary=broken_kernels["datacopy_unaligned"])
+    into = re.compile(r"^PE \d core \d: DataCopy \(GM -> UB\) of 20 half \(40 B\) to UB \[(132096, 132160|140288, "
+                      r"140352)\): DataCopy moves whole 32-byte blocks, so only 32 B arrive \(use DataCopyPad for "
+                      r"lengths that are not a multiple of 32 B\)$")
+    out_of = re.compile(r"^PE \d core \d: DataCopy \(UB -> GM\) of 20 half \(40 B\) from UB \[(164864, 164928|173056, "
+                        r"173120)\): DataCopy moves whole 32-byte blocks, so only 32 B leave \(use DataCopyPad for "
+                        r"lengths that are not a multiple of 32 B\)$")
+    assert all(into.match(v) or out_of.match(v) for v in res.violations), res.violations
+    # Per PE one copy in per slot (none masked here) and one copy out per token.
+    spec = CHECKER_SPEC
+    assert res.violation_count == spec.pes * spec.bs * (spec.topk + 1) == 144
+    for r in range(spec.pes):
+        assert np.isnan(res.x_out[r][:, 16:].astype(np.float32)).all()  # never written
+        assert not res.checks[r].ok and res.checks[r].mismatches >= spec.bs * 4
+
+
+def test_vector_instructions_before_init_soc_state_are_reported_once_per_core(broken_kernels, no_leaks):
+    res = run_case(CHECKER_SPEC, "classic", min_sdma_bytes=2 << 20, binary=broken_kernels["no_init_soc_state"])
+    msg = re.compile(r"^PE (\d) core (\d): DataCopyPad \(GM -> UB\) before AscendC::InitSocState\(\): a kernel with "
+                     r"LocalTensors at fixed addresses \(no TPipe\) must set the core's mask mode and atomic state "
+                     r"first \(asc-devkit static Tensor programming\), else its vector and DataCopy instructions run "
+                     r"in whatever state the last kernel left$")
+    assert all(msg.match(v) for v in res.violations), res.violations
+    cores = {msg.match(v).groups() for v in res.violations}
+    assert len(cores) == res.violation_count == CHECKER_SPEC.pes * 3  # 3 cores per PE, each with tokens
+    assert res.check_ok

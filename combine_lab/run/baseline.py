@@ -47,7 +47,7 @@ class BaselineResult:
     Attributes:
         case_id, routing, dtype: the case; target: ``cpu`` or ``npu``; backend: ``gloo`` or ``hccl``.
         x_out: per rank, ``[bs, h]`` arrays of T.
-        checks: per rank, x_out against golden (int32 exact, float16 within 1e-2).
+        checks: per rank, x_out against golden (bit-exact for both dtypes).
         times: one row per profiled loop, columns ``full_op`` and ``comm_only`` (us, slowest rank).
         run_dir: the PEs' logs and outputs (removed with the case files unless kept).
     """

@@ -117,7 +117,7 @@ class RunResult:
             ('int32_t' or 'float16_t').
         variant: ``classic`` or ``doubleplane``; min_sdma_bytes: the SDMA floor it ran with; target.
         x_out: per rank, ``[bs, h]`` arrays of T.
-        checks: per rank, the verdict of x_out against golden (int32 exact, float16 1e-2).
+        checks: per rank, the verdict of x_out against golden (bit-exact for both dtypes).
         perf: perf rows (combine-facts section 8) of the profiled PEs; times in us.
         counters: twin counters of the last launch, one row per (pe, plane): puts, bytes, quiets,
             status_writes, status_bytes (empty where nothing counts them: NPU).

@@ -81,10 +81,10 @@ BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
     BrokenKernel("PARTIAL_STATUS_WAIT", "a status slot waited on at its first word only", CHECKER_SPEC,
                  "doubleplane", "was waited on at word mask 0x01 of its 8 words"),
     BrokenKernel("UB_OVERLAP", "the SDMA scratch placed inside an MTE staging buffer", CHECKER_SPEC, "doubleplane",
-                 "UB regions overlap: UB [1024, 82944) used as MTE staging (by aclshmemx_mte_put_nbi (GM -> UB -> GM)) "
+                 "UB regions overlap: UB [1024, 66560) used as MTE staging (by aclshmemx_mte_put_nbi (GM -> UB -> GM)) "
                  "and UB [1024, 1088) used as SDMA scratch", chaos_seed=None, fatal=True),
     BrokenKernel("UB_IN_SHMEM_RESERVE", "an MTE staging buffer reaching into SHMEM's own UB (188 KiB and up)",
-                 CHECKER_SPEC, "classic", "MTE staging UB [112640, 194560) reaches into SHMEM's own UB (188 KiB and up",
+                 CHECKER_SPEC, "classic", "MTE staging UB [128000, 193536) reaches into SHMEM's own UB (188 KiB and up",
                  min_sdma_bytes=2 << 20, chaos_seed=None, fatal=True),
     BrokenKernel("DEVICE_BARRIER", "SHMEM's device barrier_all in an AIV-only kernel (it is for MIX kernels)",
                  CHECKER_SPEC, "classic", "aclshmem_barrier_all called from an AIV-only kernel",
@@ -93,6 +93,34 @@ BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
                  "never comes", CaseSpec(pes=41, bs=2, h=8, topk=1, expert_per_pe=1), "classic",
                  "exceeds the 40 AIV cores of Ascend910B3", min_sdma_bytes=2 << 20, chaos_seed=None,
                  env={"COMBINE_TWIN_SOC": "Ascend910B3", "COMBINE_TWIN_TIMEOUT_S": "2"}, fatal=True),
+    # Stage 2's pipes (twin_pipes.cpp): each missing flag is reported always and, in chaos mode,
+    # lets the pipes run the wrong way round, so x_out is wrong.
+    BrokenKernel("NO_MTE2_V_WAIT", "stage 2 casts an input tile without waiting (MTE2_V) for its DataCopy",
+                 CHECKER_SPEC, "classic", "Cast (half -> float) reads UB [132096, 132136) before DataCopyPad (GM -> UB) "
+                 "has written it (no SetFlag/WaitFlag<HardEvent::MTE2_V> between them)", min_sdma_bytes=2 << 20,
+                 corrupts=True),
+    BrokenKernel("NO_V_MTE2_WAIT", "stage 2 refills an input tile the vector unit may still read (no V_MTE2)",
+                 CHECKER_SPEC, "classic", "DataCopyPad (GM -> UB) writes UB [132096, 132136) while Cast (half -> float) "
+                 "may still read it (no SetFlag/WaitFlag<HardEvent::V_MTE2> between them)", min_sdma_bytes=2 << 20,
+                 corrupts=True),
+    BrokenKernel("NO_PIPE_V_BARRIER", "stage 2 adds what Muls wrote with no PipeBarrier<PIPE_V> between them",
+                 CHECKER_SPEC, "classic", "Add (float) reads UB [148480, 148560) before Muls (float) has written it "
+                 "(no PipeBarrier<PIPE_V> between them)", min_sdma_bytes=2 << 20, corrupts=True),
+    BrokenKernel("NO_V_MTE3_WAIT", "stage 2 copies an output tile to x_out before the vector unit wrote it (no V_MTE3)",
+                 CHECKER_SPEC, "classic", "DataCopyPad (UB -> GM) reads UB [164864, 164904) before Cast (float -> half) "
+                 "has written it (no SetFlag/WaitFlag<HardEvent::V_MTE3> between them)", min_sdma_bytes=2 << 20,
+                 corrupts=True),
+    BrokenKernel("NO_MTE3_V_WAIT", "stage 2 overwrites an output tile MTE3 may still copy out (no MTE3_V)",
+                 CHECKER_SPEC, "classic", "Cast (float -> half) writes UB [164864, 164904) while DataCopyPad (UB -> GM) "
+                 "may still read it (no SetFlag/WaitFlag<HardEvent::MTE3_V> between them)", min_sdma_bytes=2 << 20,
+                 corrupts=True),
+    BrokenKernel("DATACOPY_UNALIGNED", "stage 2 uses DataCopy for rows of 40 B: whole 32-byte blocks only",
+                 CHECKER_SPEC, "classic", "DataCopy (GM -> UB) of 20 half (40 B) to UB [132096, 132160): DataCopy moves "
+                 "whole 32-byte blocks, so only 32 B arrive", min_sdma_bytes=2 << 20, chaos_seed=None, corrupts=True),
+    BrokenKernel("NO_INIT_SOC_STATE", "vector instructions without AscendC::InitSocState() first", CHECKER_SPEC,
+                 "classic", "DataCopyPad (GM -> UB) before AscendC::InitSocState(): a kernel with LocalTensors at fixed "
+                 "addresses (no TPipe) must set the core's mask mode and atomic state first", min_sdma_bytes=2 << 20,
+                 chaos_seed=None),
 ]}
 
 

@@ -4,8 +4,9 @@
 // SDMA: a put is a descriptor queued to the PE's copy-engine thread, complete at SDMA quiet.
 //   As in SHMEM, only AIV blocks 0..47 have an SDMA stream: a put from block 48 or above
 //   does nothing (a violation here), and block_dim must stay within the SoC's AIV count.
-// Chaos mode (COMBINE_TWIN_CHAOS=<seed>): MTE3 legs land only when completed (quiet, flag,
-// barrier) and SDMA descriptors only at SDMA quiet, each batch in a seeded shuffled order.
+// Chaos mode (COMBINE_TWIN_CHAOS=<seed>): MTE legs run when every pipe drains (quiet, PIPE_ALL
+// barrier, kernel end) in the order twin_pipes.cpp picks; SDMA descriptors land only at SDMA
+// quiet, each batch in a seeded shuffled order.
 // Checker (always on): per window slot the twin records the launch in which its payload
 // landed; a status-ready flag that lands before that is a violation, reported with the
 // writing PE and core, the slot, and both operations. Status slots must be waited on
@@ -308,8 +309,10 @@ void core_finish() {
     land_shuffled(tl_sdma_pending, 2);
 }
 
-// GM -> UB -> remote in chunks of ub_size, as SHMEM's aclshmemx_mte_put_nbi does: the
-// legs of every chunk but the last are completed by the put's own MTE3->MTE2 flag.
+// GM -> UB -> remote in chunks of ub_size, as SHMEM's aclshmemx_mte_put_nbi does: per chunk
+// an MTE2 op into the staging buffer, the put's own MTE2->MTE3 flag, then the MTE3 leg; the
+// put's own MTE3->MTE2 flag orders each chunk after the previous one's leg, but nothing
+// orders the last leg before what the kernel does next (twin_pipes.cpp).
 void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t bytes, size_t elem_bytes, int pe,
                 uint32_t sync_id) {
     static const char* const op = "aclshmemx_mte_put_nbi (GM -> UB -> GM)";
@@ -325,28 +328,51 @@ void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size
     uint8_t* staging = static_cast<uint8_t*>(ub);
     for (uint64_t done = 0; done < bytes; done += block) {
         const uint64_t n = std::min<uint64_t>(block, bytes - done);
+        const UbSpan span{off, off + uint32_t((n + 31) / 32 * 32)};
         if (done > 0) {  // the put's own MTE3->MTE2 sync between its chunks
             AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(sync_id));
             AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(sync_id));
         }
-        mte2_to_ub(off, uint32_t((n + 31) / 32 * 32), op);
-        memcpy(staging, static_cast<const uint8_t*>(src) + done, n);
+        PipeOp in;
+        in.kind = OpKind::ShmemStage;
+        in.pipe = kPipeMte2;
+        in.name = op;
+        in.write = span;
+        in.writes = true;
+        in.dst_off = off;
+        in.gm_src = static_cast<const uint8_t*>(src) + done;
+        in.count = uint32_t(n);
+        pipe_issue(in);
         AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(int32_t(sync_id));
         AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(int32_t(sync_id));
-        const Put leg{dst + done, static_cast<uint8_t*>(dst_sym) + done, staging, size_t(n), pe, kPlaneMte};
-        mte3_from_ub(leg, off, op);
+        PipeOp leg;
+        leg.kind = OpKind::ShmemLeg;
+        leg.pipe = kPipeMte3;
+        leg.name = op;
+        leg.reads[0] = span;
+        leg.n_reads = 1;
+        leg.put = Put{dst + done, static_cast<uint8_t*>(dst_sym) + done, staging, size_t(n), pe, kPlaneMte};
+        pipe_issue(leg);
     }
 }
 
 void mte_put_ub(void* dst_sym, const void* ub_src, size_t bytes, int pe, uint32_t sync_id) {
     static const char* const op = "aclshmemx_mte_put_nbi (UB -> GM)";
     core_or_die(op);
-    const uint32_t off = ub_use(ub_src, uint32_t((bytes + 31) / 32 * 32), UbRole::MteSource, op);
+    const uint32_t padded = uint32_t((bytes + 31) / 32 * 32);
+    const uint32_t off = ub_use(ub_src, padded, UbRole::MteSource, op);
     sync_id_use(sync_id, kPlaneMte, op);
     const Put p{remote(dst_sym, pe, bytes, "MTE"), dst_sym, ub_src, bytes, pe, kPlaneMte};
     note_issue(p);
     count_put(g_last.mte, dst_sym, bytes);
-    mte3_from_ub(p, off, op);
+    PipeOp leg;
+    leg.kind = OpKind::ShmemLeg;
+    leg.pipe = kPipeMte3;
+    leg.name = op;
+    leg.reads[0] = UbSpan{off, off + padded};
+    leg.n_reads = 1;
+    leg.put = p;
+    pipe_issue(leg);
 }
 
 void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t bytes, int pe, uint32_t sync_id) {
@@ -413,8 +439,8 @@ void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id) {
 void mte_quiet() {
     core_or_die("aclshmem_quiet");
     g_last.mte.quiets.fetch_add(1, std::memory_order_relaxed);
-    // quiet = PipeBarrier<PIPE_ALL> (every MTE3 leg complete) + a whole-cache clean.
-    mte3_complete_all();
+    // quiet = PipeBarrier<PIPE_ALL> (every pipe's ops complete) + a whole-cache clean.
+    pipes_drain();
     std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 

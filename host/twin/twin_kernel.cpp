@@ -89,6 +89,7 @@ void launch_kernel(uint32_t block_dim, void* /*stream*/, const std::function<voi
                 core_finish();
                 tl_core = -1;
             }
+            pipes_thread_end();
         });
     }
     for (std::thread& t : cores) t.join();

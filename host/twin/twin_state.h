@@ -120,23 +120,77 @@ void land_shuffled(std::vector<Put>& puts, uint64_t salt);
 // Counts a protocol violation and prints the first few.
 void report_violation(const std::string& msg);
 
-// Pipes of the calling core (twin_pipes.cpp): UB ranges by role, MTE3 legs in flight,
-// pipe flags and sync ids. Every check names the PE, core, operation and UB range.
-enum class UbRole { MteStaging = 0, SdmaScratch, MteSource };
+// Pipes of the calling core (twin_pipes.cpp): UB ranges by role, the UB operations of every
+// pipe with what they read and write, pipe flags and sync ids. Every check names the PE,
+// core, operation and UB range.
+enum class UbRole { MteStaging = 0, SdmaScratch, MteSource, VectorTile };
 // Registers `bytes` of the calling core's UB at `p` in `role` and returns its offset; fatal
 // when outside the UB, in SHMEM's reserve, misaligned, or overlapping another role's range.
 uint32_t ub_use(const void* p, uint32_t bytes, UbRole role, const char* op);
-// An MTE2 copy GM -> UB [off, off + bytes): a UB -> GM leg still reading that range is a
-// "UB reuse" violation (and, in chaos mode, the in-flight data is overwritten).
-void mte2_to_ub(uint32_t off, uint32_t bytes, const char* op);
-// An MTE3 leg UB [off, off + bytes) -> remote: in flight until a quiet, a PIPE_ALL/MTE3
-// barrier or an MTE3->MTE2 flag set after it; lands now, or at completion in chaos mode.
-void mte3_from_ub(const Put& p, uint32_t off, const char* op);
-void mte3_complete_all();
+
+// The pipes of an AIV core whose UB accesses the twin tracks. S (the scalar unit) issues
+// every instruction in order; its own UB loads and stores cannot be observed by the twin.
+enum PipeIdx : int { kPipeS = 0, kPipeV, kPipeMte2, kPipeMte3, kPipeCount };
+
+// [begin, end) byte offsets in the core's UB.
+struct UbSpan {
+    uint32_t begin = 0, end = 0;
+};
+
+enum class OpKind : uint8_t { CopyIn, CopyOut, Cast, Muls, Add, Axpy, Dup, ShmemStage, ShmemLeg };
+
+// One instruction of a pipe that touches UB: what it reads and writes (for the hazard
+// checks) and what it does (executed at issue, or in chaos mode at a drain). Vector
+// operands are UB offsets with their element type (twin::Elem, kernel_operator.h).
+struct PipeOp {
+    OpKind kind = OpKind::CopyIn;
+    int pipe = kPipeS;
+    const char* name = "";
+    UbSpan reads[2];
+    int n_reads = 0;
+    UbSpan write;
+    bool writes = false;
+    // Vector operands / copies (twin_vector.cpp).
+    uint32_t dst_off = 0, src0_off = 0, src1_off = 0;
+    uint8_t dst_elem = 0, src_elem = 0, round = 0;
+    uint32_t count = 0;  // elements (vector) or bytes per block (copies)
+    double scalar = 0.0;
+    const uint8_t* gm_src = nullptr;
+    uint8_t* gm_dst = nullptr;
+    uint16_t blocks = 0;
+    uint32_t ub_block_pitch = 0, gm_block_pitch = 0;  // bytes from one block's start to the next
+    uint8_t left_pad = 0, right_pad = 0;              // elements
+    bool is_pad = false;
+    uint64_t pad_bits = 0;                            // padding value, as the element's bits
+    // SHMEM's MTE put (twin_engines.cpp): the GM -> UB stage of a chunk, or its UB -> remote leg.
+    Put put{};
+};
+
+// Issues `op` on its pipe: checks it against every UB operation of the other pipes (and of
+// its own pipe) that no flag or barrier has ordered before it, reporting the first hazard
+// (read after write, write after read, write after write) with the flag that was missing;
+// then executes it now, or (chaos mode) keeps it for the next drain.
+void pipe_issue(PipeOp& op);
+// Executes one vector or copy op (twin_vector.cpp).
+void vector_execute(const PipeOp& op);
+// Every pipe's operations complete (PipeBarrier<PIPE_ALL>, quiet, SyncAll, kernel end): in
+// chaos mode the kept operations run now, in an order only the flags constrain, chosen
+// against the kernel: an unordered pair that conflicts runs in the order that corrupts.
+void pipes_drain();
 // A SHMEM call's sync_id on `plane`: one id serves one plane per core.
 void sync_id_use(uint32_t sync_id, int plane, const char* op);
+// Ascend C state of the core: AscendC::InitSocState() sets it; static Tensor programming
+// (LocalTensors at fixed addresses, no TPipe) requires that before the first vector or
+// DataCopy instruction, else `op` is a violation (reported once per core).
+void soc_state_init();
+void soc_state_require(const char* op);
+// "PE p core c" of the calling core, for messages.
+std::string where();
+std::string range_text(uint32_t begin, uint32_t end);
 void pipes_core_begin();
 void pipes_core_end();
+// A core thread ends: frees its pipe state.
+void pipes_thread_end();
 
 // Engines: MTE/SDMA counters, region labels, SDMA thread.
 void engines_start(uint32_t engine_mask);

@@ -42,7 +42,7 @@ int64_t GetSystemCycle();
 }  // namespace AscendC
 
 namespace twin {
-// Pipe events of the calling core (twin_pipes.cpp): pairing, and MTE3 completion.
+// Pipe events of the calling core (twin_pipes.cpp): pairing, and the order they put between pipes.
 void flag_set(AscendC::HardEvent event, int32_t id);
 void flag_wait(AscendC::HardEvent event, int32_t id);
 void pipe_barrier(pipe_t pipe);
@@ -65,18 +65,201 @@ inline void SyncAll() {
     twin::sync_all_cores();
 }
 
+// Logical positions of a tensor (asc-devkit impl/basic_api/common_types.h); VECIN, VECOUT
+// and VECCALC are all UB.
+enum class TPosition : uint8_t {
+    GM, A1, A2, B1, B2, C1, C2, CO1, CO2, VECIN, VECOUT, VECCALC, LCM = VECCALC, SPM, SHM = SPM, TSCM, C2PIPE2GM,
+    C2PIPE2LOCAL, MAX,
+};
+
+// Cast rounding (asc-devkit kernel_utils_mode.h): CAST_NONE rounds like CAST_RINT where the
+// conversion loses precision, CAST_RINT is round-half-to-even, CAST_TRUNC rounds toward 0.
+enum class RoundMode : uint8_t {
+    CAST_NONE = 0, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD, UNKNOWN = 0xFF,
+};
+
+// DataCopyPad parameters (asc-devkit kernel_struct_data_copy.h, A2/A3 layout). blockLen is in
+// bytes; the GM-side stride is in bytes, the UB-side stride in 32-byte blocks.
+struct DataCopyExtParams {
+    DataCopyExtParams() {}
+    DataCopyExtParams(const uint16_t count, const uint32_t len, const uint32_t srcStrideIn,
+                      const uint32_t dstStrideIn, const uint32_t rsvIn)
+        : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn), rsv(rsvIn) {}
+    uint16_t blockCount = 1;
+    uint32_t blockLen = 0;
+    uint32_t srcStride = 0;
+    uint32_t dstStride = 0;
+    uint32_t rsv = 0;
+};
+
+template <typename T>
+struct DataCopyPadExtParams {
+    DataCopyPadExtParams() {}
+    DataCopyPadExtParams(const bool isPadValue, const uint8_t leftPadValue, const uint8_t rightPadValue, T padValue)
+        : isPad(isPadValue), leftPadding(leftPadValue), rightPadding(rightPadValue), paddingValue(padValue) {}
+    bool isPad = false;
+    uint8_t leftPadding = 0;
+    uint8_t rightPadding = 0;
+    T paddingValue = 0;
+};
+
+}  // namespace AscendC
+
+// The twin's side of the Ascend C vector path (twin_vector.cpp): each call checks its
+// operands, then issues one op on its pipe (twin_pipes.cpp).
+namespace twin {
+
+enum class Elem : uint8_t { I8, U8, I16, U16, F16, I32, U32, F32, I64, U64 };
+template <typename T> struct ElemOf;
+template <> struct ElemOf<int8_t> { static constexpr Elem value = Elem::I8; };
+template <> struct ElemOf<uint8_t> { static constexpr Elem value = Elem::U8; };
+template <> struct ElemOf<int16_t> { static constexpr Elem value = Elem::I16; };
+template <> struct ElemOf<uint16_t> { static constexpr Elem value = Elem::U16; };
+template <> struct ElemOf<half> { static constexpr Elem value = Elem::F16; };
+template <> struct ElemOf<int32_t> { static constexpr Elem value = Elem::I32; };
+template <> struct ElemOf<uint32_t> { static constexpr Elem value = Elem::U32; };
+template <> struct ElemOf<float> { static constexpr Elem value = Elem::F32; };
+template <> struct ElemOf<int64_t> { static constexpr Elem value = Elem::I64; };
+template <> struct ElemOf<uint64_t> { static constexpr Elem value = Elem::U64; };
+
+// A LocalTensor as the twin sees it: UB byte offset, capacity in elements, element type.
+struct UbOperand {
+    uint32_t off;
+    uint32_t elems;
+    Elem elem;
+};
+// A GlobalTensor: GM address and the elements it holds from there (0: unknown).
+struct GmOperand {
+    uint8_t* addr;
+    uint64_t elems;
+    Elem elem;
+};
+
+void local_tensor_at(uint32_t addr, uint64_t bytes);
+void init_soc_state();
+// DataCopy (pad = false: one block of blockLen bytes) and DataCopyPad, GM -> UB and UB -> GM.
+void copy_in(bool pad, const UbOperand& dst, const GmOperand& src, const AscendC::DataCopyExtParams& p, bool is_pad,
+             uint8_t left, uint8_t right, uint64_t pad_bits);
+void copy_out(bool pad, const GmOperand& dst, const UbOperand& src, const AscendC::DataCopyExtParams& p);
+void vec_cast(const UbOperand& dst, const UbOperand& src, AscendC::RoundMode mode, uint32_t count);
+void vec_muls(const UbOperand& dst, const UbOperand& src, double scalar, int32_t count);
+void vec_add(const UbOperand& dst, const UbOperand& src0, const UbOperand& src1, int32_t count);
+void vec_axpy(const UbOperand& dst, const UbOperand& src, double scalar, int32_t count);
+void vec_duplicate(const UbOperand& dst, double scalar, int32_t count);
+
+template <typename T>
+inline uint64_t bits_of(const T& v) {
+    uint64_t b = 0;
+    __builtin_memcpy(&b, &v, sizeof(T));
+    return b;
+}
+
+}  // namespace twin
+
+namespace AscendC {
+
+// Sets the AI core's global state (mask mode, atomic state); static Tensor programming
+// (LocalTensors at fixed addresses, no TPipe) must call it first (asc-devkit InitSocState).
+inline void InitSocState() { twin::init_soc_state(); }
+
+// A tensor in UB at a fixed byte address (asc-devkit "static Tensor programming": the
+// LocalTensor(pos, addr, tileSize) constructor), `tileSize` elements long.
+template <typename T>
+class LocalTensor {
+public:
+    using PrimType = T;
+    LocalTensor() {}
+    LocalTensor(TPosition pos, uint32_t addr, uint32_t tileSize) : pos_(pos), addr_(addr), size_(tileSize) {
+        twin::local_tensor_at(addr, uint64_t(tileSize) * sizeof(T));
+    }
+    uint32_t GetSize() const { return size_; }
+    int32_t GetPosition() const { return int32_t(pos_); }
+    twin::UbOperand twin_operand() const { return twin::UbOperand{addr_, size_, twin::ElemOf<T>::value}; }
+
+private:
+    TPosition pos_ = TPosition::VECCALC;
+    uint32_t addr_ = 0;
+    uint32_t size_ = 0;
+};
+
 template <typename T>
 class GlobalTensor {
 public:
-    void SetGlobalBuffer(__gm__ T* buffer, uint64_t bufferSize = 0) {
+    using PrimType = T;
+    void SetGlobalBuffer(__gm__ T* buffer, uint64_t bufferSize) {
         addr_ = buffer;
         size_ = bufferSize;
     }
-    __gm__ T* GetPhyAddr() const { return addr_; }
+    void SetGlobalBuffer(__gm__ T* buffer) {
+        addr_ = buffer;
+        size_ = 0;
+    }
+    const __gm__ T* GetPhyAddr() const { return addr_; }
+    __gm__ T* GetPhyAddr(const uint64_t offset) const { return addr_ + offset; }
+    uint64_t GetSize() const { return size_; }
+    GlobalTensor operator[](const uint64_t offset) const {
+        GlobalTensor t;
+        t.addr_ = addr_ + offset;
+        t.size_ = size_ > offset ? size_ - offset : 0;
+        return t;
+    }
+    twin::GmOperand twin_operand() const {
+        return twin::GmOperand{reinterpret_cast<uint8_t*>(addr_), size_, twin::ElemOf<T>::value};
+    }
+
 private:
     __gm__ T* addr_ = nullptr;
     uint64_t size_ = 0;
 };
+
+// MTE2: `count` elements GM -> UB; MTE3: UB -> GM. Whole 32-byte blocks only (asc-devkit:
+// count * sizeof(T) is rounded down to 32 B); DataCopyPad moves any length.
+template <typename T>
+inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const uint32_t count) {
+    twin::copy_in(false, dst.twin_operand(), src.twin_operand(), DataCopyExtParams(1, count * uint32_t(sizeof(T)), 0, 0, 0),
+                  false, 0, 0, 0);
+}
+template <typename T>
+inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count) {
+    twin::copy_out(false, dst.twin_operand(), src.twin_operand(), DataCopyExtParams(1, count * uint32_t(sizeof(T)), 0, 0, 0));
+}
+template <typename T>
+inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& dataCopyParams,
+                        const DataCopyPadExtParams<T>& padParams) {
+    twin::copy_in(true, dst.twin_operand(), src.twin_operand(), dataCopyParams, padParams.isPad, padParams.leftPadding,
+                  padParams.rightPadding, twin::bits_of(padParams.paddingValue));
+}
+template <typename T>
+inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& dataCopyParams) {
+    twin::copy_out(true, dst.twin_operand(), src.twin_operand(), dataCopyParams);
+}
+
+// V: dst[i] = convert(src[i]) for i < count, with the A2/A3 (src, dst, roundMode) combinations.
+template <typename T, typename U>
+inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode, const uint32_t count) {
+    twin::vec_cast(dst.twin_operand(), src.twin_operand(), roundMode, count);
+}
+// V: dst[i] = src[i] * scalarValue.
+template <typename T, bool isSetMask = true>
+inline void Muls(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count) {
+    twin::vec_muls(dst.twin_operand(), src.twin_operand(), double(scalarValue), count);
+}
+// V: dst[i] = src0[i] + src1[i].
+template <typename T>
+inline void Add(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, const int32_t& count) {
+    twin::vec_add(dst.twin_operand(), src0.twin_operand(), src1.twin_operand(), count);
+}
+// V: dst[i] = src[i] * scalarValue + dst[i]. The twin rounds once (a fused multiply-add):
+// the docs do not promise two roundings, so a kernel that needs them must not rely on Axpy.
+template <typename T, typename U>
+inline void Axpy(const LocalTensor<T>& dst, const LocalTensor<U>& src, const U& scalarValue, const int32_t& count) {
+    twin::vec_axpy(dst.twin_operand(), src.twin_operand(), double(scalarValue), count);
+}
+// V: dst[i] = scalarValue.
+template <typename T>
+inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& count) {
+    twin::vec_duplicate(dst.twin_operand(), double(scalarValue), count);
+}
 
 // The twin's memory is coherent: the scalar cache needs no clean or invalidate.
 template <typename T, CacheLine entireType, DcciDst dcciDst>

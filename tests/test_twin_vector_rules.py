@@ -1,0 +1,106 @@
+"""The twin's Ascend C vector path refuses or reports what the hardware would get wrong, rule
+by rule, for the rules the real kernel never breaks (so no broken kernel of the self-test
+shows them), and computes what the hardware computes: each case of
+tests/twin_rules/vector_rules.cpp runs one misuse (or one computation) on one twin core,
+linked against the twin library (asc-devkit basic_api; combine-facts section 10)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from combine_lab.run.build import build
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "tests" / "twin_rules" / "vector_rules.cpp"
+
+
+@pytest.fixture(scope="module")
+def rules(tmp_path_factory) -> Path:
+    """vector_rules built against this checkout's twin library (built first if needed)."""
+    lib = build("cpu").parent / "libcombine_twin.a"
+    cxx = shutil.which("g++") or shutil.which("c++")
+    out = tmp_path_factory.mktemp("twin_rules") / "vector_rules"
+    subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-DCOMBINE_TARGET_TWIN=1",
+                    f"-I{ROOT / 'host/twin/include'}", f"-I{ROOT / 'host/twin'}", str(SOURCE), str(lib),
+                    "-lpthread", "-lrt", "-o", str(out)], check=True, capture_output=True, text=True)
+    return out
+
+
+def _run(binary: Path, case: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(binary), case], capture_output=True, text=True, timeout=60)
+
+
+FATAL = {
+    "cast_float_to_int32_none": "Cast (float -> int32) with CAST_NONE: A2/A3 take "
+                                "CAST_RINT/CAST_FLOOR/CAST_CEIL/CAST_ROUND/CAST_TRUNC for this pair (asc-devkit Cast)",
+    "cast_half_to_float_rint": "Cast (half -> float) with CAST_RINT: A2/A3 take CAST_NONE for this pair (asc-devkit Cast)",
+    "cast_int32_to_half": "Cast (int32 -> half): not a Cast the twin models for A2/A3 (half/int32/float: half -> "
+                          "float, half -> int32, int32 -> float, float -> half, float -> int32, float -> float)",
+    "add_partial_overlap": "Add (float): destination UB [132128, 133152) overlaps source 0 UB [132096, 133120): "
+                           "operands must overlap completely or not at all (asc-devkit address overlap rule)",
+    "cast_widening_in_place": "Cast (half -> float): destination UB [132096, 133120) overlaps source UB [132096, "
+                              "132608): this instruction's operands must not overlap (asc-devkit address overlap rule)",
+    "tensor_misaligned": "LocalTensor: vector tile (LocalTensor) at UB offset 132112: UB addresses must be 32-byte "
+                         "aligned",
+    "tensor_in_shmem_reserve": "LocalTensor: vector tile (LocalTensor) UB [192000, 193024) reaches into SHMEM's own UB "
+                               "(188 KiB and up, ACLSHMEM_INTERNAL_UB_BUF_START_ADDR)",
+    "muls_past_tensor": "Muls (float): source UB [132096, 133152) runs past its LocalTensor UB [132096, 133120) "
+                        "(256 float)",
+    "pad_block_len_not_elements": "DataCopyPad (GM -> UB): blockLen 41 B is not a multiple of sizeof(T) = 2",
+    "pipe_barrier_s": "PipeBarrier<PIPE_S>: not supported (asc-devkit: the scalar pipe orders itself)",
+}
+
+
+@pytest.mark.parametrize("case", list(FATAL))
+def test_a_misuse_is_refused_naming_core_instruction_and_range(rules, case):
+    p = _run(rules, case)
+    assert p.returncode == 3, (p.returncode, p.stderr)
+    assert p.stderr.strip() == f"twin: PE -1 core 0: {FATAL[case]}"
+
+
+def test_a_copy_past_its_global_tensor_is_refused(rules):
+    p = _run(rules, "copy_past_global")
+    assert p.returncode == 3
+    assert p.stderr.startswith("twin: PE -1 core 0: DataCopy (GM -> UB): reads 128 B of GM at 0x")
+    assert p.stderr.strip().endswith(", past its GlobalTensor's 16 elements")
+
+
+def test_two_vector_writes_with_no_barrier_between_them_are_reported(rules):
+    p = _run(rules, "vector_waw_without_barrier")
+    assert p.returncode == 0
+    assert p.stderr.splitlines() == [
+        "twin: protocol violation: PE -1 core 0: Duplicate (float) writes UB [132096, 133120) while Duplicate (float) "
+        "may still write it (no PipeBarrier<PIPE_V> between them)"]
+
+
+def test_datacopypad_pads_with_the_first_element_the_padding_value_or_garbage(rules):
+    p = _run(rules, "pad_dummy_and_value")
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    got = p.stdout.split()
+    data = [f"{i + 1}" for i in range(20)]
+    assert got[:32] == data + ["1"] * 12  # no padding, isPad false: the first element
+    assert got[32:64] == ["7", "7"] + data + ["7"] * 10  # 2 left, isPad: the padding value throughout
+    assert got[64:96] == data + ["-nan"] * 12  # isPad, no padding: left open by the docs (0xFFFF)
+
+
+def test_axpy_rounds_once_where_muls_and_add_round_twice(rules):
+    p = _run(rules, "axpy_rounds_once")
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    fused = np.float32(2.0 ** -24).view(np.uint32)
+    assert p.stdout.split() == ["axpy", f"{fused:08x}", "muls+add", "00000000"]
+
+
+def test_casts_round_as_numpy_does(rules):
+    p = _run(rules, "cast_rounding")
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    x = np.array([2055.0, 2053.0, -1.75, 1.75, 65520.0, -0.0, 0.1, 3.5], dtype=np.float32)
+    with np.errstate(over="ignore"):
+        want = [f"{b:04x}" for b in x.astype(np.float16).view(np.uint16)] + [str(v) for v in x.astype(np.int32)]
+    # half to even: 2055 -> 2056, 2053 -> 2052, 65520 -> inf; -0 keeps its sign; toward zero: -1.75 -> -1
+    assert p.stdout.split() == want == ["6804", "6802", "bf00", "3f00", "7c00", "8000", "2e66", "4300",
+                                        "2055", "2053", "-1", "1", "65520", "0", "0", "3"]
