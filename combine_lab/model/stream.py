@@ -161,3 +161,58 @@ def core_runs(rows: CaseRows, sdma: np.ndarray, pe: int, core: int, stage: int =
             _append(runs, Run("reduce", -1, nv, row, t))
         _append(runs, Run("barrier"))
     return runs
+
+
+def recorded_runs(folder, pe: int, rows: CaseRows) -> dict[int, list[Run]]:
+    """The runs each core of PE ``pe`` issued in the twin's last launch, from the operation stream
+    it records with ``COMBINE_TWIN_OPS=<folder>`` (host/twin/twin_ops.cpp: ``ops_pe<r>.txt``),
+    in :func:`core_runs` form. Stage 1 puts and flags carry no segment (seg -1: the twin sees
+    addresses, not segments); the 8 word waits of a status slot are one wait; a token's waits
+    are one ``wait`` run (n = its slots) and its payload loads one ``reduce`` run (n = the slots
+    read, whatever the tiling), seg = the token.
+
+    Raises:
+        FileNotFoundError: no stream for ``pe`` in ``folder`` (the run did not record one).
+    """
+    from pathlib import Path
+
+    lines = (Path(folder) / f"ops_pe{pe}.txt").read_text().splitlines()
+    per_core: dict[int, list[tuple]] = {c: [] for c in range(rows.block_dim)}
+    for ln in lines:
+        core, kind, dst, nbytes, slot, _ub = ln.split()
+        per_core.setdefault(int(core), []).append((kind, int(dst), int(nbytes), int(slot)))
+    out = {}
+    for core, ops in per_core.items():
+        runs: list[Run] = []
+        i = 0
+        while i < len(ops):
+            kind, dst, nbytes, slot = ops[i]
+            if kind in ("wait", "load"):
+                token = slot // rows.topk
+                slots = []
+                while i < len(ops) and ops[i][0] == kind and ops[i][3] // rows.topk == token:
+                    if ops[i][3] not in slots:
+                        slots.append(ops[i][3])
+                    i += 1
+                if kind == "wait":
+                    _append(runs, Run("wait", -1, len(slots), 32, token))
+                else:
+                    _append(runs, Run("reduce", -1, len(slots), rows.row_bytes, token))
+                continue
+            if kind in ("mte_put", "sdma_put", "flag"):
+                _append(runs, Run(kind, dst, 1, nbytes))
+            else:  # quiet, sdma_quiet, barrier
+                _append(runs, Run(kind))
+            i += 1
+        out[core] = runs
+    return out
+
+
+def without_segments(runs: list[Run]) -> list[Run]:
+    """``runs`` with the segment of stage-1 operations dropped (as :func:`recorded_runs` has them),
+    merging what that makes identical."""
+    out: list[Run] = []
+    for r in runs:
+        seg = r.seg if r.kind in ("wait", "reduce") else -1
+        _append(out, Run(r.kind, r.dst, r.n, r.nbytes, seg))
+    return out

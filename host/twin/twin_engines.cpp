@@ -324,6 +324,7 @@ void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size
     uint8_t* dst = remote(dst_sym, pe, bytes, "MTE");
     Put whole{dst, dst_sym, src, bytes, pe, kPlaneMte};
     note_issue(whole);
+    record_op("mte_put", pe, (long long)bytes, -1, off);
     count_put(g_last.mte, dst_sym, bytes);
     uint8_t* staging = static_cast<uint8_t*>(ub);
     for (uint64_t done = 0; done < bytes; done += block) {
@@ -365,6 +366,7 @@ void mte_put_ub(void* dst_sym, const void* ub_src, size_t bytes, int pe, uint32_
     const Put p{remote(dst_sym, pe, bytes, "MTE"), dst_sym, ub_src, bytes, pe, kPlaneMte};
     note_issue(p);
     count_put(g_last.mte, dst_sym, bytes);
+    record_op(region_kind(dst_sym, nullptr) == kRegionStatus ? "flag" : "mte_put_ub", pe, (long long)bytes, -1, off);
     PipeOp leg;
     leg.kind = OpKind::ShmemLeg;
     leg.pipe = kPipeMte3;
@@ -396,6 +398,7 @@ void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t
     const Put p{dst, dst_sym, src, bytes, pe, kPlaneSdma};
     note_issue(p);
     count_put(g_last.sdma, dst_sym, bytes);
+    record_op("sdma_put", pe, (long long)bytes);
     if (chaos_seed()) {
         tl_sdma_pending.push_back(p);
         return;
@@ -423,6 +426,7 @@ void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id) {
         return;
     }
     g_last.sdma.quiets.fetch_add(1, std::memory_order_relaxed);
+    record_op("sdma_quiet", -1, 0);
     if (chaos_seed()) {
         land_shuffled(tl_sdma_pending, 3);
         return;
@@ -439,6 +443,7 @@ void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id) {
 void mte_quiet() {
     core_or_die("aclshmem_quiet");
     g_last.mte.quiets.fetch_add(1, std::memory_order_relaxed);
+    record_op("quiet", -1, 0);
     // quiet = PipeBarrier<PIPE_ALL> (every pipe's ops complete) + a whole-cache clean.
     pipes_drain();
     std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -264,7 +264,11 @@ void aclshmem_barrier_all() {
 }
 
 int32_t aclshmem_signal_wait_until(int32_t* sig, int cmp, int32_t value) {
-    if (current_core() >= 0) note_wait(sig);
+    if (current_core() >= 0) {
+        note_wait(sig);
+        uint64_t slot = 0;
+        if (region_kind(sig, &slot) == kRegionStatus) record_op("wait", -1, 4, (long long)slot);
+    }
     auto satisfied = [cmp, value](int32_t v) {
         switch (cmp) {
             case ACLSHMEM_CMP_EQ: return v == value;

@@ -68,6 +68,7 @@ void launch_kernel(uint32_t block_dim, void* /*stream*/, const std::function<voi
     if (block_dim == 0 || block_dim > 65535) fatal("launch with block_dim=%u: must be 1..65535", block_dim);
     prof_enabled();
     counters_begin_launch();
+    ops_begin_launch(block_dim);
     const TwinSoc& soc = twin_soc();
     Launch launch;
     launch.block_dim = block_dim;
@@ -95,6 +96,7 @@ void launch_kernel(uint32_t block_dim, void* /*stream*/, const std::function<voi
     for (std::thread& t : cores) t.join();
     g_launch = nullptr;
     counters_end_launch();
+    ops_end_launch();
 }
 
 void sync_all_cores() {
@@ -103,6 +105,7 @@ void sync_all_cores() {
         fatal("AscendC::SyncAll without the FFTS base address: on A2/A3 the kernel must call "
               "util_set_ffts_config(util_get_ffts_config() from the host) first");
     // SyncAll is a PIPE_ALL barrier, then the cross-core flag.
+    record_op("barrier", -1, 0);
     pipe_barrier(PIPE_ALL);
     Launch& l = *g_launch;
     const uint32_t gen = l.sync_generation.load(std::memory_order_acquire);

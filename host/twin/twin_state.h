@@ -192,6 +192,11 @@ void pipes_core_end();
 // A core thread ends: frees its pipe state.
 void pipes_thread_end();
 
+// The operation stream for the timing model (twin_ops.cpp; on with COMBINE_TWIN_OPS=<folder>).
+void ops_begin_launch(uint32_t block_dim);
+void record_op(const char* kind, int dst, long long bytes, long long slot = -1, long long ub = -1);
+void ops_end_launch();
+
 // Engines: MTE/SDMA counters, region labels, SDMA thread.
 void engines_start(uint32_t engine_mask);
 void engines_stop();

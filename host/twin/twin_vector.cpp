@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "kernel_operator.h"
+#include "twin_platform.h"
 #include "twin_state.h"
 
 namespace twin {
@@ -434,6 +435,9 @@ void copy_in(bool pad, const UbOperand& dst, const GmOperand& src, const AscendC
     soc_state_require(op);
     const uint32_t es = esize(dst.elem);
     if (p.blockCount == 0 || p.blockLen == 0) return;  // a NOP on A2/A3
+    uint64_t slot = 0;
+    if (region_kind(src.addr, &slot) == kRegionPayload)  // stage 2 reading a window slot
+        record_op("load", -1, (long long)p.blockCount * p.blockLen, (long long)slot, dst.off);
     PipeOp o;
     o.kind = OpKind::CopyIn;
     o.pipe = kPipeMte2;
