@@ -76,10 +76,10 @@ def twin_binary() -> Path:
 @pytest.fixture(scope="session")
 def broken_kernels(twin_binary) -> dict[str, Path]:
     """name -> driver of each broken kernel of the self-test (combine_lab.run.selftest), built once
-    into the shared build folders where ``combine-lab selftest`` finds them too."""
-    from combine_lab.run.selftest import BROKEN_KERNELS, build_broken_kernel
+    into the shared build folder where ``combine-lab selftest`` finds them too."""
+    from combine_lab.run.selftest import build_broken_kernels
 
-    return {name: build_broken_kernel(name) for name in BROKEN_KERNELS}
+    return build_broken_kernels()
 
 
 @pytest.fixture

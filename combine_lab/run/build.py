@@ -123,8 +123,14 @@ def build_status(target: str = "cpu", build_dir: str | os.PathLike | None = None
     return ("up to date" if data.get("fingerprint") == fp else "stale"), bdir
 
 
+def fault_binary(build_dir: str | os.PathLike, fault: str) -> Path:
+    """The driver built with the kernel's ``COMBINE_FAULT_<fault>`` switch in ``build_dir``
+    (see :func:`build`'s ``faults``)."""
+    return Path(build_dir) / f"{BINARY_NAME}_fault_{fault}"
+
+
 def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force: bool = False,
-          fault: str | None = None, soc: str | None = None) -> Path:
+          faults: list[str] | None = None, soc: str | None = None) -> Path:
     """Configure and build the host driver for ``target``; return the binary's path.
 
     The build folder is reused while the fingerprint of every file under ``kernels/``,
@@ -136,9 +142,11 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
         target: ``"cpu"`` (the CPU twin) or ``"npu"``.
         build_dir: folder for CMake's files; default :func:`default_build_dir`.
         force: rebuild even if nothing changed.
-        fault: cpu only: a fault-injection switch of the kernel source (``"UB_REUSE"`` turns on
-            ``COMBINE_FAULT_UB_REUSE``): the self-test's deliberately broken kernels are built
-            this way, never from edited copies of the source; use its own ``build_dir``.
+        faults: cpu only: fault-injection switches of the kernel source (``"UB_REUSE"`` turns on
+            ``COMBINE_FAULT_UB_REUSE``): beside the driver, one more driver per fault
+            (:func:`fault_binary`), sharing the twin's library; the self-test's deliberately broken
+            kernels are built this way, never from edited copies of the source. Use its own
+            ``build_dir``.
         soc: npu only: the SoC to build for (sets the bisheng arch); default ``COMBINE_NPU_SOC``,
             else the SoC of the visible NPUs. The default folder is per SoC.
 
@@ -150,9 +158,11 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
     """
     if target not in TARGETS:
         raise ParameterError(f"target={target!r}: must be one of {', '.join(TARGETS)}")
-    if fault is not None and (target != "cpu" or not fault.replace("_", "").isalnum() or fault.upper() != fault):
-        raise ParameterError(f"fault={fault!r}: an upper-case COMBINE_FAULT_<name> switch of the kernel, cpu target only")
-    config_args: list[str] = [f"-DCOMBINE_FAULT={fault}"] if fault else []
+    for fault in faults or []:
+        if target != "cpu" or not fault.replace("_", "").isalnum() or fault.upper() != fault:
+            raise ParameterError(f"fault={fault!r}: an upper-case COMBINE_FAULT_<name> switch of the kernel, "
+                                 "cpu target only")
+    config_args: list[str] = [f"-DCOMBINE_FAULTS={';'.join(faults)}"] if faults else []
     if target == "npu":
         tc = require_npu_toolchain(soc=soc)
         config_args = tc.cmake_args()
@@ -175,7 +185,8 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
             try:
                 data = json.loads(stamp.read_text())
                 old_config = data.get("config", "")
-                if not force and binary.is_file() and data.get("fingerprint") == fp:
+                made = [binary] + [fault_binary(bdir, f) for f in faults or []]
+                if not force and all(b.is_file() for b in made) and data.get("fingerprint") == fp:
                     return binary
             except (OSError, ValueError):
                 pass

@@ -23,7 +23,7 @@ import psutil
 from ..case.case import case_from_arrays
 from ..case.casefiles import rank_file
 from ..case.spec import CaseSpec
-from .build import build, default_build_dir
+from .build import build, default_build_dir, fault_binary
 from .launch import LaunchError, tagged_host_pids, tagged_segments
 from .runner import prepare_case, run_case
 
@@ -124,16 +124,27 @@ BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
 ]}
 
 
+def build_broken_kernels(build_dir: str | os.PathLike | None = None) -> dict[str, Path]:
+    """Build every broken kernel of :data:`BROKEN_KERNELS` in one build folder (the twin compiled
+    once, the kernel once per ``COMBINE_FAULT_<NAME>`` switch); returns name -> driver.
+
+    Raises:
+        BuildError: the build failed.
+    """
+    folder = Path(build_dir) if build_dir is not None else default_build_dir("cpu").parent / "broken"
+    build("cpu", build_dir=folder, faults=[k.fault for k in BROKEN_KERNELS.values()])
+    return {name: fault_binary(folder, k.fault) for name, k in BROKEN_KERNELS.items()}
+
+
 def build_broken_kernel(name: str, build_dir: str | os.PathLike | None = None) -> Path:
-    """Build the driver with the broken kernel ``name`` (a key of :data:`BROKEN_KERNELS`) and
-    return it: the real kernel source with its ``COMBINE_FAULT_<NAME>`` switch on.
+    """The driver with the broken kernel ``name`` (a key of :data:`BROKEN_KERNELS`): the real kernel
+    source with its ``COMBINE_FAULT_<NAME>`` switch on (built with the others, once).
 
     Raises:
         KeyError: unknown name. BuildError: the build failed.
     """
-    kernel = BROKEN_KERNELS[name]
-    folder = Path(build_dir) if build_dir is not None else default_build_dir("cpu").parent / f"broken-{name}"
-    return build("cpu", build_dir=folder, fault=kernel.fault)
+    BROKEN_KERNELS[name]  # KeyError for an unknown name, before building anything
+    return build_broken_kernels(build_dir)[name]
 
 
 def try_broken_kernel(name: str, binary: Path) -> tuple[bool, str]:
