@@ -29,7 +29,7 @@ from matplotlib.collections import PatchCollection
 from ..errors import ParameterError
 
 __all__ = ["byte_unit", "new_figure", "segment_map", "SegmentMapView", "plane_bytes_plot", "compare_per_pe", "history_plot",
-           "sweep_heatmaps", "sdma_share_plot", "figure_png", "save_figure", "show", "SDMA_COLOR",
+           "sweep_heatmaps", "sdma_share_plot", "figure_png", "figure_svg", "save_figure", "show", "SDMA_COLOR",
            "VARIANT_COLORS", "EMPTY_COLOR", "PE_ROLE", "NO_SDMA_NOTE"]
 
 #: Outline colour of SDMA segments.
@@ -304,7 +304,7 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     core's mean over the profiled loops, combine-facts section 8) for each PE that was
     profiled; the title carries the x_out verdict of both runs.
     """
-    fig = new_figure(10, 3.6, dpi)
+    fig = new_figure(8.8, 3.5, dpi)  # 845 px as SVG: a JupyterLab column beside the sidebar
     axes = fig.subplots(1, 2)
     any_run = next(iter(runs.values()))
     width = 0.8 / max(len(runs), 1)
@@ -318,25 +318,27 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
         ax.set_ylim(0, top * 1.3 if top > 0 else 1.0)  # room for the legend
         ax.set_title(metric, fontsize=10)
         ax.set_xlabel("profiled PE")
-        ax.set_ylabel("CoreMaxTime (us)")
+        ax.set_ylabel("CoreMaxTime (us), measured")
         pes = sorted(set().union(*[set(_perf_by_pe(r, metric).index) for r in runs.values()]))
         ax.set_xticks(pes)
         ax.legend(fontsize=8, loc="upper right", ncols=2)
     verdict = ", ".join(f"{_VARIANT_LABEL.get(v, v)} {'PASS' if r.check_ok else 'FAIL'}" for v, r in runs.items())
-    fig.suptitle(f"{any_run.case_id} {any_run.routing} on {any_run.target}: x_out {verdict}", fontsize=10)
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.15, top=0.82, wspace=0.25)
+    fig.suptitle(f"Measured on {any_run.target}: {any_run.case_id} {any_run.routing}\nx_out {verdict}", fontsize=10)
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.15, top=0.76, wspace=0.28)
     return fig
 
 
 def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
-    """Runs so far: comm_only of both variants (left) and the speed-up of doubleplane (right).
+    """Runs so far: measured comm_only of both variants (left) and the speed-up of doubleplane (right).
 
     ``history``: one row per run with columns ``run`` (int), ``comm_only_classic_us``,
     ``comm_only_doubleplane_us`` (us) and ``comm_only_speedup`` (classic / doubleplane,
-    above 1: doubleplane faster), as :class:`combine_lab.lab.app.TuningApp` keeps it.
+    above 1: doubleplane faster), and optionally ``target``, as
+    :class:`combine_lab.lab.app.TuningApp` keeps it.
     """
-    fig = new_figure(10, 3.2, dpi)
+    fig = new_figure(8.8, 3.2, dpi)
     a1, a2 = fig.subplots(1, 2)
+    where = ", ".join(sorted({str(t) for t in history.get("target", pd.Series(dtype=str))})) or "the target"
     if len(history):
         x = history["run"].to_numpy()
         for v in ("classic", "doubleplane"):
@@ -346,13 +348,13 @@ def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
         a2.set_xticks(x)
         a1.legend(fontsize=8)
     a2.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-    a1.set_title("comm_only per run", fontsize=10)
+    a1.set_title(f"comm_only per run, measured on {where}", fontsize=10)
     a1.set_xlabel("run")
     a1.set_ylabel("CoreMaxTime (us)")
-    a2.set_title("speed-up of doubleplane (above 1: doubleplane faster)", fontsize=10)
+    a2.set_title("speed-up of doubleplane (above 1: doubleplane faster)", fontsize=9)
     a2.set_xlabel("run")
-    a2.set_ylabel(f"comm_only {_SPEEDUP_AXIS}")
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.17, top=0.88, wspace=0.25)
+    a2.set_ylabel("classic / doubleplane (1)")
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.17, top=0.88, wspace=0.28)
     return fig
 
 
@@ -506,6 +508,19 @@ def figure_png(fig: Figure, dpi: int | None = None) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi or fig.dpi)
     return buf.getvalue()
+
+
+def figure_svg(fig: Figure) -> str:
+    """The figure as an inline ``<svg>`` element (class ``cl-figure``), its text left to the browser
+    (sharp at any pixel density), shown at its own size (1 inch = 96 px) or narrower when the page is."""
+    import matplotlib
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none",
+                                "font.family": ["DejaVu Sans", "Liberation Sans", "Arial", "sans-serif"]}):
+        fig.savefig(buf, format="svg")
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]
+    return text.replace("<svg ", "<svg class=\"cl-figure\" style=\"max-width:100%;height:auto;display:block\" ", 1)
 
 
 def save_figure(fig: Figure, out_dir: str | os.PathLike, name: str, dpi: int = 100) -> Path:
