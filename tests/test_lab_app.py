@@ -274,6 +274,20 @@ def test_a_double_click_runs_once_and_a_later_click_runs_again(quick_runs, no_le
     assert len(app.history) == 2 and app.ignored_clicks == 1
 
 
+def test_a_click_the_browser_sent_during_the_run_is_ignored_one_sent_after_it_runs(quick_runs, monkeypatch,
+                                                                                    no_leaks):
+    """In a kernel the browser stamps every click: the double-click's second click was sent 10 ms after
+    the first, long before the run's results could be shown; the next, a minute later, is a request."""
+    app = quick_runs.app = TuningApp(targets=["cpu"], click_guard_s=0.0, **SMALL)
+    stamps = iter([100.0, 100.01, 160.0])  # the browser's clock
+    monkeypatch.setattr(TuningApp, "_click_sent_at", staticmethod(lambda: next(stamps)))
+    app.run_button.click()
+    app.run_button.click()
+    assert len(app.history) == 1 and app.ignored_clicks == 1
+    app.run_button.click()
+    assert len(app.history) == 2 and app.ignored_clicks == 1
+
+
 def test_a_click_during_a_run_starts_nothing(monkeypatch, quick_runs, no_leaks):
     app = quick_runs.app = TuningApp(targets=["cpu"], **SMALL)
     fake = runner.compare

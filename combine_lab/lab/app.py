@@ -22,8 +22,8 @@ assumed parameters; measured times (Run) are labelled measured, never mixed with
 **Run** builds the target if needed and runs classic and doubleplane through
 :func:`combine_lab.run.runner.compare`, then shows the x_out verdict, per-plane counters,
 per-PE times and a history of runs. The button stays disabled until the run's results are shown,
-and a click that arrives while a run is going, or within :attr:`TuningApp.click_guard_s` of its
-results (the second click of a double-click, queued behind the first run), starts nothing. A
+and a click that the browser sent while a run was going (the second click of a double-click,
+queued behind the first run) starts nothing. A
 variant the target refuses (doubleplane on an NPU with CANN older than 9.0.0) shows as REFUSED
 with its reason, and classic still runs.
 
@@ -102,10 +102,16 @@ HISTORY_COLUMNS = ["run", "case_id", "routing", "dtype", "target", "min_sdma_byt
                    *COMPARISON_COLUMNS]
 #: The history columns the app shows in its table (column -> heading); the others are one click
 #: away ("all columns"), so that the table fits a JupyterLab column.
-HISTORY_SHOWN = {"run": "run", "case_id": "case", "routing": "routing", "target": "target",
-                 "min_sdma_bytes": "SDMA floor (B)", "comm_only_classic_us": "classic comm_only (us)",
+HISTORY_SHOWN = {"run": "run", "case_id": "case (bs, h, topk, E, pes)", "routing": "routing", "target": "target",
+                 "min_sdma_bytes": "SDMA floor", "comm_only_classic_us": "classic comm_only (us)",
                  "comm_only_doubleplane_us": "doubleplane comm_only (us)", "comm_only_speedup": "speed-up",
                  "sdma_share": "SDMA share", "check": "check", "counters_ok": "counters = plan"}
+#: How the shown history writes its values (short, so that the table fits; "all columns" has them exact).
+_HISTORY_FORMAT = {"case_id": lambda v: html.escape(str(v).removeprefix("shape_")),
+                   "min_sdma_bytes": lambda v: html.escape(svg.floor_text(int(v))),
+                   "comm_only_classic_us": lambda v: "-" if not np.isfinite(v) else f"{v:,.1f}",
+                   "comm_only_doubleplane_us": lambda v: "-" if not np.isfinite(v) else f"{v:,.1f}",
+                   "sdma_share": lambda v: "-" if not np.isfinite(v) else f"{100 * v:.1f} %"}
 #: Columns of ``TuningApp.rows``: the Run number, then one :class:`~combine_lab.results.rows.ResultRow`
 #: per variant (the schema of the CLI table and the sweep CSV).
 ROWS_COLUMNS = ["run", *ROW_COLUMNS]
@@ -131,7 +137,8 @@ _CSS = """<style>
 .cl-app table.cl-table { border-collapse: collapse; font-size: 12px; }
 .cl-app table.cl-table th, .cl-app table.cl-table td { padding: 2px 7px; border-bottom: 1px solid #ddd;
   text-align: right; white-space: nowrap; }
-.cl-app table.cl-table th { background: #f4f4f4; font-weight: 600; }
+.cl-app table.cl-table th { background: #f4f4f4; font-weight: 600; white-space: normal; vertical-align: bottom; }
+.cl-app table.cl-history-table th { max-width: 96px; }
 .cl-app .cl-figure { margin: 4px 0; }
 .cl-app .cl-modelled-tag { background: #fff4d6; border: 1px solid #e0b84a; border-radius: 3px; padding: 0 4px; }
 .cl-app .cl-measured-tag { background: #e6f0fa; border: 1px solid #7aa7d6; border-radius: 3px; padding: 0 4px; }
@@ -171,10 +178,12 @@ def _cell(v) -> str:
     return html.escape(str(v))
 
 
-def _table(df: pd.DataFrame, headings: dict[str, str], cls: str) -> str:
-    """A compact HTML table of ``df``'s ``headings`` columns (column -> heading)."""
+def _table(df: pd.DataFrame, headings: dict[str, str], cls: str, fmt: dict | None = None) -> str:
+    """A compact HTML table of ``df``'s ``headings`` columns (column -> heading); ``fmt``: column ->
+    function writing a value (as HTML), else :func:`_cell`."""
+    fmt = fmt or {}
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headings.values())
-    body = "".join("<tr>" + "".join(f"<td>{_cell(r[c])}</td>" for c in headings) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{fmt.get(c, _cell)(r[c])}</td>" for c in headings) + "</tr>"
                    for r in df.to_dict("records"))
     return f"<div class='cl-scroll'><table class='cl-table {cls}'><tr>{head}</tr>{body}</table></div>"
 
@@ -225,8 +234,9 @@ class TuningApp:
         prof_all_max_pes: up to this many PEs every PE is profiled (per-PE times); above it PE 0 only.
         timeout_s: limit per launch of all PEs, seconds.
         model: the machine of the modelled-time panel (:data:`MODELS`).
-        click_guard_s: a Run click processed this soon after the last run's results were shown is
-            the rest of a double-click (queued while the run went on), not a new request: ignored.
+        click_guard_s: without the browser's time stamps (a click from Python), a Run click handled
+            this soon after the last run's results were shown is the rest of a double-click (queued
+            while the run went on), not a new request: ignored.
         **initial: starting values of the controls (names as in :attr:`controls`).
 
     Attributes:
@@ -290,6 +300,8 @@ class TuningApp:
         self._run_compare_svg = ""
         self._running = False
         self._run_done_at = -float("inf")
+        self._run_click_sent: float | None = None  # browser clock: the click that started the last run
+        self._run_took = 0.0  # kernel clock: from that click to its results shown
         self.ignored_clicks = 0
         self.replans = 0
         self.plan_seconds = float("nan")
@@ -306,8 +318,8 @@ class TuningApp:
 
     # ------------------------------------------------------------------ widgets
     def _build_widgets(self, model: str) -> None:
-        style = {"description_width": "100px"}
-        lay = widgets.Layout(width="222px")
+        style = {"description_width": "116px"}  # "min_sdma_bytes" in full
+        lay = widgets.Layout(width="236px")
 
         def int_box(desc, value, tip):
             return widgets.IntText(value=value, description=desc, tooltip=tip, style=style, layout=lay)
@@ -320,7 +332,7 @@ class TuningApp:
             "bs": int_box("bs", 256, "tokens per PE"),
             "h": widgets.IntSlider(value=8192, min=lo, max=hi, step=step, description="h",
                                    continuous_update=False, tooltip="hidden size, elements per row", style=style,
-                                   layout=widgets.Layout(width="336px")),
+                                   layout=widgets.Layout(width="352px")),
             "topk": int_box("topk", 2, "experts per token"),
             "expert_per_pe": int_box("expert_per_pe", 2, "experts per PE"),
             "dtype": widgets.Dropdown(options=["int32_t", "float16_t"], value="int32_t", description="dtype",
@@ -329,7 +341,7 @@ class TuningApp:
                                               style=style, layout=lay),
             "skew": widgets.FloatText(value=1.2, description="skew (S or F)", style=style, layout=lay),
             "trace": widgets.Dropdown(options=traces, value=default_trace, description="trace", style=style,
-                                      layout=widgets.Layout(width="336px")),
+                                      layout=widgets.Layout(width="352px")),
             "seed": int_box("seed", 42, "case seed"),
             "min_sdma_bytes": int_box("min_sdma_bytes", DEFAULT_MIN_SDMA_BYTES, "SDMA floor, bytes"),
             "warmup": int_box("warmup", 1, "launches before profiling"),
@@ -552,6 +564,7 @@ class TuningApp:
         except (SpecError, ParameterError, CapacityError) as e:
             self._show_message(f"Cannot plan this case: {e}. Nothing was run.")
             self.run_button.disabled = True
+            self.suggest_button.disabled = True
             self.plan_summary.value = ""
             self.sdma_html.value = ""
             # the plan view showed another case: cleared, never saved as this one's
@@ -563,6 +576,7 @@ class TuningApp:
             return None
         self.spec, self.plan = spec, p
         self.run_button.disabled = self._running
+        self.suggest_button.disabled = False
         self._show_message("")
         seg = p.segments
         self.sdma_table = seg.loc[seg["plane"] == "SDMA", ["pe", "segment", "local_expert", "src_rank",
@@ -767,14 +781,47 @@ class TuningApp:
         rows = spec.pes * spec.bs * spec.topk + 2 * spec.pes * spec.bs
         return rows * spec.row_bytes + spec.pes * window_geometry(spec)["window_bytes"]
 
+    @staticmethod
+    def _click_sent_at() -> float | None:
+        """When the browser sent the click being handled, in the browser's clock (seconds): the date
+        in the header of the kernel's current shell message, or None outside a kernel or without one."""
+        try:
+            from IPython import get_ipython
+            kernel = getattr(get_ipython(), "kernel", None)
+            parent = kernel.get_parent("shell") if kernel is not None else None
+            if not parent or parent.get("msg_type") != "comm_msg":
+                return None
+            date = parent.get("header", {}).get("date")
+            if isinstance(date, str):
+                from datetime import datetime
+                date = datetime.fromisoformat(date.replace("Z", "+00:00"))
+            return date.timestamp() if date is not None else None
+        except Exception:  # noqa: BLE001 - no kernel, another kernel's API: fall back to the time guard
+            return None
+
     def _on_run_click(self, _button) -> None:
-        """A click on Run. One run per request: a click while a run goes on, or processed within
-        ``click_guard_s`` of a run's results (the second click of a double-click, which the
-        kernel queued behind the first run), starts nothing."""
-        if self._running or time.monotonic() - self._run_done_at < self.click_guard_s:
+        """A click on Run. One run per request: a click while a run goes on starts nothing, nor
+        does one the browser sent before the last run's results could be shown (the second click of
+        a double-click, which the kernel queued behind the first run). The browser stamps each
+        message: a click sent less than the last run's duration after the click that started it
+        was sent while the button showed disabled, or before it could; both clocks are compared
+        only with themselves. Without stamps (a click from Python), a click within
+        ``click_guard_s`` of the last results counts as the rest of a double-click."""
+        sent = self._click_sent_at()
+        if self._running:
             self.ignored_clicks += 1
             return
+        if sent is not None and self._run_click_sent is not None:
+            if sent - self._run_click_sent < self._run_took:
+                self.ignored_clicks += 1
+                return
+        elif time.monotonic() - self._run_done_at < self.click_guard_s:
+            self.ignored_clicks += 1
+            return
+        self._run_click_sent = sent
+        started = time.monotonic()
         self.run()
+        self._run_took = time.monotonic() - started
 
     def run(self) -> "runner.Comparison | None":
         """Build if needed, run classic and doubleplane on the chosen target, check, plot, record.
@@ -897,7 +944,7 @@ class TuningApp:
         self._sync_run_views()
         hfig = plots.history_plot(self.history)
         self.figures.put("history", hfig)
-        self.history_html.value = _table(self.history, HISTORY_SHOWN, "cl-history-table")
+        self.history_html.value = _table(self.history, HISTORY_SHOWN, "cl-history-table", _HISTORY_FORMAT)
         self.history_all_html.value = _table(self.history, {c: c for c in HISTORY_COLUMNS}, "cl-history-all")
         self.history_plot_html.value = plots.figure_svg(hfig)
 

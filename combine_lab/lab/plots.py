@@ -316,15 +316,15 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
                    color=VARIANT_COLORS.get(variant), label=_VARIANT_LABEL.get(variant, variant))
             top = max(top, float(s.max()) if len(s) else 0.0)
         ax.set_ylim(0, top * 1.3 if top > 0 else 1.0)  # room for the legend
-        ax.set_title(metric, fontsize=10)
+        ax.set_title(f"{metric}, measured", fontsize=10)
         ax.set_xlabel("profiled PE")
-        ax.set_ylabel("CoreMaxTime (us), measured")
+        ax.set_ylabel("CoreMaxTime (us)")
         pes = sorted(set().union(*[set(_perf_by_pe(r, metric).index) for r in runs.values()]))
         ax.set_xticks(pes)
         ax.legend(fontsize=8, loc="upper right", ncols=2)
     verdict = ", ".join(f"{_VARIANT_LABEL.get(v, v)} {'PASS' if r.check_ok else 'FAIL'}" for v, r in runs.items())
     fig.suptitle(f"Measured on {any_run.target}: {any_run.case_id} {any_run.routing}\nx_out {verdict}", fontsize=10)
-    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.15, top=0.76, wspace=0.28)
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.15, top=0.76, wspace=0.28)
     return fig
 
 

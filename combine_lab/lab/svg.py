@@ -27,7 +27,7 @@ from matplotlib.ticker import LogLocator, MaxNLocator
 
 from .plots import EMPTY_COLOR, MAX_PANELS, PE_ROLE, SDMA_COLOR, byte_unit
 
-__all__ = ["segment_map_svg", "plane_bytes_svg", "modelled_floors_svg", "png_rgb", "WIDTH"]
+__all__ = ["segment_map_svg", "plane_bytes_svg", "modelled_floors_svg", "png_rgb", "floor_text", "WIDTH"]
 
 #: Width of the app's figures in CSS pixels: fits a JupyterLab column beside an open sidebar at
 #: 1400 px (about 960 px wide) with room for the output prompt.
@@ -176,7 +176,7 @@ def _byte_ticks(lo: float, hi: float, most: int = 7) -> list[tuple[float, str]]:
     """Ticks at powers of two bytes in [lo, hi], each labelled in its own unit (512 KiB, 2 MiB)."""
     k = np.arange(math.ceil(math.log2(max(lo, 1.0))), math.floor(math.log2(max(hi, 1.0))) + 1)
     k = k[::max(1, math.ceil(len(k) / most))]
-    return [(float(2.0 ** i), _floor_text(int(2 ** i))) for i in k]
+    return [(float(2.0 ** i), floor_text(int(2 ** i))) for i in k]
 
 
 def _pe_ticks(pes: int) -> list[int]:
@@ -232,7 +232,8 @@ def _plan_arrays(plan):
     return nbytes, rows, sdma
 
 
-def _floor_text(n: int) -> str:
+def floor_text(n: int) -> str:
+    """Bytes in the binary unit that suits them, shortest form: 2 MiB, 512 KiB, 1.5 MiB, 0 B."""
     div, unit = byte_unit(n)
     return f"{n / div:g} {unit}"
 
@@ -252,7 +253,7 @@ def segment_map_svg(plan, dtype: str = "", width: int = WIDTH, max_panels: int =
     scaled = nbytes / div
     norm = _Norm(scaled)
     title = (f"Segment map, {plan.variant}, h {plan.h}{' ' + dtype if dtype else ''}, SDMA floor "
-             f"{_floor_text(plan.min_sdma_bytes)}: payload per segment each PE sends back to src_rank")
+             f"{floor_text(plan.min_sdma_bytes)}: payload per segment each PE sends back to src_rank")
     data = {"h": plan.h, "floor": plan.min_sdma_bytes, "sdma-segments": int(sdma.sum()), "pes": pes}
     cv = _Canvas()
     lines = _wrap(title, 13, width - 20)
