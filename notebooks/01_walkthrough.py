@@ -552,8 +552,9 @@ assert all(r.ok for r in runs_m.values()) and not runs_m["doubleplane"].x_out[0]
 hang = teach.unsent_slot_wait(case_m, src_rank=0, token=1, k=1, wait_s=2.0)
 print(hang)
 assert "timed out after 2" in hang and "status slot 3" in hang
-record["masked"] = {"zero_row": not runs_m["doubleplane"].x_out[0][2].any(), "weights_checked": True,
-                    "hang": hang.splitlines()[0][:200]}
+record["masked"] = {"zero_row": not runs_m["doubleplane"].x_out[0][2].any(),
+                    "weighted_row_by_hand": bool((runs_m["doubleplane"].x_out[0][0] == by_hand).all()),
+                    "hang": next(ln for ln in hang.splitlines() if "timed out" in ln)[:200]}
 record["sections"].append("masked")
 
 # %% [markdown]
@@ -628,6 +629,7 @@ print(f"{os.cpu_count()} CPUs here run {skew_pes} PE processes, each with {skew_
       "copy-engine (SDMA) thread")
 record["skewed_speedup"] = {k: spread[f"comm_only_{k}"].iloc[0] for k in ("speedup", "speedup_lo", "speedup_hi",
                                                                              "verdict")}
+record["sections"].append("skewed")
 
 # %% [markdown]
 # **What the twin shows, and what it does not.** It shows the plan at work: doubleplane

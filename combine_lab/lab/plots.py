@@ -661,6 +661,7 @@ def what_if_saving(modelled: pd.DataFrame, caption: str, dpi: int = 72) -> Figur
     ax.invert_yaxis()
     ax.set_xlim(0, max(float(np.nanmax(save)) if len(save) else 1.0, 1e-9) * 1.6)
     ax.set_xlabel("modelled comm_only saved by one SDMA call per segment (us)")
+    ax.set_ylabel("case (routing, bs, h)")
     fig.suptitle("What-if, MODELLED: SDMA descriptors per segment instead of per row\n"
                  + "\n".join(textwrap.wrap(caption, 110)), fontsize=8)
     return fig
