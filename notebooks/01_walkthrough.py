@@ -723,7 +723,7 @@ record["sections"].append("modelled")
 # (PE, core), classic and doubleplane at the 2 MiB floor.
 
 # %%
-per_core = []
+per_core, slowest = [], {}
 for name in curves:
     m = load_model(name)
     r = case_rows(case2, m.soc)
@@ -733,18 +733,25 @@ for name in curves:
             per_core.append({"machine": name, "variant": variant, "PE": pe,
                              **{f"core {c} (to PE {c}{', local' if c == pe else ''}) us": round(float(v), 1)
                                 for c, v in enumerate(t.comm_only[pe])}})
+        pe, core = (int(i) for i in np.unravel_index(np.argmax(t.comm_only), t.comm_only.shape))
+        slowest[f"{name} {variant}"] = "local" if pe == core else "remote"
+        print(f"{name}, {variant}: the slowest core is core {core} of PE {pe} ("
+              + (f"local: its rows stay on PE {pe}" if pe == core else f"remote: it sends to PE {core}")
+              + f"), modelled comm_only {float(t.comm_only.max()):.1f} us")
 display(pd.DataFrame(per_core).set_index(["machine", "variant", "PE"]))
 print("modelled, not measured:", "; ".join(load_model(n).caption() for n in curves))
+record["modelled"]["slowest_core"] = slowest
 
 # %% [markdown]
 # **Where the crossover comes from.** Alone, a segment goes faster by SDMA only where the engine's
 # cost per row (its descriptors plus the bytes) beats the core's own `max(a, b)`; the table of
 # one segment above says from which size, if any, on this machine. In a whole case that is not
 # the question: `comm_only` is the slowest core's stage 1, and SDMA pays when it takes enough
-# bytes off *that* core while the engine copies them beside it. Where links are slow (a2), the
-# slowest core is the one driving the hot expert's rows across the link, and handing its big
-# segment to the engine shortens it. Where links are fast (a3), the slowest core is the one whose
-# rows stay local (local rows go by MTE, always), and no floor changes `comm_only`. So the best
+# bytes off *that* core while the engine copies them beside it. The lines above say which core
+# that is. With this notebook's parameters: where links are slow (a2), it is a remote core, driving
+# the hot expert's rows across the link, and handing its big segment to the engine shortens it;
+# where links are fast (a3), it is the local core (local rows go by MTE, always), and no floor
+# changes `comm_only`, whatever SDMA takes off the remote core. So the best
 # floor is a property of the machine and the routing, not a constant: the 2 MiB of the facts sheet
 # is a rule of thumb. `02_tuning` shows this curve live for any case, with a Suggest button;
 # `03_sweep` draws it over a grid of cases.
