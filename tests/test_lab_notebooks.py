@@ -515,3 +515,16 @@ def test_walkthrough_sections_ran_their_checks(lab_out):
                                  "a3 doubleplane": "local"}
     assert m["speedup_at_2MiB"]["a2"] > 1 and m["speedup_at_2MiB"]["a3"] == 1.0
     assert (lab_out / "01_core_timeline.png").is_file() and (lab_out / "01_segment_crossover.png").is_file()
+
+
+def test_a_bad_headless_value_is_refused_naming_the_parameter(tmp_path):
+    import jupytext
+    from combine_lab.errors import LabError
+    nb = jupytext.read(NOTEBOOKS / "01_walkthrough.py")
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source = cell.source.replace("# headless: True", "# headless: maybe")
+    path = tmp_path / "01_walkthrough.ipynb"
+    jupytext.write(nb, path)
+    with pytest.raises(LabError, match=r"01_walkthrough.ipynb: parameter reveal_answers: '# headless: maybe' is not "
+                                       r"a Python literal of its declared type bool"):
+        notebooks.headless_defaults(path)

@@ -112,3 +112,20 @@ def test_a_wait_for_a_masked_slot_hangs_and_the_twin_names_it(no_leaks):
     assert "timed out after 1" in said and "status slot 3" in said  # slot token 1 * topk 2 + k 1
     with pytest.raises(ParameterError, match=r"slot \(PE 0, token 0, k 0\) is not masked"):
         teach.unsent_slot_wait(case, src_rank=0, token=0, k=0)
+
+
+def test_bad_input_is_refused_naming_the_parameter():
+    m = load_model("a2")
+    with pytest.raises(ParameterError, match=r"itemsize=3: 2 \(float16_t\) or 4 \(int32_t\)"):
+        teach.one_segment(m, [1], h=8, itemsize=3)
+    with pytest.raises(ParameterError, match="sizes: 256 rows: each size must be 1 to 255 rows"):
+        teach.one_segment(m, [1, 256], h=8)
+    with pytest.raises(ParameterError, match=r"den=0: must be >= 1"):
+        teach.rule_arithmetic(1, 2, 32, 0)
+    with pytest.raises(ParameterError, match="remote_rows=-1: must be >= 0"):
+        teach.rule_arithmetic(1, -1, 32, 2)
+    case = make_case(CaseSpec(pes=2, bs=4, h=8, topk=2, expert_per_pe=2, seed=42))
+    with pytest.raises(ParameterError, match=r"token=4: must be in \[0, 4\) for this case"):
+        teach.unsent_slot_wait(case, src_rank=0, token=4, k=0)
+    with pytest.raises(ParameterError, match="wait_s=0: must be > 0 seconds"):
+        teach.unsent_slot_wait(case, src_rank=0, token=0, k=0, wait_s=0)

@@ -155,7 +155,10 @@ def headless_defaults(nb: str | os.PathLike) -> dict:
     """Parameters whose value differs when the notebook runs headless: a parameters-cell line
     ``name: type = default  # headless: VALUE`` (a Python literal, converted to the declared type).
     A person opening the notebook gets the default; :func:`run_notebooks` passes VALUE unless the
-    params say otherwise (01_walkthrough: ``reveal_answers`` False for a reader, True headless)."""
+    params say otherwise (01_walkthrough: ``reveal_answers`` False for a reader, True headless).
+
+    Raises LabError naming the notebook, the parameter and the text when VALUE is not a Python
+    literal of the declared type."""
     import ast
     import nbformat
     book = nbformat.read(str(nb), as_version=4)
@@ -167,8 +170,13 @@ def headless_defaults(nb: str | os.PathLike) -> dict:
     for line in cell.source.splitlines():
         m = _HEADLESS.match(line)
         if m and m.group(1) in types:
-            value = ast.literal_eval(m.group(2).rstrip(";,"))
-            out[m.group(1)] = convert(value, types[m.group(1)], m.group(1)) if types[m.group(1)] != "None" else value
+            name, text = m.group(1), m.group(2).rstrip(";,")
+            try:
+                value = ast.literal_eval(text)
+                out[name] = convert(value, types[name], name) if types[name] != "None" else value
+            except (ValueError, SyntaxError, ParameterError) as e:
+                raise LabError(f"{Path(nb).name}: parameter {name}: '# headless: {text}' is not a Python literal "
+                               f"of its declared type {types[name]} ({e})") from None
     return out
 
 

@@ -132,7 +132,14 @@ def rule_arithmetic(segment_rows: int, remote_rows: int, row_bytes: int, den: in
     ``remote_rows`` remote rows and ``den = max(pes - 1, 1) * expert_per_pe`` remote segments (empty
     ones included)? Decided three ways: the rule as the planner and the kernel compute it
     (``segment_bytes * den > num`` in integers), and against the average divided out in float64 and
-    in float32. Columns: method, average_bytes (as that method has it), above (bool)."""
+    in float32. Columns: method, average_bytes (as that method has it), above (bool).
+
+    Raises ParameterError when ``den`` < 1 or a count is negative."""
+    for name, value in (("segment_rows", segment_rows), ("remote_rows", remote_rows), ("row_bytes", row_bytes)):
+        if int(value) < 0:
+            raise ParameterError(f"{name}={value}: must be >= 0")
+    if int(den) < 1:
+        raise ParameterError(f"den={den}: must be >= 1 (max(pes - 1, 1) * expert_per_pe)")
     seg, num = int(segment_rows) * int(row_bytes), int(remote_rows) * int(row_bytes)
     f64 = float(num) / den
     f32 = np.float32(num) / np.float32(den)
@@ -163,9 +170,15 @@ def unsent_slot_wait(case: Case, src_rank: int, token: int, k: int, wait_s: floa
     runs with the twin's wait limit at ``wait_s`` seconds. Returns the message of the launch error
     (the PE, core and status slot that never became ready).
 
-    Raises ParameterError when the slot is not masked, or when the run does not hang.
+    Raises ParameterError when ``src_rank``, ``token`` or ``k`` is outside the case or ``wait_s`` is not
+    positive, when the slot is not masked, or when the run does not hang.
     """
     s = case.spec
+    for name, value, bound in (("src_rank", src_rank, s.pes), ("token", token, s.bs), ("k", k, s.topk)):
+        if not 0 <= int(value) < bound:
+            raise ParameterError(f"{name}={value}: must be in [0, {bound}) for this case")
+    if not wait_s > 0:
+        raise ParameterError(f"wait_s={wait_s}: must be > 0 seconds")
     if 0 <= int(case.expert_ids[src_rank, token, k]) < s.moe_expert_num:
         raise ParameterError(f"slot (PE {src_rank}, token {token}, k {k}) is not masked: it is sent, nothing hangs")
     with tempfile.TemporaryDirectory(prefix="combine_lab_unsent_") as tmp:
@@ -217,11 +230,19 @@ def one_segment(model: NpuModel, sizes, h: int, itemsize: int = 2) -> pd.DataFra
 
     Columns: rows, bytes, mte_formula_us, mte_replay_us, sdma_formula_us, sdma_replay_us,
     faster ('MTE' or 'SDMA'). The two ways agree to rounding; the replay is what the model does for
-    whole cases."""
+    whole cases.
+
+    Raises ParameterError for an itemsize other than 2 or 4, h < 1, or a size outside 1..255 rows."""
+    if itemsize not in (2, 4):
+        raise ParameterError(f"itemsize={itemsize!r}: 2 (float16_t) or 4 (int32_t)")
+    if int(h) < 1:
+        raise ParameterError(f"h={h!r}: must be >= 1 element")
     out = []
     dtype = {2: "float16_t", 4: "int32_t"}[itemsize]
     for n in sizes:
         n = int(n)
+        if not 1 <= n < 256:
+            raise ParameterError(f"sizes: {n} rows: each size must be 1 to 255 rows (one SDMA quiet, at the end)")
         spec = CaseSpec(pes=2, bs=n, h=h, topk=1, expert_per_pe=1, routing="external", dtype=dtype)
         ids = np.full((2, n, 1), -1, dtype=np.int32)
         ids[1, :, 0] = 0  # PE 1's tokens went to expert 0 on PE 0, which sends them back
