@@ -20,7 +20,14 @@
 # (the expert owner, which sends each segment back to its src_rank: local_expert × src_rank,
 # colour = bytes, row counts as text, SDMA segments outlined in red),
 # the **bytes each plane would carry** and the **remote average** each segment must beat.
-# Changing a control runs nothing: it draws the routing (never the activations x) and replans.
+# Changing a control runs nothing: it draws the routing (never the activations x) and replans,
+# in milliseconds (the figures are drawn as SVG, sharp at any zoom).
+#
+# **Modelled NPU time** prices the current plan on a model of an Atlas A2 or A3 (the *model*
+# selector): the slowest PE's `comm_only` with classic and at the current floor, and, for small
+# cases at once or with **Suggest** for large ones, the curve over every floor where the plan
+# changes, with the best floor starred; **Use it** sets the floor control to it. These times are
+# modelled, not measured: the panel names the machine and the parameters it had to assume.
 #
 # **Run** builds the target if needed, runs classic (MTE only) and doubleplane on the same case
 # files, checks x_out on every PE, compares the twin's per-plane counters with the plan, and
@@ -30,7 +37,8 @@
 #
 # Same arc as every notebook: **case → plan → run → check → plot**. The app's logic lives in
 # `combine_lab.lab.app.TuningApp`; this notebook only shows it. The target selector offers what
-# `combine_lab.run.capabilities.detect().targets()` says can run here.
+# `combine_lab.run.capabilities.detect().targets()` says can run here. For the app alone in a
+# browser tab, without this notebook around it: `combine-lab app`.
 
 # %% tags=["parameters"]
 # Parameters: the values the app starts with (papermill can override them).
@@ -101,6 +109,22 @@ print(f"h = {2 * h}: {len(app.sdma_table)} SDMA segments, replanned in {app.plan
 app.set(h=h)
 
 # %% [markdown]
+# **Modelled time and the suggested floor.** The same numbers the panel shows, from code: the
+# model's comm_only at the current floor, the best floor over the whole curve, and the floor
+# control set to it. Modelled on the machine the caption names, never measured.
+
+# %%
+print(app.modelled["caption"])
+print(f"at floor {app.modelled['floor']:,} B: modelled comm_only classic {app.modelled['classic_us']:.1f} us, "
+      f"doubleplane {app.modelled['doubleplane_us']:.1f} us (modelled)")
+suggestion = app.suggest()
+best_floor = app.use_suggestion()
+print(f"suggested floor {best_floor:,} B: modelled comm_only {app.modelled['doubleplane_us']:.1f} us "
+      f"({app.modelled['speedup']:.3f} x classic, modelled)")
+display(suggestion.curve)
+app.set(min_sdma_bytes=min_sdma_bytes)
+
+# %% [markdown]
 # **A bad value** shows a message and launches nothing:
 
 # %%
@@ -132,5 +156,7 @@ for name in ("segment_map", "plane_bytes", "compare", "history"):
 # %%
 record = {"runs": len(app.history), "checks": app.history["check"].tolist(),
           "counters_ok": [bool(v) for v in app.history["counters_ok"]],
-          "sdma_segments": int(len(app.sdma_table)), "plan_ms": app.plan_seconds * 1e3}
+          "sdma_segments": int(len(app.sdma_table)), "plan_ms": app.plan_seconds * 1e3,
+          "modelled": {"caption": app.modelled["caption"], "suggested_floor": best_floor,
+                       "floors": len(suggestion.curve)}}
 print("record:", records.write_record(out, "02_tuning", record))

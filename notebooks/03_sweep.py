@@ -24,8 +24,14 @@
 # per routing, the speed-up against the SDMA byte share, and the cases where doubleplane loses.
 #
 # **One convention throughout:** speed-up = classic time / doubleplane time, so **above 1
-# means doubleplane is faster**. Every time is the median over `repeats` runs with its
+# means doubleplane is faster**. Every measured time is the median over `repeats` runs with its
 # quartiles.
+#
+# **Measured and modelled, side by side, never mixed.** The twin measures CPU threads copying
+# memory; the timing model (`combine_lab.model`) prices the same cases on a named NPU (`model`,
+# default an Atlas A2) from the kernel's own operation stream. The last section draws the modelled
+# speed-ups on the same axes, and what one SDMA call per segment (a variant not built) would save,
+# case by case; every modelled figure says "modelled on ..." and which parameters it assumed.
 #
 # **Only cases with SDMA traffic say anything about doubleplane.** When the decision rule picks
 # no segment (all segments below `min_sdma_bytes`, or none above its PE's remote average), the
@@ -51,13 +57,15 @@ expert_per_pe_list: list[int] = [2]
 routings: list[str] = ["uniform", "zipf:1.5", "hot-expert:0.5"]
 dtype: str = "int32_t"                 # int32_t | float16_t
 warmup: int = 2                        # launches before profiling, per run
-loops: int = 20                        # profiled launches per run (the time is their mean)
-repeats: int = 5                       # runs of both variants per case: the spread of the times
+loops: int = 10                        # profiled launches per run (the time is their mean)
+repeats: int = 3                       # runs of both variants per case: the spread of the times
 target: str = "cpu"                    # cpu (twin) | npu
 min_sdma_bytes: int = 2 * 1024 * 1024  # SDMA floor, bytes (the real rule: 2 MiB)
 prof_pe: str = "all"                   # profiled PE, or "all" (the slowest PE counts)
 seed: int = 42
 csv_name: str = "sweep.csv"
+model: str = "a2"                      # the machine the modelled section prices the cases on (a2, a3)
+model_pes: int = 8                     # also model the same grid at this many PEs (0: only the cases above)
 
 # %%
 # Parameters given as text (papermill -r, -p strings, YAML) become their declared types, or stop here.
@@ -71,6 +79,7 @@ import os
 from IPython.display import display
 
 from combine_lab.lab import plots, records, sweep
+from combine_lab.model.params import load_model
 from combine_lab.results import rows, tables
 
 out = records.output_dir(output_dir)
@@ -154,7 +163,8 @@ print("summary ->", summary_path)
 # identical traffic drift apart on this machine. A point inside the band is not a result.
 
 # %%
-plots.show(plots.sweep_heatmaps(summary), out, "03_comm_only_speedup_heatmaps")
+plots.show(plots.sweep_heatmaps(summary, where=f"measured on {target}" + (" (the twin)" if target == "cpu" else "")),
+           out, "03_comm_only_speedup_heatmaps")
 plots.show(plots.sdma_share_plot(summary), out, "03_sdma_share_vs_speedup")
 
 # %% [markdown]
@@ -175,9 +185,69 @@ display(tables.readable(lost))
 # measurement is. The speed-up SDMA was designed for (a separate engine beside the cores)
 # can only be measured on an NPU: rerun this notebook there with `-p target npu`.
 
+# %% [markdown]
+# ## Modelled NPU time for the same cases
+#
+# The same grid priced on the model instead of run (`sweep.model_grid`): classic and doubleplane
+# at the same floor, from the operations the kernel issues, in milliseconds per case and without
+# launching anything. One deterministic value per case (no repeats): modelled, not measured.
+# Same axes as the twin's heatmaps above; then the same grid at `model_pes` PEs, where the PE count
+# of an NPU server makes each PE's one copy engine serve many cores.
+
+# %%
+machine = load_model(model)
+print(machine.caption())
+modelled = sweep.model_grid(grid, machine, int(min_sdma_bytes))
+modelled_path = out / (csv_path.stem + f"_modelled_{machine.name}.csv")
+modelled.to_csv(modelled_path, index=False)
+display(modelled[["case_id", "routing", "sdma_share", "comm_only_classic_us", "comm_only_doubleplane_us",
+                  "comm_only_speedup", "full_op_speedup"]].round(3))
+plots.show(plots.sweep_heatmaps(modelled, where=machine.caption()), out, "03_comm_only_speedup_heatmaps_modelled")
+grids = {"cases": (grid, modelled)}
+if int(model_pes) > 0:
+    grid_n = sweep.make_grid([int(model_pes)], bs_list, h_list, topk_list, expert_per_pe_list, routings, dtype=dtype,
+                             seed=int(seed), skip_invalid=True)
+    modelled_n = sweep.model_grid(grid_n, machine, int(min_sdma_bytes))
+    modelled_n.to_csv(out / (csv_path.stem + f"_modelled_{machine.name}_pes{int(model_pes)}.csv"), index=False)
+    plots.show(plots.sweep_heatmaps(modelled_n, where=f"{machine.caption()}; pes {int(model_pes)}"), out,
+               f"03_comm_only_speedup_heatmaps_modelled_pes{int(model_pes)}")
+    grids[f"pes {int(model_pes)}"] = (grid_n, modelled_n)
+print("modelled CSV ->", modelled_path)
+
+# %% [markdown]
+# ### What-if: one SDMA call per segment
+#
+# The kernel issues one SDMA call per row (one descriptor each). Laid out by segment, a window
+# would let one call (one descriptor per MiB) carry a whole segment. The model prices that
+# variant without building it: how much modelled comm_only it would save, per case, against the
+# kernel as it is. A case without SDMA traffic saves nothing. This is what decides whether a
+# segment-contiguous variant is worth building.
+
+# %%
+for label, (_g, m) in grids.items():
+    display(m[["case_id", "routing", "sdma_share", "comm_only_doubleplane_us", "segment_sdma_comm_only_us",
+               "what_if_saving_us", "what_if_saving_pct"]].round(3))
+    name = "03_what_if_segment_sdma" + ("" if label == "cases" else "_" + label.replace(" ", ""))
+    plots.show(plots.what_if_saving(m, machine.caption() + ("" if label == "cases" else f"; {label}")), out, name)
+    with_sdma = m[m["sdma_share"] > 0]
+    print(f"{label}: one call per segment would save a median {with_sdma['what_if_saving_pct'].median():.1f} % of "
+          f"doubleplane's comm_only over the {len(with_sdma)} cases with SDMA traffic (modelled on {machine.name})")
+
+# %% [markdown]
+# **Reading the modelled figures.** They are the model's answer for the named machine, with the
+# parameters it had to assume listed in every title: a question to put to hardware, not a
+# measurement. Where they and the twin disagree, believe neither blindly: the twin's copy engine
+# is a CPU thread, and the model has not been validated on hardware (README, "Modelled NPU time":
+# how a team with NPUs calibrates it).
+
 # %%
 record = {"csv": csv_path, "summary_csv": summary_path, "cases": len(grid), "rows": len(tidy),
           "skipped": len(grid.skipped), "repeats": int(repeats), "cases_with_sdma": int((summary["sdma_share"] > 0).sum()),
           "all_pass": bool((tidy["check"] == "PASS").all()), "losses": len(lost),
-          "routings": sorted(set(summary["routing"])), "speedup": rows.SPEEDUP}
+          "routings": sorted(set(summary["routing"])), "speedup": rows.SPEEDUP,
+          "modelled": {label: {"model": machine.name, "caption": machine.caption(), "cases": len(m),
+                               "speedup": [round(float(v), 4) for v in m["comm_only_speedup"]],
+                               "what_if_saving_us": [round(float(v), 3) for v in m["what_if_saving_us"]]}
+                       for label, (_g, m) in grids.items()},
+          "modelled_csv": modelled_path}
 print("record:", records.write_record(out, "03_sweep", record))

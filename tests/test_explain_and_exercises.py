@@ -94,6 +94,9 @@ def test_core_programs_match_what_the_twin_counts(no_leaks):
         steps = [explain.core_program(case, p, pe, core) for core in range(spec.pes)]
         want = {"MTE": {"puts": 0, "quiets": 0, "status_writes": 0}, "SDMA": {"puts": 0, "quiets": 0}}
         for prog in steps:
+            # the kernel's three phases (its comments in SendSegments), in order; only SDMA puts before MTE
+            assert prog["phase"].is_monotonic_increasing and set(prog["phase"]) <= {1, 2, 3}
+            assert (prog.loc[prog["phase"] == 1, "engine"] == "SDMA").all()
             quiet = prog["action"].str.startswith("quiet")
             flags = prog["action"].str.contains("status flags")
             for engine in ("MTE", "SDMA"):
@@ -164,9 +167,13 @@ def test_core_rows_check_counts_what_the_core_puts_by_mte():
     right = exercises.check_core_rows(case, 1, 0, (85, 21))
     assert right and "85 rows (5.31 MiB)" in right.message and "21 rows (1.31 MiB)" in right.message
     assert "the copy engine moves the other 64 rows" in right.message
-    for wrong in [(85, 85), (21, 85), (64, 21), 85, "lots"]:
+    for wrong in [(85, 85), (21, 85), (64, 21)]:
         r = exercises.check_core_rows(case, 1, 0, wrong)
         assert not r and "leave out the rows of the SDMA segments" in r.message and "(85, 21)" not in r.message
+    for wrong, kind in [(85, "an int"), ("lots", "a str"), ((85, 21, 0), "a tuple")]:
+        r = exercises.check_core_rows(case, 1, 0, wrong)
+        assert not r and r.message == f"your answer {wrong!r} is {kind}: expected a pair of ints (classic_rows, " \
+            "doubleplane_rows)"
     # a floor nothing reaches: doubleplane sends everything by MTE too
     assert exercises.check_core_rows(case, 1, 0, (85, 85), min_sdma_bytes=1 << 40)
     # the local core sends nothing across PEs, and nothing by SDMA
@@ -183,3 +190,56 @@ def test_every_check_asks_for_a_missing_answer():
         assert r.message == (f"no answer yet: put yours in answer_{n} and run the cell again "
                              "(or set reveal_answers = True in the parameters cell to see ours)")
     assert exercises.summary(results) == {**{r.name: False for r in results}, "all_ok": False}
+
+
+
+# ---- issue 14 item 5: a wrong type is said as such, and a hint never gives the answer ----
+
+def test_a_wrong_type_is_said_as_such():
+    case = make_case(CaseSpec(pes=2, bs=4, h=8, topk=2, expert_per_pe=2, seed=42))
+    said = {
+        "expected an int (a number of rows)": exercises.check_segment_rows(case, 0, 1, 0, "4 rows"),
+        "expected a tuple of three ints (src_rank, token_id, topk_id)": exercises.check_row_source(case, 1, 2, 131),
+        "expected an int (a slot number)": exercises.check_window_slot(case, 0, 6, [3]),
+        "expected a list of segment indices ([] when none)": exercises.check_sdma_segments(case, 1, 0, 2),
+        "expected a letter, one of ['a', 'b', 'c', 'd']": exercises.check_status_order(2),
+    }
+    for expected, r in said.items():
+        assert not r and r.message.endswith(f": {expected}"), r.message
+    assert said["expected a list of segment indices ([] when none)"].message.startswith("your answer 2 is an int")
+    # the right values in another container still count: a tuple for the list, a list for the tuple
+    assert exercises.check_sdma_segments(case, 1, 0, (2,)) and exercises.check_row_source(case, 1, 2, [1, 3, 1])
+    assert exercises.check_sdma_segments(case, 1, 0, []).message.startswith("your answer []: check each segment")
+
+
+def _answer_texts(truth) -> list[str]:
+    if isinstance(truth, (tuple, list)):
+        inner = ", ".join(str(v) for v in truth)
+        return [f"({inner})", f"[{inner}]"]
+    return [f" {truth} ", f" {truth}.", f"{truth} rows", f"slot {truth}"]
+
+
+def test_hints_never_give_the_answer():
+    """Every wrong answer, of the right type or not, gets a message without the answer in it."""
+    case = make_case(CaseSpec(pes=2, bs=4, h=8, topk=2, expert_per_pe=2, seed=42))
+    skewed = make_case(CaseSpec(pes=2, bs=64, h=8192, topk=2, expert_per_pe=2, routing="hot-expert:0.5", seed=42))
+    ours = exercises.OUR_ANSWERS
+    checks = {1: lambda a: exercises.check_segment_rows(case, 0, 1, 0, a),
+              2: lambda a: exercises.check_row_source(case, 1, 2, a),
+              3: lambda a: exercises.check_window_slot(case, 0, 6, a),
+              4: lambda a: exercises.check_sdma_segments(case, 1, 0, a),
+              5: exercises.check_status_order,
+              6: lambda a: exercises.check_core_rows(skewed, 1, 0, a)}
+    wrong = {1: [0, 3, 5, 2, "x", [4]], 2: [(0, 0, 0), (1, 3, 0), (3, 1, 1), "1,3,1", (1, 3)],
+             3: [0, 2, 4, 7, "3", None], 4: [[0], [1, 2], [3], 2, "2"], 5: ["a", "c", "d", "z", 1],
+             6: [(85, 85), (21, 85), (0, 0), 85, (85,)]}
+    for n, answers in wrong.items():
+        assert checks[n](ours[n]), n  # ours holds
+        for a in answers:
+            r = checks[n](a)
+            if a is None:
+                continue
+            assert not r, (n, a)
+            text = f" {r.message} "
+            for shown in _answer_texts(ours[n]):
+                assert shown not in text.replace(f"{a!r}", ""), (n, a, r.message)

@@ -48,11 +48,14 @@ def test_changing_a_widget_replans_without_running(nothing_launches):
     assert app.message == "" and app.plan is not None
     assert listed(app) == planner_says(app, app.controls["min_sdma_bytes"].value)
     assert sum(map(len, listed(app).values())) > 0
-    before, image = app.replans, app.segment_image.value
+    before, figures = app.replans, app.plan_figures.value
+    assert figures.count("<svg") == 2 and "cl-segment-map" in figures and "cl-plane-bytes" in figures
     app.controls["h"].value = 16384  # bytes change, routing reused
     assert app.replans == before + 1 and app.spec.h == 16384
     assert listed(app) == planner_says(app, app.controls["min_sdma_bytes"].value)
-    assert app.segment_image.value != image and app.segment_image.value[:4] == b"\x89PNG"
+    # both plan figures arrive in one update, for the new h
+    assert app.plan_figures.value != figures and "data-h='16384'" in app.plan_figures.value
+    assert app.plan_figures.value.count("<svg") == 2
     app.controls["min_sdma_bytes"].value = 0  # floor off: more segments qualify
     assert listed(app) == planner_says(app, 0)
     app.controls["min_sdma_bytes"].value = 1 << 40
@@ -118,7 +121,8 @@ def test_run_on_twin_compares_both_variants(no_leaks):
     assert app.progress.value == app.progress.max and app.status.value == "done"
     assert app.verdict_html.value.count("PASS on every PE") == 2
     assert "sdma_bytes" in app.counters_html.value
-    assert app.compare_image.value[:4] == b"\x89PNG" and app.history_image.value[:4] == b"\x89PNG"
+    assert "<svg" in app.compare_html.value and "Measured on cpu" in app.compare_html.value
+    assert "<svg" in app.history_plot_html.value and "measured on cpu" in app.history_plot_html.value
     h = app.history
     assert list(h["run"]) == [1] and list(h["check"]) == ["PASS"] and bool(h["counters_ok"].iloc[0])
     # one convention everywhere: speed-up = classic / doubleplane (above 1: doubleplane faster)
@@ -184,7 +188,7 @@ def test_failed_plan_and_failed_run_leave_no_stale_view_shown_or_saved(tmp_path,
     # the field report: topk set to an invalid value showed "cannot plan" beside the old segment map
     app.set(topk=app.spec.moe_expert_num + 1)
     assert app.plan is None and "Cannot plan this case" in app.message
-    assert app.segment_image.value == b"" and app.plane_image.value == b""
+    assert app.plan_figures.value == "" and app.modelled == {} and "no plan" in app.modelled_html.value
     assert set(app.figures) == {"history"}
     assert app.stale_views == ["verdict", "counters", "compare"]
     assert "<b>Stale</b>: the verdict, counters and comparison below are from run 1; the inputs cannot be planned" \
@@ -207,9 +211,200 @@ def test_failed_plan_and_failed_run_leave_no_stale_view_shown_or_saved(tmp_path,
     monkeypatch.setattr(runner, "compare", dies)
     assert app.run() is None and app.message == "Run failed: LaunchError: PE 1 exited with status 3"
     assert "PASS" not in app.verdict_html.value and "Run failed" in app.verdict_html.value
-    assert app.compare_image.value == b"" and app.counters_html.value == ""
+    assert app.compare_html.value == "" and app.counters_html.value == ""
     assert set(app.figures) == {"segment_map", "plane_bytes", "history"}
     app.save_figures(tmp_path, prefix="02_")
     assert not (tmp_path / "02_compare.png").exists()  # the earlier save of it is gone with it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["02_history.png", "02_plane_bytes.png",
                                                            "02_segment_map.png"]
+
+
+# ---- issue 14 item 2: one run per request, Run disabled until its results are shown ----
+
+class _Runs:
+    """What the quick_runs fixture saw: ``calls`` (the Run button's disabled state at each compare)
+    and the ``app`` under test (set by the test)."""
+
+    def __init__(self):
+        self.calls: list[bool] = []
+        self.app = None
+
+
+@pytest.fixture
+def quick_runs(monkeypatch, twin_binary):
+    """runner.compare answering with one real pair of runs of SMALL (made once), counting calls, and
+    noting whether the Run button was disabled while each ran."""
+    app = TuningApp(targets=["cpu"], **SMALL)
+    real = runner.compare(Case(app.spec, app._case.expert_ids, app._case.expert_scales), warmup=0, loops=1)
+    seen = _Runs()
+
+    def fake(*a, **k):
+        seen.calls.append(seen.app.run_button.disabled)
+        return real
+    monkeypatch.setattr(runner, "compare", fake)
+    return seen
+
+
+def test_run_button_stays_disabled_until_the_results_are_shown(quick_runs, monkeypatch, no_leaks):
+    app = quick_runs.app = TuningApp(targets=["cpu"], **SMALL)
+    seen = {}
+    record = app._record
+
+    def watching(runs, v):
+        record(runs, v)
+        # the results are in the widgets now, and the button is still disabled
+        seen["disabled"] = app.run_button.disabled
+        seen["verdict"] = app.verdict_html.value
+        seen["history"] = app.history_html.value
+    monkeypatch.setattr(app, "_record", watching)
+    assert app.run() is not None
+    assert quick_runs.calls == [True] and seen["disabled"] is True
+    assert seen["verdict"].count("PASS on every PE</span>; counters = plan") == 2 and "<td>1</td>" in seen["history"]
+    assert not app.run_button.disabled and app.status.value == "done"
+
+
+def test_a_double_click_runs_once_and_a_later_click_runs_again(quick_runs, no_leaks):
+    app = quick_runs.app = TuningApp(targets=["cpu"], click_guard_s=0.4, **SMALL)
+    app.run_button.click()
+    app.run_button.click()  # the second click of a double-click: the kernel handles it right after the first run
+    assert len(app.history) == 1 and app.ignored_clicks == 1 and len(quick_runs.calls) == 1
+    import time
+    time.sleep(0.5)  # a person who saw the button come back and pressed it again
+    app.run_button.click()
+    assert len(app.history) == 2 and app.ignored_clicks == 1
+
+
+def test_a_click_the_browser_sent_during_the_run_is_ignored_one_sent_after_it_runs(quick_runs, monkeypatch,
+                                                                                    no_leaks):
+    """In a kernel the browser stamps every click: the double-click's second click was sent 10 ms after
+    the first, long before the run's results could be shown; the next, a minute later, is a request."""
+    app = quick_runs.app = TuningApp(targets=["cpu"], click_guard_s=0.0, **SMALL)
+    stamps = iter([100.0, 100.01, 160.0])  # the browser's clock
+    monkeypatch.setattr(TuningApp, "_click_sent_at", staticmethod(lambda: next(stamps)))
+    app.run_button.click()
+    app.run_button.click()
+    assert len(app.history) == 1 and app.ignored_clicks == 1
+    app.run_button.click()
+    assert len(app.history) == 2 and app.ignored_clicks == 1
+
+
+def test_a_click_during_a_run_starts_nothing(monkeypatch, quick_runs, no_leaks):
+    app = quick_runs.app = TuningApp(targets=["cpu"], **SMALL)
+    fake = runner.compare
+
+    def clicking(*a, **k):
+        app.run_button.click()  # as if the kernel handled a click in the middle of the run
+        assert app.run() is None
+        return fake(*a, **k)
+    monkeypatch.setattr(runner, "compare", clicking)
+    app.run_button.click()
+    assert len(app.history) == 1 and app.ignored_clicks == 1
+
+
+def test_layout_wraps_controls_and_shows_the_history_columns_that_matter(quick_runs, no_leaks):
+    app = quick_runs.app = TuningApp(targets=["cpu"], **SMALL)
+    root = app.widget
+    assert "cl-app" in root._dom_classes
+    controls = root.children[1]
+    assert "cl-controls" in controls._dom_classes and list(controls.children) == list(app.controls.values())
+    assert type(app.controls["h"]).__name__ == "IntSlider" and not app.controls["h"].continuous_update
+    assert app.run() is not None
+    shown = app.history_html.value
+    for heading in app_mod.HISTORY_SHOWN.values():
+        assert f"<th>{html.escape(heading)}</th>" in shown
+    assert shown.count("<th>") == len(app_mod.HISTORY_SHOWN) <= 11
+    assert "full_op_speedup" not in shown and "full_op_speedup" in app.history_all_html.value
+    assert app.history_all_html.value.count("<th>") == len(app_mod.HISTORY_COLUMNS)
+
+
+def test_h_outside_the_slider_range_is_said_not_clamped(nothing_launches):
+    app = TuningApp(targets=["cpu"], **SMALL)
+    app.set(h=65536)
+    assert app.spec.h == 65536 and app.controls["h"].max == 65536
+    app.set(h=-8)
+    assert app.plan is None and "h=-8" in app.message
+    app.set(h=4096)
+    assert app.spec.h == 4096 and (app.controls["h"].min, app.controls["h"].max) == app_mod.H_RANGE[:2]
+
+
+def test_figures_are_made_when_asked_for(nothing_launches):
+    from matplotlib.figure import Figure
+    app = TuningApp(targets=["cpu"], **SMALL)
+    assert set(app.figures) == {"segment_map", "plane_bytes"} and not app.figures._made
+    assert isinstance(app.figures["segment_map"], Figure) and set(app.figures._made) == {"segment_map"}
+
+
+# ---- issue 11 item 5 (the app): modelled comm_only over floors, the current floor marked, Suggest ----
+
+def _model_truth(app, floor, model_name="a3"):
+    from combine_lab.model.params import load_model
+    from combine_lab.model.replay import replay
+    from combine_lab.model.stream import case_rows
+    model = load_model(model_name)
+    rows = case_rows(make_case(app.spec), model.soc)
+    t = {v: replay(rows, rows.sdma(v, floor), model).core_max("comm_only").max() for v in ("classic", "doubleplane")}
+    return model, rows, t
+
+
+def test_modelled_panel_follows_the_inputs_and_says_modelled(nothing_launches):
+    app = TuningApp(targets=["cpu"], **SMALL)
+    floor = app.controls["min_sdma_bytes"].value
+    model, rows, truth = _model_truth(app, floor)
+    m = app.modelled
+    assert m["model"] == "a3" and m["floor"] == floor
+    assert m["classic_us"] == pytest.approx(truth["classic"], rel=1e-12)
+    assert m["doubleplane_us"] == pytest.approx(truth["doubleplane"], rel=1e-12)
+    assert m["classic_us"] != m["doubleplane_us"]  # SMALL sends a segment by SDMA at 2 MiB
+    panel = html.unescape(app.modelled_html.value)
+    assert model.caption() in panel and "modelled, not measured" in panel and "measured on" not in panel
+    assert f"data-floor='{floor}'" in app.modelled_html.value and "cl-current" in panel
+    assert all(name in html.unescape(app.assumed_html.value) for name in model.assumed)
+    # a small case: the curve over every floor is there at once, and its point at this floor is the marker
+    s = app.suggestion
+    assert m["curve"] and s is not None and "cl-curve" in panel
+    at = s.curve[s.curve["threshold_bytes"] >= floor].iloc[-1]
+    assert at["modelled_us"] == pytest.approx(m["doubleplane_us"], rel=1e-9)
+    # the floor moves the marker; h changes every time; the machine changes the caption
+    app.set(min_sdma_bytes=0)
+    assert app.modelled["doubleplane_us"] == pytest.approx(_model_truth(app, 0)[2]["doubleplane"], rel=1e-12)
+    app.set(h=2 * SMALL["h"])
+    assert app.modelled["classic_us"] == pytest.approx(_model_truth(app, 0)[2]["classic"], rel=1e-12)
+    app.model_select.value = "a2"
+    a2, _, truth2 = _model_truth(app, 0, "a2")
+    assert app.modelled["model"] == "a2" and a2.caption() in html.unescape(app.modelled_html.value)
+    assert app.modelled["doubleplane_us"] == pytest.approx(truth2["doubleplane"], rel=1e-12)
+
+
+def test_suggest_names_the_best_floor_and_sets_it(nothing_launches, monkeypatch):
+    monkeypatch.setattr(app_mod, "AUTO_SUGGEST_SEGMENTS", 0)  # as for a large case: only the button computes it
+    app = TuningApp(targets=["cpu"], **{**SMALL, "min_sdma_bytes": 0})
+    assert app.suggestion is None and app.use_button.disabled and "press <b>Suggest</b>" in app.modelled_html.value
+    seen = []
+    real = app_mod.model_suggest
+
+    def watched(*a, **k):
+        seen.append((app.suggest_button.disabled, app.use_button.disabled, "Computing" in app.suggest_status.value))
+        return real(*a, **k)
+    monkeypatch.setattr(app_mod, "model_suggest", watched)
+    s = app.suggest()
+    assert seen == [(True, True, True)] and not app.suggest_button.disabled and not app.use_button.disabled
+    model, rows, _ = _model_truth(app, 0)
+    from combine_lab.model.suggest import suggest
+    want = suggest(rows, model)
+    assert s.curve.equals(want.curve) and s.best.equals(want.best)
+    best = int(want.best["threshold_bytes"])
+    assert f"{best:,} B" in app.use_button.description or best == -1
+    assert "Suggested floor" in app.suggest_status.value and model.caption() in html.unescape(app.suggest_status.value)
+    assert "cl-best" in app.modelled_html.value
+    floor = app.use_suggestion()
+    assert app.controls["min_sdma_bytes"].value == floor and app.plan.min_sdma_bytes == floor
+    assert app.modelled["doubleplane_us"] == pytest.approx(float(want.best["modelled_us"]), rel=1e-9)
+    assert app.suggestion is s  # the floor changed, not the case: the curve still holds
+    app.set(h=2 * SMALL["h"])   # the bytes changed: the curve is gone until asked for again
+    assert app.suggestion is None and app.use_button.disabled and app.use_suggestion() is None
+
+
+def test_suggest_without_a_plan_says_so(nothing_launches):
+    app = TuningApp(targets=["cpu"], **SMALL)
+    app.set(topk=99)
+    assert app.suggest() is None and "Cannot suggest" in app.message

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -271,6 +272,16 @@ def test_cli_reader_mode_and_a_quiet_kernel(tmp_path):
     text = "".join(o.get("text", "") for c in nbformat.read(out / "01_walkthrough.ipynb", as_version=4).cells
                    if c.cell_type == "code" for o in c.get("outputs", []))
     assert "0 of 6 exercises right" in text and "no answer yet: put yours in answer_6" in text
+    # no answer on screen: the tables that hold them wait for the reader's right answer
+    book = nbformat.read(out / "01_walkthrough.ipynb", as_version=4)
+    shown = json.dumps([o for c in book.cells if c.cell_type == "code" for o in c.get("outputs", [])])
+    for hidden in ("window_slot", "payload_offset", "x_head"):  # exercises 2 and 3's columns
+        assert hidden not in shown, hidden
+    for waiting in ("(the segment bounds appear here once your answer is right)",
+                    "(every row's slot and byte offsets appear here once your answer is right)",
+                    "(PE 1's decision table and the segment map of both PEs appear here once your answer is right)"):
+        assert waiting in text, waiting
+    assert not (out / "01_segment_map_tiny.png").exists()  # the map outlines exercise 4's SDMA segments
     assert sorted(p.name for p in NOTEBOOKS.iterdir()) == before  # no kernel sockets left beside the notebooks
 
 
@@ -402,3 +413,118 @@ def test_plain_papermill_refuses_a_value_of_the_wrong_type_before_anything_runs(
     assert proc.returncode != 0
     assert "ParameterError: parameter h='40x': expected int" in proc.stderr
     assert "targets here" not in _text(tmp_path / "out.ipynb")  # the next cell never ran
+
+
+# ---- issue 14 item 4: the walkthrough teaches each part of the design, and its checks run ----
+
+WALKTHROUGH_SECTIONS = ["Glossary", "1 · Case", "2 · The dispatch layout", "3 · Where each row lands",
+                        "4 · Plan: the decision rule", "Why `segment_bytes * den > num`, in integers",
+                        "The remote average counts empty segments", "pes 2 with expert_per_pe 1 never uses SDMA",
+                        "5 · The protocol", "6 · What `comm_only` and `full_op` time", "7 · Run",
+                        "8 · Masked slots and the weights", "9 · A skewed case", "10 · Modelled NPU time",
+                        "One segment alone, by formula", "The skewed case", "Your exercises"]
+
+
+def _walkthrough_cells():
+    import jupytext
+    return jupytext.read(NOTEBOOKS / "01_walkthrough.py").cells
+
+
+def test_walkthrough_has_every_section_in_order():
+    heads = [ln.lstrip("# ").strip() for c in _walkthrough_cells() if c.cell_type == "markdown"
+             for ln in c.source.splitlines() if ln.startswith("## ") or ln.startswith("### ")]
+    found = [next((i for i, h in enumerate(heads) if h.startswith(s)), None) for s in WALKTHROUGH_SECTIONS]
+    assert None not in found, [s for s, i in zip(WALKTHROUGH_SECTIONS, found) if i is None]
+    assert found == sorted(found)
+
+
+def test_walkthrough_defines_source_and_destination_pe_once_in_a_glossary():
+    cells = _walkthrough_cells()
+    text = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    glossary = next(c.source for c in cells if c.cell_type == "markdown" and c.source.startswith("## Glossary"))
+    for term in ("**source PE**", "**destination PE**"):
+        assert text.count(term) == 1 and term in glossary, term
+    assert "In combine it is the **receiver**" in glossary and "In combine it is the **sender**" in glossary
+
+
+def test_walkthrough_shows_the_kernel_from_its_file_never_pasted():
+    cells = _walkthrough_cells()
+    everything = "\n".join(c.source for c in cells)
+    for pasted in ("__aicore__", "aclshmem", "SHMEMI_PROF_START(", "threshold_den_ >"):
+        assert pasted not in everything, pasted
+    shown = re.findall(r'teach\.kernel_source\("(\w+)"\)', everything)
+    assert {"SegBegin", "SegEnd", "RowSlot", "SlotPayload", "SlotStatus", "UseSdma", "SendSegments", "PutFlags",
+            "Process", "SlotValid", "WaitSlot"} <= set(shown)
+
+
+def test_walkthrough_says_what_a_twin_time_is_before_printing_one():
+    cells = _walkthrough_cells()
+    caveat = next(i for i, c in enumerate(cells) if "Before the first time: what a twin time is" in c.source)
+    first_time = next(i for i, c in enumerate(cells) if c.cell_type == "code" and "time_us(" in c.source)
+    assert caveat < first_time
+
+
+def test_walkthrough_protocol_steps_are_the_kernels_and_core_programs():
+    """Section 5 numbers stage 1's phases as SendSegments' comments do, and core_program's phase
+    column counts the same phases."""
+    from combine_lab.case.case import make_case
+    from combine_lab.case.spec import CaseSpec
+    from combine_lab.lab import teach
+    from combine_lab.planning import explain
+    from combine_lab.planning.planner import plan
+    cell = next(c.source for c in _walkthrough_cells() if c.source.startswith("## 5 · The protocol"))
+    prose = [int(m) for m in re.findall(r"^(\d)\. ", cell, flags=re.M)]
+    kernel = [int(m) for m in re.findall(r"^\s*// (\d)\. ", teach.kernel_source("SendSegments").text, flags=re.M)]
+    case = make_case(CaseSpec(pes=2, bs=4, h=8, topk=2, expert_per_pe=2, seed=42))
+    program = explain.core_program(case, plan(case, "doubleplane", min_sdma_bytes=0), pe=0, core=1)
+    assert prose == kernel == sorted(program["phase"].unique()) == [1, 2, 3]
+
+
+def test_reveal_answers_is_false_for_a_reader_and_true_headless():
+    import jupytext
+    nb = jupytext.read(NOTEBOOKS / "01_walkthrough.py")
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assert re.search(r"^reveal_answers: bool = False\b", cell.source, flags=re.M)
+    assert notebooks.headless_defaults(NOTEBOOKS / "01_walkthrough.ipynb") == {"reveal_answers": True}
+    assert notebooks.headless_defaults(NOTEBOOKS / "03_sweep.ipynb") == {}
+
+
+@pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 03 below
+def test_walkthrough_sections_ran_their_checks(lab_out):
+    r = records.read_record(lab_out, "01_walkthrough")
+    assert r["sections"] == ["case", "dispatch layout", "window", "rule", "protocol", "frames", "run", "masked",
+                             "skewed", "modelled"]
+    # the integer rule: a tie stays on MTE; a float32 average would have sent it by SDMA
+    assert r["rule"]["integer_above"] is False and r["rule"]["float32_above"] is True
+    assert r["rule"]["small_tie_above"] is False and r["rule"]["tie_rows"][1] == 56 * r["rule"]["tie_rows"][0]
+    assert r["empty_segments_counted"] == {"den": 2, "nonempty": 1}
+    assert r["pes2_epp1_sdma_segments"] == 0
+    # one core's timeline: stage 1 (SDMA first, MTE, quiets, flags), then stage 2, then the barrier
+    ops = r["frames"]["stage1_ops"]
+    assert ops[0] == "sdma_put" and {"mte_put", "quiet", "flag", "sdma_quiet"} <= set(ops)
+    assert r["frames"]["ends_with"] == "barrier"
+    # the masked slot: the all-zero row, the weights, and the hang a wait for it would cause
+    assert r["masked"]["zero_row"] and r["masked"]["weighted_row_by_hand"]
+    assert "PE 0 core 0: timed out after 2" in r["masked"]["hang"] and "status slot 3" in r["masked"]["hang"]
+    m = r["modelled"]
+    assert m["caption"].startswith("modelled on a2") and "assumed" in m["caption"]
+    assert m["segment_formula_equals_replay"] and set(m["speedup_at_2MiB"]) == {"a2", "a3"}
+    # what the section's prose says of its case: on a2 a remote core is the slowest and SDMA shortens
+    # it; on a3 the local core is, and the floor changes nothing
+    assert m["slowest_core"] == {"a2 classic": "remote", "a2 doubleplane": "remote", "a3 classic": "local",
+                                 "a3 doubleplane": "local"}
+    assert m["speedup_at_2MiB"]["a2"] > 1 and m["speedup_at_2MiB"]["a3"] == 1.0
+    assert (lab_out / "01_core_timeline.png").is_file() and (lab_out / "01_segment_crossover.png").is_file()
+
+
+def test_a_bad_headless_value_is_refused_naming_the_parameter(tmp_path):
+    import jupytext
+    from combine_lab.errors import LabError
+    nb = jupytext.read(NOTEBOOKS / "01_walkthrough.py")
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source = cell.source.replace("# headless: True", "# headless: maybe")
+    path = tmp_path / "01_walkthrough.ipynb"
+    jupytext.write(nb, path)
+    with pytest.raises(LabError, match=r"01_walkthrough.ipynb: parameter reveal_answers: '# headless: maybe' is not "
+                                       r"a Python literal of its declared type bool"):
+        notebooks.headless_defaults(path)

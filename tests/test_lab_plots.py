@@ -79,13 +79,15 @@ def test_plane_bytes_compare_history_and_sweep_figures(skewed_plan):
     fig = plots.compare_per_pe({"classic": run, "doubleplane": run})
     assert_labelled(fig)
     assert "PASS" in fig._suptitle.get_text()
-    assert all(a.get_ylabel() == "CoreMaxTime (us)" for a in fig.axes)
+    assert all(a.get_ylabel() == "CoreMaxTime (us)" and a.get_title().endswith(", measured") for a in fig.axes)
+    assert fig._suptitle.get_text().startswith("Measured on cpu")  # never read as a modelled time
     hist = pd.DataFrame({"run": [1, 2], "comm_only_classic_us": [5.0, 6.0], "comm_only_doubleplane_us": [4.0, 7.0],
                          "comm_only_speedup": [1.25, 6 / 7]})
     fig = plots.history_plot(hist)
     assert_labelled(fig)
     assert "classic / doubleplane" in fig.axes[1].get_ylabel()
     assert "above 1: doubleplane faster" in fig.axes[1].get_title()
+    assert "measured" in fig.axes[0].get_title()
     assert_labelled(plots.history_plot(hist.iloc[0:0]))
 
 
@@ -141,3 +143,49 @@ def test_save_and_show(tmp_path, skewed_plan):
 @pytest.mark.parametrize("n, unit", [(10, "B"), (4096, "KiB"), (3 * 2**20, "MiB"), (2**31, "GiB")])
 def test_byte_unit(n, unit):
     assert plots.byte_unit(n)[1] == unit
+
+
+# ---- the walkthrough's and the sweep's modelled figures (issue 14 item 4, issue 11 items 5 and 7) ----
+
+def test_modelled_figures_say_modelled_and_name_the_machine():
+    from combine_lab.lab import sweep, teach
+    from combine_lab.model.params import load_model
+    from combine_lab.model.stream import case_rows
+    from combine_lab.model.suggest import suggest
+    m = load_model("a2")
+    seg = teach.one_segment(m, [1, 8, 64, 255], h=16384, itemsize=4)
+    fig = plots.segment_crossover(seg, m.caption(), floor=2 << 20)
+    assert_labelled(fig)
+    assert "MODELLED, not measured" in fig._suptitle.get_text() and "modelled on a2" in fig._suptitle.get_text()
+    assert fig.axes[0].get_ylabel() == "modelled comm_only of its core (us)"
+    case = make_case(CaseSpec(pes=2, bs=64, h=16384, topk=2, expert_per_pe=2, routing="hot-expert:0.5"))
+    s = suggest(case_rows(case, m.soc), m, what_if="segment")
+    fig = plots.modelled_floors(s.curve, s.caption, floor=2 << 20, what_if="segment")
+    assert_labelled(fig)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any(t.startswith("classic (MTE only)") for t in labels) and any("what-if" in t for t in labels)
+    grid = sweep.make_grid([2], [16, 64], [8192], [2], [2], ["uniform", "hot-expert:0.5"])
+    modelled = sweep.model_grid(grid, m)
+    fig = plots.sweep_heatmaps(modelled, where=m.caption())
+    assert "MODELLED (not measured)" in fig._suptitle.get_text() and "assumed" in fig._suptitle.get_text()
+    assert_labelled(fig)
+    fig = plots.what_if_saving(modelled, m.caption())
+    assert_labelled(fig)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert sum("no SDMA traffic" in t for t in texts) == int((modelled["sdma_share"] == 0).sum())
+    assert "us" in fig.axes[0].get_xlabel() and "MODELLED" in fig._suptitle.get_text()
+
+
+def test_core_timeline_draws_both_frames_over_one_cores_operations():
+    from combine_lab.model.stream import case_rows, core_runs
+    from combine_lab.planning.cores import TWIN_DEFAULT_SOC
+    case = make_case(CaseSpec(pes=2, bs=4, h=8, topk=2, expert_per_pe=2, seed=42))
+    rows = case_rows(case, TWIN_DEFAULT_SOC)
+    ops = core_runs(rows, rows.sdma("doubleplane", 0), pe=0, core=1)
+    fig = plots.core_timeline(ops, "PE 0, core 1")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert any(t.startswith("comm_only frame") and "stage 1" in t for t in texts)
+    assert any(t.startswith("full_op frame") and "barrier" in t for t in texts)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[0] == "SDMA put (no wait)" and legend[-1] == "core barrier (SyncAll)" and "SDMA quiet" in legend
+    assert fig._suptitle.get_text() == "PE 0, core 1" and fig.axes[0].get_xlabel()

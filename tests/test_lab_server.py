@@ -146,3 +146,35 @@ def test_the_notebooks_name_the_lab_kernel():
         spec = nbformat.read(nb, as_version=4).metadata["kernelspec"]
         assert spec == {"name": notebooks.KERNEL_NAME, "display_name": notebooks.KERNEL_DISPLAY_NAME,
                         "language": "python"}
+
+
+# ---- issue 14 item 3: combine-lab app, the tuning app alone with voila ----
+
+def test_app_notebook_is_the_app_alone(tmp_path):
+    import nbformat
+    from combine_lab.lab.server import APP_NOTEBOOK, app_notebook
+    path = app_notebook(tmp_path)
+    assert path == tmp_path / APP_NOTEBOOK
+    nb = nbformat.read(path, as_version=4)
+    # one code cell that shows the app: no text for voila to show beside it, no twin run at load
+    assert [c.cell_type for c in nb.cells] == ["code"]
+    assert nb.cells[0].source.splitlines()[-1] == "TuningApp()" and "run(" not in nb.cells[0].source
+    assert nb.metadata["kernelspec"]["name"] == notebooks.KERNEL_NAME
+
+
+def test_app_command_culls_closed_pages_and_loads_only_the_widgets():
+    from combine_lab.lab.server import VOILA_EXTENSIONS, app_command
+    cmd = app_command(Path("/x/tuning_app.ipynb"), 8866, "tok", cull_idle_s=45, cull_interval_s=5)
+    assert cmd[:4] == [sys.executable, "-m", "voila", "/x/tuning_app.ipynb"]
+    assert {"--no-browser", "--Voila.ip=127.0.0.1", "--port=8866", "--Voila.port_retries=0", "--token=tok",
+            "--strip_sources=True", "--MappingKernelManager.cull_idle_timeout=45",
+            "--MappingKernelManager.cull_interval=5", "--MappingKernelManager.cull_connected=False",
+            "--preheat_kernel=True", "--pool_size=1"} <= set(cmd)
+    allow = next(c for c in cmd if c.startswith("--VoilaConfiguration.extension_allowlist="))
+    assert eval(allow.split("=", 1)[1]) == list(VOILA_EXTENSIONS)  # noqa: S307 - our own literal
+
+
+def test_app_cli_refuses_a_bad_cull_timeout(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["app", "--cull-idle-timeout", "0"])
+    assert e.value.code == 2 and "must be > 0 seconds" in capsys.readouterr().err

@@ -167,3 +167,38 @@ def test_summarize_speedup_spread_verdicts_and_losses():
     one = tables.summarize(_fake_tidy([("e", "zipf:1", 8, 64, [10.0], [20.0], 0.5)]))
     assert one["comm_only_verdict"].iloc[0] == "slower (1 repeat: no spread)"
     assert tables.readable(one)["speed-up classic/doubleplane (1)"].iloc[0] == "0.50"
+
+
+# ---- issue 11 items 5 and 7: the sweep's cases priced on the model, and the segment-sdma what-if ----
+
+def test_model_grid_prices_every_case_and_the_segment_sdma_what_if():
+    from combine_lab.model.params import load_model
+    from combine_lab.model.suggest import suggest
+    from combine_lab.case.case import make_case
+    from combine_lab.model.stream import case_rows
+    grid = sweep.make_grid([2, 4], [64], [8192], [2], [2], ["uniform", "hot-expert:0.5"])
+    model = load_model("a2")
+    m = sweep.model_grid(grid, model)
+    assert list(m.columns) == sweep.MODELLED_COLUMNS and len(m) == len(grid.specs) == 4
+    assert list(m["case_id"]) == [s.case_id for s in grid.specs]
+    assert (m["model"] == "a2").all() and m["caption"].iloc[0] == model.caption()
+    assert m["caption"].iloc[0].startswith("modelled on a2") and "assumed" in m["caption"].iloc[0]
+    for metric in ("comm_only", "full_op"):
+        ratio = m[f"{metric}_classic_us"] / m[f"{metric}_doubleplane_us"]
+        assert np.allclose(m[f"{metric}_speedup"], ratio) and (m[f"{metric}_speedup_lo"] == m[f"{metric}_speedup"]).all()
+    none = m[m["sdma_share"] == 0]
+    some = m[m["sdma_share"] > 0]
+    assert len(none) and len(some)  # uniform sends nothing by SDMA at 2 MiB; hot-expert does
+    # no SDMA segment: the two variants are the same stream, and the what-if has nothing to save
+    assert (none["comm_only_speedup"] == 1.0).all() and (none["what_if_saving_us"] == 0).all()
+    assert (some["what_if_saving_us"] >= 0).all() and (some["what_if_saving_us"] > 0).any()
+    assert np.allclose(some["what_if_saving_pct"], 100 * some["what_if_saving_us"] / some["comm_only_doubleplane_us"])
+    # the same numbers as `combine-lab suggest` at the 2 MiB floor
+    spec = some.iloc[0]
+    s = [g for g in grid.specs if g.case_id == spec["case_id"] and g.routing == spec["routing"]][0]
+    curve = suggest(case_rows(make_case(s), model.soc), model, what_if="segment").curve
+    at = curve[curve["threshold_bytes"] == 2 * 1024 * 1024].iloc[0]
+    assert at["modelled_us"] == pytest.approx(spec["comm_only_doubleplane_us"])
+    assert at["segment_us"] == pytest.approx(spec["segment_sdma_comm_only_us"])
+    # deterministic: the same grid prices the same
+    pd.testing.assert_frame_equal(m, sweep.model_grid(grid.specs, model))

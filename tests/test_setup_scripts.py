@@ -39,10 +39,10 @@ def fake(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").write_text(FAKE_PYTHON)
-    for tool in ("g++", "cmake", "ninja", "clang++", "pyenv"):
+    for tool in ("g++", "cmake", "ninja", "clang++", "chromium", "pyenv"):
         (bin_dir / tool).write_text("#!/bin/sh\nexit 0\n")
-    for tool in ("apt-get", "sudo"):
-        (bin_dir / tool).write_text(f"#!/bin/sh\necho '{tool} called' >> \"$FAKE_LOG\"\nexit 1\n")
+    for tool in ("apt-get", "sudo"):  # fail unless a test says otherwise (FAKE_APT_OK=1)
+        (bin_dir / tool).write_text(f"#!/bin/sh\necho \"{tool} $*\" >> \"$FAKE_LOG\"\n[ \"$FAKE_APT_OK\" = 1 ]\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     links = tmp_path / "wheels"
@@ -76,7 +76,7 @@ def test_main_setup_installs_the_package_and_the_lab_and_nothing_else(fake, tmp_
     lines = out.splitlines()
     assert lines[0] == "setup [0 s]: C++ toolchain present (g++, cmake, ninja)"
     assert lines[1].startswith("setup [") and lines[1].endswith(
-        "s]: pip install -e .[lab] (the package; lab: JupyterLab, papermill, ipywidgets)")
+        "s]: pip install -e .[lab] (the package; lab: JupyterLab, papermill, ipywidgets, voila)")
     assert "Requirement already satisfied" not in out and "Successfully installed combine_lab" in out
     assert f"Jupyter kernel combine-lab registered in {tmp_path}/env/share/jupyter/kernels/combine-lab" in out
     assert lines[-1].endswith(f"s]: done: combine-lab {combine_lab.__version__} in {sys.prefix}")
@@ -86,7 +86,20 @@ def test_test_setup_adds_the_test_extra(fake):
     status, out, calls = fake(".ci/setup", "--test")
     assert status == 0, out
     assert calls == [f"{PIP} -e .[lab,test]", KERNEL]
-    assert "C++ toolchain present (g++, cmake, ninja, clang)" in out
+    assert "C++ toolchain present (g++, cmake, ninja, clang; chromium for the browser tests)" in out
+    assert "pip install -e .[lab,test] (the package, pytest, playwright; lab: JupyterLab, papermill, ipywidgets, voila)" \
+        in out
+
+
+def test_test_setup_installs_debians_chromium_when_missing(fake):
+    """The browser tests drive Debian's chromium: installed with apt, never Playwright's own download."""
+    status, out, calls = fake(".ci/setup", "--test", CHROMIUM="no-such-chromium", FAKE_APT_OK="1")
+    assert status == 0, out
+    assert "apt-get install chromium (the C++ toolchain of the CPU twin, clang and chromium for the tests)" in out
+    apt = [c for c in calls if c.startswith(("apt-get", "sudo"))]
+    assert apt[-1].endswith("apt-get install -y -qq chromium") and "playwright install" not in " ".join(calls)
+    status, out, calls = fake(".ci/setup", CHROMIUM="no-such-chromium")  # the main setup needs no browser
+    assert status == 0 and not [c for c in calls if c.startswith(("apt-get", "sudo"))], calls
 
 
 def test_baseline_setup_installs_a_local_cpu_only_torch_first(fake):

@@ -2,6 +2,7 @@
 
 - :mod:`.app`: :class:`TuningApp`, ipywidgets for a case, its plan and runs;
 - :mod:`.plots`: figures (segment maps, plane bytes, comparisons, sweeps);
+- :mod:`.svg`: the app's live figures as SVG;
 - :mod:`.sweep`: grids of cases run for both variants;
 - :mod:`.exercises`: checks for the walkthrough's exercises;
 - :mod:`.records`: typed notebook parameters, output folder and records of headless notebook runs;

@@ -6,23 +6,28 @@ a hint, never the answer, when it is wrong, and asks for one when the answer is 
 planner, explain), so a check cannot drift from the tables the reader looked at.
 Sources: combine-facts sections 2, 4 and 5.
 
-The notebook starts every answer at ``None`` for the reader to fill in; with its
-parameter ``reveal_answers=True`` (what headless runs use) it takes ours from
-:data:`OUR_ANSWERS`, written down by hand, not computed, so that a headless run still
-tests that the case, planner and checks agree with what we worked out.
+The notebook starts every answer at ``None`` for the reader to fill in, and keeps the tables
+that would give an answer away off the screen until the answer is right (:func:`may_show`);
+with its parameter ``reveal_answers=True`` (headless runs: ``combine-lab notebooks`` sets it,
+a person opening the notebook gets False) it takes ours from :data:`OUR_ANSWERS`, written
+down by hand, not computed, so that a headless run still tests that the case, planner and
+checks agree with what we worked out. An answer of the wrong type is said to be one
+("your answer 2 is an int: expected a list of segment indices").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 
 from ..case.case import Case
 from ..planning.explain import core_load, decision_table, dispatch_table, segment_table
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, plan
 
 __all__ = ["ExerciseResult", "STATUS_CHOICES", "OUR_ANSWERS", "check_segment_rows", "check_row_source",
-           "check_window_slot", "check_sdma_segments", "check_status_order", "check_core_rows", "summary"]
+           "check_window_slot", "check_sdma_segments", "check_status_order", "check_core_rows", "summary",
+           "may_show"]
 
 #: Our answers to 01_walkthrough's exercises 1-6 for its default parameters (seed 42; the
 #: skewed case of section 7: pes 2, bs 64, topk 2, expert_per_pe 2, hot-expert:0.5, any h).
@@ -56,11 +61,35 @@ def _no_answer(name: str, number: int) -> ExerciseResult:
                           "(or set reveal_answers = True in the parameters cell to see ours)")
 
 
-def _int(v) -> int | None:
-    try:
-        return int(v) if not isinstance(v, bool) and float(v) == int(v) else None
-    except (TypeError, ValueError):
+def _kind(v) -> str:
+    """How an answer's type is named to the reader: 'an int', 'a str', 'a list', ..."""
+    name = type(v).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _wrong_type(name: str, answer, expected: str) -> ExerciseResult:
+    return ExerciseResult(name, False, f"your answer {answer!r} is {_kind(answer)}: expected {expected}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _int_sequence(answer, length: int | None) -> tuple[int, ...] | None:
+    """``answer`` as a tuple of ints when it is a list or tuple (of ``length`` items, if given) of
+    ints, else None."""
+    if not isinstance(answer, (list, tuple, np.ndarray)) or isinstance(answer, str):
         return None
+    items = list(answer)
+    if (length is not None and len(items) != length) or not all(_is_int(v) for v in items):
+        return None
+    return tuple(int(v) for v in items)
+
+
+def may_show(result: "ExerciseResult", reveal_answers: bool) -> bool:
+    """Whether the notebook may show what answers the exercise (a table with the answer in it): when
+    answers are revealed, or once the reader's own answer is right."""
+    return bool(reveal_answers) or bool(result)
 
 
 def check_segment_rows(case: Case, pe: int, local_expert: int, src_rank: int, answer) -> ExerciseResult:
@@ -72,9 +101,11 @@ def check_segment_rows(case: Case, pe: int, local_expert: int, src_rank: int, an
     name = "exercise 1 (segment rows)"
     if answer is None:
         return _no_answer(name, 1)
+    if not _is_int(answer):
+        return _wrong_type(name, answer, "an int (a number of rows)")
     seg = local_expert * case.spec.pes + src_rank
     truth = int(segment_table(case, pe)["rows"].iloc[seg])
-    got = _int(answer)
+    got = int(answer)
     if got == truth:
         return ExerciseResult(name, True, f"segment {seg} of PE {pe} spans {truth} rows")
     return ExerciseResult(name, False, f"your answer {answer!r}: find segment {seg} = local_expert*pes + src_rank, "
@@ -89,17 +120,17 @@ def check_row_source(case: Case, pe: int, row: int, answer) -> ExerciseResult:
     name = "exercise 2 (row source)"
     if answer is None:
         return _no_answer(name, 2)
+    got = _int_sequence(answer, 3)
+    if got is None:
+        return _wrong_type(name, answer, "a tuple of three ints (src_rank, token_id, topk_id)")
     t = dispatch_table(case, pe).iloc[row]
     truth = (int(t["src_rank"]), int(t["token_id"]), int(t["topk_id"]))
-    try:
-        got = tuple(_int(v) for v in answer)
-    except TypeError:
-        got = None
     if got == truth:
         return ExerciseResult(name, True, f"row {row} of PE {pe} is token {truth[1]} of PE {truth[0]}, "
                               f"its choice {truth[2]}")
-    return ExerciseResult(name, False, f"your answer {answer!r}: read the three assist_info_for_combine fields "
-                          f"of row {row} (src_rank, token_id, topk_id)")
+    return ExerciseResult(name, False, f"your answer {answer!r}: list the routing table's choices whose expert "
+                          f"lives on PE {pe}, then put them in dispatch order (local_expert, then src_rank, "
+                          f"then token_id, then topk_id) and count to row {row} from 0")
 
 
 def check_window_slot(case: Case, pe: int, row: int, answer) -> ExerciseResult:
@@ -111,9 +142,11 @@ def check_window_slot(case: Case, pe: int, row: int, answer) -> ExerciseResult:
     name = "exercise 3 (window slot)"
     if answer is None:
         return _no_answer(name, 3)
+    if not _is_int(answer):
+        return _wrong_type(name, answer, "an int (a slot number)")
     t = dispatch_table(case, pe).iloc[row]
     truth = int(t["window_slot"])
-    if _int(answer) == truth:
+    if int(answer) == truth:
         return ExerciseResult(name, True, f"slot {truth} of PE {int(t['src_rank'])}'s window, payload at byte "
                               f"{int(t['payload_offset'])}, flag at byte {int(t['status_offset'])}")
     return ExerciseResult(name, False, f"your answer {answer!r}: the slot depends only on the row's token_id and "
@@ -129,12 +162,12 @@ def check_sdma_segments(case: Case, pe: int, min_sdma_bytes: int, answer) -> Exe
     name = "exercise 4 (decision rule)"
     if answer is None:
         return _no_answer(name, 4)
+    seq = _int_sequence(answer, None) if not isinstance(answer, (set, frozenset)) else _int_sequence(list(answer), None)
+    if seq is None:
+        return _wrong_type(name, answer, "a list of segment indices ([] when none)")
     d = decision_table(case, pe, min_sdma_bytes)
     truth = set(d.loc[d["plane"] == "SDMA", "segment"].astype(int))
-    try:
-        got = {_int(v) for v in answer}
-    except TypeError:
-        got = None
+    got = set(seq)
     if got == truth:
         return ExerciseResult(name, True, f"PE {pe} sends segments {sorted(truth)} by SDMA "
                               f"(remote average {d.attrs['remote_avg_bytes']:.1f} B)")
@@ -161,7 +194,9 @@ def check_status_order(answer) -> ExerciseResult:
     name = "exercise 5 (status by MTE after payload)"
     if answer is None:
         return _no_answer(name, 5)
-    got = str(answer).strip().lower()[:1]
+    if not isinstance(answer, str):
+        return _wrong_type(name, answer, f"a letter, one of {sorted(STATUS_CHOICES)}")
+    got = answer.strip().lower()[:1]
     if got == _STATUS_RIGHT:
         return ExerciseResult(name, True, "a flag may only become visible after its payload; "
                               "quiet the payload's engine, then write the flag by MTE")
@@ -184,15 +219,14 @@ def check_core_rows(case: Case, pe: int, core: int, answer,
     name = "exercise 6 (rows SDMA takes off a remote core)"
     if answer is None:
         return _no_answer(name, 6)
+    got = _int_sequence(answer, 2)
+    if got is None:
+        return _wrong_type(name, answer, "a pair of ints (classic_rows, doubleplane_rows)")
     loads = {}
     for variant in ("classic", "doubleplane"):
         load = core_load(plan(case, variant, min_sdma_bytes=min_sdma_bytes)).set_index(["pe", "core"])
         loads[variant] = load.loc[(pe, core)]
     truth = (int(loads["classic"]["mte_rows"]), int(loads["doubleplane"]["mte_rows"]))
-    try:
-        got = tuple(_int(v) for v in answer)
-    except TypeError:
-        got = None
     if got == truth:
         mib = 2 ** 20
         return ExerciseResult(name, True, f"core {core} of PE {pe} puts {truth[0]} rows "

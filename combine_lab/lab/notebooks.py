@@ -30,7 +30,8 @@ from ..params import convert
 from .records import RECORD_SUFFIX, default_output_dir
 
 __all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "declared_parameters", "declared_types",
-           "split_params", "run_notebooks", "require_kernel", "KERNEL_NAME", "KERNEL_DISPLAY_NAME"]
+           "headless_defaults", "split_params", "run_notebooks", "require_kernel", "KERNEL_NAME",
+           "KERNEL_DISPLAY_NAME"]
 
 #: The Jupyter kernel the notebooks name and run on: this environment's Python, registered in the
 #: environment itself (``.ci/setup``: ``ipykernel install --sys-prefix``), so that no other Python's
@@ -147,6 +148,38 @@ def declared_types(nb: str | os.PathLike) -> dict[str, str]:
     return {name: p["inferred_type_name"] for name, p in papermill.inspect_notebook(str(nb)).items()}
 
 
+_HEADLESS = re.compile(r"^(\w+)\s*:[^#]*#\s*headless:\s*(\S+)")
+
+
+def headless_defaults(nb: str | os.PathLike) -> dict:
+    """Parameters whose value differs when the notebook runs headless: a parameters-cell line
+    ``name: type = default  # headless: VALUE`` (a Python literal, converted to the declared type).
+    A person opening the notebook gets the default; :func:`run_notebooks` passes VALUE unless the
+    params say otherwise (01_walkthrough: ``reveal_answers`` False for a reader, True headless).
+
+    Raises LabError naming the notebook, the parameter and the text when VALUE is not a Python
+    literal of the declared type."""
+    import ast
+    import nbformat
+    book = nbformat.read(str(nb), as_version=4)
+    cell = next((c for c in book.cells if "parameters" in c.metadata.get("tags", [])), None)
+    if cell is None:
+        return {}
+    types = declared_types(nb)
+    out = {}
+    for line in cell.source.splitlines():
+        m = _HEADLESS.match(line)
+        if m and m.group(1) in types:
+            name, text = m.group(1), m.group(2).rstrip(";,")
+            try:
+                value = ast.literal_eval(text)
+                out[name] = convert(value, types[name], name) if types[name] != "None" else value
+            except (ValueError, SyntaxError, ParameterError) as e:
+                raise LabError(f"{Path(nb).name}: parameter {name}: '# headless: {text}' is not a Python literal "
+                               f"of its declared type {types[name]} ({e})") from None
+    return out
+
+
 def _did_you_mean(name: str, allowed) -> str:
     import difflib
     close = difflib.get_close_matches(str(name), list(allowed), n=1)
@@ -239,6 +272,24 @@ def _kernel_config(socket_dir: str):
     return cfg
 
 
+def _kernel_manager_class():
+    """jupyter_client's kernel manager, except that shutting a kernel down does not interrupt it
+    first. jupyter_client sends SIGINT before its shutdown request; when that lands while the kernel
+    still handles a message, ipykernel logs "KeyboardInterrupt caught in kernel." to stderr, a
+    harmless line that only some runs print. The shutdown request alone stops an idle kernel; a
+    kernel stuck in a cell still gets SIGTERM, then SIGKILL (``shutdown_wait_time``), and a cell that
+    passes ``timeout_s`` is still interrupted (nbclient calls ``interrupt_kernel``, unchanged)."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietShutdownKernelManager(AsyncKernelManager):
+        async def _async_interrupt_kernel(self) -> None:
+            if self.shutting_down:
+                return
+            await super()._async_interrupt_kernel()
+
+    return QuietShutdownKernelManager
+
+
 def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None = None,
                   only: list[str] | None = None, folder: str | os.PathLike | None = None,
                   kernel_name: str = KERNEL_NAME, timeout_s: float = 600.0, log=None,
@@ -248,7 +299,8 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
     Args:
         out_dir: where executed copies, figures and records go (created); default
             :func:`combine_lab.lab.records.default_output_dir`. Passed to each notebook as ``output_dir``.
-        params: a params mapping (see :func:`split_params`).
+        params: a params mapping (see :func:`split_params`); a parameter it does not set takes
+            its headless value where the notebook declares one (:func:`headless_defaults`).
         only: notebook names to run (default all).
         folder: notebook folder (default :func:`notebook_dir`).
         kernel_name: Jupyter kernel; timeout_s: limit per cell, seconds.
@@ -273,7 +325,7 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
     os.environ["MPLBACKEND"] = "Agg"  # the kernel inherits it: no display needed
     try:
         for nb in notebooks:
-            p = {"output_dir": str(out), **per_nb[nb.stem]}
+            p = {"output_dir": str(out), **headless_defaults(nb), **per_nb[nb.stem]}
             target = out / nb.name
             pngs_before = _pngs(out)
             t0 = time.perf_counter()
@@ -282,7 +334,8 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
                 with tempfile.TemporaryDirectory(prefix="combine_lab_kernel_") as sockets:
                     papermill.execute_notebook(str(nb), str(target), parameters=p, kernel_name=kernel_name,
                                                cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout_s,
-                                               config=_kernel_config(sockets))
+                                               config=_kernel_config(sockets),
+                                               kernel_manager_class=_kernel_manager_class())
             except papermill.PapermillExecutionError as e:
                 ok, error = False, f"cell {e.exec_count}: {e.ename}: {e.evalue}"
             except Exception as e:  # kernel died, timeout, missing kernel

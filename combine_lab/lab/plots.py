@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +30,9 @@ from matplotlib.collections import PatchCollection
 from ..errors import ParameterError
 
 __all__ = ["byte_unit", "new_figure", "segment_map", "SegmentMapView", "plane_bytes_plot", "compare_per_pe", "history_plot",
-           "sweep_heatmaps", "sdma_share_plot", "figure_png", "save_figure", "show", "SDMA_COLOR",
-           "VARIANT_COLORS", "EMPTY_COLOR", "PE_ROLE", "NO_SDMA_NOTE"]
+           "sweep_heatmaps", "sdma_share_plot", "figure_png", "figure_svg", "save_figure", "show", "SDMA_COLOR",
+           "VARIANT_COLORS", "EMPTY_COLOR", "PE_ROLE", "NO_SDMA_NOTE", "core_timeline", "segment_crossover",
+           "modelled_floors", "what_if_saving"]
 
 #: Outline colour of SDMA segments.
 SDMA_COLOR = "#d62728"
@@ -304,7 +306,7 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     core's mean over the profiled loops, combine-facts section 8) for each PE that was
     profiled; the title carries the x_out verdict of both runs.
     """
-    fig = new_figure(10, 3.6, dpi)
+    fig = new_figure(8.8, 3.5, dpi)  # 845 px as SVG: a JupyterLab column beside the sidebar
     axes = fig.subplots(1, 2)
     any_run = next(iter(runs.values()))
     width = 0.8 / max(len(runs), 1)
@@ -316,27 +318,29 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
                    color=VARIANT_COLORS.get(variant), label=_VARIANT_LABEL.get(variant, variant))
             top = max(top, float(s.max()) if len(s) else 0.0)
         ax.set_ylim(0, top * 1.3 if top > 0 else 1.0)  # room for the legend
-        ax.set_title(metric, fontsize=10)
+        ax.set_title(f"{metric}, measured", fontsize=10)
         ax.set_xlabel("profiled PE")
         ax.set_ylabel("CoreMaxTime (us)")
         pes = sorted(set().union(*[set(_perf_by_pe(r, metric).index) for r in runs.values()]))
         ax.set_xticks(pes)
         ax.legend(fontsize=8, loc="upper right", ncols=2)
     verdict = ", ".join(f"{_VARIANT_LABEL.get(v, v)} {'PASS' if r.check_ok else 'FAIL'}" for v, r in runs.items())
-    fig.suptitle(f"{any_run.case_id} {any_run.routing} on {any_run.target}: x_out {verdict}", fontsize=10)
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.15, top=0.82, wspace=0.25)
+    fig.suptitle(f"Measured on {any_run.target}: {any_run.case_id} {any_run.routing}\nx_out {verdict}", fontsize=10)
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.15, top=0.76, wspace=0.28)
     return fig
 
 
 def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
-    """Runs so far: comm_only of both variants (left) and the speed-up of doubleplane (right).
+    """Runs so far: measured comm_only of both variants (left) and the speed-up of doubleplane (right).
 
     ``history``: one row per run with columns ``run`` (int), ``comm_only_classic_us``,
     ``comm_only_doubleplane_us`` (us) and ``comm_only_speedup`` (classic / doubleplane,
-    above 1: doubleplane faster), as :class:`combine_lab.lab.app.TuningApp` keeps it.
+    above 1: doubleplane faster), and optionally ``target``, as
+    :class:`combine_lab.lab.app.TuningApp` keeps it.
     """
-    fig = new_figure(10, 3.2, dpi)
+    fig = new_figure(8.8, 3.2, dpi)
     a1, a2 = fig.subplots(1, 2)
+    where = ", ".join(sorted({str(t) for t in history.get("target", pd.Series(dtype=str))})) or "the target"
     if len(history):
         x = history["run"].to_numpy()
         for v in ("classic", "doubleplane"):
@@ -346,13 +350,13 @@ def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
         a2.set_xticks(x)
         a1.legend(fontsize=8)
     a2.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-    a1.set_title("comm_only per run", fontsize=10)
+    a1.set_title(f"comm_only per run, measured on {where}", fontsize=10)
     a1.set_xlabel("run")
     a1.set_ylabel("CoreMaxTime (us)")
-    a2.set_title("speed-up of doubleplane (above 1: doubleplane faster)", fontsize=10)
+    a2.set_title("speed-up of doubleplane (above 1: doubleplane faster)", fontsize=9)
     a2.set_xlabel("run")
-    a2.set_ylabel(f"comm_only {_SPEEDUP_AXIS}")
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.17, top=0.88, wspace=0.25)
+    a2.set_ylabel("classic / doubleplane (1)")
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.17, top=0.88, wspace=0.28)
     return fig
 
 
@@ -376,8 +380,12 @@ def _has_sdma(summary: pd.DataFrame) -> np.ndarray:
     return summary["sdma_share"].fillna(0.0).to_numpy(dtype=float) > 0
 
 
-def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 72) -> Figure:
+def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 72, where: str | None = None) -> Figure:
     """Speed-up of doubleplane (classic time / doubleplane time) over bs x h, one panel per routing.
+
+    ``where`` says where the times come from, in the title: "measured on cpu (the twin)", or the
+    model's caption ("modelled on a3 (...); assumed parameters: ...") for a modelled summary
+    (:func:`combine_lab.lab.sweep.model_grid`: one deterministic value per case, no repeats).
 
     ``summary``: :func:`combine_lab.results.tables.summarize` output (columns routing, bs, h,
     sdma_share, ``<metric>_speedup`` and its quartiles ``_lo`` / ``_hi``, repeats). Each
@@ -437,9 +445,14 @@ def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 
         ax.set_title(routing, fontsize=10)
     cb = fig.colorbar(ScalarMappable(norm=norm, cmap="RdBu"), ax=list(axes), shrink=0.9)
     cb.set_label(f"{metric} {_SPEEDUP_AXIS}\nabove 1: doubleplane faster")
-    fig.suptitle(f"{metric} speed-up of doubleplane over bs x h: median [quartiles] over {_repeats_text(summary)}\n"
-                 "above 1: doubleplane faster; hatched grey: no SDMA traffic (identical bytes, nothing to compare)",
-                 fontsize=10)
+    if where and where.startswith("modelled"):
+        head = f"{metric} speed-up of doubleplane over bs x h, MODELLED (not measured): one value per case"
+    else:
+        head = (f"{metric} speed-up of doubleplane over bs x h"
+                f"{', ' + where if where else ''}: median [quartiles] over {_repeats_text(summary)}")
+    lines = [head] + (textwrap.wrap(where, 120) if where and where.startswith("modelled") else [])
+    fig.suptitle("\n".join(lines + ["above 1: doubleplane faster; hatched grey: no SDMA traffic (identical bytes, "
+                                     "nothing to compare)"]), fontsize=9 if len(lines) > 1 else 10)
     return fig
 
 
@@ -495,9 +508,162 @@ def sdma_share_plot(summary: pd.DataFrame, metric: str = "comm_only", dpi: int =
                 bbox=dict(boxstyle="round", facecolor="#fff8e1", edgecolor="#b35900"))
     ax.set_xlabel("SDMA share of payload bytes, doubleplane run (%)")
     ax.set_ylabel(f"{metric} {_SPEEDUP_AXIS}")
-    ax.set_title(f"Speed-up against SDMA byte share\n(median, bars quartiles over {_repeats_text(summary)}; "
+    ax.set_title(f"Measured speed-up against SDMA byte share\n(median, bars quartiles over {_repeats_text(summary)}; "
                  "above 1: doubleplane faster)", fontsize=10)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return fig
+
+
+# ------------------------------------------------------------------------ teaching and modelled time
+
+_OP_COLORS = {"sdma_put": SDMA_COLOR, "sdma_quiet": "#7f0000", "mte_put": "#1f77b4", "quiet": "#08306b",
+              "flag": "#ff9f1c", "wait": "#9e9e9e", "reduce": "#2ca02c", "barrier": "#222222"}
+_OP_LABELS = {"sdma_put": "SDMA put (no wait)", "sdma_quiet": "SDMA quiet", "mte_put": "MTE put",
+              "quiet": "quiet (MTE)", "flag": "status flags by MTE", "wait": "wait for flags (stage 2)",
+              "reduce": "reduce, write x_out", "barrier": "core barrier (SyncAll)"}
+
+
+def core_timeline(runs, title: str, dpi: int = 72) -> Figure:
+    """One AIV core's operations in the kernel's order, as boxes along a line (order, not time: widths
+    grow with the count, not to scale), with the two profiling frames above them: ``comm_only`` from
+    its PROF_START to its PROF_END around stage 1 (SendSegments), ``full_op`` from before stage 1
+    to after the core barrier that ends stage 2.
+
+    ``runs``: :class:`combine_lab.model.stream.Run` of the core (``core_runs(rows, sdma, pe, core)``);
+    consecutive stage-2 waits and reductions are drawn as one box each per token group."""
+    stage1, stage2 = [], []
+    for r in runs:
+        (stage2 if r.kind in ("wait", "reduce", "barrier") else stage1).append(r)
+    boxes = [(r.kind, r.n) for r in stage1]
+    tokens = sum(1 for r in stage2 if r.kind == "reduce")
+    slots = sum(r.n for r in stage2 if r.kind == "wait")
+    if tokens:
+        boxes += [("wait", slots), ("reduce", tokens)]
+    boxes += [("barrier", 1)]
+    fig = new_figure(9.6, 3.0, dpi)
+    ax = fig.add_axes((0.02, 0.28, 0.96, 0.5))
+    x = 0.0
+    spans = []
+    for kind, n in boxes:
+        w = 1.0 + math.log2(1 + n)
+        ax.add_patch(Rectangle((x, 0), w, 1, facecolor=_OP_COLORS[kind], edgecolor="white", linewidth=1.5))
+        label = f"x{n}" if kind not in ("quiet", "sdma_quiet", "barrier") else ""
+        if kind == "wait":
+            label = f"{n} slots"
+        if kind == "reduce":
+            label = f"{n} tokens"
+        ax.text(x + w / 2, 0.5, label, ha="center", va="center", fontsize=8, color="white")
+        spans.append((x, w))
+        x += w
+    end1 = sum(w for (_, w), _b in zip(spans, range(len(stage1))))
+    for y, (lo, hi), text in ((1.25, (0, end1), "comm_only frame: SHMEMI_PROF_START/END(kProfFrameCommOnly) = stage 1"),
+                              (1.85, (0, x), "full_op frame: SHMEMI_PROF_START/END(kProfFrameFullOp) = stage 1 + "
+                                             "stage 2 + the core barrier")):
+        ax.annotate("", xy=(lo, y), xytext=(hi, y), arrowprops=dict(arrowstyle="<->", color="black", lw=1.2))
+        ax.text((lo + hi) / 2, y + 0.12, text, ha="center", va="bottom", fontsize=8.5)
+    ax.axvline(end1, color="black", linestyle=":", linewidth=1)
+    ax.set_xlim(-0.2, x + 0.2)
+    ax.set_ylim(-0.1, 2.4)
+    ax.set_yticks([])
+    ax.set_xticks([])
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_xlabel("the core's operations in order (box width grows with the count; not to scale in time)")
+    used = list(dict.fromkeys(k for k, _ in boxes))
+    fig.legend(handles=[Patch(facecolor=_OP_COLORS[k], label=_OP_LABELS[k]) for k in used], loc="lower center",
+               ncols=min(len(used), 4), fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def segment_crossover(table: pd.DataFrame, caption: str, floor: int | None = None, dpi: int = 72) -> Figure:
+    """Modelled comm_only of one remote segment alone, sent by MTE and by SDMA, against its size.
+
+    ``table``: :func:`combine_lab.lab.teach.one_segment` output (rows, bytes, mte_replay_us,
+    sdma_replay_us); ``caption``: the model's "modelled on ..." line (in the title); ``floor``: an
+    SDMA floor in bytes to mark. The crossover (first size at which SDMA is faster) is marked."""
+    fig = new_figure(8.8, 4.0, dpi)
+    ax = fig.add_axes((0.09, 0.14, 0.88, 0.66))
+    div, unit = byte_unit(float(table["bytes"].max()))
+    x = table["bytes"].to_numpy(dtype=float) / div
+    ax.plot(x, table["mte_replay_us"], "o-", color=_PLANE_COLORS["MTE"], markeredgecolor="#1f77b4",
+            label="MTE: the core puts every row")
+    ax.plot(x, table["sdma_replay_us"], "s-", color=SDMA_COLOR, label="SDMA: the core issues, the engine copies")
+    cross = table[table["faster"] == "SDMA"]
+    if len(cross):
+        c = cross.iloc[0]
+        ax.axvline(c["bytes"] / div, color="grey", linestyle=":", linewidth=1)
+        ax.text(c["bytes"] / div, ax.get_ylim()[1] * 0.92, f"  SDMA faster from {int(c['rows'])} rows",
+                fontsize=8.5, va="top")
+    if floor is not None and floor <= table["bytes"].max():
+        ax.axvline(floor / div, color="black", linestyle="--", linewidth=1, label=f"SDMA floor {floor:,} B")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(_PLAIN)
+    ax.set_xlabel(f"segment payload ({unit}, log scale)")
+    ax.set_ylabel("modelled comm_only of its core (us)")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle("One remote segment alone: which plane is faster (MODELLED, not measured)\n"
+                 + "\n".join(textwrap.wrap(caption, 120)), fontsize=8.5)
+    return fig
+
+
+def modelled_floors(curve: pd.DataFrame, caption: str, floor: int | None = None, metric: str = "comm_only",
+                    what_if: str | None = None, dpi: int = 72) -> Figure:
+    """The modelled time of ``metric`` at every SDMA floor where the plan changes (a
+    :class:`combine_lab.model.suggest.Suggestion` curve: threshold_bytes, -1 = never SDMA, modelled_us,
+    and ``<what_if>_us`` when given), the classic time as a dashed line, the best floor starred and
+    ``floor`` marked; ``caption`` (the model's "modelled on ...") in the title."""
+    fig = new_figure(8.8, 4.0, dpi)
+    ax = fig.add_axes((0.09, 0.14, 0.66, 0.64))
+    c = curve[curve["threshold_bytes"] >= 0].sort_values("threshold_bytes")
+    classic = float(curve.loc[curve["threshold_bytes"] < 0, "modelled_us"].iloc[0])
+    div, unit = byte_unit(float(c["threshold_bytes"].max()) if len(c) else 1.0)
+    x = c["threshold_bytes"].to_numpy(dtype=float) / div
+    ax.step(x, c["modelled_us"], where="post", color=VARIANT_COLORS["doubleplane"], marker="o", markersize=3,
+            label="doubleplane at this floor (the kernel: one SDMA call per row)")
+    if what_if and f"{what_if}_us" in c:
+        ax.step(x, c[f"{what_if}_us"], where="post", color="#9467bd", linestyle="-.",
+                label="what-if: one SDMA call per segment (not built)")
+    ax.axhline(classic, color=VARIANT_COLORS["classic"], linestyle="--", label=f"classic (MTE only) {classic:,.1f} us")
+    best = curve.loc[curve["modelled_us"].idxmin()]
+    if best["threshold_bytes"] >= 0:
+        ax.plot(best["threshold_bytes"] / div, best["modelled_us"], "*", color="#e6a100", markersize=14,
+                label=f"best floor {int(best['threshold_bytes']):,} B")
+    if floor is not None:
+        ax.axvline(floor / div, color=SDMA_COLOR, linewidth=1, label=f"floor {floor:,} B")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(_PLAIN)
+    ax.set_xlabel(f"SDMA floor min_sdma_bytes ({unit}, log scale)")
+    ax.set_ylabel(f"modelled {metric}, slowest PE (us)")
+    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"Modelled {metric} against the SDMA floor (MODELLED, not measured)\n"
+                 + "\n".join(textwrap.wrap(caption, 120)), fontsize=8.5)
+    return fig
+
+
+def what_if_saving(modelled: pd.DataFrame, caption: str, dpi: int = 72) -> Figure:
+    """Per case of a modelled sweep (:func:`combine_lab.lab.sweep.model_grid`): how much modelled
+    comm_only one SDMA call per segment (one descriptor per MiB) would save against one per row, as
+    the kernel does today, in us and in % of the doubleplane time; cases without SDMA traffic save
+    nothing and are marked."""
+    fig = new_figure(8.8, max(2.8, 0.32 * len(modelled) + 1.6), dpi)
+    ax = fig.add_axes((0.36, 0.16, 0.6, 0.7))
+    y = np.arange(len(modelled))
+    save = modelled["what_if_saving_us"].to_numpy(dtype=float)
+    pct = modelled["what_if_saving_pct"].to_numpy(dtype=float)
+    ax.barh(y, save, color="#9467bd")
+    for i, (v, p, share) in enumerate(zip(save, pct, modelled["sdma_share"])):
+        ax.text(max(v, 0), i, f"  {v:,.1f} us ({p:.1f} %)" if share > 0 else "  no SDMA traffic: nothing to save",
+                va="center", fontsize=7.5)
+    ax.set_yticks(y)
+    ax.set_yticklabels([f"{r} bs {b} h {h}" for r, b, h in zip(modelled["routing"], modelled["bs"], modelled["h"])],
+                       fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(float(np.nanmax(save)) if len(save) else 1.0, 1e-9) * 1.6)
+    ax.set_xlabel("modelled comm_only saved by one SDMA call per segment (us)")
+    ax.set_ylabel("case (routing, bs, h)")
+    fig.suptitle("What-if, MODELLED: SDMA descriptors per segment instead of per row\n"
+                 + "\n".join(textwrap.wrap(caption, 110)), fontsize=8)
     return fig
 
 
@@ -506,6 +672,19 @@ def figure_png(fig: Figure, dpi: int | None = None) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi or fig.dpi)
     return buf.getvalue()
+
+
+def figure_svg(fig: Figure) -> str:
+    """The figure as an inline ``<svg>`` element (class ``cl-figure``), its text left to the browser
+    (sharp at any pixel density), shown at its own size (1 inch = 96 px) or narrower when the page is."""
+    import matplotlib
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none",
+                                "font.family": ["DejaVu Sans", "Liberation Sans", "Arial", "sans-serif"]}):
+        fig.savefig(buf, format="svg")
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]
+    return text.replace("<svg ", "<svg class=\"cl-figure\" style=\"max-width:100%;height:auto;display:block\" ", 1)
 
 
 def save_figure(fig: Figure, out_dir: str | os.PathLike, name: str, dpi: int = 100) -> Path:

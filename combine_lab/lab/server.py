@@ -1,8 +1,13 @@
-"""JupyterLab on the lab notebooks, with the lab's kernel, stopped cleanly (``combine-lab lab``).
+"""JupyterLab on the lab notebooks (``combine-lab lab``) and the tuning app alone in the browser
+(``combine-lab app``, with voila), each with the lab's kernel, stopped cleanly.
 
     server = LabServer.start()       # JupyterLab on notebooks/, a free port on 127.0.0.1, a fresh token
     print(server.url)                # http://127.0.0.1:<port>/lab?token=<token>
     server.stop()                    # the server, its kernels and whatever they started: gone
+
+    app = AppServer.start()          # voila on a one-cell notebook that shows TuningApp(), and nothing else
+    print(app.url)                   # http://127.0.0.1:<port>/?token=<token>
+    app.stop()
 
 The server runs in its own session, so a Ctrl-C in the terminal reaches ``combine-lab`` only,
 which then stops the server with SIGTERM (JupyterLab's clean shutdown: it shuts its kernels
@@ -10,6 +15,12 @@ down) and makes sure that no process it started is left: what is still running a
 is killed. As root it passes ``--allow-root`` (JupyterLab refuses root otherwise). The kernel is
 the lab's own (:data:`combine_lab.lab.notebooks.KERNEL_NAME`, registered for this environment
 by ``.ci/setup``), which the notebooks name and which is the server's default.
+
+The app page (:class:`AppServer`) runs a notebook written for it at start (:func:`app_notebook`):
+one code cell that builds the app, no text, so voila's page is the app alone; nothing runs on
+the twin until Run is pressed. Each page gets its own kernel; voila stops it when the page
+says goodbye, and culling stops it when the page went away without a word (a closed tab, a
+crashed browser): a kernel with no page connected for ``cull_idle_s`` is shut down.
 """
 
 from __future__ import annotations
@@ -17,9 +28,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -30,9 +43,14 @@ import psutil
 
 from ..errors import LabError
 from ..run.launch import free_port
-from .notebooks import KERNEL_NAME, notebook_dir, require_kernel
+from .notebooks import KERNEL_DISPLAY_NAME, KERNEL_NAME, notebook_dir, require_kernel
 
-__all__ = ["LabServer", "lab_command"]
+__all__ = ["LabServer", "lab_command", "AppServer", "app_command", "app_notebook", "APP_NOTEBOOK"]
+
+#: The notebook voila serves for ``combine-lab app`` (written into a fresh folder at start).
+APP_NOTEBOOK = "tuning_app.ipynb"
+#: The only JupyterLab extensions voila's page loads: the widgets.
+VOILA_EXTENSIONS = ("@jupyter-widgets/jupyterlab-manager", "@voila-dashboards/widgets-manager8")
 
 
 def lab_command(root_dir: Path, port: int, token: str, kernel_name: str = KERNEL_NAME) -> list[str]:
@@ -100,20 +118,28 @@ class LabServer:
             raise
         return server
 
+    #: What the server is called in messages.
+    what = "JupyterLab"
+
+    def _answers(self) -> bool:
+        """True once the server answers its status URL with JSON."""
+        try:
+            with urllib.request.urlopen(self.status_url, timeout=2) as r:
+                json.loads(r.read())
+                return True
+        except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+            return False
+
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
             code = self.process.poll()
             if code is not None:
-                raise LabError(f"JupyterLab exited at start with status {code} (its messages are above)")
-            try:
-                with urllib.request.urlopen(self.status_url, timeout=2) as r:
-                    json.loads(r.read())
-                    return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
-                pass
+                raise LabError(f"{self.what} exited at start with status {code} (its messages are above)")
+            if self._answers():
+                return
             if time.monotonic() > deadline:
-                raise LabError(f"JupyterLab did not answer on port {self.port} within {timeout_s:.0f} s")
+                raise LabError(f"{self.what} did not answer on port {self.port} within {timeout_s:.0f} s")
             time.sleep(0.2)
 
     def _note_children(self) -> None:
@@ -167,4 +193,113 @@ class LabServer:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(alive, timeout=10)
+        return killed
+
+
+# ------------------------------------------------------------------------------------ the app alone
+
+def app_notebook(folder: str | os.PathLike, kernel_name: str = KERNEL_NAME) -> Path:
+    """Write the app's notebook into ``folder``: one code cell that shows ``TuningApp()`` (default
+    values: a 4-PE case, planned in milliseconds; nothing runs until Run), on the lab's kernel.
+    Returns its path."""
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("from combine_lab.lab.app import TuningApp\n\nTuningApp()")]
+    nb.metadata["kernelspec"] = {"name": kernel_name, "display_name": KERNEL_DISPLAY_NAME, "language": "python"}
+    path = Path(folder) / APP_NOTEBOOK
+    nbformat.write(nb, path)
+    return path
+
+
+def app_command(notebook: Path, port: int, token: str, *, cull_idle_s: float = 60.0,
+                cull_interval_s: float = 15.0) -> list[str]:
+    """The voila command line: ``notebook`` alone on 127.0.0.1:``port`` with ``token``, no browser,
+    no other port tried, sources stripped; a kernel whose page is gone is shut down after
+    ``cull_idle_s`` idle seconds with no page connected (checked every ``cull_interval_s``)."""
+    return [sys.executable, "-m", "voila", str(notebook), "--no-browser", "--Voila.ip=127.0.0.1",
+            f"--port={port}", "--Voila.port_retries=0", f"--token={token}", "--strip_sources=True",
+            "--VoilaConfiguration.show_tracebacks=True",
+            # a warm kernel waits for the next page: it shows in about 2 s instead of 4
+            "--preheat_kernel=True", "--pool_size=1",
+            # the widgets only: JupyterLab's own extensions in this environment (jupytext, ...) need parts of
+            # JupyterLab that voila's page does not have, and fail there with a JavaScript error
+            f"--VoilaConfiguration.extension_allowlist={list(VOILA_EXTENSIONS)!r}",
+            f"--MappingKernelManager.cull_idle_timeout={int(cull_idle_s)}",
+            f"--MappingKernelManager.cull_interval={max(1, int(cull_interval_s))}",
+            "--MappingKernelManager.cull_connected=False", "--MappingKernelManager.cull_busy=False"]
+
+
+@dataclass
+class AppServer(LabServer):
+    """voila serving the tuning app alone (``combine-lab app``); ``url`` opens it. The app's
+    notebook lives in ``root_dir``, a folder made for it and removed by :meth:`stop`."""
+
+    what = "voila"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/?token={self.token}"
+
+    @property
+    def status_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/voila/static/?token={self.token}"
+
+    def _answers(self) -> bool:
+        """True once voila answers HTTP at all (a 404 included): its page itself would start a kernel."""
+        try:
+            with urllib.request.urlopen(self.status_url, timeout=2):
+                return True
+        except urllib.error.HTTPError:
+            return True
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    @classmethod
+    def start(cls, *, port: int | None = None, kernel_name: str = KERNEL_NAME, timeout_s: float = 120.0,
+              cull_idle_s: float = 60.0, cull_interval_s: float = 15.0, log=None) -> "AppServer":
+        """Start voila on the app's notebook and wait until it answers.
+
+        Raises:
+            LabError: the lab's kernel is missing, voila is not installed, it exited at start, or
+                it did not answer within ``timeout_s`` (then it is stopped).
+        """
+        require_kernel(kernel_name)
+        try:
+            import voila  # noqa: F401
+        except ImportError:
+            raise LabError("voila is not installed: bash .ci/setup (or pip install -e '.[lab]')") from None
+        folder = Path(tempfile.mkdtemp(prefix="combine_lab_app_"))
+        notebook = app_notebook(folder, kernel_name)
+        port = port or free_port()
+        token = secrets.token_hex(24)
+        cmd = app_command(notebook, port, token, cull_idle_s=cull_idle_s, cull_interval_s=cull_interval_s)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log if log is not None else 2, stderr=log,
+                                cwd=folder, start_new_session=True)
+        server = cls(proc, port, token, folder)
+        try:
+            server._wait_ready(timeout_s)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def kernels(self) -> list[psutil.Process]:
+        """The kernels voila runs now (its child processes that still run)."""
+        try:
+            kids = psutil.Process(self.process.pid).children(recursive=False)
+        except psutil.NoSuchProcess:
+            return []
+        out = []
+        for k in kids:
+            try:
+                if k.status() != psutil.STATUS_ZOMBIE:
+                    self.started.setdefault(k.pid, k)
+                    out.append(k)
+            except psutil.NoSuchProcess:
+                continue
+        return out
+
+    def stop(self, grace_s: float = 20.0) -> list[int]:
+        killed = super().stop(grace_s)
+        shutil.rmtree(self.root_dir, ignore_errors=True)
         return killed

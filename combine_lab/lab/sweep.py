@@ -5,6 +5,7 @@
     planned_shares(grid)                       # which cases send anything by SDMA, before running
     tidy = run_sweep(grid, warmup=2, loops=20, repeats=5, prof_pe="all", csv_path="out/sweep.csv")
     summary = tables.summarize(tidy); tables.losses(summary)   # from combine_lab.results import tables
+    modelled = model_grid(grid, load_model("a3"))   # the same cases priced on a model: modelled, not measured
 
 The tidy table, its summary and the speed-up convention (classic time / doubleplane time,
 above 1 when doubleplane is faster) belong to :mod:`combine_lab.results.tables`: each tidy
@@ -26,6 +27,9 @@ from ..case.case import make_case
 from ..case.spec import CaseSpec
 from ..errors import ParameterError, SpecError
 from ..params import as_list
+from ..model.params import NpuModel
+from ..model.replay import replay
+from ..model.stream import case_rows
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, plan
 from ..results.rows import ERROR, REFUSED, NotRun, result_row
 from ..results.tables import TIDY_COLUMNS, tidy_rows, write_sweep_csv
@@ -33,7 +37,20 @@ from ..run import build as build_mod
 from ..run import runner
 from ..run.launch import LaunchError
 
-__all__ = ["Grid", "make_grid", "planned_shares", "run_sweep", "progress_bar"]
+__all__ = ["Grid", "make_grid", "planned_shares", "run_sweep", "progress_bar", "model_grid", "MODELLED_COLUMNS"]
+
+#: Columns of :func:`model_grid`: the case, then per metric the modelled classic and doubleplane
+#: times (the slowest PE's CoreMaxTime, us) and the speed-up (classic / doubleplane; the ``_lo`` /
+#: ``_hi`` columns repeat it: one deterministic value, no spread), the SDMA share of the plan, the
+#: what-if of one SDMA call per segment (comm_only, us) and its saving against the kernel's one call
+#: per row (us and % of doubleplane's comm_only), and the model's name and caption.
+MODELLED_COLUMNS = (["case_id", "routing", "dtype", "pes", "bs", "h", "topk", "expert_per_pe", "min_sdma_bytes",
+                     "repeats"]
+                    + [c for m in ("comm_only", "full_op") for c in (f"{m}_classic_us", f"{m}_doubleplane_us",
+                                                                     f"{m}_speedup", f"{m}_speedup_lo",
+                                                                     f"{m}_speedup_hi")]
+                    + ["sdma_share", "sdma_bytes", "segment_sdma_comm_only_us", "what_if_saving_us",
+                       "what_if_saving_pct", "model", "caption"])
 
 
 @dataclass
@@ -198,3 +215,39 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
     if csv_path is not None:
         write_sweep_csv(tidy, csv_path)
     return tidy
+
+
+def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> pd.DataFrame:
+    """The cases of a sweep priced on ``model`` instead of run (:mod:`combine_lab.model`): for each,
+    classic and doubleplane (the rule at ``min_sdma_bytes``) replayed from the kernel's operation
+    stream, and the what-if of one SDMA call per segment (one descriptor per MiB of a segment laid
+    out contiguously) instead of one per row. Draws the routing only; no launch, no payload.
+
+    Returns a DataFrame of :data:`MODELLED_COLUMNS`, one row per case, in the order of ``specs``
+    (CaseSpecs or a :class:`Grid`). Every time in it is modelled, never measured: its ``caption``
+    says on what, with the assumed parameters.
+    """
+    if isinstance(specs, Grid):
+        specs = specs.specs
+    out = []
+    for spec in specs:
+        rows = case_rows(make_case(spec), model.soc)
+        masks = {"classic": rows.sdma("classic", 0), "doubleplane": rows.sdma("doubleplane", int(min_sdma_bytes))}
+        t = {v: replay(rows, m, model) for v, m in masks.items()}
+        seg = replay(rows, masks["doubleplane"], model, sdma_mode="segment").core_max("comm_only").max()
+        rec = {"case_id": spec.case_id, "routing": spec.routing, "dtype": spec.dtype, "pes": spec.pes, "bs": spec.bs,
+               "h": spec.h, "topk": spec.topk, "expert_per_pe": spec.expert_per_pe,
+               "min_sdma_bytes": int(min_sdma_bytes), "repeats": 1}
+        for metric in ("comm_only", "full_op"):
+            c, d = (float(t[v].core_max(metric).max()) for v in ("classic", "doubleplane"))
+            rec.update({f"{metric}_classic_us": c, f"{metric}_doubleplane_us": d, f"{metric}_speedup": c / d,
+                        f"{metric}_speedup_lo": c / d, f"{metric}_speedup_hi": c / d})
+        sdma_bytes = int((rows.counts * masks["doubleplane"]).sum() * rows.row_bytes)
+        total = int(rows.counts.sum() * rows.row_bytes)
+        dual = rec["comm_only_doubleplane_us"]
+        rec.update({"sdma_share": sdma_bytes / total if total else 0.0, "sdma_bytes": sdma_bytes,
+                    "segment_sdma_comm_only_us": float(seg), "what_if_saving_us": dual - float(seg),
+                    "what_if_saving_pct": 100 * (dual - float(seg)) / dual if dual > 0 else 0.0,
+                    "model": model.name, "caption": model.caption()})
+        out.append(rec)
+    return pd.DataFrame(out, columns=MODELLED_COLUMNS)

@@ -175,12 +175,13 @@ def core_program(case: Case, plan: Plan, pe: int, core: int, soc: str = TWIN_DEF
 
     The core serves the segments whose src_rank is ``core``, ``core + block_dim``, ...
     (``block_dim = launch_block_dim(pes, soc)``): their rows go back to that source rank's
-    window. Steps: (1) SDMA puts of every row of its SDMA segments (an SDMA
-    quiet after every 256 issues); (2) per MTE segment: MTE puts, quiet, then the
-    segment's status flags by MTE, and a quiet after the last one; (3) SDMA quiet, then the status flags of the SDMA rows
-    by MTE, then quiet. Columns: step, engine ('SDMA' or 'MTE'), action, segment (-1 when
-    not one segment), rows, bytes (payload bytes; status flags count 32 B each),
-    slots (window slots of PE ``core``, abbreviated).
+    window. Three phases, numbered as the kernel's comments in ``SendSegments`` number them:
+    (1) SDMA puts of every row of its SDMA segments (an SDMA quiet after every 256 issues);
+    (2) per MTE segment: MTE puts, quiet, then the segment's status flags by MTE; and one more
+    quiet after the last segment's flags; (3) SDMA quiet, then the status flags of the SDMA rows
+    by MTE, then quiet. Columns: phase (1, 2, 3), step, engine ('SDMA' or 'MTE'), action,
+    segment (-1 when not one segment), rows, bytes (payload bytes; status flags count 32 B
+    each), slots (window slots of PE ``core``, abbreviated).
     """
     pe = _check_pe(case, pe)
     blocks = launch_block_dim(case.spec.pes, soc)
@@ -191,31 +192,31 @@ def core_program(case: Case, plan: Plan, pe: int, core: int, soc: str = TWIN_DEF
     mine = table[table["src_rank"] % blocks == core].sort_values(["src_rank", "segment"], kind="stable")
     steps = []
 
-    def add(engine, action, segment, rows, nbytes, slots):
-        steps.append({"step": len(steps) + 1, "engine": engine, "action": action, "segment": segment,
-                      "rows": rows, "bytes": nbytes, "slots": slots})
+    def add(phase, engine, action, segment, rows, nbytes, slots):
+        steps.append({"phase": phase, "step": len(steps) + 1, "engine": engine, "action": action,
+                      "segment": segment, "rows": rows, "bytes": nbytes, "slots": slots})
 
     sdma_rows = mine[mine["plane"] == "SDMA"]
     issued = 0
     for (rank, seg), grp in sdma_rows.groupby(["src_rank", "segment"], sort=True):
-        add("SDMA", f"put {len(grp)} rows -> PE {rank} window (no wait)", int(seg), len(grp),
+        add(1, "SDMA", f"put {len(grp)} rows -> PE {rank} window (no wait)", int(seg), len(grp),
             len(grp) * s.row_bytes, _slots_text(grp["window_slot"].to_numpy()))
         issued += len(grp)
         while issued >= SDMA_QUIET_EVERY:
-            add("SDMA", f"quiet after {SDMA_QUIET_EVERY} outstanding issues", -1, 0, 0, "")
+            add(1, "SDMA", f"quiet after {SDMA_QUIET_EVERY} outstanding issues", -1, 0, 0, "")
             issued -= SDMA_QUIET_EVERY
     mte_rows = mine[mine["plane"] == "MTE"]
     for (rank, seg), grp in mte_rows.groupby(["src_rank", "segment"], sort=True):
         slots = _slots_text(grp["window_slot"].to_numpy())
-        add("MTE", f"put {len(grp)} rows -> PE {rank} window", int(seg), len(grp), len(grp) * s.row_bytes, slots)
-        add("MTE", "quiet: those rows have landed", int(seg), 0, 0, "")
-        add("MTE", f"write {len(grp)} status flags (ready = 1)", int(seg), len(grp), len(grp) * STATUS_SLOT_BYTES,
+        add(2, "MTE", f"put {len(grp)} rows -> PE {rank} window", int(seg), len(grp), len(grp) * s.row_bytes, slots)
+        add(2, "MTE", "quiet: those rows have landed", int(seg), 0, 0, "")
+        add(2, "MTE", f"write {len(grp)} status flags (ready = 1)", int(seg), len(grp), len(grp) * STATUS_SLOT_BYTES,
             slots)
     if len(mte_rows):
-        add("MTE", "quiet: the last flags have landed", -1, 0, 0, "")
+        add(2, "MTE", "quiet: the last flags have landed", -1, 0, 0, "")
     if len(sdma_rows):
-        add("SDMA", "quiet: every SDMA row has landed", -1, 0, 0, "")
-        add("MTE", f"write {len(sdma_rows)} status flags of the SDMA rows (ready = 1)", -1, len(sdma_rows),
+        add(3, "SDMA", "quiet: every SDMA row has landed", -1, 0, 0, "")
+        add(3, "MTE", f"write {len(sdma_rows)} status flags of the SDMA rows (ready = 1)", -1, len(sdma_rows),
             len(sdma_rows) * STATUS_SLOT_BYTES, _slots_text(sdma_rows["window_slot"].to_numpy()))
-        add("MTE", "quiet: flags have landed", -1, 0, 0, "")
-    return pd.DataFrame(steps, columns=["step", "engine", "action", "segment", "rows", "bytes", "slots"])
+        add(3, "MTE", "quiet: flags have landed", -1, 0, 0, "")
+    return pd.DataFrame(steps, columns=["phase", "step", "engine", "action", "segment", "rows", "bytes", "slots"])
