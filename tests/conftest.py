@@ -13,6 +13,7 @@ launches), so the checks see only this run's PEs and segments, not another run's
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import uuid
 from pathlib import Path
@@ -42,17 +43,20 @@ BASELINE_EXTRA = "needs the baseline extra (CPU torch): bash .ci/setup --baselin
 
 
 def require(*modules: str, reason: str) -> None:
-    """Skip the calling test module unless every one of ``modules`` imports; ``reason`` says how to
-    install them. With ``COMBINE_LAB_REQUIRE_EXTRAS=1`` (CI, which installs every extra) a missing
-    module fails instead: an extra that did not install must not pass as skipped tests."""
-    for module in modules:
-        if os.environ.get("COMBINE_LAB_REQUIRE_EXTRAS") == "1":
-            try:
-                __import__(module)
-            except ImportError as e:
-                pytest.fail(f"{module} does not import ({e}); {reason}", pytrace=False)
-        else:
-            pytest.importorskip(module, reason=reason)
+    """Skip the calling test module unless every one of ``modules`` is installed; ``reason`` says how
+    to install them. With ``COMBINE_LAB_REQUIRE_EXTRAS=1`` (CI, which installs every extra) a missing
+    module fails instead: an extra that did not install must not pass as skipped tests.
+
+    Installed means importlib finds the module, without importing it: jupyterlab and torch take
+    seconds to import, and collecting a module that is then deselected must not pay for them."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return
+    if os.environ.get("COMBINE_LAB_REQUIRE_EXTRAS") == "1":
+        pytest.fail(f"{', '.join(missing)} not installed; {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
 RUN_TAG = f"t{uuid.uuid4().hex[:8]}"
 os.environ["COMBINE_LAB_SESSION_TAG"] = RUN_TAG
 

@@ -55,6 +55,7 @@ def test_gloo_baseline_equals_golden(dtype, masked, no_leaks):
         prepared.cleanup()
 
 
+@pytest.mark.slow  # three gloo processes with torch imported
 def test_cli_compare_baseline_hccl_runs_gloo_on_the_twin(capsys, no_leaks):
     code = cli.main(["compare", "-pes", "2", "-bs", "8", "-h", "32", "-topk", "2", "-expertPerPe", "2",
                      "--warmup", "1", "--loops", "2", "--baseline", "hccl"])

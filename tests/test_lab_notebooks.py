@@ -182,6 +182,7 @@ def test_readme_papermill_example_is_not_degenerate_and_writes_under_output():
     assert (shares["sdma_share"] > 0).sum() >= len(shares) // 2, shares
 
 
+@pytest.mark.slow  # a Jupyter kernel started by the papermill CLI: seconds each
 def test_papermill_cli_with_a_string_list(tmp_path, no_leaks):
     """As papermill users expect: -p passes '[8,16]' as a string; the notebook reads it as a list."""
     out_nb = tmp_path / "out.ipynb"
@@ -398,6 +399,7 @@ def _text(nb_path: Path) -> str:
                    for o in c.get("outputs", []))
 
 
+@pytest.mark.slow  # a Jupyter kernel started by the papermill CLI: seconds each
 def test_plain_papermill_raw_false_is_false(tmp_path):
     """The field report: `papermill 01_walkthrough.ipynb out.ipynb -r reveal_answers False` filled in
     our answers anyway (the string "False" is true). The notebook's first cells convert it."""
@@ -407,6 +409,7 @@ def test_plain_papermill_raw_false_is_false(tmp_path):
     assert "exercises: yours to fill in" in _text(tmp_path / "out.ipynb")
 
 
+@pytest.mark.slow  # a Jupyter kernel started by the papermill CLI: seconds each
 def test_plain_papermill_refuses_a_value_of_the_wrong_type_before_anything_runs(tmp_path):
     nb = _first_cells("02_tuning", tmp_path)
     proc = _papermill(nb, tmp_path / "out.ipynb", "-r", "h", "40x", "-p", "bs", "16")

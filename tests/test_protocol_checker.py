@@ -62,6 +62,7 @@ def test_chaos_seed_is_recorded_and_validated(no_leaks):
         run_case(SPEC, "classic", chaos_seed=-1)
 
 
+@pytest.mark.slow  # the whole command: every broken kernel again (each also has its own test)
 def test_selftest_reports_healthy(broken_kernels, capsys, no_leaks):
     """Reuses the broken kernels the fixtures built (same folders), so it builds nothing."""
     assert cli.main(["selftest", "--seeds", "1"]) == 0
