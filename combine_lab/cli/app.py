@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import Terminated
 from ..lab.server import AppServer
+from .lab import serve
 
 
 def _cmd_app(args: argparse.Namespace) -> int:
@@ -21,16 +21,7 @@ def _cmd_app(args: argparse.Namespace) -> int:
                              cull_interval_s=args.cull_interval)
     print(f"the tuning app (voila; a closed page's kernel stops after {args.cull_idle_timeout:g} s):\n"
           f"    {server.url}\nCtrl-C stops it.", flush=True)
-    try:
-        code = server.wait()
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated)
-        server.stop()
-        how = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
-        print(f"combine-lab app: stopped ({how}); voila and its kernels are gone", flush=True)
-        return 143 if isinstance(e, Terminated) else 0
-    server.stop()
-    print(f"combine-lab app: voila exited with status {code}", flush=True)
-    return 0 if code == 0 else 2
+    return serve(server, "app", "voila")
 
 
 def _positive(text: str) -> float:

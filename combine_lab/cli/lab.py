@@ -16,20 +16,27 @@ from ..lab.notebooks import KERNEL_NAME
 from ..lab.server import LabServer
 
 
-def _cmd_lab(args: argparse.Namespace) -> int:
-    server = LabServer.start(args.dir, port=args.port, timeout_s=args.start_timeout)
-    print(f"JupyterLab on {server.root_dir} with the {KERNEL_NAME} kernel:\n    {server.url}\nCtrl-C stops it.",
-          flush=True)
+def serve(server, command: str, what: str) -> int:
+    """Wait on a started ``server`` (LabServer or AppServer) until Ctrl-C, SIGTERM or its exit;
+    stop it and everything it started. Returns 0 (Ctrl-C), 143 (SIGTERM), or 2 when ``what``
+    (JupyterLab, voila) exited by itself with a non-zero status; ``command`` names the sub-command."""
     try:
         code = server.wait()
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated)
         server.stop()
         how = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
-        print(f"combine-lab lab: stopped ({how}); JupyterLab and its kernels are gone", flush=True)
+        print(f"combine-lab {command}: stopped ({how}); {what} and its kernels are gone", flush=True)
         return 143 if isinstance(e, Terminated) else 0
     server.stop()
-    print(f"combine-lab lab: JupyterLab exited with status {code}", flush=True)
+    print(f"combine-lab {command}: {what} exited with status {code}", flush=True)
     return 0 if code == 0 else 2
+
+
+def _cmd_lab(args: argparse.Namespace) -> int:
+    server = LabServer.start(args.dir, port=args.port, timeout_s=args.start_timeout)
+    print(f"JupyterLab on {server.root_dir} with the {KERNEL_NAME} kernel:\n    {server.url}\nCtrl-C stops it.",
+          flush=True)
+    return serve(server, "lab", "JupyterLab")
 
 
 def register(subparsers) -> argparse.ArgumentParser:

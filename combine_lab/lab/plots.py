@@ -70,7 +70,7 @@ def new_figure(width: float, height: float, dpi: int = 72) -> Figure:
     return fig
 
 
-def _plan_arrays(plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def plan_arrays(plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """bytes, token_count, sdma mask, each [pes, expert_per_pe, pes] = [d, local_expert, src_rank]."""
     shape = (plan.pes, plan.expert_per_pe, plan.pes)
     seg = plan.segments
@@ -118,7 +118,7 @@ def segment_map(plan, *, max_panels: int = MAX_PANELS, title: str | None = None,
     separated by white lines, MTE segments in blues and SDMA segments in reds (see
     :class:`SegmentMapView` to redraw it in place).
     """
-    nbytes, rows, sdma = _plan_arrays(plan)
+    nbytes, rows, sdma = plan_arrays(plan)
     pes, epp = plan.pes, plan.expert_per_pe
     div, unit = byte_unit(nbytes.max(initial=0.0))
     norm = _bytes_norm(nbytes / div)
@@ -199,7 +199,7 @@ class _StackedMap:
     def update(self, plan, title: str | None = None) -> Figure:
         """Redraw for ``plan`` (same pes and expert_per_pe); returns the Figure. Raises
         ParameterError for a plan of another shape."""
-        nbytes, _, sdma = _plan_arrays(plan)
+        nbytes, _, sdma = plan_arrays(plan)
         if nbytes.shape != (self.pes, self.epp, self.pes):
             raise ParameterError(f"plan has pes={plan.pes}, expert_per_pe={plan.expert_per_pe}; this map was built "
                              f"for pes={self.pes}, expert_per_pe={self.epp}")
@@ -252,7 +252,7 @@ def plane_bytes_plot(plan, dpi: int = 72) -> Figure:
     """
     t = plan.totals
     pes = plan.pes
-    nbytes, _, _ = _plan_arrays(plan)
+    nbytes, _, _ = plan_arrays(plan)
     remote = np.ones((pes, plan.expert_per_pe, pes), dtype=bool)
     remote[np.arange(pes), :, np.arange(pes)] = False
     largest = np.where(remote, nbytes, 0.0).reshape(pes, -1).max(axis=1)

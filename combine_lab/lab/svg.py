@@ -25,7 +25,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.ticker import LogLocator, MaxNLocator
 
-from .plots import EMPTY_COLOR, MAX_PANELS, PE_ROLE, SDMA_COLOR, byte_unit
+from .plots import EMPTY_COLOR, MAX_PANELS, PE_ROLE, SDMA_COLOR, byte_unit, plan_arrays
 
 __all__ = ["segment_map_svg", "plane_bytes_svg", "modelled_floors_svg", "png_rgb", "floor_text", "WIDTH"]
 
@@ -223,15 +223,6 @@ def _colorbar(cv: _Canvas, x, y, w, h, cmap_name: str, norm: _Norm, label: str, 
         cv.text(x + w + 6, ty + 4, _label(t), size=10.5)
 
 
-def _plan_arrays(plan):
-    shape = (plan.pes, plan.expert_per_pe, plan.pes)
-    seg = plan.segments
-    nbytes = seg["bytes"].to_numpy(dtype=np.float64).reshape(shape)
-    rows = seg["token_count"].to_numpy(dtype=np.int64).reshape(shape)
-    sdma = (seg["plane"].to_numpy() == "SDMA").reshape(shape)
-    return nbytes, rows, sdma
-
-
 def floor_text(n: int) -> str:
     """Bytes in the binary unit that suits them, shortest form: 2 MiB, 512 KiB, 1.5 MiB, 0 B."""
     div, unit = byte_unit(n)
@@ -247,7 +238,7 @@ def segment_map_svg(plan, dtype: str = "", width: int = WIDTH, max_panels: int =
     room, SDMA segments outlined in red, empty ones grey. More PEs: one image whose rows are
     (PE, local_expert), MTE segments in blues and SDMA segments in reds, PEs separated by white
     lines. ``dtype`` goes in the title."""
-    nbytes, rows, sdma = _plan_arrays(plan)
+    nbytes, rows, sdma = plan_arrays(plan)
     pes, epp = plan.pes, plan.expert_per_pe
     div, unit = byte_unit(nbytes.max(initial=0.0))
     scaled = nbytes / div
@@ -354,7 +345,7 @@ def plane_bytes_svg(plan, width: int = WIDTH) -> str:
     remote segment, its remote average (which a segment must strictly exceed) and the SDMA floor."""
     t = plan.totals
     pes = plan.pes
-    nbytes, _, _ = _plan_arrays(plan)
+    nbytes, _, _ = plan_arrays(plan)
     remote = np.ones((pes, plan.expert_per_pe, pes), dtype=bool)
     remote[np.arange(pes), :, np.arange(pes)] = False
     largest = np.where(remote, nbytes, 0.0).reshape(pes, -1).max(axis=1)
