@@ -80,6 +80,16 @@ def plan_arrays(plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return nbytes, rows, sdma
 
 
+def largest_remote_segment(plan) -> np.ndarray:
+    """float64 [pes]: each PE's largest remote segment in bytes (segments to src_rank != pe), the
+    point the rule's thresholds are drawn against (0 where a PE has no remote rows)."""
+    nbytes, _, _ = plan_arrays(plan)
+    pes = plan.pes
+    remote = np.ones((pes, plan.expert_per_pe, pes), dtype=bool)
+    remote[np.arange(pes), :, np.arange(pes)] = False
+    return np.where(remote, nbytes, 0.0).reshape(pes, -1).max(axis=1)
+
+
 def _cmap(name: str = "viridis"):
     import matplotlib
     return matplotlib.colormaps[name].with_extremes(bad=EMPTY_COLOR)  # bad = empty segments
@@ -252,10 +262,7 @@ def plane_bytes_plot(plan, dpi: int = 72) -> Figure:
     """
     t = plan.totals
     pes = plan.pes
-    nbytes, _, _ = plan_arrays(plan)
-    remote = np.ones((pes, plan.expert_per_pe, pes), dtype=bool)
-    remote[np.arange(pes), :, np.arange(pes)] = False
-    largest = np.where(remote, nbytes, 0.0).reshape(pes, -1).max(axis=1)
+    largest = largest_remote_segment(plan)
     fig = new_figure(11, 3.6, dpi)
     a1, a2 = fig.subplots(1, 2)
     x = np.arange(pes)

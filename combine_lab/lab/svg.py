@@ -25,7 +25,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.ticker import LogLocator, MaxNLocator
 
-from .plots import EMPTY_COLOR, MAX_PANELS, PE_ROLE, SDMA_COLOR, byte_unit, plan_arrays
+from .plots import EMPTY_COLOR, MAX_PANELS, PE_ROLE, SDMA_COLOR, byte_unit, largest_remote_segment, plan_arrays
 
 __all__ = ["segment_map_svg", "plane_bytes_svg", "modelled_floors_svg", "png_rgb", "floor_text", "WIDTH"]
 
@@ -345,10 +345,7 @@ def plane_bytes_svg(plan, width: int = WIDTH) -> str:
     remote segment, its remote average (which a segment must strictly exceed) and the SDMA floor."""
     t = plan.totals
     pes = plan.pes
-    nbytes, _, _ = plan_arrays(plan)
-    remote = np.ones((pes, plan.expert_per_pe, pes), dtype=bool)
-    remote[np.arange(pes), :, np.arange(pes)] = False
-    largest = np.where(remote, nbytes, 0.0).reshape(pes, -1).max(axis=1)
+    largest = largest_remote_segment(plan)
     mte = t["mte_bytes"].to_numpy(dtype=float)
     sd = t["sdma_bytes"].to_numpy(dtype=float)
     avg = t["remote_avg_segment_bytes"].to_numpy(dtype=float)
