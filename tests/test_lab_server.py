@@ -178,3 +178,30 @@ def test_app_cli_refuses_a_bad_cull_timeout(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["app", "--cull-idle-timeout", "0"])
     assert e.value.code == 2 and "must be > 0 seconds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["lab", "app"])
+@pytest.mark.parametrize("port", ["99999", "0", "-1", "http"])
+def test_a_port_outside_1_65535_is_refused_before_anything_starts(command, port, capsys):
+    """The field report: `combine-lab lab --port 99999` printed http://127.0.0.1:99999/... while
+    JupyterLab listened on 99999 mod 65536 = 34463."""
+    before = {p.pid for p in psutil.process_iter()}
+    with pytest.raises(SystemExit) as e:
+        cli.main([command, "--port", port])
+    assert e.value.code == 2
+    assert f"argument --port: '{port}': must be an int in 1-65535" in capsys.readouterr().err
+    assert not [p for p in psutil.process_iter() if p.pid not in before and "jupyter" in " ".join(p.cmdline())]
+
+
+def test_the_servers_refuse_a_bad_port_naming_it():
+    from combine_lab.errors import ParameterError
+    from combine_lab.lab.server import AppServer, LabServer, check_port
+
+    assert check_port(None) is None and check_port(1) == 1 and check_port(65535) == 65535
+    for bad in (65536, 0, True, 8888.0):
+        with pytest.raises(ParameterError, match=rf"port={bad!r}: must be an int in 1-65535"):
+            check_port(bad)
+    with pytest.raises(ParameterError, match="port=99999"):
+        LabServer.start(port=99999)
+    with pytest.raises(ParameterError, match="port=99999"):
+        AppServer.start(port=99999)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from ..lab.server import AppServer
-from .lab import serve
+from .lab import port_arg, serve
 
 
 def _cmd_app(args: argparse.Namespace) -> int:
@@ -35,7 +35,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``app`` sub-command; its handler returns 0 when stopped by Ctrl-C, 143 by SIGTERM,
     2 when voila cannot start (the message says why)."""
     p = subparsers.add_parser("app", help="the tuning app alone in the browser (voila; Ctrl-C stops it)")
-    p.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--port", type=port_arg, default=None, help="port on 127.0.0.1, 1-65535 (default: a free one)")
     p.add_argument("--cull-idle-timeout", type=_positive, default=60.0,
                    help="seconds after which the kernel of a page that went away is stopped (default 60)")
     p.add_argument("--cull-interval", type=_positive, default=15.0,

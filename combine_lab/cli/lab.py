@@ -11,9 +11,17 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import Terminated
+from ..errors import ParameterError, Terminated
 from ..lab.notebooks import KERNEL_NAME
-from ..lab.server import LabServer
+from ..lab.server import LabServer, check_port
+
+
+def port_arg(text: str) -> int:
+    """argparse type of ``--port``: an int in 1-65535 (lab.server.check_port)."""
+    try:
+        return check_port(int(text))
+    except (ValueError, ParameterError):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be an int in 1-65535") from None
 
 
 def serve(server, command: str, what: str) -> int:
@@ -43,7 +51,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``lab`` sub-command; its handler returns 0 when stopped by Ctrl-C, 143 by SIGTERM,
     2 when JupyterLab cannot start (the message says why)."""
     p = subparsers.add_parser("lab", help="JupyterLab on the lab notebooks with the lab's kernel (Ctrl-C stops it)")
-    p.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--port", type=port_arg, default=None, help="port on 127.0.0.1, 1-65535 (default: a free one)")
     p.add_argument("--dir", default=None, help="folder to serve (default: the notebooks folder)")
     p.add_argument("--start-timeout", type=float, default=120.0, help="seconds to wait for JupyterLab to answer")
     p.set_defaults(handler=_cmd_lab)

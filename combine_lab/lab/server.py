@@ -41,7 +41,7 @@ from pathlib import Path
 
 import psutil
 
-from ..errors import LabError
+from ..errors import LabError, ParameterError
 from ..run.launch import free_port
 from .notebooks import KERNEL_DISPLAY_NAME, KERNEL_NAME, notebook_dir, require_kernel
 
@@ -51,6 +51,17 @@ __all__ = ["LabServer", "lab_command", "AppServer", "app_command", "app_notebook
 APP_NOTEBOOK = "tuning_app.ipynb"
 #: The only JupyterLab extensions voila's page loads: the widgets.
 VOILA_EXTENSIONS = ("@jupyter-widgets/jupyterlab-manager", "@voila-dashboards/widgets-manager8")
+
+
+def check_port(port) -> int | None:
+    """``port`` as given to :meth:`LabServer.start` / :meth:`AppServer.start`: None (a free one) or
+    an int in 1-65535. Raises ParameterError naming the value (a port past 65535 would be taken
+    modulo 65536 by the server, and the URL printed would lead nowhere)."""
+    if port is None:
+        return None
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ParameterError(f"port={port!r}: must be an int in 1-65535 (or None for a free one)")
+    return port
 
 
 def lab_command(root_dir: Path, port: int, token: str, kernel_name: str = KERNEL_NAME) -> list[str]:
@@ -105,7 +116,7 @@ class LabServer:
             import jupyterlab  # noqa: F401
         except ImportError:
             raise LabError("JupyterLab is not installed: bash .ci/setup (or pip install -e '.[lab]')") from None
-        port = port or free_port()
+        port = check_port(port) or free_port()
         token = secrets.token_hex(24)
         # JupyterLab's messages go to ``log``, else to this process's stderr (fd 2), never to its stdout
         proc = subprocess.Popen(lab_command(root, port, token, kernel_name), stdin=subprocess.DEVNULL,
@@ -270,7 +281,7 @@ class AppServer(LabServer):
             raise LabError("voila is not installed: bash .ci/setup (or pip install -e '.[lab]')") from None
         folder = Path(tempfile.mkdtemp(prefix="combine_lab_app_"))
         notebook = app_notebook(folder, kernel_name)
-        port = port or free_port()
+        port = check_port(port) or free_port()
         token = secrets.token_hex(24)
         cmd = app_command(notebook, port, token, cull_idle_s=cull_idle_s, cull_interval_s=cull_interval_s)
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log if log is not None else 2, stderr=log,
