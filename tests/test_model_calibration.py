@@ -83,8 +83,46 @@ def test_a_parameter_the_data_cannot_see_is_reported_so():
     meas = synthetic(a2, 0.0, design=SMALL[:3])
     cal = calibrate(a2, meas, free=["mte_remote_GBps", "mte_put_us"])
     row = cal.params.set_index("name").loc["mte_remote_GBps"]
-    assert row["note"] == "no effect on these measurements" and not np.isfinite(row["std_err_pct"])
-    assert "n/a" in cal.report()
+    assert row["note"] == "no effect on these measurements: kept at its start value"
+    assert not np.isfinite(row["std_err_pct"]) and "n/a" in cal.report()
+    # the written model carries the start value, not one the optimiser wandered to
+    assert row["value"] == row["start"] == a2["mte_remote_GBps"] == cal.model["mte_remote_GBps"]
+
+
+def test_fewer_times_than_free_parameters_is_said_and_gives_no_confidence():
+    meas = synthetic(A3, 0.0, design=SMALL[:1])[:1]  # one measurement: PE 0 classic comm_only
+    cal = calibrate(A3, meas, free=["mte_put_us", "flag_latency_us", "quiet_us"], cores="max")
+    assert cal.warnings == ("underdetermined: 1 measured time(s) for 3 free parameters; the standard errors mean "
+                            "nothing. Calibrate from more cases (tiny, wide and skewed shapes) or fit fewer "
+                            "parameters (--free).",)
+    assert "WARNING: underdetermined: 1 measured time(s) for 3 free parameters" in cal.report()
+    assert not np.isfinite(cal.params["std_err_pct"]).any()
+    assert calibrate(A3, synthetic(A3, 0.0, design=SMALL[:3]), free=["mte_put_us"]).warnings == ()
+
+
+def test_the_routing_comes_from_the_runs_sidecar_and_a_contradiction_is_refused(tmp_path, capsys):
+    """The field report: calibrate remade a deepseek run's cases as uniform. A priced (or measured)
+    run leaves a sidecar naming its routing, seed and floor beside the CSVs; calibrate reads it."""
+    from combine_lab import cli
+
+    assert cli.main(["run", "-pes", "4", "-bs", "16", "-h", "256", "-topk", "2", "-expertPerPe", "2",
+                     "--routing", "zipf:1.5", "--seed", "7", "--min-sdma-bytes", "0", "--clock", "model:a3",
+                     "--perf", "--output-dir", str(tmp_path / "perf")]) == 0
+    folder = tmp_path / "perf-model-a3"
+    csv = folder / "combine_doubleplane_perf_rank0.csv"
+    meas = measurements_from_csvs([csv])
+    assert {(m.case.spec.routing, m.case.spec.seed, m.min_sdma_bytes) for m in meas} == {("zipf:1.5", 7, 0)}
+    want = make_case(CaseSpec(pes=4, bs=16, h=256, topk=2, expert_per_pe=2, routing="zipf:1.5", seed=7))
+    assert np.array_equal(meas[0].case.expert_ids, want.expert_ids)
+    side = folder / "combine_doubleplane_counters_shape_16_256_2_8_4.json"
+    with pytest.raises(ParameterError) as e:
+        measurements_from_csvs([csv], routing="uniform")
+    assert str(e.value) == (f"routing='uniform', but {side} says this run used routing='zipf:1.5': leave routing "
+                            "out (the sidecar is read) or give 'zipf:1.5'")
+    assert measurements_from_csvs([csv], routing="zipf:1.5", seed=7)[0].case.spec.routing == "zipf:1.5"
+    side.unlink()  # the reference's run script writes no sidecar: the recipe, or what is given
+    assert {m.case.spec.routing for m in measurements_from_csvs([csv])} == {"uniform"}
+    assert {m.min_sdma_bytes for m in measurements_from_csvs([csv])} == {2 << 20}
 
 
 def test_measurements_come_from_reference_format_csvs(tmp_path):

@@ -94,3 +94,25 @@ def test_calibrate_fits_a_model_file_to_modelled_csvs(tmp_path, capsys):
     fit = load_model(tmp_path / "fit.toml")
     assert fit["sdma_sqe_us"] == pytest.approx(0.91, rel=1e-4) and fit["mte_put_us"] == pytest.approx(1.0, rel=1e-4)
     assert "fitted parameters:" in out and f"model: {tmp_path / 'fit.toml'}" in out
+
+
+def test_a_long_curve_is_thinned_on_screen_and_whole_with_all(capsys):
+    """The field report: suggest on the 64-PE deepseek case printed about 520 rows."""
+    from combine_lab.model.suggest import suggest
+
+    case = make_case(CaseSpec(pes=16, bs=256, h=2048, topk=4, expert_per_pe=2, routing="zipf:1.2"))
+    s = suggest(case_rows(case, load_model("a2").soc), load_model("a2"))
+    n = len(s.curve)
+    assert n > 40
+    short = s.text(40).splitlines()
+    table = short[3:-2]  # caption, metric, header ... note, best
+    assert len(table) <= 40 and short[-2] == f"({len(table)} of {n} floors shown: the best, 2 MiB, never SDMA and an even spread; --all or --csv for every one)"
+    firsts = [ln.split()[0] for ln in table]
+    assert firsts[-1] == "never" and "2097152" in firsts and firsts[0] == str(int(s.curve["threshold_bytes"].iloc[0]))
+    best = s.best["threshold_bytes"]
+    assert ("never" if best == -1 else str(int(best))) in firsts
+    assert len(s.text(None).splitlines()) == 3 + n + 1
+    code, out, err = run_cli(["suggest", "-pes", "16", "-bs", "256", "-h", "2048", "-topk", "4", "-expertPerPe", "2",
+                              "--routing", "zipf:1.2", "--model", "a2", "--all"], capsys)
+    assert code == 0, err
+    assert len(out.splitlines()) == 1 + 3 + n + 1  # the case line, then the whole curve

@@ -1,7 +1,7 @@
 """``combine-lab calibrate``: fit a timing model's assumed parameters to measured perf CSVs.
 
     combine-lab calibrate output/perf/*_perf_rank*.csv --model a3 --out params.toml \\
-        [--routing uniform] [--seed 42] [--min-sdma-bytes 2097152] [--free a,b] [--cores all|max]
+        [--routing R] [--seed N] [--min-sdma-bytes B] [--free a,b] [--cores all|max]
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import argparse
 from ..model.calibrate import calibrate, measurements_from_csvs
 from ..model.params import load_model
 from ..params import as_list
-from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 
 
 def _calibrate(a: argparse.Namespace) -> int:
@@ -32,14 +31,14 @@ def register(sub) -> None:
                        description="Fit the assumed parameters of a timing model (data/npu_models) to perf CSVs in "
                                    "the reference format (combine-facts section 8), per-rank files of ours or of the "
                                    "reference's run script. The CSVs do not say the routing: it is the reference's "
-                                   "uniform recipe unless --routing says otherwise.")
+                                   "uniform recipe unless the lab's sidecar beside a CSV (combine[_doubleplane]_counters_<case>.json) or --routing says otherwise.")
     p.add_argument("csv", nargs="+", help="per-rank perf CSVs (combine[_doubleplane]_perf_rank<r>.csv)")
     p.add_argument("--model", default="a3", help="the model to start from: a2, a3, host, or a .toml file")
     p.add_argument("--out", default=None, help="write the fitted model here (.toml)")
-    p.add_argument("--routing", default="uniform", help="routing of every case in the CSVs (default uniform)")
-    p.add_argument("--seed", type=int, default=42, help="case seed (default 42, the reference's)")
-    p.add_argument("--min-sdma-bytes", type=int, default=DEFAULT_MIN_SDMA_BYTES,
-                   help="the SDMA floor the doubleplane runs used, bytes (default 2 MiB)")
+    p.add_argument("--routing", default=None, help="routing of the cases (default: each run's sidecar beside its CSV, else uniform, the reference's recipe)")
+    p.add_argument("--seed", type=int, default=None, help="case seed (default: the sidecar's, else 42, the reference's)")
+    p.add_argument("--min-sdma-bytes", type=int, default=None,
+                   help="the SDMA floor the doubleplane runs used, bytes (default: the sidecar's, else 2 MiB)")
     p.add_argument("--free", nargs="+", default=None, help="parameters to fit (default: the model's assumed ones)")
     p.add_argument("--cores", choices=["all", "max"], default="all",
                    help="fit every core's time (all) or each row's CoreMaxTime (max: for a host whose cores are "

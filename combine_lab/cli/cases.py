@@ -328,18 +328,25 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     return 0 if bad == 0 else 1
 
 
+def _paths_line(paths: list[Path], folder: Path, most: int = 4) -> str:
+    """Up to ``most`` paths in full; more as the folder, the count and the first and last name
+    (a 64-PE run writes 64 rank files, and a line of 64 paths hides the rest of the output)."""
+    if len(paths) <= most:
+        return ", ".join(str(p) for p in paths)
+    return f"{len(paths)} files in {folder}/ ({paths[0].name} ... {paths[-1].name})"
+
+
 def _finish_perf(folder: Path, variant: str, case_ids: list[str], summary: bool, analyse: str | None,
                  note: str = "") -> None:
     """After a perf run of ``variant``: the summary CSV (``--prof-pe all``), the ``-a`` analysis,
     and one line per kind of file written in ``folder``; ``note`` titles modelled figures."""
     ranks = rank_files(folder, variant)
-    print("perf CSV: " + ", ".join(str(p) for p in ranks))
+    print("perf CSV: " + _paths_line(ranks, folder))
     if summary and ranks:
         path = folder / perf_summary_name(variant)
         write_summary_csv(ranks, path)
         print(f"perf summary: {path}")
-    if not note:
-        print("sidecars: " + ", ".join(str(folder / counters_name(variant, c)) for c in dict.fromkeys(case_ids)))
+    print("sidecars: " + _paths_line([folder / counters_name(variant, c) for c in dict.fromkeys(case_ids)], folder))
     if analyse == "plot":
         from ..results.analysis import write_figures
         print("figures: " + ", ".join(str(p) for p in write_figures(folder, variant, note)))
@@ -354,7 +361,7 @@ def _run_modelled(a: argparse.Namespace, variants: list[str], specs: list[CaseSp
     perf CSVs (and summary, -a) in the reference format under ``<output-dir>-model-<name>``."""
     from ..case.case import make_case
     from ..model.modelled import model_case
-    from ..run.outputs import perf_csv_name, write_perf_csv, read_perf_csv
+    from ..run.outputs import counters_name, perf_csv_name, read_perf_csv, write_perf_csv, write_sidecar
 
     for flag, given in (("--chaos", a.chaos is not None), ("--baseline", bool(getattr(a, "baseline", None)))):
         if given:
@@ -377,6 +384,7 @@ def _run_modelled(a: argparse.Namespace, variants: list[str], specs: list[CaseSp
                     old = read_perf_csv(path) if path.is_file() else None
                     new = res.perf_rows(pe)
                     write_perf_csv(new if old is None else pd.concat([old, new], ignore_index=True), path)
+                write_sidecar(folders[variant] / counters_name(variant, spec.case_id), _modelled_sidecar(res, a))
     print(model.caption())
     print(table_text(rows))
     if a.perf:
@@ -384,6 +392,21 @@ def _run_modelled(a: argparse.Namespace, variants: list[str], specs: list[CaseSp
             _finish_perf(folders[variant], variant, [s.case_id for s in specs], prof_pe == "all", a.analyse,
                          model.caption())
     return 0
+
+
+def _modelled_sidecar(res, a: argparse.Namespace) -> dict:
+    """The sidecar of a priced case: how it was priced (routing, seed, SDMA floor: what calibrate
+    reads back), check ``MODEL``; nothing ran, so no counters, violations or launches."""
+    spec = res.case.spec
+    totals = res.plan.totals
+    return {"case_id": spec.case_id, "variant": res.variant, "routing": spec.routing, "dtype": spec.dtype,
+            "seed": int(spec.seed), "target": f"model:{res.model.name}", "min_sdma_bytes": int(res.min_sdma_bytes),
+            "warmup": int(a.warmup), "loops": int(a.loops), "launches": 0, "prof_pes": list(res.prof_pes),
+            "check": "MODEL", "counters_ok": None, "counter_mismatches": [], "violations": 0,
+            "violation_examples": [],
+            "planned": [{"pe": int(pe), **{k: int(r[k]) for k in ("mte_rows", "mte_bytes", "sdma_rows", "sdma_bytes")}}
+                        for pe, r in totals.iterrows()],
+            "counted": [], "ranks": []}
 
 
 def _baseline_row(prepared, a: argparse.Namespace) -> ResultRow:

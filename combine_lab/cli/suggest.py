@@ -1,7 +1,7 @@
 """``combine-lab suggest``: the modelled time at every SDMA floor where the plan changes, and the best.
 
     combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 8 -type float16_t --routing deepseek \\
-        [--model a3] [--metric comm_only|full_op] [--what-if segment-sdma] [--csv curve.csv]
+        [--model a3] [--metric comm_only|full_op] [--what-if segment-sdma] [--csv curve.csv] [--all]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _suggest(a: argparse.Namespace) -> int:
     case = make_case(specs[0])
     s = suggest(case_rows(case, model.soc), model, a.metric, WHAT_IF.get(a.what_if))
     print(f"case: {specs[0].case_id} routing {specs[0].routing}")
-    print(s.text())
+    print(s.text(None if a.all else 40))
     if a.csv:
         s.curve.to_csv(a.csv, index=False)
         print(f"curve CSV: {a.csv}")
@@ -46,6 +46,8 @@ def register(sub) -> None:
                    help="the slowest PE's CoreMaxTime of this metric (default comm_only)")
     m.add_argument("--what-if", choices=sorted(WHAT_IF), default=None,
                    help="segment-sdma: also price SDMA calls per segment (one SQE per MiB) instead of per row")
-    m.add_argument("--csv", default=None, help="also write the curve to this CSV")
+    m.add_argument("--csv", default=None, help="also write the curve to this CSV (every floor)")
+    m.add_argument("--all", action="store_true", help="print every floor (default: at most 40, evenly spread, "
+                                                       "with the best, 2 MiB and never SDMA)")
     p.add_argument("--help", action="help", help="show this help and exit")
     p.set_defaults(handler=_suggest, work_dir=None, target="cpu", perf=False, fnpu=0, ipport=None)

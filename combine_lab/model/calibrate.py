@@ -24,7 +24,7 @@ from ..case.case import Case, make_case
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
-from ..run.outputs import read_perf_csv
+from ..run.outputs import counters_name, read_perf_csv, read_sidecar
 from .params import NpuModel
 from .replay import replay
 from .stream import CaseRows, case_rows
@@ -59,18 +59,34 @@ def variant_of_csv(path: str | Path) -> str:
                          "or their _summary.csv)")
 
 
-def measurements_from_csvs(paths: list[str | Path], routing: str = "uniform", seed: int = 42,
-                           min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> list[Measurement]:
-    """One :class:`Measurement` per (row) of the perf CSVs at ``paths``; cases are remade from
-    their shape with ``routing`` and ``seed`` (the reference's recipe: uniform, 42).
+def _how_it_ran(path: Path, variant: str, case_id: str) -> dict | None:
+    """routing, seed and min_sdma_bytes from the lab's sidecar beside a perf CSV (our runs write
+    one per case: run/outputs.py), or None where there is none (the reference's run script)."""
+    side = path.parent / counters_name(variant, case_id)
+    if not side.is_file():
+        return None
+    data = read_sidecar(side)
+    return {"routing": str(data["routing"]), "seed": int(data["seed"]), "min_sdma_bytes": int(data["min_sdma_bytes"]),
+            "file": side}
+
+
+def measurements_from_csvs(paths: list[str | Path], routing: str | None = None, seed: int | None = None,
+                           min_sdma_bytes: int | None = None) -> list[Measurement]:
+    """One :class:`Measurement` per row of the perf CSVs at ``paths``; each case is remade from its
+    shape with the routing, seed and SDMA floor it ran with. The CSV format has no column for them
+    (combine-facts section 8): they come from the lab's sidecar beside the CSV where there is one,
+    else from the arguments, else the reference's recipe (uniform, seed 42, 2 MiB).
 
     Raises:
         ParameterError: a file name that is not a perf CSV, a dtype other than int32_t /
-            float16_t, or a summary row (ProfPe 'max') whose PE is unknown.
-        ResultFileError: a file that is not a perf CSV (read_perf_csv).
+            float16_t, a summary row (ProfPe 'max'), or a routing / seed / min_sdma_bytes given
+            that contradicts the sidecar of the run (naming both).
+        ResultFileError: a file that is not a perf CSV (read_perf_csv), or a broken sidecar.
     """
+    given = {"routing": routing, "seed": seed, "min_sdma_bytes": min_sdma_bytes}
+    default = {"routing": "uniform", "seed": 42, "min_sdma_bytes": DEFAULT_MIN_SDMA_BYTES}
     out, cases = [], {}
-    for path in paths:
+    for path in map(Path, paths):
         variant = variant_of_csv(path)
         df = read_perf_csv(path)
         for i, r in df.iterrows():
@@ -82,14 +98,22 @@ def measurements_from_csvs(paths: list[str | Path], routing: str = "uniform", se
             except (TypeError, ValueError):
                 raise ParameterError(f"{path}: row {i}: ProfPe={r['ProfPe']!r}: calibrate from per-rank files "
                                      "(combine_*perf_rank<r>.csv), not summaries") from None
-            key = (int(r["Npus"]), int(r["BS"]), int(r["H"]), int(r["TopK"]), int(r["ExpertPerPe"]), dtype)
+            pes, bs, h, topk, epp = (int(r[k]) for k in ("Npus", "BS", "H", "TopK", "ExpertPerPe"))
+            case_id = f"shape_{bs}_{h}_{topk}_{pes * epp}_{pes}"
+            ran = _how_it_ran(path, variant, case_id)
+            how = dict(default)
+            for k, v in given.items():
+                if ran is not None and v is not None and v != ran[k]:
+                    raise ParameterError(f"{k}={v!r}, but {ran['file']} says this run used {k}={ran[k]!r}: "
+                                         f"leave {k} out (the sidecar is read) or give {ran[k]!r}")
+                how[k] = ran[k] if ran is not None else (v if v is not None else default[k])
+            key = (pes, bs, h, topk, epp, dtype, how["routing"], how["seed"])
             if key not in cases:
-                pes, bs, h, topk, epp, dt = key
-                cases[key] = make_case(CaseSpec(pes=pes, bs=bs, h=h, topk=topk, expert_per_pe=epp, dtype=dt,
-                                                routing=routing, seed=seed))
+                cases[key] = make_case(CaseSpec(pes=pes, bs=bs, h=h, topk=topk, expert_per_pe=epp, dtype=dtype,
+                                                routing=how["routing"], seed=how["seed"]))
             times = np.asarray(r["core_times_us"], dtype=np.float64)
-            out.append(Measurement(cases[key], variant, str(r["Metric"]), pe, times, min_sdma_bytes,
-                                   f"{Path(path).name}:{i}"))
+            out.append(Measurement(cases[key], variant, str(r["Metric"]), pe, times, how["min_sdma_bytes"],
+                                   f"{path.name}:{i}"))
     return out
 
 
@@ -103,6 +127,7 @@ class Calibration:
     params: pd.DataFrame
     cases: pd.DataFrame
     cost: float
+    warnings: tuple[str, ...] = ()
 
     def report(self) -> str:
         """The fit as text: one line per parameter, then per measurement."""
@@ -110,7 +135,8 @@ class Calibration:
                                                            "std_err_pct": lambda v: "n/a" if not np.isfinite(v)
                                                            else f"{v:.2f}"})
         c = self.cases.to_string(index=False, float_format=lambda v: f"{v:.3f}")
-        return f"{self.model.caption()}\n\nfitted parameters:\n{p}\n\nper measurement:\n{c}"
+        warn = "".join(f"\nWARNING: {w}" for w in self.warnings)
+        return f"{self.model.caption()}{warn}\n\nfitted parameters:\n{p}\n\nper measurement:\n{c}"
 
 
 def _pairs(model: NpuModel, rows: dict[int, CaseRows], meas: list[Measurement], cores: str = "all"):
@@ -174,21 +200,42 @@ def calibrate(model: NpuModel, meas: list[Measurement], free: list[str] | None =
         return np.concatenate([np.log(p / np.maximum(g, 1e-9)) for p, g in _pairs(mod, rows, meas, cores)])
 
     fit = least_squares(residuals, np.array(x0), bounds=(np.array(lo), np.array(hi)), x_scale="jac", method="trf")
-    fitted = model.with_values(**{f: math.exp(v) for f, v in zip(free, fit.x)})
-    dof = max(len(fit.fun) - len(free), 1)
-    s2 = float(fit.fun @ fit.fun) / dof
+    x = np.array(fit.x)
+    # A parameter these measurements do not depend on at the fit (its column of the Jacobian is
+    # zero: e.g. a rate above a bandwidth that caps it) has no confidence at all. It goes back to
+    # its start value where that leaves the fit as good: the data say nothing about it, so the
+    # written model must not carry a value the optimiser wandered to.
+    blind = np.linalg.norm(fit.jac, axis=0) < 1e-9 * max(float(np.linalg.norm(fit.jac)), 1e-300)
+    kept = np.zeros(len(free), dtype=bool)
+    cost = float(fit.fun @ fit.fun)
+    for j in np.flatnonzero(blind):
+        trial = x.copy()
+        trial[j] = x0[j]
+        r = residuals(trial)
+        if float(r @ r) <= cost * (1 + 1e-9) + 1e-300:
+            x, kept[j] = trial, True
+    fitted = model.with_values(**{f: math.exp(v) for f, v in zip(free, x)})
+    n_res = len(fit.fun)
+    warnings = []
+    if n_res <= len(free):
+        warnings.append(f"underdetermined: {n_res} measured time(s) for {len(free)} free parameters; the standard "
+                        "errors mean nothing. Calibrate from more cases (tiny, wide and skewed shapes) or fit fewer "
+                        "parameters (--free).")
+    dof = max(n_res - len(free), 1)
+    s2 = cost / dof
     try:
         cov = np.linalg.pinv(fit.jac.T @ fit.jac) * s2
         std = np.sqrt(np.clip(np.diag(cov), 0, None))  # in log units: relative error
     except np.linalg.LinAlgError:
         std = np.full(len(free), np.nan)
-    # A parameter these measurements do not depend on (its column of the Jacobian is zero: e.g. a
-    # rate above a bandwidth that caps it) has no confidence at all, whatever the algebra says.
-    blind = np.linalg.norm(fit.jac, axis=0) < 1e-9 * max(float(np.linalg.norm(fit.jac)), 1e-300)
     std = np.where(blind, np.inf, std)
+    if n_res <= len(free):
+        std = np.full(len(free), np.inf)
+    notes = ["no effect on these measurements: kept at its start value" if k
+             else "no effect at the fitted value (bounded by the data from one side only)" if b else ""
+             for b, k in zip(blind, kept)]
     params = pd.DataFrame({"name": free, "start": [model[f] for f in free], "value": [fitted[f] for f in free],
-                           "unit": [model.params[f].unit for f in free], "std_err_pct": 100 * std,
-                           "note": ["no effect on these measurements" if b else "" for b in blind]})
+                           "unit": [model.params[f].unit for f in free], "std_err_pct": 100 * std, "note": notes})
     recs = []
     for (p, g), m in zip(_pairs(fitted, rows, meas, cores), meas):
         mx, px = float(np.max(g, initial=0.0)), float(np.max(p, initial=0.0))
@@ -196,4 +243,4 @@ def calibrate(model: NpuModel, meas: list[Measurement], free: list[str] | None =
         recs.append({"source": m.source, "case_id": m.case.spec.case_id, "variant": m.variant, "metric": m.metric,
                      "pe": m.pe, "measured_us": mx, "modelled_us": px, "error_pct": 100 * (px - mx) / max(mx, 1e-9),
                      "rms_core_error_pct": 100 * float(np.sqrt(np.mean(core_err ** 2))) if len(core_err) else 0.0})
-    return Calibration(fitted, params, pd.DataFrame(recs), float(fit.cost))
+    return Calibration(fitted, params, pd.DataFrame(recs), cost / 2, tuple(warnings))

@@ -40,16 +40,27 @@ class Suggestion:
     metric: str
     caption: str
 
-    def text(self) -> str:
-        """The curve and the suggestion, for the terminal."""
+    def text(self, most: int | None = 40) -> str:
+        """The curve and the suggestion, for the terminal. With more than ``most`` floors (None:
+        no limit) the table shows ``most`` of them, evenly spread, always with the best floor, 2 MiB
+        and never SDMA, and says how many it left out."""
         shown = self.curve.copy()
         shown["threshold"] = [("never SDMA" if t == NEVER else f"{t}") for t in shown["threshold_bytes"]]
         cols = ["threshold", "sdma_segments", "sdma_bytes", "modelled_us", "speedup"] + \
             [c for c in shown.columns if c.endswith("_us") and c not in ("modelled_us",)]
+        note = ""
+        if most is not None and len(shown) > most:
+            n = len(shown)
+            keep = set(np.linspace(0, n - 1, max(most - 3, 2)).round().astype(int).tolist())
+            keep |= {int(np.flatnonzero(shown["threshold_bytes"].to_numpy() == t)[0])
+                     for t in (self.best["threshold_bytes"], DEFAULT_MIN_SDMA_BYTES, NEVER)
+                     if (shown["threshold_bytes"] == t).any()}
+            shown = shown.iloc[sorted(keep)]
+            note = f"\n({len(shown)} of {n} floors shown: the best, 2 MiB, never SDMA and an even spread; --all or --csv for every one)"
         table = shown[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")
         b = self.best
         pick = "never SDMA (classic)" if b["threshold_bytes"] == NEVER else f"min_sdma_bytes={int(b['threshold_bytes'])}"
-        return (f"{self.caption}\nmetric: {self.metric} (the slowest PE's CoreMaxTime/us)\n{table}\n"
+        return (f"{self.caption}\nmetric: {self.metric} (the slowest PE's CoreMaxTime/us)\n{table}{note}\n"
                 f"best: {pick}: {b['modelled_us']:.3f} us, {b['speedup']:.3f}x classic")
 
 
