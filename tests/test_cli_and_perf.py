@@ -533,3 +533,17 @@ def test_notebooks_only_counts_the_figures_it_made(tmp_path, capsys, monkeypatch
     code, stdout, err = run_cli(["notebooks", "--only", "sweep", "--out", str(out)], capsys)
     assert code == 0, err
     assert stdout.splitlines()[-1] == f"executed notebooks, 2 figures (PNG) and records in {out}"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-type", "float32"], "-type: dtype='float32': must be one of 'int32_t', 'float16_t'"),
+    (["--timeout", "0"], "--timeout: timeout_s=0.0: must be > 0 seconds"),
+    (["--masked-fraction", "2"], "--masked-fraction: masked_fraction=2.0: must be a number in [0, 1]"),
+    (["--min-sdma-bytes", "-1"], "--min-sdma-bytes: min_sdma_bytes=-1: must be an int >= 0"),
+    (["-pes", "0"], "-pes: pes=0: must be an int >= 1"),
+])
+def test_a_refusal_names_the_flag_the_user_typed(args, message, capsys):
+    """The field report: errors named the Python parameter (dtype=...) of a flag typed as -type."""
+    code = cli.main(["run", "-bs", "8", "-h", "64", *args])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == f"combine-lab: error: {message}"

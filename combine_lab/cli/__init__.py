@@ -68,6 +68,21 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+#: The command-line flag of each case or run parameter whose name differs from it: a refusal
+#: raised by the Python API ("dtype='float32': ...") reads "-type: dtype='float32': ..." here.
+FLAG_OF = {"dtype": "-type", "pes": "-pes", "bs": "-bs", "h": "-h", "topk": "-topk", "expert_per_pe": "-expertPerPe",
+           "masked_fraction": "--masked-fraction", "min_sdma_bytes": "--min-sdma-bytes", "timeout_s": "--timeout",
+           "warmup": "--warmup", "loops": "--loops", "prof_pe": "--prof-pe", "chaos_seed": "--chaos",
+           "seed": "--seed", "routing": "--routing", "fnpu": "-fnpu", "gnpus": "-gnpus", "fpe": "-fpe"}
+
+
+def _with_flag(message: str) -> str:
+    """``message`` with the flag named first where it starts with a parameter's Python name."""
+    name = message.split("=", 1)[0]
+    flag = FLAG_OF.get(name)
+    return f"{flag}: {message}" if flag and "=" in message else message
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 1 a check failed, 2 bad input or failed run,
     130 Ctrl-C, 143 SIGTERM: both after stopping every PE and removing what the run made)."""
@@ -85,7 +100,7 @@ def _handle(args: argparse.Namespace) -> int:
         return args.handler(args)
     except (SpecError, ParameterError, CaseFileError, CapacityError, LabError, ResultFileError, BuildError,
             LaunchError) as e:
-        print(f"combine-lab: error: {e}", file=sys.stderr)
+        print(f"combine-lab: error: {_with_flag(str(e))}", file=sys.stderr)
         return 2
     except MemoryError as e:
         print(f"combine-lab: error: out of memory making or reading the case ({e}); use a smaller shape",
