@@ -611,7 +611,9 @@ record["skewed_busiest_core_mte_bytes"] = worst
 # Both variants on the twin: x_out checked on every PE, counters against the plan, then
 # `skew_repeats` runs of both for the times with their spread: median [first-third quartile] of
 # the slowest PE, and the speed-up classic / doubleplane of each repeat (above 1: doubleplane
-# faster). The times are the twin's, measured: CPU threads, as section 7 says.
+# faster), summarized by its median: the median of the per-repeat speed-ups, not the ratio of the
+# median times, which can differ (the cell says by how much). The times are the twin's, measured:
+# CPU threads, as section 7 says.
 
 # %%
 runs2 = compare(case2, warmup=warmup, loops=loops, prof_pe="all")
@@ -629,6 +631,13 @@ print(f"{os.cpu_count()} CPUs here run {skew_pes} PE processes, each with {skew_
       "copy-engine (SDMA) thread")
 record["skewed_speedup"] = {k: spread[f"comm_only_{k}"].iloc[0] for k in ("speedup", "speedup_lo", "speedup_hi",
                                                                              "verdict")}
+ratio_of_medians = spread["comm_only_classic_us"].iloc[0] / spread["comm_only_doubleplane_us"].iloc[0]
+print(f"The speed-up column is the median over the {int(spread['repeats'].iloc[0])} repeats of each repeat's own "
+      f"classic / doubleplane ({spread['comm_only_speedup'].iloc[0]:.2f}), the lab's one convention "
+      "(combine_lab.results.tables); it is not the ratio of the two median times "
+      f"({spread['comm_only_classic_us'].iloc[0]:.0f} / {spread['comm_only_doubleplane_us'].iloc[0]:.0f} us = "
+      f"{ratio_of_medians:.2f}): a ratio per repeat compares two runs made side by side, and its median can "
+      "differ from the ratio of medians, which may take each median from a different repeat.")
 record["sections"].append("skewed")
 
 # %% [markdown]
@@ -679,9 +688,7 @@ assert np.allclose(seg["mte_formula_us"], seg["mte_replay_us"]) and np.allclose(
 plots.show(plots.segment_crossover(seg, machine.caption(), floor=DEFAULT_MIN_SDMA_BYTES), out,
            "01_segment_crossover")
 first_sdma = seg.loc[seg["faster"] == "SDMA", "rows"]
-print(f"{machine.caption()}:\none segment alone goes faster by SDMA from "
-      + (f"{int(first_sdma.iloc[0])} rows ({int(first_sdma.iloc[0]) * spec2.row_bytes:,} B)" if len(first_sdma)
-         else "no size up to 255 rows"))
+print(f"{machine.caption()}:\n" + teach.crossover_text(seg, machine, spec2.row_bytes))
 
 # %% [markdown]
 # ### The skewed case
@@ -730,22 +737,28 @@ for name in curves:
     for variant in ("classic", "doubleplane"):
         t = replay(r, r.sdma(variant, DEFAULT_MIN_SDMA_BYTES), m)
         for pe in range(spec2.pes):
-            per_core.append({"machine": name, "variant": variant, "PE": pe,
-                             **{f"core {c} (to PE {c}{', local' if c == pe else ''}) us": round(float(v), 1)
-                                for c, v in enumerate(t.comm_only[pe])}})
+            per_core += [{"machine": name, "PE": pe, "core": c,
+                          "sends to": f"PE {c} (local)" if c == pe else f"PE {c} (remote)",
+                          "variant": variant, "us": round(float(v), 1)} for c, v in enumerate(t.comm_only[pe])]
         pe, core = (int(i) for i in np.unravel_index(np.argmax(t.comm_only), t.comm_only.shape))
         slowest[f"{name} {variant}"] = "local" if pe == core else "remote"
         print(f"{name}, {variant}: the slowest core is core {core} of PE {pe} ("
               + (f"local: its rows stay on PE {pe}" if pe == core else f"remote: it sends to PE {core}")
               + f"), modelled comm_only {float(t.comm_only.max()):.1f} us")
-display(pd.DataFrame(per_core).set_index(["machine", "variant", "PE"]))
+# one row per core, one column per variant: every core of every PE has both (no empty cells)
+per_core_table = pd.DataFrame(per_core).pivot(index=["machine", "PE", "core", "sends to"], columns="variant",
+                                               values="us")
+per_core_table.columns = [f"{v} comm_only (us, modelled)" for v in per_core_table.columns]
+assert not per_core_table.isna().any().any()
+display(per_core_table)
 print("modelled, not measured:", "; ".join(load_model(n).caption() for n in curves))
 record["modelled"]["slowest_core"] = slowest
 
 # %% [markdown]
 # **Where the crossover comes from.** Alone, a segment goes faster by SDMA only where the engine's
-# cost per row (its descriptors plus the bytes) beats the core's own `max(a, b)`; the table of
-# one segment above says from which size, if any, on this machine. In a whole case that is not
+# cost per row (its descriptors plus the bytes) beats the core's own `max(a, b)`; the line under
+# the one-segment figure says from which size on this machine, or that there is no crossover at
+# all and why (when the engine's cost per row, descriptors included, is above MTE's). In a whole case that is not
 # the question: `comm_only` is the slowest core's stage 1, and SDMA pays when it takes enough
 # bytes off *that* core while the engine copies them beside it. The lines above say which core
 # that is. With this notebook's parameters: where links are slow (a2), it is a remote core, driving

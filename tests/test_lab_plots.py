@@ -189,3 +189,31 @@ def test_core_timeline_draws_both_frames_over_one_cores_operations():
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend[0] == "SDMA put (no wait)" and legend[-1] == "core barrier (SyncAll)" and "SDMA quiet" in legend
     assert fig._suptitle.get_text() == "PE 0, core 1" and fig.axes[0].get_xlabel()
+
+
+def test_modelled_byte_axes_read_plain_byte_values_and_keep_the_legend_inside():
+    from combine_lab.lab import teach
+    from combine_lab.model.params import load_model
+    from combine_lab.model.stream import case_rows
+    from combine_lab.model.suggest import suggest
+    assert [plots.byte_label(v) for v in (512, 256 << 10, 1 << 20, 3 << 19, 2 << 20)] == \
+        ["512 B", "256 KiB", "1 MiB", "1.5 MiB", "2 MiB"]
+    m = load_model("a2")
+    case = make_case(CaseSpec(pes=2, bs=64, h=16384, topk=2, expert_per_pe=2, routing="hot-expert:0.5"))
+    s = suggest(case_rows(case, m.soc), m, what_if="segment")
+    seg = teach.one_segment(m, [1, 8, 64, 255], h=16384, itemsize=4)
+    for fig in (plots.modelled_floors(s.curve, s.caption, floor=2 << 20, what_if="segment"),
+                plots.segment_crossover(seg, m.caption(), floor=2 << 20)):
+        ax = fig.axes[0]
+        fig.canvas.draw()
+        labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        assert labels and all(l.endswith(("B", "KiB", "MiB", "GiB")) and "10" not in l.replace("10 ", "")
+                              for l in labels), labels
+        assert not ax.xaxis.get_minor_locator()()  # no minor ticks, so no "2x10^0" labels
+        box = ax.get_legend().get_window_extent()
+        page = fig.bbox
+        assert box.x0 >= page.x0 and box.x1 <= page.x1 and box.y0 >= page.y0, (box, page)
+    labels = [t.get_text() for t in plots.modelled_floors(s.curve, s.caption, floor=2 << 20).axes[0].get_xticklabels()]
+    assert "2 MiB" in labels and "4 MiB" in labels
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "no crossover: MTE is faster at every size shown" in legend

@@ -129,3 +129,24 @@ def test_bad_input_is_refused_naming_the_parameter():
         teach.unsent_slot_wait(case, src_rank=0, token=4, k=0)
     with pytest.raises(ParameterError, match="wait_s=0: must be > 0 seconds"):
         teach.unsent_slot_wait(case, src_rank=0, token=0, k=0, wait_s=0)
+
+
+def test_crossover_text_says_when_there_is_none_and_why():
+    from combine_lab.model.params import load_model
+    a2, a3 = load_model("a2"), load_model("a3")
+    sizes = [1, 2, 4, 8, 16, 32, 64, 128, 255]
+    seg = teach.one_segment(a2, sizes, h=16384, itemsize=4)
+    assert (seg["faster"] == "MTE").all()
+    c = teach.segment_per_row(a2, 65536)
+    # the formula's own per-row step: SDMA's engine cost per row is above MTE's max(a, b)
+    step = seg.set_index("rows")
+    assert np.isclose(step.loc[2, "mte_formula_us"] - step.loc[1, "mte_formula_us"], c["mte"] + a2["flag_us"])
+    assert np.isclose(step.loc[2, "sdma_formula_us"] - step.loc[1, "sdma_formula_us"], c["sdma"] + a2["flag_us"])
+    assert c["sdma"] > c["mte"] and c["sdma_bound"] == "engine service"
+    text = teach.crossover_text(seg, a2, 65536)
+    assert text.startswith("No crossover on this machine") and "SDMA never wins on its own" in text
+    assert f"{c['sdma']:.2f} us" in text and f"{c['mte']:.2f} us" in text and "from no size" not in text
+    seg3 = teach.one_segment(a3, sizes, h=7168, itemsize=2)
+    text3 = teach.crossover_text(seg3, a3, 14336)
+    first = int(seg3.loc[seg3["faster"] == "SDMA", "rows"].iloc[0])
+    assert first == 8 and text3.startswith("Crossover at 8 rows (114,688 B)")

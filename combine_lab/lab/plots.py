@@ -24,12 +24,12 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from matplotlib.collections import PatchCollection
 
 from ..errors import ParameterError
 
-__all__ = ["byte_unit", "new_figure", "segment_map", "SegmentMapView", "plane_bytes_plot", "compare_per_pe", "history_plot",
+__all__ = ["byte_unit", "byte_label", "new_figure", "segment_map", "SegmentMapView", "plane_bytes_plot", "compare_per_pe", "history_plot",
            "sweep_heatmaps", "sdma_share_plot", "figure_png", "figure_svg", "save_figure", "show", "SDMA_COLOR",
            "VARIANT_COLORS", "EMPTY_COLOR", "PE_ROLE", "NO_SDMA_NOTE", "core_timeline", "segment_crossover",
            "modelled_floors", "what_if_saving"]
@@ -61,6 +61,27 @@ def byte_unit(max_bytes: float) -> tuple[float, str]:
         if max_bytes >= div:
             return float(div), unit
     return 1.0, "B"
+
+
+def byte_label(n: float) -> str:
+    """``n`` bytes as a plain label in the binary unit that suits it: "512 B", "256 KiB", "1 MiB",
+    "1.5 MiB" (at most 3 significant digits, no scientific notation)."""
+    div, unit = byte_unit(abs(float(n)))
+    return f"{float(n) / div:.3g} {unit}"
+
+
+def _byte_log_axis(ax, values, max_ticks: int = 8) -> None:
+    """A log2 x axis of byte values (plotted in bytes) whose ticks are powers of two covering
+    ``values``, labelled plainly ("256 KiB", "2 MiB"); no minor ticks, so no "2x10^0" labels."""
+    v = np.asarray([x for x in np.asarray(values, dtype=float).ravel() if x > 0])
+    lo, hi = (math.floor(math.log2(v.min())), math.ceil(math.log2(v.max()))) if v.size else (0, 1)
+    hi = max(hi, lo + 1)
+    step = max(1, math.ceil((hi - lo + 1) / max_ticks))
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator([2.0 ** e for e in range(lo, hi + 1, step)]))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: byte_label(x)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(2.0 ** lo / 1.15, 2.0 ** hi * 1.15)
 
 
 def new_figure(width: float, height: float, dpi: int = 72) -> Figure:
@@ -591,22 +612,21 @@ def segment_crossover(table: pd.DataFrame, caption: str, floor: int | None = Non
     SDMA floor in bytes to mark. The crossover (first size at which SDMA is faster) is marked."""
     fig = new_figure(8.8, 4.0, dpi)
     ax = fig.add_axes((0.09, 0.14, 0.88, 0.66))
-    div, unit = byte_unit(float(table["bytes"].max()))
-    x = table["bytes"].to_numpy(dtype=float) / div
+    x = table["bytes"].to_numpy(dtype=float)
     ax.plot(x, table["mte_replay_us"], "o-", color=_PLANE_COLORS["MTE"], markeredgecolor="#1f77b4",
             label="MTE: the core puts every row")
     ax.plot(x, table["sdma_replay_us"], "s-", color=SDMA_COLOR, label="SDMA: the core issues, the engine copies")
     cross = table[table["faster"] == "SDMA"]
     if len(cross):
         c = cross.iloc[0]
-        ax.axvline(c["bytes"] / div, color="grey", linestyle=":", linewidth=1)
-        ax.text(c["bytes"] / div, ax.get_ylim()[1] * 0.92, f"  SDMA faster from {int(c['rows'])} rows",
-                fontsize=8.5, va="top")
+        ax.axvline(c["bytes"], color="grey", linestyle=":", linewidth=1,
+                   label=f"crossover: SDMA faster from {int(c['rows'])} rows ({byte_label(c['bytes'])})")
+    else:  # say it on the figure too: the reader was promised a crossover
+        ax.plot([], [], " ", label="no crossover: MTE is faster at every size shown")
     if floor is not None and floor <= table["bytes"].max():
-        ax.axvline(floor / div, color="black", linestyle="--", linewidth=1, label=f"SDMA floor {floor:,} B")
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(_PLAIN)
-    ax.set_xlabel(f"segment payload ({unit}, log scale)")
+        ax.axvline(floor, color="black", linestyle="--", linewidth=1, label=f"SDMA floor {floor:,} B ({byte_label(floor)})")
+    _byte_log_axis(ax, x)
+    ax.set_xlabel("segment payload (bytes, log scale)")
     ax.set_ylabel("modelled comm_only of its core (us)")
     ax.legend(fontsize=8, loc="upper left")
     fig.suptitle("One remote segment alone: which plane is faster (MODELLED, not measured)\n"
@@ -620,12 +640,11 @@ def modelled_floors(curve: pd.DataFrame, caption: str, floor: int | None = None,
     :class:`combine_lab.model.suggest.Suggestion` curve: threshold_bytes, -1 = never SDMA, modelled_us,
     and ``<what_if>_us`` when given), the classic time as a dashed line, the best floor starred and
     ``floor`` marked; ``caption`` (the model's "modelled on ...") in the title."""
-    fig = new_figure(8.8, 4.0, dpi)
-    ax = fig.add_axes((0.09, 0.14, 0.66, 0.64))
+    fig = new_figure(8.8, 4.4, dpi)
+    ax = fig.add_axes((0.09, 0.29, 0.88, 0.51))
     c = curve[curve["threshold_bytes"] >= 0].sort_values("threshold_bytes")
     classic = float(curve.loc[curve["threshold_bytes"] < 0, "modelled_us"].iloc[0])
-    div, unit = byte_unit(float(c["threshold_bytes"].max()) if len(c) else 1.0)
-    x = c["threshold_bytes"].to_numpy(dtype=float) / div
+    x = c["threshold_bytes"].to_numpy(dtype=float)
     ax.step(x, c["modelled_us"], where="post", color=VARIANT_COLORS["doubleplane"], marker="o", markersize=3,
             label="doubleplane at this floor (the kernel: one SDMA call per row)")
     if what_if and f"{what_if}_us" in c:
@@ -634,15 +653,16 @@ def modelled_floors(curve: pd.DataFrame, caption: str, floor: int | None = None,
     ax.axhline(classic, color=VARIANT_COLORS["classic"], linestyle="--", label=f"classic (MTE only) {classic:,.1f} us")
     best = curve.loc[curve["modelled_us"].idxmin()]
     if best["threshold_bytes"] >= 0:
-        ax.plot(best["threshold_bytes"] / div, best["modelled_us"], "*", color="#e6a100", markersize=14,
-                label=f"best floor {int(best['threshold_bytes']):,} B")
+        ax.plot(best["threshold_bytes"], best["modelled_us"], "*", color="#e6a100", markersize=14,
+                label=f"best floor {int(best['threshold_bytes']):,} B ({byte_label(best['threshold_bytes'])})")
     if floor is not None:
-        ax.axvline(floor / div, color=SDMA_COLOR, linewidth=1, label=f"floor {floor:,} B")
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(_PLAIN)
-    ax.set_xlabel(f"SDMA floor min_sdma_bytes ({unit}, log scale)")
+        ax.axvline(floor, color=SDMA_COLOR, linewidth=1, label=f"floor {floor:,} B ({byte_label(floor)})")
+    _byte_log_axis(ax, list(x) + ([floor] if floor else []))
+    ax.set_xlabel("SDMA floor min_sdma_bytes (bytes, log scale)")
     ax.set_ylabel(f"modelled {metric}, slowest PE (us)")
-    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    # below the axes, inside the figure: long labels are never cut off
+    ax.legend(fontsize=7.5, loc="lower center", bbox_to_anchor=(0.5, 0.0), bbox_transform=fig.transFigure, ncols=2,
+              frameon=False)
     fig.suptitle(f"Modelled {metric} against the SDMA floor (MODELLED, not measured)\n"
                  + "\n".join(textwrap.wrap(caption, 120)), fontsize=8.5)
     return fig

@@ -32,7 +32,7 @@ from ..model.stream import SQE_BYTES, case_rows
 from ..run.launch import LaunchError
 from ..run.runner import prepare_case, run_case
 
-__all__ = ["KERNEL_FILE", "KernelSource", "kernel_source", "rule_arithmetic", "float32_tie", "unsent_slot_wait",
+__all__ = ["KERNEL_FILE", "KernelSource", "kernel_source", "rule_arithmetic", "float32_tie", "unsent_slot_wait", "segment_per_row", "crossover_text",
            "one_segment", "segment_formula"]
 
 #: The kernel's source file, read whenever :func:`kernel_source` is called.
@@ -259,3 +259,52 @@ def one_segment(model: NpuModel, sizes, h: int, itemsize: int = 2) -> pd.DataFra
                     "sdma_formula_us": f["SDMA"], "sdma_replay_us": times["SDMA"],
                     "faster": "SDMA" if times["SDMA"] < times["MTE"] else "MTE"})
     return pd.DataFrame(out)
+
+
+def segment_per_row(model: NpuModel, row_bytes: int) -> dict:
+    """What one more row of a lone remote segment costs its core on each plane, as
+    :func:`segment_formula` prices it (us): ``mte`` = ``max(a, b)`` (the busier of GM -> UB and
+    UB -> the other PE), ``sdma`` = the largest of the core's issue (``sdma_issue_us``), the engines'
+    service (``ceil(row / 1 MiB) * sdma_sqe_us`` per descriptor plus the bytes at ``min(sdma, link)``,
+    shared by ``sdma_engines``) and the wire (``row / min(link, egress)``); ``sdma_bound`` names which
+    of the three; ``sdma_fixed`` = what SDMA pays once and MTE does not (``sdma_quiet_us`` -
+    ``quiet_us``). Both planes write the same flags, so they cancel."""
+    m, row = model, float(row_bytes)
+    a = row / (m["core_gm_GBps"] * 1e3)
+    b = row / (min(m["mte_remote_GBps"], m["link_GBps"]) * 1e3) + m["mte_put_us"]
+    descriptors = math.ceil(row / SQE_BYTES) * m["sdma_sqe_us"]
+    service = (descriptors + row / (min(m["sdma_GBps"], m["link_GBps"]) * 1e3)) / m["sdma_engines"]
+    parts = {"issue": m["sdma_issue_us"], "engine service": service,
+             "wire": row / (min(m["link_GBps"], m["egress_GBps"]) * 1e3)}
+    bound = max(parts, key=parts.get)
+    return {"mte": max(a, b), "sdma": parts[bound], "sdma_bound": bound, "sdma_parts": parts,
+            "descriptor_us": descriptors, "sdma_fixed": m["sdma_quiet_us"] - m["quiet_us"]}
+
+
+def crossover_text(table: pd.DataFrame, model: NpuModel, row_bytes: int) -> str:
+    """One sentence, from :func:`one_segment`'s ``table`` (same ``model``, rows of ``row_bytes``), that
+    says at which sizes a lone segment is faster by SDMA, and, when SDMA never wins there, why: its
+    cost per row (:func:`segment_per_row`) against MTE's, and the fixed cost it must pay back."""
+    lo, hi = int(table["rows"].min()), int(table["rows"].max())
+    span = f"{lo} to {hi} rows ({int(table['bytes'].min()):,} B to {int(table['bytes'].max()):,} B)"
+    sdma = table.loc[table["faster"] == "SDMA", "rows"].astype(int).tolist()
+    c = segment_per_row(model, row_bytes)
+    per_row = (f"per row of {int(row_bytes):,} B, SDMA costs {c['sdma']:.2f} us (bound by its {c['sdma_bound']}; "
+               f"descriptors {c['descriptor_us']:.2f} us of it) against MTE's {c['mte']:.2f} us")
+    if not sdma:
+        if c["sdma"] >= c["mte"]:
+            why = (f"{per_row}, so SDMA falls further behind with every row and never catches up "
+                   f"its fixed cost ({c['sdma_fixed']:.2f} us more of quiet)")
+        else:
+            why = (f"{per_row}: cheaper per row, but its fixed cost ({c['sdma_fixed']:.2f} us more of quiet, plus "
+                   f"the first issue) is not paid back within {hi} rows")
+        return (f"No crossover on this machine: one segment alone is faster by MTE at every size from {span}; "
+                f"SDMA never wins on its own. Why: {why}.")
+    if len(sdma) == len(table):
+        return f"One segment alone is faster by SDMA at every size from {span}: {per_row}."
+    first = sdma[0]
+    nbytes = int(table.loc[table["rows"] == first, "bytes"].iloc[0])
+    tail = "" if sdma == [r for r in table["rows"].astype(int) if r >= first] else \
+        f" (SDMA faster at {', '.join(map(str, sdma))} rows only)"
+    return (f"Crossover at {first} rows ({nbytes:,} B): one segment alone is faster by MTE below that and by "
+            f"SDMA from there up to {hi} rows{tail}; {per_row}.")
