@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,6 +191,9 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
                     return binary
             except (OSError, ValueError):
                 pass
+        if sys.stderr is not None and sys.stderr.isatty():  # a person waiting at a terminal: say why
+            print(f"combine-lab: building the {target} driver in {bdir} (first run or sources changed; about "
+                  "30 s on 2 cores)", file=sys.stderr, flush=True)
         if old_config is not None and old_config != config:
             # Another NPU toolchain (CANN, SHMEM, SoC): CMake cannot switch compilers in place.
             shutil.rmtree(bdir / "CMakeFiles", ignore_errors=True)
