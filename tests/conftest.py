@@ -18,6 +18,7 @@ import os
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from combine_lab.run import build as build_mod
@@ -69,6 +70,23 @@ def twin_segments() -> set[str]:
 def host_processes() -> list[int]:
     """PIDs of running combine_host processes started by this test run."""
     return sorted(tagged_host_pids(RUN_TAG))
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
+    """Every descendant of ``pid`` now (none when it is gone)."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def running(p) -> bool:
+    """Still there and not a zombie; a process gone between two questions counts as gone (Jupyter
+    starts short-lived helpers, so a listed process may vanish before it is asked)."""
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.fixture(scope="session")

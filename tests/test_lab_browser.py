@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 
 import psutil
 import pytest
-from conftest import LAB_EXTRA, host_processes, require
+from conftest import LAB_EXTRA, host_processes, process_tree, require, running
 
 require("jupyterlab", "voila", "ipywidgets", reason=LAB_EXTRA)
 require("playwright", reason="needs the test extra (playwright) and Debian's chromium: bash .ci/setup --test")
@@ -157,18 +157,11 @@ def assert_screenshots(shots: list[Path], names: list[str]) -> None:
         assert float(img[..., :3].std()) > 0.02, f"{p} is blank"
 
 
-def _tree(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
 def _kernels(pid: int) -> list[psutil.Process]:
     out = []
-    for p in _tree(pid):
+    for p in process_tree(pid):
         try:
-            if "ipykernel_launcher" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+            if "ipykernel_launcher" in " ".join(p.cmdline()) and running(p):
                 out.append(p)
         except psutil.NoSuchProcess:
             continue
@@ -177,16 +170,16 @@ def _kernels(pid: int) -> list[psutil.Process]:
 
 def _stop(proc: subprocess.Popen, what: str) -> None:
     """Ctrl-C, as a user stops it: exit 0 and nothing of it left running."""
-    family = _tree(proc.pid)
+    family = process_tree(proc.pid)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 0, f"{what} did not stop cleanly"
     _, alive = psutil.wait_procs(family, timeout=10)
-    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+    assert not [p for p in alive if running(p)], alive
 
 
 def _kill(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
-        for p in _tree(proc.pid):
+        for p in process_tree(proc.pid):
             try:
                 p.kill()
             except psutil.NoSuchProcess:
