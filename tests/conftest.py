@@ -89,6 +89,18 @@ def running(p) -> bool:
         return False
 
 
+def kill_tree(proc) -> None:
+    """After a failed check: a still-running ``proc`` (a Popen) and every descendant killed."""
+    if proc.poll() is None:
+        for p in process_tree(proc.pid):
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 @pytest.fixture(scope="session")
 def twin_binary() -> Path:
     """The twin's host driver, built (or found up to date) once per test run."""

@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 
 import psutil
 import pytest
-from conftest import LAB_EXTRA, host_processes, process_tree, require, running
+from conftest import LAB_EXTRA, host_processes, kill_tree, process_tree, require, running
 
 require("jupyterlab", "voila", "ipywidgets", reason=LAB_EXTRA)
 require("playwright", reason="needs the test extra (playwright) and Debian's chromium: bash .ci/setup --test")
@@ -175,17 +175,6 @@ def _stop(proc: subprocess.Popen, what: str) -> None:
     assert proc.wait(timeout=60) == 0, f"{what} did not stop cleanly"
     _, alive = psutil.wait_procs(family, timeout=10)
     assert not [p for p in alive if running(p)], alive
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        for p in process_tree(proc.pid):
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 # ------------------------------------------------------------------------------------ JupyterLab
@@ -397,7 +386,7 @@ def test_tuning_notebook_in_jupyterlab(chromium_path, tmp_path, twin_binary):
         _stop(proc, "combine-lab lab")
         assert not host_processes()
     finally:
-        _kill(proc)
+        kill_tree(proc)
         log.close()
 
 
@@ -466,5 +455,5 @@ def test_app_alone_with_voila(chromium_path, tmp_path, twin_binary):
         assert_screenshots(s.shots, ["app_page", "app_page_h_moved"])
         _stop(proc, "combine-lab app")
     finally:
-        _kill(proc)
+        kill_tree(proc)
         log.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import LAB_EXTRA, process_tree, require, running
+from conftest import LAB_EXTRA, kill_tree, process_tree, require, running
 
 require("jupyterlab", "jupyter_server", "ipykernel", reason=LAB_EXTRA)
 
@@ -117,13 +117,7 @@ def test_lab_serves_the_notebooks_with_the_lab_kernel_and_ctrl_c_leaves_nothing(
         gone, alive = psutil.wait_procs(family, timeout=5)
         assert not [p for p in alive if running(p)], alive
     finally:
-        if proc.poll() is None:
-            for p in process_tree(proc.pid):
-                try:
-                    p.kill()
-                except psutil.NoSuchProcess:
-                    pass
-            proc.kill()
+        kill_tree(proc)
         err.close()
 
 

@@ -429,6 +429,29 @@ void local_tensor_at(uint32_t addr, uint64_t bytes) {
 
 void init_soc_state() { soc_state_init(); }
 
+// DataCopy (no pad) moves whole 32-byte blocks: the bytes that really move, after reporting a
+// length that is not a multiple of 32 B (both directions; ``towards`` says "to" or "from" UB,
+// ``arrive`` what the data do). The GM address must be aligned to its elements.
+static uint32_t whole_blocks(const char* op, const void* gm, uint32_t es, Elem elem, uint32_t bytes,
+                             const UbOperand& ub, const char* towards, const char* arrive) {
+    if (reinterpret_cast<uintptr_t>(gm) % es != 0)
+        fatal("%s: GM address %p is not aligned to its %u-byte elements", op, const_cast<void*>(gm), es);
+    if (bytes % 32 == 0) return bytes;
+    const uint32_t whole = bytes / 32 * 32;
+    report_violation(where() + ": " + op + " of " + std::to_string(bytes / es) + " " + kElemName[int(elem)] + " (" +
+                     std::to_string(bytes) + " B) " + towards + " " + range_text(ub.off, ub.off + align32(bytes)) +
+                     ": DataCopy moves whole 32-byte blocks, so only " + std::to_string(whole) + " B " + arrive +
+                     " (use DataCopyPad for lengths that are not a multiple of 32 B)");
+    return whole;
+}
+
+// DataCopyPad's parameter ranges (DataCopyExtParams), both directions.
+static void check_pad_params(const char* op, const AscendC::DataCopyExtParams& p, uint32_t es) {
+    if (p.blockCount > 4095 || p.blockLen > 2097151)
+        fatal("%s: blockCount %u, blockLen %u: the ranges are [0, 4095] and [0, 2097151]", op, p.blockCount, p.blockLen);
+    if (p.blockLen % es != 0) fatal("%s: blockLen %u B is not a multiple of sizeof(T) = %u", op, p.blockLen, es);
+}
+
 void copy_in(bool pad, const UbOperand& dst, const GmOperand& src, const AscendC::DataCopyExtParams& p, bool is_pad,
              uint8_t left, uint8_t right, uint64_t pad_bits) {
     const char* const op = pad ? "DataCopyPad (GM -> UB)" : "DataCopy (GM -> UB)";
@@ -448,24 +471,12 @@ void copy_in(bool pad, const UbOperand& dst, const GmOperand& src, const AscendC
     o.blocks = p.blockCount;
     uint64_t ub_bytes, gm_bytes;
     if (!pad) {
-        if (reinterpret_cast<uintptr_t>(src.addr) % es != 0)
-            fatal("%s: GM address %p is not aligned to its %u-byte elements", op, static_cast<void*>(src.addr), es);
-        uint32_t bytes = p.blockLen;
-        if (bytes % 32 != 0) {
-            const uint32_t whole = bytes / 32 * 32;
-            report_violation(where() + ": " + op + " of " + std::to_string(bytes / es) + " " + kElemName[int(dst.elem)] +
-                             " (" + std::to_string(bytes) + " B) to " + range_text(dst.off, dst.off + align32(bytes)) +
-                             ": DataCopy moves whole 32-byte blocks, so only " + std::to_string(whole) +
-                             " B arrive (use DataCopyPad for lengths that are not a multiple of 32 B)");
-            bytes = whole;
-            if (bytes == 0) return;
-        }
+        const uint32_t bytes = whole_blocks(op, src.addr, es, dst.elem, p.blockLen, dst, "to", "arrive");
+        if (bytes == 0) return;
         o.count = bytes;
         ub_bytes = gm_bytes = bytes;
     } else {
-        if (p.blockCount > 4095 || p.blockLen > 2097151)
-            fatal("%s: blockCount %u, blockLen %u: the ranges are [0, 4095] and [0, 2097151]", op, p.blockCount, p.blockLen);
-        if (p.blockLen % es != 0) fatal("%s: blockLen %u B is not a multiple of sizeof(T) = %u", op, p.blockLen, es);
+        check_pad_params(op, p, es);
         if (left * es > 32 || right * es > 32)
             fatal("%s: leftPadding %u, rightPadding %u elements: each may cover at most 32 B", op, left, right);
         const uint32_t block = align32(uint64_t(left) * es + p.blockLen + uint64_t(right) * es);
@@ -501,24 +512,12 @@ void copy_out(bool pad, const GmOperand& dst, const UbOperand& src, const Ascend
     o.blocks = p.blockCount;
     uint64_t ub_bytes, gm_bytes;
     if (!pad) {
-        if (reinterpret_cast<uintptr_t>(dst.addr) % es != 0)
-            fatal("%s: GM address %p is not aligned to its %u-byte elements", op, static_cast<void*>(dst.addr), es);
-        uint32_t bytes = p.blockLen;
-        if (bytes % 32 != 0) {
-            const uint32_t whole = bytes / 32 * 32;
-            report_violation(where() + ": " + op + " of " + std::to_string(bytes / es) + " " + kElemName[int(src.elem)] +
-                             " (" + std::to_string(bytes) + " B) from " + range_text(src.off, src.off + align32(bytes)) +
-                             ": DataCopy moves whole 32-byte blocks, so only " + std::to_string(whole) +
-                             " B leave (use DataCopyPad for lengths that are not a multiple of 32 B)");
-            bytes = whole;
-            if (bytes == 0) return;
-        }
+        const uint32_t bytes = whole_blocks(op, dst.addr, es, src.elem, p.blockLen, src, "from", "leave");
+        if (bytes == 0) return;
         o.count = bytes;
         ub_bytes = gm_bytes = bytes;
     } else {
-        if (p.blockCount > 4095 || p.blockLen > 2097151)
-            fatal("%s: blockCount %u, blockLen %u: the ranges are [0, 4095] and [0, 2097151]", op, p.blockCount, p.blockLen);
-        if (p.blockLen % es != 0) fatal("%s: blockLen %u B is not a multiple of sizeof(T) = %u", op, p.blockLen, es);
+        check_pad_params(op, p, es);
         o.count = p.blockLen;
         o.ub_block_pitch = align32(p.blockLen) + p.srcStride * 32;
         o.gm_block_pitch = p.blockLen + p.dstStride;
