@@ -63,11 +63,11 @@ def byte_unit(max_bytes: float) -> tuple[float, str]:
     return 1.0, "B"
 
 
-def byte_label(n: float) -> str:
+def byte_label(n: float, digits: int = 3) -> str:
     """``n`` bytes as a plain label in the binary unit that suits it: "512 B", "256 KiB", "1 MiB",
-    "1.5 MiB" (at most 3 significant digits, no scientific notation)."""
+    "1.5 MiB" (at most ``digits`` significant digits, no scientific notation)."""
     div, unit = byte_unit(abs(float(n)))
-    return f"{float(n) / div:.3g} {unit}"
+    return f"{float(n) / div:.{digits}g} {unit}"
 
 
 def _byte_log_axis(ax, values, max_ticks: int = 8) -> None:

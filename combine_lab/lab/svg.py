@@ -25,7 +25,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.ticker import LogLocator, MaxNLocator
 
-from .plots import EMPTY_COLOR, MAX_PANELS, PE_ROLE, SDMA_COLOR, byte_unit, largest_remote_segment, plan_arrays
+from .plots import EMPTY_COLOR, MAX_PANELS, PE_ROLE, SDMA_COLOR, byte_label, byte_unit, largest_remote_segment, plan_arrays
 
 __all__ = ["segment_map_svg", "plane_bytes_svg", "modelled_floors_svg", "png_rgb", "floor_text", "WIDTH"]
 
@@ -224,9 +224,9 @@ def _colorbar(cv: _Canvas, x, y, w, h, cmap_name: str, norm: _Norm, label: str, 
 
 
 def floor_text(n: int) -> str:
-    """Bytes in the binary unit that suits them, shortest form: 2 MiB, 512 KiB, 1.5 MiB, 0 B."""
-    div, unit = byte_unit(n)
-    return f"{n / div:g} {unit}"
+    """A floor in the binary unit that suits it, shortest form up to 6 digits: 2 MiB, 512 KiB,
+    1.5 MiB, 0 B (plots.byte_label)."""
+    return byte_label(n, 6)
 
 
 # ------------------------------------------------------------------------------------- segment map
