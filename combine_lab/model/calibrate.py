@@ -85,7 +85,7 @@ def measurements_from_csvs(paths: list[str | Path], routing: str | None = None, 
     """
     given = {"routing": routing, "seed": seed, "min_sdma_bytes": min_sdma_bytes}
     default = {"routing": "uniform", "seed": 42, "min_sdma_bytes": DEFAULT_MIN_SDMA_BYTES}
-    out, cases = [], {}
+    out, cases, sidecars = [], {}, {}
     for path in map(Path, paths):
         variant = variant_of_csv(path)
         df = read_perf_csv(path)
@@ -100,7 +100,9 @@ def measurements_from_csvs(paths: list[str | Path], routing: str | None = None, 
                                      "(combine_*perf_rank<r>.csv), not summaries") from None
             pes, bs, h, topk, epp = (int(r[k]) for k in ("Npus", "BS", "H", "TopK", "ExpertPerPe"))
             case_id = f"shape_{bs}_{h}_{topk}_{pes * epp}_{pes}"
-            ran = _how_it_ran(path, variant, case_id)
+            if (path.parent, variant, case_id) not in sidecars:  # one read per case (its rows share it)
+                sidecars[path.parent, variant, case_id] = _how_it_ran(path, variant, case_id)
+            ran = sidecars[path.parent, variant, case_id]
             how = dict(default)
             for k, v in given.items():
                 if ran is not None and v is not None and v != ran[k]:
