@@ -2,11 +2,19 @@
 // Reads this PE's case files, runs warmup + loops combines, writes output/x_out_<pe>.bin,
 // checks it against golden, and appends the full_op / comm_only rows when profiling.
 // Exit status: 0 ok, 1 bad arguments or case files, 2 x_out mismatch, 5 runtime failure,
-// 6 its launcher was gone before it started.
+// 6 its launcher was gone before it started, 7 a bounded wait timed out (a core's wait for a
+// status flag, the stream, or the barrier of all PEs: the message names the PE, core and slot).
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -74,6 +82,65 @@ int prof_pe_from_env() {
     return env && *env ? atoi(env) : 0;
 }
 
+constexpr int kTimedOutExit = 7;
+
+// How long a core waits for one flag word, and this process for its stream and for the
+// barrier of all PEs, seconds (COMBINE_WAIT_TIMEOUT_S, set by the launcher; default 60).
+double wait_timeout_s() {
+    const char* env = getenv("COMBINE_WAIT_TIMEOUT_S");
+    const double v = env && *env ? atof(env) : 0.0;
+    return v > 0 ? v : 60.0;
+}
+
+// SHMEM's host barrier has no timeout (a device barrier, then a stream sync that waits
+// forever): a PE that died would leave the others in it for good. A watchdog ends this PE
+// instead, saying so, after `seconds`.
+void timed_barrier_all(double seconds, const char* when) {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::thread dog([&] {
+        std::unique_lock<std::mutex> lk(mu);
+        if (cv.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return done; })) return;
+        fprintf(stderr, "combine_host: PE %d: timed out after %.1f s in the barrier of all PEs %s "
+                        "(aclshmem_barrier_all): a PE did not arrive (it failed or was killed)\n", g_pe, seconds, when);
+        fflush(stderr);
+        _exit(kTimedOutExit);
+    });
+    aclshmem_barrier_all();
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        done = true;
+    }
+    cv.notify_all();
+    dog.join();
+}
+
+// The cores' diagnostics lines after a launch: prints each core's wait that gave up and
+// returns how many gave up. `cyc_per_us` converts the waited system cycles.
+int report_wait_timeouts(const uint8_t* diag, uint32_t block_dim, const HostArgs& a, double cyc_per_us,
+                         int64_t aiv_cores) {
+    int n = 0;
+    for (uint32_t b = 0; b < block_dim; ++b) {
+        combine::WaitTimeout rec;
+        memcpy(&rec, diag + uint64_t(b) * combine::kDiagRecordBytes, sizeof rec);
+        if (rec.kind == int32_t(combine::WaitKind::None)) continue;
+        ++n;
+        const int32_t token = rec.slot / int32_t(a.topk), k = rec.slot % int32_t(a.topk);
+        const int32_t owner = rec.expert >= 0 ? rec.expert / int32_t(a.expert_per_pe) : -1;
+        char wave[256] = "";
+        if (int64_t(block_dim) > aiv_cores)
+            snprintf(wave, sizeof wave, " [block_dim %u exceeds the %lld AIV cores: blocks %lld.. run in a later wave, "
+                     "after blocks of this one end, so a block that waits for them waits forever]", block_dim,
+                     (long long)aiv_cores, (long long)aiv_cores);
+        fprintf(stderr, "combine_host: PE %d core %d: timed out after %.1f s waiting for status slot %d to become %d "
+                        "(it is %d; word %d of %u; token %d, k %d: expert %d, sent by PE %d)%s\n", a.pe_id, rec.core,
+                double(rec.waited) / cyc_per_us * 1e-6, rec.slot, combine::kStatusReady, rec.seen, rec.word,
+                combine::kStatusWords, token, k, rec.expert, owner, wave);
+    }
+    return n;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,7 +188,7 @@ int main(int argc, char** argv) {
     }
     CHECK_ACL(aclrtMemset(window, w.total_bytes, 0, w.total_bytes));
     platform_label_window(window + w.payload_off, w.status_off - w.payload_off, w.stride, window + w.status_off,
-                          w.total_bytes - w.status_off, combine::kStatusSlotBytes);
+                          w.total_bytes - w.status_off, combine::kStatusStride, combine::kStatusFlagBytes);
 
     const size_t x_out_bytes = size_t(a.bs) * a.h * a.elem_bytes();
     // expand_x keeps its full [pe_size*bs*topk, h] shape on the device; only the used rows are filled.
@@ -144,7 +211,7 @@ int main(int argc, char** argv) {
     }
     // x_out starts as garbage (NaN in float16, -1 in int32): every element must be written.
     CHECK_ACL(aclrtMemset(d_x_out, x_out_bytes, 0xFF, x_out_bytes));
-    aclshmem_barrier_all();  // every window is zeroed before anyone sends
+    timed_barrier_all(1.25 * wait_timeout_s(), "before the first launch");  // every window is zeroed before anyone sends
 
     int64_t aiv_cores = 0;
     CHECK_ACL(aclrtGetDeviceInfo(uint32_t(a.pe_id % a.g_npus + a.first_npu), ACL_DEV_ATTR_VECTOR_CORE_NUM, &aiv_cores));
@@ -154,13 +221,38 @@ int main(int argc, char** argv) {
         return 5;
     }
     const uint32_t block_dim = combine::launch_block_dim(uint32_t(a.pe_size), uint32_t(aiv_cores));
+    // Every wait is bounded: a core's wait for one flag word (in system cycles, at the SoC's
+    // rate), the stream (twice that, plus the kernel's own work), the barrier of all PEs.
+    const double timeout_s = wait_timeout_s();
+    const double cyc_per_us = cycles_per_us(aclrtGetSocName());
+    const uint64_t wait_budget = uint64_t(timeout_s * 1e6 * cyc_per_us);
+    const int32_t stream_timeout_ms = int32_t(std::min(2.0 * timeout_s + 30.0, 2.0e6) * 1000.0);
+    const size_t diag_bytes = size_t(block_dim) * combine::kDiagRecordBytes;
+    uint8_t* d_diag = nullptr;
+    CHECK_ACL(aclrtMalloc(reinterpret_cast<void**>(&d_diag), diag_bytes, ACL_MEM_MALLOC_HUGE_FIRST));
+    CHECK_ACL(aclrtMemset(d_diag, diag_bytes, 0, diag_bytes));
+    std::vector<uint8_t> diag(diag_bytes);
+    bool timed_out = false;
     auto launch = [&]() {
         combine::launch_combine(a.dtype, block_dim, stream, d_expand_x, d_assist, d_counts, d_ids, d_scales, d_x_out,
-                                window, a.bs, a.h, a.topk, a.expert_per_pe, a.policy, a.min_sdma_bytes);
-        const aclError e = aclrtSynchronizeStream(stream);
+                                window, d_diag, a.bs, a.h, a.topk, a.expert_per_pe, a.policy, a.min_sdma_bytes,
+                                wait_budget);
+        aclError e = aclrtSynchronizeStreamWithTimeout(stream, stream_timeout_ms);
+        if (e == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) {
+            fprintf(stderr, "combine_host: PE %d: timed out after %.1f s waiting for the kernel "
+                            "(aclrtSynchronizeStreamWithTimeout): a core is stuck where the kernel bounds no wait\n",
+                    a.pe_id, stream_timeout_ms / 1000.0);
+            timed_out = true;
+            return ACL_SUCCESS;
+        }
+        if (e == ACL_SUCCESS) e = aclrtMemcpy(diag.data(), diag_bytes, d_diag, diag_bytes, ACL_MEMCPY_DEVICE_TO_HOST);
+        if (e == ACL_SUCCESS && report_wait_timeouts(diag.data(), block_dim, a, cyc_per_us, aiv_cores) > 0) {
+            timed_out = true;
+            return ACL_SUCCESS;
+        }
         // No PE refills a window slot before its owner has read it: every PE's kernel ends
         // before anyone launches the next (an AIV-only kernel cannot barrier PEs itself).
-        if (e == ACL_SUCCESS) aclshmem_barrier_all();
+        if (e == ACL_SUCCESS) timed_barrier_all(1.25 * timeout_s, "after a launch");
         return e;
     };
     // Repeated-call check (COMBINE_HOST_REPEAT_CHECK=1): call i sends rows filled with i+1
@@ -177,7 +269,7 @@ int main(int argc, char** argv) {
             if (e != ACL_SUCCESS) return e;
         }
         const aclError e = launch();
-        if (e == ACL_SUCCESS && repeat_check) {
+        if (e == ACL_SUCCESS && repeat_check && !timed_out) {
             std::vector<uint8_t> got(x_out_bytes), want(x_out_bytes);
             const aclError c = aclrtMemcpy(got.data(), x_out_bytes, d_x_out, x_out_bytes, ACL_MEMCPY_DEVICE_TO_HOST);
             if (c != ACL_SUCCESS) return c;
@@ -193,12 +285,24 @@ int main(int argc, char** argv) {
         ++call;
         return e;
     };
-    for (uint32_t i = 0; i < a.warmup; ++i) CHECK_ACL(checked_launch());
+    // A core that gave up waiting: its PE stops here, telling the others (the twin's stop at once;
+    // on the NPU their own bounded waits and barrier watchdogs end them).
+    auto give_up = [&]() {
+        platform_abort_peers();
+        return kTimedOutExit;
+    };
+    for (uint32_t i = 0; i < a.warmup; ++i) {
+        CHECK_ACL(checked_launch());
+        if (timed_out) return give_up();
+    }
     aclshmem_prof_pe_t* prof = nullptr;
     aclshmemx_get_prof(&prof, false);
     const FrameSnapshot full0 = snapshot_frame(prof, combine::kProfFrameFullOp, block_dim);
     const FrameSnapshot comm0 = snapshot_frame(prof, combine::kProfFrameCommOnly, block_dim);
-    for (uint32_t i = 0; i < a.loops; ++i) CHECK_ACL(checked_launch());
+    for (uint32_t i = 0; i < a.loops; ++i) {
+        CHECK_ACL(checked_launch());
+        if (timed_out) return give_up();
+    }
     aclshmemx_get_prof(&prof, false);
 
     std::string out_dir = a.case_root + "/output";
@@ -221,7 +325,7 @@ int main(int argc, char** argv) {
     }
 
     if (a.perf && prof != nullptr && prof_pe_from_env() == a.pe_id) {
-        const double cpu = cycles_per_us(aclrtGetSocName());
+        const double cpu = cyc_per_us;
         const FrameSnapshot full1 = snapshot_frame(prof, combine::kProfFrameFullOp, block_dim);
         const FrameSnapshot comm1 = snapshot_frame(prof, combine::kProfFrameCommOnly, block_dim);
         if (!append_perf_row(a, "full_op", full0, full1, cpu, block_dim, &error) ||
@@ -241,6 +345,7 @@ int main(int argc, char** argv) {
     aclrtFree(d_ids);
     aclrtFree(d_scales);
     aclrtFree(d_x_out);
+    aclrtFree(d_diag);
     aclshmem_free(window);
     aclshmem_finalize();
     aclrtDestroyStream(stream);

@@ -11,9 +11,9 @@
 #if defined(COMBINE_TARGET_TWIN)
 #include "twin_platform.h"
 inline void platform_label_window(uint8_t* payload, size_t payload_bytes, uint64_t stride, uint8_t* status,
-                                  size_t status_bytes, uint64_t status_slot) {
+                                  size_t status_bytes, uint64_t status_slot, uint64_t flag_bytes) {
     twin::label_region(payload, payload_bytes, twin::kRegionPayload, stride);
-    twin::label_region(status, status_bytes, twin::kRegionStatus, status_slot);
+    twin::label_region(status, status_bytes, twin::kRegionStatus, status_slot, flag_bytes);
 }
 inline bool platform_dump_counters(const std::string& path) { return twin::dump_counters(path.c_str()); }
 // A failure after SHMEM started: the twin's other PEs stop at once (status 4) rather than wait.
@@ -22,9 +22,11 @@ constexpr const char* kPlatformName = "twin";
 // The twin has both data planes.
 constexpr bool kPlatformHasSdma = true;
 #else
-inline void platform_label_window(uint8_t*, size_t, uint64_t, uint8_t*, size_t, uint64_t) {}
+inline void platform_label_window(uint8_t*, size_t, uint64_t, uint8_t*, size_t, uint64_t, uint64_t) {}
 inline bool platform_dump_counters(const std::string&) { return true; }
-inline void platform_abort_peers() {}  // SHMEM's own timeouts end the other PEs' waits
+// No way to tell the other PEs on the NPU: they end by their own bounded waits (the kernel's
+// flag waits, the timed stream sync, the barrier watchdog: combine_host.cpp), not by SHMEM's.
+inline void platform_abort_peers() {}
 constexpr const char* kPlatformName = "npu";
 // SHMEM's SDMA engine needs CANN 9.0.0 or later; cmake/npu.cmake sets COMBINE_NPU_SDMA.
 #if defined(COMBINE_NPU_SDMA) && COMBINE_NPU_SDMA

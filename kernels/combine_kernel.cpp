@@ -10,9 +10,10 @@
 //   3. SDMA-quiet, then the status flags of the SDMA rows by MTE, quiet.
 //   A flag is only ever written by MTE and only after its payload is complete.
 // Stage 2 (reduction), each PE, as Ascend C vector code (ReduceTokens): per local token wait
-//   for all 8 words of every valid slot's flag, reduce in float32 in topk order (DataCopy,
-//   Cast, Muls, Add on UB tiles, double-buffered), write x_out, reset the flags; then a core
-//   barrier. The host barriers all PEs after the stream sync, before the next launch.
+//   for all 8 words of every valid slot's flag (each wait bounded: a core that gives up tells
+//   the host which slot in its diagnostics line), reduce in float32 in topk order (DataCopy,
+//   Cast, Muls, Add on UB tiles, double-buffered), write x_out, reset the flags; then SHMEM's
+//   soft core barrier. The host barriers all PEs after the stream sync, before the next launch.
 //
 // Broken kernels for the checker's self-test come from the COMBINE_FAULT_* switches below
 // (built only by combine_lab's self-test and tests, never installed).
@@ -42,12 +43,12 @@ class CombineKernel {
 public:
     __aicore__ inline CombineKernel(GM_ADDR expand_x, GM_ADDR assist_info, GM_ADDR ep_recv_count,
                                     GM_ADDR expert_ids, GM_ADDR expert_scales, GM_ADDR x_out, GM_ADDR window,
-                                    uint32_t bs, uint32_t h, uint32_t topk, uint32_t expert_per_pe,
-                                    uint32_t policy, uint64_t min_sdma_bytes)
+                                    GM_ADDR diag, uint32_t bs, uint32_t h, uint32_t topk, uint32_t expert_per_pe,
+                                    uint32_t policy, uint64_t min_sdma_bytes, uint64_t wait_budget)
         : expand_x_((__gm__ T*)expand_x), assist_((__gm__ int32_t*)assist_info),
           counts_((__gm__ int32_t*)ep_recv_count), expert_ids_((__gm__ int32_t*)expert_ids),
-          scales_((__gm__ float*)expert_scales), x_out_((__gm__ T*)x_out), bs_(bs), h_(h), topk_(topk),
-          epp_(expert_per_pe), policy_(policy), min_sdma_bytes_(min_sdma_bytes) {
+          scales_((__gm__ float*)expert_scales), x_out_((__gm__ T*)x_out), diag_(diag), bs_(bs), h_(h), topk_(topk),
+          epp_(expert_per_pe), policy_(policy), min_sdma_bytes_(min_sdma_bytes), wait_budget_(wait_budget) {
         my_pe_ = aclshmem_my_pe();
         pes_ = aclshmem_n_pes();
         core_ = uint32_t(AscendC::GetBlockIdx());
@@ -72,7 +73,10 @@ public:
 #if defined(COMBINE_FAULT_DEVICE_BARRIER)
         aclshmem_barrier_all();  // fault injection: SHMEM's device barrier, which is for MIX kernels only
 #elif !defined(COMBINE_FAULT_SDMA_FROM_CORE_48)
-        AscendC::SyncAll<true>();  // full_op ends when every core of this PE is done
+        // full_op ends when every core of this PE is done. An AIV-only kernel has no hardware
+        // SyncAll (that needs a MIX kernel): SHMEM's own core barrier on GM flags, as its AIV
+        // examples end (combine-facts section 10).
+        aclshmemi_barrier_core_soft();
 #endif
         SHMEMI_PROF_END(kProfFrameFullOp);
     }
@@ -93,7 +97,7 @@ private:
 
     __aicore__ inline __gm__ T* SlotPayload(uint32_t slot) const { return (__gm__ T*)(payload_ + uint64_t(slot) * stride_); }
     __aicore__ inline __gm__ int32_t* SlotStatus(uint32_t slot) const {
-        return (__gm__ int32_t*)(status_ + uint64_t(slot) * kStatusSlotBytes);
+        return (__gm__ int32_t*)(status_ + uint64_t(slot) * kStatusStride);
     }
     __aicore__ inline uint32_t RowSlot(uint32_t row) const {
         return uint32_t(assist_[row * 3 + 1]) * topk_ + uint32_t(assist_[row * 3 + 2]);
@@ -126,7 +130,7 @@ private:
         if (stage_busy_[buf]) AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(kStageEvent0 + buf));
 #endif
         aclshmemx_mte_put_nbi<T>(SlotPayload(RowSlot(row)), expand_x_ + uint64_t(row) * h_, ub_at<T>(StageOff(buf)),
-                                 kUbMteStageBytes, h_, dst_pe, kMteSyncId);
+                                 kUbMteStageBytes, h_, dst_pe, StageSyncId(buf));
 #if !defined(COMBINE_FAULT_UB_REUSE)
         AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(kStageEvent0 + buf));
         stage_busy_[buf] = true;
@@ -143,8 +147,8 @@ private:
 
     // Where staging buffer `buf` and the SDMA scratch lie in UB (kernels/combine_kernel.h).
     __aicore__ inline uint32_t StageOff(uint32_t buf) const {
-#if defined(COMBINE_FAULT_UB_IN_SHMEM_RESERVE)
-        if (buf == 1) return 125 * 1024;  // fault injection: [125 KiB, 189 KiB) reaches SHMEM's own UB
+#if defined(COMBINE_FAULT_UB_PAST_END)
+        if (buf == 1) return 129 * 1024;  // fault injection: [129 KiB, 193 KiB) runs past the 192 KiB UB
 #endif
         return kUbMteOff + buf * kUbMteStageBytes;
     }
@@ -153,6 +157,16 @@ private:
         return kUbMteOff;  // fault injection: the SDMA scratch inside MTE staging buffer 0
 #else
         return kUbSdmaOff;
+#endif
+    }
+
+    // The sync_id the puts through staging buffer `buf` pair their own flags on.
+    __aicore__ static inline uint32_t StageSyncId(uint32_t buf) {
+#if defined(COMBINE_FAULT_SHARED_MTE_SYNC_ID)
+        (void)buf;
+        return kMteSyncId;  // fault injection: both buffers' puts on one id (two puts in flight share a bit)
+#else
+        return kStageEvent0 + buf;
 #endif
     }
 
@@ -234,15 +248,43 @@ private:
         return expert >= 0 && uint32_t(expert) < epp_ * uint32_t(pes_);  // else masked: nobody sends it
     }
 
-    // Waits until the slot's flag is ready in every one of its 8 words, as the reference
-    // does: a 32 B write need not become visible all at once.
-    __aicore__ inline void WaitSlot(uint32_t slot) {
+    // Waits for all 8 words of the slot's flag, as the reference (a 32 B write need not land at
+    // once), each for at most wait_budget_ cycles: SHMEM's waits are unbounded, a dead PE would
+    // hold this core forever. A core that gives up tells the host what it waited for; false then.
+    __aicore__ inline bool WaitSlot(uint32_t token, uint32_t k) {
+        if (gave_up_) return false;
+        const uint32_t slot = token * topk_ + k;
         __gm__ int32_t* flag = SlotStatus(slot);
 #if defined(COMBINE_FAULT_PARTIAL_STATUS_WAIT)
-        aclshmem_signal_wait_until(flag, ACLSHMEM_CMP_EQ, kStatusReady);  // fault injection: word 0 only
+        const uint32_t words = 1;  // fault injection: word 0 only
 #else
-        for (uint32_t w = 0; w < kStatusWords; ++w) aclshmem_signal_wait_until(flag + w, ACLSHMEM_CMP_EQ, kStatusReady);
+        const uint32_t words = kStatusWords;
 #endif
+        for (uint32_t w = 0; w < words; ++w) {
+            const int64_t start = AscendC::GetSystemCycle();
+            while (!aclshmem_int32_test(flag + w, ACLSHMEM_CMP_EQ, kStatusReady)) {
+                const int64_t waited = AscendC::GetSystemCycle() - start;
+                if (waited > int64_t(wait_budget_)) {
+                    ReportWaitTimeout(token, k, w, flag[w], waited);
+                    return false;
+                }
+            }
+        }
+        return true;
+    }
+
+    // This core's line of the diagnostics buffer: what it gave up waiting for (WaitTimeout).
+    __aicore__ inline void ReportWaitTimeout(uint32_t token, uint32_t k, uint32_t word, int32_t seen, int64_t waited) {
+        gave_up_ = true;
+        __gm__ WaitTimeout* rec = (__gm__ WaitTimeout*)(diag_ + uint64_t(core_) * kDiagRecordBytes);
+        rec->core = int32_t(core_);
+        rec->slot = int32_t(token * topk_ + k);
+        rec->word = int32_t(word);
+        rec->seen = seen;
+        rec->expert = expert_ids_[token * topk_ + k];
+        rec->waited = waited;
+        rec->kind = int32_t(WaitKind::StatusSlot);
+        gm_flush(rec, sizeof(WaitTimeout));
     }
 
     // Stage 2 of this core: tokens [t_begin, t_end) (an even split over the cores). Each row is
@@ -293,7 +335,7 @@ private:
     __aicore__ inline void IssueLoad(const Load& p, const AscendC::LocalTensor<T>& in, uint32_t side) {
         if (p.t != waited_token_) {
             for (uint32_t k = 0; k < topk_; ++k) {
-                if (SlotValid(p.t, k)) WaitSlot(p.t * topk_ + k);  // masked slots: nobody sends them
+                if (SlotValid(p.t, k)) WaitSlot(p.t, k);  // masked slots: nobody sends them
             }
             waited_token_ = p.t;
         }
@@ -420,7 +462,7 @@ private:
                 if (!SlotValid(t, k)) continue;
                 __gm__ int32_t* flag = SlotStatus(t * topk_ + k);
                 for (uint32_t w = 0; w < kStatusWords; ++w) flag[w] = 0;
-                gm_flush(flag, kStatusSlotBytes);
+                gm_flush(flag, kStatusFlagBytes);
             }
         }
         for (uint32_t b = 0; b < kReduceBuffers; ++b) {  // pair the flags still set
@@ -440,10 +482,12 @@ private:
     __gm__ int32_t* expert_ids_;
     __gm__ float* scales_;
     __gm__ T* x_out_;
+    GM_ADDR diag_;
     GM_ADDR payload_ = nullptr;
     GM_ADDR status_ = nullptr;
     uint32_t bs_, h_, topk_, epp_, policy_;
     uint64_t min_sdma_bytes_;
+    uint64_t wait_budget_;
     uint64_t stride_ = 0, row_bytes_ = 0;
     uint64_t threshold_num_ = 0, threshold_den_ = 1;
     int my_pe_ = 0, pes_ = 1;
@@ -451,6 +495,7 @@ private:
     uint32_t next_stage_ = 0;
     uint32_t waited_token_ = 0;  // stage 2: the last token whose flags this core waited for
     bool stage_busy_[kUbMteBuffers] = {false, false};
+    bool gave_up_ = false;  // a wait of this core timed out: it waits for nothing more in this launch
 };
 
 }  // namespace combine
@@ -458,11 +503,11 @@ private:
 #define COMBINE_KERNEL_ENTRY(NAME, T)                                                                          \
     extern "C" COMBINE_KERNEL_ATTRS __global__ __aicore__ void NAME(                                            \
         uint64_t ffts_addr, GM_ADDR expand_x, GM_ADDR assist_info, GM_ADDR ep_recv_count, GM_ADDR expert_ids,  \
-        GM_ADDR expert_scales, GM_ADDR x_out, GM_ADDR window, uint32_t bs, uint32_t h, uint32_t topk,          \
-        uint32_t expert_per_pe, uint32_t policy, uint64_t min_sdma) {                                          \
-        util_set_ffts_config(ffts_addr); /* cross-core sync (SyncAll) needs the FFTS base address */           \
+        GM_ADDR expert_scales, GM_ADDR x_out, GM_ADDR window, GM_ADDR diag, uint32_t bs, uint32_t h,           \
+        uint32_t topk, uint32_t expert_per_pe, uint32_t policy, uint64_t min_sdma, uint64_t wait_budget) {     \
+        util_set_ffts_config(ffts_addr); /* first thing, as SHMEM's kernels do */                              \
         combine::CombineKernel<T> op(expand_x, assist_info, ep_recv_count, expert_ids, expert_scales, x_out,  \
-                                     window, bs, h, topk, expert_per_pe, policy, min_sdma);                    \
+                                     window, diag, bs, h, topk, expert_per_pe, policy, min_sdma, wait_budget); \
         op.Process();                                                                                          \
     }
 
@@ -473,18 +518,18 @@ namespace combine {
 
 void launch_combine(Dtype dtype, uint32_t block_dim, void* stream, uint8_t* expand_x, uint8_t* assist_info,
                     uint8_t* ep_recv_count, uint8_t* expert_ids, uint8_t* expert_scales, uint8_t* x_out,
-                    uint8_t* window, uint32_t bs, uint32_t h, uint32_t topk, uint32_t expert_per_pe,
-                    Policy policy, uint64_t min_sdma_bytes) {
+                    uint8_t* window, uint8_t* diag, uint32_t bs, uint32_t h, uint32_t topk, uint32_t expert_per_pe,
+                    Policy policy, uint64_t min_sdma_bytes, uint64_t wait_budget) {
     const uint32_t pol = uint32_t(policy);
     const uint64_t ffts = util_get_ffts_config();
     if (dtype == Dtype::Int32) {
         COMBINE_KERNEL_LAUNCH(combine_int32, block_dim, stream, ffts, expand_x, assist_info, ep_recv_count,
-                              expert_ids, expert_scales, x_out, window, bs, h, topk, expert_per_pe, pol,
-                              min_sdma_bytes);
+                              expert_ids, expert_scales, x_out, window, diag, bs, h, topk, expert_per_pe, pol,
+                              min_sdma_bytes, wait_budget);
     } else {
         COMBINE_KERNEL_LAUNCH(combine_float16, block_dim, stream, ffts, expand_x, assist_info, ep_recv_count,
-                              expert_ids, expert_scales, x_out, window, bs, h, topk, expert_per_pe, pol,
-                              min_sdma_bytes);
+                              expert_ids, expert_scales, x_out, window, diag, bs, h, topk, expert_per_pe, pol,
+                              min_sdma_bytes, wait_budget);
     }
 }
 

@@ -17,9 +17,20 @@ namespace combine {
 enum class Dtype : uint32_t { Int32 = 0, Float16 = 1 };
 enum class Policy : uint32_t { MteOnly = 0, DualPlane = 1 };
 
-constexpr uint32_t kStatusSlotBytes = 32;  // 8 int32 per status slot
-constexpr uint32_t kStatusWords = kStatusSlotBytes / 4;
+// A status slot: the ready value in 8 int32 words (32 B: what a status put writes and a wait
+// checks, word by word), alone on a 64 B slot. The AI core's scalar data cache works on 64 B
+// lines: a line holding two slots that different PEs write can have one PE's ready value
+// undone when a core cleans the line after resetting the other slot (SHMEM pads its own flags
+// to a full line for this; combine-facts section 10).
+constexpr uint32_t kStatusSlotBytes = 64;  // one scalar cache line per slot
+constexpr uint32_t kStatusWords = 8;       // the ready block: 8 int32
+constexpr uint32_t kStatusFlagBytes = kStatusWords * 4;
 constexpr int32_t kStatusReady = 1;
+#if defined(COMBINE_FAULT_SHARED_CACHE_LINE)
+constexpr uint32_t kStatusStride = kStatusFlagBytes;  // fault injection: two slots share each 64 B line
+#else
+constexpr uint32_t kStatusStride = kStatusSlotBytes;
+#endif
 constexpr uint32_t kSdmaQuietEvery = 256;  // SDMA-quiet after this many outstanding issues
 constexpr uint32_t kPayloadAlign = 32;
 constexpr uint32_t kProfFrameFullOp = 0;
@@ -27,7 +38,8 @@ constexpr uint32_t kProfFrameCommOnly = 1;
 constexpr uint32_t kMaxSdmaBlocks = 48;    // SHMEM makes one SDMA stream per AIV block 0..47
 
 // UB map of one AIV core (bytes), one place for every region the kernel uses. Everything
-// stays below SHMEM's own UB (188 KiB and up) and inside the 192 KiB of A2/A3; no two
+// stays inside the 192 KiB of A2/A3 (SHMEM's put paths check ub_limit = 192 KiB; its own
+// 188 KiB+ area is used only inside SHMEM's own launches, combine-facts section 10); no two
 // regions overlap (the twin refuses overlapping roles, host/twin/twin_pipes.cpp).
 //   [0, 64)            SDMA scratch (SHMEM needs >= 64 B)
 //   [64, 96)           the ready value x 8, source of status puts (filled by the scalar unit)
@@ -39,7 +51,7 @@ constexpr uint32_t kMaxSdmaBlocks = 48;    // SHMEM makes one SDMA stream per AI
 constexpr uint32_t kUbSdmaOff = 0;
 constexpr uint32_t kUbSdmaBytes = 64;
 constexpr uint32_t kUbStatusOff = 64;
-constexpr uint32_t kUbStatusBytes = kStatusSlotBytes;
+constexpr uint32_t kUbStatusBytes = kStatusFlagBytes;
 constexpr uint32_t kUbMteOff = 1024;
 constexpr uint32_t kUbMteStageBytes = 64 * 1024;   // per buffer (reported as UBsize/KB); a row of up to 16 Ki int32
 constexpr uint32_t kUbMteBuffers = 2;
@@ -52,22 +64,27 @@ constexpr uint32_t kUbReduceCastOff = kUbReduceInOff + kReduceBuffers * kReduceT
 constexpr uint32_t kUbReduceAccOff = kUbReduceCastOff + kReduceTileBytes;                  // float32
 constexpr uint32_t kUbReduceOutOff = kUbReduceAccOff + kReduceTileBytes;                   // + b * kReduceTileBytes
 constexpr uint32_t kUbEnd = kUbReduceOutOff + kReduceBuffers * kReduceTileBytes;
-constexpr uint32_t kUbShmemReserveOff = 188 * 1024;
+constexpr uint32_t kUbBytes = 192 * 1024;  // per AIV core on A2/A3
 static_assert(kUbSdmaOff + kUbSdmaBytes <= kUbStatusOff, "UB: SDMA scratch overlaps the status block");
 static_assert(kUbStatusOff + kUbStatusBytes <= kUbMteOff, "UB: status block overlaps MTE staging");
 static_assert(kUbMteOff + kUbMteBuffers * kUbMteStageBytes <= kUbReduceOff, "UB: MTE staging overlaps stage 2");
-static_assert(kUbEnd <= kUbShmemReserveOff, "UB: the kernel's regions reach into SHMEM's reserve");
+static_assert(kUbEnd <= kUbBytes, "UB: the kernel's regions run past the core's UB");
 static_assert(kUbSdmaOff % 32 == 0 && kUbStatusOff % 32 == 0 && kUbMteOff % 32 == 0 && kUbReduceOff % 32 == 0 &&
                   kReduceTileBytes % 32 == 0,
               "UB: regions must be 32-byte aligned (Ascend C: UB operands start at 32 B)");
 
 // Pipe event ids (EVENT_ID0..7; asc-devkit reserves 6 and 7 for its own use in static
-// Tensor programming). Stage 1: one sync id per plane, as the reference (the ids SHMEM's
-// calls pair their own flags on), and an MTE3->MTE2 event per staging buffer. Stage 2:
-// one id per double-buffer half, for each of MTE2_V, V_MTE2, V_MTE3 and MTE3_V.
+// Tensor programming). A SHMEM put pairs its own MTE2->MTE3 (and between chunks MTE3->MTE2)
+// flags on the sync_id it is given, and the pipes run ahead of each other: two puts in flight
+// on one id can set its bit twice (combine-facts section 10). So each MTE staging buffer has
+// its own id, used by its puts and by its own "free again" MTE3->MTE2 flag (the put's flags
+// and that one never overlap: the buffer is refilled only after it). Stage 1 otherwise: one
+// id for SDMA (the SDMA calls' own MTE3->MTE2 flags) and one for the status puts (UB -> GM,
+// after the S->MTE3 flag of their ready block). Stage 2: one id per double-buffer half, for
+// each of MTE2_V, V_MTE2, V_MTE3 and MTE3_V.
 constexpr uint32_t kSdmaSyncId = 0;   // EVENT_ID0
-constexpr uint32_t kMteSyncId = 1;    // EVENT_ID1
-constexpr uint32_t kStageEvent0 = 2;  // EVENT_ID2, EVENT_ID3: staging buffer 0, 1 free again
+constexpr uint32_t kMteSyncId = 1;    // EVENT_ID1: status puts
+constexpr uint32_t kStageEvent0 = 2;  // EVENT_ID2, EVENT_ID3: staging buffer 0, 1 (its puts' sync_id, free again)
 constexpr uint32_t kReduceEvent0 = 4; // EVENT_ID4, EVENT_ID5: stage-2 tile 0, 1
 
 __host_aicore__ inline uint64_t payload_stride(uint32_t h, uint32_t elem_bytes) {
@@ -75,7 +92,8 @@ __host_aicore__ inline uint64_t payload_stride(uint32_t h, uint32_t elem_bytes) 
     return (row + kPayloadAlign - 1) / kPayloadAlign * kPayloadAlign;
 }
 
-// Symmetric window of one PE: bs*topk payload slots, then bs*topk status slots.
+// Symmetric window of one PE: bs*topk payload slots, then bs*topk status slots of
+// kStatusStride bytes (each on its own 64 B line).
 struct WindowLayout {
     uint64_t slots, stride, payload_off, status_off, total_bytes;
 };
@@ -85,8 +103,8 @@ __host_aicore__ inline WindowLayout window_layout(uint32_t bs, uint32_t topk, ui
     w.slots = uint64_t(bs) * topk;
     w.stride = payload_stride(h, elem_bytes);
     w.payload_off = 0;
-    w.status_off = w.slots * w.stride;
-    w.total_bytes = w.status_off + w.slots * kStatusSlotBytes;
+    w.status_off = (w.slots * w.stride + kStatusSlotBytes - 1) / kStatusSlotBytes * kStatusSlotBytes;  // on a line
+    w.total_bytes = w.status_off + w.slots * kStatusStride;
     return w;
 }
 
@@ -103,11 +121,29 @@ inline uint32_t launch_block_dim(uint32_t pes, uint32_t aiv_cores) {
 #endif
 }
 
+// What a core of the kernel leaves for the host when one of its waits gives up (no device
+// wait of SHMEM's is bounded, so the kernel bounds its own: combine-facts section 10). One
+// record per core, each on its own 64 B line of the diagnostics buffer, zero while all is well.
+enum class WaitKind : int32_t { None = 0, StatusSlot = 1 };
+struct WaitTimeout {
+    int32_t kind;     // WaitKind
+    int32_t core;     // the core that gave up
+    int32_t slot;     // status slot token * topk + k
+    int32_t word;     // the word of the slot's ready block that never became ready
+    int32_t seen;     // the value it held at the end
+    int32_t expert;   // expert_ids[token, k]: the slot is sent by the PE that owns it
+    int64_t waited;   // system cycles waited
+};
+constexpr uint32_t kDiagRecordBytes = 64;
+static_assert(sizeof(WaitTimeout) <= kDiagRecordBytes, "a core's wait record fits its line");
+
 // Launch one combine on `stream` with `block_dim` AIV cores (launch_block_dim).
-// All pointers are device (GM) addresses; `window` is the symmetric window of this PE.
+// All pointers are device (GM) addresses; `window` is the symmetric window of this PE; `diag`
+// holds block_dim records of kDiagRecordBytes (zeroed by the host) and `wait_budget` is how
+// long a core waits for one flag word, in system cycles (AscendC::GetSystemCycle).
 void launch_combine(Dtype dtype, uint32_t block_dim, void* stream, uint8_t* expand_x, uint8_t* assist_info,
                     uint8_t* ep_recv_count, uint8_t* expert_ids, uint8_t* expert_scales, uint8_t* x_out,
-                    uint8_t* window, uint32_t bs, uint32_t h, uint32_t topk, uint32_t expert_per_pe,
-                    Policy policy, uint64_t min_sdma_bytes);
+                    uint8_t* window, uint8_t* diag, uint32_t bs, uint32_t h, uint32_t topk, uint32_t expert_per_pe,
+                    Policy policy, uint64_t min_sdma_bytes, uint64_t wait_budget);
 
 }  // namespace combine

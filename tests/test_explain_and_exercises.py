@@ -44,7 +44,7 @@ def test_dispatch_and_segment_tables_match_rank_inputs(spec):
         assert (t[["src_rank", "token_id", "topk_id"]].to_numpy() == inputs.assist_info_for_combine[:n]).all()
         assert (t["window_slot"] == t["token_id"] * spec.topk + t["topk_id"]).all()
         assert (t["payload_offset"] == t["window_slot"] * geo["slot_stride"]).all()
-        assert (t["status_offset"] == geo["status_offset"] + 32 * t["window_slot"]).all()
+        assert (t["status_offset"] == geo["status_offset"] + 64 * t["window_slot"]).all()
         assert [tuple(v) for v in inputs.expand_x[:n, :2].tolist()] == list(t["x_head"])
         seg = explain.segment_table(case, pe)
         assert (seg["end"] == inputs.ep_recv_count).all()
@@ -56,7 +56,15 @@ def test_dispatch_and_segment_tables_match_rank_inputs(spec):
 def test_window_geometry_aligns_stride_to_32_bytes():
     g = explain.window_geometry(CaseSpec(pes=2, bs=3, h=9, topk=2, expert_per_pe=1, dtype="float16_t"))
     assert (g["row_bytes"], g["slot_stride"], g["slots"]) == (18, 32, 6)
-    assert g["window_bytes"] == 6 * 32 + 6 * 32
+    # 6 x 32 = 192 B of payload, status from 192 (a 64 B line) in slots of 64 B with 32 B flags
+    assert (g["status_offset"], g["status_slot_bytes"], g["status_flag_bytes"]) == (192, 64, 32)
+    assert g["window_bytes"] == 6 * 32 + 6 * 64
+
+
+def test_window_geometry_puts_the_status_slots_on_their_own_cache_lines():
+    g = explain.window_geometry(CaseSpec(pes=2, bs=3, h=9, topk=1, expert_per_pe=1, dtype="float16_t"))
+    assert g["payload_bytes"] == 96 and g["status_offset"] == 128  # 96 rounded up to a 64 B line
+    assert g["window_bytes"] == 128 + 3 * 64
 
 
 def test_routing_table_masks_and_destinations():

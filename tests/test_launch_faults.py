@@ -4,6 +4,7 @@ left behind (no combine_host process, no /dev/shm segment)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 from combine_lab.errors import CaseFileError
 from combine_lab.run.launch import LaunchError, launch_pes
 from combine_lab.run.runner import prepare_case, run_case
+from combine_lab.case.case import make_case
 from combine_lab.case.spec import CaseSpec
 
 SPEC = CaseSpec(pes=2, bs=4, h=16, topk=2, expert_per_pe=2)
@@ -91,7 +93,12 @@ def test_slot_nobody_sends_times_out_naming_pe_core_slot(prepared, short_twin_ti
         run_case(prepared, "classic", timeout_s=20)
     assert time.monotonic() - t0 < 15
     assert e.value.pe == 0
-    assert "twin: PE 0 core 0: timed out after 2.0 s waiting for status slot 0 to become 1 (it is 0)" in str(e.value)
+    # the kernel's own bounded wait, reported by the driver (the same words on an NPU): slot 0 is
+    # token 0's choice 0, sent by the PE owning its expert
+    said = str(e.value)
+    assert e.value.returncode == 7
+    assert re.search(r"combine_host: PE 0 core 0: timed out after 2\.\d s waiting for status slot 0 to become 1 \(it "
+                     r"is 0; word 0 of 8; token 0, k 0: expert \d+, sent by PE \d\)$", said, re.M), said
 
 
 def test_pe_that_never_starts_ends_within_timeout(twin_binary, tmp_path, no_leaks):
@@ -125,6 +132,30 @@ def test_killed_pe_is_reported_and_others_stopped(twin_binary, tmp_path, short_s
     assert e.value.pe == 1
 
 
+def test_a_pe_killed_in_a_launch_ends_the_others_waits_naming_the_slot(twin_binary, tmp_path, monkeypatch, no_leaks):
+    """PE 1 dies (SIGKILL) as its second launch starts, after SHMEM is up: PE 0's kernel waits for
+    the flags PE 1 would have sent, gives up after its budget (COMBINE_WAIT_TIMEOUT_S) and its
+    driver names the PE, core and slot, exit 7, instead of hanging (SHMEM's own waits are
+    unbounded). The launcher gives PE 0 the time to say so (a long stop grace)."""
+    monkeypatch.setenv("COMBINE_LAB_STOP_GRACE_S", "20")
+    prepared = prepare_case(SPEC, tmp_path)
+    args = lambda r: [2, r, "tcp://127.0.0.1:1", 2, 0, 0, "int32_t", 4, 16, 2, 2, 0, 1, 1,  # noqa: E731
+                      tmp_path / f"x_perf_rank{r}.csv", SPEC.case_id, "mte_only", 2097152, prepared.case_root]
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError) as e:
+        launch_pes(twin_binary, 2, args, cwd=tmp_path, log_dir=tmp_path / "logs", timeout_s=30,
+                   env={"COMBINE_TWIN_DIE": "1:2", "COMBINE_WAIT_TIMEOUT_S": "1"})
+    assert time.monotonic() - t0 < 15
+    assert str(e.value).startswith("PE 1 killed by signal 9") and e.value.pe == 1
+    said = (tmp_path / "logs" / "pe0.stderr").read_text()
+    slots = {(int(t), int(k)) for t, k in re.findall(r"token (\d+), k (\d+): expert \d+, sent by PE 1\)", said)}
+    mine = {(t, k) for t in range(SPEC.bs) for k in range(SPEC.topk)
+            if make_case(SPEC).expert_ids[0, t, k] // SPEC.expert_per_pe == 1}
+    assert slots and slots <= mine, said  # only slots PE 1 sends, each named
+    assert re.search(r"^combine_host: PE 0 core \d: timed out after 1\.\d s waiting for status slot \d+ to become 1 "
+                     r"\(it is 0; word 0 of 8; token \d+, k \d: expert \d+, sent by PE 1\)$", said, re.M), said
+
+
 def test_whole_run_timeout_names_running_pes(twin_binary, tmp_path, no_leaks):
     script = tmp_path / "stuck.sh"
     script.write_text("#!/bin/sh\necho waiting >&2\nexec sleep 30\n")
@@ -141,6 +172,7 @@ def test_ctrl_c_stops_every_pe(tmp_path, no_leaks):
     code = f"""
 from pathlib import Path
 from combine_lab.run.runner import prepare_case, run_case
+from combine_lab.case.case import make_case
 from combine_lab.case.spec import CaseSpec
 from test_launch_faults import drop_row_for_slot, SPEC
 prepared = prepare_case(SPEC, Path({str(tmp_path)!r}))

@@ -47,8 +47,7 @@ FATAL = {
                               "132608): this instruction's operands must not overlap (asc-devkit address overlap rule)",
     "tensor_misaligned": "LocalTensor: vector tile (LocalTensor) at UB offset 132112: UB addresses must be 32-byte "
                          "aligned",
-    "tensor_in_shmem_reserve": "LocalTensor: vector tile (LocalTensor) UB [192000, 193024) reaches into SHMEM's own UB "
-                               "(188 KiB and up, ACLSHMEM_INTERNAL_UB_BUF_START_ADDR)",
+    "tensor_past_ub": "LocalTensor: vector tile (LocalTensor) UB [196096, 197120) runs past the core's 192 KiB UB",
     "muls_past_tensor": "Muls (float): source UB [132096, 133152) runs past its LocalTensor UB [132096, 133120) "
                         "(256 float)",
     "pad_block_len_not_elements": "DataCopyPad (GM -> UB): blockLen 41 B is not a multiple of sizeof(T) = 2",
@@ -104,3 +103,43 @@ def test_casts_round_as_numpy_does(rules):
     # half to even: 2055 -> 2056, 2053 -> 2052, 65520 -> inf; -0 keeps its sign; toward zero: -1.75 -> -1
     assert p.stdout.split() == want == ["6804", "6802", "bf00", "3f00", "7c00", "8000", "2e66", "4300",
                                         "2055", "2053", "-1", "1", "65520", "0", "0", "3"]
+
+
+def _line(marker: str) -> int:
+    """The line of tests/twin_rules/vector_rules.cpp that carries ``// marker``."""
+    lines = SOURCE.read_text().splitlines()
+    return next(i for i, ln in enumerate(lines, 1) if ln.rstrip().endswith(f"// {marker}"))
+
+
+def test_an_event_bit_set_again_before_its_wait_has_run_is_reported_with_both_call_sites(rules):
+    """Pipes run ahead of each other: MTE2 can run the second tile's SetFlag<MTE2_V>(0) before V has
+    run the WaitFlag of the first, since nothing makes V's wait come first (asc-devkit SetFlag/WaitFlag:
+    the bit set twice is undefined). Program order alone (set, wait, set) would hide it."""
+    p = _run(rules, "flag_set_twice_in_flight")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines() == [
+        f"twin: protocol violation: PE -1 core 0: SetFlag<HardEvent::MTE2_V>(0) at twin_rules/vector_rules.cpp:"
+        f"{_line('tile-b-set')} may run on MTE2 before WaitFlag<HardEvent::MTE2_V>(0) at "
+        f"twin_rules/vector_rules.cpp:{_line('tile-a-wait')} has run on V: nothing orders that wait before this "
+        "set, so the event bit can be set twice with no wait between (undefined; the next PipeBarrier<PIPE_ALL> "
+        "hangs). Puts in flight on different UB buffers need their own sync_id (asc-devkit SetFlag/WaitFlag; "
+        "combine-facts section 10)"]
+
+
+@pytest.mark.parametrize("case", ["flag_one_id_per_tile", "flag_ordered_by_a_flag_back", "tensor_at_ub_top"])
+def test_an_event_bit_reused_once_its_wait_is_ordered_first_is_accepted(rules, case):
+    """Never stricter than the hardware: one id per tile, or MTE2 waiting (V_MTE2) for what V did after
+    its wait, orders the first WaitFlag before the second SetFlag; and a tile at the top of the UB
+    ([191 KiB, 192 KiB), where SHMEM's own launches keep their scratch) is the kernel's to use."""
+    p = _run(rules, case)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+
+
+def test_a_second_setflag_in_program_order_is_reported_with_both_call_sites(rules):
+    p = _run(rules, "flag_set_twice_in_program_order")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines() == [
+        f"twin: protocol violation: PE -1 core 0: SetFlag<HardEvent::MTE2_V>(3) at twin_rules/vector_rules.cpp:"
+        f"{_line('flag-set-second')} while the SetFlag at twin_rules/vector_rules.cpp:{_line('flag-set-first')} is "
+        "not yet waited: two SetFlags on one event bit with no WaitFlag between them are undefined (a SHMEM call "
+        "with sync_id 3 pairs its own flags on that id)"]

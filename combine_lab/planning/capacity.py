@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 
 from ..case.spec import CaseSpec
+from .cores import kernel_constant
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -25,24 +26,31 @@ class CapacityError(ValueError):
     bytes needed and the bytes available."""
 
 
-STATUS_SLOT_BYTES = 32
+#: A status slot's stride: one 64 B scalar cache line each, so that no two slots that different
+#: PEs write share a line (kernels/combine_kernel.h kStatusSlotBytes; combine-facts section 10).
+STATUS_SLOT_BYTES = kernel_constant("kStatusSlotBytes")
+#: What a status put writes and a wait checks: the ready value in 8 int32 words.
+STATUS_FLAG_BYTES = 4 * kernel_constant("kStatusWords")
 
 
 def window_geometry(spec: CaseSpec) -> dict:
-    """The symmetric window of one PE (combine-facts section 5), all sizes in bytes.
+    """The symmetric window of one PE (combine-facts section 5; kernels/combine_kernel.h
+    window_layout), all sizes in bytes.
 
     Returns ``{"slots": bs*topk, "row_bytes": h*sizeof(T), "slot_stride": align_up(row_bytes, 32),
-    "payload_bytes": slots*slot_stride, "status_offset": payload_bytes, "status_slot_bytes": 32,
-    "window_bytes": payload_bytes + slots*32}``. Slot ``token_id*topk + topk_id`` holds that
-    (token, choice)'s expert output at ``slot*slot_stride`` and its ready flag at
-    ``status_offset + slot*32``.
+    "payload_bytes": slots*slot_stride, "status_offset": align_up(payload_bytes, 64),
+    "status_slot_bytes": 64, "status_flag_bytes": 32, "window_bytes": status_offset + slots*64}``.
+    Slot ``token_id*topk + topk_id`` holds that (token, choice)'s expert output at
+    ``slot*slot_stride`` and its ready flag (32 B) at ``status_offset + slot*64``, alone on its
+    64 B cache line.
     """
     slots = spec.bs * spec.topk
     stride = -(-spec.row_bytes // 32) * 32
     payload = slots * stride
+    status = -(-payload // STATUS_SLOT_BYTES) * STATUS_SLOT_BYTES
     return {"slots": slots, "row_bytes": spec.row_bytes, "slot_stride": stride, "payload_bytes": payload,
-            "status_offset": payload, "status_slot_bytes": STATUS_SLOT_BYTES,
-            "window_bytes": payload + slots * STATUS_SLOT_BYTES}
+            "status_offset": status, "status_slot_bytes": STATUS_SLOT_BYTES, "status_flag_bytes": STATUS_FLAG_BYTES,
+            "window_bytes": status + slots * STATUS_SLOT_BYTES}
 
 
 def window_bytes(spec: CaseSpec) -> int:

@@ -13,10 +13,10 @@ import pandas as pd
 from ..case.case import Case
 from ..errors import ParameterError
 from .cores import TWIN_DEFAULT_SOC, launch_block_dim
-from .capacity import STATUS_SLOT_BYTES, window_geometry
+from .capacity import STATUS_FLAG_BYTES, STATUS_SLOT_BYTES, window_geometry
 from .planner import Plan
 
-__all__ = ["STATUS_SLOT_BYTES", "SDMA_QUIET_EVERY", "window_geometry", "routing_table", "segment_table",
+__all__ = ["STATUS_SLOT_BYTES", "STATUS_FLAG_BYTES", "SDMA_QUIET_EVERY", "window_geometry", "routing_table", "segment_table",
            "dispatch_table", "decision_table", "core_load", "core_program"]
 
 #: The kernel SDMA-quiets after this many outstanding SDMA issues (combine-facts section 5).
@@ -210,13 +210,13 @@ def core_program(case: Case, plan: Plan, pe: int, core: int, soc: str = TWIN_DEF
         slots = _slots_text(grp["window_slot"].to_numpy())
         add(2, "MTE", f"put {len(grp)} rows -> PE {rank} window", int(seg), len(grp), len(grp) * s.row_bytes, slots)
         add(2, "MTE", "quiet: those rows have landed", int(seg), 0, 0, "")
-        add(2, "MTE", f"write {len(grp)} status flags (ready = 1)", int(seg), len(grp), len(grp) * STATUS_SLOT_BYTES,
+        add(2, "MTE", f"write {len(grp)} status flags (ready = 1)", int(seg), len(grp), len(grp) * STATUS_FLAG_BYTES,
             slots)
     if len(mte_rows):
         add(2, "MTE", "quiet: the last flags have landed", -1, 0, 0, "")
     if len(sdma_rows):
         add(3, "SDMA", "quiet: every SDMA row has landed", -1, 0, 0, "")
         add(3, "MTE", f"write {len(sdma_rows)} status flags of the SDMA rows (ready = 1)", -1, len(sdma_rows),
-            len(sdma_rows) * STATUS_SLOT_BYTES, _slots_text(sdma_rows["window_slot"].to_numpy()))
+            len(sdma_rows) * STATUS_FLAG_BYTES, _slots_text(sdma_rows["window_slot"].to_numpy()))
         add(3, "MTE", "quiet: flags have landed", -1, 0, 0, "")
     return pd.DataFrame(steps, columns=["phase", "step", "engine", "action", "segment", "rows", "bytes", "slots"])

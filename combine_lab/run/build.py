@@ -163,7 +163,7 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
         if target != "cpu" or not fault.replace("_", "").isalnum() or fault.upper() != fault:
             raise ParameterError(f"fault={fault!r}: an upper-case COMBINE_FAULT_<name> switch of the kernel, "
                                  "cpu target only")
-    config_args: list[str] = [f"-DCOMBINE_FAULTS={';'.join(faults)}"] if faults else []
+    config_args: list[str] = [f"-DCOMBINE_FAULTS={';'.join(faults or [])}"]
     if target == "npu":
         tc = require_npu_toolchain(soc=soc)
         config_args = tc.cmake_args()
@@ -198,8 +198,11 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
             # Another NPU toolchain (CANN, SHMEM, SoC): CMake cannot switch compilers in place.
             shutil.rmtree(bdir / "CMakeFiles", ignore_errors=True)
             (bdir / "CMakeCache.txt").unlink(missing_ok=True)
-        if not (bdir / "CMakeCache.txt").is_file():
-            gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+        # The twin's folder is configured again on every rebuild: cheap, and the fault list it
+        # was configured with is then always the one asked for (a cache from an earlier list
+        # would build only that list's drivers).
+        if not (bdir / "CMakeCache.txt").is_file() or target == "cpu":
+            gen = ["-G", "Ninja"] if shutil.which("ninja") and not (bdir / "CMakeCache.txt").is_file() else []
             _run([cmake, "-S", str(root), "-B", str(bdir), *gen, f"-DCOMBINE_TARGET={target}",
                   "-DCMAKE_BUILD_TYPE=Release", *config_args], root)
         _run([cmake, "--build", str(bdir), "--parallel", str(os.cpu_count() or 2)], root)

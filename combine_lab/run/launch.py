@@ -253,8 +253,10 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
         argv_for_pe: the driver's arguments for PE ``r`` (without the program name).
         cwd: working folder of every PE.
         log_dir: where ``pe<r>.stdout`` / ``pe<r>.stderr`` are kept.
-        timeout_s: limit for the whole run, seconds; the twin's own waits give up at 50% of it
-            (barriers at 75%), so a hang is reported by the PE and core that hang.
+        timeout_s: limit for the whole run, seconds; the kernel's flag waits and the twin's own
+            waits give up at 50% of it (``COMBINE_WAIT_TIMEOUT_S``, ``COMBINE_TWIN_TIMEOUT_S``), the
+            driver's barrier of all PEs at 62.5%, the twin's barriers at 75%, so a hang is reported
+            by the PE, core and slot that hang (the driver's exit status 7).
         env: extra environment variables.
         session: twin session name; default :func:`new_session`.
         tolerated_codes: exit statuses that are results, not failures (the driver's 2 for an
@@ -290,6 +292,9 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
     run_env["COMBINE_TWIN_SESSION"] = session
     run_env[LAUNCHER_PID_ENV] = str(os.getpid())
     run_env.setdefault("COMBINE_TWIN_TIMEOUT_S", f"{max(1.0, 0.5 * timeout_s):.1f}")
+    # The driver bounds the kernel's flag waits, its stream sync and its barriers by the same
+    # time, on both targets (host/combine_host.cpp; the twin's own waits by COMBINE_TWIN_TIMEOUT_S).
+    run_env.setdefault("COMBINE_WAIT_TIMEOUT_S", run_env["COMBINE_TWIN_TIMEOUT_S"])
     procs: list[subprocess.Popen] = []
     files = []
     try:

@@ -29,6 +29,10 @@ from .runner import prepare_case, run_case
 
 #: A small case with SDMA segments at min_sdma_bytes=0 (zipf skew puts some above average).
 CHECKER_SPEC = CaseSpec(pes=3, bs=12, h=20, topk=3, expert_per_pe=2, routing="zipf:1.2", dtype="float16_t")
+# 3 cores x 3 tokens x topk 3: 9 status slots per core, so with 32 B slots the line of each core's
+# last slot holds the next core's first (within a core, the next token's slots are waited for
+# before the last token's are reset).
+SHARED_LINE_SPEC = CaseSpec(pes=3, bs=9, h=20, topk=3, expert_per_pe=2, routing="zipf:1.2", dtype="float16_t")
 
 
 def sdma_from_core_48_case():
@@ -78,13 +82,20 @@ BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
                  chaos_seed=None, env={"COMBINE_TWIN_SOC": "Ascend910B2"}, corrupts=True),
     BrokenKernel("SHARED_SYNC_ID", "one sync id for both planes", CHECKER_SPEC, "doubleplane",
                  "serves both planes"),
+    BrokenKernel("SHARED_MTE_SYNC_ID", "both MTE staging buffers' puts on one sync_id: the second put's MTE2->MTE3 "
+                 "flag may be set before MTE3 ran the first put's wait", CHECKER_SPEC, "classic",
+                 "may run on MTE2 before WaitFlag<HardEvent::MTE2_MTE3>(1) inside aclshmemx_mte_put_nbi",
+                 min_sdma_bytes=2 << 20, chaos_seed=None),
+    BrokenKernel("SHARED_CACHE_LINE", "32 B status slots, two to a 64 B scalar cache line: cleaning a line after "
+                 "resetting one slot can undo the other's ready value", SHARED_LINE_SPEC, "classic",
+                 "two status slots share a 64 B scalar cache line", min_sdma_bytes=2 << 20, chaos_seed=None),
     BrokenKernel("PARTIAL_STATUS_WAIT", "a status slot waited on at its first word only", CHECKER_SPEC,
                  "doubleplane", "was waited on at word mask 0x01 of its 8 words"),
     BrokenKernel("UB_OVERLAP", "the SDMA scratch placed inside an MTE staging buffer", CHECKER_SPEC, "doubleplane",
                  "UB regions overlap: UB [1024, 66560) used as MTE staging (by aclshmemx_mte_put_nbi (GM -> UB -> GM)) "
                  "and UB [1024, 1088) used as SDMA scratch", chaos_seed=None, fatal=True),
-    BrokenKernel("UB_IN_SHMEM_RESERVE", "an MTE staging buffer reaching into SHMEM's own UB (188 KiB and up)",
-                 CHECKER_SPEC, "classic", "MTE staging UB [128000, 193536) reaches into SHMEM's own UB (188 KiB and up",
+    BrokenKernel("UB_PAST_END", "an MTE staging buffer running past the core's 192 KiB UB",
+                 CHECKER_SPEC, "classic", "MTE staging UB [132096, 197632) runs past the core's 192 KiB UB",
                  min_sdma_bytes=2 << 20, chaos_seed=None, fatal=True),
     BrokenKernel("DEVICE_BARRIER", "SHMEM's device barrier_all in an AIV-only kernel (it is for MIX kernels)",
                  CHECKER_SPEC, "classic", "aclshmem_barrier_all called from an AIV-only kernel",

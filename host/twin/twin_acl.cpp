@@ -55,6 +55,10 @@ aclError aclrtCreateStream(aclrtStream* stream) {
 }
 aclError aclrtDestroyStream(aclrtStream) { return ACL_SUCCESS; }
 aclError aclrtSynchronizeStream(aclrtStream) { return ACL_SUCCESS; }
+// A twin launch has run to completion when it returns: there is nothing left to wait for.
+aclError aclrtSynchronizeStreamWithTimeout(aclrtStream, int32_t timeout) {
+    return timeout < -1 ? ACL_ERROR_INVALID_PARAM : ACL_SUCCESS;
+}
 
 aclError aclrtMalloc(void** ptr, size_t size, aclrtMemMallocPolicy) {
     *ptr = nullptr;

@@ -55,7 +55,10 @@ std::vector<std::string> g_violation_examples;
 
 // A labelled region of the window. Payload regions own two symmetric shadow arrays of
 // uint32 per slot: the launch in which the payload landed, and (launch << 1 | plane) of
-// the put that was issued for it. A status region points at its payload region.
+// the put that was issued for it. A status region points at its payload region and keeps,
+// per slot, the words waited on and the waiting core, when and by whom its flag landed and a
+// hash of what landed; per 64 B line, the last clean of the line by a core that had changed it.
+// Stamps are (launch << 8 | x): launch numbers count from 1, so 0 is "never".
 struct Region {
     uint8_t* begin;
     uint8_t* end;
@@ -63,7 +66,14 @@ struct Region {
     uint64_t slot_bytes;
     uint64_t landed_off = 0, issued_off = 0;  // heap offsets of the shadows (payload regions)
     int payload_region = -1;                  // status regions
-    uint64_t waited_off = 0;                  // status regions: (launch << 8 | words waited) per slot
+    uint64_t flag_bytes = 0;                  // status regions: the ready block at each slot's start
+    uint64_t waited_off = 0;                  // (launch << 8 | words waited) per slot
+    uint64_t waiter_off = 0;                  // (launch << 8 | waiting core) per slot
+    uint64_t flag_landed_off = 0;             // (launch << 8 | writing PE) per slot
+    uint64_t flag_hash_off = 0;               // hash of the flag block that landed, per slot
+    uint64_t cleaned_off = 0;                 // (launch << 8 | core) per 64 B line: a clean of a changed line
+    uint8_t* line_base = nullptr;             // the first 64 B line of the region
+    uint64_t lines = 0;
     uint64_t slots = 0;
 };
 std::vector<Region> g_regions;
@@ -146,6 +156,70 @@ int core_or_die(const char* what) {
     return core;
 }
 
+constexpr uint64_t kLine = 64;  // the scalar data cache's line (SHMEM: SCALAR_DATA_CACHELINE_SIZE)
+
+uint32_t stamp_of(uint32_t x) { return (g_epoch << 8) | (x & 0xFFu); }
+bool this_launch(uint32_t stamp) { return (stamp >> 8) == g_epoch; }
+
+uint32_t hash_bytes(const uint8_t* p, size_t n) {
+    uint32_t h = 2166136261u;  // FNV-1a
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+}  // namespace
+
+void report_violation(const std::string& msg);
+
+namespace {
+
+// The status slots of region `r` whose flag blocks overlap the 64 B line starting at `line`:
+// [first, last], or first > last when none.
+void slots_in_line(const Region& r, const uint8_t* line, int64_t* first, int64_t* last) {
+    const int64_t lo = int64_t(line - r.begin), hi = lo + int64_t(kLine);  // the line, in region offsets
+    const int64_t stride = int64_t(r.slot_bytes), flag = int64_t(r.flag_bytes);
+    *first = lo - flag + 1 <= 0 ? 0 : (lo - flag + 1 + stride - 1) / stride;  // the first block ending after lo
+    *last = std::min<int64_t>((hi - 1) / stride, int64_t(r.slots) - 1);      // the last block starting before hi
+}
+
+// The lines of region `r` (indices from line_base) that slot `slot`'s flag block touches.
+void lines_of_slot(const Region& r, uint64_t slot, uint64_t* l0, uint64_t* l1) {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(r.line_base);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(r.begin + slot * r.slot_bytes);
+    *l0 = (a - base) / kLine;
+    *l1 = (a + r.flag_bytes - 1 - base) / kLine;
+}
+
+// A status put lands on `slot` of PE p.pe's status region `ri`: remember when, by whom and
+// what; if a core of that PE already cleaned the slot's line in this launch after changing the
+// line, nothing ordered this write after that clean: on the NPU it could have landed between the
+// core's load of the line and its write-back, and been undone. Returns false when it is undone
+// (chaos mode: the worst order of the two).
+bool note_flag_landed(int ri, const Put& p, uint64_t slot) {
+    const Region& r = g_regions[ri];
+    const uint32_t writer = uint32_t(pe_state().my_pe);
+    __atomic_store_n(shadow(r.flag_landed_off, p.pe, slot), stamp_of(writer), __ATOMIC_RELEASE);
+    const size_t n = std::min<size_t>(p.bytes, r.flag_bytes);
+    __atomic_store_n(shadow(r.flag_hash_off, p.pe, slot), hash_bytes(static_cast<const uint8_t*>(p.src), n),
+                     __ATOMIC_RELEASE);
+    uint64_t l0, l1;
+    lines_of_slot(r, slot, &l0, &l1);
+    bool kept = true;
+    for (uint64_t l = l0; l <= l1 && l < r.lines; ++l) {
+        const uint32_t c = __atomic_load_n(shadow(r.cleaned_off, p.pe, l), __ATOMIC_ACQUIRE);
+        if (!this_launch(c)) continue;
+        char buf[480];
+        snprintf(buf, sizeof buf, "PE %d core %d: its status put to slot %llu on PE %d lands in the 64 B cache line "
+                 "that PE %d core %u cleaned in this launch after changing another slot of it; nothing orders this "
+                 "write after that core's load of the line, so its write-back can undo this ready value (two status "
+                 "slots share a 64 B scalar cache line: give each slot a line of its own, combine-facts section 10)",
+                 pe_state().my_pe, current_core(), (unsigned long long)slot, p.pe, p.pe, c & 0xFFu);
+        report_violation(buf);
+        if (chaos_seed()) kept = false;
+    }
+    return kept;
+}
+
 }  // namespace
 
 void report_violation(const std::string& msg) {
@@ -179,7 +253,8 @@ void land(const Put& p) {
                          pe_state().my_pe, current_core(), (unsigned long long)slot, p.pe, kPlaneName[p.plane]);
             report_violation(buf);
         }
-        memcpy(p.dst, p.src, p.bytes);
+        // First: once the flag is visible, its waiter may reset the slot and clean its line.
+        if (note_flag_landed(ri, p, slot)) memcpy(p.dst, p.src, p.bytes);
         return;
     }
     memcpy(p.dst, p.src, p.bytes);
@@ -209,10 +284,11 @@ int region_kind(const void* sym, uint64_t* slot_index) {
     return ri < 0 ? -1 : g_regions[ri].kind;
 }
 
-void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes) {
+void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes, uint64_t flag_bytes) {
     uint8_t* p = static_cast<uint8_t*>(sym);
     Region r{p, p + bytes, kind, slot_bytes ? slot_bytes : 1};
     r.slots = bytes / r.slot_bytes;
+    r.flag_bytes = flag_bytes ? std::min<uint64_t>(flag_bytes, r.slot_bytes) : r.slot_bytes;
     uint8_t* mine = heap_base(pe_state().my_pe);
     if (kind == kRegionPayload) {
         r.landed_off = reserve_alloc(r.slots * 4, "payload-landed shadow");
@@ -223,8 +299,14 @@ void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes)
         for (int i = int(g_regions.size()) - 1; i >= 0 && r.payload_region < 0; --i)
             if (g_regions[i].kind == kRegionPayload) r.payload_region = i;
         if (r.payload_region < 0) fatal("label a payload region before its status region");
-        r.waited_off = reserve_alloc(r.slots * 4, "status-waited shadow");
-        memset(mine + r.waited_off, 0, r.slots * 4);
+        r.line_base = reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(p) / kLine * kLine);
+        r.lines = (uint64_t(reinterpret_cast<uintptr_t>(p + bytes) - reinterpret_cast<uintptr_t>(r.line_base)) + kLine - 1) / kLine;
+        for (uint64_t* off : {&r.waited_off, &r.waiter_off, &r.flag_landed_off, &r.flag_hash_off}) {
+            *off = reserve_alloc(r.slots * 4, "status shadow");
+            memset(mine + *off, 0, r.slots * 4);
+        }
+        r.cleaned_off = reserve_alloc(r.lines * 4, "status-line shadow");
+        memset(mine + r.cleaned_off, 0, r.lines * 4);
     }
     g_regions.push_back(r);
 }
@@ -237,8 +319,57 @@ void note_wait(const void* sig) {
     uint32_t* w = shadow(g_regions[ri].waited_off, pe_state().my_pe, slot);
     const uint32_t stamp = g_epoch << 8;
     uint32_t old = __atomic_load_n(w, __ATOMIC_RELAXED);
-    const uint32_t now = ((old & ~0xFFu) == stamp ? old : stamp) | (1u << word);
+    const uint32_t now = ((old & ~0xFFu) == stamp ? old : stamp) | (word < 8 ? 1u << word : 0u);
     __atomic_store_n(w, now, __ATOMIC_RELAXED);  // one core waits on a given slot
+    __atomic_store_n(shadow(g_regions[ri].waiter_off, pe_state().my_pe, slot), stamp_of(uint32_t(current_core())),
+                     __ATOMIC_RELAXED);
+}
+
+// A clean of the 64 B line at `addr` by the calling core. The twin cannot see the core's scalar
+// stores, but it sees what they did: a line is dirty in this core's cache when it holds a slot
+// this core waited on in this launch whose flag block no longer holds what landed there (the
+// core reset it). Cleaning a dirty line writes all 64 B back as the core cached them; another
+// slot of the line that a status put made ready in this launch, which this core never waited on,
+// may have landed after the core loaded the line: its ready value is undone. In chaos mode the
+// write-back does undo it (the block goes back to the value before that put: the reset value 0).
+void dcache_clean_line(const void* addr, const Site& site) {
+    if (current_core() < 0) return;
+    uint64_t any = 0;
+    const int ri = find_region(addr, &any);
+    if (ri < 0 || g_regions[ri].kind != kRegionStatus) return;
+    const Region& r = g_regions[ri];
+    const int me = pe_state().my_pe;
+    const uint32_t core = uint32_t(current_core());
+    const uint8_t* line = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(addr) / kLine * kLine);
+    int64_t first, last;
+    slots_in_line(r, line, &first, &last);
+    auto mine = [&](int64_t s) {
+        const uint32_t w = __atomic_load_n(shadow(r.waiter_off, me, s), __ATOMIC_RELAXED);
+        return this_launch(w) && (w & 0xFFu) == (core & 0xFFu);
+    };
+    bool dirty = false;
+    for (int64_t s = first; s <= last && !dirty; ++s) {
+        if (!mine(s) || !this_launch(__atomic_load_n(shadow(r.flag_landed_off, me, s), __ATOMIC_ACQUIRE))) continue;
+        const uint32_t landed = __atomic_load_n(shadow(r.flag_hash_off, me, s), __ATOMIC_RELAXED);
+        dirty = hash_bytes(r.begin + s * r.slot_bytes, r.flag_bytes) != landed;
+    }
+    if (!dirty) return;
+    const uint64_t line_index = uint64_t(line - r.line_base) / kLine;
+    __atomic_store_n(shadow(r.cleaned_off, me, line_index), stamp_of(core), __ATOMIC_RELEASE);
+    for (int64_t s = first; s <= last; ++s) {
+        if (mine(s)) continue;
+        const uint32_t landed = __atomic_load_n(shadow(r.flag_landed_off, me, s), __ATOMIC_ACQUIRE);
+        if (!this_launch(landed)) continue;  // not written in this launch (yet): reported when it lands
+        char buf[560];
+        snprintf(buf, sizeof buf, "PE %d core %u: DataCacheCleanAndInvalid %s writes back the 64 B line of "
+                 "status slots %llu..%llu as this core cached it, after resetting a slot of it; slot %llu, which PE %u's "
+                 "status put made ready in this launch and this core never waited on, may have landed after the core "
+                 "loaded the line: the write-back undoes that ready value (two status slots share a 64 B scalar cache "
+                 "line: give each slot a line of its own, combine-facts section 10)", me, core, site_text(site).c_str(),
+                 (unsigned long long)first, (unsigned long long)last, (unsigned long long)s, landed & 0xFFu);
+        report_violation(buf);
+        if (chaos_seed()) memset(r.begin + s * r.slot_bytes, 0, r.flag_bytes);
+    }
 }
 
 void engines_start(uint32_t engine_mask) {
@@ -289,14 +420,14 @@ void counters_end_launch() {
     const int me = pe_state().my_pe;
     for (const Region& r : g_regions) {
         if (r.kind != kRegionStatus) continue;
-        const uint32_t all = (1u << (r.slot_bytes / 4)) - 1u;
+        const uint32_t all = (1u << std::min<uint64_t>(r.flag_bytes / 4, 8)) - 1u;
         for (uint64_t slot = 0; slot < r.slots; ++slot) {
             const uint32_t w = *shadow(r.waited_off, me, slot);
             if ((w >> 8) == g_epoch && (w & 0xFFu) != all) {
                 char buf[256];
                 snprintf(buf, sizeof buf, "PE %d: status slot %llu was waited on at word mask 0x%02x of its %llu words: "
                          "wait on all of them, as the reference does", me, (unsigned long long)slot, w & 0xFFu,
-                         (unsigned long long)(r.slot_bytes / 4));
+                         (unsigned long long)(r.flag_bytes / 4));
                 report_violation(buf);
             }
         }
@@ -314,7 +445,7 @@ void core_finish() {
 // put's own MTE3->MTE2 flag orders each chunk after the previous one's leg, but nothing
 // orders the last leg before what the kernel does next (twin_pipes.cpp).
 void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t bytes, size_t elem_bytes, int pe,
-                uint32_t sync_id) {
+                uint32_t sync_id, const Site& site) {
     static const char* const op = "aclshmemx_mte_put_nbi (GM -> UB -> GM)";
     core_or_die(op);
     const uint64_t block = ub_size / elem_bytes * elem_bytes;
@@ -331,8 +462,8 @@ void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size
         const uint64_t n = std::min<uint64_t>(block, bytes - done);
         const UbSpan span{off, off + uint32_t((n + 31) / 32 * 32)};
         if (done > 0) {  // the put's own MTE3->MTE2 sync between its chunks
-            AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(sync_id));
-            AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(sync_id));
+            flag_set(AscendC::HardEvent::MTE3_MTE2, int32_t(sync_id), site);
+            flag_wait(AscendC::HardEvent::MTE3_MTE2, int32_t(sync_id), site);
         }
         PipeOp in;
         in.kind = OpKind::ShmemStage;
@@ -344,8 +475,8 @@ void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size
         in.gm_src = static_cast<const uint8_t*>(src) + done;
         in.count = uint32_t(n);
         pipe_issue(in);
-        AscendC::SetFlag<AscendC::HardEvent::MTE2_MTE3>(int32_t(sync_id));
-        AscendC::WaitFlag<AscendC::HardEvent::MTE2_MTE3>(int32_t(sync_id));
+        flag_set(AscendC::HardEvent::MTE2_MTE3, int32_t(sync_id), site);
+        flag_wait(AscendC::HardEvent::MTE2_MTE3, int32_t(sync_id), site);
         PipeOp leg;
         leg.kind = OpKind::ShmemLeg;
         leg.pipe = kPipeMte3;
@@ -357,7 +488,7 @@ void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size
     }
 }
 
-void mte_put_ub(void* dst_sym, const void* ub_src, size_t bytes, int pe, uint32_t sync_id) {
+void mte_put_ub(void* dst_sym, const void* ub_src, size_t bytes, int pe, uint32_t sync_id, const Site&) {
     static const char* const op = "aclshmemx_mte_put_nbi (UB -> GM)";
     core_or_die(op);
     const uint32_t padded = uint32_t((bytes + 31) / 32 * 32);
@@ -377,7 +508,19 @@ void mte_put_ub(void* dst_sym, const void* ub_src, size_t bytes, int pe, uint32_
     pipe_issue(leg);
 }
 
-void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t bytes, int pe, uint32_t sync_id) {
+// SHMEM's SDMA calls drain every pipe (PipeBarrier<PIPE_ALL>) around the scalar and MTE3 work
+// of writing descriptors and the doorbell through the UB scratch, and pair an MTE3->MTE2 flag
+// on sync_id after each such write (src/device/gm2gm/engine/shmem_device_sdma.hpp): a kernel
+// flag of that pair and id still set collides with it.
+static void sdma_internal_flags(uint32_t sync_id, const Site& site, bool drain_after) {
+    pipes_drain();
+    flag_set(AscendC::HardEvent::MTE3_MTE2, int32_t(sync_id), site);
+    flag_wait(AscendC::HardEvent::MTE3_MTE2, int32_t(sync_id), site);
+    if (drain_after) pipes_drain();
+}
+
+void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t bytes, int pe, uint32_t sync_id,
+              const Site& site) {
     static const char* const op = "aclshmemx_sdma_put_nbi";
     const int core = core_or_die(op);
     if (g_sdma == nullptr) fatal("SDMA put without the SDMA engine: init with ACLSHMEM_DATA_OP_SDMA");
@@ -393,8 +536,10 @@ void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t
                  "streams for AIV blocks 0..%d only (block_dim must stay within min(AIV cores, %d))",
                  pe_state().my_pe, core, bytes, pe, ACLSHMEM_MAX_AIV_PER_NPU - 1, ACLSHMEM_MAX_AIV_PER_NPU);
         report_violation(buf);
+        pipes_drain();  // SHMEM's early return for such a block is a PipeBarrier<PIPE_ALL>
         return;
     }
+    sdma_internal_flags(sync_id, site, true);
     const Put p{dst, dst_sym, src, bytes, pe, kPlaneSdma};
     note_issue(p);
     count_put(g_last.sdma, dst_sym, bytes);
@@ -411,7 +556,7 @@ void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t
     g_sdma->cv.notify_one();
 }
 
-void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id) {
+void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id, const Site& site) {
     static const char* const op = "aclshmemx_sdma_quiet";
     const int core = core_or_die(op);
     if (g_sdma == nullptr) fatal("SDMA quiet without the SDMA engine: init with ACLSHMEM_DATA_OP_SDMA");
@@ -427,6 +572,9 @@ void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id) {
     }
     g_last.sdma.quiets.fetch_add(1, std::memory_order_relaxed);
     record_op("sdma_quiet", -1, 0);
+    // Its last step resets the completion flag through the scratch: MTE3, then an MTE3->MTE2
+    // flag with no barrier after it.
+    sdma_internal_flags(sync_id, site, false);
     if (chaos_seed()) {
         land_shuffled(tl_sdma_pending, 3);
         return;

@@ -68,26 +68,33 @@ Waiter::Waiter(const char* what, double patience)
 
 double Waiter::elapsed_s() const { return double(now_ns() - start_ns_) * 1e-9; }
 
-bool Waiter::keep_waiting() {
+// Exits (status 4) when another PE has failed: its waits would never be answered.
+static void stop_if_a_peer_failed(const char* what) {
     PeState& s = pe_state();
-    if (s.ctrl != nullptr) {
-        const int32_t failed = s.ctrl->abort_pe.load(std::memory_order_acquire);
-        if (failed >= 0 && failed != s.my_pe) {
-            fprintf(stderr, "twin: PE %d: stopped %s because PE %d failed\n", s.my_pe, what_, failed);
-            fflush(stderr);
-            _exit(4);
-        }
+    if (s.ctrl == nullptr) return;
+    const int32_t failed = s.ctrl->abort_pe.load(std::memory_order_acquire);
+    if (failed >= 0 && failed != s.my_pe) {
+        fprintf(stderr, "twin: PE %d: stopped %s because PE %d failed\n", s.my_pe, what, failed);
+        fflush(stderr);
+        _exit(4);
     }
-    if (elapsed_s() > timeout_s_) return false;
-    // Many PEs x cores share two CPUs: yield first, then sleep with a growing back-off.
-    ++spins_;
-    if (spins_ < 16) {
+}
+
+// Many PEs x cores share two CPUs: yield first, then sleep with a growing back-off.
+static void back_off(uint32_t spins) {
+    if (spins < 16) {
         std::this_thread::yield();
     } else {
-        const long us = spins_ < 64 ? 5 : (spins_ < 512 ? 50 : 500);
+        const long us = spins < 64 ? 5 : (spins < 512 ? 50 : 500);
         timespec ts{0, us * 1000};
         nanosleep(&ts, nullptr);
     }
+}
+
+bool Waiter::keep_waiting() {
+    stop_if_a_peer_failed(what_);
+    if (elapsed_s() > timeout_s_) return false;
+    back_off(++spins_);
     return true;
 }
 
@@ -263,22 +270,41 @@ void aclshmem_barrier_all() {
     barrier_wait(s.ctrl->host_barrier, uint32_t(s.n_pes), "host barrier_all");
 }
 
-int32_t aclshmem_signal_wait_until(int32_t* sig, int cmp, int32_t value) {
-    if (current_core() >= 0) {
-        note_wait(sig);
-        uint64_t slot = 0;
-        if (region_kind(sig, &slot) == kRegionStatus) record_op("wait", -1, 4, (long long)slot);
+static bool compares(int cmp, int32_t v, int32_t value) {
+    switch (cmp) {
+        case ACLSHMEM_CMP_EQ: return v == value;
+        case ACLSHMEM_CMP_NE: return v != value;
+        case ACLSHMEM_CMP_GT: return v > value;
+        case ACLSHMEM_CMP_GE: return v >= value;
+        case ACLSHMEM_CMP_LT: return v < value;
+        default: return v <= value;
     }
-    auto satisfied = [cmp, value](int32_t v) {
-        switch (cmp) {
-            case ACLSHMEM_CMP_EQ: return v == value;
-            case ACLSHMEM_CMP_NE: return v != value;
-            case ACLSHMEM_CMP_GT: return v > value;
-            case ACLSHMEM_CMP_GE: return v >= value;
-            case ACLSHMEM_CMP_LT: return v < value;
-            default: return v <= value;
-        }
-    };
+}
+
+// A core observed the word at `sig` (the protocol checker's waited words, the op stream's waits).
+static void core_waited(int32_t* sig) {
+    if (current_core() < 0) return;
+    note_wait(sig);
+    uint64_t slot = 0;
+    if (region_kind(sig, &slot) == kRegionStatus) record_op("wait", -1, 4, (long long)slot);
+}
+
+int aclshmem_int32_test(int32_t* sig, int cmp, int32_t value) {
+    static thread_local uint32_t failed_polls = 0;  // of this thread since its last success
+    if (compares(cmp, __atomic_load_n(sig, __ATOMIC_ACQUIRE), value)) {
+        core_waited(sig);
+        failed_polls = 0;
+        return 1;
+    }
+    // A core spinning on test: give the other PEs' threads the CPU, and stop if a peer failed.
+    stop_if_a_peer_failed("polling a signal");
+    back_off(++failed_polls);
+    return 0;
+}
+
+int32_t aclshmem_signal_wait_until(int32_t* sig, int cmp, int32_t value) {
+    core_waited(sig);
+    auto satisfied = [cmp, value](int32_t v) { return compares(cmp, v, value); };
     int32_t v = __atomic_load_n(sig, __ATOMIC_ACQUIRE);
     if (satisfied(v)) return v;
     Waiter w("waiting for a signal");

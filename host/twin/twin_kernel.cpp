@@ -4,8 +4,9 @@
 // of a later wave hang here as they would on the NPU. Per-core profiling frames count
 // nanoseconds (1000 "cycles" per microsecond) and exist for 64 blocks, as in SHMEM.
 #include <atomic>
-#include <string>
+#include <csignal>
 #include <cstdio>
+#include <string>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -64,8 +65,25 @@ int32_t current_core() { return tl_core; }
 uint32_t current_block_dim() { return tl_block_dim; }
 uint8_t* ub_base() { return tl_core >= 0 ? tl_ub : nullptr; }
 
+// A PE that dies in the middle of a run, for the tests of what the others then do:
+// COMBINE_TWIN_DIE=<pe>[:<launch>] kills that PE (SIGKILL, as the OOM killer or a crash would)
+// when its launch number <launch> (1-based, default 1) starts, before any of its cores runs.
+static void die_if_asked(uint32_t launch) {
+    static const char* env = getenv("COMBINE_TWIN_DIE");
+    if (env == nullptr || *env == '\0') return;
+    int pe = -1;
+    unsigned at = 1;
+    if (sscanf(env, "%d:%u", &pe, &at) < 1) return;
+    if (pe == pe_state().my_pe && launch == at) {
+        fflush(nullptr);
+        raise(SIGKILL);
+    }
+}
+
 void launch_kernel(uint32_t block_dim, void* /*stream*/, const std::function<void()>& body) {
     if (block_dim == 0 || block_dim > 65535) fatal("launch with block_dim=%u: must be 1..65535", block_dim);
+    static uint32_t launches = 0;
+    die_if_asked(++launches);
     prof_enabled();
     counters_begin_launch();
     ops_begin_launch(block_dim);
@@ -99,6 +117,9 @@ void launch_kernel(uint32_t block_dim, void* /*stream*/, const std::function<voi
     ops_end_launch();
 }
 
+// Every block of the launch arrives before any leaves (`what` names the barrier).
+static void cross_core_barrier(const char* what);
+
 void sync_all_cores() {
     if (tl_core < 0 || g_launch == nullptr) fatal("AscendC::SyncAll called outside a kernel core");
     if (!tl_ffts_set)
@@ -107,6 +128,17 @@ void sync_all_cores() {
     // SyncAll is a PIPE_ALL barrier, then the cross-core flag.
     record_op("barrier", -1, 0);
     pipe_barrier(PIPE_ALL);
+    cross_core_barrier("AscendC::SyncAll");
+}
+
+void core_barrier_soft() {
+    if (tl_core < 0 || g_launch == nullptr) fatal("aclshmemi_barrier_core_soft called outside a kernel core");
+    // GM flags between the blocks, set and polled by the scalar unit: no pipe is drained.
+    record_op("barrier", -1, 0);
+    cross_core_barrier("aclshmemi_barrier_core_soft");
+}
+
+static void cross_core_barrier(const char* what) {
     Launch& l = *g_launch;
     const uint32_t gen = l.sync_generation.load(std::memory_order_acquire);
     if (l.sync_arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == l.block_dim) {
@@ -114,10 +146,10 @@ void sync_all_cores() {
         l.sync_generation.fetch_add(1, std::memory_order_acq_rel);
         return;
     }
-    Waiter w("AscendC::SyncAll", kBarrierPatience);
+    Waiter w(what, kBarrierPatience);
     while (l.sync_generation.load(std::memory_order_acquire) == gen) {
         if (!w.keep_waiting()) {
-            fatal("timed out after %.1f s in AscendC::SyncAll: %u of %u blocks arrived", w.elapsed_s(),
+            fatal("timed out after %.1f s in %s: %u of %u blocks arrived", w.elapsed_s(), what,
                   l.sync_arrived.load(), l.block_dim);
         }
     }
@@ -152,6 +184,8 @@ int64_t GetSystemCycle() { return int64_t(twin::now_ns()); }
 }  // namespace AscendC
 
 uint64_t util_get_ffts_config(void) { return twin::kFftsToken; }
+
+void aclshmemi_barrier_core_soft() { twin::core_barrier_soft(); }
 
 void util_set_ffts_config(uint64_t config) {
     if (twin::tl_core < 0) twin::fatal("util_set_ffts_config called outside a kernel core");

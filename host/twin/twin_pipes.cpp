@@ -25,8 +25,9 @@
 //   reader before the writer it did not wait for, the writer before the reader it did not
 //   wait for), so that a missing flag corrupts x_out. The scalar unit's own UB loads and
 //   stores cannot be observed: an S_MTE3 flag after scalar stores is paired, not checked.
-// - UB ranges given to SHMEM or to LocalTensors lie inside the core's UB, below SHMEM's own
-//   reserve (188 KiB and up), 32-byte aligned, and one range serves one role (MTE staging,
+// - UB ranges given to SHMEM or to LocalTensors lie inside the core's UB (192 KiB on A2/A3; the
+//   kernel may use all of it: SHMEM's 188 KiB+ area is its own launches' only), 32-byte aligned,
+//   and one range serves one role (MTE staging,
 //   SDMA scratch, MTE source, vector tile): overlapping roles are fatal, naming both ranges.
 // - SetFlag/WaitFlag pair per (event, id): a wait with no set hangs the core on hardware
 //   (fatal here), a second set before the wait is a violation, and a SHMEM call's internal
@@ -114,9 +115,16 @@ struct OpRef {
     UbSpan span;
 };
 
+// One hardware event bit (HardEvent, id) of the core. SetFlag and WaitFlag are themselves
+// instructions of the source and destination pipes, with a seq each: the bit is set when the
+// source pipe runs the SetFlag and cleared when the destination pipe runs the WaitFlag, so a
+// SetFlag is safe only when the last WaitFlag of its bit is ordered before it.
 struct FlagState {
-    bool pending = false;
+    bool pending = false;             // program order: a SetFlag not yet waited
     uint64_t known[kPipeCount] = {};  // what the destination pipe learns at the wait
+    uint64_t wait_seq = kNone;        // the last WaitFlag, an instruction of pipe wait_pipe
+    int wait_pipe = -1;
+    Site set_site, wait_site;
 };
 
 // An op kept for the drain (chaos mode).
@@ -379,12 +387,12 @@ uint32_t ub_use(const void* p, uint32_t bytes, UbRole role, const char* op) {
     const uint32_t off = uint32_t(q - base);
     const uint64_t end = uint64_t(off) + bytes;
     if (off % 32 != 0) fatal("%s: %s at UB offset %u: UB addresses must be 32-byte aligned", op, kRoleName[int(role)], off);
+    // The whole UB is the kernel's: SHMEM's own 188 KiB+ area (ACLSHMEM_INTERNAL_UB_BUF_START_ADDR)
+    // is used only inside SHMEM's own launches, and its put paths check only ub_limit = 192 KiB
+    // (src/device/shmemi_device_common.h; combine-facts section 10).
     if (end > ub)
-        fatal("%s: %s %s runs past the core's %u KiB UB", op, kRoleName[int(role)], range_text(off, uint32_t(end)).c_str(),
-              ub / 1024);
-    if (end > kUbShmemReserveOff)
-        fatal("%s: %s %s reaches into SHMEM's own UB (%u KiB and up, ACLSHMEM_INTERNAL_UB_BUF_START_ADDR)", op,
-              kRoleName[int(role)], range_text(off, uint32_t(end)).c_str(), kUbShmemReserveOff / 1024);
+        fatal("%s: %s %s runs past the core's %u KiB UB (%s; SHMEM checks UB ranges against ub_limit = 192 KiB)", op,
+              kRoleName[int(role)], range_text(off, uint32_t(end)).c_str(), ub / 1024, twin_soc().name);
     for (const UbRange& r : tl.ranges) {
         if (r.role == role && r.begin == off && r.end == end) return off;
         if (r.role != role && off < r.end && r.begin < end) {
@@ -528,39 +536,69 @@ void pipes_core_end() {
                                  ") never waited: the flag stays set into the next kernel on this core");
 }
 
-void flag_set(AscendC::HardEvent event, int32_t id) {
+std::string site_text(const Site& s) {
+    std::string at = "?";
+    if (s.file != nullptr) {  // the last two parts of the path: kernels/combine_kernel.cpp
+        const std::string f = s.file;
+        const size_t last = f.rfind('/');
+        const size_t prev = last == std::string::npos || last == 0 ? std::string::npos : f.rfind('/', last - 1);
+        at = (prev == std::string::npos ? f : f.substr(prev + 1)) + ":" + std::to_string(s.line);
+    }
+    return s.inside != nullptr ? std::string("inside ") + s.inside + " called at " + at : "at " + at;
+}
+
+void flag_set(AscendC::HardEvent event, int32_t id, const Site& site) {
     CoreState& tl = core_state();
     if (current_core() < 0) fatal("SetFlag called outside a kernel core");
     if (id < 0 || id >= kEventIds) fatal("SetFlag<HardEvent::%s>(%d): event ids are EVENT_ID0..EVENT_ID7", event_name(event), id);
     FlagState& f = tl.flags[int(event)][id];
-    if (f.pending)
-        report_violation(where() + ": SetFlag<HardEvent::" + event_name(event) + ">(" + std::to_string(id) +
-                         ") while an earlier SetFlag with that id is not yet waited (a SHMEM call with sync_id " +
-                         std::to_string(id) + " pairs its own flags with it)");
-    f.pending = true;
     int src, dst;
     event_pipes(event, &src, &dst);
+    const uint64_t seq = tl.next_seq++;  // the SetFlag is an instruction of the source pipe
+    const std::string flag = std::string("SetFlag<HardEvent::") + event_name(event) + ">(" + std::to_string(id) + ")";
+    if (f.pending) {
+        report_violation(where() + ": " + flag + " " + site_text(site) + " while the SetFlag " +
+                         site_text(f.set_site) + " is not yet waited: two SetFlags on one event bit with no WaitFlag "
+                         "between them are undefined (a SHMEM call with sync_id " + std::to_string(id) +
+                         " pairs its own flags on that id)");
+    } else if (src >= 0 && dst >= 0 && f.wait_seq != kNone && tl.known[src][f.wait_pipe] <= f.wait_seq) {
+        // In program order the bit was waited, but nothing makes the destination pipe run that
+        // WaitFlag before the source pipe runs this SetFlag: the pipes may set the bit twice.
+        report_violation(where() + ": " + flag + " " + site_text(site) + " may run on " + kPipeName[src] +
+                         " before WaitFlag<HardEvent::" + event_name(event) + ">(" + std::to_string(id) + ") " +
+                         site_text(f.wait_site) + " has run on " + kPipeName[f.wait_pipe] +
+                         ": nothing orders that wait before this set, so the event bit can be set twice with no wait "
+                         "between (undefined; the next PipeBarrier<PIPE_ALL> hangs). Puts in flight on different UB "
+                         "buffers need their own sync_id (asc-devkit SetFlag/WaitFlag; combine-facts section 10)");
+    }
+    f.pending = true;
+    f.set_site = site;
     if (src >= 0) {
         // SetFlag runs on the source pipe once every earlier op of that pipe is complete, and
         // passes on what that pipe knew of the others.
         std::copy(std::begin(tl.known[src]), std::end(tl.known[src]), f.known);
-        f.known[src] = tl.next_seq;
+        f.known[src] = seq + 1;
     } else {
         std::fill(std::begin(f.known), std::end(f.known), uint64_t(0));
     }
 }
 
-void flag_wait(AscendC::HardEvent event, int32_t id) {
+void flag_wait(AscendC::HardEvent event, int32_t id, const Site& site) {
     CoreState& tl = core_state();
     if (current_core() < 0) fatal("WaitFlag called outside a kernel core");
     if (id < 0 || id >= kEventIds) fatal("WaitFlag<HardEvent::%s>(%d): event ids are EVENT_ID0..EVENT_ID7", event_name(event), id);
     FlagState& f = tl.flags[int(event)][id];
     if (!f.pending)
-        fatal("WaitFlag<HardEvent::%s>(%d) with no SetFlag before it: on the NPU this core waits forever",
-              event_name(event), id);
+        fatal("WaitFlag<HardEvent::%s>(%d) %s with no SetFlag before it: on the NPU this core waits forever",
+              event_name(event), id, site_text(site).c_str());
     f.pending = false;
     int src, dst;
     event_pipes(event, &src, &dst);
+    const uint64_t seq = tl.next_seq++;  // the WaitFlag is an instruction of the destination pipe
+    // A wait on the scalar unit runs in program order, before everything issued after it.
+    f.wait_seq = dst >= 0 && dst != kPipeS ? seq : kNone;
+    f.wait_pipe = dst;
+    f.wait_site = site;
     if (src == kPipeMte2 && !tl.mte2_late.empty()) run_mte2_late(f.known[kPipeMte2]);  // what the flag covers
     if (dst < 0) return;
     // The destination pipe's later ops start after what the flag covers; when the scalar unit

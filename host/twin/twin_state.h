@@ -19,7 +19,6 @@ struct TwinSoc {
 };
 constexpr const char* kDefaultSoc = "Ascend910B3";
 constexpr uint32_t kUbBytesA2A3 = 192 * 1024;
-constexpr uint32_t kUbShmemReserveOff = 188 * 1024;  // SHMEM's ACLSHMEM_INTERNAL_UB_BUF_START_ADDR
 const TwinSoc& twin_soc();
 
 // Control block at the start of the shared segment, before the PEs' heaps.
@@ -186,6 +185,8 @@ void soc_state_init();
 void soc_state_require(const char* op);
 // "PE p core c" of the calling core, for messages.
 std::string where();
+// "at kernels/combine_kernel.cpp:128", or "inside <SHMEM call> called at ..." (twin_pipes.cpp).
+std::string site_text(const Site& site);
 std::string range_text(uint32_t begin, uint32_t end);
 void pipes_core_begin();
 void pipes_core_end();
@@ -202,6 +203,8 @@ void engines_start(uint32_t engine_mask);
 void engines_stop();
 void counters_begin_launch();
 void counters_end_launch();
+// SHMEM's soft core barrier (twin_kernel.cpp).
+void core_barrier_soft();
 // Lands whatever the calling core left outstanding when its kernel body returned.
 void core_finish();
 // A core waited on the word at `sig` (status slots must be waited on word by word).

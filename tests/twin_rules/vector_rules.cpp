@@ -33,6 +33,28 @@ uint16_t bits(half h) {
     return b;
 }
 
+// Two tiles in through MTE2, each scaled by V once MTE2_V says it arrived (ids `id0`, `id1`);
+// with `flag_back`, MTE2 waits for V_MTE2 (set after the first Muls) before the second copy.
+void two_tiles(int32_t id0, int32_t id1, bool flag_back) {
+    static float gm[16];
+    GlobalTensor<float> g;
+    g.SetGlobalBuffer(gm, 16);
+    LocalTensor<float> a(TPosition::VECCALC, kBase, 8), b(TPosition::VECCALC, kBase + 32, 8);
+    DataCopy(a, g, 8);
+    SetFlag<HardEvent::MTE2_V>(id0);  // tile-a-set
+    WaitFlag<HardEvent::MTE2_V>(id0);  // tile-a-wait
+    Muls(a, a, 2.0f, 8);
+    if (flag_back) {
+        SetFlag<HardEvent::V_MTE2>(7);
+        WaitFlag<HardEvent::V_MTE2>(7);
+    }
+    DataCopy(b, g[8], 8);
+    SetFlag<HardEvent::MTE2_V>(id1);  // tile-b-set
+    WaitFlag<HardEvent::MTE2_V>(id1);
+    Muls(b, b, 2.0f, 8);
+    PipeBarrier<PIPE_ALL>();
+}
+
 const std::map<std::string, std::function<void()>> kCases = {
     // Cast: only the A2/A3 (source, destination, RoundMode) combinations.
     {"cast_float_to_int32_none", [] {
@@ -61,9 +83,14 @@ const std::map<std::string, std::function<void()>> kCases = {
          LocalTensor<float> f(TPosition::VECCALC, kBase, kTile);
          Cast(f, h, RoundMode::CAST_NONE, kTile);
      }},
-    // LocalTensors start 32-byte aligned, inside the UB and below SHMEM's reserve.
+    // LocalTensors start 32-byte aligned and end inside the UB; the whole 192 KiB is the kernel's.
     {"tensor_misaligned", [] { LocalTensor<float> f(TPosition::VECCALC, kBase + 16, kTile); }},
-    {"tensor_in_shmem_reserve", [] { LocalTensor<float> f(TPosition::VECCALC, 188 * 1024 - 512, kTile); }},
+    {"tensor_past_ub", [] { LocalTensor<float> f(TPosition::VECCALC, 192 * 1024 - 512, kTile); }},
+    {"tensor_at_ub_top", [] {  // [191 KiB, 192 KiB): SHMEM's 188 KiB+ area is not reserved in a kernel's launch
+         LocalTensor<float> f(TPosition::VECCALC, 191 * 1024, kTile);
+         Duplicate(f, 1.0f, int32_t(kTile));
+         PipeBarrier<PIPE_ALL>();
+     }},
     // An operand stays inside its LocalTensor, a copy inside its GlobalTensor.
     {"muls_past_tensor", [] {
          LocalTensor<float> f(TPosition::VECCALC, kBase, kTile);
@@ -91,6 +118,18 @@ const std::map<std::string, std::function<void()>> kCases = {
          Duplicate(f, 2.0f, int32_t(kTile));
          PipeBarrier<PIPE_V>();
          Muls(f, f, 3.0f, int32_t(kTile));
+     }},
+    // Event bits as the pipes run them: MTE2 copies two tiles and sets MTE2_V after each; V
+    // waits before each Muls. On one id, MTE2 may run the second SetFlag before V has run the
+    // first WaitFlag (the bit set twice); one id per tile, or a V->MTE2 flag that MTE2 waits for
+    // before the second tile, orders them.
+    {"flag_set_twice_in_flight", [] { two_tiles(0, 0, false); }},
+    {"flag_one_id_per_tile", [] { two_tiles(0, 1, false); }},
+    {"flag_ordered_by_a_flag_back", [] { two_tiles(0, 0, true); }},
+    {"flag_set_twice_in_program_order", [] {
+         SetFlag<HardEvent::MTE2_V>(3);  // flag-set-first
+         SetFlag<HardEvent::MTE2_V>(3);  // flag-set-second
+         WaitFlag<HardEvent::MTE2_V>(3);  // one bit: one wait clears it (a second would wait forever)
      }},
     // DataCopyPad of 20 half (40 B) into 32-byte blocks: with no padding asked for and isPad
     // false the block is filled up with its first element; with 2 elements of left padding and

@@ -42,19 +42,34 @@ int64_t GetSystemCycle();
 }  // namespace AscendC
 
 namespace twin {
-// Pipe events of the calling core (twin_pipes.cpp): pairing, and the order they put between pipes.
-void flag_set(AscendC::HardEvent event, int32_t id);
-void flag_wait(AscendC::HardEvent event, int32_t id);
+// Where a flag call was made, for the twin's messages: the kernel's file and line (the
+// templates below take the caller's through defaulted builtins), and for a SHMEM call's own
+// flags the SHMEM function (`inside`) that the kernel called there.
+struct Site {
+    const char* file = nullptr;
+    int line = 0;
+    const char* inside = nullptr;
+};
+// Pipe events of the calling core (twin_pipes.cpp): pairing, and the order they put between
+// pipes, as the pipes execute them.
+void flag_set(AscendC::HardEvent event, int32_t id, const Site& site);
+void flag_wait(AscendC::HardEvent event, int32_t id, const Site& site);
 void pipe_barrier(pipe_t pipe);
 void sync_all_cores();
+// The scalar unit cleans (writes back if dirty) and invalidates the 64 B line holding `addr`.
+void dcache_clean_line(const void* addr, const Site& site);
 }  // namespace twin
 
 namespace AscendC {
 
 template <HardEvent event>
-inline void SetFlag(int32_t eventID) { twin::flag_set(event, eventID); }
+inline void SetFlag(int32_t eventID, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    twin::flag_set(event, eventID, twin::Site{file, line, nullptr});
+}
 template <HardEvent event>
-inline void WaitFlag(int32_t eventID) { twin::flag_wait(event, eventID); }
+inline void WaitFlag(int32_t eventID, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    twin::flag_wait(event, eventID, twin::Site{file, line, nullptr});
+}
 template <pipe_t pipe>
 inline void PipeBarrier() { twin::pipe_barrier(pipe); }
 
@@ -261,8 +276,13 @@ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int
     twin::vec_duplicate(dst.twin_operand(), double(scalarValue), count);
 }
 
-// The twin's memory is coherent: the scalar cache needs no clean or invalidate.
+// The twin's memory is coherent, but its scalar cache lines are modelled where they can lose a
+// write: a clean of one 64 B line of a labelled status region (twin_engines.cpp, dcache_clean).
 template <typename T, CacheLine entireType, DcciDst dcciDst>
-inline void DataCacheCleanAndInvalid(const GlobalTensor<T>&) {}
+inline void DataCacheCleanAndInvalid(const GlobalTensor<T>& t, const char* file = __builtin_FILE(),
+                                     int line = __builtin_LINE()) {
+    if (entireType == CacheLine::SINGLE_CACHE_LINE)
+        twin::dcache_clean_line(t.GetPhyAddr(), twin::Site{file, line, nullptr});
+}
 
 }  // namespace AscendC

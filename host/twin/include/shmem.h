@@ -82,14 +82,24 @@ int aclshmem_my_pe(void);
 int aclshmem_n_pes(void);
 void aclshmem_quiet(void);
 int32_t aclshmem_signal_wait_until(__gm__ int32_t* sig_addr, int cmp, int32_t cmp_val);
+// 1 when *ivars compares true with cmp_value (after a clean/invalidate of its line), else 0
+// (include/device/gm2gm/shmem_device_p2p_sync.h, ACLSHMEM_TEST for int32). A core polling it
+// gives the twin's other threads the CPU between polls.
+int aclshmem_int32_test(__gm__ int32_t* ivars, int cmp, int32_t cmp_value);
+// SHMEM's core barrier of an AIV-only kernel (GM flags; src/device/gm2gm/shmemi_device_cc.h):
+// every block of the launch must be resident at once; it drains no pipe.
+void aclshmemi_barrier_core_soft();
 void util_set_ffts_config(uint64_t config);
 
 namespace twin {
+// The device calls below take the caller's file and line (defaulted builtins, twin only) so
+// that a message about a SHMEM call's own flags names the kernel line that made the call.
 void mte_put_gm(void* dst, const void* src, void* ub, uint32_t ub_size, size_t bytes, size_t elem_bytes, int pe,
-                uint32_t sync_id);
-void mte_put_ub(void* dst, const void* ub_src, size_t bytes, int pe, uint32_t sync_id);
-void sdma_put(void* dst, const void* src, void* ub, uint32_t ub_size, size_t bytes, int pe, uint32_t sync_id);
-void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id);
+                uint32_t sync_id, const Site& site);
+void mte_put_ub(void* dst, const void* ub_src, size_t bytes, int pe, uint32_t sync_id, const Site& site);
+void sdma_put(void* dst, const void* src, void* ub, uint32_t ub_size, size_t bytes, int pe, uint32_t sync_id,
+              const Site& site);
+void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id, const Site& site);
 void prof_start(uint32_t frame);
 void prof_end(uint32_t frame);
 }  // namespace twin
@@ -98,25 +108,31 @@ void prof_end(uint32_t frame);
 // stays in flight until a quiet or an MTE3->MTE2 flag).
 template <typename T>
 inline void aclshmemx_mte_put_nbi(__gm__ T* dst, __gm__ T* src, __ubuf__ T* buf, uint32_t ub_size, uint32_t elem_size,
-                                  int pe, uint32_t sync_id) {
-    twin::mte_put_gm(dst, src, buf, ub_size, size_t(elem_size) * sizeof(T), sizeof(T), pe, sync_id);
+                                  int pe, uint32_t sync_id, const char* file = __builtin_FILE(),
+                                  int line = __builtin_LINE()) {
+    twin::mte_put_gm(dst, src, buf, ub_size, size_t(elem_size) * sizeof(T), sizeof(T), pe, sync_id,
+                     twin::Site{file, line, "aclshmemx_mte_put_nbi"});
 }
 
 // UB -> remote GM (MTE3 only).
 template <typename T>
-inline void aclshmemx_mte_put_nbi(__gm__ T* dst, __ubuf__ T* src, uint32_t elem_size, int pe, uint32_t sync_id) {
-    twin::mte_put_ub(dst, src, size_t(elem_size) * sizeof(T), pe, sync_id);
+inline void aclshmemx_mte_put_nbi(__gm__ T* dst, __ubuf__ T* src, uint32_t elem_size, int pe, uint32_t sync_id,
+                                  const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    twin::mte_put_ub(dst, src, size_t(elem_size) * sizeof(T), pe, sync_id, twin::Site{file, line, "aclshmemx_mte_put_nbi"});
 }
 
 template <typename T>
 inline void aclshmemx_sdma_put_nbi(__gm__ T* dst, __gm__ T* src, __ubuf__ T* buf, uint32_t ub_size, uint32_t elem_size,
-                                   int pe, uint32_t sync_id) {
-    twin::sdma_put(dst, src, buf, ub_size, size_t(elem_size) * sizeof(T), pe, sync_id);
+                                   int pe, uint32_t sync_id, const char* file = __builtin_FILE(),
+                                   int line = __builtin_LINE()) {
+    twin::sdma_put(dst, src, buf, ub_size, size_t(elem_size) * sizeof(T), pe, sync_id,
+                   twin::Site{file, line, "aclshmemx_sdma_put_nbi"});
 }
 
 template <typename T>
-inline void aclshmemx_sdma_quiet(__ubuf__ T* buf, uint32_t ub_size, uint32_t sync_id) {
-    twin::sdma_quiet(buf, ub_size, sync_id);
+inline void aclshmemx_sdma_quiet(__ubuf__ T* buf, uint32_t ub_size, uint32_t sync_id, const char* file = __builtin_FILE(),
+                                 int line = __builtin_LINE()) {
+    twin::sdma_quiet(buf, ub_size, sync_id, twin::Site{file, line, "aclshmemx_sdma_quiet"});
 }
 
 // SHMEM's cycle-profiling frames (src/device/utils/prof/shmemi_prof.h on the NPU).

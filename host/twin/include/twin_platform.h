@@ -21,8 +21,10 @@ namespace twin {
 enum RegionKind : int { kRegionPayload = 0, kRegionStatus = 1 };
 
 // Host-side annotation: puts landing in a status region count as status writes, and
-// waits on it report their slot. `slot_bytes` is the size of one slot of the region.
-void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes);
+// waits on it report their slot. `slot_bytes` is the size of one slot of the region (its
+// stride); for a status region, `flag_bytes` is the ready block at the slot's start that
+// status puts write and waits must cover word by word (0: the whole slot).
+void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes, uint64_t flag_bytes = 0);
 
 // Per-plane counters (puts, bytes, quiets, status writes) of the last launch and of all
 // launches, as JSON. Returns false (errno set) when the file cannot be written.
