@@ -105,7 +105,7 @@ print("exercises:", "our answers filled in (reveal_answers = True)" if reveal_an
 # | remote segment | a segment whose `src_rank` is another PE (its rows cross between PEs); a *local* segment stays on the PE |
 # | slot | one `(token_id, topk_id)` of a source PE: the place in its window where that row lands (`token_id * topk + topk_id`) |
 # | window | the symmetric memory every PE allocates: `bs * topk` payload slots, then `bs * topk` status slots |
-# | status flag | 32 bytes in a status slot; 1 = "your payload is in your window" |
+# | status flag | 32 bytes at the start of a 64-byte status slot; 1 = "your payload is in your window" |
 # | masked slot | a choice whose expert id is outside `[0, E)` (-1, or `E` and above): dispatch sent it nowhere |
 # | MTE | the core's own memory-transfer engine: a put goes GM → UB → remote GM, driven by the core |
 # | SDMA | the copy engine beside the cores: the core queues a copy and goes on |
@@ -210,8 +210,10 @@ record["sections"].append("dispatch layout")
 #
 # * `bs*topk` **payload slots**, one per (token, choice): slot `token_id*topk + topk_id`, at byte
 #   `slot * stride` with `stride = align_up(h*sizeof(T), 32)`;
-# * then `bs*topk` **status slots** of 32 bytes (8 int32; ready value 1), at
-#   `status_offset + slot*32`.
+# * then, from the next 64-byte boundary, `bs*topk` **status slots** of 64 bytes, each holding a
+#   32-byte flag (8 int32; ready value 1), at `status_offset + slot*64`. A slot has a 64 B line of
+#   its own: the AI core's scalar cache works on 64 B lines, and a core that resets one slot and
+#   cleans its line must not write back a neighbour slot another PE just made ready.
 #
 # So the slot does not depend on which PE sends the row nor on its position in `expand_x`:
 # each (token, choice) has exactly one place to land, and the source PE knows which flags to
@@ -440,7 +442,7 @@ display(teach.kernel_source("Process"))
 #   core only**: its SDMA issues, its MTE puts through the staging buffers, every quiet (so it
 #   includes waiting for the copy engine to finish this core's SDMA rows), and the status flags.
 #   It does *not* include the time the rows take to be reduced, nor anything other cores do.
-# * **`full_op`** starts before stage 1 and ends after the core barrier (`SyncAll`): stage 1, then
+# * **`full_op`** starts before stage 1 and ends after the core barrier (SHMEM's soft barrier): stage 1, then
 #   stage 2 (`ReduceTokens`: waiting for the flags of this core's tokens, which other PEs write,
 #   then reading, scaling, adding and writing `x_out`), then waiting until **every core of this
 #   PE** is done. So `full_op` depends on the other PEs' stage 1 and on the slowest core of this PE.

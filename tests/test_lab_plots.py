@@ -187,7 +187,7 @@ def test_core_timeline_draws_both_frames_over_one_cores_operations():
     assert any(t.startswith("comm_only frame") and "stage 1" in t for t in texts)
     assert any(t.startswith("full_op frame") and "barrier" in t for t in texts)
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert legend[0] == "SDMA put (no wait)" and legend[-1] == "core barrier (SyncAll)" and "SDMA quiet" in legend
+    assert legend[0] == "SDMA put (no wait)" and legend[-1] == "core barrier" and "SDMA quiet" in legend
     assert fig._suptitle.get_text() == "PE 0, core 1" and fig.axes[0].get_xlabel()
 
 

@@ -58,7 +58,7 @@ def test_process_holds_both_profiling_frames_around_the_stages():
     text = teach.kernel_source("Process").text
     order = [text.index(s) for s in ("SHMEMI_PROF_START(kProfFrameFullOp)", "SHMEMI_PROF_START(kProfFrameCommOnly)",
                                      "SendSegments()", "SHMEMI_PROF_END(kProfFrameCommOnly)", "ReduceTokens()",
-                                     "SyncAll", "SHMEMI_PROF_END(kProfFrameFullOp)")]
+                                     "aclshmemi_barrier_core_soft()", "SHMEMI_PROF_END(kProfFrameFullOp)")]
     assert order == sorted(order)
 
 

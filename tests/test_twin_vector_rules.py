@@ -6,6 +6,7 @@ linked against the twin library (asc-devkit basic_api; combine-facts section 10)
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,6 +15,8 @@ import numpy as np
 import pytest
 
 from combine_lab.run.build import build
+
+from conftest import RUN_TAG
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "tests" / "twin_rules" / "vector_rules.cpp"
@@ -27,6 +30,18 @@ def rules(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("twin_rules") / "vector_rules"
     subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-DCOMBINE_TARGET_TWIN=1",
                     f"-I{ROOT / 'host/twin/include'}", f"-I{ROOT / 'host/twin'}", str(SOURCE), str(lib),
+                    "-lpthread", "-lrt", "-o", str(out)], check=True, capture_output=True, text=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def shmem_rules(tmp_path_factory) -> Path:
+    """tests/twin_rules/shmem_rules.cpp built against this checkout's twin library."""
+    lib = build("cpu").parent / "libcombine_twin.a"
+    cxx = shutil.which("g++") or shutil.which("c++")
+    out = tmp_path_factory.mktemp("shmem_rules") / "shmem_rules"
+    subprocess.run([cxx, "-O2", "-std=c++17", "-DCOMBINE_TARGET_TWIN=1", f"-I{ROOT / 'host/twin/include'}",
+                    f"-I{ROOT / 'host/twin'}", str(ROOT / "tests" / "twin_rules" / "shmem_rules.cpp"), str(lib),
                     "-lpthread", "-lrt", "-o", str(out)], check=True, capture_output=True, text=True)
     return out
 
@@ -143,3 +158,21 @@ def test_a_second_setflag_in_program_order_is_reported_with_both_call_sites(rule
         f"{_line('flag-set-second')} while the SetFlag at twin_rules/vector_rules.cpp:{_line('flag-set-first')} is "
         "not yet waited: two SetFlags on one event bit with no WaitFlag between them are undefined (a SHMEM call "
         "with sync_id 3 pairs its own flags on that id)"]
+
+
+def test_shmem_puts_may_use_the_ub_up_to_192_kib_as_the_reference_does(shmem_rules, no_leaks):
+    """SHMEM's 188 KiB+ area (ACLSHMEM_INTERNAL_UB_BUF_START_ADDR) is used only inside SHMEM's own
+    launches; its put paths check ub_limit = 192 KiB. The reference stages 190 KiB at UB offset 64,
+    its status block at 32 and its SDMA scratch at 191 KiB: accepted, and every byte arrives."""
+    p = subprocess.run([str(shmem_rules), "stage_190k_at_64"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "COMBINE_TWIN_SESSION": f"{RUN_TAG}ub190"})
+    assert (p.returncode, p.stdout, p.stderr) == (0, "ok row 1 ready 8 sdma 1\n", "")
+
+
+def test_a_shmem_staging_buffer_past_the_192_kib_ub_is_refused(shmem_rules, no_leaks):
+    p = subprocess.run([str(shmem_rules), "stage_past_ub"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "COMBINE_TWIN_SESSION": f"{RUN_TAG}ub192"})
+    assert p.returncode == 3
+    assert p.stderr.strip() == ("twin: PE 0 core 0: aclshmemx_mte_put_nbi (GM -> UB -> GM): MTE staging UB [64, 196672) "
+                                "runs past the core's 192 KiB UB (Ascend910B3; SHMEM checks UB ranges against ub_limit = "
+                                "192 KiB)")

@@ -548,7 +548,7 @@ _OP_COLORS = {"sdma_put": SDMA_COLOR, "sdma_quiet": "#7f0000", "mte_put": "#1f77
               "flag": "#ff9f1c", "wait": "#9e9e9e", "reduce": "#2ca02c", "barrier": "#222222"}
 _OP_LABELS = {"sdma_put": "SDMA put (no wait)", "sdma_quiet": "SDMA quiet", "mte_put": "MTE put",
               "quiet": "quiet (MTE)", "flag": "status flags by MTE", "wait": "wait for flags (stage 2)",
-              "reduce": "reduce, write x_out", "barrier": "core barrier (SyncAll)"}
+              "reduce": "reduce, write x_out", "barrier": "core barrier"}
 
 
 def core_timeline(runs, title: str, dpi: int = 72) -> Figure:

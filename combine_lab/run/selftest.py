@@ -82,12 +82,12 @@ BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
                  chaos_seed=None, env={"COMBINE_TWIN_SOC": "Ascend910B2"}, corrupts=True),
     BrokenKernel("SHARED_SYNC_ID", "one sync id for both planes", CHECKER_SPEC, "doubleplane",
                  "serves both planes"),
-    BrokenKernel("SHARED_MTE_SYNC_ID", "both MTE staging buffers' puts on one sync_id: the second put's MTE2->MTE3 "
-                 "flag may be set before MTE3 ran the first put's wait", CHECKER_SPEC, "classic",
+    BrokenKernel("SHARED_MTE_SYNC_ID", "both MTE staging buffers' puts on one sync_id: MTE2 may set its bit again "
+                 "before MTE3 waited", CHECKER_SPEC, "classic",
                  "may run on MTE2 before WaitFlag<HardEvent::MTE2_MTE3>(1) inside aclshmemx_mte_put_nbi",
                  min_sdma_bytes=2 << 20, chaos_seed=None),
-    BrokenKernel("SHARED_CACHE_LINE", "32 B status slots, two to a 64 B scalar cache line: cleaning a line after "
-                 "resetting one slot can undo the other's ready value", SHARED_LINE_SPEC, "classic",
+    BrokenKernel("SHARED_CACHE_LINE", "32 B status slots, two per 64 B cache line: a clean after a reset can undo "
+                 "a neighbour's flag", SHARED_LINE_SPEC, "classic",
                  "two status slots share a 64 B scalar cache line", min_sdma_bytes=2 << 20, chaos_seed=None),
     BrokenKernel("PARTIAL_STATUS_WAIT", "a status slot waited on at its first word only", CHECKER_SPEC,
                  "doubleplane", "was waited on at word mask 0x01 of its 8 words"),
