@@ -218,10 +218,12 @@ if(COMBINE_UNIFIED_DLOG)
 endif()
 set_target_properties(combine_kernel PROPERTIES BUILD_RPATH "${_npu_rpath}")
 
-# ---- the host driver: plain C++ (bisheng as clang), linked with the kernel library ----
+# ---- the host driver: plain C++ (bisheng told -xc++, as SHMEM's examples compile main.cpp),
+# linked with the kernel library ----
 add_executable(combine_host ${COMBINE_HOST_SOURCES})
 target_include_directories(combine_host PRIVATE kernels host ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
 target_compile_definitions(combine_host PRIVATE ${_npu_defs})
+target_compile_options(combine_host PRIVATE -xc++)
 target_link_directories(combine_host PRIVATE "${COMBINE_CANN_LIBDIR}")
 target_link_libraries(combine_host PRIVATE ${COMBINE_NPU_LINK_LIBS} "${COMBINE_SHMEM_LIB}" combine_kernel)
 set_target_properties(combine_host PROPERTIES BUILD_RPATH "${_npu_rpath}")

@@ -90,7 +90,7 @@ def test_configure_generates_bisheng_commands_with_arch_includes_and_libraries(t
     for name in HOST_SOURCES:
         host = shlex.split(compiles[name])
         assert host[0] == bisheng and host[-1] == str(source_root() / "host" / name)
-        assert "-xcce" not in host and "-xasc" not in host
+        assert "-xc++" in host and "-xcce" not in host and "-xasc" not in host
         assert f"-I{shmem_root}/include" in host and f"-I{cann}/include" in host
     for cmd in compiles.values():
         assert "host/twin" not in cmd and "COMBINE_TARGET_TWIN" not in cmd
