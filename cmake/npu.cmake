@@ -169,7 +169,7 @@ endforeach()
 if(_missing_libs)
   string(REPLACE ";" ", " _missing_libs "${_missing_libs}")
   combine_npu_fail("CANN at ${ASCEND_HOME_PATH} lacks ${_missing_libs} in lib64 (SHMEM links every target with "
-                   "them): install the toolkit package, not only the runtime")
+                   "them): point ASCEND_HOME_PATH at a complete CANN toolkit install")
 endif()
 # SHMEM's example kernels also link unified_dlog when CANN has it.
 find_library(COMBINE_UNIFIED_DLOG unified_dlog PATHS "${COMBINE_CANN_LIBDIR}" NO_DEFAULT_PATH NO_CACHE)
@@ -179,7 +179,7 @@ set(_npu_defs COMBINE_TARGET_NPU=1 COMBINE_NPU_SDMA=$<BOOL:${COMBINE_NPU_SDMA}>)
 if(COMBINE_NPU_ARCH STREQUAL "dav-c220")
   # A2/A3, where cross-core sync (SyncAll) uses FFTS: the host hands the kernel the FFTS base
   # address (util_get_ffts_config) and the kernel sets it first (util_set_ffts_config).
-  # COMBINE_NPU_FFTS=1 says so to the sources. FFTS_CONFIG=1 is what SHMEM's build defines for all
+  # COMBINE_NPU_FFTS=1 marks such a build (no source reads it today). FFTS_CONFIG=1 is what SHMEM's build defines for all
   # its targets on A2/A3; only libshmem's own source reads it (src/host/sync/shmemi_sync.cpp: whether
   # its init fetches that address), none of the headers the kernel includes, so here it only keeps
   # the compile line SHMEM's.

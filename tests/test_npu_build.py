@@ -134,7 +134,7 @@ def test_configure_refuses_cann_without_shmems_link_set(tmp_path, missing):
     assert proc.returncode != 0
     names = ", ".join(f"lib{lib}" for lib in missing)
     assert (f"COMBINE_TARGET=npu: CANN at {tmp_path}/cann lacks {names} in lib64 (SHMEM links every target with "
-            "them): install the toolkit package, not only the runtime") in " ".join(proc.stdout.split())
+            "them): point ASCEND_HOME_PATH at a complete CANN toolkit install") in " ".join(proc.stdout.split())
 
 
 def test_npu_build_links_and_the_driver_finds_its_libraries(tmp_path):
