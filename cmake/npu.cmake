@@ -3,9 +3,16 @@
 # its device sources, libshmem). combine-facts sections 7 and 10. The kernel's flag set
 # follows the bisheng release, as SHMEM's own build does: `bisheng -v` dated 2026-03-27 or
 # later compiles device code with -xasc --npu-arch=dav-2201 (A2/A3; dav-3510 on Ascend950)
-# --cce-auto-infer-kernel-type=false (and --cce-auto-set-ffts=false, FFTS_CONFIG=1 on A2/A3),
-# links with --cce-fatobj-link; older ones with -xcce --cce-aicore-arch=dav-c220 (dav-c310)
-# and the -mllvm options, linking with --cce-fatobj-link and the same arch.
+# --cce-auto-infer-kernel-type=false (and --cce-auto-set-ffts=false on A2/A3); older ones with
+# -xcce --cce-aicore-arch=dav-c220 (dav-c310) and the -mllvm options. FFTS_CONFIG=1 on A2/A3
+# either way.
+# Targets as SHMEM's examples make them (examples/CMakeLists.txt, aclshmem_add_collective_example):
+# the kernel is a SHARED library (libcombine_kernel.so) linked with --cce-fatobj-link (old
+# bisheng: and its --cce-aicore-arch), the driver a plain C++ executable linked with it and
+# libshmem; every target links SHMEM's CANN set (CMakeLists.txt: link_libraries from
+# ${ASCEND_HOME_PATH}/lib64), the kernel also unified_dlog when CANN has it. Unlike SHMEM
+# (CMAKE_SKIP_RPATH, LD_LIBRARY_PATH set by its run scripts) the driver carries a build RPATH
+# (this folder, libshmem's, CANN's lib64), so it runs as launched without LD_LIBRARY_PATH.
 #
 # Inputs (cache variables; combine_lab.build passes all of them, a manual configure may rely on
 # the environment after `source <CANN>/set_env.sh`):
@@ -21,8 +28,10 @@
 #   COMBINE_NPU_ARCH    dav-c220 (A2/A3) or dav-c310 (Ascend950); default from the SoC.
 #   COMBINE_NPU_SDMA    ON when CANN >= 9.0.0 (SHMEM's SDMA engine); OFF builds an MTE-only driver.
 
-function(combine_npu_fail what)
-  message(FATAL_ERROR "COMBINE_TARGET=npu: ${what}")
+# combine_npu_fail("part one " "part two"): the parts are separate arguments, joined here.
+function(combine_npu_fail)
+  string(CONCAT _what ${ARGV})
+  message(FATAL_ERROR "COMBINE_TARGET=npu: ${_what}")
 endfunction()
 
 # ---- CANN ----
@@ -145,21 +154,39 @@ if(NOT COMBINE_SHMEM_DEVICE_DIR)
                    "install SHMEM with its device sources, or set SHMEM_HOME to the source tree")
 endif()
 
+# SHMEM links every target with these, in this order, from CANN's lib64 (its CMakeLists.txt:
+# link_directories + link_libraries); stdc++, m, dl and pthread are the system's.
 set(COMBINE_CANN_LIBDIR "${ASCEND_HOME_PATH}/lib64")
-find_library(COMBINE_ASCENDCL ascendcl PATHS "${COMBINE_CANN_LIBDIR}" NO_DEFAULT_PATH NO_CACHE)
-find_library(COMBINE_RUNTIME runtime PATHS "${COMBINE_CANN_LIBDIR}" NO_DEFAULT_PATH NO_CACHE)
-if(NOT COMBINE_ASCENDCL OR NOT COMBINE_RUNTIME)
-  combine_npu_fail("CANN at ${ASCEND_HOME_PATH} lacks lib64/libascendcl.so or lib64/libruntime.so")
+set(COMBINE_NPU_LINK_LIBS runtime stdc++ ascendcl m tiling_api platform c_sec dl nnopbase pthread)
+set(_missing_libs "")
+foreach(_lib runtime ascendcl tiling_api platform c_sec nnopbase)
+  find_library(_found_lib ${_lib} PATHS "${COMBINE_CANN_LIBDIR}" NO_DEFAULT_PATH NO_CACHE)
+  if(NOT _found_lib)
+    list(APPEND _missing_libs "lib${_lib}")
+  endif()
+  unset(_found_lib)
+endforeach()
+if(_missing_libs)
+  string(REPLACE ";" ", " _missing_libs "${_missing_libs}")
+  combine_npu_fail("CANN at ${ASCEND_HOME_PATH} lacks ${_missing_libs} in lib64 (SHMEM links every target with "
+                   "them): point ASCEND_HOME_PATH at a complete CANN toolkit install")
 endif()
+# SHMEM's example kernels also link unified_dlog when CANN has it.
+find_library(COMBINE_UNIFIED_DLOG unified_dlog PATHS "${COMBINE_CANN_LIBDIR}" NO_DEFAULT_PATH NO_CACHE)
 set(COMBINE_SHMEM_LIB "${COMBINE_SHMEM_ROOT}/lib/libshmem.so")
 
 set(_npu_defs COMBINE_TARGET_NPU=1 COMBINE_NPU_SDMA=$<BOOL:${COMBINE_NPU_SDMA}>)
 if(COMBINE_NPU_ARCH STREQUAL "dav-c220")
-  # A2/A3: cross-core sync (SyncAll) needs the FFTS base address; SHMEM's headers read FFTS_CONFIG.
+  # A2/A3, where cross-core sync (SyncAll) uses FFTS: the host hands the kernel the FFTS base
+  # address (util_get_ffts_config) and the kernel sets it first (util_set_ffts_config).
+  # COMBINE_NPU_FFTS=1 marks such a build (no source reads it today). FFTS_CONFIG=1 is what SHMEM's build defines for all
+  # its targets on A2/A3; only libshmem's own source reads it (src/host/sync/shmemi_sync.cpp: whether
+  # its init fetches that address), none of the headers the kernel includes, so here it only keeps
+  # the compile line SHMEM's.
   list(APPEND _npu_defs COMBINE_NPU_FFTS=1 FFTS_CONFIG=1)
 endif()
 
-# ---- the kernel: int32_t and float16_t instances in one source ----
+# ---- the kernel: int32_t and float16_t instances in one source, a shared library ----
 if(COMBINE_BISHENG_FLAGS STREQUAL "asc")
   if(COMBINE_NPU_ARCH STREQUAL "dav-c220")
     set(_kernel_flags -xasc --npu-arch=dav-2201 --cce-auto-infer-kernel-type=false --cce-auto-set-ffts=false)
@@ -176,19 +203,30 @@ else()
     "SHELL:-mllvm -cce-aicore-dcci-insert-for-scalar=false")
   set(_link_flags --cce-fatobj-link --cce-aicore-arch=${COMBINE_NPU_ARCH})
 endif()
-add_library(combine_kernel OBJECT ${COMBINE_KERNEL_SOURCE})
+# The kernel's host half (launch_combine) calls libshmem (util_get_ffts_config), so the library
+# links it too; the driver finds libcombine_kernel.so in this folder through its RPATH.
+set(_npu_rpath "${COMBINE_SHMEM_ROOT}/lib;${COMBINE_CANN_LIBDIR}")
+add_library(combine_kernel SHARED ${COMBINE_KERNEL_SOURCE})
 target_include_directories(combine_kernel PRIVATE kernels host ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
 target_compile_definitions(combine_kernel PRIVATE ${_npu_defs})
 target_compile_options(combine_kernel PRIVATE ${_kernel_flags} -O2 -Wno-macro-redefined -Wno-ignored-attributes)
+target_link_options(combine_kernel PRIVATE ${_link_flags})
+target_link_directories(combine_kernel PRIVATE "${COMBINE_CANN_LIBDIR}")
+target_link_libraries(combine_kernel PRIVATE ${COMBINE_NPU_LINK_LIBS} "${COMBINE_SHMEM_LIB}")
+if(COMBINE_UNIFIED_DLOG)
+  target_link_libraries(combine_kernel PRIVATE unified_dlog)
+endif()
+set_target_properties(combine_kernel PROPERTIES BUILD_RPATH "${_npu_rpath}")
 
-# ---- the host driver: plain C++ (bisheng as clang), linked as a fat object ----
-add_executable(combine_host ${COMBINE_HOST_SOURCES} $<TARGET_OBJECTS:combine_kernel>)
+# ---- the host driver: plain C++ (bisheng told -xc++, as SHMEM's examples compile main.cpp),
+# linked with the kernel library ----
+add_executable(combine_host ${COMBINE_HOST_SOURCES})
 target_include_directories(combine_host PRIVATE kernels host ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
 target_compile_definitions(combine_host PRIVATE ${_npu_defs})
-target_link_options(combine_host PRIVATE ${_link_flags})
-target_link_libraries(combine_host PRIVATE "${COMBINE_SHMEM_LIB}" "${COMBINE_ASCENDCL}" "${COMBINE_RUNTIME}"
-                      dl pthread m)
-set_target_properties(combine_host PROPERTIES BUILD_RPATH "${COMBINE_SHMEM_ROOT}/lib;${COMBINE_CANN_LIBDIR}")
+target_compile_options(combine_host PRIVATE -xc++)
+target_link_directories(combine_host PRIVATE "${COMBINE_CANN_LIBDIR}")
+target_link_libraries(combine_host PRIVATE ${COMBINE_NPU_LINK_LIBS} "${COMBINE_SHMEM_LIB}" combine_kernel)
+set_target_properties(combine_host PROPERTIES BUILD_RPATH "${_npu_rpath}")
 
 message(STATUS "combine_lab NPU: bisheng ${CMAKE_CXX_COMPILER} (${COMBINE_BISHENG_FLAGS} flags), CANN ${ASCEND_HOME_PATH}, "
                "SHMEM ${COMBINE_SHMEM_ROOT}, SoC '${COMBINE_NPU_SOC}' -> ${COMBINE_NPU_ARCH}, SDMA ${COMBINE_NPU_SDMA}")

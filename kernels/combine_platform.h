@@ -39,16 +39,12 @@ __aicore__ inline void combine_no_sdma_quiet(__ubuf__ T*, uint32_t, uint32_t) {}
 #define aclshmemx_sdma_put_nbi combine_no_sdma_put_nbi
 #define aclshmemx_sdma_quiet combine_no_sdma_quiet
 #endif
-// A vector-only kernel: core ratio 0 cube : 1 vector.
+// A vector-only kernel: core ratio 0 cube : 1 vector (an entry is
+// `extern "C" COMBINE_KERNEL_ATTRS __global__ __aicore__`, SHMEM's ACLSHMEM_GLOBAL_VECTOR).
 #define COMBINE_KERNEL_ATTRS [[bisheng::core_ratio(0, 1)]]
-#if defined(COMBINE_SYNTAX_CHECK)
-// The syntax check compiles with a host compiler, which cannot parse <<<>>>: it checks the
-// launch's arguments against the entry's parameters instead (tests/npu_decls).
-#define COMBINE_KERNEL_LAUNCH(kernel, block_dim, stream, ...) \
-    combine_syntax_check_launch<decltype(kernel)>((block_dim), (stream), __VA_ARGS__)
-#else
+// bisheng's launch: <<<blocks, l2ctrl (nullptr), stream>>>. The syntax check (clang in CUDA
+// mode, tests/npu_decls) compiles this same line.
 #define COMBINE_KERNEL_LAUNCH(kernel, block_dim, stream, ...) kernel<<<(block_dim), nullptr, (stream)>>>(__VA_ARGS__)
-#endif
 #endif
 
 // Scalar GM access goes through the core's data cache: invalidate what a remote MTE/SDMA

@@ -24,7 +24,8 @@ HOST_SOURCES = ["combine_host.cpp", "host_args.cpp", "case_io.cpp", "perf_csv.cp
 
 
 def configure(env: dict[str, str], bdir: Path, soc: str | None = None) -> tuple[dict, dict]:
-    """Configure the NPU target as build() would; return (compile command by file name, link block)."""
+    """Configure the NPU target as build() would; return (compile command by file name, link
+    block by output: 'libcombine_kernel.so' and 'combine_host', each {'rule', 'inputs', VAR: value})."""
     tc = require_npu_toolchain(env, soc=soc)
     cmd = [shutil.which("cmake"), "-S", str(source_root()), "-B", str(bdir), "-G", "Ninja", "-DCOMBINE_TARGET=npu",
            "-DCMAKE_BUILD_TYPE=Release", *tc.cmake_args()]
@@ -33,14 +34,23 @@ def configure(env: dict[str, str], bdir: Path, soc: str | None = None) -> tuple[
     assert proc.returncode == 0, proc.stdout
     compiles = {Path(e["file"]).name: e["command"] for e in json.loads((bdir / "compile_commands.json").read_text())}
     lines = (bdir / "build.ninja").read_text().splitlines()
-    start = next(i for i, ln in enumerate(lines) if ln.startswith("build combine_host:"))
-    link = {"inputs": lines[start]}
-    for ln in lines[start + 1:]:
-        if not ln.strip():
-            break
-        k, _, v = ln.strip().partition(" = ")
-        link[k] = v
-    return compiles, link
+    links = {}
+    for out in ("libcombine_kernel.so", "combine_host"):
+        start = next(i for i, ln in enumerate(lines) if ln.startswith(f"build {out}:"))
+        rule, _, inputs = lines[start].partition(": ")[2].partition(" ")
+        block = {"rule": rule, "inputs": inputs}
+        for ln in lines[start + 1:]:
+            if not ln.strip():
+                break
+            k, _, v = ln.strip().partition(" = ")
+            block[k] = v
+        links[out] = block
+    return compiles, links
+
+
+#: SHMEM's link set for every target, in its order (SHMEM CMakeLists.txt link_libraries).
+SHMEM_LINK_SET = ["-lruntime", "-lstdc++", "-lascendcl", "-lm", "-ltiling_api", "-lplatform", "-lc_sec", "-ldl",
+                  "-lnnopbase", "-lpthread"]
 
 
 OLD_BISHENG_KERNEL_FLAGS = ["-mllvm -cce-aicore-stack-size=0x8000", "-mllvm -cce-aicore-addr-transform"]
@@ -71,25 +81,83 @@ def test_configure_generates_bisheng_commands_with_arch_includes_and_libraries(t
         assert "--cce-auto-infer-kernel-type=false" in kernel
         assert ("--cce-auto-set-ffts=false" in kernel) == ffts
         assert "-xcce" not in kernel and not any(f in joined for f in OLD_BISHENG_KERNEL_FLAGS)
-        assert link["LINK_FLAGS"] == "--cce-fatobj-link"
+        assert link["libcombine_kernel.so"]["LINK_FLAGS"] == "--cce-fatobj-link"
     else:
         assert "-xcce" in kernel and f"--cce-aicore-arch={arch}" in kernel
         assert all(f in joined for f in OLD_BISHENG_KERNEL_FLAGS) and "-xasc" not in kernel
-        assert link["LINK_FLAGS"] == f"--cce-fatobj-link --cce-aicore-arch={arch}"
+        assert link["libcombine_kernel.so"]["LINK_FLAGS"] == f"--cce-fatobj-link --cce-aicore-arch={arch}"
     assert ("-DCOMBINE_NPU_FFTS=1" in kernel) == ffts and ("-DFFTS_CONFIG=1" in kernel) == ffts
     for name in HOST_SOURCES:
         host = shlex.split(compiles[name])
         assert host[0] == bisheng and host[-1] == str(source_root() / "host" / name)
-        assert "-xcce" not in host and "-xasc" not in host
+        assert "-xc++" in host and "-xcce" not in host and "-xasc" not in host
         assert f"-I{shmem_root}/include" in host and f"-I{cann}/include" in host
     for cmd in compiles.values():
         assert "host/twin" not in cmd and "COMBINE_TARGET_TWIN" not in cmd
 
-    assert "combine_kernel.cpp.o" in link["inputs"]
-    assert link["LINK_PATH"].split() == [f"-L{shmem_root}/lib", f"-L{cann}/lib64"]
-    libs = link["LINK_LIBRARIES"].split()
-    assert libs[1:] == ["-lshmem", "-lascendcl", "-lruntime", "-ldl", "-lpthread", "-lm"]
-    assert libs[0] == f"-Wl,-rpath,{shmem_root}/lib:{cann}/lib64"
+    # The kernel: a shared library, linked with --cce-fatobj-link as SHMEM's example kernels
+    # (examples/CMakeLists.txt), with SHMEM's CANN set, libshmem and unified_dlog.
+    kernel_link, driver_link = link["libcombine_kernel.so"], link["combine_host"]
+    assert kernel_link["rule"] == "CXX_SHARED_LIBRARY_LINKER__combine_kernel_Release"
+    assert kernel_link["inputs"].split()[0] == "CMakeFiles/combine_kernel.dir/kernels/combine_kernel.cpp.o"
+    assert "-fPIC" in kernel
+    assert kernel_link["LINK_PATH"].split() == [f"-L{cann}/lib64", f"-L{shmem_root}/lib"]
+    assert kernel_link["LINK_LIBRARIES"].split() == [f"-Wl,-rpath,{shmem_root}/lib:{cann}/lib64", *SHMEM_LINK_SET,
+                                                     "-lshmem", "-lunified_dlog"]
+    # The driver: plain C++ objects, no fat-object link, the same set plus libshmem and the kernel
+    # library, which it finds at run time in the build folder through its RPATH.
+    assert driver_link["rule"] == "CXX_EXECUTABLE_LINKER__combine_host_Release"
+    assert [Path(i).name for i in driver_link["inputs"].partition(" | ")[0].split()] == \
+        [f"{name}.o" for name in HOST_SOURCES]
+    assert "LINK_FLAGS" not in driver_link
+    assert driver_link["LINK_PATH"].split() == [f"-L{cann}/lib64", f"-L{shmem_root}/lib"]
+    assert driver_link["LINK_LIBRARIES"].split() == [f"-Wl,-rpath,{shmem_root}/lib:{cann}/lib64:{tmp_path}/b",
+                                                     *SHMEM_LINK_SET, "-lshmem", "libcombine_kernel.so"]
+
+
+def test_configure_without_unified_dlog_links_the_rest(tmp_path):
+    env = npu_env(tmp_path, soc="Ascend910B3", unified_dlog=False)
+    _, link = configure(env, tmp_path / "b")
+    assert link["libcombine_kernel.so"]["LINK_LIBRARIES"].split()[1:] == [*SHMEM_LINK_SET, "-lshmem"]
+
+
+@pytest.mark.parametrize("missing", [["nnopbase"], ["tiling_api", "c_sec"]])
+def test_configure_refuses_cann_without_shmems_link_set(tmp_path, missing):
+    env = npu_env(tmp_path, soc="Ascend910B3")
+    for lib in missing:
+        (tmp_path / "cann" / "lib64" / f"lib{lib}.so").unlink()
+    tc = require_npu_toolchain(env)
+    proc = subprocess.run([shutil.which("cmake"), "-S", str(source_root()), "-B", str(tmp_path / "b"), "-G", "Ninja",
+                           "-DCOMBINE_TARGET=npu", *tc.cmake_args()],
+                          env={**os.environ, **env, "PATH": os.environ["PATH"]}, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode != 0
+    names = ", ".join(f"lib{lib}" for lib in missing)
+    assert (f"COMBINE_TARGET=npu: CANN at {tmp_path}/cann lacks {names} in lib64 (SHMEM links every target with "
+            "them): point ASCEND_HOME_PATH at a complete CANN toolkit install") in " ".join(proc.stdout.split())
+
+
+def test_npu_build_links_and_the_driver_finds_its_libraries(tmp_path):
+    """cmake --build with the linkable fakes (stub sources, real empty CANN libraries): the kernel
+    library and the driver link, and the driver runs with no LD_LIBRARY_PATH, finding
+    libcombine_kernel.so and libshmem.so (whose stub it calls through the kernel library)."""
+    env = npu_env(tmp_path, soc="Ascend910B3", linkable=True)
+    bdir = tmp_path / "b"
+    configure(env, bdir)
+    run_env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    proc = subprocess.run([shutil.which("cmake"), "--build", str(bdir)], env=run_env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout
+    assert (bdir / "libcombine_kernel.so").is_file()
+    out = subprocess.run([str(bdir / "combine_host")], env=run_env, capture_output=True, text=True)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "46465454\n", "")
+    # Without the RPATH's build folder the loader does not find the kernel library.
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    (bdir / "libcombine_kernel.so").rename(moved / "libcombine_kernel.so")
+    out = subprocess.run([str(bdir / "combine_host")], env=run_env, capture_output=True, text=True)
+    assert out.returncode == 127
+    assert "libcombine_kernel.so: cannot open shared object file" in out.stderr
 
 
 def test_configure_refuses_shmem_without_device_sources(tmp_path):
@@ -102,8 +170,8 @@ def test_configure_refuses_shmem_without_device_sources(tmp_path):
                           env={**os.environ, **env, "PATH": os.environ["PATH"]}, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
     assert proc.returncode != 0
-    assert (f"SHMEM at {tmp_path}/shmem/shmem has no src/device (its device headers include files from there)"
-            in " ".join(proc.stdout.split()))
+    assert (f"SHMEM at {tmp_path}/shmem/shmem has no src/device (its device headers include files from there): "
+            "install SHMEM with its device sources, or set SHMEM_HOME to the source tree") in " ".join(proc.stdout.split())
 
 
 def test_configure_old_cann_builds_without_sdma(tmp_path):
@@ -122,7 +190,7 @@ def test_configure_source_build_of_shmem(tmp_path):
     assert f"-I{root}/include" in kernel  # shmem.h
     assert f"-I{tmp_path}/shmem_src/src/device" in kernel and f"-I{tmp_path}/shmem_src/src" in kernel  # device .hpp
     assert "--cce-aicore-arch=dav-c220" in kernel
-    assert link["LINK_PATH"].split()[0] == f"-L{root}/lib"
+    assert link["combine_host"]["LINK_PATH"].split() == [f"-L{tmp_path}/cann/lib64", f"-L{root}/lib"]
 
 
 def test_cmake_refuses_a_compiler_that_is_not_bisheng(tmp_path):
@@ -132,7 +200,9 @@ def test_cmake_refuses_a_compiler_that_is_not_bisheng(tmp_path):
                            f"-DSHMEM_HOME={env['SHMEM_HOME']}", "-DCOMBINE_NPU_SOC=Ascend910B3"],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.returncode != 0
-    assert "not bisheng: configure a fresh build folder with" in " ".join(proc.stdout.split())
+    assert ("not bisheng: configure a fresh build folder with "
+            f"-DCMAKE_CXX_COMPILER={env['ASCEND_HOME_PATH']}/compiler/ccec_compiler/bin/bisheng") in \
+        " ".join(proc.stdout.split())
 
 
 # ---- build(target='npu') refuses before running anything ----

@@ -1,19 +1,23 @@
 """The NPU branch compiles against declarations that mirror the public SHMEM, Ascend C and
 ACL headers (tests/npu_decls, combine-facts section 10), here, without CANN or SHMEM.
 
-How: clang stands in for bisheng. The kernel file is compiled twice in CUDA mode (no CUDA
-headers or libraries), once for the AI core and once for the host, because in that mode a
-function's target is part of its declaration: `__aicore__` is `device`, `__host_aicore__`
-is `host, device`, so an AI-core function that calls a plain (host) function does not
-compile, as with bisheng; `__gm__` and `__ubuf__` are distinct address spaces in the AI-core
-pass. The driver's host-only files compile as plain C++ against the same headers. Each
-blocker found when the kernel and driver were first read against the real headers is
-reintroduced into a copy of the sources and must fail with the compiler's own words.
+How: clang stands in for bisheng. The kernel file is compiled in CUDA mode (no CUDA headers
+or libraries), once for the AI core and once for the host, for A2/A3 (__NPU_ARCH__ 2201) and
+for Ascend950 (3510), because in that mode a function's target is part of its declaration:
+`__aicore__` is `device`, `__host_aicore__` is `host, device`, a kernel entry (`__global__`)
+is `global`, whose body is device code and which only a `<<<>>>` launch may call; so an
+AI-core function that calls a plain (host) function does not compile, as with bisheng, and the
+launch line is compiled as it is written. `__gm__` and `__ubuf__` are distinct address spaces
+in the AI-core pass. The driver's host-only files compile as plain C++ against the same headers.
+Each blocker found when the kernel and driver were first read against the real headers is
+reintroduced into a copy of the sources (or of the declarations) and must fail with the
+compiler's own words.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,9 +25,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DECLS = ROOT / "tests" / "npu_decls" / "include"
+DECLS = ROOT / "tests" / "npu_decls"
 OLD_HEADER = "aclshmem" + ".h"  # the name SHMEM dropped; spelt so that `grep -r` finds it nowhere
 HOST_ONLY = ["host/combine_host.cpp", "host/host_args.cpp", "host/case_io.cpp", "host/perf_csv.cpp"]
+KERNEL = "kernels/combine_kernel.cpp"
+# What bisheng defines for each arch: __NPU_ARCH__ picks asc-devkit's declarations;
+# shmem.h tests only whether __CCE_AICORE__ is defined (its value follows the dav-c220 /
+# dav-c310 arch names here).
+ARCHS = {"A2/A3": ["-D__NPU_ARCH__=2201", "-D__CCE_AICORE__=220"],
+         "Ascend950": ["-D__NPU_ARCH__=3510", "-D__CCE_AICORE__=310"]}
+A2A3 = ("A2/A3",)
+# SHMEM's include folders as cmake/npu.cmake passes them: include, src/device, src.
+SHMEM_DIRS = ("include", "src/device", "src")
 
 CLANG = shutil.which("clang++")
 if CLANG is None:
@@ -33,27 +46,32 @@ if CLANG is None:
     pytestmark = pytest.mark.skip(reason=reason)
 
 
-def _flags(sdma: bool) -> list[str]:
-    return ["-fsyntax-only", "-std=c++17", "-Wall", "-Werror", "-Wno-unknown-attributes",
-            "-Wno-unknown-cuda-version", f"-I{DECLS}", "-Ikernels", "-Ihost", "-DCOMBINE_TARGET_NPU=1",
-            f"-DCOMBINE_NPU_SDMA={int(sdma)}", "-DCOMBINE_NPU_FFTS=1", "-DCOMBINE_SYNTAX_CHECK",
-            "-include", "combine_syntax_check.h"]
+def _flags(sdma: bool, decls: Path, dirs: tuple[str, ...]) -> list[str]:
+    return ["-std=c++17", "-Wall", "-Werror", "-Wno-unknown-attributes", "-Wno-unknown-cuda-version",
+            *(f"-I{decls / d}" for d in dirs), "-Ikernels", "-Ihost", "-DCOMBINE_TARGET_NPU=1",
+            f"-DCOMBINE_NPU_SDMA={int(sdma)}", "-DCOMBINE_NPU_FFTS=1", "-include", "combine_syntax_check.h"]
 
 
-def _kernel_pass(side: str) -> list[str]:
-    """AI-core (``device``) or host pass of the kernel file: __CCE_AICORE__ as bisheng -xcce sets it."""
+def _kernel_pass(side: str, arch: str) -> list[str]:
+    """AI-core (``device``) or host pass of a kernel file for ``arch`` (a key of ARCHS)."""
     return ["-x", "cuda", "-nocudainc", "-nocudalib", "--cuda-gpu-arch=sm_70", "-Xclang",
-            "-fno-cuda-host-device-constexpr", "-D__CCE_AICORE__=220", f"--cuda-{side}-only"]
+            "-fno-cuda-host-device-constexpr", *ARCHS[arch], f"--cuda-{side}-only"]
 
 
-def compile_npu_branch(root: Path, sdma: bool = True) -> list[tuple[str, int, str]]:
-    """(what, return code, compiler output) for every compile of the NPU branch under ``root``."""
-    jobs = [("kernel (AI core)", _kernel_pass("device") + ["kernels/combine_kernel.cpp"]),
-            ("kernel (host)", _kernel_pass("host") + ["kernels/combine_kernel.cpp"])]
-    jobs += [(f, ["-x", "c++", f]) for f in HOST_ONLY]
-    # The compiles are independent: run them side by side (the suite's time budget, issue 10).
-    procs = [(what, subprocess.Popen([CLANG, *_flags(sdma), *args], cwd=root, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)) for what, args in jobs]
+def kernel_jobs(archs=tuple(ARCHS), source: str = KERNEL) -> list[tuple[str, list[str]]]:
+    return [job for arch in archs for job in ((f"kernel {arch} (AI core)", _kernel_pass("device", arch) + [source]),
+                                              (f"kernel {arch} (host)", _kernel_pass("host", arch) + [source]))]
+
+
+def run_compiles(root: Path, jobs, sdma: bool = True, decls: Path = DECLS, dirs=SHMEM_DIRS,
+                 mode: list[str] | None = None) -> list[tuple[str, int, str]]:
+    """(what, return code, compiler output) of each job, run side by side (the suite's time
+    budget, issue 10); ``mode``: ['-fsyntax-only'] unless given (e.g. ['-c', '-o', path])."""
+    procs = []
+    for what, args in jobs:
+        extra = mode(what) if callable(mode) else (mode or ["-fsyntax-only"])
+        procs.append((what, subprocess.Popen([CLANG, *extra, *_flags(sdma, decls, dirs), *args], cwd=root,
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))
     out = []
     for what, p in procs:
         try:
@@ -64,10 +82,23 @@ def compile_npu_branch(root: Path, sdma: bool = True) -> list[tuple[str, int, st
     return out
 
 
+def compile_npu_branch(root: Path = ROOT, sdma: bool = True, archs=tuple(ARCHS), decls: Path = DECLS,
+                       dirs=SHMEM_DIRS, host_only: bool = True) -> list[tuple[str, int, str]]:
+    """(what, return code, compiler output) for every compile of the NPU branch under ``root``:
+    the kernel's two passes for each arch in ``archs``, then the driver's host-only files."""
+    jobs = kernel_jobs(archs) + ([(f, ["-x", "c++", f]) for f in HOST_ONLY] if host_only else [])
+    return run_compiles(root, jobs, sdma, decls, dirs)
+
+
+def passes(*archs: str) -> set[str]:
+    return {f"kernel {arch} ({side})" for arch in archs for side in ("AI core", "host")}
+
+
 @pytest.mark.parametrize("sdma", [True, False], ids=["cann9-sdma", "mte-only"])
 def test_npu_branch_compiles_against_the_public_declarations(sdma):
     results = compile_npu_branch(ROOT, sdma)
-    assert [what for what, _, _ in results] == ["kernel (AI core)", "kernel (host)", *HOST_ONLY]
+    assert [what for what, _, _ in results] == ["kernel A2/A3 (AI core)", "kernel A2/A3 (host)",
+                                                "kernel Ascend950 (AI core)", "kernel Ascend950 (host)", *HOST_ONLY]
     for what, rc, err in results:
         assert rc == 0 and err == "", f"{what}:\n{err}"
 
@@ -76,11 +107,23 @@ def _mutated_tree(tmp_path: Path, path: str, old: str, new: str) -> Path:
     """A copy of kernels/ and host/ with ``old`` replaced by ``new`` once in ``path``."""
     for d in ("kernels", "host"):
         shutil.copytree(ROOT / d, tmp_path / d)
-    target = tmp_path / path
-    text = target.read_text()
-    assert text.count(old) == 1, f"{path} no longer contains {old!r}: update this test"
-    target.write_text(text.replace(old, new))
+    _replace_once(tmp_path / path, old, new)
     return tmp_path
+
+
+def _mutated_decls(tmp_path: Path, path: str, *edits: tuple[str, str]) -> Path:
+    """A copy of tests/npu_decls with each (old, new) of ``edits`` made once in ``path`` (relative to it)."""
+    decls = tmp_path / "npu_decls"
+    shutil.copytree(DECLS, decls)
+    for old, new in edits:
+        _replace_once(decls / path, old, new)
+    return decls
+
+
+def _replace_once(target: Path, old: str, new: str) -> None:
+    text = target.read_text()
+    assert text.count(old) == 1, f"{target} no longer contains {old!r} once: update this test"
+    target.write_text(text.replace(old, new))
 
 
 def _failures(results) -> dict[str, str]:
@@ -89,15 +132,15 @@ def _failures(results) -> dict[str, str]:
 
 def test_old_header_name_is_refused(tmp_path):
     root = _mutated_tree(tmp_path, "kernels/combine_platform.h", '#include "shmem.h"', f'#include "{OLD_HEADER}"')
-    failed = _failures(compile_npu_branch(root))
-    assert set(failed) == {"kernel (AI core)", "kernel (host)"}
-    assert f"fatal error: '{OLD_HEADER}' file not found" in failed["kernel (AI core)"]
+    failed = _failures(compile_npu_branch(root, archs=A2A3, host_only=False))  # the driver does not include it
+    assert set(failed) == passes("A2/A3")
+    assert f"fatal error: '{OLD_HEADER}' file not found" in failed["kernel A2/A3 (AI core)"]
 
 
 def test_engine_mask_assigned_as_int_is_refused(tmp_path):
     root = _mutated_tree(tmp_path, "host/combine_host.cpp",
                          "static_cast<data_op_engine_type_t>(COMBINE_DATA_OP_ENGINES)", "COMBINE_DATA_OP_ENGINES")
-    failed = _failures(compile_npu_branch(root))
+    failed = _failures(compile_npu_branch(root, archs=()))
     assert set(failed) == {"host/combine_host.cpp"}
     assert "error: assigning to 'data_op_engine_type_t' from incompatible type 'int'" in failed["host/combine_host.cpp"]
 
@@ -107,29 +150,162 @@ def test_host_only_helper_called_from_aicore_code_is_refused(tmp_path, helper):
     ret = {"payload_stride": "uint64_t", "window_layout": "WindowLayout"}[helper]
     root = _mutated_tree(tmp_path, "kernels/combine_kernel.h", f"__host_aicore__ inline {ret} {helper}(",
                          f"inline {ret} {helper}(")
-    failed = _failures(compile_npu_branch(root))
-    assert "kernel (AI core)" in failed and not set(failed) & set(HOST_ONLY)
-    err = failed["kernel (AI core)"]
+    failed = _failures(compile_npu_branch(root, archs=A2A3))
+    assert "kernel A2/A3 (AI core)" in failed and not set(failed) & set(HOST_ONLY)
+    err = failed["kernel A2/A3 (AI core)"]
     assert (f"error: no matching function for call to '{helper}'" in err
             and "call to __host__ function from __device__ function" in err) or \
            f"error: reference to __host__ function '{helper}' in __host__ __device__ function" in err, err
 
 
+def test_entry_body_is_checked_as_aicore_code(tmp_path):
+    """The entry (extern "C" [[bisheng::core_ratio(0, 1)]] __global__ __aicore__) is clang's
+    global function: its body is AI-core code, so a host function called there is refused."""
+    root = _mutated_tree(tmp_path, KERNEL, "util_set_ffts_config(ffts_addr);",
+                         "util_set_ffts_config(util_get_ffts_config());")
+    failed = _failures(compile_npu_branch(root, archs=A2A3, host_only=False))
+    assert set(failed) == passes("A2/A3")
+    err = failed["kernel A2/A3 (AI core)"]
+    assert "error: no matching function for call to 'util_get_ffts_config'" in err
+    assert "call to __host__ function from __global__ function" in err
+
+
 def test_gm_pointer_where_shmem_wants_a_ub_buffer_is_refused(tmp_path):
-    root = _mutated_tree(tmp_path, "kernels/combine_kernel.cpp", "ub_at<T>(StageOff(buf))",
-                         "(__gm__ T*)(expand_x_ + uint64_t(row) * h_)")
-    failed = _failures(compile_npu_branch(root))
-    assert set(failed) == {"kernel (AI core)"}
-    assert "no matching function for call to 'aclshmemx_mte_put_nbi'" in failed["kernel (AI core)"]
+    root = _mutated_tree(tmp_path, KERNEL, "ub_at<T>(StageOff(buf))", "(__gm__ T*)(expand_x_ + uint64_t(row) * h_)")
+    failed = _failures(compile_npu_branch(root, archs=A2A3, host_only=False))
+    assert set(failed) == {"kernel A2/A3 (AI core)"}
+    err = failed["kernel A2/A3 (AI core)"]
+    assert "no matching function for call to 'aclshmemx_mte_put_nbi'" in err
+    assert "cannot pass pointer to address space '__generic' as a pointer to address space '__constant'" in err
 
 
 def test_launch_arguments_are_checked_against_the_entry(tmp_path):
-    root = _mutated_tree(tmp_path, "kernels/combine_kernel.cpp",
-                         "COMBINE_KERNEL_LAUNCH(combine_int32, block_dim, stream, ffts, ",
+    root = _mutated_tree(tmp_path, KERNEL, "COMBINE_KERNEL_LAUNCH(combine_int32, block_dim, stream, ffts, ",
                          "COMBINE_KERNEL_LAUNCH(combine_int32, block_dim, stream, ")
-    failed = _failures(compile_npu_branch(root))
-    assert set(failed) == {"kernel (host)"}
-    assert "the launch's arguments do not match the kernel entry's parameters" in failed["kernel (host)"]
+    failed = _failures(compile_npu_branch(root, archs=A2A3, host_only=False))
+    assert set(failed) == passes("A2/A3")
+    for err in failed.values():
+        m = re.search(r"error: too few arguments to function call, expected (\d+), have (\d+)", err)
+        assert m and int(m[2]) == int(m[1]) - 1, err
+
+
+def test_launch_configuration_is_checked(tmp_path):
+    """<<<blocks, l2ctrl, stream>>>: the stream where the block count goes is refused."""
+    root = _mutated_tree(tmp_path, KERNEL, "COMBINE_KERNEL_LAUNCH(combine_int32, block_dim, stream, ",
+                         "COMBINE_KERNEL_LAUNCH(combine_int32, stream, block_dim, ")
+    failed = _failures(compile_npu_branch(root, archs=A2A3, host_only=False))
+    assert set(failed) == passes("A2/A3")
+    for err in failed.values():
+        assert "cannot initialize a parameter of type 'uint32_t' (aka 'unsigned int') with an lvalue of type " \
+               "'void *'" in err, err
+
+
+def test_only_a_kernel_entry_can_be_launched(tmp_path):
+    root = _mutated_tree(tmp_path, KERNEL, "extern \"C\" COMBINE_KERNEL_ATTRS __global__ __aicore__ void NAME(",
+                         "extern \"C\" COMBINE_KERNEL_ATTRS __aicore__ void NAME(")
+    failed = _failures(compile_npu_branch(root, archs=A2A3, host_only=False))
+    assert set(failed) == passes("A2/A3")
+    assert "error: kernel call to non-global function 'combine_int32'" in failed["kernel A2/A3 (AI core)"]
+    assert "error: reference to __device__ function 'combine_int32' in __host__ function" in \
+        failed["kernel A2/A3 (host)"]
+
+
+def test_ascend950_overloads_are_its_own(tmp_path):
+    """DataCopyPad's PaddingMode parameter exists on Ascend950 (__NPU_ARCH__ 3510) only."""
+    root = _mutated_tree(tmp_path, KERNEL, "AscendC::DataCopyPad(dst, out, ",
+                         "AscendC::DataCopyPad<T, AscendC::PaddingMode::Compact>(dst, out, ")
+    failed = _failures(compile_npu_branch(root, host_only=False))
+    assert set(failed) == passes("A2/A3")
+    assert "error: no member named 'PaddingMode' in namespace 'AscendC'" in failed["kernel A2/A3 (AI core)"]
+
+
+def test_a_one_byte_half_is_refused(tmp_path):
+    decls = _mutated_decls(tmp_path, "include/kernel_operator.h", ("    uint16_t bits_;", "    uint8_t bits_;"))
+    failed = _failures(compile_npu_branch(ROOT, archs=A2A3, decls=decls))
+    assert set(failed) == passes("A2/A3") | set(HOST_ONLY)
+    for err in failed.values():
+        assert "error: static_assert failed due to requirement 'sizeof(half) == 2' \"bisheng's half is 2 bytes\"" \
+               in err, err
+
+
+def test_profiling_frames_need_shmem_src(tmp_path):
+    """SHMEM's utils/prof/shmemi_prof.h (found through <shmem>/src/device) includes
+    device/shmemi_device_common.h from <shmem>/src: without that folder the kernel does not
+    compile; combine_platform.h's __has_include fallback is not taken, the header is there."""
+    failed = _failures(compile_npu_branch(ROOT, archs=A2A3, dirs=("include", "src/device")))
+    assert set(failed) == passes("A2/A3")
+    for err in failed.values():
+        assert "utils/prof/shmemi_prof.h" in err
+        assert "fatal error: 'device/shmemi_device_common.h' file not found" in err, err
+
+
+def test_shmem_device_headers_need_shmem_src_device(tmp_path):
+    """Without <shmem>/src/device, shmem.h's device part fails before combine_platform.h looks
+    for the profiling header: its __has_include fallback is never what happens with SHMEM."""
+    failed = _failures(compile_npu_branch(ROOT, archs=A2A3, dirs=("include", "src")))
+    assert set(failed) == passes("A2/A3")
+    for err in failed.values():
+        assert "fatal error: 'gm2gm/shmemi_device_cc.h' file not found" in err, err
+        assert "shmemi_prof.h" not in err
+
+
+def _undefined_acl_symbols(tmp_path: Path, decls_by_name: dict[str, Path]) -> dict[str, set[str]]:
+    """The undefined ACL symbols (as the linker sees them; SHMEM's left out) of
+    host/combine_host.cpp compiled against each declaration folder."""
+    procs = [(name, subprocess.Popen([CLANG, "-c", "-o", str(tmp_path / f"{name}.o"), *_flags(True, decls, SHMEM_DIRS),
+                                      "-x", "c++", "host/combine_host.cpp"], cwd=ROOT, stderr=subprocess.PIPE, text=True))
+             for name, decls in decls_by_name.items()]
+    out = {}
+    for name, p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        nm = subprocess.run(["nm", "-u", str(tmp_path / f"{name}.o")], capture_output=True, text=True, check=True)
+        out[name] = {ln.split()[-1] for ln in nm.stdout.splitlines() if "acl" in ln and "shmem" not in ln}
+    return out
+
+
+def test_acl_c_api_has_c_linkage(tmp_path):
+    """acl/acl.h declares the C API extern "C", as CANN's headers do: the driver's object asks
+    the linker for libascendcl's unmangled names; without it the names are C++-mangled."""
+    cxx_decls = _mutated_decls(tmp_path, "include/acl/acl.h", ('#ifdef __cplusplus\nextern "C" {\n#endif\n', ""),
+                               ("#ifdef __cplusplus\n}\n#endif\n", ""))
+    syms = _undefined_acl_symbols(tmp_path, {"c": DECLS, "cxx": cxx_decls})
+    assert {"aclInit", "aclrtSetDevice", "aclrtMalloc", "aclrtMemcpy", "aclrtSynchronizeStream"} <= syms["c"]
+    assert all(re.fullmatch(r"acl\w+", sym) for sym in syms["c"]), syms["c"]
+    assert {"_Z7aclInitPKc", "_Z14aclrtSetDevicei"} <= syms["cxx"]
+    assert not any(re.fullmatch(r"acl\w+", sym) for sym in syms["cxx"]), syms["cxx"]
+
+
+DEVICE_PROBE = """#include <type_traits>
+#include "kernel_operator.h"
+#include "shmem.h"
+static_assert(std::is_same_v<decltype(&aclshmem_int32_test), int (*)(__gm__ int32_t*, int, int32_t)>);
+static_assert(std::is_same_v<decltype(&aclshmemi_barrier_core_soft), void (*)()>);
+static_assert(std::is_same_v<decltype(&AscendC::GetSystemCycle), int64_t (*)()>);
+__aicore__ inline int64_t probe(__gm__ int32_t* flag) {
+    aclshmemi_barrier_core_soft();
+    return aclshmem_int32_test(flag, ACLSHMEM_CMP_EQ, 1) + AscendC::GetSystemCycle();
+}
+"""
+HOST_PROBE = """#include <type_traits>
+#include "acl/acl.h"
+static_assert(std::is_same_v<decltype(&aclrtSynchronizeStreamWithTimeout), aclError (*)(aclrtStream, int32_t)>);
+static_assert(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT == 507046);
+"""
+
+
+def test_declarations_for_bounded_waits(tmp_path):
+    """What a kernel and driver that bound their waits call (combine-facts section 10), with the
+    real headers' types: aclshmem_int32_test, aclshmemi_barrier_core_soft (through shmem.h),
+    AscendC::GetSystemCycle, aclrtSynchronizeStreamWithTimeout and its timeout error."""
+    (tmp_path / "device_probe.cpp").write_text(DEVICE_PROBE)
+    (tmp_path / "host_probe.cpp").write_text(HOST_PROBE)
+    jobs = kernel_jobs(tuple(ARCHS), str(tmp_path / "device_probe.cpp"))
+    jobs += [("host probe", ["-x", "c++", str(tmp_path / "host_probe.cpp")])]
+    results = run_compiles(ROOT, jobs)
+    assert len(results) == 5
+    for what, rc, err in results:
+        assert rc == 0 and err == "", f"{what}:\n{err}"
 
 
 def test_no_file_names_the_old_header():

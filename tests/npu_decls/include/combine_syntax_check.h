@@ -1,31 +1,23 @@
-// For the NPU-branch compile check only (force-included): checks a kernel launch's
-// arguments against the entry's parameters, where bisheng would parse <<<>>>.
+// For the NPU-branch compile check only (force-included into every compile of it): what
+// bisheng itself provides, and what the check holds the declarations to.
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
-template <class F>
-struct combine_entry_params;
-template <class... P>
-struct combine_entry_params<void(P...)> {
-    template <class... A>
-    static constexpr bool accepts() {
-        if constexpr (sizeof...(P) != sizeof...(A)) {
-            return false;
-        } else {
-            return (std::is_convertible_v<A, P> && ...);
-        }
-    }
-};
+#include "kernel_operator.h"
 
-template <class F, class... A>
-void combine_syntax_check_launch(uint32_t block_dim, void* stream, A&&... args) {
-#if !defined(__CUDA_ARCH__)  // host code: its arguments are host values
-    static_assert(combine_entry_params<F>::template accepts<A...>(),
-                  "the launch's arguments do not match the kernel entry's parameters");
+// bisheng's half is a 16-bit float: sizes and layouts computed from sizeof(half) (window rows,
+// UB tiles) must come out as on the device.
+static_assert(sizeof(half) == 2, "bisheng's half is 2 bytes");
+static_assert(alignof(half) == 2, "bisheng's half is 2-byte aligned");
+
+#if defined(__CUDA__)
+// The <<<block_dim, l2ctrl, stream>>> launch. Clang lowers `kernel<<<a, b, c>>>(args)` to a
+// call of its configuration function with (a, b, c), then checks `kernel(args)` against the
+// entry's parameters: in the host pass that function is __cudaPushCallConfiguration, in the
+// device pass cudaConfigureCall (clang 14, no CUDA installation). Both take bisheng's
+// configuration: the number of blocks, the reserved l2ctrl pointer (nullptr; newer asc-devkit
+// documents this slot as dynUBufSize, bytes, 0 by default) and the aclrtStream.
+extern "C" int __cudaPushCallConfiguration(uint32_t block_dim, void* l2ctrl, void* stream);
+extern "C" int cudaConfigureCall(uint32_t block_dim, void* l2ctrl, void* stream);
 #endif
-    (void)block_dim;
-    (void)stream;
-    ((void)args, ...);
-}

@@ -1,8 +1,8 @@
 // Declaration-only stand-in for SHMEM's public header (hicann/shmem include/shmem.h at
 // 643bfb7 and the headers it includes), for the NPU-branch compile check: the host API
 // always, the device API when compiling AI-core code (__CCE_AICORE__), as shmem.h does.
-// Declarations only; ACLSHMEM_DEVICE (always_inline __aicore__ there) is plain __aicore__
-// here so that a declaration without its body draws no warning.
+// Declarations only. As in SHMEM, the device headers include files from <shmem>/src/device
+// (here ../src/device), which must be on the include path.
 #pragma once
 
 #include <climits>
@@ -10,45 +10,10 @@
 #include <cstdint>
 
 #include "acl/acl.h"
-#if defined(__CCE_AICORE__)
-#include "kernel_operator.h"
-#endif
+#include "host_device/shmem_common_types.h"
 
 #define ACLSHMEM_HOST_API __attribute__((visibility("default")))
-#define ACLSHMEM_DEVICE __aicore__
-
-// ---- host_device/shmem_common_types.h ----
-extern "C" {
-enum aclshmem_team_index_t { ACLSHMEM_TEAM_INVALID = -1, ACLSHMEM_TEAM_WORLD = 0 };
-enum data_op_engine_type_t {
-    ACLSHMEM_DATA_OP_MTE = 0x01,
-    ACLSHMEM_DATA_OP_SDMA = 0x02,
-    ACLSHMEM_DATA_OP_ROCE = 0x04,
-    ACLSHMEM_DATA_OP_UDMA = 0x08,
-    ACLSHMEM_DATA_OP_MAX = 0x08,
-};
-enum aclshmem_signal_op_type_t { ACLSHMEM_SIGNAL_SET, ACLSHMEM_SIGNAL_ADD };
-enum aclshmem_cmp_op_type_t {
-    ACLSHMEM_CMP_EQ = 0,
-    ACLSHMEM_CMP_NE,
-    ACLSHMEM_CMP_GT,
-    ACLSHMEM_CMP_GE,
-    ACLSHMEM_CMP_LT,
-    ACLSHMEM_CMP_LE
-};
-typedef int aclshmem_team_t;
-#define ACLSHMEM_MAX_AIV_PER_NPU 48
-#define ACLSHMEM_CYCLE_PROF_MAX_BLOCK 64
-#define ACLSHMEM_CYCLE_PROF_FRAME_CNT 1024
-typedef struct {
-    int64_t ccount[ACLSHMEM_CYCLE_PROF_FRAME_CNT];
-    int64_t cycles[ACLSHMEM_CYCLE_PROF_FRAME_CNT];
-} aclshmem_prof_block_t;
-typedef struct {
-    int32_t pe_id;
-    aclshmem_prof_block_t block_prof[ACLSHMEM_CYCLE_PROF_MAX_BLOCK];
-} aclshmem_prof_pe_t;
-}
+#define shmem_my_pe aclshmem_my_pe  // host/team/shmem_host_team.h and device/team/shmem_device_team.h
 
 // ---- host/shmem_host_def.h ----
 extern "C" {
@@ -97,6 +62,8 @@ ACLSHMEM_HOST_API void aclshmemx_get_prof(aclshmem_prof_pe_t** out_profs, bool v
 }
 
 #if defined(__CCE_AICORE__)
+#include "kernel_operator.h"
+
 // ---- device/shmem_def.h ----
 extern "C" {
 constexpr uint64_t ACLSHMEM_INTERNAL_UB_BUF_START_ADDR = 188 * 1024;
@@ -122,7 +89,13 @@ ACLSHMEM_DEVICE void aclshmem_barrier_all(void);
 ACLSHMEM_DEVICE void aclshmemx_barrier_all_vec(void);
 ACLSHMEM_DEVICE void aclshmemx_signal_op(__gm__ int32_t* sig_addr, int32_t signal, int sig_op, int pe);
 ACLSHMEM_DEVICE int32_t aclshmem_signal_wait_until(__gm__ int32_t* sig_addr, int cmp, int32_t cmp_val);
+// device/gm2gm/shmem_device_p2p_sync.h declares aclshmem_<type>_test for each of its types
+// (ACLSHMEM_TEST over ACLSHMEM_P2P_SYNC_TYPE_FUNC): 1 when *ivars, read after invalidating its
+// cache line, compares (cmp: aclshmem_cmp_op_type_t) true with cmp_value, else 0.
+ACLSHMEM_DEVICE int aclshmem_int32_test(__gm__ int32_t* ivars, int cmp, int32_t cmp_value);
 }
+// device/gm2gm/shmem_device_cc.h ends by including SHMEM's internal core barriers from src/device.
+#include "gm2gm/shmemi_device_cc.h"
 
 // ---- device/gm2gm/engine/shmem_device_mte.h ----
 ACLSHMEM_DEVICE __gm__ void* aclshmem_ptr(__gm__ void* ptr, int pe);

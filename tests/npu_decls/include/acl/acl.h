@@ -1,12 +1,21 @@
 // Declaration-only stand-in for the ACL runtime headers (hicann/runtime include/external/acl:
-// acl_base_rt.h, acl_rt.h), for the NPU-branch compile check. Declarations only.
+// acl.h -> acl_rt.h -> acl_base.h, acl_base_rt.h, error_codes/rt_error_codes.h), for the
+// NPU-branch compile check. Declarations only. Like those headers, the C API has C linkage
+// (extern "C" under C++): libascendcl exports unmangled names.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error_codes/rt_error_codes.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef int aclError;
 typedef void* aclrtStream;
+static const int ACL_ERROR_NONE = 0;
 static const int ACL_SUCCESS = 0;
 
 typedef enum aclrtMemMallocPolicy {
@@ -53,6 +62,8 @@ aclError aclrtResetDevice(int32_t deviceId);
 aclError aclrtCreateStream(aclrtStream* stream);
 aclError aclrtDestroyStream(aclrtStream stream);
 aclError aclrtSynchronizeStream(aclrtStream stream);
+// timeout in milliseconds, -1 waits for ever; ACL_ERROR_RT_STREAM_SYNC_TIMEOUT when it expires.
+aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout);
 aclError aclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy policy);
 aclError aclrtFree(void* devPtr);
 aclError aclrtMallocHost(void** hostPtr, size_t size);
@@ -61,3 +72,7 @@ aclError aclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, a
 aclError aclrtMemset(void* devPtr, size_t maxCount, int32_t value, size_t count);
 aclError aclrtGetDeviceInfo(uint32_t deviceId, aclrtDevAttr attr, int64_t* value);
 const char* aclrtGetSocName();
+
+#ifdef __cplusplus
+}
+#endif
