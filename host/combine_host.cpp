@@ -23,6 +23,7 @@
 #endif
 
 #include "acl/acl.h"
+#include "acl/error_codes/rt_error_codes.h"
 #include "shmem.h"
 #include "case_io.h"
 #include "combine_host_platform.h"

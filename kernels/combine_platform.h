@@ -21,14 +21,9 @@ inline __ubuf__ T* ub_at(uint32_t byte_offset) { return reinterpret_cast<T*>(twi
 // On the NPU a UB pointer is a byte offset into the core's unified buffer.
 template <typename T>
 __aicore__ inline __ubuf__ T* ub_at(uint32_t byte_offset) { return (__ubuf__ T*)(uintptr_t)byte_offset; }
-// SHMEM's cycle-profiling frames come from its source tree (<shmem>/src/device, which
-// cmake/npu.cmake puts on the include path); without them the frames are empty.
-#if __has_include("utils/prof/shmemi_prof.h")
+// SHMEM's cycle-profiling frames come from its source tree (<shmem>/src/device and <shmem>/src,
+// which cmake/npu.cmake puts on the include path, as shmem.h itself needs them).
 #include "utils/prof/shmemi_prof.h"
-#else
-#define SHMEMI_PROF_START(frame) ((void)(frame))
-#define SHMEMI_PROF_END(frame) ((void)(frame))
-#endif
 // Without SDMA (CANN < 9.0.0, COMBINE_NPU_SDMA=0) the kernel is built MTE-only: the SDMA calls
 // become no-ops that the classic policy never reaches, and the driver refuses doubleplane.
 #if !COMBINE_NPU_SDMA

@@ -12,7 +12,6 @@ typedef void* aclrtStream;
 static const int ACL_SUCCESS = 0;
 static const int ACL_ERROR_INVALID_PARAM = 100000;
 static const int ACL_ERROR_BAD_ALLOC = 200000;
-static const int ACL_ERROR_RT_STREAM_SYNC_TIMEOUT = 507046;
 
 typedef enum aclrtMemMallocPolicy {
     ACL_MEM_MALLOC_HUGE_FIRST,
@@ -46,7 +45,8 @@ aclError aclrtResetDevice(int32_t deviceId);
 aclError aclrtCreateStream(aclrtStream* stream);
 aclError aclrtDestroyStream(aclrtStream stream);
 aclError aclrtSynchronizeStream(aclrtStream stream);
-// timeout in ms (-1: forever); ACL_ERROR_RT_STREAM_SYNC_TIMEOUT when it passes first.
+// timeout in ms (-1: forever); ACL_ERROR_RT_STREAM_SYNC_TIMEOUT (acl/error_codes/rt_error_codes.h)
+// when it passes first.
 aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout);
 aclError aclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy policy);
 aclError aclrtMallocHost(void** hostPtr, size_t size);
