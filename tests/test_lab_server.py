@@ -95,6 +95,10 @@ def test_lab_serves_the_notebooks_with_the_lab_kernel_and_ctrl_c_leaves_nothing(
         assert status == 200 and "started" in json.loads(body)
         status, body = _get(f"{base}/lab", token)
         assert status == 200 and b"JupyterLab" in body
+        # no "get notified about news?" toast over the notebooks, no update check: the page says so
+        page = json.loads(re.search(rb'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
+                                    body, re.S).group(1))
+        assert page["news"] == {"disabled": True}
         status, body = _get(f"{base}/api/contents", token)
         names = {c["name"] for c in json.loads(body)["content"]}
         assert {"01_walkthrough.ipynb", "02_tuning.ipynb", "03_sweep.ipynb"} <= names
@@ -127,7 +131,8 @@ def test_lab_command_is_root_safe_and_on_loopback(monkeypatch):
     assert cmd[:3] == [sys.executable, "-m", "jupyterlab"] and cmd[-1] == "--allow-root"
     assert {"--ServerApp.ip=127.0.0.1", "--ServerApp.port=8899", "--ServerApp.port_retries=0",
             "--IdentityProvider.token=tok", "--ServerApp.root_dir=/nb",
-            f"--MappingKernelManager.default_kernel_name={notebooks.KERNEL_NAME}"} <= set(cmd)
+            f"--MappingKernelManager.default_kernel_name={notebooks.KERNEL_NAME}", "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"} <= set(cmd)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert "--allow-root" not in lab_command(Path("/nb"), 8899, "tok")
 

@@ -66,10 +66,13 @@ def check_port(port) -> int | None:
 
 def lab_command(root_dir: Path, port: int, token: str, kernel_name: str = KERNEL_NAME) -> list[str]:
     """The JupyterLab command line: ``root_dir`` served on 127.0.0.1:``port`` with ``token``, no
-    browser, no other port tried, ``kernel_name`` the default kernel, ``--allow-root`` as root."""
+    browser, no other port tried, ``kernel_name`` the default kernel, ``--allow-root`` as root;
+    no news feed or update check (the "get notified about news?" toast covers the notebook, and
+    lab machines are often offline)."""
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.root_dir={root_dir}",
            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-           f"--IdentityProvider.token={token}", f"--MappingKernelManager.default_kernel_name={kernel_name}"]
+           f"--IdentityProvider.token={token}", f"--MappingKernelManager.default_kernel_name={kernel_name}",
+           "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     return cmd
