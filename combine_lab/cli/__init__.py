@@ -4,11 +4,11 @@
     combine-lab compare -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 --routing trace:mixtral/arxiv/15
     combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 8 --routing deepseek --model a3
     combine-lab calibrate output/perf/combine_perf_rank0.csv --model a3 --out fitted.toml
-    combine-lab doctor | selftest | notebooks | lab | app
+    combine-lab doctor | selftest | notebooks | docs | lab | app
     combine-lab --version
 
 Sub-commands: :mod:`.run`, :mod:`.compare` (both on :mod:`.cases`), :mod:`.suggest`,
-:mod:`.calibrate`, :mod:`.doctor`, :mod:`.selftest`, :mod:`.notebooks`, :mod:`.lab`, :mod:`.app`. Each registers its parser and a handler
+:mod:`.calibrate`, :mod:`.doctor`, :mod:`.selftest`, :mod:`.notebooks`, :mod:`.docs`, :mod:`.lab`, :mod:`.app`. Each registers its parser and a handler
 ``args.handler(args) -> exit status``; :func:`main` turns the lab's errors into exit status 2.
 """
 
@@ -25,7 +25,7 @@ from ..planning.capacity import CapacityError
 from ..run.build import BuildError
 from ..run.launch import LaunchError
 from ..run.outputs import ResultFileError
-from . import app, calibrate, compare, doctor, lab, notebooks, run, selftest, suggest
+from . import app, calibrate, compare, docs, doctor, lab, notebooks, run, selftest, suggest
 
 
 def version_text() -> str:
@@ -37,13 +37,13 @@ def version_text() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``combine-lab`` (sub-commands run, compare, suggest, calibrate, selftest,
-    doctor, notebooks, lab, app)."""
+    doctor, notebooks, docs, lab, app)."""
     parser = argparse.ArgumentParser(prog="combine-lab", description="MoE combine lab: doubleplane (MTE+SDMA) vs "
                                      "classic (MTE only) combine on the CPU twin or an Ascend NPU")
     parser.add_argument("--version", action="version", version=version_text(),
                         help="show the version of combine_lab and where it is installed from, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, compare, suggest, calibrate, selftest, doctor, notebooks, lab, app):
+    for module in (run, compare, suggest, calibrate, selftest, doctor, notebooks, docs, lab, app):
         module.register(sub)
     return parser
 
