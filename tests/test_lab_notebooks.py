@@ -160,18 +160,18 @@ def test_default_sweep_compares_cases_with_sdma_traffic():
     assert {"uniform"} < set(with_sdma["routing"])  # skewed routings too
 
 
-def test_readme_papermill_example_is_not_degenerate_and_writes_under_output():
-    """The README's papermill line: output notebook under output/ (ignored by git), and -p
+def test_docs_papermill_example_is_not_degenerate_and_writes_under_output():
+    """The papermill line of docs/lab.md: output notebook under output/ (ignored by git), and -p
     values that give cases with SDMA traffic; the 03_sweep notebook shows the same line."""
-    lines = [ln.strip() for ln in (ROOT / "README.md").read_text().splitlines()
-             if ln.strip().startswith("papermill notebooks/03_sweep.ipynb")]
+    page = (ROOT / "docs" / "lab.md").read_text()
+    lines = [ln.strip() for ln in page.splitlines() if ln.strip().startswith("papermill notebooks/03_sweep.ipynb")]
     assert len(lines) == 1, lines
     argv = shlex.split(lines[0])
     out_nb = Path(argv[2])
     assert out_nb.parts[0] == "output" and out_nb.suffix == ".ipynb"
     ignored = subprocess.run(["git", "check-ignore", "-q", str(out_nb)], cwd=ROOT)
     assert ignored.returncode == 0, f"{out_nb} is not ignored by git"
-    assert f"mkdir -p {out_nb.parent}" in (ROOT / "README.md").read_text()  # papermill does not create it
+    assert f"mkdir -p {out_nb.parent}" in page  # papermill does not create it
     assert lines[0] in (NOTEBOOKS / "03_sweep.py").read_text()
     params = _sweep_defaults()
     args = argv[3:]

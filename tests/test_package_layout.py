@@ -200,14 +200,16 @@ def test_the_package_and_its_folders_are_installed():
     assert all(any(p.match(f) for p in patterns) for f in folders), (find, sorted(folders))
 
 
-def test_readme_layout_lists_every_module():
-    """README's Layout names every module of the package, by folder (a folder's __init__.py that
+def test_docs_layout_lists_every_module():
+    """docs/layout.md names every module of the package, by folder (a folder's __init__.py that
     holds only its docstring is not listed)."""
     def docstring_only(path: Path) -> bool:
         body = ast.parse(path.read_text()).body
         return len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
 
-    listed = set(re.findall(r"\| `([a-z_/]+\.py)`", (ROOT / "README.md").read_text()))
+    layout = (ROOT / "docs" / "layout.md").read_text()
+    package = layout[layout.index("## 2. The package"):]
+    listed = set(re.findall(r"\| `([a-z_/]+\.py)`", package))
     modules = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if not docstring_only(p)}
-    assert modules - listed == set(), f"not in README's Layout: {sorted(modules - listed)}"
-    assert listed - modules == set(), f"in README's Layout but not in the package: {sorted(listed - modules)}"
+    assert modules - listed == set(), f"not in docs/layout.md: {sorted(modules - listed)}"
+    assert listed - modules == set(), f"in docs/layout.md but not in the package: {sorted(listed - modules)}"
