@@ -4,7 +4,7 @@ against this host's memory speed, and float16 against int32, in one run (issue 1
 Case: pes 2, bs 1024, h 4096, topk 2, expert_per_pe 1, uniform routing, seed 42, variant
 classic (MTE only), on the CPU twin, both dtypes with the same routing; each runs
 ``--repeats`` times (``--warmup`` + ``--loops`` launches); times are the profiled PE's
-``CoreMaxTime/us`` (perf CSV, combine-facts section 8), the median over repeats.
+``CoreMaxTime/us`` (perf CSV, docs/formats.md#3-perf-csv), the median over repeats.
 
 Printed, side by side:
 - ``full_op float16 / int32``: the ratio of full_op times (target: <= 2);

@@ -1,6 +1,6 @@
 # NPU target: the same kernel (kernels/combine_kernel.cpp) and host driver (host/*.cpp) as the
 # CPU twin, built by bisheng against CANN (acl/acl.h, kernel_operator.h) and SHMEM (shmem.h,
-# its device sources, libshmem). combine-facts sections 7 and 10. The kernel's flag set
+# its device sources, libshmem). docs/npu.md#4-build-and-run and docs/hardware-rules.md#11-public-headers-and-the-build. The kernel's flag set
 # follows the bisheng release, as SHMEM's own build does: `bisheng -v` dated 2026-03-27 or
 # later compiles device code with -xasc --npu-arch=dav-2201 (A2/A3; dav-3510 on Ascend950)
 # --cce-auto-infer-kernel-type=false (and --cce-auto-set-ffts=false on A2/A3); older ones with

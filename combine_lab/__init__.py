@@ -16,8 +16,8 @@ The everyday API is importable from here::
     from combine_lab import CaseSpec, make_case, plan, run_case, compare, write_case, read_case
     from combine_lab import Case, case_from_arrays      # a case from your own routing, scales and x
 
-The rules this package implements are fixed by ``shared/docs/combine-facts.md``
-(layout: sections 1-3, decision rule: section 4, perf CSV: section 8).
+What this package implements is described in docs/ (docs/README.md): the layout in
+docs/protocol.md#2-dispatch-layout, the decision rule in docs/decision-rule.md#1-the-rule, the perf CSV in docs/formats.md#3-perf-csv.
 """
 
 from .case.case import Case, case_from_arrays, make_case

@@ -27,7 +27,7 @@ class SpecError(ValueError):
 
 
 class CaseFileError(ValueError):
-    """A reference case directory (combine-facts section 3) is missing a file or
+    """A reference case directory (docs/formats.md#1-case-files) is missing a file or
     holds data inconsistent with its meta.json.
 
     The message names the file (path), what was found and what was expected.

@@ -84,7 +84,7 @@ bool read_rank_case(const HostArgs& a, RankCase* rc, std::string* error) {
     rc->used_rows = uint64_t(prev);
     if (!read_prefix(d + "/expand_x.bin", rows * a.h * e, rc->used_rows * a.h * e, &rc->expand_x, error)) return false;
     // expert_ids: any value is valid; an id outside [0, experts) (-1, or E as padding) is a
-    // masked slot (combine-facts section 1), which the kernel neither waits for nor sums.
+    // masked slot (docs/protocol.md#1-the-combine-problem), which the kernel neither waits for nor sums.
     return true;
 }
 

@@ -1,4 +1,4 @@
-// Reading one rank's case files (combine-facts section 3), writing x_out, checking it.
+// Reading one rank's case files (docs/formats.md#1-case-files), writing x_out, checking it.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,6 @@ void expected_constant_x_out(const HostArgs& a, const RankCase& rc, double value
 
 // Bit-exact for both dtypes (a NaN never passes): the kernel and the golden both reduce in
 // float32 in topk order and cast once. (The reference tools' own check, reading the
-// x_out_{r}.bin we write, allows 1e-2 for float16; combine-facts section 3.)
+// x_out_{r}.bin we write, allows 1e-2 for float16; docs/protocol.md#3-reference-data-and-the-check.)
 // Returns the number of mismatching elements; the first one goes to `detail`.
 uint64_t count_mismatches(const HostArgs& a, const uint8_t* x_out, const uint8_t* golden, std::string* detail);

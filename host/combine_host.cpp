@@ -1,4 +1,4 @@
-// Host driver of the combine: one process per PE (combine-facts section 7).
+// Host driver of the combine: one process per PE (docs/npu.md#6-host-api).
 // Reads this PE's case files, runs warmup + loops combines, writes output/x_out_<pe>.bin,
 // checks it against golden, and appends the full_op / comm_only rows when profiling.
 // Exit status: 0 ok, 1 bad arguments or case files, 2 x_out mismatch, 5 runtime failure,

@@ -28,7 +28,7 @@ double cycles_per_us(const char* soc) {
 bool append_perf_row(const HostArgs& a, const char* metric, const FrameSnapshot& before, const FrameSnapshot& after,
                      double cyc_per_us, uint32_t blocks, std::string* error) {
     // One time per core that recorded the frame, in core order; a core whose frame count is 0
-    // did not run it and is left out, not written as 0 (combine-facts section 8).
+    // did not run it and is left out, not written as 0 (docs/formats.md#3-perf-csv).
     std::vector<double> core_us;
     for (uint32_t b = 0; b < blocks; ++b) {
         const int64_t n = after.ccount[b] - before.ccount[b];

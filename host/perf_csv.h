@@ -1,4 +1,4 @@
-// The perf CSV rows (combine-facts section 8) from SHMEM profiling frames.
+// The perf CSV rows (docs/formats.md#3-perf-csv) from SHMEM profiling frames.
 #pragma once
 
 #include <string>
@@ -17,7 +17,7 @@ FrameSnapshot snapshot_frame(const aclshmem_prof_pe_t* prof, uint32_t frame, uin
 double cycles_per_us(const char* soc_name);
 
 // Appends one row (Metric `metric`) built from the difference `after - before` in the format of
-// combine-facts section 8: the 19-name header first when the file is new or empty; every float
+// docs/formats.md#3-perf-csv: the 19-name header first when the file is new or empty; every float
 // with 4 decimals; one time per core whose frame count is not 0, after CaseId; UBsize/KB is
 // kUbMteStageBytes / 1024. Returns false with `error` set.
 bool append_perf_row(const HostArgs& a, const char* metric, const FrameSnapshot& before, const FrameSnapshot& after,

@@ -1,6 +1,6 @@
 // The combine kernel: one source for the NPU (bisheng) and the CPU twin (g++).
-// Protocol: shared/docs/combine-facts.md section 5; plane rule: section 4; the hardware
-// rules it keeps (UB staging, pipe flags, SDMA streams, core counts): section 10.
+// Protocol: docs/protocol.md#5-kernel-protocol; plane rule: docs/decision-rule.md#1-the-rule; the hardware
+// rules it keeps (UB staging, pipe flags, SDMA streams, core counts): docs/hardware-rules.md.
 //
 // Stage 1 (communication), core c serves every segment whose src_rank is c, c + B, ...
 // (B = block_dim, launch_block_dim):
@@ -23,7 +23,7 @@
 namespace combine {
 
 // Stage 2's conversions (asc-devkit Cast, A2/A3 combinations), chosen to round as the golden
-// does (numpy, combine-facts section 3): T -> float32 exactly (int32 beyond 2^24 half to even),
+// does (numpy, docs/protocol.md#3-reference-data-and-the-check): T -> float32 exactly (int32 beyond 2^24 half to even),
 // float32 -> int32 toward zero (astype), float32 -> float16 half to even.
 template <typename T>
 struct ReduceCast;
@@ -75,7 +75,7 @@ public:
 #elif !defined(COMBINE_FAULT_SDMA_FROM_CORE_48)
         // full_op ends when every core of this PE is done. An AIV-only kernel has no hardware
         // SyncAll (that needs a MIX kernel): SHMEM's own core barrier on GM flags, as its AIV
-        // examples end (combine-facts section 10).
+        // examples end (docs/hardware-rules.md#9-cores-waves-and-barriers).
         aclshmemi_barrier_core_soft();
 #endif
         SHMEMI_PROF_END(kProfFrameFullOp);
@@ -85,7 +85,7 @@ private:
     __aicore__ inline uint32_t SegBegin(uint32_t seg) const { return seg == 0 ? 0u : uint32_t(counts_[seg - 1]); }
     __aicore__ inline uint32_t SegEnd(uint32_t seg) const { return uint32_t(counts_[seg]); }
 
-    // Decision rule, combine-facts section 4, in integers (no division).
+    // Decision rule, docs/decision-rule.md#1-the-rule, in integers (no division).
     __aicore__ inline bool UseSdma(uint32_t seg) const {
         if (policy_ != uint32_t(Policy::DualPlane)) return false;
         const uint32_t src_rank = seg % uint32_t(pes_);

@@ -1,5 +1,5 @@
 // Host-visible interface of the combine kernel: window layout, launch geometry and the
-// launch wrapper. Layout and protocol: shared/docs/combine-facts.md sections 2, 4, 5, 10.
+// launch wrapper. Layout and protocol: docs/protocol.md#2-dispatch-layout, docs/decision-rule.md#1-the-rule, docs/protocol.md#4-the-symmetric-window and docs/hardware-rules.md.
 #pragma once
 
 #include <cstddef>
@@ -21,7 +21,7 @@ enum class Policy : uint32_t { MteOnly = 0, DualPlane = 1 };
 // checks, word by word), alone on a 64 B slot. The AI core's scalar data cache works on 64 B
 // lines: a line holding two slots that different PEs write can have one PE's ready value
 // undone when a core cleans the line after resetting the other slot (SHMEM pads its own flags
-// to a full line for this; combine-facts section 10).
+// to a full line for this; docs/hardware-rules.md#7-status-slots-and-the-scalar-cache).
 constexpr uint32_t kStatusSlotBytes = 64;  // one scalar cache line per slot
 constexpr uint32_t kStatusWords = 8;       // the ready block: 8 int32
 constexpr uint32_t kStatusFlagBytes = kStatusWords * 4;
@@ -39,7 +39,7 @@ constexpr uint32_t kMaxSdmaBlocks = 48;    // SHMEM makes one SDMA stream per AI
 
 // UB map of one AIV core (bytes), one place for every region the kernel uses. Everything
 // stays inside the 192 KiB of A2/A3 (SHMEM's put paths check ub_limit = 192 KiB; its own
-// 188 KiB+ area is used only inside SHMEM's own launches, combine-facts section 10); no two
+// 188 KiB+ area is used only inside SHMEM's own launches, docs/hardware-rules.md#5-ub-ranges); no two
 // regions overlap (the twin refuses overlapping roles, host/twin/twin_pipes.cpp).
 //   [0, 64)            SDMA scratch (SHMEM needs >= 64 B)
 //   [64, 96)           the ready value x 8, source of status puts (filled by the scalar unit)
@@ -76,7 +76,7 @@ static_assert(kUbSdmaOff % 32 == 0 && kUbStatusOff % 32 == 0 && kUbMteOff % 32 =
 // Pipe event ids (EVENT_ID0..7; asc-devkit reserves 6 and 7 for its own use in static
 // Tensor programming). A SHMEM put pairs its own MTE2->MTE3 (and between chunks MTE3->MTE2)
 // flags on the sync_id it is given, and the pipes run ahead of each other: two puts in flight
-// on one id can set its bit twice (combine-facts section 10). So each MTE staging buffer has
+// on one id can set its bit twice (docs/hardware-rules.md#3-event-flags). So each MTE staging buffer has
 // its own id, used by its puts and by its own "free again" MTE3->MTE2 flag (the put's flags
 // and that one never overlap: the buffer is refilled only after it). Stage 1 otherwise: one
 // id for SDMA (the SDMA calls' own MTE3->MTE2 flags) and one for the status puts (UB -> GM,
@@ -122,7 +122,7 @@ inline uint32_t launch_block_dim(uint32_t pes, uint32_t aiv_cores) {
 }
 
 // What a core of the kernel leaves for the host when one of its waits gives up (no device
-// wait of SHMEM's is bounded, so the kernel bounds its own: combine-facts section 10). One
+// wait of SHMEM's is bounded, so the kernel bounds its own: docs/hardware-rules.md#8-bounded-waits). One
 // record per core, each on its own 64 B line of the diagnostics buffer, zero while all is well.
 enum class WaitKind : int32_t { None = 0, StatusSlot = 1 };
 struct WaitTimeout {

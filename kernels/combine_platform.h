@@ -45,8 +45,7 @@ __aicore__ inline void combine_no_sdma_quiet(__ubuf__ T*, uint32_t, uint32_t) {}
 // Scalar GM access goes through the core's data cache: invalidate what a remote MTE/SDMA
 // wrote before reading it, and clean what the scalar unit wrote so that others see it
 // (one 64-byte line at a time). The empty asm statements keep the compiler from moving the
-// clean across the loads and stores around it, as SHMEM wraps its dcci (combine-facts
-// section 10). The twin's memory is coherent; it checks what a clean of a shared line undoes.
+// clean across the loads and stores around it, as SHMEM wraps its dcci (docs/hardware-rules.md#7-status-slots-and-the-scalar-cache). The twin's memory is coherent; it checks what a clean of a shared line undoes.
 constexpr uint32_t kCacheLineBytes = 64;
 __aicore__ inline void gm_invalidate(__gm__ void* p, uint32_t n) {
     const uintptr_t begin = (uintptr_t)p & ~uintptr_t(kCacheLineBytes - 1);

@@ -28,7 +28,7 @@
 #
 # $$x\_out[t,:] = \sum_{k\ \text{valid}} expert\_out[t,k,:] \cdot expert\_scales[t,k]$$
 #
-# accumulated in float32 and cast once to the output dtype (combine-facts section 1). The
+# accumulated in float32 and cast once to the output dtype (docs/protocol.md#1-the-combine-problem). The
 # reference data uses identity experts, so `expert_out[t, k] == x[t]`.
 #
 # Every notebook of the lab follows the same arc: **case → plan → run → check → plot**.
@@ -111,7 +111,7 @@ print("exercises:", "our answers filled in (reveal_answers = True)" if reveal_an
 # | SDMA | the copy engine beside the cores: the core queues a copy and goes on |
 # | quiet | wait until the puts issued so far (on that engine) have landed |
 # | plane | which engine carries a segment's payload: MTE or SDMA (flags always go by MTE) |
-# | SDMA floor | `min_sdma_bytes`: a segment smaller than this never goes by SDMA (2 MiB in the facts sheet) |
+# | SDMA floor | `min_sdma_bytes`: a segment smaller than this never goes by SDMA (2 MiB by default, docs/decision-rule.md#6-the-floor) |
 # | remote average | a destination PE's remote bytes divided by its number of remote segments, empty ones included |
 # | `classic`, `doubleplane` | the two combines: MTE only, and MTE + SDMA by the rule |
 # | `comm_only`, `full_op` | the kernel's two profiling frames (section 6): stage 1 alone, and the whole kernel |
@@ -122,8 +122,7 @@ print("exercises:", "our answers filled in (reveal_answers = True)" if reveal_an
 # ## 1 · Case: two PEs, four tokens each
 #
 # `CaseSpec` holds the parameters and validates them (a bad value raises `SpecError` naming
-# the field). `make_case` draws the routing with the reference recipe (combine-facts
-# section 3): `uniform` routing, seed 42. With `pes=2` and `expert_per_pe=2` there are
+# the field). `make_case` draws the routing with the reference recipe (docs/protocol.md#3-reference-data-and-the-check): `uniform` routing, seed 42. With `pes=2` and `expert_per_pe=2` there are
 # `E = 4` experts: experts 0 and 1 live on PE 0, experts 2 and 3 on PE 1. (The recipe sets every
 # `expert_scales` to 1.0 for int32; section 8 uses other weights.)
 
@@ -149,7 +148,7 @@ record["sections"].append("case")
 # ## 2 · The dispatch layout on a destination PE
 #
 # Dispatch left, on every destination PE `d`, the rows it received, ordered by
-# `local_expert`, then `src_rank`, then `token_id`, then `topk_id` (combine-facts section 2).
+# `local_expert`, then `src_rank`, then `token_id`, then `topk_id` (docs/protocol.md#2-dispatch-layout).
 # In combine this PE is the sender: it sends each row back to its `src_rank`.
 # A **segment** is the run of rows of one `(local_expert, src_rank)`. Three arrays describe them:
 #
@@ -163,7 +162,7 @@ record["sections"].append("case")
 
 # %%
 display(teach.kernel_source("SegBegin"), teach.kernel_source("SegEnd"))
-inputs = case.rank_inputs(0)  # the arrays as the kernel reads them (combine-facts section 2)
+inputs = case.rank_inputs(0)  # the arrays as the kernel reads them (docs/protocol.md#2-dispatch-layout)
 print("PE 0's ep_recv_count:", inputs.ep_recv_count.tolist())
 display(explain.segment_table(case, 0)[["segment", "local_expert", "src_rank", "ep_recv_count"]])
 
@@ -206,7 +205,7 @@ record["sections"].append("dispatch layout")
 # ## 3 · Where each row lands: the source PE's window
 #
 # Combine sends row `(src_rank, token_id, topk_id)` back to PE `src_rank`, into a symmetric
-# window every PE allocates (combine-facts section 5):
+# window every PE allocates (docs/protocol.md#4-the-symmetric-window):
 #
 # * `bs*topk` **payload slots**, one per (token, choice): slot `token_id*topk + topk_id`, at byte
 #   `slot * stride` with `stride = align_up(h*sizeof(T), 32)`;
@@ -244,7 +243,7 @@ record["sections"].append("window")
 # %% [markdown]
 # ## 4 · Plan: the decision rule on real numbers
 #
-# Each destination PE decides, per segment, which plane carries it (combine-facts section 4):
+# Each destination PE decides, per segment, which plane carries it (docs/decision-rule.md#1-the-rule):
 #
 # ```
 # segment_bytes = token_count * h * sizeof(T)
@@ -431,7 +430,7 @@ record["sections"].append("protocol")
 # ## 6 · What `comm_only` and `full_op` time: the kernel's profiling frames
 #
 # The perf CSV reports two times per core, each between two markers the kernel itself sets
-# (`SHMEMI_PROF_START` / `SHMEMI_PROF_END`, per frame id; combine-facts section 6). Here is
+# (`SHMEMI_PROF_START` / `SHMEMI_PROF_END`, per frame id; docs/protocol.md#9-profiling-frames). Here is
 # `Process`, everything a core does in one launch:
 
 # %%
@@ -472,7 +471,7 @@ record["sections"].append("frames")
 # %% [markdown]
 # ## 7 · Run: classic and doubleplane on the twin, x_out checked
 #
-# `compare` writes the case files (the reference format, combine-facts section 3), builds the
+# `compare` writes the case files (the reference format, docs/formats.md#1-case-files), builds the
 # twin if needed, launches one process per PE for each variant, reads `x_out` back and checks
 # it against golden (int32: bit-exact), and reads the twin's counters: per PE and plane, the
 # payload puts and bytes, quiets and status writes. A run is `ok` when x_out matches **and** the
@@ -767,7 +766,7 @@ record["modelled"]["slowest_core"] = slowest
 # the hot expert's rows across the link, and handing its big segment to the engine shortens it;
 # where links are fast (a3), it is the local core (local rows go by MTE, always), and no floor
 # changes `comm_only`, whatever SDMA takes off the remote core. So the best
-# floor is a property of the machine and the routing, not a constant: the 2 MiB of the facts sheet
+# floor is a property of the machine and the routing, not a constant: the default 2 MiB (docs/decision-rule.md#6-the-floor)
 # is a rule of thumb. `02_tuning` shows this curve live for any case, with a Suggest button;
 # `03_sweep` draws it over a grid of cases.
 #

@@ -88,7 +88,7 @@ app
 # %% [markdown]
 # ## The same app, driven from code
 #
-# **Case and plan.** The plan shown is the planner's (combine-facts section 4): the SDMA
+# **Case and plan.** The plan shown is the planner's (docs/decision-rule.md#1-the-rule): the SDMA
 # segments the app lists are exactly `plan(make_case(spec)).sdma_segments(pe)` for each PE.
 
 # %%

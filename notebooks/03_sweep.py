@@ -19,7 +19,7 @@
 # Runs every case of a grid (pes × bs × h × topk × expert_per_pe × routing) for both variants,
 # classic (MTE only) and doubleplane (MTE + SDMA), several times each on the chosen target; checks
 # x_out and the per-plane counters of every run; writes **one tidy CSV** (the perf columns of
-# combine-facts section 8 plus the run's result row: variant, routing, plane bytes, check verdict,
+# docs/formats.md#3-perf-csv plus the run's result row: variant, routing, plane bytes, check verdict,
 # and the repeat) and a per-case summary CSV; and draws the speed-up of doubleplane over bs × h
 # per routing, the speed-up against the SDMA byte share, and the cases where doubleplane loses.
 #
@@ -237,7 +237,7 @@ for label, (_g, m) in grids.items():
 # **Reading the modelled figures.** They are the model's answer for the named machine, with the
 # parameters it had to assume listed in every title: a question to put to hardware, not a
 # measurement. Where they and the twin disagree, believe neither blindly: the twin's copy engine
-# is a CPU thread, and the model has not been validated on hardware (README, "Modelled NPU time":
+# is a CPU thread, and the model has not been validated on hardware (docs/timing-model.md#7-calibration:
 # how a team with NPUs calibrates it).
 
 # %%

@@ -1,6 +1,6 @@
 """Naive reference for the case layout and golden: plain Python loops, one
 (destination PE, local expert, source rank, token, topk) at a time, straight from
-combine-facts sections 1-3. Used by the tests and benchmarks/bench_case.py to check
+docs/protocol.md#1-the-combine-problem, docs/protocol.md#2-dispatch-layout and docs/formats.md#1-case-files. Used by the tests and benchmarks/bench_case.py to check
 combine_lab.case, never by library code.
 """
 

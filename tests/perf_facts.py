@@ -1,4 +1,4 @@
-"""Facts of combine-facts section 8 that the perf tests share, written from the sheet (not
+"""Facts of docs/formats.md#3-perf-csv that the perf tests share, written from that page (not
 from combine_lab): the header line and the UB size the kernel is launched with."""
 
 from __future__ import annotations

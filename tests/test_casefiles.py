@@ -78,7 +78,7 @@ def test_missing_meta(tmp_path):
     with pytest.raises(CaseFileError) as err:
         read_case(tmp_path)
     assert str(err.value) == f"{tmp_path / 'meta.json'}: missing file; expected the case's meta.json " \
-                             "(combine-facts section 3)"
+                             "(docs/formats.md#1-case-files)"
 
 
 def test_missing_rank_file(case_dir):
@@ -213,7 +213,7 @@ def edit_meta(case_dir, **changes):
     (dict(h=None, bs=None), "missing keys ['bs', 'h']; expected all of ['pe_size', 'bs', 'h', 'topk', "
                             "'expert_per_pe', 'moe_expert_num', 'dtype', 'expert_compute']"),
     (dict(dtype="bfloat16_t"), "dtype='bfloat16_t': refused, the CANN 9.0 beta backend lacks the scalar bf16 "
-                               "cast the accumulation needs (combine-facts section 2); allowed: 'int32_t', "
+                               "cast the accumulation needs (docs/protocol.md#2-dispatch-layout); allowed: 'int32_t', "
                                "'float16_t'"),
     (dict(topk=0), "topk=0: must be an int >= 1"),
     (dict(expert_compute=1), "expert_compute=1, expected a string ('identity')"),

@@ -1,4 +1,4 @@
-"""The combine-lab CLI: the flags of combine-facts section 9 and the perf files it leaves
+"""The combine-lab CLI: the flags of docs/cli.md#2-case-flags and the perf files it leaves
 (section 8), read back as the reference's tools read them: by header."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The NPU branch compiles against declarations that mirror the public SHMEM, Ascend C and
-ACL headers (tests/npu_decls, combine-facts section 10), here, without CANN or SHMEM.
+ACL headers (tests/npu_decls, docs/hardware-rules.md#11-public-headers-and-the-build), here, without CANN or SHMEM.
 
 How: clang stands in for bisheng. The kernel file is compiled in CUDA mode (no CUDA headers
 or libraries), once for the AI core and once for the host, for A2/A3 (__NPU_ARCH__ 2201) and
@@ -296,7 +296,7 @@ static_assert(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT == 507046);
 
 
 def test_declarations_for_bounded_waits(tmp_path):
-    """What a kernel and driver that bound their waits call (combine-facts section 10), with the
+    """What a kernel and driver that bound their waits call (docs/hardware-rules.md#8-bounded-waits), with the
     real headers' types: aclshmem_int32_test, aclshmemi_barrier_core_soft (through shmem.h),
     AscendC::GetSystemCycle, aclrtSynchronizeStreamWithTimeout and its timeout error."""
     (tmp_path / "device_probe.cpp").write_text(DEVICE_PROBE)

@@ -146,7 +146,7 @@ def test_every_module_imports_and_plan_stays_the_function():
 DIST_OF = {"yaml": "pyyaml", "IPython": "ipython", "tomli_w": "tomli-w"}
 #: Distribution -> conda-forge package, where they differ.
 CONDA_OF = {"torch": "pytorch"}
-#: Imported only on an NPU machine, from its own vendor install (README "NPU target").
+#: Imported only on an NPU machine, from its own vendor install (docs/npu.md#2-prerequisites).
 NPU_ONLY = {"torch_npu"}
 #: Test-only helpers that live in tests/.
 LOCAL = {"conftest", "naive_case", "npu_fakes", "perf_facts", "combine_lab"}

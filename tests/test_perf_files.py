@@ -1,4 +1,4 @@
-"""The perf files of combine-facts section 8 without launching anything: the driver's row bytes
+"""The perf files of docs/formats.md#3-perf-csv without launching anything: the driver's row bytes
 (host/perf_csv.cpp driven with hand-made frames), reading by header, the summary's rules on
 hand-made rows, file names per variant, appending and clearing."""
 
@@ -197,7 +197,7 @@ def test_append_writes_the_header_once_and_refuses_another_format(tmp_path):
     assert dst.read_text() == "".join(line + "\n" for line in [HEADER, *RANK0[:2], *RANK0[:2]])
     old = tmp_path / "combine_doubleplane_perf_rank0.csv"
     old.write_text(",".join(PERF_COLUMNS + [CORE_COLUMN] * 2) + "\n")
-    with pytest.raises(ResultFileError, match=r"not a combine-facts section 8 perf CSV .*remove it or choose another"):
+    with pytest.raises(ResultFileError, match=r"not a docs/formats.md#3-perf-csv perf CSV .*remove it or choose another"):
         append_perf_csv(src, old)
 
 
@@ -207,7 +207,7 @@ def test_reader_refuses_a_header_that_repeats_the_core_column(tmp_path):
     with pytest.raises(ResultFileError) as e:
         read_perf_csv(path)
     assert str(e.value).startswith(f"{path}: line 1: header is 'DataSize/B,Npus,")
-    assert str(e.value).endswith("a perf CSV starts with the 19 names of combine-facts section 8 "
+    assert str(e.value).endswith("a perf CSV starts with the 19 names of docs/formats.md#3-perf-csv "
                                  "(DataSize/B,Npus,Blocks,...,SingleCoreTime/us), once")
 
 

@@ -7,7 +7,7 @@ from combine_lab.case.spec import CaseSpec, SpecError
 
 
 def recipe(pes, bs, h, topk, E, dtype, seed):
-    """combine-facts section 3, written out inline."""
+    """docs/protocol.md#3-reference-data-and-the-check, written out inline."""
     rng = np.random.default_rng(seed)
     xs = []
     for _ in range(pes):

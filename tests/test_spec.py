@@ -37,7 +37,7 @@ def test_numpy_ints_are_stored_as_python_ints():
 
 
 def test_uniform_allows_topk_above_expert_count():
-    # uniform repeats choices, so topk > E is legal (combine-facts section 3)
+    # uniform repeats choices, so topk > E is legal (docs/protocol.md#3-reference-data-and-the-check)
     assert CaseSpec(1, 2, 4, topk=9, expert_per_pe=8).topk == 9
 
 
@@ -50,7 +50,7 @@ def test_uniform_allows_topk_above_expert_count():
     (dict(dtype="float32_t"), "dtype='float32_t': must be one of 'int32_t', 'float16_t'"),
     (dict(dtype="bfloat16_t"),
      "dtype='bfloat16_t': refused, the CANN 9.0 beta backend lacks the scalar bf16 cast the accumulation "
-     "needs (combine-facts section 2); allowed: 'int32_t', 'float16_t'"),
+     "needs (docs/protocol.md#2-dispatch-layout); allowed: 'int32_t', 'float16_t'"),
     (dict(seed=-1), "seed=-1: must be an int >= 0"),
     (dict(masked_fraction=1.5), "masked_fraction=1.5: must be a number in [0, 1]"),
     (dict(masked_fraction=float("nan")), "masked_fraction=nan: must be a number in [0, 1]"),

@@ -1,6 +1,5 @@
 """Stage 2 (the Ascend C vector reduction) is bit-exact on the twin for both dtypes: the
-kernel and the golden both reduce in float32 in topk order, then cast once (combine-facts
-sections 1, 3). Hand-made cases (case_from_arrays) whose answers a float16 accumulator, an
+kernel and the golden both reduce in float32 in topk order, then cast once (docs/protocol.md#1-the-combine-problem and docs/protocol.md#3-reference-data-and-the-check). Hand-made cases (case_from_arrays) whose answers a float16 accumulator, an
 integer accumulator, rounding instead of truncation, or any other summation order would get
 wrong; h = 2068 spans a whole tile (2048 elements) and a 20-element tail that needs
 DataCopyPad (40 B for float16, 80 B for int32)."""

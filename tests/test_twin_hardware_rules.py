@@ -1,4 +1,4 @@
-"""The twin refuses what the NPU would get wrong (combine-facts section 10): every broken
+"""The twin refuses what the NPU would get wrong (docs/hardware-rules.md#1-how-the-twin-enforces-rules): every broken
 kernel of the self-test, built from the kernel's own fault-injection switches, is caught
 the way BROKEN_KERNELS says, with the PE, core, operation and UB range named; the real
 kernel keeps those rules at 64 PEs on 40- and 48-core SoCs with counters = plan."""

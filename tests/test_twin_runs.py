@@ -14,7 +14,7 @@ MiB = 1024 * 1024
 
 
 def expected_quiets(plan) -> dict[int, dict[str, int]]:
-    """Quiets the kernel must issue per PE (combine-facts section 5 as kernels/ implements it):
+    """Quiets the kernel must issue per PE (docs/protocol.md#5-kernel-protocol as kernels/ implements it):
     per core, one MTE quiet per non-empty MTE segment, one more after the last MTE flags,
     one after the SDMA flags; SDMA quiet every 256 SDMA rows and once before the SDMA flags."""
     out = {}

@@ -2,7 +2,7 @@
 by rule, for the rules the real kernel never breaks (so no broken kernel of the self-test
 shows them), and computes what the hardware computes: each case of
 tests/twin_rules/vector_rules.cpp runs one misuse (or one computation) on one twin core,
-linked against the twin library (asc-devkit basic_api; combine-facts section 10)."""
+linked against the twin library (asc-devkit basic_api; docs/hardware-rules.md#10-ascend-c-vector-path)."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def test_an_event_bit_set_again_before_its_wait_has_run_is_reported_with_both_ca
         f"twin_rules/vector_rules.cpp:{_line('tile-a-wait')} has run on V: nothing orders that wait before this "
         "set, so the event bit can be set twice with no wait between (undefined; the next PipeBarrier<PIPE_ALL> "
         "hangs). Puts in flight on different UB buffers need their own sync_id (asc-devkit SetFlag/WaitFlag; "
-        "combine-facts section 10)"]
+        "docs/hardware-rules.md#3-event-flags)"]
 
 
 @pytest.mark.parametrize("case", ["flag_one_id_per_tile", "flag_ordered_by_a_flag_back", "tensor_at_ub_top"])

@@ -1,4 +1,4 @@
-"""The case: what one combine is asked to do (combine-facts sections 1-3).
+"""The case: what one combine is asked to do (docs/protocol.md#1-the-combine-problem, docs/protocol.md#2-dispatch-layout and docs/formats.md#1-case-files).
 
 - :mod:`.spec`: :class:`CaseSpec`, the validated parameters of one case;
 - :mod:`.routing`: routing models, drawing expert_ids, expert_scales and x;

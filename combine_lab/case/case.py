@@ -1,4 +1,4 @@
-"""Combine cases: routing, receive counts and the per-rank combine inputs (combine-facts sections 1-3).
+"""Combine cases: routing, receive counts and the per-rank combine inputs (docs/protocol.md#1-the-combine-problem, docs/protocol.md#2-dispatch-layout and docs/formats.md#1-case-files).
 
 ``make_case(spec)`` draws the routing only; the receive counts come from it with one
 bincount. The per-rank arrays (expand_x, assist_info_for_combine, golden_x_out) are
@@ -23,7 +23,7 @@ _INT32 = np.iinfo(np.int32)
 
 def as_expert_ids(expert_ids, moe_expert_num: int, name: str = "expert_ids") -> np.ndarray:
     """``expert_ids`` as the int32 array the case files hold, every id outside ``[0, moe_expert_num)``
-    still outside it (combine-facts section 1: such a slot is masked).
+    still outside it (docs/protocol.md#1-the-combine-problem: such a slot is masked).
 
     ``expert_ids``: an array of any integer dtype (int8 ... int64, uint8 ... uint64), any shape.
     Valid ids are kept; a masked id that int32 can hold is kept as it is (-1, or E as a "not routed"
@@ -48,7 +48,7 @@ def as_expert_ids(expert_ids, moe_expert_num: int, name: str = "expert_ids") -> 
 
 @dataclass(frozen=True)
 class RankInputs:
-    """The combine inputs and golden output of one destination PE (combine-facts section 2).
+    """The combine inputs and golden output of one destination PE (docs/protocol.md#2-dispatch-layout).
 
     ``expand_x``: T [pes*bs*topk, h], rows past the last count zero;
     ``assist_info_for_combine``: int32 [pes*bs*topk, 3] (src_rank, token_id, topk_id),
@@ -71,7 +71,7 @@ def segment_counts_of(expert_ids: np.ndarray, pes: int, expert_per_pe: int) -> n
     ``expert_ids``: int [pes, bs, topk]; ids outside [0, E) are masked and not counted.
     Returns int64 [pes, expert_per_pe*pes]: ``[d, local_expert*pes + src_rank]`` =
     number of (token, topk) slots of src_rank routed to expert d*expert_per_pe +
-    local_expert (combine-facts section 2: segment = local_expert * pes + src_rank).
+    local_expert (docs/protocol.md#2-dispatch-layout: segment = local_expert * pes + src_rank).
     """
     E = pes * expert_per_pe
     ids = expert_ids.reshape(pes, -1)
@@ -83,7 +83,7 @@ def segment_counts_of(expert_ids: np.ndarray, pes: int, expert_per_pe: int) -> n
 
 
 def receive_order(expert_ids: np.ndarray, moe_expert_num: int) -> np.ndarray:
-    """The order in which the expert owners hold the valid slots of ``expert_ids`` (combine-facts section 2).
+    """The order in which the expert owners hold the valid slots of ``expert_ids`` (docs/protocol.md#2-dispatch-layout).
 
     ``expert_ids``: int, any shape ending in topk, flattened in C order: [pes, bs, topk] gives
     slot = src_rank*bs*topk + token*topk + k; one rank's [bs, topk] gives token*topk + k.
@@ -103,7 +103,7 @@ _GOLDEN_BLOCK_BYTES = 1 << 19
 
 def golden_rank(x_r: np.ndarray, expert_ids_r: np.ndarray, expert_scales_r: np.ndarray,
                 moe_expert_num: int) -> np.ndarray:
-    """Golden combine output of one PE with identity experts (combine-facts sections 1, 3).
+    """Golden combine output of one PE with identity experts (docs/protocol.md#1-the-combine-problem and docs/protocol.md#3-reference-data-and-the-check).
 
     ``x_r``: T [bs, h]; ``expert_ids_r``: int32 [bs, topk]; ``expert_scales_r``:
     float32 [bs, topk]. For k = 0..topk-1 in order, over valid slots (id in [0, E)):
@@ -138,7 +138,7 @@ class Case:
     ``expert_scales`` float32 [pes, bs, topk];
     ``segment_counts`` int64 [pes, expert_per_pe*pes] (rows per segment, non-cumulative);
     ``ep_recv_count`` int32 [pes, expert_per_pe*pes] (cumulative per destination PE,
-    combine-facts section 2). ``x`` (T [pes, bs, h]) is drawn on first use.
+    docs/protocol.md#2-dispatch-layout). ``x`` (T [pes, bs, h]) is drawn on first use.
     """
 
     def __init__(self, spec: CaseSpec, expert_ids: np.ndarray, expert_scales: np.ndarray):
@@ -184,7 +184,7 @@ class Case:
         return golden_rank(self.x[r], self.expert_ids[r], self.expert_scales[r], self.spec.moe_expert_num)
 
     def rank_inputs(self, r: int) -> RankInputs:
-        """Materialise PE r's combine inputs and golden output (combine-facts section 2).
+        """Materialise PE r's combine inputs and golden output (docs/protocol.md#2-dispatch-layout).
 
         Memory: about capacity_rows*row_bytes for expand_x plus bs*row_bytes.
         Raises IndexError if r is not in [0, pes).
@@ -243,5 +243,5 @@ def case_from_arrays(spec: CaseSpec, x: np.ndarray, expert_ids: np.ndarray, expe
 
 
 def golden_x_out(case: Case) -> np.ndarray:
-    """Golden x_out of every PE, T [pes, bs, h] (combine-facts sections 1, 3)."""
+    """Golden x_out of every PE, T [pes, bs, h] (docs/protocol.md#1-the-combine-problem and docs/protocol.md#3-reference-data-and-the-check)."""
     return np.stack([case.golden(r) for r in range(case.spec.pes)])

@@ -1,6 +1,6 @@
-"""Reference case files (combine-facts section 3): write, read and validate, check x_out.
+"""Reference case files (docs/formats.md#1-case-files): write, read and validate, check x_out.
 
-Layout, raw little-endian arrays with the shapes of combine-facts section 2::
+Layout, raw little-endian arrays with the shapes of docs/protocol.md#2-dispatch-layout::
 
     <root>/golden/shape_{bs}_{h}_{topk}_{E}_{pes}/meta.json
     <root>/golden/shape_.../rank_{r}/expand_x.bin, assist_info.bin, ep_recv_count.bin,
@@ -28,7 +28,7 @@ __all__ = ["CaseFileError", "REFERENCE_KEYS", "write_case", "read_case", "read_m
            "check_x_out", "rank_file_layout", "case_dir_of", "rank_dir", "rank_file", "x_out_path", "read_rank_file",
            "read_x_out"]
 
-#: Keys meta.json must hold (combine-facts section 3).
+#: Keys meta.json must hold (docs/formats.md#1-case-files).
 REFERENCE_KEYS = ("pe_size", "bs", "h", "topk", "expert_per_pe", "moe_expert_num", "dtype", "expert_compute")
 
 # RankInputs field -> file name.
@@ -43,7 +43,7 @@ _FILE_OF = {
 
 
 def rank_file_layout(spec: CaseSpec) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """File name -> (shape, little-endian dtype) of one rank directory (combine-facts sections 2-3)."""
+    """File name -> (shape, little-endian dtype) of one rank directory (docs/protocol.md#2-dispatch-layout and docs/formats.md#1-case-files)."""
     t = np.dtype(spec.np_dtype).newbyteorder("<")
     i4, f4 = np.dtype("<i4"), np.dtype("<f4")
     cap, S = spec.capacity_rows, spec.expert_per_pe * spec.pes
@@ -103,7 +103,7 @@ def write_case(case: Case, root: str | Path) -> Path:
     Writes root/golden/<case_id>/meta.json (``case.meta()``, JSON, indent 2) and, rank by
     rank, the six rank_{r}/*.bin files as raw little-endian arrays; existing files are
     overwritten. Peak memory is about one rank's arrays (capacity_rows*row_bytes for
-    expand_x) plus the case's x. Source: combine-facts section 3.
+    expand_x) plus the case's x. Source: docs/formats.md#1-case-files.
     """
     spec = case.spec
     case_dir = case_dir_of(root, spec.case_id)
@@ -253,7 +253,7 @@ def read_meta(case_dir: str | Path) -> tuple[dict, CaseSpec]:
     """
     meta_path = Path(case_dir) / "meta.json"
     if not meta_path.is_file():
-        raise CaseFileError(f"{meta_path}: missing file; expected the case's meta.json (combine-facts section 3)")
+        raise CaseFileError(f"{meta_path}: missing file; expected the case's meta.json (docs/formats.md#1-case-files)")
     try:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -262,7 +262,7 @@ def read_meta(case_dir: str | Path) -> tuple[dict, CaseSpec]:
 
 
 def read_case(case_dir: str | Path) -> FileCase:
-    """Read and validate a reference case directory (combine-facts section 3).
+    """Read and validate a reference case directory (docs/formats.md#1-case-files).
 
     Only meta.json's reference keys (REFERENCE_KEYS) are required; seed, routing
     (default 'external') and masked_fraction (default: the share of masked slots
@@ -272,7 +272,7 @@ def read_case(case_dir: str | Path) -> FileCase:
     ep_recv_count non-negative, non-decreasing, <= capacity; per-segment counts equal to
     what all ranks' expert_ids route; assist rows in range, in the segment and expert their
     routing says, in order. An expert id outside [0, E) (-1, or E as padding) is a masked
-    slot (combine-facts section 1), as in the golden, the planner and the driver.
+    slot (docs/protocol.md#1-the-combine-problem), as in the golden, the planner and the driver.
 
     Returns a FileCase. Raises CaseFileError naming the file, what was found and what
     was expected.
@@ -326,15 +326,14 @@ class CheckResult:
 
 
 def check_x_out(x_out: np.ndarray, golden: np.ndarray, dtype: str) -> CheckResult:
-    """Compare a combine output with its golden, bit for bit (combine-facts sections 1, 3).
+    """Compare a combine output with its golden, bit for bit (docs/protocol.md#1-the-combine-problem and docs/protocol.md#3-reference-data-and-the-check).
 
     ``x_out``, ``golden``: arrays of the same shape (e.g. [bs, h]) with dtype T; ``dtype``:
     'int32_t' or 'float16_t'. Both must be identical: the kernel and the golden both reduce
     in float32 in topk order and cast once, so any difference is a bug (a float16
     accumulator, another order, a lost tile). A NaN never passes. ``max_abs_err`` is
     computed in float64 (int64 for int32). The reference tools keep their own tolerance:
-    their check reads our output/x_out_{r}.bin with rtol = atol = 1e-2 (combine-facts
-    section 3), which bit-exact files pass; nothing here uses it.
+    their check reads our output/x_out_{r}.bin with rtol = atol = 1e-2 (docs/protocol.md#3-reference-data-and-the-check), which bit-exact files pass; nothing here uses it.
     Raises SpecError for an unknown dtype (a case field); ParameterError for arrays of
     different shapes or not of dtype T.
     """

@@ -3,7 +3,7 @@
 Models (the ``routing`` field of :class:`combine_lab.case.spec.CaseSpec`):
 
 ``uniform``
-    The reference recipe of combine-facts section 3, byte-identical:
+    The reference recipe of docs/protocol.md#3-reference-data-and-the-check, byte-identical:
     ``rng = default_rng(seed)``; x per rank in rank order; then
     ``expert_ids = rng.integers(0, E, (pes, bs, topk), int32)`` (repeats allowed);
     then ``expert_scales = rng.uniform(0.05, 1.0, (pes, bs, topk)).astype(float32)``,
@@ -102,7 +102,7 @@ def parse_routing(text: str) -> Routing:
     Returns: :class:`Routing`. Raises SpecError naming the routing string and what is
     allowed: unknown model, missing/extra parameter, S not a finite number >= 0,
     F not a number in [0, 1], unknown trace name. Source: this module's docstring
-    (models) and combine-facts section 3 (uniform).
+    (models) and docs/protocol.md#3-reference-data-and-the-check (uniform).
     """
     if not isinstance(text, str):
         raise SpecError(f"routing={text!r}: must be a string, one of {_ALLOWED}")
@@ -181,7 +181,7 @@ def check_routing(routing: Routing, pes: int, expert_per_pe: int, topk: int) -> 
 
 
 def _draw_x_from(rng: np.random.Generator, pes: int, bs: int, h: int, dtype: str) -> np.ndarray:
-    """x per rank in rank order, exactly as combine-facts section 3 draws it."""
+    """x per rank in rank order, exactly as docs/protocol.md#3-reference-data-and-the-check draws it."""
     np_dtype = np.int32 if dtype == "int32_t" else np.float16
     x = np.empty((pes, bs, h), dtype=np_dtype)
     for r in range(pes):  # one draw per rank: the recipe's stream order
@@ -222,7 +222,7 @@ def _refuse_external(spec, what: str) -> None:
 def draw_x(spec) -> np.ndarray:
     """Token activations x, T [pes, bs, h] (T = spec.np_dtype), read-only for uniform.
 
-    Drawn from ``default_rng(spec.seed)`` rank by rank as in combine-facts section 3,
+    Drawn from ``default_rng(spec.seed)`` rank by rank as in docs/protocol.md#3-reference-data-and-the-check,
     for every model (x does not depend on the routing). For uniform it comes from the
     cached recipe stream, so make_case + draw_x draw x once. Raises SpecError for
     routing 'external'.
@@ -349,7 +349,7 @@ def draw_routing(spec) -> tuple[np.ndarray, np.ndarray]:
 
     Returns ``(expert_ids, expert_scales)``: int32 [pes, bs, topk] with masked slots -1,
     and float32 [pes, bs, topk] (all 1.0 for int32_t). Fresh writable arrays.
-    uniform follows combine-facts section 3 (and draws x, cached); the other models
+    uniform follows docs/protocol.md#3-reference-data-and-the-check (and draws x, cached); the other models
     use ``default_rng([seed, 1])`` and never draw x. Raises SpecError for 'external'.
     """
     _refuse_external(spec, "the routing")

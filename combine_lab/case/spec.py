@@ -1,4 +1,4 @@
-"""CaseSpec: the validated parameters of one combine case (combine-facts sections 1-3)."""
+"""CaseSpec: the validated parameters of one combine case (docs/protocol.md#1-the-combine-problem, docs/protocol.md#2-dispatch-layout and docs/formats.md#1-case-files)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from .routing import check_routing, parse_routing
 
 __all__ = ["DTYPES", "CaseSpec", "SpecError"]
 
-#: Output/activation dtypes T the combine supports (combine-facts section 2).
+#: Output/activation dtypes T the combine supports (docs/protocol.md#2-dispatch-layout).
 DTYPES = {"int32_t": np.int32, "float16_t": np.float16}
 
 _BF16_REASON = ("dtype='bfloat16_t': refused, the CANN 9.0 beta backend lacks the scalar bf16 cast "
-                "the accumulation needs (combine-facts section 2); allowed: 'int32_t', 'float16_t'")
+                "the accumulation needs (docs/protocol.md#2-dispatch-layout); allowed: 'int32_t', 'float16_t'")
 
 
 def _is_int(v) -> bool:
@@ -29,7 +29,7 @@ class CaseSpec:
 
     Fields: ``pes`` (ranks), ``bs`` (tokens per rank), ``h`` (hidden size, elements),
     ``topk``, ``expert_per_pe``: ints >= 1; ``dtype``: 'int32_t' or 'float16_t'
-    ('bfloat16_t' is refused, combine-facts section 2); ``seed``: int >= 0;
+    ('bfloat16_t' is refused, docs/protocol.md#2-dispatch-layout); ``seed``: int >= 0;
     ``routing``: a routing string (see :mod:`combine_lab.routing`); ``masked_fraction``:
     number in [0, 1], the share of (rank, token, topk) slots masked to expert id -1.
     Numpy integers are stored as Python ints.
@@ -91,16 +91,16 @@ class CaseSpec:
 
     @property
     def case_id(self) -> str:
-        """``shape_{bs}_{h}_{topk}_{E}_{pes}`` (combine-facts section 3)."""
+        """``shape_{bs}_{h}_{topk}_{E}_{pes}`` (docs/formats.md#1-case-files)."""
         return f"shape_{self.bs}_{self.h}_{self.topk}_{self.moe_expert_num}_{self.pes}"
 
     @property
     def capacity_rows(self) -> int:
-        """Receive rows per destination PE: pes * bs * topk (combine-facts section 2)."""
+        """Receive rows per destination PE: pes * bs * topk (docs/protocol.md#2-dispatch-layout)."""
         return self.pes * self.bs * self.topk
 
     def to_meta(self) -> dict:
-        """meta.json content: the reference keys of combine-facts section 3 (pe_size, bs,
+        """meta.json content: the reference keys of docs/formats.md#1-case-files (pe_size, bs,
         h, topk, expert_per_pe, moe_expert_num, dtype, expert_compute='identity') then
         the extra keys seed, routing, masked_fraction."""
         return {

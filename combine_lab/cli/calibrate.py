@@ -29,7 +29,7 @@ def _calibrate(a: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="fit a timing model's assumed parameters to measured perf CSVs",
                        description="Fit the assumed parameters of a timing model (data/npu_models) to perf CSVs in "
-                                   "the reference format (combine-facts section 8), per-rank files of ours or of the "
+                                   "the reference format (docs/formats.md#3-perf-csv), per-rank files of ours or of the "
                                    "reference's run script. The CSVs do not say the routing: it is the reference's "
                                    "uniform recipe unless the lab's sidecar beside a CSV (combine[_doubleplane]_counters_<case>.json) or --routing says otherwise.")
     p.add_argument("csv", nargs="+", help="per-rank perf CSVs (combine[_doubleplane]_perf_rank<r>.csv)")

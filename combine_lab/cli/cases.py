@@ -1,9 +1,9 @@
 """What ``run`` and ``compare`` share: the case flags, the loop over cases and variants, the table.
 
-The case flags are those of the reference drivers (combine-facts section 9) plus the lab's
+The case flags are those of the reference drivers (docs/cli.md#2-case-flags) plus the lab's
 own (--routing, --target, --min-sdma-bytes, ...); where the reference's run script silently
 bends a bad value (warmup, loops, an out-of-range --prof-pe) the value is refused instead
-(README: "Deviations from the reference"). The table prints one
+(docs/cli.md#5-deviations-from-the-reference). The table prints one
 :class:`~combine_lab.results.rows.ResultRow` per line, a variant the target refuses and the
 ``--baseline`` run included.
 """
@@ -33,17 +33,17 @@ from ..run.outputs import (clear_outputs, counters_name, perf_summary_name, rank
 from ..run.runner import prepare_case, refusals, run_case
 
 
-#: SHMEM's bootstrap address when -ipport is not given (combine-facts section 9).
+#: SHMEM's bootstrap address when -ipport is not given (docs/cli.md#2-case-flags).
 DEFAULT_IPPORT = "tcp://127.0.0.1:8767"
 #: A 127.0.0.1 bootstrap moves to port + (launch index mod this), one port per launch.
 PORT_SPAN = 1000
 
 
 def add_shape_flags(p: argparse.ArgumentParser):
-    """The flags that make a case (combine-facts section 9 shapes, routing, sweep lists); returns
+    """The flags that make a case (docs/cli.md#2-case-flags shapes, routing, sweep lists); returns
     their group. ``run``/``compare`` add placement and run flags (:func:`add_case_flags`),
     ``suggest`` the model's."""
-    g = p.add_argument_group("case (combine-facts section 9)")
+    g = p.add_argument_group("case (docs/cli.md#2-case-flags)")
     g.add_argument("-pes", type=int, default=2, help="PEs (ranks); sets -gnpus too (default 2)")
     g.add_argument("-type", dest="dtype", default="int32_t", help="int32_t | float16_t (default int32_t)")
     g.add_argument("-bs", type=int, default=8, help="tokens per PE (default 8)")
@@ -64,7 +64,7 @@ def add_shape_flags(p: argparse.ArgumentParser):
 
 
 def add_case_flags(p: argparse.ArgumentParser) -> None:
-    """The case and run flags of ``run`` and ``compare`` (combine-facts section 9, plus the lab's)."""
+    """The case and run flags of ``run`` and ``compare`` (docs/cli.md#2-case-flags, plus the lab's)."""
     g = add_shape_flags(p)
     g.add_argument("-gnpus", type=int, default=None,
                    help="NPUs on this node (default = -pes); a different value is set to -pes with --perf and "
@@ -188,7 +188,7 @@ def bootstrap_addresses(ipport: str):
 
 
 def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec]) -> None:
-    """The flags that do not make a case, checked before anything runs (combine-facts section 9):
+    """The flags that do not make a case, checked before anything runs (docs/cli.md#2-case-flags):
     -gnpus (set to -pes with --perf, refused without), --warmup, --loops, -fnpu, -fpe, -a."""
     if a.gnpus is not None and a.gnpus != a.pes:
         if not a.perf:

@@ -38,7 +38,7 @@ def register(sub) -> None:
                        help="modelled time at every SDMA floor where the plan changes, and the best floor",
                        description="Price the case on the timing model at every floor (min_sdma_bytes) where the "
                                    "plan changes: each above-average remote segment size, 2 MiB, and never SDMA. "
-                                   "Nothing runs; the times are modelled (README: Modelled NPU time).")
+                                   "Nothing runs; the times are modelled (docs/timing-model.md).")
     add_shape_flags(p)
     m = p.add_argument_group("model")
     m.add_argument("--model", default="a3", help="a2, a3, host, or a .toml file (default a3)")

@@ -227,7 +227,7 @@ class TuningApp:
         targets: targets offered by the target selector; default
             ``capabilities.detect().targets()`` ('cpu', plus 'npu' where it can run).
         max_uniform_x_bytes: uniform routing draws x with it (the reference recipe,
-            combine-facts section 3); above this many bytes of x (pes*bs*h*sizeof(T)) the
+            docs/protocol.md#3-reference-data-and-the-check); above this many bytes of x (pes*bs*h*sizeof(T)) the
             app refuses to plan it and says so. Skewed routings never draw x to plan.
         max_run_bytes: a Run is refused when the case files plus windows would exceed this
             many bytes (estimate: (pes*bs*topk + 2*pes*bs) rows of h*sizeof(T) plus the windows).

@@ -4,7 +4,7 @@ Every check returns an :class:`ExerciseResult` (truthy when right) whose message
 a hint, never the answer, when it is wrong, and asks for one when the answer is still
 ``None``. The truth comes from the same package functions the notebook shows (case,
 planner, explain), so a check cannot drift from the tables the reader looked at.
-Sources: combine-facts sections 2, 4 and 5.
+Sources: docs/protocol.md#2-dispatch-layout, docs/decision-rule.md#1-the-rule and docs/protocol.md#5-kernel-protocol.
 
 The notebook starts every answer at ``None`` for the reader to fill in, and keeps the tables
 that would give an answer away off the screen until the answer is right (:func:`may_show`);
@@ -96,7 +96,7 @@ def check_segment_rows(case: Case, pe: int, local_expert: int, src_rank: int, an
     """Exercise 1: how many expand_x rows does destination PE ``pe`` hold for (local_expert, src_rank)?
 
     ``answer``: an int. Right when it equals ep_recv_count[s] - ep_recv_count[s-1] with
-    s = local_expert*pes + src_rank (combine-facts section 2).
+    s = local_expert*pes + src_rank (docs/protocol.md#2-dispatch-layout).
     """
     name = "exercise 1 (segment rows)"
     if answer is None:
@@ -137,7 +137,7 @@ def check_window_slot(case: Case, pe: int, row: int, answer) -> ExerciseResult:
     """Exercise 3: into which slot of the source PE's window does row ``row`` of PE ``pe`` land?
 
     ``answer``: an int; right when it equals token_id*topk + topk_id of that row
-    (combine-facts section 5).
+    (docs/protocol.md#5-kernel-protocol).
     """
     name = "exercise 3 (window slot)"
     if answer is None:
@@ -157,7 +157,7 @@ def check_sdma_segments(case: Case, pe: int, min_sdma_bytes: int, answer) -> Exe
     """Exercise 4: which segments of PE ``pe`` go by SDMA with floor ``min_sdma_bytes``?
 
     ``answer``: an iterable of segment indices (order free); right when it equals the set
-    the decision rule (combine-facts section 4) picks.
+    the decision rule (docs/decision-rule.md#1-the-rule) picks.
     """
     name = "exercise 4 (decision rule)"
     if answer is None:
@@ -212,7 +212,7 @@ def check_core_rows(case: Case, pe: int, core: int, answer,
     classic and with doubleplane (floor ``min_sdma_bytes``)?
 
     ``answer``: ``(classic_rows, doubleplane_rows)``. Core c of a PE serves the segments
-    whose src_rank is c (combine-facts section 5); with doubleplane, the rows of its SDMA
+    whose src_rank is c (docs/protocol.md#5-kernel-protocol); with doubleplane, the rows of its SDMA
     segments are moved by the copy engine, not by the core's MTE puts. Right when both
     numbers equal :func:`combine_lab.planning.explain.core_load` of the two plans.
     """

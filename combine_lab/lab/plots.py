@@ -6,7 +6,7 @@ one in a notebook with :func:`show` (PNG, works under any backend, MPLBACKEND=Ag
 included) and save it with :func:`save_figure`.
 
 Bytes are plotted in the binary unit that suits the largest value (B, KiB, MiB,
-GiB); times in microseconds (us), as in the perf CSV (combine-facts section 8).
+GiB); times in microseconds (us), as in the perf CSV (docs/formats.md#3-perf-csv).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def segment_map(plan, *, max_panels: int = MAX_PANELS, title: str | None = None,
     ``plan``: a :class:`combine_lab.planning.planner.Plan`. Panel "PE d (expert owner, sends)" shows
     the segments PE d holds after dispatch (it ran those experts; dispatch's destination
     PE) and sends back, in combine, to each src_rank. Cell (le, s) of PE d is segment
-    ``le * pes + s`` (combine-facts section 2); its colour is the segment's payload
+    ``le * pes + s`` (docs/protocol.md#2-dispatch-layout); its colour is the segment's payload
     bytes (token_count * h * sizeof(T)), empty segments grey; the scale turns
     logarithmic when sizes span more than 100x. Up to ``max_panels`` PEs get one panel
     each, SDMA segments outlined in red (cells annotated with their row count when
@@ -278,7 +278,7 @@ def plane_bytes_plot(plan, dpi: int = 72) -> Figure:
 
     Left: payload bytes per PE by MTE and by SDMA (stacked). Right: per PE the largest
     remote segment against the remote average segment (threshold_num / threshold_den of
-    combine-facts section 4) and the SDMA floor: a remote segment goes by SDMA when it is
+    docs/decision-rule.md#1-the-rule) and the SDMA floor: a remote segment goes by SDMA when it is
     at least the floor and strictly above the average.
     """
     t = plan.totals
@@ -304,7 +304,7 @@ def plane_bytes_plot(plan, dpi: int = 72) -> Figure:
             markeredgewidth=2, label="remote average (must be exceeded)")
     a2.axhline(plan.min_sdma_bytes / div2, color="grey", linestyle="--", linewidth=1,
                label=f"SDMA floor {plan.min_sdma_bytes:,} B")
-    a2.set_title("Decision thresholds per PE (combine-facts section 4)", fontsize=10)
+    a2.set_title("Decision thresholds per PE (docs/decision-rule.md#1-the-rule)", fontsize=10)
     a2.set_xlabel(f"PE ({PE_ROLE})")
     a2.set_ylabel(f"segment payload ({unit2})")
     a2.legend(fontsize=7)
@@ -331,7 +331,7 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
 
     ``runs``: ``{"classic": RunResult, "doubleplane": RunResult}`` as
     :func:`combine_lab.run.runner.compare` returns. Bars are CoreMaxTime/us (the slowest
-    core's mean over the profiled loops, combine-facts section 8) for each PE that was
+    core's mean over the profiled loops, docs/formats.md#3-perf-csv) for each PE that was
     profiled; the title carries the x_out verdict of both runs.
     """
     fig = new_figure(8.8, 3.5, dpi)  # 845 px as SVG: a JupyterLab column beside the sidebar

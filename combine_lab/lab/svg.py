@@ -341,7 +341,7 @@ def _stacked(cv, scaled, sdma, norm, unit, pes, epp, width, top, title, data) ->
 
 def plane_bytes_svg(plan, width: int = WIDTH) -> str:
     """Two panels for ``plan``: the payload each PE would send on each plane (stacked bars, SDMA
-    share in the title), and the decision thresholds per PE (combine-facts section 4): its largest
+    share in the title), and the decision thresholds per PE (docs/decision-rule.md#1-the-rule): its largest
     remote segment, its remote average (which a segment must strictly exceed) and the SDMA floor."""
     t = plan.totals
     pes = plan.pes
@@ -373,7 +373,7 @@ def plane_bytes_svg(plan, width: int = WIDTH) -> str:
     ymax2 = max(float(largest.max(initial=0.0)), float(plan.min_sdma_bytes), float(avg.max(initial=0.0))) / div2
     ymax2 = max(ymax2, 1e-9) * 1.12
     ax2 = _Axes(cv, pw + 70, top, pw - 90, ph, (-0.6, pes - 0.4), (0.0, ymax2))
-    ax2.frame(title="Decision thresholds per PE (combine-facts section 4)", xlabel=f"PE ({PE_ROLE})",
+    ax2.frame(title="Decision thresholds per PE (docs/decision-rule.md#1-the-rule)", xlabel=f"PE ({PE_ROLE})",
               ylabel=f"segment payload ({unit2})", xticks=xt, yticks=[(v, _label(v)) for v in _linear_ticks(0, ymax2)])
     fy = ax2.py(plan.min_sdma_bytes / div2)
     cv.line(ax2.x, fy, ax2.x + ax2.w, fy, stroke="#777", sw=1.2, dash="5 4")

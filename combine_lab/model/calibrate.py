@@ -1,6 +1,6 @@
 """Fit a timing model's free parameters to measured times (``combine-lab calibrate``).
 
-Measurements come from perf CSVs in the reference format (combine-facts section 8: ours, or the
+Measurements come from perf CSVs in the reference format (docs/formats.md#3-perf-csv: ours, or the
 reference run script's): each row gives a case (BS, H, TopK, ExpertPerPe, Npus, Dtype), a metric,
 the profiled PE and one time per core that recorded the frame. The model replays the same case
 (routing: the reference's uniform recipe unless told otherwise, since the CSV does not carry it)
@@ -49,7 +49,7 @@ _DTYPES = {"int32_t": "int32_t", "float16_t": "float16_t"}
 
 
 def variant_of_csv(path: str | Path) -> str:
-    """classic or doubleplane, from a perf CSV's file name (combine-facts section 8)."""
+    """classic or doubleplane, from a perf CSV's file name (docs/formats.md#3-perf-csv)."""
     name = Path(path).name
     if "doubleplane" in name:
         return "doubleplane"
@@ -74,7 +74,7 @@ def measurements_from_csvs(paths: list[str | Path], routing: str | None = None, 
                            min_sdma_bytes: int | None = None) -> list[Measurement]:
     """One :class:`Measurement` per row of the perf CSVs at ``paths``; each case is remade from its
     shape with the routing, seed and SDMA floor it ran with. The CSV format has no column for them
-    (combine-facts section 8): they come from the lab's sidecar beside the CSV where there is one,
+    (docs/formats.md#3-perf-csv): they come from the lab's sidecar beside the CSV where there is one,
     else from the arguments, else the reference's recipe (uniform, seed 42, 2 MiB).
 
     Raises:

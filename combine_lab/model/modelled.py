@@ -49,7 +49,7 @@ class ModelledResult:
 
     def perf_rows(self, pe: int) -> pd.DataFrame:
         """The perf rows (full_op, comm_only) of profiled PE ``pe`` in :func:`read_perf_csv` form, as
-        the driver would write them (combine-facts section 8), with the modelled per-core times."""
+        the driver would write them (docs/formats.md#3-perf-csv), with the modelled per-core times."""
         s = self.case.spec
         data = s.bs * s.topk * s.h * s.itemsize
         recs = []

@@ -1,8 +1,8 @@
 """Parameters of the timing model: one TOML file per machine in ``data/npu_models/``.
 
 Each parameter has a value, a unit and either a source (a row of
-../shared/docs/npu-model-facts.md, with its grade) or ``assumed = true`` with a rationale and
-a plausible range, where the facts say "not found". Whatever shows a modelled time says which
+docs/timing-model.md#4-machines-and-parameters, with its grade) or ``assumed = true`` with a rationale and
+a plausible range, where nothing is published. Whatever shows a modelled time says which
 machine it was modelled on and which parameters are assumed (:meth:`NpuModel.caption`);
 ``combine-lab calibrate`` fits the assumed ones to measured perf CSVs.
 """

@@ -1,5 +1,5 @@
 """The operations the combine kernel issues, per PE and AIV core, derived from a case and its
-plan without running anything (kernels/combine_kernel.cpp; combine-facts sections 2, 4, 5).
+plan without running anything (kernels/combine_kernel.cpp; docs/protocol.md#2-dispatch-layout, docs/decision-rule.md#1-the-rule and docs/protocol.md#5-kernel-protocol).
 
 Stage 1, core ``c`` of PE ``d`` serves source ranks ``c, c + block_dim, ...``; for each of them,
 local experts in order: (1) the SDMA puts of its SDMA segments, an SDMA quiet after every
@@ -25,7 +25,7 @@ from ..planning.cores import kernel_constant, launch_block_dim
 from ..planning.planner import sdma_mask
 
 SDMA_QUIET_EVERY = kernel_constant("kSdmaQuietEvery")
-SQE_BYTES = 1 << 20     # one SDMA descriptor carries up to 1 MiB (combine-facts section 10)
+SQE_BYTES = 1 << 20     # one SDMA descriptor carries up to 1 MiB (docs/hardware-rules.md#6-sdma)
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Which SDMA floor (``min_sdma_bytes``) to use: the modelled time at every floor where the plan
 changes (``combine-lab suggest``).
 
-The decision rule (combine-facts section 4) sends a remote segment by SDMA when it is at least
+The decision rule (docs/decision-rule.md#1-the-rule) sends a remote segment by SDMA when it is at least
 the floor and strictly above its PE's average remote segment. The plan changes only at the sizes
-of segments above average: each such size is a floor of the curve, plus the facts sheet's 2 MiB
+of segments above average: each such size is a floor of the curve, plus the default 2 MiB
 and "never SDMA" (the classic plan). ``comm_only`` is a PE's own stage 1, so each PE is priced
 at its own floors and the case's curve is their maximum: every floor is exact and cheap.
 ``full_op`` needs every PE at once (stage 2 waits for the others' flags): one replay per floor.

@@ -27,14 +27,14 @@ class CapacityError(ValueError):
 
 
 #: A status slot's stride: one 64 B scalar cache line each, so that no two slots that different
-#: PEs write share a line (kernels/combine_kernel.h kStatusSlotBytes; combine-facts section 10).
+#: PEs write share a line (kernels/combine_kernel.h kStatusSlotBytes; docs/hardware-rules.md#7-status-slots-and-the-scalar-cache).
 STATUS_SLOT_BYTES = kernel_constant("kStatusSlotBytes")
 #: What a status put writes and a wait checks: the ready value in 8 int32 words.
 STATUS_FLAG_BYTES = 4 * kernel_constant("kStatusWords")
 
 
 def window_geometry(spec: CaseSpec) -> dict:
-    """The symmetric window of one PE (combine-facts section 5; kernels/combine_kernel.h
+    """The symmetric window of one PE (docs/protocol.md#4-the-symmetric-window; kernels/combine_kernel.h
     window_layout), all sizes in bytes.
 
     Returns ``{"slots": bs*topk, "row_bytes": h*sizeof(T), "slot_stride": align_up(row_bytes, 32),

@@ -1,5 +1,5 @@
 """Which AIV core of a PE sends what: the SoCs' AIV core counts, a launch's block_dim, and the
-source ranks each core serves (kernels/combine_kernel.h launch_block_dim; combine-facts section 10).
+source ranks each core serves (kernels/combine_kernel.h launch_block_dim; docs/hardware-rules.md#9-cores-waves-and-barriers).
 
 A launch has one block per source rank, but never more than the SoC's AIV cores (more would run
 in waves, and blocks wait on each other's flags) nor SHMEM's 48 SDMA streams; core ``c`` then
@@ -40,7 +40,7 @@ MAX_SDMA_BLOCKS = kernel_constant("kMaxSdmaBlocks")
 
 def aiv_cores(soc: str) -> int:
     """AIV (vector) cores of an A2/A3 SoC the twin models: 40 on Ascend910B3/B4, 48 on
-    Ascend910B2 and on each Ascend910_93xx die (../shared/docs/npu-model-facts.md section 2).
+    Ascend910B2 and on each Ascend910_93xx die (docs/hardware-rules.md#9-cores-waves-and-barriers).
 
     Raises:
         ValueError: a SoC the twin does not model, naming the ones it does.

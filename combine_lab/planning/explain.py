@@ -2,7 +2,7 @@
 
 Used by the walkthrough notebook; each function returns a pandas DataFrame with one
 documented row per item so that a reader can follow the combine by hand. Sources:
-combine-facts sections 2 (layout), 4 (decision rule) and 5 (protocol, window).
+docs/protocol.md#2-dispatch-layout, docs/decision-rule.md#1-the-rule, docs/protocol.md#4-the-symmetric-window and docs/protocol.md#5-kernel-protocol.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .planner import Plan
 __all__ = ["STATUS_SLOT_BYTES", "STATUS_FLAG_BYTES", "SDMA_QUIET_EVERY", "window_geometry", "routing_table", "segment_table",
            "dispatch_table", "decision_table", "core_load", "core_program"]
 
-#: The kernel SDMA-quiets after this many outstanding SDMA issues (combine-facts section 5).
+#: The kernel SDMA-quiets after this many outstanding SDMA issues (docs/protocol.md#5-kernel-protocol).
 SDMA_QUIET_EVERY = 256
 
 
@@ -30,7 +30,7 @@ def _check_pe(case: Case, pe: int) -> int:
 
 
 def routing_table(case: Case, src_rank: int | None = None) -> pd.DataFrame:
-    """One row per (src_rank, token_id, topk_id) slot of the routing (combine-facts section 1).
+    """One row per (src_rank, token_id, topk_id) slot of the routing (docs/protocol.md#1-the-combine-problem).
 
     Columns: src_rank, token_id, topk_id, expert_id (int32 as drawn; -1 = masked),
     scale (float32 expert_scales), masked (bool: id outside [0, E)), dest_pe
@@ -57,7 +57,7 @@ def routing_table(case: Case, src_rank: int | None = None) -> pd.DataFrame:
 
 
 def segment_table(case: Case, pe: int) -> pd.DataFrame:
-    """The segments of destination PE ``pe`` as ep_recv_count bounds them (combine-facts section 2).
+    """The segments of destination PE ``pe`` as ep_recv_count bounds them (docs/protocol.md#2-dispatch-layout).
 
     Columns: segment (= local_expert*pes + src_rank), local_expert, src_rank,
     ep_recv_count (the cumulative count stored for it), start (= previous count, 0 for
@@ -107,7 +107,7 @@ def dispatch_table(case: Case, pe: int, plan: Plan | None = None, values: int = 
 
 
 def decision_table(case: Case, pe: int, min_sdma_bytes: int) -> pd.DataFrame:
-    """The dual-plane rule (combine-facts section 4) worked out for every segment of PE ``pe``.
+    """The dual-plane rule (docs/decision-rule.md#1-the-rule) worked out for every segment of PE ``pe``.
 
     Written out segment by segment (not vectorised) so that each step can be read.
     Columns: segment, local_expert, src_rank, remote (src_rank != pe), token_count,
@@ -140,7 +140,7 @@ def decision_table(case: Case, pe: int, min_sdma_bytes: int) -> pd.DataFrame:
 
 
 def core_load(plan: Plan, soc: str = TWIN_DEFAULT_SOC) -> pd.DataFrame:
-    """What each AIV core of each PE sends in stage 1, by plane (combine-facts section 5).
+    """What each AIV core of each PE sends in stage 1, by plane (docs/protocol.md#5-kernel-protocol).
 
     A launch has ``block_dim = min(pes, AIV cores of soc, 48)`` cores
     (:func:`combine_lab.planning.cores.launch_block_dim`); core c of PE d serves the segments whose
@@ -171,7 +171,7 @@ def _slots_text(slots: np.ndarray, limit: int = 8) -> str:
 
 
 def core_program(case: Case, plan: Plan, pe: int, core: int, soc: str = TWIN_DEFAULT_SOC) -> pd.DataFrame:
-    """Stage 1 of core ``core`` on PE ``pe``, step by step (combine-facts section 5).
+    """Stage 1 of core ``core`` on PE ``pe``, step by step (docs/protocol.md#5-kernel-protocol).
 
     The core serves the segments whose src_rank is ``core``, ``core + block_dim``, ...
     (``block_dim = launch_block_dim(pes, soc)``): their rows go back to that source rank's

@@ -1,4 +1,4 @@
-"""Plan the MTE/SDMA plane of every segment: the dual-plane decision rule (combine-facts section 4).
+"""Plan the MTE/SDMA plane of every segment: the dual-plane decision rule (docs/decision-rule.md#1-the-rule).
 
 Per destination PE and segment, in integers (no division)::
 
@@ -25,7 +25,7 @@ __all__ = ["VARIANTS", "DEFAULT_MIN_SDMA_BYTES", "Plan", "plan", "plan_counts"]
 
 #: The two combines, by the reference's names: MTE only, and MTE + SDMA by the decision rule.
 VARIANTS = ("classic", "doubleplane")
-#: The facts sheet's SDMA floor: 2 MiB.
+#: The default SDMA floor: 2 MiB (docs/decision-rule.md#6-the-floor).
 DEFAULT_MIN_SDMA_BYTES = 2 * 1024 * 1024
 
 
@@ -70,11 +70,11 @@ def _check_int(name: str, value, minimum: int) -> int:
 
 
 def sdma_mask(counts: np.ndarray, row_bytes: int, min_sdma_bytes: int) -> np.ndarray:
-    """The decision rule of combine-facts section 4, on every segment of every PE at once.
+    """The decision rule of docs/decision-rule.md#1-the-rule, on every segment of every PE at once.
 
     ``counts``: int [pes, expert_per_pe*pes] rows per segment (non-cumulative; int64, or object
-    for exact Python ints); ``row_bytes``: h*sizeof(T); ``min_sdma_bytes``: the floor (2 MiB in
-    the facts sheet). Returns bool [pes, expert_per_pe*pes]: True where the segment goes by SDMA
+    for exact Python ints); ``row_bytes``: h*sizeof(T); ``min_sdma_bytes``: the floor (2 MiB by
+    default, docs/decision-rule.md#6-the-floor). Returns bool [pes, expert_per_pe*pes]: True where the segment goes by SDMA
     (remote, non-empty, >= the floor and strictly above the PE's average remote segment,
     compared as ``segment_bytes * den > num`` in integers, so ties stay on MTE).
     """
@@ -94,9 +94,9 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str =
     """Plan from cumulative receive counts.
 
     ``ep_recv_count``: int [pes, expert_per_pe*pes], row d = PE d's cumulative counts
-    (combine-facts section 2); ``h``: elements per row; ``itemsize``: bytes per element;
-    ``variant``: 'doubleplane' (facts section 4 rule) or 'classic' (all MTE); ``min_sdma_bytes``:
-    SDMA floor in bytes (2 MiB in the facts sheet).
+    (docs/protocol.md#2-dispatch-layout); ``h``: elements per row; ``itemsize``: bytes per element;
+    ``variant``: 'doubleplane' (the rule of docs/decision-rule.md#1-the-rule) or 'classic' (all MTE); ``min_sdma_bytes``:
+    SDMA floor in bytes (2 MiB by default, docs/decision-rule.md#6-the-floor).
 
     Returns a Plan. Raises ParameterError for a variant not in VARIANTS, h/itemsize < 1,
     min_sdma_bytes < 0, an array that is not 2-D integer with a column count divisible
@@ -159,7 +159,7 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str =
 
 
 def plan(case, variant: str = "doubleplane", min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> Plan:
-    """Plan the planes of a Case (combine-facts section 4) for ``variant`` ('doubleplane' or
+    """Plan the planes of a Case (docs/decision-rule.md#1-the-rule) for ``variant`` ('doubleplane' or
     'classic'): ``plan_counts(case.ep_recv_count, case.spec.h, case.spec.itemsize, variant,
     min_sdma_bytes)``. Same errors."""
     return plan_counts(case.ep_recv_count, case.spec.h, case.spec.itemsize, variant, min_sdma_bytes)

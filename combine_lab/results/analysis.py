@@ -1,4 +1,4 @@
-"""``-a plot`` and ``-a md``: the perf CSVs of one run (combine-facts section 8) drawn and tabulated.
+"""``-a plot`` and ``-a md``: the perf CSVs of one run (docs/formats.md#3-perf-csv) drawn and tabulated.
 
 For one variant's folder: per metric (full_op, comm_only), Bandwidth/GB/s and CoreMaxTime/us per
 case and profiled PE, from the per-rank CSVs, with the summary's slowest PE (``--prof-pe all``)

@@ -37,7 +37,7 @@ __all__ = ["PASS", "FAIL", "REFUSED", "ERROR", "METRICS", "SPEEDUP", "NO_SDMA", 
 #: Values of ``ResultRow.check``: x_out matched golden on every PE, or not; the variant was
 #: refused on this target; the run failed (a PE failed or timed out).
 PASS, FAIL, REFUSED, ERROR = "PASS", "FAIL", "REFUSED", "ERROR"
-#: The two perf metrics (combine-facts section 8).
+#: The two perf metrics (docs/formats.md#3-perf-csv).
 METRICS = ("comm_only", "full_op")
 #: What a speed-up is, wherever the lab shows one: above 1 when doubleplane is faster.
 SPEEDUP = "speed-up = classic time / doubleplane time (above 1: doubleplane faster)"

@@ -2,7 +2,7 @@
 repeats, the cases where doubleplane loses, and a view of them to read.
 
 The tidy table has one row per (case, repeat, variant, profiled PE, metric): the perf columns
-of combine-facts section 8 (times in us, bandwidths in GiB/s), the per-core times, the repeat
+of docs/formats.md#3-perf-csv (times in us, bandwidths in GiB/s), the per-core times, the repeat
 and the case seed, then the run's :class:`~combine_lab.results.rows.ResultRow` (variant, check,
 plane bytes, SDMA share, whether the twin's counters equal the plan, the reason a variant did
 not run). A variant that did not run (refused, or a failed run) gets two rows, one per metric,

@@ -3,7 +3,7 @@
 The same case as the combine kernel, done the framework way: every PE sends each received
 expert-output row back to the PE that owns its token (one ``all_to_all_single``), and the
 owner reduces them with ``expert_scales`` in float32, in topk order, as the golden does
-(combine-facts sections 1-3). On NPUs it runs on the HCCL backend (torch_npu); on the twin
+(docs/protocol.md#1-the-combine-problem, docs/protocol.md#2-dispatch-layout and docs/protocol.md#3-reference-data-and-the-check). On NPUs it runs on the HCCL backend (torch_npu); on the twin
 the same code runs on the gloo backend with CPU tensors, so the path is exercised anywhere.
 
 One Python process per PE, started and cleaned up by :func:`combine_lab.run.launch.launch_pes`

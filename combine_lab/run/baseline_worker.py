@@ -4,7 +4,7 @@
 
 Reads its rank's combine inputs from the reference case files, sends each received expert-output
 row back to the PE that owns its token with one ``all_to_all_single`` and reduces them with
-``expert_scales`` in float32, in topk order, as the golden does (combine-facts sections 1-3).
+``expert_scales`` in float32, in topk order, as the golden does (docs/protocol.md#1-the-combine-problem, docs/protocol.md#2-dispatch-layout and docs/protocol.md#3-reference-data-and-the-check).
 Writes ``<out>/output/x_out_<rank>.bin`` and (rank 0) ``times.json``: per loop, the slowest rank's
 ``full_op`` and ``comm_only`` in microseconds.
 """
@@ -29,7 +29,7 @@ BACKENDS = ("gloo", "hccl")
 
 
 def _rank_inputs(case_dir: Path, spec: CaseSpec, rank: int) -> dict:
-    """This PE's combine inputs from the reference case files (combine-facts sections 2-3): its
+    """This PE's combine inputs from the reference case files (docs/protocol.md#2-dispatch-layout and docs/formats.md#1-case-files): its
     used expand_x rows (T [n, h]) and assist rows (int32 [n, 3]), n = ep_recv_count[-1], and its
     own expert_ids (int32 [bs, topk]) and expert_scales (float32 [bs, topk])."""
     counts = read_rank_file(case_dir, spec, rank, "ep_recv_count.bin")

@@ -2,7 +2,7 @@
 
 The twin target (``cpu``) compiles ``kernels/`` and ``host/`` with the host C++ compiler
 against ``host/twin``; the ``npu`` target compiles the same sources with CANN's bisheng
-against CANN and SHMEM (``cmake/npu.cmake``, combine-facts section 7), one build folder per
+against CANN and SHMEM (``cmake/npu.cmake``, docs/npu.md#4-build-and-run), one build folder per
 SoC (``build/npu-<soc>``). Without CANN or SHMEM it stops before invoking anything and says
 what is missing and how to provide it.
 """

@@ -15,7 +15,7 @@ Rows (name: what ``available`` means):
 - ``cann``: the CANN toolkit (``ASCEND_HOME_PATH`` or ``ASCEND_TOOLKIT_HOME``) with ``bisheng``
   and a readable version.
 - ``shmem``: SHMEM (``SHMEM_HOME`` or ``SHMEM_HOME_PATH``): ``shmem.h`` and ``libshmem.so``.
-- ``sdma``: CANN 9.0.0 or later (SHMEM's SDMA engine; combine-facts section 7).
+- ``sdma``: CANN 9.0.0 or later (SHMEM's SDMA engine; docs/npu.md#2-prerequisites).
 - ``torch``, ``torch_npu``: importable (baselines: gloo on the twin, HCCL on NPUs).
 - ``npu``: NPUs visible, through torch_npu when importable, else ``npu-smi info``.
 - ``soc``: the SoC name (``COMBINE_NPU_SOC`` overrides), supported when A2/A3 or Ascend950.

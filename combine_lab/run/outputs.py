@@ -1,6 +1,6 @@
 """The files a run leaves, named, written and read in this one place.
 
-Perf CSVs (combine-facts section 8, the reference's format, so that its tools read ours):
+Perf CSVs (docs/formats.md#3-perf-csv, the reference's format, so that its tools read ours):
 
 - one per profiled rank, ``combine_perf_rank<r>.csv`` (classic) or
   ``combine_doubleplane_perf_rank<r>.csv`` (doubleplane), written by the host driver
@@ -34,7 +34,7 @@ import pandas as pd
 #: The file-name prefix of each variant, as the reference names its two drivers' files.
 FILE_PREFIX = {"classic": "combine", "doubleplane": "combine_doubleplane"}
 
-#: The 18 fixed fields of a perf row (combine-facts section 8), in order.
+#: The 18 fixed fields of a perf row (docs/formats.md#3-perf-csv), in order.
 PERF_COLUMNS = [
     "DataSize/B", "Npus", "Blocks", "UBsize/KB", "Bandwidth/GB/s", "CoreMaxTime/us", "Metric",
     "GlobalDataSize/B", "PerPeBandwidth/GB/s", "BS", "H", "TopK", "ExpertPerPe", "Dtype", "Warmup", "Loops",
@@ -44,7 +44,7 @@ PERF_COLUMNS = [
 CORE_COLUMN = "SingleCoreTime/us"
 #: The header line of every perf CSV and summary: exactly these 19 names.
 PERF_HEADER = PERF_COLUMNS + [CORE_COLUMN]
-#: The fields a summary groups rows by (combine-facts section 8); per group the slowest row wins.
+#: The fields a summary groups rows by (docs/formats.md#4-summary-csv); per group the slowest row wins.
 SUMMARY_KEYS = ["Metric", "DataSize/B", "GlobalDataSize/B", "Npus", "Blocks", "UBsize/KB", "BS", "H", "TopK",
                 "ExpertPerPe", "Dtype", "Warmup", "Loops", "CaseId"]
 #: ProfPe of a summary row: the slowest profiled PE of its group.
@@ -73,12 +73,12 @@ def file_prefix(variant: str) -> str:
 
 
 def perf_csv_name(variant: str, rank: int) -> str:
-    """``combine_perf_rank<r>.csv`` / ``combine_doubleplane_perf_rank<r>.csv`` (combine-facts section 8)."""
+    """``combine_perf_rank<r>.csv`` / ``combine_doubleplane_perf_rank<r>.csv`` (docs/formats.md#3-perf-csv)."""
     return f"{file_prefix(variant)}_perf_rank{int(rank)}.csv"
 
 
 def perf_summary_name(variant: str) -> str:
-    """``combine_perf_summary.csv`` / ``combine_doubleplane_perf_summary.csv`` (combine-facts section 8)."""
+    """``combine_perf_summary.csv`` / ``combine_doubleplane_perf_summary.csv`` (docs/formats.md#4-summary-csv)."""
     return f"{file_prefix(variant)}_perf_summary.csv"
 
 
@@ -182,7 +182,7 @@ def read_perf_rows(path: str | Path) -> list[list[str]]:
     if not rows or rows[0] != PERF_HEADER:
         got = ",".join(rows[0]) if rows else "nothing"
         raise ResultFileError(f"{path}: line 1: header is {got[:120]!r}; a perf CSV starts with the 19 names of "
-                              f"combine-facts section 8 ({','.join(PERF_HEADER[:3])},...,{CORE_COLUMN}), once")
+                              f"docs/formats.md#3-perf-csv ({','.join(PERF_HEADER[:3])},...,{CORE_COLUMN}), once")
     out = []
     for i, row in enumerate(rows[1:], start=2):
         if not row:
@@ -199,7 +199,7 @@ def read_perf_csv(path: str | Path) -> pd.DataFrame:
     """Read one perf CSV (per-rank or summary) into a DataFrame.
 
     Returns:
-        The 18 fixed columns of combine-facts section 8 (ints; bandwidths GiB/s and
+        The 18 fixed columns of docs/formats.md#3-perf-csv (ints; bandwidths GiB/s and
         CoreMaxTime/us as floats; ``Metric``, ``Dtype``, ``CaseId`` strings; ``ProfPe`` an int,
         or ``"max"`` in a summary) plus ``core_times_us``: a tuple of the row's per-core times (us),
         one per core that recorded the frame (a summary keeps the first core's only).
@@ -273,7 +273,7 @@ def append_perf_csv(src: str | Path, dst: str | Path) -> Path:
         with open(dst, encoding="utf-8", newline="") as f:
             first = f.readline().rstrip("\r\n")
         if first != ",".join(PERF_HEADER):
-            raise ResultFileError(f"{dst}: not a combine-facts section 8 perf CSV (header {first[:80]!r}); "
+            raise ResultFileError(f"{dst}: not a docs/formats.md#3-perf-csv perf CSV (header {first[:80]!r}); "
                                   f"remove it or choose another output folder")
         lines = lines[1:]
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -283,7 +283,7 @@ def append_perf_csv(src: str | Path, dst: str | Path) -> Path:
 
 
 def summary_rows(paths: Iterable[str | Path]) -> list[list[str]]:
-    """The summary of per-rank perf CSVs by the rules of combine-facts section 8.
+    """The summary of per-rank perf CSVs by the rules of docs/formats.md#4-summary-csv.
 
     Rows of ``paths`` (read in the order given) are grouped by :data:`SUMMARY_KEYS`; per group
     the row with the largest CoreMaxTime/us wins (the first one read on a tie); its Bandwidth and

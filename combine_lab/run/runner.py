@@ -92,7 +92,7 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None, targ
         path = Path(case)
         loaded = read_case(path)
         if path.resolve().parent.name != "golden":
-            raise CaseFileError(f"case={path}: a case folder must sit in <root>/golden/ (combine-facts section 3)")
+            raise CaseFileError(f"case={path}: a case folder must sit in <root>/golden/ (docs/formats.md#1-case-files)")
         return PreparedCase(loaded, path.resolve().parent.parent)
     if work_dir is None:
         remove_orphans()  # a dead run's case folder may be what fills the disk
@@ -118,7 +118,7 @@ class RunResult:
         variant: ``classic`` or ``doubleplane``; min_sdma_bytes: the SDMA floor it ran with; target.
         x_out: per rank, ``[bs, h]`` arrays of T.
         checks: per rank, the verdict of x_out against golden (bit-exact for both dtypes).
-        perf: perf rows (combine-facts section 8) of the profiled PEs; times in us.
+        perf: perf rows (docs/formats.md#3-perf-csv) of the profiled PEs; times in us.
         counters: twin counters of the last launch, one row per (pe, plane): puts, bytes, quiets,
             status_writes, status_bytes (empty where nothing counts them: NPU).
         counters_total: the same summed over every launch (warmup + loops).
@@ -229,7 +229,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
     Args:
         case: spec, case, prepared case or reference case folder (see :func:`prepare_case`).
         variant: ``classic`` (MTE only) or ``doubleplane`` (MTE + SDMA).
-        min_sdma_bytes: smallest segment (bytes) that may go by SDMA (combine-facts section 4: 2 MiB).
+        min_sdma_bytes: smallest segment (bytes) that may go by SDMA (docs/decision-rule.md#1-the-rule: 2 MiB).
         warmup, loops: launches before and during profiling; loops >= 1.
         perf: record perf rows for the profiled PE(s).
         prof_pe: the PE whose cores are profiled, or ``"all"`` to run once per PE (with ``perf``
@@ -238,7 +238,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         timeout_s: limit for each launch of all PEs, seconds.
         output_dir: if given, the perf rows of profiled PE r are appended to
             ``<output_dir>/combine_perf_rank<r>.csv`` (classic) or
-            ``combine_doubleplane_perf_rank<r>.csv`` (header once, as combine-facts section 8),
+            ``combine_doubleplane_perf_rank<r>.csv`` (header once, as docs/formats.md#3-perf-csv),
             once every launch succeeded, and the case's sidecar is written beside them
             (``<prefix>_counters_<case_id>.json``: :func:`combine_lab.run.outputs.write_sidecar`).
         fnpu, fpe: first NPU (PE r on NPU ``r % pes + fnpu``) and first PE id passed to the driver.

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-#: CANN version from which SHMEM's SDMA engine exists (combine-facts section 7).
+#: CANN version from which SHMEM's SDMA engine exists (docs/npu.md#2-prerequisites).
 SDMA_MIN_CANN = (9, 0, 0)
 
 CANN_FIX = "install the CANN toolkit and run `source <CANN>/set_env.sh` (it sets ASCEND_HOME_PATH)"
@@ -225,7 +225,7 @@ def soc_arch(soc: str) -> tuple[str, int] | None:
     """(bisheng arch, cycles per microsecond) of a SoC name, None when unsupported.
 
     A2/A3 (Ascend910B*, Ascend910_93*): ('dav-c220', 50); Ascend950: ('dav-c310', 1000)
-    (combine-facts sections 6-7; host/perf_csv.cpp applies the same rule to aclrtGetSocName).
+    (docs/npu.md#5-device-api and docs/npu.md#6-host-api; host/perf_csv.cpp applies the same rule to aclrtGetSocName).
     """
     s = soc or ""
     if "950" in s:

@@ -1,6 +1,6 @@
 // The ACL runtime on the twin: device memory is host memory, streams are synchronous
 // (a twin launch runs to completion before it returns), and the device's facts are those
-// of the SoC the twin models (COMBINE_TWIN_SOC; ../shared/docs/npu-model-facts.md section 2).
+// of the SoC the twin models (COMBINE_TWIN_SOC; docs/hardware-rules.md#9-cores-waves-and-barriers).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,7 +11,7 @@
 namespace twin {
 
 namespace {
-// AIV cores and UB per AIV of the SoCs the twin models (npu-model-facts section 2:
+// AIV cores and UB per AIV of the SoCs the twin models (docs/hardware-rules.md#9-cores-waves-and-barriers:
 // 910B3/B4 40 AIV, 910B2 48, each 910_93 die 48; UB 192 KiB on A2/A3).
 struct SocRow {
     const char* prefix;

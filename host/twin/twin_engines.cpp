@@ -212,7 +212,7 @@ bool note_flag_landed(int ri, const Put& p, uint64_t slot) {
         snprintf(buf, sizeof buf, "PE %d core %d: its status put to slot %llu on PE %d lands in the 64 B cache line "
                  "that PE %d core %u cleaned in this launch after changing another slot of it; nothing orders this "
                  "write after that core's load of the line, so its write-back can undo this ready value (two status "
-                 "slots share a 64 B scalar cache line: give each slot a line of its own, combine-facts section 10)",
+                 "slots share a 64 B scalar cache line: give each slot a line of its own, docs/hardware-rules.md#7-status-slots-and-the-scalar-cache)",
                  pe_state().my_pe, current_core(), (unsigned long long)slot, p.pe, p.pe, c & 0xFFu);
         report_violation(buf);
         if (chaos_seed()) kept = false;
@@ -365,7 +365,7 @@ void dcache_clean_line(const void* addr, const Site& site) {
                  "status slots %llu..%llu as this core cached it, after resetting a slot of it; slot %llu, which PE %u's "
                  "status put made ready in this launch and this core never waited on, may have landed after the core "
                  "loaded the line: the write-back undoes that ready value (two status slots share a 64 B scalar cache "
-                 "line: give each slot a line of its own, combine-facts section 10)", me, core, site_text(site).c_str(),
+                 "line: give each slot a line of its own, docs/hardware-rules.md#7-status-slots-and-the-scalar-cache)", me, core, site_text(site).c_str(),
                  (unsigned long long)first, (unsigned long long)last, (unsigned long long)s, landed & 0xFFu);
         report_violation(buf);
         if (chaos_seed()) memset(r.begin + s * r.slot_bytes, 0, r.flag_bytes);
@@ -528,7 +528,7 @@ void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t
     ub_use(ub, ub_size, UbRole::SdmaScratch, op);
     sync_id_use(sync_id, kPlaneSdma, op);
     if (region_kind(dst_sym, nullptr) == kRegionStatus)
-        fatal("a status slot was written by SDMA: status flags must go by MTE (combine-facts section 5)");
+        fatal("a status slot was written by SDMA: status flags must go by MTE (docs/protocol.md#6-status-flags)");
     uint8_t* dst = remote(dst_sym, pe, bytes, "SDMA");
     if (core >= ACLSHMEM_MAX_AIV_PER_NPU) {
         char buf[320];

@@ -1,6 +1,6 @@
 // The pipes of one AIV core on the twin: what the hardware does between the scalar unit,
 // MTE2 (GM -> UB), the vector unit V, MTE3 (UB -> GM) and the flags between them, and the
-// UB they share (combine-facts section 10; asc-devkit SetFlag/WaitFlag, PipeBarrier and
+// UB they share (docs/hardware-rules.md#2-pipes-and-the-order-between-them; asc-devkit SetFlag/WaitFlag, PipeBarrier and
 // "static Tensor programming").
 //
 // - Every instruction that touches UB is a PipeOp on its pipe (twin_vector.cpp: DataCopy,
@@ -389,7 +389,7 @@ uint32_t ub_use(const void* p, uint32_t bytes, UbRole role, const char* op) {
     if (off % 32 != 0) fatal("%s: %s at UB offset %u: UB addresses must be 32-byte aligned", op, kRoleName[int(role)], off);
     // The whole UB is the kernel's: SHMEM's own 188 KiB+ area (ACLSHMEM_INTERNAL_UB_BUF_START_ADDR)
     // is used only inside SHMEM's own launches, and its put paths check only ub_limit = 192 KiB
-    // (src/device/shmemi_device_common.h; combine-facts section 10).
+    // (src/device/shmemi_device_common.h; docs/hardware-rules.md#5-ub-ranges).
     if (end > ub)
         fatal("%s: %s %s runs past the core's %u KiB UB (%s; SHMEM checks UB ranges against ub_limit = 192 KiB)", op,
               kRoleName[int(role)], range_text(off, uint32_t(end)).c_str(), ub / 1024, twin_soc().name);
@@ -569,7 +569,7 @@ void flag_set(AscendC::HardEvent event, int32_t id, const Site& site) {
                          site_text(f.wait_site) + " has run on " + kPipeName[f.wait_pipe] +
                          ": nothing orders that wait before this set, so the event bit can be set twice with no wait "
                          "between (undefined; the next PipeBarrier<PIPE_ALL> hangs). Puts in flight on different UB "
-                         "buffers need their own sync_id (asc-devkit SetFlag/WaitFlag; combine-facts section 10)");
+                         "buffers need their own sync_id (asc-devkit SetFlag/WaitFlag; docs/hardware-rules.md#3-event-flags)");
     }
     f.pending = true;
     f.set_site = site;

@@ -1,4 +1,4 @@
-// The twin's Ascend C vector path (asc-devkit basic_api; combine-facts section 10): DataCopy
+// The twin's Ascend C vector path (asc-devkit basic_api; docs/hardware-rules.md#10-ascend-c-vector-path): DataCopy
 // and DataCopyPad between GM and UB, Cast, Muls, Add, Axpy, Duplicate on LocalTensors.
 //
 // Each call first checks what the hardware requires and refuses or reports the rest:

@@ -1,5 +1,5 @@
 // Drives host/perf_csv.cpp's append_perf_row with hand-made profiling frames, so that a test can
-// compare the bytes it writes with a row computed by hand (combine-facts section 8).
+// compare the bytes it writes with a row computed by hand (docs/formats.md#3-perf-csv).
 // Usage: perf_row_check <csv path>; appends a comm_only row (4 cores, core 1 idle) and a
 // full_op row (every core idle) for PE 1 of a 4-PE case, bs 8, h 16, topk 2, 2 experts per PE.
 #include <cstdio>

@@ -1,6 +1,6 @@
 // CPU twin of the part of Ascend C (asc-devkit kernel_operator.h) that the combine kernel
 // calls. An AIV core is a thread; GetBlockIdx/GetBlockNum read that thread's block.
-// Names, parameter order and types follow asc-devkit (combine-facts section 10); the
+// Names, parameter order and types follow asc-devkit (docs/hardware-rules.md#11-public-headers-and-the-build); the
 // twin enforces what the pipes and flags mean (host/twin/twin_pipes.cpp).
 #pragma once
 

@@ -1,6 +1,6 @@
 // CPU twin of the SHMEM API (hicann/shmem include/shmem.h) that the combine driver and
 // kernel call: the same names, enum types, struct fields and parameter types as the
-// public headers (combine-facts section 10). PEs are processes; the symmetric heap is
+// public headers (docs/hardware-rules.md#11-public-headers-and-the-build). PEs are processes; the symmetric heap is
 // one POSIX shared-memory segment mapped by every PE, so aclshmem_ptr is arithmetic.
 // The device functions enforce what the hardware does (twin_engines.cpp, twin_pipes.cpp).
 #pragma once

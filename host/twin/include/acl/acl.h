@@ -1,4 +1,4 @@
-// CPU twin of the ACL runtime calls the combine driver makes (combine-facts section 7),
+// CPU twin of the ACL runtime calls the combine driver makes (docs/npu.md#6-host-api),
 // declared as hicann/runtime include/external/acl declares them. "Device" memory is host
 // memory; a stream runs each launch to completion. The device's facts (vector cores, UB)
 // are those of the SoC the twin models (COMBINE_TWIN_SOC, see twin_acl.cpp).
