@@ -48,7 +48,8 @@ def heading_anchor(heading: str) -> str:
     ``"10. Ascend C vector path"`` -> ``"10-ascend-c-vector-path"``."""
     text = re.sub(r"`([^`]*)`", r"\1", heading.strip())
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", text)
-    text = re.sub(r"(\*\*|__|\*|_)(.+?)\1", r"\2", text)
+    text = re.sub(r"(\*\*|\*)(.+?)\1", r"\2", text)
+    text = re.sub(r"(?<!\w)(__|_)(.+?)\1(?!\w)", r"\2", text)  # intraword _ (all_to_all) is no emphasis
     text = re.sub(r"<[^>]+>", "", text)
     return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
 
