@@ -155,6 +155,22 @@ def test_readme_is_a_front_page():
         assert word in text, word
 
 
+def test_commands_the_readme_and_the_cli_page_show_parse():
+    """Every complete ``combine-lab ...`` example line of the README and the docs pages (not a
+    synopsis with ``[...]``, ``<...>`` or ``...``, nor a line of printed output) is a valid command
+    line (parsed, not run)."""
+    parser = cli.build_parser()
+    lines = []
+    for page in (ROOT / "README.md", *sorted(DOCS.glob("*.md"))):
+        for line in page.read_text(encoding="utf-8").splitlines():
+            m = re.match(r"^    (?:python3 -m combine_lab|combine-lab) (.+)$", line)
+            if m and not any(c in line for c in ("...", "<", "[", "(", "#")):
+                lines.append(m.group(1))
+    assert len(lines) >= 9, lines
+    for line in lines:
+        parser.parse_args(line.split())  # argparse exits (status 2) on a flag that does not exist
+
+
 # ------------------------------------------------------------- the pages against the code they describe
 
 def _section(page: str, anchor: str) -> str:
