@@ -260,6 +260,9 @@ def test_docs_command_renders_the_walkthrough_with_its_outputs(tmp_path, twin_bi
     assert "PE 0&#39;s ep_recv_count: [2, 4, 8, 11]" in page or "PE 0's ep_recv_count: [2, 4, 8, 11]" in page
     assert "exercise 1 (segment rows): correct - segment 2 of PE 0 spans 4 rows" in page
     assert "x_out PASS" in page and "Traceback" not in page
+    # its docs citations link to the rendered pages, and the page links back to the docs
+    assert '<a href="protocol.html#2-dispatch-layout">docs/protocol.md#2-dispatch-layout</a>' in page
+    assert 'href="contents.html"' in page
     md = (out / "walkthrough.md").read_text(encoding="utf-8")
     figures = re.findall(r"!\[png\]\((walkthrough_files/[\w.]+\.png)\)", md)
     assert len(figures) >= 6 and all((out / f).stat().st_size > 1000 for f in figures)

@@ -134,16 +134,29 @@ a.anchor { color: #bbb; text-decoration: none; font-size: 80% }
 """
 
 
+_NAV = ('<nav><a href="index.html">combine_lab</a><a href="contents.html">documentation</a>'
+        '<a href="walkthrough.html">walkthrough</a></nav>')
+
+
 def _page(title: str, body: str) -> str:
-    nav = ('<nav><a href="index.html">combine_lab</a><a href="contents.html">documentation</a>'
-           '<a href="walkthrough.html">walkthrough</a></nav>')
+    nav = _NAV
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
             f"<style>{_STYLE}</style></head><body>{nav}\n{body}</body></html>\n")
 
 
+#: A docs citation in the walkthrough's text (``docs/protocol.md#5-kernel-protocol``), not inside an
+#: attribute or a longer path.
+_CITED = re.compile(r"(?<![\w/.\"'=:-])docs/([\w-]+)\.md(#[\w-]+)?(?![\w\"'])")
+
+
+def _cited_link(m: re.Match) -> str:
+    page = "contents" if m.group(1) == "README" else m.group(1)
+    return f'<a href="{page}.html{m.group(2) or ""}">{m.group(0)}</a>'
+
+
 def render_walkthrough(executed: str | os.PathLike, out_dir: str | os.PathLike) -> tuple[Path, Path]:
     """Turn an executed walkthrough notebook into ``out_dir/walkthrough.html`` (one self-contained
-    page: code, every output, figures embedded) and ``out_dir/walkthrough.md`` (its figures as PNG
+    page: code, every output, figures embedded; its docs citations link to the rendered pages) and ``out_dir/walkthrough.md`` (its figures as PNG
     files in ``out_dir/walkthrough_files/``). Returns both paths.
 
     Raises LabError when the notebook holds an error output (it did not run through)."""
@@ -157,6 +170,9 @@ def render_walkthrough(executed: str | os.PathLike, out_dir: str | os.PathLike) 
             if o.get("output_type") == "error":
                 raise LabError(f"{executed}: cell {i} ended in {o.get('ename')}: {o.get('evalue')}")
     body, _ = HTMLExporter(template_name="lab").from_notebook_node(book, resources={"metadata": {"name": "walkthrough"}})
+    nav = _NAV.replace("<nav>", '<nav style="font-family: system-ui, sans-serif; padding: .5rem 1rem">')
+    body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)  # the way back to the docs
+    body = _CITED.sub(_cited_link, body)
     html_path = out / "walkthrough.html"
     html_path.write_text(body, encoding="utf-8")
     text, res = MarkdownExporter().from_notebook_node(book, resources={"output_files_dir": "walkthrough_files"})
