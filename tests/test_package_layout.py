@@ -18,7 +18,7 @@ PACKAGE = ROOT / "combine_lab"
 
 #: The stages, in the order of the flow; a module may import its own stage and those before it.
 #: errors, params and folders serve every stage; the top-level __init__ and __main__ sit above all.
-LAYERS = ["errors", "params", "folders", "case", "planning", "run", "model", "results", "lab", "cli"]
+LAYERS = ["errors", "params", "folders", "case", "planning", "run", "model", "results", "harness", "lab", "cli"]
 
 
 def module_name(path: Path) -> str:
@@ -121,9 +121,10 @@ def test_public_api_from_the_top():
                                    "Case", "case_from_arrays"]
     from combine_lab.case import casefiles, case, spec
     from combine_lab.planning import planner
+    from combine_lab import harness
     from combine_lab.run import runner
     assert (CaseSpec, make_case, plan, run_case, compare, write_case, read_case, Case, case_from_arrays) == (
-        spec.CaseSpec, case.make_case, planner.plan, runner.run_case, runner.compare, casefiles.write_case,
+        spec.CaseSpec, case.make_case, planner.plan, runner.run_case, harness.compare, casefiles.write_case,
         casefiles.read_case, case.Case, case.case_from_arrays)
 
 

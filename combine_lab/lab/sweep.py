@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 import warnings
 from dataclasses import dataclass, field
 
@@ -31,11 +30,10 @@ from ..model.params import NpuModel
 from ..model.replay import replay
 from ..model.stream import case_rows
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, plan
-from ..results.rows import ERROR, REFUSED, NotRun, result_row
+from ..harness import Run, execute, progress_bar
 from ..results.tables import TIDY_COLUMNS, tidy_rows, write_sweep_csv
 from ..run import build as build_mod
 from ..run import runner
-from ..run.launch import LaunchError
 
 __all__ = ["Grid", "make_grid", "planned_shares", "run_sweep", "progress_bar", "model_grid", "MODELLED_COLUMNS"]
 
@@ -115,34 +113,14 @@ def planned_shares(specs, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> pd.Da
                                        "payload_bytes", "sdma_bytes", "sdma_share"])
 
 
-def progress_bar(items, desc: str, *, disable: bool = False):
-    """A tqdm text bar over ``items`` (one step per case): on stdout in a Jupyter kernel, on
-    stderr elsewhere (a terminal, a log).
-
-    Text, not tqdm's notebook widget: a notebook executed headless (papermill, ``combine-lab
-    notebooks``) saves a widget's first state as its text (``sweep: 0%| | 0/4``) and never the
-    rest, while a text bar's saved output ends with its last state (``sweep: 100%|...| 4/4``);
-    JupyterLab draws the same text bar in place as it advances.
-    """
-    from tqdm.std import tqdm
-
-    try:
-        from IPython import get_ipython
-        in_kernel = type(get_ipython()).__name__ == "ZMQInteractiveShell"
-    except ImportError:  # pragma: no cover - IPython comes with the lab extra
-        in_kernel = False
-    return tqdm(items, desc=desc, unit="case", disable=disable, file=sys.stdout if in_kernel else sys.stderr,
-                dynamic_ncols=not in_kernel, ncols=80 if in_kernel else None)
-
-
 def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, target: str = "cpu",
               min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES, prof_pe: int | str = 0, timeout_s: float = 120.0,
               csv_path: str | os.PathLike | None = None, progress: bool = True) -> pd.DataFrame:
     """Run classic and doubleplane on every spec, ``repeats`` times, and tidy the results.
 
-    Each case's files are written once; each repeat launches both variants on them
-    (:func:`combine_lab.run.runner.run_case`), the order alternating between repeats
-    (classic first, then doubleplane first, ...) so that neither always runs second.
+    One :func:`combine_lab.harness.execute` of both variants of every spec: each case's files are
+    written once; each repeat launches both variants on them, the order alternating between
+    repeats (classic first, then doubleplane first, ...) so that neither always runs second.
     The spread over repeats (quartiles) is what :func:`combine_lab.results.tables.summarize`
     reports with every time; every repeat's times stay in the tidy table.
 
@@ -156,7 +134,7 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
             the summary then takes the slowest PE, which ends the combine).
         timeout_s: limit per launch of all PEs, seconds.
         csv_path: if given, the tidy table is written there (:func:`combine_lab.results.tables.write_sweep_csv`).
-        progress: show a progress bar (one step per case; :func:`progress_bar`).
+        progress: show a progress bar (one step per case; :func:`combine_lab.harness.progress_bar`).
 
     Returns:
         The tidy DataFrame (:data:`~combine_lab.results.tables.TIDY_COLUMNS`), one row per
@@ -175,42 +153,16 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
             raise ParameterError(f"{label}={v!r}: must be an int >= {lo}")
     build_mod.build(target)
-    refused = runner.refusals(target)
-    for why in refused.values():
+    for why in runner.refusals(target).values():  # said once; each case gets its REFUSED rows
         warnings.warn(why, stacklevel=2)
-    runnable = [v for v in VARIANTS if v not in refused]
-    floor = int(min_sdma_bytes)
+    runs = [Run(spec, v, repeats=int(repeats), warmup=int(warmup), loops=int(loops), target=target,
+                min_sdma_bytes=int(min_sdma_bytes), prof_pe=prof_pe, timeout_s=timeout_s)
+            for spec in specs for v in VARIANTS]
     rows: list[dict] = []
-    kw = dict(warmup=int(warmup), loops=int(loops), target=target, min_sdma_bytes=floor, prof_pe=prof_pe,
-              timeout_s=timeout_s)
-
-    def not_run(spec, variant, check, reason, rep):
-        return tidy_rows(result_row(NotRun.of(spec, variant, target, check, reason, floor)), spec, repeat=rep)
-
-    for spec in progress_bar(specs, "sweep", disable=not progress):
-        for variant, why in refused.items():
-            rows += not_run(spec, variant, REFUSED, why, 0)
-        prepared = None
-        try:
-            prepared = runner.prepare_case(spec)
-            for rep in range(int(repeats)):
-                order = runnable if rep % 2 == 0 else runnable[::-1]
-                done: list[dict] = []
-                try:
-                    for variant in order:
-                        res = runner.run_case(prepared, variant, **kw)
-                        done += tidy_rows(result_row(res), spec, res.perf, rep)
-                except (LaunchError, OSError) as e:
-                    for variant in runnable:
-                        rows += not_run(spec, variant, ERROR, str(e).splitlines()[0], rep)
-                    break
-                rows += done
-        except OSError as e:  # the case files could not be written
-            for variant in runnable:
-                rows += not_run(spec, variant, ERROR, str(e).splitlines()[0], 0)
-        finally:
-            if prepared is not None:
-                prepared.cleanup()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for o in execute(runs, progress="sweep" if progress else None, on_error="row"):
+            rows += tidy_rows(o.row, o.spec, o.perf if o.result is not None else None, o.repeat)
     tidy = pd.DataFrame(rows, columns=TIDY_COLUMNS)
     if csv_path is not None:
         write_sweep_csv(tidy, csv_path)

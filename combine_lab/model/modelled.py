@@ -15,7 +15,7 @@ from ..errors import ParameterError
 from ..planning.cores import kernel_constant
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan
 from ..planning.planner import plan as make_plan
-from ..run.outputs import PERF_COLUMNS, gib_per_s
+from ..run.outputs import PERF_COLUMNS, gib_per_s, sidecar_record
 from .params import NpuModel
 from .replay import ModelledTimes, replay
 from .stream import case_rows
@@ -46,6 +46,14 @@ class ModelledResult:
     def time_us(self, metric: str) -> float:
         """CoreMaxTime/us of ``metric``, mean over the profiled PEs (as RunResult reports it)."""
         return float(np.mean([self.times.time_us(metric, pe) for pe in self.prof_pes]))
+
+    def sidecar(self) -> dict:
+        """The sidecar of this priced case (:func:`combine_lab.run.outputs.sidecar_record`): how it was
+        priced (routing, seed, SDMA floor: what calibrate reads back), check ``MODEL``; nothing ran, so
+        no counters, violations or launches."""
+        return sidecar_record(spec=self.case.spec, variant=self.variant, target=f"model:{self.model.name}",
+                              min_sdma_bytes=self.min_sdma_bytes, warmup=self.warmup, loops=self.loops, launches=0,
+                              prof_pes=self.prof_pes, check=MODELLED, plan_totals=self.plan.totals)
 
     def perf_rows(self, pe: int) -> pd.DataFrame:
         """The perf rows (full_op, comm_only) of profiled PE ``pe`` in :func:`read_perf_csv` form, as
