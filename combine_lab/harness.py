@@ -108,7 +108,7 @@ class Run:
             v = getattr(self, name)
             lo = 0 if name == "warmup" else 1
             if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < lo:
-                raise ParameterError(f"{name}={v!r}: must be an int >= {lo}")
+                raise ParameterError(f"{name}={v!r}: must be an int >= {lo}", parameter=name, value=v)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..case.grid import make_grid
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
 from ..folders import usable_folder
@@ -142,9 +143,8 @@ def _specs(a: argparse.Namespace, payload: bool = True) -> list[CaseSpec]:
         else [a.expert_per_pe],
     }
     # Every case is validated, and checked to fit this machine (when it runs), before the first one runs.
-    specs = [CaseSpec(pes=p, bs=b, h=h, topk=k, expert_per_pe=e, dtype=a.dtype, seed=a.seed, routing=a.routing,
-                      masked_fraction=a.masked_fraction)
-             for p, b, h, k, e in itertools.product(*axes.values())]
+    specs = make_grid(**axes, routings=[a.routing], dtype=[a.dtype], seed=a.seed,
+                      masked_fraction=a.masked_fraction).specs
     if payload:
         for spec in specs:
             check_capacity(spec, a.work_dir, target=a.target, draws_x=True)

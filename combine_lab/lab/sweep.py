@@ -14,18 +14,15 @@ row is a perf row with the run's :class:`~combine_lab.results.rows.ResultRow` be
 
 from __future__ import annotations
 
-import itertools
 import os
 import warnings
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from ..case.case import make_case
-from ..case.spec import CaseSpec
-from ..errors import ParameterError, SpecError
-from ..params import as_list
+from ..case.grid import Grid, make_grid
+from ..errors import ParameterError
 from ..model.params import NpuModel
 from ..model.replay import replay
 from ..model.stream import case_rows
@@ -49,46 +46,6 @@ MODELLED_COLUMNS = (["case_id", "routing", "dtype", "pes", "bs", "h", "topk", "e
                                                                      f"{m}_speedup_hi")]
                     + ["sdma_share", "sdma_bytes", "segment_sdma_comm_only_us", "what_if_saving_us",
                        "what_if_saving_pct", "model", "caption"])
-
-
-@dataclass
-class Grid:
-    """The cases of a sweep: ``specs`` (valid CaseSpecs, in product order) and ``skipped``
-    (``(parameters, reason)`` for each invalid combination when skipping was asked for)."""
-
-    specs: list[CaseSpec]
-    skipped: list[tuple[dict, str]] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.specs)
-
-
-def make_grid(pes, bs, h, topk, expert_per_pe, routings, dtype="int32_t", seed: int = 42,
-              masked_fraction: float = 0.0, skip_invalid: bool = False) -> Grid:
-    """The product of the axes as CaseSpecs, every one validated before anything runs.
-
-    Each axis is a list, a single value, or a string as papermill ``-p`` passes it
-    (``"[8, 16]"``, ``"8,16"``); ``routings`` and ``dtype`` likewise hold strings.
-    Order: routing, dtype, pes, bs, h, topk, expert_per_pe (the last varies fastest).
-
-    Raises SpecError naming every invalid combination (for example topk > E with a
-    distinct routing), unless ``skip_invalid``: then they are listed in ``Grid.skipped``.
-    """
-    axes = {"routing": as_list(routings, str, "routings"), "dtype": as_list(dtype, str, "dtype"),
-            "pes": as_list(pes, int, "pes"), "bs": as_list(bs, int, "bs"), "h": as_list(h, int, "h"),
-            "topk": as_list(topk, int, "topk"), "expert_per_pe": as_list(expert_per_pe, int, "expert_per_pe")}
-    specs, skipped = [], []
-    for values in itertools.product(*axes.values()):
-        params = dict(zip(axes, values))
-        try:
-            specs.append(CaseSpec(seed=seed, masked_fraction=masked_fraction, **params))
-        except SpecError as e:
-            skipped.append((params, str(e)))
-    if skipped and not skip_invalid:
-        lines = "; ".join(f"{p}: {why}" for p, why in skipped[:5])
-        more = f" (and {len(skipped) - 5} more)" if len(skipped) > 5 else ""
-        raise SpecError(f"{len(skipped)} of {len(skipped) + len(specs)} sweep cases are invalid: {lines}{more}")
-    return Grid(specs, skipped)
 
 
 def planned_shares(specs, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> pd.DataFrame:
@@ -151,7 +108,7 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
         specs = specs.specs
     for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("repeats", repeats, 1)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
-            raise ParameterError(f"{label}={v!r}: must be an int >= {lo}")
+            raise ParameterError(f"{label}={v!r}: must be an int >= {lo}", parameter=label, value=v)
     build_mod.build(target)
     for why in runner.refusals(target).values():  # said once; each case gets its REFUSED rows
         warnings.warn(why, stacklevel=2)

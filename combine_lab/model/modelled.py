@@ -88,7 +88,8 @@ def model_case(case: Case, variant: str, model: NpuModel, min_sdma_bytes: int = 
     elif isinstance(prof_pe, (int, np.integer)) and not isinstance(prof_pe, bool) and 0 <= prof_pe < pes:
         prof_pes = [int(prof_pe)]
     else:
-        raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {pes - 1}]")
+        raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {pes - 1}]",
+                             parameter="prof_pe", value=prof_pe)
     rows = case_rows(case, model.soc)
     sdma = (plan.segments["plane"].to_numpy() == "SDMA").reshape(pes, -1)
     return ModelledResult(case, variant, int(min_sdma_bytes), model, plan, replay(rows, sdma, model), prof_pes,

@@ -31,6 +31,8 @@ from typing import Iterable
 
 import pandas as pd
 
+from ..errors import CombineLabError
+
 #: The file-name prefix of each variant, as the reference names its two drivers' files.
 FILE_PREFIX = {"classic": "combine", "doubleplane": "combine_doubleplane"}
 
@@ -58,7 +60,7 @@ _FLOAT_COLUMNS = ["Bandwidth/GB/s", "CoreMaxTime/us", "PerPeBandwidth/GB/s"]
 COUNTER_FIELDS = ["puts", "bytes", "quiets", "status_writes", "status_bytes"]
 
 
-class ResultFileError(ValueError):
+class ResultFileError(CombineLabError, ValueError):
     """A perf CSV or counters file is missing or not in the expected format (message names the file)."""
 
 

@@ -283,14 +283,16 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
     for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("min_sdma_bytes", min_sdma_bytes, 0),
                          ("fpe", fpe, 0)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
-            raise ParameterError(f"{label}={v!r}: must be an int >= {lo}")
+            raise ParameterError(f"{label}={v!r}: must be an int >= {lo}", parameter=label, value=v)
     if chaos_seed is not None and (not isinstance(chaos_seed, (int, np.integer)) or isinstance(chaos_seed, bool)
                                    or chaos_seed < 0 or target != "cpu"):
-        raise ParameterError(f"chaos_seed={chaos_seed!r}: must be an int >= 0, on target cpu (the twin)")
+        raise ParameterError(f"chaos_seed={chaos_seed!r}: must be an int >= 0, on target cpu (the twin)",
+                             parameter="chaos_seed", value=chaos_seed)
     if not (timeout_s > 0):
-        raise ParameterError(f"timeout_s={timeout_s!r}: must be > 0 seconds")
+        raise ParameterError(f"timeout_s={timeout_s!r}: must be > 0 seconds", parameter="timeout_s", value=timeout_s)
     if not isinstance(fnpu, (int, np.integer)) or isinstance(fnpu, bool) or fnpu < 0:
-        raise ParameterError(f"fnpu={fnpu!r}: must be an NPU id >= 0 (PE r runs on NPU fnpu + r)")
+        raise ParameterError(f"fnpu={fnpu!r}: must be an NPU id >= 0 (PE r runs on NPU fnpu + r)",
+                             parameter="fnpu", value=fnpu)
     if ipport is not None and not callable(ipport):  # a function's addresses are checked as it makes them
         check_ipport(ipport, "ipport")
     if output_dir is not None:
@@ -312,7 +314,8 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
     elif isinstance(prof_pe, (int, np.integer)) and not isinstance(prof_pe, bool) and 0 <= prof_pe < spec.pes:
         prof_pes = [int(prof_pe)]
     else:
-        raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {spec.pes - 1}]")
+        raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {spec.pes - 1}]",
+                             parameter="prof_pe", value=prof_pe)
     if not perf:
         prof_pes = prof_pes[:1]  # nothing is profiled: one run
     check_capacity(spec, prepared.case_root, _rows_per_pe(prepared.case), target)
