@@ -8,6 +8,8 @@ The package follows the flow of every run, one folder per stage:
 - :mod:`combine_lab.run`: build, launch, run and check on a target (CPU twin or NPU), the
   capability table, the all_to_all baseline, the self-test;
 - :mod:`combine_lab.results`: one result row per run, speed-up and verdict, sweep tables;
+- :mod:`combine_lab.harness`: descriptions of runs in, result rows out: the one loop over cases,
+  repeats and variants that the CLI, the sweep, compare and the tuning app share;
 - :mod:`combine_lab.lab`: the tuning app, plots, sweeps, exercises, notebook runner;
 - :mod:`combine_lab.cli`: ``combine-lab``, one module per sub-command.
 
@@ -24,7 +26,8 @@ from .case.case import Case, case_from_arrays, make_case
 from .case.casefiles import read_case, write_case
 from .case.spec import CaseSpec
 from .planning.planner import plan
-from .run.runner import compare, run_case
+from .harness import compare
+from .run.runner import run_case
 
 __version__ = "0.1.0"
 

@@ -1,6 +1,8 @@
 """Exception types shared by every stage of the package (a leaf: it imports nothing of it).
 
-Each class means one thing, so that a caller can tell what to fix from the class alone:
+Every one of them is a :class:`CombineLabError` (one ``except`` catches what the lab refuses or
+what failed), and each class means one thing, so that a caller can tell what to fix from the
+class alone:
 
 - :class:`SpecError`: the case asked for is invalid (a :class:`~combine_lab.case.spec.CaseSpec`
   field, its routing, or a case array that does not fit the spec);
@@ -12,13 +14,45 @@ Each class means one thing, so that a caller can tell what to fix from the class
   file that cannot be read, a notebook or parameter that does not exist);
 - :class:`Terminated`: SIGTERM, turned into the unwinding of a Ctrl-C by ``combine-lab``.
 
-Others live with the stage that raises them: ``CapacityError`` (:mod:`combine_lab.planning.capacity`),
-``BuildError`` and its kinds (:mod:`combine_lab.run.build`), ``LaunchError``
-(:mod:`combine_lab.run.launch`), ``ResultFileError`` (:mod:`combine_lab.run.outputs`).
+Others live with the stage that raises them, on the same base: ``CapacityError``
+(:mod:`combine_lab.planning.capacity`), ``BuildError`` and its kinds (:mod:`combine_lab.run.build`),
+``LaunchError`` (:mod:`combine_lab.run.launch`), ``ResultFileError`` (:mod:`combine_lab.run.outputs`).
 """
 
 
-class SpecError(ValueError):
+_UNSET = object()
+
+
+class CombineLabError(Exception):
+    """Every error the lab raises on purpose: what was wrong, named, and what is allowed.
+
+    Attributes:
+        parameter: the Python name of the parameter that was refused (``"loops"``, ``"dtype"``), or
+            None where the error is about a file, a folder or a run rather than one value.
+        value: the value given (absent: ``None`` with ``parameter`` None).
+        allowed: what is allowed instead, when it was given apart from the message.
+
+    The message (``str(e)``) always names the parameter or file, the value and what is allowed;
+    ``parameter`` lets a caller say it in its own terms without reading the message (the command
+    line puts the flag first: ``-type: dtype='float32': ...``).
+    """
+
+    def __init__(self, message: str | None = None, *, parameter: str | None = None, value=_UNSET,
+                 allowed: str | None = None):
+        if message is None:
+            message = f"{parameter}={value!r}: {allowed}"
+        super().__init__(message)
+        self.parameter = parameter
+        self.value = None if value is _UNSET else value
+        self.allowed = allowed
+
+    @classmethod
+    def of(cls, parameter: str, value, allowed: str):
+        """The error ``"<parameter>=<value!r>: <allowed>"``, with its fields."""
+        return cls(parameter=parameter, value=value, allowed=allowed)
+
+
+class SpecError(CombineLabError, ValueError):
     """A case parameter is invalid.
 
     The message names the field, the value given and what is allowed, e.g.
@@ -26,7 +60,7 @@ class SpecError(ValueError):
     """
 
 
-class CaseFileError(ValueError):
+class CaseFileError(CombineLabError, ValueError):
     """A reference case directory (docs/formats.md#1-case-files) is missing a file or
     holds data inconsistent with its meta.json.
 
@@ -34,7 +68,7 @@ class CaseFileError(ValueError):
     """
 
 
-class ParameterError(ValueError):
+class ParameterError(CombineLabError, ValueError):
     """A parameter other than the case's own is invalid: how to plan, run, sweep or show a case.
 
     The message names the parameter, the value given and what is allowed, e.g.
@@ -42,7 +76,7 @@ class ParameterError(ValueError):
     """
 
 
-class LabError(ValueError):
+class LabError(CombineLabError, ValueError):
     """The headless notebook run cannot start: no notebooks folder, an unreadable params
     file, a notebook or a notebook parameter that does not exist. Nothing has run yet.
 

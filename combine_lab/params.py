@@ -57,16 +57,17 @@ def as_list(value: Any, kind: Callable[[Any], Any] = int, name: str = "value") -
     out = []
     for item in items:
         if kind is int and isinstance(item, float) and not item.is_integer():
-            raise ParameterError(f"{name}={shown!r}: {item!r} is not an integer")
+            raise ParameterError(f"{name}={shown!r}: {item!r} is not an integer", parameter=name, value=shown)
         try:
             v = kind(item)
         except (TypeError, ValueError):
-            raise ParameterError(f"{name}={shown!r}: {item!r} is not a valid {kind.__name__}") from None
+            raise ParameterError(f"{name}={shown!r}: {item!r} is not a valid {kind.__name__}",
+                                 parameter=name, value=shown) from None
         if isinstance(v, str) and v == "":
             continue
         out.append(v)
     if not out:
-        raise ParameterError(f"{name}={shown!r}: must hold at least one value")
+        raise ParameterError(f"{name}={shown!r}: must hold at least one value", parameter=name, value=shown)
     return out
 
 

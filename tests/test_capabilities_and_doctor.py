@@ -14,7 +14,8 @@ from combine_lab.run.capabilities import Capability, detect, npu_variant_refusal
 from combine_lab.run.toolchain import (CANN_FIX, SHMEM_FIX, SOC_FIX, Probes, TorchNpu, parse_npu_smi, parse_version,
                                        soc_arch)
 from combine_lab.cli.doctor import DOCTOR_PACKAGES, doctor_lines
-from combine_lab.run.runner import compare, run_case
+from combine_lab.harness import compare
+from combine_lab.run.runner import run_case
 from combine_lab.case.spec import CaseSpec
 
 from npu_fakes import NPU_SMI_A2, make_cann, make_shmem, npu_env

@@ -15,6 +15,7 @@ from combine_lab.lab import app as app_mod  # noqa: E402
 from combine_lab.lab.app import TuningApp, routing_string  # noqa: E402
 from combine_lab.planning.planner import plan  # noqa: E402
 from combine_lab.run import build as build_mod  # noqa: E402
+from combine_lab import harness  # noqa: E402
 from combine_lab.run import launch, runner  # noqa: E402
 from combine_lab.run.capabilities import detect  # noqa: E402
 from combine_lab.run.launch import LaunchError  # noqa: E402
@@ -37,7 +38,7 @@ def nothing_launches(monkeypatch):
     """Any build, compare or PE launch fails the test."""
     def refuse(*a, **k):
         raise AssertionError("launched although nothing should run")
-    monkeypatch.setattr(runner, "compare", refuse)
+    monkeypatch.setattr(harness, "compare", refuse)
     monkeypatch.setattr(build_mod, "build", refuse)
     monkeypatch.setattr(launch, "launch_pes", refuse)
     monkeypatch.setattr(runner, "launch_pes", refuse)
@@ -141,13 +142,13 @@ def test_run_on_twin_compares_both_variants(no_leaks):
 
 def test_run_too_large_or_failing_shows_message(monkeypatch, no_leaks):
     app = TuningApp(targets=["cpu"], max_run_bytes=1 << 20, **SMALL)
-    monkeypatch.setattr(runner, "compare", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
+    monkeypatch.setattr(harness, "compare", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
     assert app.run() is None and "Not run" in app.message and "Nothing was launched" in app.message
     app.max_run_bytes = 1 << 40
 
     def dies(*a, **k):
         raise LaunchError("PE 1 exited with status 3")
-    monkeypatch.setattr(runner, "compare", dies)
+    monkeypatch.setattr(harness, "compare", dies)
     assert app.run() is None
     assert app.message == "Run failed: LaunchError: PE 1 exited with status 3"
     assert app.status.value == "failed" and not app.run_button.disabled and app.history.empty
@@ -208,7 +209,7 @@ def test_failed_plan_and_failed_run_leave_no_stale_view_shown_or_saved(tmp_path,
     # the field report: after "Run failed: LaunchError ..." the verdict still read "PASS on every PE"
     def dies(*a, **k):
         raise LaunchError("PE 1 exited with status 3")
-    monkeypatch.setattr(runner, "compare", dies)
+    monkeypatch.setattr(harness, "compare", dies)
     assert app.run() is None and app.message == "Run failed: LaunchError: PE 1 exited with status 3"
     assert "PASS" not in app.verdict_html.value and "Run failed" in app.verdict_html.value
     assert app.compare_html.value == "" and app.counters_html.value == ""
@@ -232,16 +233,16 @@ class _Runs:
 
 @pytest.fixture
 def quick_runs(monkeypatch, twin_binary):
-    """runner.compare answering with one real pair of runs of SMALL (made once), counting calls, and
+    """harness.compare answering with one real pair of runs of SMALL (made once), counting calls, and
     noting whether the Run button was disabled while each ran."""
     app = TuningApp(targets=["cpu"], **SMALL)
-    real = runner.compare(Case(app.spec, app._case.expert_ids, app._case.expert_scales), warmup=0, loops=1)
+    real = harness.compare(Case(app.spec, app._case.expert_ids, app._case.expert_scales), warmup=0, loops=1)
     seen = _Runs()
 
     def fake(*a, **k):
         seen.calls.append(seen.app.run_button.disabled)
         return real
-    monkeypatch.setattr(runner, "compare", fake)
+    monkeypatch.setattr(harness, "compare", fake)
     return seen
 
 
@@ -290,13 +291,13 @@ def test_a_click_the_browser_sent_during_the_run_is_ignored_one_sent_after_it_ru
 
 def test_a_click_during_a_run_starts_nothing(monkeypatch, quick_runs, no_leaks):
     app = quick_runs.app = TuningApp(targets=["cpu"], **SMALL)
-    fake = runner.compare
+    fake = harness.compare
 
     def clicking(*a, **k):
         app.run_button.click()  # as if the kernel handled a click in the middle of the run
         assert app.run() is None
         return fake(*a, **k)
-    monkeypatch.setattr(runner, "compare", clicking)
+    monkeypatch.setattr(harness, "compare", clicking)
     app.run_button.click()
     assert len(app.history) == 1 and app.ignored_clicks == 1
 

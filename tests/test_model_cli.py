@@ -25,7 +25,7 @@ def run_cli(argv, capsys):
 
 
 def test_compare_on_a_model_prices_both_variants_and_launches_nothing(tmp_path, capsys, no_leaks, monkeypatch):
-    monkeypatch.setattr("combine_lab.cli.cases.run_case", lambda *a, **k: pytest.fail("nothing may be launched"))
+    monkeypatch.setattr("combine_lab.run.runner.run_case", lambda *a, **k: pytest.fail("nothing may be launched"))
     code, out, err = run_cli(["compare", *CASE, "--min-sdma-bytes", "0", "--clock", "model:a3", "--perf",
                               "--prof-pe", "all", "--output-dir", str(tmp_path / "perf"), "-a", "plot"], capsys)
     assert code == 0, err

@@ -12,7 +12,8 @@ import pytest
 
 from combine_lab.run.build import build, default_build_dir
 from combine_lab.run.capabilities import detect
-from combine_lab.run.runner import compare, prepare_case
+from combine_lab.harness import compare
+from combine_lab.run.runner import prepare_case
 from combine_lab.case.spec import CaseSpec
 
 pytestmark = pytest.mark.npu

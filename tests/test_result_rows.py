@@ -17,7 +17,9 @@ from combine_lab.results import tables
 from combine_lab.results.rows import (COMPARISON_COLUMNS, ERROR, FAIL, NO_SDMA, PASS, REFUSED, ROW_COLUMNS, NotRun,
                                       ResultRow, compare_rows, result_row, speedup, verdict)
 from combine_lab.run import runner
-from combine_lab.run.runner import Comparison, run_case
+from combine_lab import harness
+from combine_lab.harness import Comparison
+from combine_lab.run.runner import run_case
 
 #: A small case with SDMA segments at floor 0 (zipf skew puts some above the remote average).
 SPEC = CaseSpec(pes=2, bs=8, h=64, topk=2, expert_per_pe=2, routing="zipf:1.2")
@@ -54,7 +56,7 @@ def test_the_same_run_gives_identical_values_in_cli_sweep_and_app(two_runs, monk
     fake_run = lambda prepared, variant, **kw: two_runs[variant]  # noqa: E731
 
     # the CLI table: every printed value is the row's, as the table formats it
-    monkeypatch.setattr(cli.cases, "run_case", fake_run)
+    monkeypatch.setattr(runner, "run_case", fake_run)
     assert cli.main(["compare", *FLAGS]) == 0
     printed = [line.split() for line in capsys.readouterr().out.splitlines()[1:3]]
     for line, variant in zip(printed, ("classic", "doubleplane")):
@@ -75,7 +77,7 @@ def test_the_same_run_gives_identical_values_in_cli_sweep_and_app(two_runs, monk
                             want[variant], f"sweep {variant}")
 
     # the tuning app: its rows are the same rows, its history compares them once
-    monkeypatch.setattr(runner, "compare", lambda *a, **k: Comparison(two_runs))
+    monkeypatch.setattr(harness, "compare", lambda *a, **k: Comparison(two_runs))
     app = TuningApp(targets=["cpu"], pes=2, bs=8, h=64, topk=2, expert_per_pe=2, routing_model="zipf", skew=1.2,
                     min_sdma_bytes=0, warmup=0, loops=1)
     assert app.run() is not None, app.message

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from combine_lab.case.case import make_case
-from combine_lab.run.runner import compare, run_case
+from combine_lab.harness import compare
+from combine_lab.run.runner import run_case
 from combine_lab.case.spec import CaseSpec
 
 MiB = 1024 * 1024

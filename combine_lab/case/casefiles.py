@@ -338,7 +338,7 @@ def check_x_out(x_out: np.ndarray, golden: np.ndarray, dtype: str) -> CheckResul
     different shapes or not of dtype T.
     """
     if dtype not in DTYPES:
-        raise SpecError(f"dtype={dtype!r}: must be one of 'int32_t', 'float16_t'")
+        raise SpecError(f"dtype={dtype!r}: must be one of 'int32_t', 'float16_t'", parameter="dtype", value=dtype)
     x, g = np.asarray(x_out), np.asarray(golden)
     if x.shape != g.shape:
         raise ParameterError(f"x_out shape={list(x.shape)}: must equal golden shape {list(g.shape)}")

@@ -105,11 +105,11 @@ def parse_routing(text: str) -> Routing:
     (models) and docs/protocol.md#3-reference-data-and-the-check (uniform).
     """
     if not isinstance(text, str):
-        raise SpecError(f"routing={text!r}: must be a string, one of {_ALLOWED}")
+        raise SpecError(f"routing={text!r}: must be a string, one of {_ALLOWED}", parameter="routing", value=text)
     name, sep, arg = text.partition(":")
     if name in _NO_PARAM:
         if sep:
-            raise SpecError(f"routing={text!r}: model {name!r} takes no parameter")
+            raise SpecError(f"routing={text!r}: model {name!r} takes no parameter", parameter="routing", value=text)
         return Routing(name, None, text)
     if name in ("zipf", "hot-expert", "hot-rank"):
         letter = "S" if name == "zipf" else "F"
@@ -118,9 +118,11 @@ def parse_routing(text: str) -> Routing:
         except ValueError:
             value = math.nan
         if name == "zipf" and not (math.isfinite(value) and value >= 0.0):
-            raise SpecError(f"routing={text!r}: S must be a finite number >= 0, e.g. 'zipf:1.2'")
+            raise SpecError(f"routing={text!r}: S must be a finite number >= 0, e.g. 'zipf:1.2'",
+                            parameter="routing", value=text)
         if name != "zipf" and not (0.0 <= value <= 1.0):
-            raise SpecError(f"routing={text!r}: {letter} must be a number in [0, 1], e.g. '{name}:0.1'")
+            raise SpecError(f"routing={text!r}: {letter} must be a number in [0, 1], e.g. '{name}:0.1'",
+                            parameter="routing", value=text)
         return Routing(name, value, text)
     if name == "trace":
         try:
@@ -131,7 +133,7 @@ def parse_routing(text: str) -> Routing:
                 f"with MODEL in {sorted(set(traces.MODEL_SHORT_NAMES.values()))}, "
                 f"see combine_lab.case.traces.list_traces()") from None
         return Routing(name, arg, text)
-    raise SpecError(f"routing={text!r}: unknown model {name!r}; allowed: {_ALLOWED}")
+    raise SpecError(f"routing={text!r}: unknown model {name!r}; allowed: {_ALLOWED}", parameter="routing", value=text)
 
 
 def check_routing(routing: Routing, pes: int, expert_per_pe: int, topk: int) -> None:
@@ -145,7 +147,8 @@ def check_routing(routing: Routing, pes: int, expert_per_pe: int, topk: int) -> 
     E = pes * expert_per_pe
     text = routing.text
     if routing.distinct and topk > E:
-        raise SpecError(f"topk={topk}: must be <= moe_expert_num={E} when choices are distinct (routing {text!r})")
+        raise SpecError(f"topk={topk}: must be <= moe_expert_num={E} when choices are distinct (routing {text!r})",
+                        parameter="topk", value=topk)
     if routing.name == "hot-expert":
         F = routing.param
         if F * topk > 1.0 + _EPS:

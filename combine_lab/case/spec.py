@@ -53,19 +53,21 @@ class CaseSpec:
         for name in ("pes", "bs", "h", "topk", "expert_per_pe"):
             v = getattr(self, name)
             if not _is_int(v) or v < 1:
-                raise SpecError(f"{name}={v!r}: must be an int >= 1")
+                raise SpecError(f"{name}={v!r}: must be an int >= 1", parameter=name, value=v)
             object.__setattr__(self, name, int(v))
         if self.dtype == "bfloat16_t":
             raise SpecError(_BF16_REASON)
         if self.dtype not in DTYPES:
-            raise SpecError(f"dtype={self.dtype!r}: must be one of 'int32_t', 'float16_t'")
+            raise SpecError(f"dtype={self.dtype!r}: must be one of 'int32_t', 'float16_t'",
+                            parameter="dtype", value=self.dtype)
         if not _is_int(self.seed) or self.seed < 0:
-            raise SpecError(f"seed={self.seed!r}: must be an int >= 0")
+            raise SpecError(f"seed={self.seed!r}: must be an int >= 0", parameter="seed", value=self.seed)
         object.__setattr__(self, "seed", int(self.seed))
         mf = self.masked_fraction
         if not (isinstance(mf, (int, float, np.integer, np.floating)) and not isinstance(mf, bool)
                 and math.isfinite(mf) and 0.0 <= mf <= 1.0):
-            raise SpecError(f"masked_fraction={mf!r}: must be a number in [0, 1]")
+            raise SpecError(f"masked_fraction={mf!r}: must be a number in [0, 1]",
+                            parameter="masked_fraction", value=mf)
         object.__setattr__(self, "masked_fraction", float(mf))
         check_routing(parse_routing(self.routing), self.pes, self.expert_per_pe, self.topk)
 

@@ -20,11 +20,7 @@ import signal
 import sys
 
 from .. import __version__
-from ..errors import CaseFileError, LabError, ParameterError, SpecError, Terminated
-from ..planning.capacity import CapacityError
-from ..run.build import BuildError
-from ..run.launch import LaunchError
-from ..run.outputs import ResultFileError
+from ..errors import CombineLabError, Terminated
 from . import app, calibrate, compare, docs, doctor, lab, notebooks, run, selftest, suggest
 
 
@@ -76,11 +72,11 @@ FLAG_OF = {"dtype": "-type", "pes": "-pes", "bs": "-bs", "h": "-h", "topk": "-to
            "seed": "--seed", "routing": "--routing", "fnpu": "-fnpu", "gnpus": "-gnpus", "fpe": "-fpe"}
 
 
-def _with_flag(message: str) -> str:
-    """``message`` with the flag named first where it starts with a parameter's Python name."""
-    name = message.split("=", 1)[0]
-    flag = FLAG_OF.get(name)
-    return f"{flag}: {message}" if flag and "=" in message else message
+def _with_flag(e: CombineLabError) -> str:
+    """The error's message, with the flag named first where the error names a parameter the
+    command line spells otherwise (:data:`FLAG_OF`)."""
+    flag = FLAG_OF.get(e.parameter) if e.parameter else None
+    return f"{flag}: {e}" if flag else str(e)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,9 +94,8 @@ def main(argv: list[str] | None = None) -> int:
 def _handle(args: argparse.Namespace) -> int:
     try:
         return args.handler(args)
-    except (SpecError, ParameterError, CaseFileError, CapacityError, LabError, ResultFileError, BuildError,
-            LaunchError) as e:
-        print(f"combine-lab: error: {_with_flag(str(e))}", file=sys.stderr)
+    except CombineLabError as e:  # what the lab refused or what failed: it says which and why
+        print(f"combine-lab: error: {_with_flag(e)}", file=sys.stderr)
         return 2
     except MemoryError as e:
         print(f"combine-lab: error: out of memory making or reading the case ({e}); use a smaller shape",

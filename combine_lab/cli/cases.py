@@ -15,22 +15,25 @@ import itertools
 import math
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
 
+from ..case.grid import make_grid
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
 from ..folders import usable_folder
 from ..params import as_list
 from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
-from ..results.rows import REFUSED, NotRun, ResultRow, result_row
+from ..harness import BASELINE, WALL, Outcome, Run, execute
+from ..results.rows import ResultRow
 from ..run.build import VariantRefused
 from ..run.launch import check_ipport
 from ..run.outputs import (clear_outputs, counters_name, perf_summary_name, rank_files, variant_dir,
                            write_summary_csv)
-from ..run.runner import prepare_case, refusals, run_case
+from ..run.runner import RunResult, refusals
 
 
 #: SHMEM's bootstrap address when -ipport is not given (docs/cli.md#2-case-flags).
@@ -140,9 +143,8 @@ def _specs(a: argparse.Namespace, payload: bool = True) -> list[CaseSpec]:
         else [a.expert_per_pe],
     }
     # Every case is validated, and checked to fit this machine (when it runs), before the first one runs.
-    specs = [CaseSpec(pes=p, bs=b, h=h, topk=k, expert_per_pe=e, dtype=a.dtype, seed=a.seed, routing=a.routing,
-                      masked_fraction=a.masked_fraction)
-             for p, b, h, k, e in itertools.product(*axes.values())]
+    specs = make_grid(**axes, routings=[a.routing], dtype=[a.dtype], seed=a.seed,
+                      masked_fraction=a.masked_fraction).specs
     if payload:
         for spec in specs:
             check_capacity(spec, a.work_dir, target=a.target, draws_x=True)
@@ -239,31 +241,32 @@ def table_text(rows: list[ResultRow]) -> str:
     return table(rows).to_string(index=False, na_rep="-")
 
 
-def _progress(items, desc: str):
-    from tqdm.auto import tqdm
-    return tqdm(items, desc=desc, unit="case", disable=len(items) < 2, file=sys.stderr)
-
-
-def _report(res) -> None:
+def _report(o: Outcome) -> None:
     """What went wrong in a run, on stderr: violations, counter mismatches, x_out mismatches."""
-    for line in res.violations:
+    res = o.result if isinstance(o.result, RunResult) else o.baseline
+    if res is None:
+        return
+    for line in getattr(res, "violations", []):
         print(f"protocol violation: {line}", file=sys.stderr)
-    for line in res.counter_mismatches():
+    for line in res.counter_mismatches() if isinstance(res, RunResult) else []:
         print(f"counter mismatch: {line}", file=sys.stderr)
     for r, c in enumerate(res.checks):
         if not c.ok:
-            print(f"x_out mismatch on PE {r}: {c}", file=sys.stderr)
+            label = "" if isinstance(res, RunResult) else f" ({res.variant})"
+            print(f"x_out mismatch on PE {r}{label}: {c}", file=sys.stderr)
 
 
 def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     """Run ``variants`` on every case the flags ``a`` describe, print the table and the files
     written; return the exit status (0 every run passed, 1 a check or counter comparison failed).
 
-    Everything is checked before anything runs. Without ``--perf`` each case is launched once and
-    checked, nothing is written; with it, each variant's folder (:func:`variant_dir`: the output
-    dir, or a subfolder per variant when several run) first loses the files an earlier run of that
-    variant left (perf CSVs, summary, sidecars, figures, report), then gets this run's; with
-    ``--prof-pe all`` the summary CSV follows, and ``-a plot|md`` the figures or tables.
+    Everything is checked before anything runs; then one :func:`combine_lab.harness.execute` runs
+    every case and variant (``--clock model:NAME``: the same runs priced on the model). Without
+    ``--perf`` each case is launched once and checked, nothing is written; with it, each variant's
+    folder (:func:`variant_dir`: the output dir, or a subfolder per variant when several run; for a
+    model ``<output-dir>-model-NAME``) first loses the files an earlier run of that variant left
+    (perf CSVs, summary, sidecars, figures, report), then gets this run's; with ``--prof-pe all`` the
+    summary CSV follows, and ``-a plot|md`` the figures or tables.
 
     A variant the target refuses (doubleplane on an NPU with CANN < 9.0.0) gets a REFUSED row and
     its reason on stderr while the others run; when it is the only one asked for, raises
@@ -273,59 +276,59 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     specs = _specs(a, payload=model is None)
     prof_pe = _prof_pe(a.prof_pe, specs)
     _check_run_flags(a, specs)
+    baseline = bool(getattr(a, "baseline", None))
     if model is not None:
-        return _run_modelled(a, variants, specs, prof_pe, model)
-    next_ipport = bootstrap_addresses(a.ipport)
-    refused = refusals(a.target, variants)
-    if refused and len(refused) == len(variants):  # nothing would run: say why, exit 2
-        raise VariantRefused(refused[variants[0]])
-    for why in refused.values():
-        print(f"combine-lab: {why}", file=sys.stderr)
-    if getattr(a, "baseline", None):
-        from ..run.baseline import require_baseline
-        require_baseline(a.target)  # before anything runs: the fix if it cannot
-    folders = {v: variant_dir(a.output_dir, v, separate=len(variants) > 1) for v in variants}
+        for flag, given in (("--chaos", a.chaos is not None), ("--baseline", baseline)):
+            if given:
+                raise ParameterError(f"{flag}: runs the kernel; --clock model:{model.name} prices it without running")
+        base, refused = Path(f"{a.output_dir}-model-{model.name}"), {}
+    else:
+        base, refused = Path(a.output_dir), refusals(a.target, variants)
+        if refused and len(refused) == len(variants):  # nothing would run: say why, exit 2
+            raise VariantRefused(refused[variants[0]])
+        for why in refused.values():
+            print(f"combine-lab: {why}", file=sys.stderr)
+        if baseline:
+            from ..run.baseline import require_baseline
+            require_baseline(a.target)  # before anything runs: the fix if it cannot
+    folders = {v: variant_dir(base, v, separate=len(variants) > 1) for v in variants}
     if a.perf:
         for variant, folder in folders.items():
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise ParameterError(f"--output-dir={a.output_dir}: cannot create {folder} ({e.strerror})") from None
+            usable_folder(folder, "--output-dir")
             removed = clear_outputs(folder, variant)
-            if removed:
+            if removed and model is None:
                 print(f"combine-lab: removed {len(removed)} files of an earlier {variant} run from {folder}",
                       file=sys.stderr)
-    # Without --perf nothing is timed: one launch, then the check (as the reference's driver does).
-    warmup, loops = (a.warmup, a.loops) if a.perf else (0, 1)
+    # Without --perf nothing is timed: one launch, then the check (as the reference's driver does);
+    # a model prices the loops asked for either way.
+    warmup, loops = (a.warmup, a.loops) if a.perf or model is not None else (0, 1)
+    clock = model if model is not None else WALL
+    runs = []
+    for spec in specs:
+        runs += [Run(spec, v, clock=clock, warmup=warmup, loops=loops, perf=a.perf, prof_pe=prof_pe,
+                     min_sdma_bytes=a.min_sdma_bytes, target=a.target, timeout_s=a.timeout, chaos_seed=a.chaos,
+                     fnpu=a.fnpu, fpe=a.fpe) for v in variants]
+        if baseline:
+            runs.append(Run(spec, BASELINE, warmup=a.warmup, loops=a.loops, target=a.target, timeout_s=a.timeout,
+                            fnpu=a.fnpu))
     rows: list[ResultRow] = []
-    bad = 0
-    for spec in _progress(specs, "combine"):
-        prepared = prepare_case(spec, a.work_dir, a.target)
-        try:
-            for variant in variants:
-                if variant in refused:
-                    rows.append(result_row(NotRun.of(spec, variant, a.target, REFUSED, refused[variant],
-                                                      a.min_sdma_bytes)))
-                    continue
-                res = run_case(prepared, variant, min_sdma_bytes=a.min_sdma_bytes, warmup=warmup, loops=loops,
-                               perf=a.perf, prof_pe=prof_pe, target=a.target, timeout_s=a.timeout,
-                               output_dir=folders[variant] if a.perf else None, fnpu=a.fnpu, fpe=a.fpe,
-                               ipport=next_ipport, chaos_seed=a.chaos)
-                rows.append(result_row(res))
-                bad += 0 if rows[-1].ok else 1
-                _report(res)
-            if getattr(a, "baseline", None):  # compare --baseline hccl
-                rows.append(_baseline_row(prepared, a))
-                bad += 0 if rows[-1].ok else 1
-        finally:
-            if a.work_dir is None:
-                prepared.cleanup()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a refusal was said once above; each case shows it as a row
+        for o in execute(runs, progress="model" if model is not None else "combine",
+                         ipport=None if model is not None else bootstrap_addresses(a.ipport), work_dir=a.work_dir,
+                         outputs={v: f for v, f in folders.items() if v not in refused} if a.perf else None):
+            rows.append(o.row)
+            _report(o)
+    if model is not None:
+        print(model.caption())
     print(table_text(rows))
     if a.perf:
         for variant in variants:
             if variant not in refused:
-                _finish_perf(folders[variant], variant, [s.case_id for s in specs], prof_pe == "all", a.analyse)
-    return 0 if bad == 0 else 1
+                _finish_perf(folders[variant], variant, [s.case_id for s in specs], prof_pe == "all", a.analyse,
+                             model.caption() if model is not None else "")
+    ran = [r for r in rows if r.ran]
+    return 0 if all(r.ok for r in ran) else 1
 
 
 def _paths_line(paths: list[Path], folder: Path, most: int = 4) -> str:
@@ -353,69 +356,3 @@ def _finish_perf(folder: Path, variant: str, case_ids: list[str], summary: bool,
     elif analyse == "md":
         from ..results.analysis import write_report
         print(f"report: {write_report(folder, variant, note)}")
-
-
-def _run_modelled(a: argparse.Namespace, variants: list[str], specs: list[CaseSpec], prof_pe, model) -> int:
-    """``--clock model:NAME``: price every case and variant on ``model`` (nothing is launched, only the
-    routing is drawn), print the table under its "modelled on" line, and with ``--perf`` write the
-    perf CSVs (and summary, -a) in the reference format under ``<output-dir>-model-<name>``."""
-    from ..case.case import make_case
-    from ..model.modelled import model_case
-    from ..run.outputs import counters_name, perf_csv_name, read_perf_csv, write_perf_csv, write_sidecar
-
-    for flag, given in (("--chaos", a.chaos is not None), ("--baseline", bool(getattr(a, "baseline", None)))):
-        if given:
-            raise ParameterError(f"{flag}: runs the kernel; --clock model:{model.name} prices it without running")
-    base = Path(f"{a.output_dir}-model-{model.name}")
-    folders = {v: variant_dir(base, v, separate=len(variants) > 1) for v in variants}
-    if a.perf:
-        for variant, folder in folders.items():
-            usable_folder(folder, "--output-dir")
-            clear_outputs(folder, variant)
-    rows: list[ResultRow] = []
-    for spec in _progress(specs, "model"):
-        case = make_case(spec)
-        for variant in variants:
-            res = model_case(case, variant, model, a.min_sdma_bytes, prof_pe, a.warmup, a.loops)
-            rows.append(result_row(res))
-            if a.perf:
-                for pe in res.prof_pes:
-                    path = folders[variant] / perf_csv_name(variant, pe)
-                    old = read_perf_csv(path) if path.is_file() else None
-                    new = res.perf_rows(pe)
-                    write_perf_csv(new if old is None else pd.concat([old, new], ignore_index=True), path)
-                write_sidecar(folders[variant] / counters_name(variant, spec.case_id), _modelled_sidecar(res, a))
-    print(model.caption())
-    print(table_text(rows))
-    if a.perf:
-        for variant in variants:
-            _finish_perf(folders[variant], variant, [s.case_id for s in specs], prof_pe == "all", a.analyse,
-                         model.caption())
-    return 0
-
-
-def _modelled_sidecar(res, a: argparse.Namespace) -> dict:
-    """The sidecar of a priced case: how it was priced (routing, seed, SDMA floor: what calibrate
-    reads back), check ``MODEL``; nothing ran, so no counters, violations or launches."""
-    spec = res.case.spec
-    totals = res.plan.totals
-    return {"case_id": spec.case_id, "variant": res.variant, "routing": spec.routing, "dtype": spec.dtype,
-            "seed": int(spec.seed), "target": f"model:{res.model.name}", "min_sdma_bytes": int(res.min_sdma_bytes),
-            "warmup": int(a.warmup), "loops": int(a.loops), "launches": 0, "prof_pes": list(res.prof_pes),
-            "check": "MODEL", "counters_ok": None, "counter_mismatches": [], "violations": 0,
-            "violation_examples": [],
-            "planned": [{"pe": int(pe), **{k: int(r[k]) for k in ("mte_rows", "mte_bytes", "sdma_rows", "sdma_bytes")}}
-                        for pe, r in totals.iterrows()],
-            "counted": [], "ranks": []}
-
-
-def _baseline_row(prepared, a: argparse.Namespace) -> ResultRow:
-    """Run the all_to_all baseline on ``prepared`` (``--baseline hccl``: HCCL on npu, gloo on the
-    twin); its x_out mismatches go to stderr."""
-    from ..run.baseline import run_baseline
-
-    res = run_baseline(prepared, target=a.target, warmup=a.warmup, loops=a.loops, timeout_s=a.timeout, fnpu=a.fnpu)
-    for r, c in enumerate(res.checks):
-        if not c.ok:
-            print(f"x_out mismatch on PE {r} ({res.variant}): {c}", file=sys.stderr)
-    return result_row(res)

@@ -20,7 +20,7 @@ offers to set the floor control to it. Every modelled number says "modelled on .
 assumed parameters; measured times (Run) are labelled measured, never mixed with them.
 
 **Run** builds the target if needed and runs classic and doubleplane through
-:func:`combine_lab.run.runner.compare`, then shows the x_out verdict, per-plane counters,
+:func:`combine_lab.harness.compare`, then shows the x_out verdict, per-plane counters,
 per-PE times and a history of runs. The button stays disabled until the run's results are shown,
 and a click that the browser sent while a run was going (the second click of a double-click,
 queued behind the first run) starts nothing. A
@@ -69,6 +69,7 @@ from ..model.suggest import suggest as model_suggest
 from ..planning.capacity import CapacityError, window_geometry
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan, plan_counts
 from ..results.rows import COMPARISON_COLUMNS, REFUSED, ROW_COLUMNS, NotRun, ResultRow, compare_rows, result_row
+from .. import harness
 from ..run import build as build_mod
 from ..run import runner
 from ..run.capabilities import detect
@@ -254,7 +255,7 @@ class TuningApp:
         message: the text of the message shown ('' when none).
         history: DataFrame (:data:`HISTORY_COLUMNS`), one row per completed run.
         rows: DataFrame (:data:`ROWS_COLUMNS`), one result row per variant of every completed run.
-        last_runs: the :class:`~combine_lab.run.runner.Comparison` of the last run (variant ->
+        last_runs: the :class:`~combine_lab.harness.Comparison` of the last run (variant ->
             RunResult, and ``refused``: variant -> reason), or None.
         figures: the matplotlib Figure of each view that describes the current inputs
             ("segment_map", "plane_bytes": the current plan; "compare": the last Run, while the
@@ -823,10 +824,10 @@ class TuningApp:
         self.run()
         self._run_took = time.monotonic() - started
 
-    def run(self) -> "runner.Comparison | None":
+    def run(self) -> "harness.Comparison | None":
         """Build if needed, run classic and doubleplane on the chosen target, check, plot, record.
 
-        Returns the :class:`~combine_lab.run.runner.Comparison` (``{"classic": RunResult,
+        Returns the :class:`~combine_lab.harness.Comparison` (``{"classic": RunResult,
         "doubleplane": RunResult}``; a variant the target refuses is left out, with its reason in
         ``.refused``, and recorded as a REFUSED row), or None when the values are invalid, the
         case is too large for ``max_run_bytes``, or the run failed: then ``message`` says why
@@ -860,7 +861,7 @@ class TuningApp:
                 case = Case(spec, self._case.expert_ids, self._case.expert_scales)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # a refusal is shown as a row with its reason, not a warning
-                    runs = runner.compare(case, warmup=v["warmup"], loops=v["loops"], target=v["target"],
+                    runs = harness.compare(case, warmup=v["warmup"], loops=v["loops"], target=v["target"],
                                           min_sdma_bytes=v["min_sdma_bytes"], prof_pe=prof_pe,
                                           timeout_s=self.timeout_s)
                 self.progress.value = 3

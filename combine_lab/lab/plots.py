@@ -330,7 +330,7 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     """comm_only and full_op of doubleplane against classic, per profiled PE.
 
     ``runs``: ``{"classic": RunResult, "doubleplane": RunResult}`` as
-    :func:`combine_lab.run.runner.compare` returns. Bars are CoreMaxTime/us (the slowest
+    :func:`combine_lab.harness.compare` returns. Bars are CoreMaxTime/us (the slowest
     core's mean over the profiled loops, docs/formats.md#3-perf-csv) for each PE that was
     profiled; the title carries the x_out verdict of both runs.
     """

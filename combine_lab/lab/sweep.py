@@ -14,28 +14,23 @@ row is a perf row with the run's :class:`~combine_lab.results.rows.ResultRow` be
 
 from __future__ import annotations
 
-import itertools
 import os
-import sys
 import warnings
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from ..case.case import make_case
-from ..case.spec import CaseSpec
-from ..errors import ParameterError, SpecError
-from ..params import as_list
+from ..case.grid import Grid, make_grid
+from ..errors import ParameterError
 from ..model.params import NpuModel
 from ..model.replay import replay
 from ..model.stream import case_rows
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, plan
-from ..results.rows import ERROR, REFUSED, NotRun, result_row
+from ..harness import Run, execute, progress_bar
 from ..results.tables import TIDY_COLUMNS, tidy_rows, write_sweep_csv
 from ..run import build as build_mod
 from ..run import runner
-from ..run.launch import LaunchError
 
 __all__ = ["Grid", "make_grid", "planned_shares", "run_sweep", "progress_bar", "model_grid", "MODELLED_COLUMNS"]
 
@@ -51,46 +46,6 @@ MODELLED_COLUMNS = (["case_id", "routing", "dtype", "pes", "bs", "h", "topk", "e
                                                                      f"{m}_speedup_hi")]
                     + ["sdma_share", "sdma_bytes", "segment_sdma_comm_only_us", "what_if_saving_us",
                        "what_if_saving_pct", "model", "caption"])
-
-
-@dataclass
-class Grid:
-    """The cases of a sweep: ``specs`` (valid CaseSpecs, in product order) and ``skipped``
-    (``(parameters, reason)`` for each invalid combination when skipping was asked for)."""
-
-    specs: list[CaseSpec]
-    skipped: list[tuple[dict, str]] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.specs)
-
-
-def make_grid(pes, bs, h, topk, expert_per_pe, routings, dtype="int32_t", seed: int = 42,
-              masked_fraction: float = 0.0, skip_invalid: bool = False) -> Grid:
-    """The product of the axes as CaseSpecs, every one validated before anything runs.
-
-    Each axis is a list, a single value, or a string as papermill ``-p`` passes it
-    (``"[8, 16]"``, ``"8,16"``); ``routings`` and ``dtype`` likewise hold strings.
-    Order: routing, dtype, pes, bs, h, topk, expert_per_pe (the last varies fastest).
-
-    Raises SpecError naming every invalid combination (for example topk > E with a
-    distinct routing), unless ``skip_invalid``: then they are listed in ``Grid.skipped``.
-    """
-    axes = {"routing": as_list(routings, str, "routings"), "dtype": as_list(dtype, str, "dtype"),
-            "pes": as_list(pes, int, "pes"), "bs": as_list(bs, int, "bs"), "h": as_list(h, int, "h"),
-            "topk": as_list(topk, int, "topk"), "expert_per_pe": as_list(expert_per_pe, int, "expert_per_pe")}
-    specs, skipped = [], []
-    for values in itertools.product(*axes.values()):
-        params = dict(zip(axes, values))
-        try:
-            specs.append(CaseSpec(seed=seed, masked_fraction=masked_fraction, **params))
-        except SpecError as e:
-            skipped.append((params, str(e)))
-    if skipped and not skip_invalid:
-        lines = "; ".join(f"{p}: {why}" for p, why in skipped[:5])
-        more = f" (and {len(skipped) - 5} more)" if len(skipped) > 5 else ""
-        raise SpecError(f"{len(skipped)} of {len(skipped) + len(specs)} sweep cases are invalid: {lines}{more}")
-    return Grid(specs, skipped)
 
 
 def planned_shares(specs, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> pd.DataFrame:
@@ -115,34 +70,14 @@ def planned_shares(specs, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> pd.Da
                                        "payload_bytes", "sdma_bytes", "sdma_share"])
 
 
-def progress_bar(items, desc: str, *, disable: bool = False):
-    """A tqdm text bar over ``items`` (one step per case): on stdout in a Jupyter kernel, on
-    stderr elsewhere (a terminal, a log).
-
-    Text, not tqdm's notebook widget: a notebook executed headless (papermill, ``combine-lab
-    notebooks``) saves a widget's first state as its text (``sweep: 0%| | 0/4``) and never the
-    rest, while a text bar's saved output ends with its last state (``sweep: 100%|...| 4/4``);
-    JupyterLab draws the same text bar in place as it advances.
-    """
-    from tqdm.std import tqdm
-
-    try:
-        from IPython import get_ipython
-        in_kernel = type(get_ipython()).__name__ == "ZMQInteractiveShell"
-    except ImportError:  # pragma: no cover - IPython comes with the lab extra
-        in_kernel = False
-    return tqdm(items, desc=desc, unit="case", disable=disable, file=sys.stdout if in_kernel else sys.stderr,
-                dynamic_ncols=not in_kernel, ncols=80 if in_kernel else None)
-
-
 def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, target: str = "cpu",
               min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES, prof_pe: int | str = 0, timeout_s: float = 120.0,
               csv_path: str | os.PathLike | None = None, progress: bool = True) -> pd.DataFrame:
     """Run classic and doubleplane on every spec, ``repeats`` times, and tidy the results.
 
-    Each case's files are written once; each repeat launches both variants on them
-    (:func:`combine_lab.run.runner.run_case`), the order alternating between repeats
-    (classic first, then doubleplane first, ...) so that neither always runs second.
+    One :func:`combine_lab.harness.execute` of both variants of every spec: each case's files are
+    written once; each repeat launches both variants on them, the order alternating between
+    repeats (classic first, then doubleplane first, ...) so that neither always runs second.
     The spread over repeats (quartiles) is what :func:`combine_lab.results.tables.summarize`
     reports with every time; every repeat's times stay in the tidy table.
 
@@ -156,7 +91,7 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
             the summary then takes the slowest PE, which ends the combine).
         timeout_s: limit per launch of all PEs, seconds.
         csv_path: if given, the tidy table is written there (:func:`combine_lab.results.tables.write_sweep_csv`).
-        progress: show a progress bar (one step per case; :func:`progress_bar`).
+        progress: show a progress bar (one step per case; :func:`combine_lab.harness.progress_bar`).
 
     Returns:
         The tidy DataFrame (:data:`~combine_lab.results.tables.TIDY_COLUMNS`), one row per
@@ -173,44 +108,18 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
         specs = specs.specs
     for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("repeats", repeats, 1)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
-            raise ParameterError(f"{label}={v!r}: must be an int >= {lo}")
+            raise ParameterError(f"{label}={v!r}: must be an int >= {lo}", parameter=label, value=v)
     build_mod.build(target)
-    refused = runner.refusals(target)
-    for why in refused.values():
+    for why in runner.refusals(target).values():  # said once; each case gets its REFUSED rows
         warnings.warn(why, stacklevel=2)
-    runnable = [v for v in VARIANTS if v not in refused]
-    floor = int(min_sdma_bytes)
+    runs = [Run(spec, v, repeats=int(repeats), warmup=int(warmup), loops=int(loops), target=target,
+                min_sdma_bytes=int(min_sdma_bytes), prof_pe=prof_pe, timeout_s=timeout_s)
+            for spec in specs for v in VARIANTS]
     rows: list[dict] = []
-    kw = dict(warmup=int(warmup), loops=int(loops), target=target, min_sdma_bytes=floor, prof_pe=prof_pe,
-              timeout_s=timeout_s)
-
-    def not_run(spec, variant, check, reason, rep):
-        return tidy_rows(result_row(NotRun.of(spec, variant, target, check, reason, floor)), spec, repeat=rep)
-
-    for spec in progress_bar(specs, "sweep", disable=not progress):
-        for variant, why in refused.items():
-            rows += not_run(spec, variant, REFUSED, why, 0)
-        prepared = None
-        try:
-            prepared = runner.prepare_case(spec)
-            for rep in range(int(repeats)):
-                order = runnable if rep % 2 == 0 else runnable[::-1]
-                done: list[dict] = []
-                try:
-                    for variant in order:
-                        res = runner.run_case(prepared, variant, **kw)
-                        done += tidy_rows(result_row(res), spec, res.perf, rep)
-                except (LaunchError, OSError) as e:
-                    for variant in runnable:
-                        rows += not_run(spec, variant, ERROR, str(e).splitlines()[0], rep)
-                    break
-                rows += done
-        except OSError as e:  # the case files could not be written
-            for variant in runnable:
-                rows += not_run(spec, variant, ERROR, str(e).splitlines()[0], 0)
-        finally:
-            if prepared is not None:
-                prepared.cleanup()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for o in execute(runs, progress="sweep" if progress else None, on_error="row"):
+            rows += tidy_rows(o.row, o.spec, o.perf if o.result is not None else None, o.repeat)
     tidy = pd.DataFrame(rows, columns=TIDY_COLUMNS)
     if csv_path is not None:
         write_sweep_csv(tidy, csv_path)

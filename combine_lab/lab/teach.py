@@ -137,7 +137,7 @@ def rule_arithmetic(segment_rows: int, remote_rows: int, row_bytes: int, den: in
     Raises ParameterError when ``den`` < 1 or a count is negative."""
     for name, value in (("segment_rows", segment_rows), ("remote_rows", remote_rows), ("row_bytes", row_bytes)):
         if int(value) < 0:
-            raise ParameterError(f"{name}={value}: must be >= 0")
+            raise ParameterError(f"{name}={value}: must be >= 0", parameter=name, value=value)
     if int(den) < 1:
         raise ParameterError(f"den={den}: must be >= 1 (max(pes - 1, 1) * expert_per_pe)")
     seg, num = int(segment_rows) * int(row_bytes), int(remote_rows) * int(row_bytes)
@@ -176,7 +176,7 @@ def unsent_slot_wait(case: Case, src_rank: int, token: int, k: int, wait_s: floa
     s = case.spec
     for name, value, bound in (("src_rank", src_rank, s.pes), ("token", token, s.bs), ("k", k, s.topk)):
         if not 0 <= int(value) < bound:
-            raise ParameterError(f"{name}={value}: must be in [0, {bound}) for this case")
+            raise ParameterError(f"{name}={value}: must be in [0, {bound}) for this case", parameter=name, value=value)
     if not wait_s > 0:
         raise ParameterError(f"wait_s={wait_s}: must be > 0 seconds")
     if 0 <= int(case.expert_ids[src_rank, token, k]) < s.moe_expert_num:
@@ -236,7 +236,7 @@ def one_segment(model: NpuModel, sizes, h: int, itemsize: int = 2) -> pd.DataFra
     if itemsize not in (2, 4):
         raise ParameterError(f"itemsize={itemsize!r}: 2 (float16_t) or 4 (int32_t)")
     if int(h) < 1:
-        raise ParameterError(f"h={h!r}: must be >= 1 element")
+        raise ParameterError(f"h={h!r}: must be >= 1 element", parameter="h", value=h)
     out = []
     dtype = {2: "float16_t", 4: "int32_t"}[itemsize]
     for n in sizes:

@@ -15,7 +15,7 @@ from ..errors import ParameterError
 from ..planning.cores import kernel_constant
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan
 from ..planning.planner import plan as make_plan
-from ..run.outputs import PERF_COLUMNS, gib_per_s
+from ..run.outputs import PERF_COLUMNS, gib_per_s, sidecar_record
 from .params import NpuModel
 from .replay import ModelledTimes, replay
 from .stream import case_rows
@@ -46,6 +46,14 @@ class ModelledResult:
     def time_us(self, metric: str) -> float:
         """CoreMaxTime/us of ``metric``, mean over the profiled PEs (as RunResult reports it)."""
         return float(np.mean([self.times.time_us(metric, pe) for pe in self.prof_pes]))
+
+    def sidecar(self) -> dict:
+        """The sidecar of this priced case (:func:`combine_lab.run.outputs.sidecar_record`): how it was
+        priced (routing, seed, SDMA floor: what calibrate reads back), check ``MODEL``; nothing ran, so
+        no counters, violations or launches."""
+        return sidecar_record(spec=self.case.spec, variant=self.variant, target=f"model:{self.model.name}",
+                              min_sdma_bytes=self.min_sdma_bytes, warmup=self.warmup, loops=self.loops, launches=0,
+                              prof_pes=self.prof_pes, check=MODELLED, plan_totals=self.plan.totals)
 
     def perf_rows(self, pe: int) -> pd.DataFrame:
         """The perf rows (full_op, comm_only) of profiled PE ``pe`` in :func:`read_perf_csv` form, as
@@ -80,7 +88,8 @@ def model_case(case: Case, variant: str, model: NpuModel, min_sdma_bytes: int = 
     elif isinstance(prof_pe, (int, np.integer)) and not isinstance(prof_pe, bool) and 0 <= prof_pe < pes:
         prof_pes = [int(prof_pe)]
     else:
-        raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {pes - 1}]")
+        raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {pes - 1}]",
+                             parameter="prof_pe", value=prof_pe)
     rows = case_rows(case, model.soc)
     sdma = (plan.segments["plane"].to_numpy() == "SDMA").reshape(pes, -1)
     return ModelledResult(case, variant, int(min_sdma_bytes), model, plan, replay(rows, sdma, model), prof_pes,

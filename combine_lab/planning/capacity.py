@@ -15,13 +15,14 @@ from pathlib import Path
 import psutil
 
 from ..case.spec import CaseSpec
+from ..errors import CombineLabError
 from .cores import kernel_constant
 
 MiB = 1 << 20
 GiB = 1 << 30
 
 
-class CapacityError(ValueError):
+class CapacityError(CombineLabError, ValueError):
     """The case is valid but does not fit this machine; the message gives the resource, the
     bytes needed and the bytes available."""
 

@@ -65,7 +65,7 @@ class Plan:
 
 def _check_int(name: str, value, minimum: int) -> int:
     if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)) or value < minimum:
-        raise ParameterError(f"{name}={value!r}: must be an int >= {minimum}")
+        raise ParameterError(f"{name}={value!r}: must be an int >= {minimum}", parameter=name, value=value)
     return int(value)
 
 

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ParameterError
+from ..errors import CombineLabError, ParameterError
 from . import toolchain
 
 TARGETS = ("cpu", "npu")
@@ -28,7 +28,7 @@ _SOURCE_DIRS = ("kernels", "host", "cmake")
 _SOURCE_SUFFIXES = {".cpp", ".h", ".hpp", ".cmake", ".txt"}
 
 
-class BuildError(RuntimeError):
+class BuildError(CombineLabError, RuntimeError):
     """The build could not be configured or compiled; the message holds the tool output tail."""
 
 

@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 
 import psutil
 
-from ..errors import ParameterError
+from ..errors import CombineLabError, ParameterError
 
 SHM_PREFIX = "combine_twin_"
 _POLL_S = 0.01
@@ -50,7 +50,7 @@ _SESSION_PID = re.compile(r"cl(\d+)_[0-9a-f]{12}$")
 DRIVER_POLICY = {"classic": "mte_only", "doubleplane": "dual_plane"}
 
 
-class LaunchError(RuntimeError):
+class LaunchError(CombineLabError, RuntimeError):
     """A PE failed or the run timed out. ``pe`` is the first failing PE (or None on timeout)."""
 
     def __init__(self, message: str, pe: int | None = None, returncode: int | None = None):
@@ -279,7 +279,7 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
         KeyboardInterrupt: re-raised after cleanup.
     """
     if pes < 1:
-        raise ParameterError(f"pes={pes}: must be >= 1")
+        raise ParameterError(f"pes={pes}: must be >= 1", parameter="pes", value=pes)
     remove_orphans()
     session = session or new_session()
     if shm_path(session).exists():

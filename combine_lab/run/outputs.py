@@ -31,6 +31,8 @@ from typing import Iterable
 
 import pandas as pd
 
+from ..errors import CombineLabError
+
 #: The file-name prefix of each variant, as the reference names its two drivers' files.
 FILE_PREFIX = {"classic": "combine", "doubleplane": "combine_doubleplane"}
 
@@ -58,7 +60,7 @@ _FLOAT_COLUMNS = ["Bandwidth/GB/s", "CoreMaxTime/us", "PerPeBandwidth/GB/s"]
 COUNTER_FIELDS = ["puts", "bytes", "quiets", "status_writes", "status_bytes"]
 
 
-class ResultFileError(ValueError):
+class ResultFileError(CombineLabError, ValueError):
     """A perf CSV or counters file is missing or not in the expected format (message names the file)."""
 
 
@@ -257,6 +259,33 @@ def write_perf_csv(df: pd.DataFrame, path: str | Path) -> Path:
     return path
 
 
+def append_perf_rows(rows: pd.DataFrame, dst: str | Path) -> Path:
+    """Append ``rows`` (:func:`read_perf_csv` form) to the per-rank CSV ``dst`` as the reference's
+    driver appends: the header first when ``dst`` is new or empty, then each row by
+    :func:`perf_row_fields` (the driver's own bytes for rows read from its file). Folders are created.
+
+    Raises:
+        ResultFileError: ``dst`` exists with another header (a file of another format: remove it or
+            write elsewhere).
+    """
+    dst = Path(dst)
+    new = not dst.is_file() or not dst.stat().st_size
+    if not new:
+        with open(dst, encoding="utf-8", newline="") as f:
+            first = f.readline().rstrip("\r\n")
+        if first != ",".join(PERF_HEADER):
+            raise ResultFileError(f"{dst}: not a docs/formats.md#3-perf-csv perf CSV (header {first[:80]!r}); "
+                                  f"remove it or choose another output folder")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(dst, "a", encoding="utf-8", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        if new:
+            w.writerow(PERF_HEADER)
+        for _, r in rows.iterrows():
+            w.writerow(perf_row_fields(r))
+    return dst
+
+
 def append_perf_csv(src: str | Path, dst: str | Path) -> Path:
     """Append the rows of ``src`` (a per-rank CSV the driver wrote in one run's folder) to ``dst``
     byte for byte, writing the header first when ``dst`` is new or empty, as the reference's
@@ -369,6 +398,47 @@ def counters_frame(counters: list[dict], which: str = "last") -> pd.DataFrame:
 SIDECAR_KEYS = ["case_id", "variant", "routing", "dtype", "seed", "target", "min_sdma_bytes", "warmup", "loops",
                 "launches", "prof_pes", "check", "counters_ok", "counter_mismatches", "violations",
                 "violation_examples", "planned", "counted", "ranks"]
+
+
+def plane_records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
+    """``columns`` of a per-PE frame (index ``pe``) as JSON-ready dicts, ``pe`` first, Python ints."""
+    return [{"pe": int(pe), **{k: int(row[k]) for k in columns}} for pe, row in df.iterrows()]
+
+
+def sidecar_record(*, spec, variant: str, target: str, min_sdma_bytes: int, warmup: int, loops: int, launches: int,
+                   prof_pes: list[int], check: str, plan_totals: pd.DataFrame, counter_mismatches: list[str] | None = None,
+                   violations: int = 0, violation_examples: list[str] | None = None,
+                   counted: pd.DataFrame | None = None, ranks: list[dict] | None = None) -> dict:
+    """The sidecar of one run (:data:`SIDECAR_KEYS`), for :func:`write_sidecar`: the case (``spec``: a
+    CaseSpec) and how it ran, the verdicts, the planned bytes per PE (``plan_totals``: a Plan's
+    totals) and, where something counted them, the counted bytes and the twin's counters
+    (``counted``: a RunResult's plane_bytes; ``ranks``: its counters files). A run nothing counted
+    (NPU, or a timing model) has ``counters_ok`` None when ``counter_mismatches`` is None."""
+    return {"case_id": spec.case_id, "variant": variant, "routing": spec.routing, "dtype": spec.dtype,
+            "seed": int(spec.seed), "target": target, "min_sdma_bytes": int(min_sdma_bytes), "warmup": int(warmup),
+            "loops": int(loops), "launches": int(launches), "prof_pes": [int(p) for p in prof_pes], "check": check,
+            "counters_ok": None if counter_mismatches is None else not counter_mismatches,
+            "counter_mismatches": list(counter_mismatches or []), "violations": int(violations),
+            "violation_examples": list(violation_examples or []),
+            "planned": plane_records(plan_totals, ["mte_rows", "mte_bytes", "sdma_rows", "sdma_bytes"]),
+            "counted": [] if counted is None else plane_records(counted, ["mte_bytes", "sdma_bytes", "mte_puts",
+                                                                            "sdma_puts", "status_writes"]),
+            "ranks": list(ranks or [])}
+
+
+def write_run_files(folder: str | Path, result, perf: pd.DataFrame | None) -> list[Path]:
+    """The files one run leaves in ``folder``, once every launch of it succeeded: the rows of each
+    profiled PE appended to its per-rank CSV (``perf``, :func:`read_perf_csv` form; None: nothing was
+    timed, no CSV), then the case's sidecar (``result.sidecar()``: a RunResult or a ModelledResult).
+    The one writer of run files (the CLI, the sweep, run_case(output_dir=...)). Returns the paths."""
+    folder = Path(folder)
+    paths = []
+    if perf is not None and len(perf):
+        for pe, rows in perf.groupby("ProfPe", sort=False):
+            paths.append(append_perf_rows(rows, folder / perf_csv_name(result.variant, int(pe))))
+    data = result.sidecar()
+    paths.append(write_sidecar(folder / counters_name(result.variant, data["case_id"]), data))
+    return paths
 
 
 def write_sidecar(path: str | Path, data: dict) -> Path:

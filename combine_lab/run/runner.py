@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Union
@@ -31,8 +30,8 @@ from . import build as build_mod
 from .capabilities import npu_variant_refusal
 from .launch import (LaunchError, bootstrap_ipport, check_ipport, host_argv, launch_pes, owned_temp_dir,
                      remove_orphans)
-from .outputs import (append_perf_csv, counters_frame, counters_name, driver_counters_name, perf_csv_name,
-                      read_counters, read_perf_csv, write_sidecar)
+from .outputs import (counters_frame, driver_counters_name, perf_csv_name, read_counters, read_perf_csv,
+                      sidecar_record, write_run_files)
 
 _MISMATCH_EXIT = 2  # the driver's status when x_out differs from golden
 _REFUSED_INPUT_EXIT = 1  # the driver refused its arguments or case files, before SHMEM started
@@ -146,6 +145,11 @@ class RunResult:
     driver_status: list[int] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     violation_count: int = 0
+    spec: CaseSpec | None = None
+    warmup: int = 0
+    loops: int = 1
+    prof_pes: list[int] = field(default_factory=list)
+    ranks: list[dict] = field(default_factory=list)  # the twin's counters file of every PE (empty on an NPU)
 
     @property
     def check_ok(self) -> bool:
@@ -217,6 +221,16 @@ class RunResult:
         rows = self.perf[self.perf["Metric"] == metric] if not self.perf.empty else self.perf
         return float(rows["CoreMaxTime/us"].mean()) if len(rows) else float("nan")
 
+    def sidecar(self) -> dict:
+        """The sidecar of this run (:func:`combine_lab.run.outputs.sidecar_record`): what the perf CSV has
+        no column for: the case and how it ran, the check, planned and counted bytes, the counters."""
+        return sidecar_record(spec=self.spec, variant=self.variant, target=self.target,
+                              min_sdma_bytes=self.min_sdma_bytes, warmup=self.warmup, loops=self.loops,
+                              launches=self.launches, prof_pes=self.prof_pes,
+                              check="PASS" if self.check_ok else "FAIL", plan_totals=self.plan.totals,
+                              counter_mismatches=self.counter_mismatches(), violations=self.violation_count,
+                              violation_examples=self.violations, counted=self.plane_bytes(), ranks=self.ranks)
+
 
 def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
              warmup: int = 0, loops: int = 1, perf: bool = True, prof_pe: int | str = 0, target: str = "cpu",
@@ -240,7 +254,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
             ``<output_dir>/combine_perf_rank<r>.csv`` (classic) or
             ``combine_doubleplane_perf_rank<r>.csv`` (header once, as docs/formats.md#3-perf-csv),
             once every launch succeeded, and the case's sidecar is written beside them
-            (``<prefix>_counters_<case_id>.json``: :func:`combine_lab.run.outputs.write_sidecar`).
+            (``<prefix>_counters_<case_id>.json``): :func:`combine_lab.run.outputs.write_run_files`.
         fnpu, fpe: first NPU (PE r on NPU ``r % pes + fnpu``) and first PE id passed to the driver.
         ipport: SHMEM bootstrap address for every launch, or a function called once per launch
             (each profiled PE's run) that returns it; default a free 127.0.0.1 port per launch.
@@ -269,14 +283,16 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
     for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("min_sdma_bytes", min_sdma_bytes, 0),
                          ("fpe", fpe, 0)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
-            raise ParameterError(f"{label}={v!r}: must be an int >= {lo}")
+            raise ParameterError(f"{label}={v!r}: must be an int >= {lo}", parameter=label, value=v)
     if chaos_seed is not None and (not isinstance(chaos_seed, (int, np.integer)) or isinstance(chaos_seed, bool)
                                    or chaos_seed < 0 or target != "cpu"):
-        raise ParameterError(f"chaos_seed={chaos_seed!r}: must be an int >= 0, on target cpu (the twin)")
+        raise ParameterError(f"chaos_seed={chaos_seed!r}: must be an int >= 0, on target cpu (the twin)",
+                             parameter="chaos_seed", value=chaos_seed)
     if not (timeout_s > 0):
-        raise ParameterError(f"timeout_s={timeout_s!r}: must be > 0 seconds")
+        raise ParameterError(f"timeout_s={timeout_s!r}: must be > 0 seconds", parameter="timeout_s", value=timeout_s)
     if not isinstance(fnpu, (int, np.integer)) or isinstance(fnpu, bool) or fnpu < 0:
-        raise ParameterError(f"fnpu={fnpu!r}: must be an NPU id >= 0 (PE r runs on NPU fnpu + r)")
+        raise ParameterError(f"fnpu={fnpu!r}: must be an NPU id >= 0 (PE r runs on NPU fnpu + r)",
+                             parameter="fnpu", value=fnpu)
     if ipport is not None and not callable(ipport):  # a function's addresses are checked as it makes them
         check_ipport(ipport, "ipport")
     if output_dir is not None:
@@ -298,7 +314,8 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
     elif isinstance(prof_pe, (int, np.integer)) and not isinstance(prof_pe, bool) and 0 <= prof_pe < spec.pes:
         prof_pes = [int(prof_pe)]
     else:
-        raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {spec.pes - 1}]")
+        raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {spec.pes - 1}]",
+                             parameter="prof_pe", value=prof_pe)
     if not perf:
         prof_pes = prof_pes[:1]  # nothing is profiled: one run
     check_capacity(spec, prepared.case_root, _rows_per_pe(prepared.case), target)
@@ -310,7 +327,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
             env["COMBINE_TWIN_CHAOS"] = str(int(chaos_seed))
         run_dir = Path(tempfile.mkdtemp(prefix=f"combine_{variant}_", dir=prepared.case_root))
         csv_of = lambda r: run_dir / perf_csv_name(variant, r)  # noqa: E731
-        perf_frames, perf_files, status = [], [], [0] * spec.pes
+        perf_frames, status = [], [0] * spec.pes
         for ppe in prof_pes:
             port = (check_ipport(ipport(), "ipport") if callable(ipport) else ipport) or bootstrap_ipport()
             argv = lambda r: host_argv(pe_size=spec.pes, pe_id=r, ipport=port, g_npus=spec.pes,  # noqa: E731
@@ -324,8 +341,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
             status = [max(s, o.returncode) for s, o in zip(status, outcomes)]
             if perf and csv_of(ppe).is_file():
                 perf_frames.append(read_perf_csv(csv_of(ppe)))
-                kept = csv_of(ppe).rename(run_dir / f"prof{ppe}_{csv_of(ppe).name}")  # the next run writes afresh
-                perf_files.append((ppe, kept))
+                csv_of(ppe).rename(run_dir / f"prof{ppe}_{csv_of(ppe).name}")  # the next run writes afresh
         counters = [read_counters(run_dir / driver_counters_name(csv_of(r).name)) for r in range(spec.pes)] \
             if target == "cpu" else []
         x_out, checks = [], []
@@ -341,37 +357,14 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
                            launches=int(counters[0]["launches"]) if counters else warmup + loops,
                            plan=the_plan, run_dir=run_dir, driver_status=status,
                            violations=[m for c in counters for m in c.get("violation_examples", [])],
-                           violation_count=sum(int(c.get("violations", 0)) for c in counters))
+                           violation_count=sum(int(c.get("violations", 0)) for c in counters), spec=spec,
+                           warmup=int(warmup), loops=int(loops), prof_pes=prof_pes, ranks=counters)
         if output_dir is not None:  # only once every launch succeeded: a failed run adds no rows
-            for ppe, path in perf_files:
-                append_perf_csv(path, Path(output_dir) / perf_csv_name(variant, ppe))
-            write_sidecar(Path(output_dir) / counters_name(variant, spec.case_id),
-                          _sidecar(result, spec, warmup, loops, prof_pes, counters))
+            write_run_files(output_dir, result, perf_df if perf else None)
         return result
     finally:
         if not keep_files and prepared is not case:
             prepared.cleanup()
-
-
-def _records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
-    """``columns`` of a per-PE frame (index ``pe``) as JSON-ready dicts, ``pe`` first, Python ints."""
-    return [{"pe": int(pe), **{k: int(row[k]) for k in columns}} for pe, row in df.iterrows()]
-
-
-def _sidecar(res: RunResult, spec: CaseSpec, warmup: int, loops: int, prof_pes: list[int],
-             counters: list[dict]) -> dict:
-    """The sidecar of one run (:func:`combine_lab.run.outputs.write_sidecar`): what the perf CSV has
-    no column for."""
-    return {"case_id": spec.case_id, "variant": res.variant, "routing": spec.routing, "dtype": spec.dtype,
-            "seed": int(spec.seed), "target": res.target, "min_sdma_bytes": int(res.min_sdma_bytes),
-            "warmup": int(warmup), "loops": int(loops), "launches": int(res.launches), "prof_pes": prof_pes,
-            "check": "PASS" if res.check_ok else "FAIL", "counters_ok": not res.counter_mismatches(),
-            "counter_mismatches": res.counter_mismatches(), "violations": int(res.violation_count),
-            "violation_examples": list(res.violations),
-            "planned": _records(res.plan.totals, ["mte_rows", "mte_bytes", "sdma_rows", "sdma_bytes"]),
-            "counted": _records(res.plane_bytes(), ["mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts",
-                                                    "status_writes"]),
-            "ranks": counters}
 
 
 def refusals(target: str, variants=VARIANTS) -> dict[str, str]:
@@ -379,8 +372,9 @@ def refusals(target: str, variants=VARIANTS) -> dict[str, str]:
 
     The one place a refusal is decided: doubleplane on an NPU whose CANN is older than 9.0.0
     (no SDMA; :func:`combine_lab.run.capabilities.npu_variant_refusal`). The twin refuses
-    nothing. :func:`run_case` raises ``VariantRefused`` with the reason; :func:`compare`, the
-    sweep, the CLI and the tuning app turn it into a row that says why.
+    nothing. :func:`run_case` raises ``VariantRefused`` with the reason; the harness
+    (:func:`combine_lab.harness.execute`: the CLI, the sweep, compare and the tuning app) turns it
+    into a row that says why.
     """
     if target != "npu":
         return {}
@@ -392,37 +386,4 @@ def refusals(target: str, variants=VARIANTS) -> dict[str, str]:
     return out
 
 
-class Comparison(dict):
-    """What :func:`compare` returns: variant -> :class:`RunResult` for each variant that ran, in
-    :data:`VARIANTS` order, and ``refused``: variant -> reason for each one the target refused."""
-
-    def __init__(self, runs=(), refused: dict[str, str] | None = None):
-        super().__init__(runs)
-        self.refused: dict[str, str] = dict(refused or {})
-
-
-def compare(case: CaseLike, **kwargs) -> Comparison:
-    """Run ``classic`` and ``doubleplane`` on the same case files; returns both results by variant.
-
-    Keyword arguments are those of :func:`run_case` (except ``variant``). A variant refused on
-    this target (doubleplane on an NPU with CANN < 9.0.0) is left out of the mapping, with its
-    reason in ``Comparison.refused`` and in a warning; classic still runs.
-    """
-    keep = kwargs.pop("keep_files", False)
-    prepared = prepare_case(case, kwargs.pop("work_dir", None))
-    try:
-        out = Comparison()
-        for v in VARIANTS:
-            try:
-                out[v] = run_case(prepared, v, **kwargs)
-            except build_mod.VariantRefused as e:
-                out.refused[v] = str(e)
-                warnings.warn(str(e), stacklevel=2)
-        return out
-    finally:
-        if not keep and prepared is not case:
-            prepared.cleanup()
-
-
-__all__ = ["VARIANTS", "PreparedCase", "RunResult", "Comparison", "prepare_case", "run_case", "compare", "refusals",
-           "LaunchError"]
+__all__ = ["VARIANTS", "PreparedCase", "RunResult", "CaseLike", "prepare_case", "run_case", "refusals", "LaunchError"]

@@ -1,0 +1,318 @@
+"""One harness for every run the lab makes: descriptions of runs in, one outcome per run and repeat out.
+
+    runs = [Run(spec, v, repeats=5, warmup=2, loops=20) for v in VARIANTS]
+    for o in execute(runs, progress="compare"):
+        print(o.repeat, o.row.variant, o.row.check, o.row.comm_only_us)
+
+A :class:`Run` says what to run (a case, a variant), on which clock (``wall``: build, launch
+and time the kernel on a target; an :class:`~combine_lab.model.params.NpuModel`: price it on
+the timing model, launching nothing), how often (repeats) and how (warmup/loops, the profiled
+PE, the SDMA floor, ...). :func:`execute` runs a list of them: each case's files are written
+once, the repeats of the runs on one case are interleaved (the order of the variants reversed
+every other repeat, so that a burst of load lands on all of them alike), a variant the target
+refuses and a run that fails become rows that say why, the perf CSVs and sidecars go through one
+writer (:func:`combine_lab.run.outputs.write_run_files`), and every outcome carries its
+:class:`~combine_lab.results.rows.ResultRow`: the one row format of the CLI's table, the sweep's
+tidy CSV and the tuning app's history. The CLI (``run``, ``compare``), the sweep, the tuning
+app and the walkthrough all run through here (the latter two by :func:`compare`).
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, Union
+
+import pandas as pd
+
+from .case.case import Case, make_case
+from .case.spec import CaseSpec
+from .errors import ParameterError
+from .model import modelled
+from .model.modelled import ModelledResult
+from .model.params import NpuModel
+from .planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
+from .results.rows import ERROR, REFUSED, NotRun, ResultRow, result_row
+from .run.launch import LaunchError
+from .run.outputs import write_run_files
+from .run import runner
+from .run.runner import CaseLike, PreparedCase, RunResult, prepare_case, refusals
+
+__all__ = ["WALL", "BASELINE", "Run", "Outcome", "execute", "Comparison", "compare", "progress_bar"]
+
+#: The clock of a run that launches the kernel and times it on its target.
+WALL = "wall"
+#: The variant of a Run that is the all_to_all baseline (torch.distributed: gloo on the twin, HCCL on
+#: an NPU; combine_lab.run.baseline) on the same case files, not the kernel.
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run to make: ``variant`` of ``case`` on ``clock``, ``repeats`` times.
+
+    Attributes:
+        case: a CaseSpec, a Case, a PreparedCase or a reference case folder (runs given the same
+            object share its case files).
+        variant: ``classic``, ``doubleplane``, or :data:`BASELINE` (the all_to_all baseline, wall clock only).
+        clock: :data:`WALL` (launch on ``target``, time with the kernel's profiling frames, us) or an
+            NpuModel (priced by the timing model; nothing launched, no payload drawn).
+        repeats: how many times (>= 1); the repeats of runs on one case are interleaved.
+        warmup, loops: untimed and timed launches per repeat (loops >= 1).
+        perf: profile (perf rows); without it one launch is checked and nothing is timed.
+        prof_pe: the profiled PE, or ``"all"`` (every PE in turn: one launch sequence each).
+        min_sdma_bytes: the SDMA floor of the decision rule, bytes.
+        target: ``cpu`` (the twin) or ``npu``, for the wall clock.
+        timeout_s: limit per launch of all PEs, seconds.
+        chaos_seed: the twin's chaos mode (None: off).
+        fnpu, fpe: first NPU and first PE id of the driver.
+        env: extra environment of the PEs; binary: a driver to use instead of building one.
+    """
+
+    case: CaseLike
+    variant: str = "doubleplane"
+    clock: Union[str, NpuModel] = WALL
+    repeats: int = 1
+    warmup: int = 0
+    loops: int = 1
+    perf: bool = True
+    prof_pe: Union[int, str] = 0
+    min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES
+    target: str = "cpu"
+    timeout_s: float = 120.0
+    chaos_seed: int | None = None
+    fnpu: int = 0
+    fpe: int = 0
+    env: Mapping[str, str] | None = None
+    binary: str | os.PathLike | None = None
+
+    @property
+    def modelled(self) -> bool:
+        """True when the run is priced on a timing model, not launched."""
+        return isinstance(self.clock, NpuModel)
+
+    def check(self) -> None:
+        """Raises ParameterError naming the field, the value and what is allowed, before anything runs."""
+        if self.variant not in VARIANTS + (BASELINE,):
+            raise ParameterError(f"variant={self.variant!r}: must be one of "
+                                 f"{', '.join(map(repr, VARIANTS + (BASELINE,)))}")
+        if self.variant == BASELINE and self.modelled:
+            raise ParameterError(f"variant={BASELINE!r}: runs torch.distributed; a timing model prices the kernel only")
+        if not self.modelled and self.clock != WALL:
+            raise ParameterError(f"clock={self.clock!r}: {WALL!r} or an NpuModel (model.params.load_model)")
+        for name in ("repeats", "loops", "warmup"):
+            v = getattr(self, name)
+            lo = 0 if name == "warmup" else 1
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < lo:
+                raise ParameterError(f"{name}={v!r}: must be an int >= {lo}", parameter=name, value=v)
+
+
+@dataclass
+class Outcome:
+    """What one repeat of one :class:`Run` came to.
+
+    Attributes:
+        run: the description; repeat: 0-based index of the repeat.
+        spec: the case's CaseSpec.
+        row: its :class:`~combine_lab.results.rows.ResultRow` (check PASS/FAIL, MODEL, REFUSED or ERROR).
+        result: the RunResult (wall) or ModelledResult (a model), None when it did not run (and for
+            the baseline, whose BaselineResult is in ``baseline``).
+        perf: the perf rows of the profiled PEs (combine_lab.run.outputs.read_perf_csv form, times in
+            us; modelled rows for a model); empty when nothing was timed.
+    """
+
+    run: Run
+    repeat: int
+    spec: CaseSpec
+    row: ResultRow
+    result: RunResult | ModelledResult | None = None
+    perf: pd.DataFrame = field(default_factory=pd.DataFrame)
+    baseline: object | None = None  # a BaselineResult (combine_lab.run.baseline) for variant BASELINE
+
+
+def progress_bar(items, desc: str, *, disable: bool = False, unit: str = "case"):
+    """A tqdm text bar over ``items``: on stdout in a Jupyter kernel, on stderr elsewhere (a terminal,
+    a log).
+
+    Text, not tqdm's notebook widget: a notebook executed headless (papermill, ``combine-lab
+    notebooks``) saves a widget's first state as its text (``sweep: 0%| | 0/4``) and never the
+    rest, while a text bar's saved output ends with its last state (``sweep: 100%|...| 4/4``);
+    JupyterLab draws the same text bar in place as it advances.
+    """
+    from tqdm.std import tqdm
+
+    try:
+        from IPython import get_ipython
+        in_kernel = type(get_ipython()).__name__ == "ZMQInteractiveShell"
+    except ImportError:  # IPython comes with the lab extra; a terminal needs none
+        in_kernel = False
+    return tqdm(items, desc=desc, unit=unit, disable=disable, file=sys.stdout if in_kernel else sys.stderr,
+                dynamic_ncols=not in_kernel, ncols=80 if in_kernel else None)
+
+
+def _spec_of(case: CaseLike) -> CaseSpec | None:
+    if isinstance(case, CaseSpec):
+        return case
+    if isinstance(case, Case):
+        return case.spec
+    if isinstance(case, PreparedCase):
+        return case.case.spec
+    return None  # a case folder: known once read
+
+
+def _groups(runs: Sequence[Run]) -> list[list[Run]]:
+    """The runs grouped by their case object, in the order each case first appears."""
+    groups: dict[int, list[Run]] = {}
+    for r in runs:
+        groups.setdefault(id(r.case), []).append(r)
+    return list(groups.values())
+
+
+def execute(runs: Iterable[Run], *, progress: str | None = None, ipport: str | Callable[[], str] | None = None,
+            work_dir: str | os.PathLike | None = None, outputs: Mapping[str, str | os.PathLike] | None = None,
+            keep_files: bool = False, on_error: str = "raise") -> Iterator[Outcome]:
+    """Run every :class:`Run` of ``runs`` and yield one :class:`Outcome` per run and repeat, as each ends.
+
+    Args:
+        runs: the descriptions; each is checked (:meth:`Run.check`) before the first one runs.
+        progress: the label of a progress bar (one step per case), or None for none.
+        ipport: SHMEM's bootstrap address of every launch, or a function giving the next one
+            (``combine-lab``'s -ipport: one port per launch); default a free 127.0.0.1 port.
+        work_dir: where case files are written (default a temporary folder per case, removed).
+        outputs: variant -> folder: where the perf CSVs (``--perf``) and the sidecar of each case go,
+            written once every launch of the run succeeded (combine_lab.run.outputs.write_run_files).
+        keep_files: keep the temporary case files.
+        on_error: ``"raise"``: a failed run raises (LaunchError, OSError); ``"row"``: it becomes an
+            ERROR row with the first line of the error, and the rest of that case's repeats are skipped.
+
+    Yields:
+        Outcomes in run order within each repeat. A variant the target refuses gets one REFUSED
+        outcome (repeat 0) with the reason, and a warning, while the others run.
+
+    Raises:
+        ParameterError: a Run that cannot be made (before anything runs).
+        SpecError, CaseFileError, CapacityError: a case that cannot be made or does not fit.
+        LaunchError, OSError: a run failed, with ``on_error="raise"``.
+    """
+    runs = list(runs)
+    if on_error not in ("raise", "row"):
+        raise ParameterError(f"on_error={on_error!r}: 'raise' or 'row'")
+    for r in runs:
+        r.check()
+    groups = _groups(runs)
+    bar = progress_bar(groups, progress, disable=progress is None or len(groups) < 2) if progress else groups
+    for group in bar:
+        yield from _execute_case(group, ipport, work_dir, outputs, keep_files, on_error)
+
+
+def _not_run(run: Run, spec: CaseSpec, check: str, reason: str, repeat: int) -> Outcome:
+    target = f"model:{run.clock.name}" if run.modelled else run.target
+    return Outcome(run, repeat, spec, result_row(NotRun.of(spec, run.variant, target, check, reason,
+                                                           run.min_sdma_bytes)))
+
+
+def _execute_case(group: list[Run], ipport, work_dir, outputs, keep_files: bool, on_error: str) -> Iterator[Outcome]:
+    case = group[0].case
+    walls = [r for r in group if not r.modelled]
+    refused = {id(r): why for r in walls if r.binary is None and r.variant != BASELINE
+               for why in [refusals(r.target, [r.variant]).get(r.variant)] if why}
+    prepared: PreparedCase | None = None
+    try:
+        if walls and any(id(r) not in refused for r in walls):
+            prepared = prepare_case(case, work_dir, walls[0].target)
+            the_case = prepared.case
+        else:
+            the_case = case.case if isinstance(case, PreparedCase) else case if isinstance(case, Case) else \
+                make_case(case) if isinstance(case, CaseSpec) else prepare_case(case).case
+        spec = the_case.spec
+        for why in dict.fromkeys(refused.values()):
+            warnings.warn(why, stacklevel=3)
+        runnable = [r for r in group if id(r) not in refused]
+        for rep in range(max((r.repeats for r in group), default=0)):
+            # a refused run shows once, in its place; the others' order flips every other repeat
+            order = group if rep == 0 else runnable if rep % 2 == 0 else runnable[::-1]
+            done: list[Outcome] = []
+            try:
+                for r in order:
+                    if id(r) in refused:
+                        done.append(_not_run(r, spec, REFUSED, refused[id(r)], 0))
+                    elif rep < r.repeats:
+                        done.append(_one(r, rep, prepared, the_case, ipport, outputs))
+            except (LaunchError, OSError) as e:
+                if on_error == "raise":
+                    raise
+                # the whole repeat: a pair with one variant missing compares nothing
+                for r in runnable:
+                    if rep < r.repeats:
+                        yield _not_run(r, spec, ERROR, str(e).splitlines()[0], rep)
+                return
+            yield from done
+    except OSError as e:  # the case files could not be written
+        if on_error == "raise":
+            raise
+        spec = _spec_of(case)
+        if spec is None:
+            raise
+        for r in group:
+            yield _not_run(r, spec, ERROR, str(e).splitlines()[0], 0)
+    finally:
+        if prepared is not None and not keep_files and prepared is not case:
+            prepared.cleanup()
+
+
+def _one(r: Run, rep: int, prepared: PreparedCase | None, the_case: Case, ipport, outputs) -> Outcome:
+    """Run (or price) one repeat of ``r`` and write its files to ``outputs[r.variant]``."""
+    folder = Path(outputs[r.variant]) if outputs is not None and r.variant in outputs else None
+    if r.variant == BASELINE:
+        from .run.baseline import run_baseline  # torch: only when asked for
+        res = run_baseline(prepared, target=r.target, warmup=r.warmup, loops=r.loops, timeout_s=r.timeout_s,
+                           fnpu=r.fnpu)
+        return Outcome(r, rep, the_case.spec, result_row(res), None, baseline=res)
+    if r.modelled:
+        res = modelled.model_case(the_case, r.variant, r.clock, r.min_sdma_bytes, r.prof_pe, r.warmup, r.loops)
+        perf = pd.concat([res.perf_rows(pe) for pe in res.prof_pes], ignore_index=True) if r.perf else pd.DataFrame()
+    else:
+        res = runner.run_case(prepared, r.variant, min_sdma_bytes=r.min_sdma_bytes, warmup=r.warmup, loops=r.loops,
+                       perf=r.perf, prof_pe=r.prof_pe, target=r.target, timeout_s=r.timeout_s, ipport=ipport,
+                       chaos_seed=r.chaos_seed, fnpu=r.fnpu, fpe=r.fpe, binary=r.binary,
+                       env=dict(r.env) if r.env else None)
+        perf = res.perf
+    if folder is not None:
+        write_run_files(folder, res, perf if r.perf else None)
+    return Outcome(r, rep, the_case.spec, result_row(res), res, perf)
+
+
+class Comparison(dict):
+    """What :func:`compare` returns: variant -> result (RunResult, or ModelledResult on a model) for
+    each variant that ran, in :data:`~combine_lab.planning.planner.VARIANTS` order, and ``refused``:
+    variant -> reason for each one the target refused."""
+
+    def __init__(self, runs=(), refused: dict[str, str] | None = None):
+        super().__init__(runs)
+        self.refused: dict[str, str] = dict(refused or {})
+
+
+def compare(case: CaseLike, *, clock: Union[str, NpuModel] = WALL, work_dir: str | os.PathLike | None = None,
+            keep_files: bool = False, ipport: str | Callable[[], str] | None = None,
+            outputs: Mapping[str, str | os.PathLike] | None = None, **fields) -> Comparison:
+    """Run ``classic`` and ``doubleplane`` on the same case files (one :func:`execute` of two Runs).
+
+    Keyword arguments are :class:`Run`'s fields (warmup, loops, perf, prof_pe, min_sdma_bytes, target,
+    timeout_s, chaos_seed, ...) and :func:`execute`'s (work_dir, keep_files, ipport, outputs). A
+    variant refused on this target (doubleplane on an NPU with CANN < 9.0.0) is left out of the
+    mapping, with its reason in ``Comparison.refused`` and in a warning; classic still runs.
+
+    Raises: as :func:`execute` with ``on_error="raise"``.
+    """
+    runs = [Run(case, v, clock=clock, **fields) for v in VARIANTS]
+    out = Comparison()
+    for o in execute(runs, ipport=ipport, work_dir=work_dir, outputs=outputs, keep_files=keep_files):
+        if o.result is None:
+            out.refused[o.run.variant] = o.row.reason
+        else:
+            out[o.run.variant] = o.result
+    return Comparison({v: out[v] for v in VARIANTS if v in out}, out.refused)
