@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # naive_case lives with the test
 
 from combine_lab.case import routing  # noqa: E402
 from combine_lab.case.case import Case, make_case  # noqa: E402
-from combine_lab.case.casefiles import write_case  # noqa: E402
+from combine_lab.formats.casefiles import write_case  # noqa: E402
 from combine_lab.case.routing import draw_routing, draw_x  # noqa: E402
 from combine_lab.case.spec import CaseSpec  # noqa: E402
 from naive_case import naive_rank_inputs  # noqa: E402

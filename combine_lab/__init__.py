@@ -2,7 +2,8 @@
 
 The package follows the flow of every run, one folder per stage:
 
-- :mod:`combine_lab.case`: the case (spec, routing, dispatch layout, golden, case files);
+- :mod:`combine_lab.case`: the case (spec, routing, dispatch layout, golden, grids);
+- :mod:`combine_lab.formats`: the files of the lab (case files, perf CSVs, sidecars);
 - :mod:`combine_lab.planning`: the plan (decision rule, window geometry and capacity, tables
   that explain both);
 - :mod:`combine_lab.run`: build, launch, run and check on a target (CPU twin or NPU), the
@@ -23,7 +24,7 @@ docs/protocol.md#2-dispatch-layout, the decision rule in docs/decision-rule.md#1
 """
 
 from .case.case import Case, case_from_arrays, make_case
-from .case.casefiles import read_case, write_case
+from .formats.casefiles import read_case, write_case
 from .case.spec import CaseSpec
 from .planning.planner import plan
 from .harness import compare

@@ -14,9 +14,12 @@ class alone:
   file that cannot be read, a notebook or parameter that does not exist);
 - :class:`Terminated`: SIGTERM, turned into the unwinding of a Ctrl-C by ``combine-lab``.
 
+- :class:`ResultFileError`: a result file (perf CSV, sidecar, counters, sweep CSV) is missing or
+  not of its format.
+
 Others live with the stage that raises them, on the same base: ``CapacityError``
 (:mod:`combine_lab.planning.capacity`), ``BuildError`` and its kinds (:mod:`combine_lab.run.build`),
-``LaunchError`` (:mod:`combine_lab.run.launch`), ``ResultFileError`` (:mod:`combine_lab.run.outputs`).
+``LaunchError`` (:mod:`combine_lab.run.launch`).
 """
 
 
@@ -82,6 +85,9 @@ class LabError(CombineLabError, ValueError):
 
     The message names the folder, file, notebook or parameter and what exists instead.
     """
+
+class ResultFileError(CombineLabError, ValueError):
+    """A perf CSV or counters file is missing or not in the expected format (message names the file)."""
 
 
 class Terminated(KeyboardInterrupt):

@@ -11,7 +11,7 @@ PE, the SDMA floor, ...). :func:`execute` runs a list of them: each case's files
 once, the repeats of the runs on one case are interleaved (the order of the variants reversed
 every other repeat, so that a burst of load lands on all of them alike), a variant the target
 refuses and a run that fails become rows that say why, the perf CSVs and sidecars go through one
-writer (:func:`combine_lab.run.outputs.write_run_files`), and every outcome carries its
+writer (:func:`combine_lab.formats.sidecars.write_run_files`), and every outcome carries its
 :class:`~combine_lab.results.rows.ResultRow`: the one row format of the CLI's table, the sweep's
 tidy CSV and the tuning app's history. The CLI (``run``, ``compare``), the sweep, the tuning
 app and the walkthrough all run through here (the latter two by :func:`compare`).
@@ -38,7 +38,7 @@ from .model.params import NpuModel
 from .planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
 from .results.rows import ERROR, REFUSED, NotRun, ResultRow, result_row
 from .run.launch import LaunchError
-from .run.outputs import write_run_files
+from .formats.sidecars import write_run_files
 from .run import runner
 from .run.runner import CaseLike, PreparedCase, RunResult, prepare_case, refusals
 
@@ -121,7 +121,7 @@ class Outcome:
         row: its :class:`~combine_lab.results.rows.ResultRow` (check PASS/FAIL, MODEL, REFUSED or ERROR).
         result: the RunResult (wall) or ModelledResult (a model), None when it did not run (and for
             the baseline, whose BaselineResult is in ``baseline``).
-        perf: the perf rows of the profiled PEs (combine_lab.run.outputs.read_perf_csv form, times in
+        perf: the perf rows of the profiled PEs (combine_lab.formats.perf_csv.read_perf_csv form, times in
             us; modelled rows for a model); empty when nothing was timed.
     """
 
@@ -184,7 +184,7 @@ def execute(runs: Iterable[Run], *, progress: str | None = None, ipport: str | C
             (``combine-lab``'s -ipport: one port per launch); default a free 127.0.0.1 port.
         work_dir: where case files are written (default a temporary folder per case, removed).
         outputs: variant -> folder: where the perf CSVs (``--perf``) and the sidecar of each case go,
-            written once every launch of the run succeeded (combine_lab.run.outputs.write_run_files).
+            written once every launch of the run succeeded (combine_lab.formats.sidecars.write_run_files).
         keep_files: keep the temporary case files.
         on_error: ``"raise"``: a failed run raises (LaunchError, OSError); ``"row"``: it becomes an
             ERROR row with the first line of the error, and the rest of that case's repeats are skipped.

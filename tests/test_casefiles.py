@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from combine_lab.case.case import Case, case_from_arrays, make_case
-from combine_lab.case.casefiles import CaseFileError, CheckResult, check_x_out, read_case, write_case
+from combine_lab.formats.casefiles import CaseFileError, CheckResult, check_x_out, read_case, write_case
 from combine_lab.case.spec import CaseSpec, SpecError
 from combine_lab.errors import ParameterError
 

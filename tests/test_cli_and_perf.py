@@ -15,7 +15,7 @@ import pytest
 from combine_lab import cli
 from combine_lab.errors import ParameterError
 from combine_lab.run import runner
-from combine_lab.run.outputs import CORE_COLUMN, PERF_HEADER, gib_per_s, read_perf_csv
+from combine_lab.formats.perf_csv import CORE_COLUMN, PERF_HEADER, gib_per_s, read_perf_csv
 from perf_facts import HEADER, ub_size_kb
 
 SMALL = ["-pes", "2", "-bs", "8", "-h", "16", "-topk", "2", "-expertPerPe", "2", "--warmup", "1", "--loops", "2"]

@@ -18,7 +18,8 @@ from combine_lab import CaseSpec, cli, make_case, plan
 from combine_lab.lab.pages import heading_anchor, page_anchors
 from combine_lab.model.params import PARAMETERS
 from combine_lab.planning.cores import kernel_constant
-from combine_lab.run.outputs import PERF_HEADER, SIDECAR_KEYS
+from combine_lab.formats.perf_csv import PERF_HEADER
+from combine_lab.formats.sidecars import SIDECAR_KEYS
 from combine_lab.run.selftest import BROKEN_KERNELS
 
 ROOT = Path(__file__).resolve().parents[1]

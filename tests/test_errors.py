@@ -11,7 +11,7 @@ from combine_lab.errors import CaseFileError, CombineLabError, LabError, Paramet
 from combine_lab.planning.capacity import CapacityError
 from combine_lab.run.build import BuildError, TargetUnavailable, VariantRefused
 from combine_lab.run.launch import LaunchError
-from combine_lab.run.outputs import ResultFileError
+from combine_lab.errors import ResultFileError
 from combine_lab.case.spec import CaseSpec
 
 

@@ -9,7 +9,7 @@ import pytest
 from combine_lab.errors import ParameterError, SpecError
 from combine_lab.lab import sweep
 from combine_lab.results import rows, tables
-from combine_lab.run.outputs import PERF_COLUMNS
+from combine_lab.formats.perf_csv import PERF_COLUMNS
 
 
 def test_make_grid_validates_every_case_first():

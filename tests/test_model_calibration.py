@@ -15,7 +15,7 @@ from combine_lab.model.calibrate import Measurement, calibrate, measurements_fro
 from combine_lab.model.params import load_model
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows
-from combine_lab.run.outputs import PERF_COLUMNS, write_perf_csv
+from combine_lab.formats.perf_csv import PERF_COLUMNS, write_perf_csv
 
 A3 = load_model("a3")
 

@@ -13,7 +13,7 @@ from combine_lab.model.modelled import model_case
 from combine_lab.model.params import load_model
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows
-from combine_lab.run.outputs import read_perf_csv
+from combine_lab.formats.perf_csv import read_perf_csv
 
 CASE = ["-pes", "4", "-bs", "64", "-h", "2048", "-topk", "2", "-expertPerPe", "2", "--routing", "zipf:1.5"]
 

@@ -19,7 +19,7 @@ PACKAGE = ROOT / "combine_lab"
 
 #: The stages, in the order of the flow; a module may import its own stage and those before it.
 #: errors, params and folders serve every stage; the top-level __init__ and __main__ sit above all.
-LAYERS = ["errors", "params", "folders", "case", "planning", "run", "model", "results", "harness", "lab", "cli"]
+LAYERS = ["errors", "params", "folders", "case", "formats", "planning", "run", "model", "results", "harness", "lab", "cli"]
 
 
 def module_name(path: Path) -> str:
@@ -120,7 +120,8 @@ def test_public_api_from_the_top():
     from combine_lab import Case, CaseSpec, case_from_arrays, compare, make_case, plan, read_case, run_case, write_case
     assert combine_lab.__all__ == ["CaseSpec", "make_case", "plan", "run_case", "compare", "write_case", "read_case",
                                    "Case", "case_from_arrays"]
-    from combine_lab.case import casefiles, case, spec
+    from combine_lab.case import case, spec
+    from combine_lab.formats import casefiles
     from combine_lab.planning import planner
     from combine_lab import harness
     from combine_lab.run import runner

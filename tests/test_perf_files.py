@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from combine_lab.run.build import source_root
-from combine_lab.run.outputs import (CORE_COLUMN, PERF_COLUMNS, PERF_HEADER, ResultFileError, append_perf_csv,
-                                     clear_outputs, counters_name, driver_counters_name, figure_name, file_prefix,
-                                     fixed4, gib_per_s, perf_csv_name, perf_summary_name, rank_files, read_perf_csv,
-                                     read_sidecar, report_name, summary_rows, variant_dir, write_perf_csv,
-                                     write_sidecar, write_summary_csv)
+from combine_lab.errors import ResultFileError
+from combine_lab.formats.perf_csv import (CORE_COLUMN, PERF_COLUMNS, PERF_HEADER, append_perf_csv, clear_outputs,
+                                          counters_name, driver_counters_name, figure_name, file_prefix, fixed4,
+                                          gib_per_s, perf_csv_name, perf_summary_name, rank_files, read_perf_csv,
+                                          report_name, summary_rows, variant_dir, write_perf_csv, write_summary_csv)
+from combine_lab.formats.sidecars import read_sidecar, write_sidecar
 from perf_facts import HEADER, ub_size_kb
 
 ROOT = source_root()

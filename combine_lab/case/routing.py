@@ -40,7 +40,7 @@ Models (the ``routing`` field of :class:`combine_lab.case.spec.CaseSpec`):
     1.28 and 0.48 (not fitted: two exponents fit the two max/mean figures only).
     Defined for any pes and expert_per_pe with the same exponents.
 ``external``
-    Routing read from case files (:func:`combine_lab.case.casefiles.read_case`); it cannot
+    Routing read from case files (:func:`combine_lab.formats.casefiles.read_case`); it cannot
     be drawn.
 
 Streams: every model except uniform draws x exactly as the uniform recipe does from

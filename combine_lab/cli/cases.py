@@ -31,8 +31,8 @@ from ..harness import BASELINE, WALL, Outcome, Run, execute
 from ..results.rows import ResultRow
 from ..run.build import VariantRefused
 from ..run.launch import check_ipport
-from ..run.outputs import (clear_outputs, counters_name, perf_summary_name, rank_files, variant_dir,
-                           write_summary_csv)
+from ..formats.perf_csv import (clear_outputs, counters_name, perf_summary_name, rank_files, variant_dir,
+                                write_summary_csv)
 from ..run.runner import RunResult, refusals
 
 

@@ -74,7 +74,7 @@ from ..run import build as build_mod
 from ..run import runner
 from ..run.capabilities import detect
 from ..run.launch import LaunchError
-from ..run.outputs import ResultFileError
+from ..errors import ResultFileError
 from . import plots, svg
 
 __all__ = ["ROUTING_MODELS", "routing_string", "TuningApp", "HISTORY_COLUMNS", "HISTORY_SHOWN", "ROWS_COLUMNS",

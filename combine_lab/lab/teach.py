@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..case.case import Case, case_from_arrays
-from ..case.casefiles import rank_file
+from ..formats.casefiles import rank_file
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
 from ..model.params import NpuModel

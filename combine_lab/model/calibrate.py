@@ -24,7 +24,8 @@ from ..case.case import Case, make_case
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
-from ..run.outputs import counters_name, read_perf_csv, read_sidecar
+from ..formats.perf_csv import counters_name, read_perf_csv
+from ..formats.sidecars import read_sidecar
 from .params import NpuModel
 from .replay import replay
 from .stream import CaseRows, case_rows
@@ -61,7 +62,7 @@ def variant_of_csv(path: str | Path) -> str:
 
 def _how_it_ran(path: Path, variant: str, case_id: str) -> dict | None:
     """routing, seed and min_sdma_bytes from the lab's sidecar beside a perf CSV (our runs write
-    one per case: run/outputs.py), or None where there is none (the reference's run script)."""
+    one per case: formats/sidecars.py), or None where there is none (the reference's run script)."""
     side = path.parent / counters_name(variant, case_id)
     if not side.is_file():
         return None

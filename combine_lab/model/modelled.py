@@ -15,7 +15,8 @@ from ..errors import ParameterError
 from ..planning.cores import kernel_constant
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan
 from ..planning.planner import plan as make_plan
-from ..run.outputs import PERF_COLUMNS, gib_per_s, sidecar_record
+from ..formats.perf_csv import PERF_COLUMNS, gib_per_s
+from ..formats.sidecars import sidecar_record
 from .params import NpuModel
 from .replay import ModelledTimes, replay
 from .stream import case_rows
@@ -48,7 +49,7 @@ class ModelledResult:
         return float(np.mean([self.times.time_us(metric, pe) for pe in self.prof_pes]))
 
     def sidecar(self) -> dict:
-        """The sidecar of this priced case (:func:`combine_lab.run.outputs.sidecar_record`): how it was
+        """The sidecar of this priced case (:func:`combine_lab.formats.sidecars.sidecar_record`): how it was
         priced (routing, seed, SDMA floor: what calibrate reads back), check ``MODEL``; nothing ran, so
         no counters, violations or launches."""
         return sidecar_record(spec=self.case.spec, variant=self.variant, target=f"model:{self.model.name}",

@@ -2,8 +2,8 @@
 
 For one variant's folder: per metric (full_op, comm_only), Bandwidth/GB/s and CoreMaxTime/us per
 case and profiled PE, from the per-rank CSVs, with the summary's slowest PE (``--prof-pe all``)
-marked. ``plot`` writes one PNG per metric (:func:`combine_lab.run.outputs.figure_name`), ``md``
-one Markdown file with a table per metric (:func:`combine_lab.run.outputs.report_name`). Values
+marked. ``plot`` writes one PNG per metric (:func:`combine_lab.formats.perf_csv.figure_name`), ``md``
+one Markdown file with a table per metric (:func:`combine_lab.formats.perf_csv.report_name`). Values
 are those of the CSVs: times in microseconds, bandwidths in "GB/s" as the CSV header names them
 (2^30 bytes per second), 4 decimals.
 """
@@ -18,8 +18,9 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..run.outputs import (PERF_METRICS, ResultFileError, figure_name, file_prefix, fixed4, perf_summary_name,
-                           rank_files, read_perf_csv, report_name)
+from ..errors import ResultFileError
+from ..formats.perf_csv import (PERF_METRICS, figure_name, file_prefix, fixed4, perf_summary_name, rank_files,
+                                read_perf_csv, report_name)
 
 __all__ = ["perf_rows", "perf_figure", "write_figures", "markdown_report", "write_report"]
 
@@ -33,7 +34,7 @@ REPORT_COLUMNS = ["CaseId", "ProfPe", "Npus", "Blocks", "DataSize/B", "GlobalDat
 
 def perf_rows(folder: str | Path, variant: str) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The per-rank rows of ``variant`` in ``folder`` (in file order, then row order) and its summary
-    (None when there is none), as :func:`combine_lab.run.outputs.read_perf_csv` reads them.
+    (None when there is none), as :func:`combine_lab.formats.perf_csv.read_perf_csv` reads them.
 
     Raises:
         ResultFileError: no per-rank CSV of ``variant`` in ``folder``, or one that does not read.

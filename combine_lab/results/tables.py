@@ -26,7 +26,8 @@ import pandas as pd
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
 from ..planning.planner import VARIANTS
-from ..run.outputs import PERF_COLUMNS, ResultFileError, fixed4
+from ..errors import ResultFileError
+from ..formats.perf_csv import PERF_COLUMNS, fixed4
 from .rows import FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, ResultRow, speedup, verdict
 
 __all__ = ["TIDY_COLUMNS", "SUMMARY_COLUMNS", "tidy_rows", "write_sweep_csv", "read_sweep_csv", "summarize",
@@ -40,7 +41,7 @@ _CASE_KEYS = ["CaseId", "routing", "Dtype", "seed", "target", "min_sdma_bytes"]
 
 
 def tidy_rows(row: ResultRow, spec: CaseSpec, perf: pd.DataFrame | None = None, repeat: int = 0) -> list[dict]:
-    """The tidy rows of one run: one per perf row (``perf`` as :func:`combine_lab.run.outputs.read_perf_csv`
+    """The tidy rows of one run: one per perf row (``perf`` as :func:`combine_lab.formats.perf_csv.read_perf_csv`
     reads it: a profiled PE and a metric each) with ``row``'s values beside it; without perf rows
     (a variant that did not run), one per metric with the perf columns empty but the case's
     (Npus, BS, H, TopK, ExpertPerPe, Dtype, CaseId). Keys: :data:`TIDY_COLUMNS`."""

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..case.casefiles import CheckResult, check_x_out, read_x_out
+from ..formats.casefiles import CheckResult, check_x_out, read_x_out
 from ..errors import ParameterError
 from .build import TargetUnavailable
 from .launch import free_port, launch_pes

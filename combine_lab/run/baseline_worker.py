@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..case.case import receive_order
-from ..case.casefiles import read_meta, read_rank_file, x_out_path
+from ..formats.casefiles import read_meta, read_rank_file, x_out_path
 from ..case.spec import CaseSpec
 from .launch import die_with_launcher
 

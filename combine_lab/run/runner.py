@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..case.case import Case, make_case
-from ..case.casefiles import case_dir_of, check_x_out, read_case, read_rank_file, read_x_out, write_case
+from ..formats.casefiles import case_dir_of, check_x_out, read_case, read_rank_file, read_x_out, write_case
 from ..case.spec import CaseSpec
 from ..errors import CaseFileError, ParameterError
 from ..folders import usable_folder
@@ -30,8 +30,8 @@ from . import build as build_mod
 from .capabilities import npu_variant_refusal
 from .launch import (LaunchError, bootstrap_ipport, check_ipport, host_argv, launch_pes, owned_temp_dir,
                      remove_orphans)
-from .outputs import (counters_frame, driver_counters_name, perf_csv_name, read_counters, read_perf_csv,
-                      sidecar_record, write_run_files)
+from ..formats.perf_csv import driver_counters_name, perf_csv_name, read_perf_csv
+from ..formats.sidecars import counters_frame, read_counters, sidecar_record, write_run_files
 
 _MISMATCH_EXIT = 2  # the driver's status when x_out differs from golden
 _REFUSED_INPUT_EXIT = 1  # the driver refused its arguments or case files, before SHMEM started
@@ -222,7 +222,7 @@ class RunResult:
         return float(rows["CoreMaxTime/us"].mean()) if len(rows) else float("nan")
 
     def sidecar(self) -> dict:
-        """The sidecar of this run (:func:`combine_lab.run.outputs.sidecar_record`): what the perf CSV has
+        """The sidecar of this run (:func:`combine_lab.formats.sidecars.sidecar_record`): what the perf CSV has
         no column for: the case and how it ran, the check, planned and counted bytes, the counters."""
         return sidecar_record(spec=self.spec, variant=self.variant, target=self.target,
                               min_sdma_bytes=self.min_sdma_bytes, warmup=self.warmup, loops=self.loops,
@@ -254,7 +254,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
             ``<output_dir>/combine_perf_rank<r>.csv`` (classic) or
             ``combine_doubleplane_perf_rank<r>.csv`` (header once, as docs/formats.md#3-perf-csv),
             once every launch succeeded, and the case's sidecar is written beside them
-            (``<prefix>_counters_<case_id>.json``): :func:`combine_lab.run.outputs.write_run_files`.
+            (``<prefix>_counters_<case_id>.json``): :func:`combine_lab.formats.sidecars.write_run_files`.
         fnpu, fpe: first NPU (PE r on NPU ``r % pes + fnpu``) and first PE id passed to the driver.
         ipport: SHMEM bootstrap address for every launch, or a function called once per launch
             (each profiled PE's run) that returns it; default a free 127.0.0.1 port per launch.

@@ -21,7 +21,7 @@ import numpy as np
 import psutil
 
 from ..case.case import case_from_arrays
-from ..case.casefiles import rank_file
+from ..formats.casefiles import rank_file
 from ..case.spec import CaseSpec
 from .build import build, default_build_dir, fault_binary
 from .launch import LaunchError, tagged_host_pids, tagged_segments

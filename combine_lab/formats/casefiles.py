@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CaseFileError, ParameterError, SpecError
-from .case import Case, RankInputs
-from .spec import DTYPES, CaseSpec
+from ..case.case import Case, RankInputs
+from ..case.spec import DTYPES, CaseSpec
 
 __all__ = ["CaseFileError", "REFERENCE_KEYS", "write_case", "read_case", "read_meta", "FileCase", "CheckResult",
            "check_x_out", "rank_file_layout", "case_dir_of", "rank_dir", "rank_file", "x_out_path", "read_rank_file",

@@ -1,0 +1,133 @@
+"""The lab's own files beside the perf CSVs: the twin's counters the driver writes per PE, the
+sidecar of each case (docs/formats.md), and the one writer of a run's files.
+
+A sidecar, ``<prefix>_counters_<case_id>.json`` (:func:`combine_lab.formats.perf_csv.counters_name`),
+holds what the perf CSV has no column for: variant, routing, seed, target, the SDMA floor, the
+check, planned and counted plane bytes, the twin's counters and protocol violations.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import ResultFileError
+from .perf_csv import counters_name, perf_csv_name, append_perf_rows
+
+#: The counters of each plane in the twin's counters files (host/twin/twin_engines.cpp dump_counters).
+COUNTER_FIELDS = ["puts", "bytes", "quiets", "status_writes", "status_bytes"]
+
+
+def read_counters(path: str | Path) -> dict:
+    """Read one twin counters file the driver wrote for one PE (:func:`driver_counters_name`).
+
+    Returns:
+        ``{"pe": int, "launches": int, "last": {"MTE": {...}, "SDMA": {...}}, "total": {...}}``
+        where each plane holds ``puts``, ``bytes`` (payload, bytes), ``quiets``,
+        ``status_writes`` and ``status_bytes``; also ``violations`` and ``violation_examples``.
+
+    Raises:
+        ResultFileError: missing or malformed file.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+        for which in ("last", "total"):
+            for plane in ("MTE", "SDMA"):
+                for field in COUNTER_FIELDS:
+                    int(data[which][plane][field])
+        return data
+    except OSError as e:
+        raise ResultFileError(f"{path}: cannot read twin counters ({e.strerror})") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise ResultFileError(f"{path}: not a twin counters file ({e!r})") from None
+
+
+def counters_frame(counters: list[dict], which: str = "last") -> pd.DataFrame:
+    """One row per (pe, plane) with the :data:`COUNTER_FIELDS` of ``which`` ("last" or "total")."""
+    rows = []
+    for c in counters:
+        for plane in ("MTE", "SDMA"):
+            rows.append({"pe": c["pe"], "plane": plane, **{k: int(c[which][plane][k]) for k in COUNTER_FIELDS}})
+    return pd.DataFrame(rows, columns=["pe", "plane", *COUNTER_FIELDS])
+
+
+#: Keys of a sidecar (:func:`write_sidecar`), in order.
+SIDECAR_KEYS = ["case_id", "variant", "routing", "dtype", "seed", "target", "min_sdma_bytes", "warmup", "loops",
+                "launches", "prof_pes", "check", "counters_ok", "counter_mismatches", "violations",
+                "violation_examples", "planned", "counted", "ranks"]
+
+
+def plane_records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
+    """``columns`` of a per-PE frame (index ``pe``) as JSON-ready dicts, ``pe`` first, Python ints."""
+    return [{"pe": int(pe), **{k: int(row[k]) for k in columns}} for pe, row in df.iterrows()]
+
+
+def sidecar_record(*, spec, variant: str, target: str, min_sdma_bytes: int, warmup: int, loops: int, launches: int,
+                   prof_pes: list[int], check: str, plan_totals: pd.DataFrame, counter_mismatches: list[str] | None = None,
+                   violations: int = 0, violation_examples: list[str] | None = None,
+                   counted: pd.DataFrame | None = None, ranks: list[dict] | None = None) -> dict:
+    """The sidecar of one run (:data:`SIDECAR_KEYS`), for :func:`write_sidecar`: the case (``spec``: a
+    CaseSpec) and how it ran, the verdicts, the planned bytes per PE (``plan_totals``: a Plan's
+    totals) and, where something counted them, the counted bytes and the twin's counters
+    (``counted``: a RunResult's plane_bytes; ``ranks``: its counters files). A run nothing counted
+    (NPU, or a timing model) has ``counters_ok`` None when ``counter_mismatches`` is None."""
+    return {"case_id": spec.case_id, "variant": variant, "routing": spec.routing, "dtype": spec.dtype,
+            "seed": int(spec.seed), "target": target, "min_sdma_bytes": int(min_sdma_bytes), "warmup": int(warmup),
+            "loops": int(loops), "launches": int(launches), "prof_pes": [int(p) for p in prof_pes], "check": check,
+            "counters_ok": None if counter_mismatches is None else not counter_mismatches,
+            "counter_mismatches": list(counter_mismatches or []), "violations": int(violations),
+            "violation_examples": list(violation_examples or []),
+            "planned": plane_records(plan_totals, ["mte_rows", "mte_bytes", "sdma_rows", "sdma_bytes"]),
+            "counted": [] if counted is None else plane_records(counted, ["mte_bytes", "sdma_bytes", "mte_puts",
+                                                                            "sdma_puts", "status_writes"]),
+            "ranks": list(ranks or [])}
+
+
+def write_run_files(folder: str | Path, result, perf: pd.DataFrame | None) -> list[Path]:
+    """The files one run leaves in ``folder``, once every launch of it succeeded: the rows of each
+    profiled PE appended to its per-rank CSV (``perf``, :func:`read_perf_csv` form; None: nothing was
+    timed, no CSV), then the case's sidecar (``result.sidecar()``: a RunResult or a ModelledResult).
+    The one writer of run files (the CLI, the sweep, run_case(output_dir=...)). Returns the paths."""
+    folder = Path(folder)
+    paths = []
+    if perf is not None and len(perf):
+        for pe, rows in perf.groupby("ProfPe", sort=False):
+            paths.append(append_perf_rows(rows, folder / perf_csv_name(result.variant, int(pe))))
+    data = result.sidecar()
+    paths.append(write_sidecar(folder / counters_name(result.variant, data["case_id"]), data))
+    return paths
+
+
+def write_sidecar(path: str | Path, data: dict) -> Path:
+    """Write the lab's sidecar of one case (:func:`counters_name`): what the perf CSV has no column
+    for. ``data`` holds :data:`SIDECAR_KEYS`: the case and how it ran (case_id, variant, routing,
+    dtype, seed, target, min_sdma_bytes in bytes, warmup, loops, launches, prof_pes), the verdicts
+    (check PASS/FAIL, counters_ok, counter_mismatches, violations with examples), per PE the planned
+    and counted plane bytes (``planned``/``counted``: lists of dicts with ``pe``), and ``ranks``: the
+    twin's counters file of every PE as the driver wrote it (empty on an NPU)."""
+    missing = [k for k in SIDECAR_KEYS if k not in data]
+    if missing:
+        raise ResultFileError(f"{path}: sidecar without {', '.join(missing)}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({k: data[k] for k in SIDECAR_KEYS}, indent=1) + "\n")
+    return path
+
+
+def read_sidecar(path: str | Path) -> dict:
+    """Read a sidecar written by :func:`write_sidecar`. Raises ResultFileError when it is missing,
+    not JSON, or lacks one of :data:`SIDECAR_KEYS`."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise ResultFileError(f"{path}: cannot read sidecar ({e.strerror})") from None
+    except ValueError as e:
+        raise ResultFileError(f"{path}: not JSON ({e})") from None
+    missing = [k for k in SIDECAR_KEYS if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise ResultFileError(f"{path}: not a combine-lab sidecar (no {', '.join(missing)})")
+    return data
