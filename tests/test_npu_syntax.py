@@ -211,9 +211,10 @@ def test_only_a_kernel_entry_can_be_launched(tmp_path):
 
 
 def test_ascend950_overloads_are_its_own(tmp_path):
-    """DataCopyPad's PaddingMode parameter exists on Ascend950 (__NPU_ARCH__ 3510) only."""
-    root = _mutated_tree(tmp_path, KERNEL, "AscendC::DataCopyPad(dst, out, ",
-                         "AscendC::DataCopyPad<T, AscendC::PaddingMode::Compact>(dst, out, ")
+    """DataCopyPad's PaddingMode parameter exists on Ascend950 (__NPU_ARCH__ 3510) only (the UB -> GM
+    copy of CopyTile, instantiated for stage 2's x_out tiles)."""
+    root = _mutated_tree(tmp_path, KERNEL, "AscendC::DataCopyPad(dst, src, params);",
+                         "AscendC::DataCopyPad<T, AscendC::PaddingMode::Compact>(dst, src, params);")
     failed = _failures(compile_npu_branch(root, host_only=False))
     assert set(failed) == passes("A2/A3")
     assert "error: no member named 'PaddingMode' in namespace 'AscendC'" in failed["kernel A2/A3 (AI core)"]
