@@ -37,7 +37,7 @@ namespace fault {
 
 // Stage 1 (SendSegments): order of payload, quiet and flag.
 constexpr bool kMteFlagBeforeQuiet = COMBINE_FAULT_ON(MTE_FLAG_BEFORE_QUIET);         // MTE flags before the quiet
-constexpr bool kSdmaFlagBeforeSdmaQuiet = COMBINE_FAULT_ON(SDMA_FLAG_BEFORE_SDMA_QUIET);  // SDMA flags before SDMA quiet
+constexpr bool kSdmaFlagBeforeSdmaQuiet = COMBINE_FAULT_ON(SDMA_FLAG_BEFORE_SDMA_QUIET);  // SDMA flags, then quiet
 // Stage 1: UB staging, sync ids, SDMA streams.
 constexpr bool kUbReuse = COMBINE_FAULT_ON(UB_REUSE);                  // one staging buffer, no "free again" flag
 constexpr bool kUbOverlap = COMBINE_FAULT_ON(UB_OVERLAP);              // SDMA scratch inside staging buffer 0

@@ -220,12 +220,14 @@ private:
         if (any_mte) aclshmem_quiet();
         // 3. SDMA flags, only once the copy engine has finished their payload.
         if (sdma_rows > 0) {
-            if constexpr (!fault::kSdmaFlagBeforeSdmaQuiet) aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
+            if constexpr (!fault::kSdmaFlagBeforeSdmaQuiet)
+                aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
             for (const Segment s : MySegments()) {
                 if (UseSdma(s.seg)) PutFlags(SegBegin(s.seg), SegEnd(s.seg), s.src_rank);
             }
             aclshmem_quiet();
-            if constexpr (fault::kSdmaFlagBeforeSdmaQuiet) aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
+            if constexpr (fault::kSdmaFlagBeforeSdmaQuiet)  // the flags went before it
+                aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
         }
     }
 

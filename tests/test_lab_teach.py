@@ -43,11 +43,14 @@ def test_kernel_source_leaves_the_fault_injection_out(tmp_path):
                  "    if constexpr (!fault::kY) kept();\n"
                  "    if constexpr (!fault::kZ) {\n        kept_block();\n    } else {\n        bad_block();\n    }\n"
                  "    if constexpr (fault::kW) {\n        bad_block();\n    }\n"
+                 "    if constexpr (fault::kV)  // the broken kernel V's\n        bad_long(1,\n                 2);\n"
+                 "    if constexpr (!fault::kU)\n        kept_long(3);\n"
                  "    use(fault::Off(kReal + 2 * f(x, y), buf), fault::Words(kWords));\n}\n")
     plain = teach.kernel_source("Step", k)
     assert plain.text.splitlines() == ["// flags", "__aicore__ inline void Step() {", "    a();", "    kept();",
-                                       "    kept_block();", "    use(kReal + 2 * f(x, y), kWords);", "}"]
-    assert (plain.first, plain.last) == (1, 15)
+                                       "    kept_block();", "    kept_long(3);", "    use(kReal + 2 * f(x, y), kWords);",
+                                       "}"]
+    assert (plain.first, plain.last) == (1, 20)
     faulty = teach.kernel_source("Step", k, faults=True).text
     assert "bad();" in faulty and "bad_block();" in faulty and "fault::Off(" in faulty
     for name in ("SendSegments", "Process", "WaitSlot"):

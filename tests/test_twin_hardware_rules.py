@@ -108,7 +108,8 @@ def test_the_twin_and_python_read_one_soc_table(tmp_path):
                     str(lib), "-lpthread", "-lrt", "-o", str(tmp_path / "soc_probe")], check=True)
 
     def probe(soc):
-        env = {k: v for k, v in os.environ.items() if k != "COMBINE_TWIN_SOC"} | ({"COMBINE_TWIN_SOC": soc} if soc else {})
+        env = {k: v for k, v in os.environ.items() if k != "COMBINE_TWIN_SOC"}
+        env.update({"COMBINE_TWIN_SOC": soc} if soc else {})
         return subprocess.run([str(tmp_path / "soc_probe")], capture_output=True, text=True, timeout=30, env=env)
 
     rows = twin_socs()

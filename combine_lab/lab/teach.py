@@ -103,6 +103,16 @@ def _without_faults(lines: list[str]) -> list[str]:
             i += 1
             continue
         keep, indent, rest = m["neg"] == "!", m["indent"], m["rest"]
+        if not rest.split("//", 1)[0].strip():  # one statement, on the next line(s) up to its `;`
+            i += 1
+            while i < len(lines):
+                if keep:
+                    ln = lines[i]
+                    out.append(_hooks_to_real(ln[4:] if ln.startswith(indent + "    ") else ln))
+                i += 1
+                if lines[i - 1].split("//", 1)[0].rstrip().endswith(";"):
+                    break
+            continue
         if not rest.startswith("{"):  # one statement on the same line
             if keep:
                 out.append(indent + _hooks_to_real(rest))
