@@ -15,8 +15,12 @@
 //   Cast, Muls, Add on UB tiles, double-buffered), write x_out, reset the flags; then SHMEM's
 //   soft core barrier. The host barriers all PEs after the stream sync, before the next launch.
 //
-// Broken kernels for the checker's self-test come from the COMBINE_FAULT_* switches below
-// (built only by combine_lab's self-test and tests, never installed).
+// Broken kernels for the checker's self-test: the fault:: names (kernels/combine_faults.h,
+// the only reader of the COMBINE_FAULT_* switches; built only by combine_lab's self-test and
+// tests, never installed). In the real kernel every fault::k* is false and every hook returns
+// its first argument.
+#include <type_traits>
+
 #include "combine_platform.h"
 #include "combine_kernel.h"
 
@@ -61,23 +65,19 @@ public:
     }
 
     __aicore__ inline void Process() {
-#if !defined(COMBINE_FAULT_NO_INIT_SOC_STATE)
-        AscendC::InitSocState();  // static Tensor programming: set the core's state before any vector instruction
-#endif
+        // static Tensor programming: set the core's state before any vector instruction
+        if constexpr (!fault::kNoInitSocState) AscendC::InitSocState();
         FillStatusBlock();
         SHMEMI_PROF_START(kProfFrameFullOp);
         SHMEMI_PROF_START(kProfFrameCommOnly);
         SendSegments();
         SHMEMI_PROF_END(kProfFrameCommOnly);
         ReduceTokens();
-#if defined(COMBINE_FAULT_DEVICE_BARRIER)
-        aclshmem_barrier_all();  // fault injection: SHMEM's device barrier, which is for MIX kernels only
-#elif !defined(COMBINE_FAULT_SDMA_FROM_CORE_48)
+        if constexpr (fault::kDeviceBarrier) aclshmem_barrier_all();  // SHMEM's device barrier: MIX kernels only
         // full_op ends when every core of this PE is done. An AIV-only kernel has no hardware
         // SyncAll (that needs a MIX kernel): SHMEM's own core barrier on GM flags, as its AIV
         // examples end (docs/hardware-rules.md#9-cores-waves-and-barriers).
-        aclshmemi_barrier_core_soft();
-#endif
+        if constexpr (!fault::kNoCoreBarrier) aclshmemi_barrier_core_soft();
         SHMEMI_PROF_END(kProfFrameFullOp);
     }
 
@@ -122,19 +122,18 @@ private:
     // flight after the call, so the buffer is filled again only after the MTE3->MTE2 flag
     // set behind that leg.
     __aicore__ inline void PutRowMte(uint32_t row, int dst_pe) {
-#if defined(COMBINE_FAULT_UB_REUSE)
-        const uint32_t buf = 0;  // fault injection: one buffer, refilled while its last leg is in flight
-#else
         const uint32_t buf = next_stage_;
-        next_stage_ = (next_stage_ + 1) % kUbMteBuffers;
+        next_stage_ = fault::NextStage((next_stage_ + 1) % kUbMteBuffers);
         if (stage_busy_[buf]) AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(kStageEvent0 + buf));
-#endif
         aclshmemx_mte_put_nbi<T>(SlotPayload(RowSlot(row)), expand_x_ + uint64_t(row) * h_, ub_at<T>(StageOff(buf)),
                                  kUbMteStageBytes, h_, dst_pe, StageSyncId(buf));
-#if !defined(COMBINE_FAULT_UB_REUSE)
+        if constexpr (!fault::kUbReuse) StageInFlight(buf);
+    }
+
+    // The MTE3->MTE2 flag behind the UB -> GM leg just issued from staging buffer `buf`.
+    __aicore__ inline void StageInFlight(uint32_t buf) {
         AscendC::SetFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(kStageEvent0 + buf));
         stage_busy_[buf] = true;
-#endif
     }
 
     // After a quiet every staging buffer is free: consume the flags still set.
@@ -146,36 +145,41 @@ private:
     }
 
     // Where staging buffer `buf` and the SDMA scratch lie in UB (kernels/combine_kernel.h).
-    __aicore__ inline uint32_t StageOff(uint32_t buf) const {
-#if defined(COMBINE_FAULT_UB_PAST_END)
-        if (buf == 1) return 129 * 1024;  // fault injection: [129 KiB, 193 KiB) runs past the 192 KiB UB
-#endif
-        return kUbMteOff + buf * kUbMteStageBytes;
+    __aicore__ static inline uint32_t StageOff(uint32_t buf) {
+        return fault::StageOff(kUbMteOff + buf * kUbMteStageBytes, buf);
     }
-    __aicore__ inline uint32_t SdmaOff() const {
-#if defined(COMBINE_FAULT_UB_OVERLAP)
-        return kUbMteOff;  // fault injection: the SDMA scratch inside MTE staging buffer 0
-#else
-        return kUbSdmaOff;
-#endif
-    }
+    __aicore__ static inline uint32_t SdmaOff() { return fault::SdmaOff(kUbSdmaOff); }
 
     // The sync_id the puts through staging buffer `buf` pair their own flags on.
-    __aicore__ static inline uint32_t StageSyncId(uint32_t buf) {
-#if defined(COMBINE_FAULT_SHARED_MTE_SYNC_ID)
-        (void)buf;
-        return kMteSyncId;  // fault injection: both buffers' puts on one id (two puts in flight share a bit)
-#else
-        return kStageEvent0 + buf;
-#endif
-    }
+    __aicore__ static inline uint32_t StageSyncId(uint32_t buf) { return fault::StageSyncId(kStageEvent0 + buf); }
+    __aicore__ static inline uint32_t SdmaSyncId() { return fault::SdmaSyncId(kSdmaSyncId); }
 
-    __aicore__ inline uint32_t SdmaSyncId() const {
-#if defined(COMBINE_FAULT_SHARED_SYNC_ID)
-        return kMteSyncId;  // fault injection: both planes pair their flags on one id
-#else
-        return kSdmaSyncId;
-#endif
+    // The segments this core serves, in the order every phase of SendSegments walks them: source
+    // ranks core_, core_ + cores_, ... (launch_block_dim), each with its epp_ experts, segment
+    // e * pes + src_rank. `for (const Segment s : MySegments())`.
+    struct Segment {
+        uint32_t seg;
+        int src_rank;
+    };
+    struct SegmentsEnd {};
+    struct SegmentWalk {
+        uint32_t rank, e, step, pes, epp;
+        __aicore__ inline Segment operator*() const { return Segment{e * pes + rank, int(rank)}; }
+        __aicore__ inline void operator++() {
+            if (++e == epp) {
+                e = 0;
+                rank += step;
+            }
+        }
+        __aicore__ inline bool operator!=(SegmentsEnd) const { return rank < pes && epp > 0; }
+    };
+    struct SegmentRange {
+        SegmentWalk first;
+        __aicore__ inline SegmentWalk begin() const { return first; }
+        __aicore__ inline SegmentsEnd end() const { return SegmentsEnd{}; }
+    };
+    __aicore__ inline SegmentRange MySegments() const {
+        return SegmentRange{SegmentWalk{core_, 0, cores_, uint32_t(pes_), epp_}};
     }
 
     __aicore__ inline void SendSegments() {
@@ -189,57 +193,41 @@ private:
 
         // 1. SDMA payload first, so the copy engine runs while the core drives MTE.
         uint32_t sdma_rows = 0, outstanding = 0;
-        for (uint32_t src_rank = core_; src_rank < uint32_t(pes_); src_rank += cores_) {
-            for (uint32_t e = 0; e < epp_; ++e) {
-                const uint32_t seg = e * uint32_t(pes_) + src_rank;
-                if (!UseSdma(seg)) continue;
-                for (uint32_t row = SegBegin(seg); row < SegEnd(seg); ++row) {
-                    aclshmemx_sdma_put_nbi<T>(SlotPayload(RowSlot(row)), expand_x_ + uint64_t(row) * h_, sdma_ub,
-                                              kUbSdmaBytes, h_, int(src_rank), SdmaSyncId());
-                    ++sdma_rows;
-                    if (++outstanding == kSdmaQuietEvery) {
-                        aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
-                        outstanding = 0;
-                    }
+        for (const Segment s : MySegments()) {
+            if (!UseSdma(s.seg)) continue;
+            for (uint32_t row = SegBegin(s.seg); row < SegEnd(s.seg); ++row) {
+                aclshmemx_sdma_put_nbi<T>(SlotPayload(RowSlot(row)), expand_x_ + uint64_t(row) * h_, sdma_ub,
+                                          kUbSdmaBytes, h_, s.src_rank, SdmaSyncId());
+                ++sdma_rows;
+                if (++outstanding == kSdmaQuietEvery) {
+                    aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
+                    outstanding = 0;
                 }
             }
         }
         // 2. MTE segments: payload, quiet, then their flags.
         bool any_mte = false;
-        for (uint32_t src_rank = core_; src_rank < uint32_t(pes_); src_rank += cores_) {
-            for (uint32_t e = 0; e < epp_; ++e) {
-                const uint32_t seg = e * uint32_t(pes_) + src_rank;
-                const uint32_t begin = SegBegin(seg), end = SegEnd(seg);
-                if (begin == end || UseSdma(seg)) continue;
-                for (uint32_t row = begin; row < end; ++row) PutRowMte(row, int(src_rank));
-#if defined(COMBINE_FAULT_MTE_FLAG_BEFORE_QUIET)
-                PutFlags(begin, end, int(src_rank));  // fault injection: flags before the payload's quiet
-                aclshmem_quiet();
-                ReleaseStaging();
-#else
-                aclshmem_quiet();
-                ReleaseStaging();
-                PutFlags(begin, end, int(src_rank));
-#endif
-                any_mte = true;
-            }
+        for (const Segment s : MySegments()) {
+            const uint32_t begin = SegBegin(s.seg), end = SegEnd(s.seg);
+            if (begin == end || UseSdma(s.seg)) continue;
+            for (uint32_t row = begin; row < end; ++row) PutRowMte(row, s.src_rank);
+            if constexpr (fault::kMteFlagBeforeQuiet) PutFlags(begin, end, s.src_rank);  // before their payload's quiet
+            aclshmem_quiet();
+            ReleaseStaging();
+            if constexpr (!fault::kMteFlagBeforeQuiet) PutFlags(begin, end, s.src_rank);
+            any_mte = true;
         }
         if (any_mte) aclshmem_quiet();
         // 3. SDMA flags, only once the copy engine has finished their payload.
         if (sdma_rows > 0) {
-#if !defined(COMBINE_FAULT_SDMA_FLAG_BEFORE_SDMA_QUIET)
-            aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
-#endif
-            for (uint32_t src_rank = core_; src_rank < uint32_t(pes_); src_rank += cores_) {
-                for (uint32_t e = 0; e < epp_; ++e) {
-                    const uint32_t seg = e * uint32_t(pes_) + src_rank;
-                    if (UseSdma(seg)) PutFlags(SegBegin(seg), SegEnd(seg), int(src_rank));
-                }
+            if constexpr (!fault::kSdmaFlagBeforeSdmaQuiet)
+                aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
+            for (const Segment s : MySegments()) {
+                if (UseSdma(s.seg)) PutFlags(SegBegin(s.seg), SegEnd(s.seg), s.src_rank);
             }
             aclshmem_quiet();
-#if defined(COMBINE_FAULT_SDMA_FLAG_BEFORE_SDMA_QUIET)
-            aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());  // fault injection: flags went first
-#endif
+            if constexpr (fault::kSdmaFlagBeforeSdmaQuiet)  // the flags went before it
+                aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
         }
     }
 
@@ -255,11 +243,7 @@ private:
         if (gave_up_) return false;
         const uint32_t slot = token * topk_ + k;
         __gm__ int32_t* flag = SlotStatus(slot);
-#if defined(COMBINE_FAULT_PARTIAL_STATUS_WAIT)
-        const uint32_t words = 1;  // fault injection: word 0 only
-#else
-        const uint32_t words = kStatusWords;
-#endif
+        const uint32_t words = fault::StatusWaitWords(kStatusWords);
         for (uint32_t w = 0; w < words; ++w) {
             const int64_t start = AscendC::GetSystemCycle();
             while (!aclshmem_int32_test(flag + w, ACLSHMEM_CMP_EQ, kStatusReady)) {
@@ -342,70 +326,56 @@ private:
         const uint32_t n = TileLen(p.h0);
         AscendC::GlobalTensor<T> row;
         row.SetGlobalBuffer(SlotPayload(p.t * topk_ + p.k) + p.h0, n);
-#if !defined(COMBINE_FAULT_NO_V_MTE2_WAIT)
-        AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(side));  // in[side]: V has read its last tile
-#endif
-#if defined(COMBINE_FAULT_DATACOPY_UNALIGNED)
-        AscendC::DataCopy(in, row, n);  // fault injection: DataCopy whatever the length
-#else
-        if (n * sizeof(T) % 32 == 0) {
-            AscendC::DataCopy(in, row, n);
+        // in[side]: V has read its last tile
+        if constexpr (!fault::kNoVMte2Wait) AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(side));
+        CopyTile(in, row, n);
+        if constexpr (!fault::kNoMte2VWait) AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(ReduceEvent(side));
+    }
+
+    // One tile of n elements, GM -> UB (MTE2) or UB -> GM (MTE3). DataCopy moves whole 32-byte
+    // blocks only; a tile of another length (the last of a row) goes by DataCopyPad as one block
+    // of its exact bytes (GM -> UB with no padding values: the pad bytes are never read).
+    template <typename Dst, typename Src>
+    __aicore__ static inline void CopyTile(const Dst& dst, const Src& src, uint32_t n) {
+        const uint32_t bytes = uint32_t(n * sizeof(T));
+        const AscendC::DataCopyExtParams params(1, bytes, 0, 0, 0);
+        if (fault::WholeBlocks(bytes % 32 == 0)) {
+            AscendC::DataCopy(dst, src, n);
+        } else if constexpr (std::is_same_v<Dst, AscendC::LocalTensor<T>>) {
+            AscendC::DataCopyPad(dst, src, params, AscendC::DataCopyPadExtParams<T>());
         } else {
-            AscendC::DataCopyPad(in, row, AscendC::DataCopyExtParams(1, uint32_t(n * sizeof(T)), 0, 0, 0),
-                                 AscendC::DataCopyPadExtParams<T>());
+            AscendC::DataCopyPad(dst, src, params);
         }
-#endif
-#if !defined(COMBINE_FAULT_NO_MTE2_V_WAIT)
-        AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(ReduceEvent(side));
-#endif
     }
 
     // acc += float(in[side]) * scale, once in[side] has arrived.
     __aicore__ inline void AccumulateTile(const AscendC::LocalTensor<T>& in, uint32_t side,
                                           const AscendC::LocalTensor<float>& cast, const AscendC::LocalTensor<float>& acc,
                                           float scale, uint32_t n) {
-#if !defined(COMBINE_FAULT_NO_MTE2_V_WAIT)
-        AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(ReduceEvent(side));
-#endif
+        if constexpr (!fault::kNoMte2VWait) AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(ReduceEvent(side));
         AscendC::PipeBarrier<PIPE_V>();  // cast: the last Add still reads it
         AscendC::Cast(cast, in, ReduceCast<T>::kIn, n);
-#if !defined(COMBINE_FAULT_NO_V_MTE2_WAIT)
-        AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(side));  // in[side] may be refilled
-#endif
+        // in[side] may be refilled
+        if constexpr (!fault::kNoVMte2Wait) AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(side));
         AscendC::PipeBarrier<PIPE_V>();
         AscendC::Muls(cast, cast, scale, int32_t(n));
-#if !defined(COMBINE_FAULT_NO_PIPE_V_BARRIER)
-        AscendC::PipeBarrier<PIPE_V>();  // Add reads what Muls wrote
-#endif
+        if constexpr (!fault::kNoPipeVBarrier) AscendC::PipeBarrier<PIPE_V>();  // Add reads what Muls wrote
         AscendC::Add(acc, acc, cast, int32_t(n));
     }
 
     // x_out[t, h0 : h0 + n] = T(acc), through out[side].
     __aicore__ inline void WriteTile(const AscendC::LocalTensor<float>& acc, const AscendC::LocalTensor<T>& out,
                                      uint32_t side, uint32_t t, uint32_t h0, uint32_t n) {
-#if !defined(COMBINE_FAULT_NO_MTE3_V_WAIT)
-        AscendC::WaitFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(side));  // out[side]: its last copy out is done
-#endif
+        // out[side]: its last copy out is done
+        if constexpr (!fault::kNoMte3VWait) AscendC::WaitFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(side));
         AscendC::PipeBarrier<PIPE_V>();  // acc: the last Add wrote it
         AscendC::Cast(out, acc, ReduceCast<T>::kOut, n);
-#if !defined(COMBINE_FAULT_NO_V_MTE3_WAIT)
-        AscendC::SetFlag<AscendC::HardEvent::V_MTE3>(ReduceEvent(side));
-        AscendC::WaitFlag<AscendC::HardEvent::V_MTE3>(ReduceEvent(side));
-#endif
+        if constexpr (!fault::kNoVMte3Wait) AscendC::SetFlag<AscendC::HardEvent::V_MTE3>(ReduceEvent(side));
+        if constexpr (!fault::kNoVMte3Wait) AscendC::WaitFlag<AscendC::HardEvent::V_MTE3>(ReduceEvent(side));
         AscendC::GlobalTensor<T> dst;
         dst.SetGlobalBuffer(x_out_ + uint64_t(t) * h_ + h0, n);
-#if defined(COMBINE_FAULT_DATACOPY_UNALIGNED)
-        AscendC::DataCopy(dst, out, n);
-#else
-        if (n * sizeof(T) % 32 == 0) {
-            AscendC::DataCopy(dst, out, n);
-        } else {
-            AscendC::DataCopyPad(dst, out, AscendC::DataCopyExtParams(1, uint32_t(n * sizeof(T)), 0, 0, 0));
-        }
-#endif
-#if !defined(COMBINE_FAULT_NO_MTE3_V_WAIT)
-        AscendC::SetFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(side));
-#endif
+        CopyTile(dst, out, n);
+        if constexpr (!fault::kNoMte3VWait) AscendC::SetFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(side));
     }
 
     __aicore__ inline void ReduceTokens() {
@@ -424,12 +394,8 @@ private:
             LocalTensor<T>(TPosition::VECOUT, kUbReduceOutOff, kReduceTile),
             LocalTensor<T>(TPosition::VECOUT, kUbReduceOutOff + kReduceTileBytes, kReduceTile)};
         for (uint32_t b = 0; b < kReduceBuffers; ++b) {  // every side starts free
-#if !defined(COMBINE_FAULT_NO_V_MTE2_WAIT)
-            AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(b));
-#endif
-#if !defined(COMBINE_FAULT_NO_MTE3_V_WAIT)
-            AscendC::SetFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(b));
-#endif
+            if constexpr (!fault::kNoVMte2Wait) AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(b));
+            if constexpr (!fault::kNoMte3VWait) AscendC::SetFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(b));
         }
         waited_token_ = t_end;  // none yet
         Load cur{};
@@ -466,12 +432,8 @@ private:
             }
         }
         for (uint32_t b = 0; b < kReduceBuffers; ++b) {  // pair the flags still set
-#if !defined(COMBINE_FAULT_NO_V_MTE2_WAIT)
-            AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(b));
-#endif
-#if !defined(COMBINE_FAULT_NO_MTE3_V_WAIT)
-            AscendC::WaitFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(b));
-#endif
+            if constexpr (!fault::kNoVMte2Wait) AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(b));
+            if constexpr (!fault::kNoMte3VWait) AscendC::WaitFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(b));
         }
         AscendC::PipeBarrier<PIPE_ALL>();  // x_out complete before the kernel ends
     }

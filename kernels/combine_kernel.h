@@ -26,11 +26,6 @@ constexpr uint32_t kStatusSlotBytes = 64;  // one scalar cache line per slot
 constexpr uint32_t kStatusWords = 8;       // the ready block: 8 int32
 constexpr uint32_t kStatusFlagBytes = kStatusWords * 4;
 constexpr int32_t kStatusReady = 1;
-#if defined(COMBINE_FAULT_SHARED_CACHE_LINE)
-constexpr uint32_t kStatusStride = kStatusFlagBytes;  // fault injection: two slots share each 64 B line
-#else
-constexpr uint32_t kStatusStride = kStatusSlotBytes;
-#endif
 constexpr uint32_t kSdmaQuietEvery = 256;  // SDMA-quiet after this many outstanding issues
 constexpr uint32_t kPayloadAlign = 32;
 constexpr uint32_t kProfFrameFullOp = 0;
@@ -87,6 +82,17 @@ constexpr uint32_t kMteSyncId = 1;    // EVENT_ID1: status puts
 constexpr uint32_t kStageEvent0 = 2;  // EVENT_ID2, EVENT_ID3: staging buffer 0, 1 (its puts' sync_id, free again)
 constexpr uint32_t kReduceEvent0 = 4; // EVENT_ID4, EVENT_ID5: stage-2 tile 0, 1
 
+}  // namespace combine
+
+// The self-test's broken kernels: their switches and the choices they change (after the UB map
+// and event ids above, which it names).
+#include "combine_faults.h"
+
+namespace combine {
+
+// Distance between two status slots in the window: a whole line each.
+constexpr uint32_t kStatusStride = fault::StatusStride(kStatusSlotBytes);
+
 __host_aicore__ inline uint64_t payload_stride(uint32_t h, uint32_t elem_bytes) {
     const uint64_t row = uint64_t(h) * elem_bytes;
     return (row + kPayloadAlign - 1) / kPayloadAlign * kPayloadAlign;
@@ -112,13 +118,8 @@ __host_aicore__ inline WindowLayout window_layout(uint32_t bs, uint32_t topk, ui
 // would run in waves, and blocks wait on each other) nor SHMEM's 48 SDMA streams. Core c then
 // serves source ranks c, c + block_dim, c + 2*block_dim, ...
 inline uint32_t launch_block_dim(uint32_t pes, uint32_t aiv_cores) {
-#if defined(COMBINE_FAULT_SDMA_FROM_CORE_48) || defined(COMBINE_FAULT_BLOCKS_OVER_AIV)
-    (void)aiv_cores;
-    return pes;  // fault injection: one core per source rank, whatever the SoC has
-#else
-    uint32_t b = pes < aiv_cores ? pes : aiv_cores;
-    return b < kMaxSdmaBlocks ? b : kMaxSdmaBlocks;
-#endif
+    const uint32_t b = pes < aiv_cores ? pes : aiv_cores;
+    return fault::LaunchBlocks(b < kMaxSdmaBlocks ? b : kMaxSdmaBlocks, pes);
 }
 
 // What a core of the kernel leaves for the host when one of its waits gives up (no device

@@ -21,7 +21,7 @@ def test_kernel_source_is_read_from_the_kernel_file_now(tmp_path):
     assert src.path == teach.KERNEL_FILE and src.where.startswith("kernels/combine_kernel.cpp, lines ")
     # the text is the file's own lines first..last (indentation removed)
     assert [ln.strip() for ln in lines[src.first - 1:src.last]
-            if ln.strip() and "COMBINE_FAULT" not in ln] [:3] == [ln.strip() for ln in src.text.splitlines()][:3]
+            if ln.strip() and "fault::" not in ln] [:3] == [ln.strip() for ln in src.text.splitlines()][:3]
     assert "UseSdma(" in src.text and "threshold_den_" in src.text and src.text.rstrip().endswith("}")
     # read when called: a changed file shows its change
     copy = tmp_path / "k.cpp"
@@ -34,16 +34,29 @@ def test_kernel_source_is_read_from_the_kernel_file_now(tmp_path):
         teach.kernel_source("NoSuchStep")
 
 
-def test_kernel_source_leaves_the_fault_switches_out(tmp_path):
+def test_kernel_source_leaves_the_fault_injection_out(tmp_path):
+    """The kernel's fault injection (kernels/combine_faults.h): in the real kernel every fault::k* is
+    false and every hook returns its first argument, and that is what the walkthrough shows."""
     k = tmp_path / "k.cpp"
-    k.write_text("// flags\n__aicore__ inline void Step() {\n    a();\n#if defined(COMBINE_FAULT_X)\n    bad();\n"
-                 "#else\n    good();\n#endif\n#if !defined(COMBINE_FAULT_Y)\n    kept();\n#endif\n}\n")
+    k.write_text("// flags\n__aicore__ inline void Step() {\n    a();\n"
+                 "    if constexpr (fault::kX) bad();  // only the broken kernel X\n"
+                 "    if constexpr (!fault::kY) kept();\n"
+                 "    if constexpr (!fault::kZ) {\n        kept_block();\n    } else {\n        bad_block();\n    }\n"
+                 "    if constexpr (fault::kW) {\n        bad_block();\n    }\n"
+                 "    if constexpr (fault::kV)  // the broken kernel V's\n        bad_long(1,\n                 2);\n"
+                 "    if constexpr (!fault::kU)\n        kept_long(3);\n"
+                 "    use(fault::Off(kReal + 2 * f(x, y), buf), fault::Words(kWords));\n}\n")
     plain = teach.kernel_source("Step", k)
-    assert plain.text.splitlines() == ["// flags", "__aicore__ inline void Step() {", "    a();", "    good();",
-                                       "    kept();", "}"]
-    assert (plain.first, plain.last) == (1, 12)
-    assert "bad();" in teach.kernel_source("Step", k, faults=True).text
-    assert "COMBINE_FAULT" not in teach.kernel_source("SendSegments").text
+    assert plain.text.splitlines() == ["// flags", "__aicore__ inline void Step() {", "    a();", "    kept();",
+                                       "    kept_block();", "    kept_long(3);", "    use(kReal + 2 * f(x, y), kWords);",
+                                       "}"]
+    assert (plain.first, plain.last) == (1, 20)
+    faulty = teach.kernel_source("Step", k, faults=True).text
+    assert "bad();" in faulty and "bad_block();" in faulty and "fault::Off(" in faulty
+    for name in ("SendSegments", "Process", "WaitSlot"):
+        assert "fault::" not in teach.kernel_source(name).text, name
+    assert "aclshmem_barrier_all" not in teach.kernel_source("Process").text  # the DEVICE_BARRIER kernel's
+    assert "const uint32_t words = kStatusWords;" in teach.kernel_source("WaitSlot").text
 
 
 @pytest.mark.parametrize("name", ["SegBegin", "SegEnd", "RowSlot", "SlotPayload", "SlotStatus", "UseSdma",

@@ -5,15 +5,22 @@ kernel keeps those rules at 64 PEs on 40- and 48-core SoCs with counters = plan.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from combine_lab import CaseSpec, make_case, run_case
 from combine_lab.errors import ParameterError
-from combine_lab.planning.cores import aiv_cores, launch_block_dim
+from combine_lab.planning.cores import TWIN_DEFAULT_SOC, TWIN_SOCS, aiv_cores, launch_block_dim, twin_soc, twin_socs
+from combine_lab.run.build import build
 from combine_lab.run.selftest import BROKEN_KERNELS, CHECKER_SPEC, try_broken_kernel
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", list(BROKEN_KERNELS))
@@ -78,6 +85,44 @@ def test_an_unknown_twin_soc_is_refused_before_launch(no_leaks):
         run_case(CaseSpec(pes=2, bs=2, h=8, topk=1, expert_per_pe=1), "classic", env={"COMBINE_TWIN_SOC": "Ascend310P3"})
     assert str(e.value) == ("COMBINE_TWIN_SOC='Ascend310P3': the twin models Ascend910B2 (48 AIV), Ascend910B3 and "
                             "Ascend910B4 (40 AIV) and Ascend910_93xx (48 AIV per die)")
+
+
+SOC_PROBE = """#include <cstdio>
+#include "acl/acl.h"
+int main() {
+    int64_t aiv = 0, ub = 0;
+    aclrtGetDeviceInfo(0, ACL_DEV_ATTR_VECTOR_CORE_NUM, &aiv);
+    aclrtGetDeviceInfo(0, ACL_DEV_ATTR_UBUF_PER_VECTOR_CORE, &ub);
+    printf("%lld %lld\\n", (long long)aiv, (long long)ub);
+}
+"""
+
+
+def test_the_twin_and_python_read_one_soc_table(tmp_path):
+    """host/twin/twin_socs.h is the one SoC table: the twin's device info and its refusal of an
+    unknown SoC say what combine_lab.planning.cores reads from that header."""
+    lib = build("cpu").parent / "libcombine_twin.a"
+    (tmp_path / "soc_probe.cpp").write_text(SOC_PROBE)
+    subprocess.run([shutil.which("g++") or shutil.which("c++"), "-std=c++17", "-DCOMBINE_TARGET_TWIN=1",
+                    f"-I{ROOT / 'host/twin/include'}", f"-I{ROOT / 'host/twin'}", str(tmp_path / "soc_probe.cpp"),
+                    str(lib), "-lpthread", "-lrt", "-o", str(tmp_path / "soc_probe")], check=True)
+
+    def probe(soc):
+        env = {k: v for k, v in os.environ.items() if k != "COMBINE_TWIN_SOC"}
+        env.update({"COMBINE_TWIN_SOC": soc} if soc else {})
+        return subprocess.run([str(tmp_path / "soc_probe")], capture_output=True, text=True, timeout=30, env=env)
+
+    rows = twin_socs()
+    assert [s.name for s in rows] == ["Ascend910B2", "Ascend910B3", "Ascend910B4", "Ascend910_93"]
+    for soc in ("Ascend910B2", "Ascend910B3", "Ascend910B4", "Ascend910_9391", None):
+        p = probe(soc)
+        assert p.returncode == 0 and p.stderr == "", p.stderr
+        want = twin_soc(soc or TWIN_DEFAULT_SOC)
+        assert p.stdout.split() == [str(want.aiv), str(want.ub_bytes)] == [str(aiv_cores(soc or TWIN_DEFAULT_SOC)),
+                                                                           str(192 * 1024)]
+    p = probe("Ascend310P3")
+    assert (p.returncode, p.stdout) == (1, "")
+    assert p.stderr == f"twin: COMBINE_TWIN_SOC=Ascend310P3: {TWIN_SOCS}\n"
 
 
 # Stage 2's pipes (twin_pipes.cpp). Each missing flag is reported with both instructions, the

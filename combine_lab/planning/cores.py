@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 KERNEL_HEADER = Path(__file__).resolve().parents[2] / "kernels" / "combine_kernel.h"
@@ -28,29 +29,92 @@ def kernel_constant(name: str) -> int:
         raise KeyError(f"{KERNEL_HEADER}: no integer constexpr {name}")
     return int(m.group(1)) * int(m.group(2) or 1)
 
-#: The SoC whose AIV count and UB the CPU twin enforces when none is chosen
-#: (``COMBINE_TWIN_SOC``; host/twin/twin_acl.cpp holds the same table).
-TWIN_DEFAULT_SOC = "Ascend910B3"
-#: What the twin models, as its refusal says (host/twin/twin_acl.cpp says the same).
-TWIN_SOCS = ("the twin models Ascend910B2 (48 AIV), Ascend910B3 and Ascend910B4 (40 AIV) and Ascend910_93xx "
-             "(48 AIV per die)")
+#: The twin's SoC table (AIV cores and UB per SoC), read from the header itself so that Python
+#: and the twin never disagree.
+TWIN_SOC_HEADER = Path(__file__).resolve().parents[2] / "host" / "twin" / "twin_socs.h"
+
+
+@dataclass(frozen=True)
+class TwinSoc:
+    """One row of host/twin/twin_socs.h: ``name`` (with ``per_die``: the prefix of its dies' names),
+    AIV cores and UB bytes per AIV core."""
+
+    name: str
+    per_die: bool
+    aiv: int
+    ub_bytes: int
+
+    def matches(self, soc: str) -> bool:
+        return soc.startswith(self.name) if self.per_die else soc == self.name
+
+
+@functools.cache
+def twin_socs() -> tuple[TwinSoc, ...]:
+    """The SoCs the twin models, in the header's order (host/twin/twin_socs.h kSocs).
+
+    Raises:
+        KeyError: the header has no such table.
+    """
+    text = TWIN_SOC_HEADER.read_text()
+    ints = {m[1]: int(m[2]) * int(m[3] or 1)
+            for m in re.finditer(r"constexpr uint32_t (\w+) = (\d+)(?: \* (\d+))?;", text)}
+    table = re.search(r"constexpr SocRow kSocs\[\] = \{(.*?)\n\};", text, flags=re.S)
+    if not table:
+        raise KeyError(f"{TWIN_SOC_HEADER}: no kSocs table")
+    return tuple(TwinSoc(m[1], m[2] == "true", int(m[3]), ints[m[4]] if m[4] in ints else int(m[4]))
+                 for m in re.finditer(r'\{"(\w+)", (true|false), (\d+), (\w+)\}', table[1]))
+
+
+def _twin_default_soc() -> str:
+    m = re.search(r'constexpr const char\* kDefaultSoc = "(\w+)";', TWIN_SOC_HEADER.read_text())
+    if not m:
+        raise KeyError(f"{TWIN_SOC_HEADER}: no kDefaultSoc")
+    return m[1]
+
+
+def _twin_socs_text(socs: tuple[TwinSoc, ...]) -> str:
+    """What the twin models, in words, as its refusal says it (host/twin/twin_core.cpp builds the
+    same sentence from the same table): neighbouring rows with the same counts named together."""
+    groups: list[list[TwinSoc]] = []
+    for s in socs:
+        if groups and (groups[-1][0].aiv, groups[-1][0].per_die) == (s.aiv, s.per_die):
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    parts = [" and ".join(s.name + ("xx" if s.per_die else "") for s in g)
+             + f" ({g[0].aiv} AIV{' per die' if g[0].per_die else ''})" for g in groups]
+    return "the twin models " + (", ".join(parts[:-1]) + " and " if len(parts) > 1 else "") + parts[-1]
+
+
+#: The SoC whose AIV count and UB the CPU twin enforces when none is chosen (``COMBINE_TWIN_SOC``).
+TWIN_DEFAULT_SOC = _twin_default_soc()
+#: What the twin models, as its refusal says.
+TWIN_SOCS = _twin_socs_text(twin_socs())
 #: SHMEM makes one SDMA stream per AIV block 0..47 (ACLSHMEM_MAX_AIV_PER_NPU).
 MAX_SDMA_BLOCKS = kernel_constant("kMaxSdmaBlocks")
 
 
-def aiv_cores(soc: str) -> int:
-    """AIV (vector) cores of an A2/A3 SoC the twin models: 40 on Ascend910B3/B4, 48 on
-    Ascend910B2 and on each Ascend910_93xx die (docs/hardware-rules.md#9-cores-waves-and-barriers).
+def twin_soc(soc: str) -> TwinSoc:
+    """The row of the twin's table that models ``soc`` (host/twin/twin_socs.h).
 
     Raises:
         ValueError: a SoC the twin does not model, naming the ones it does.
     """
-    s = soc or ""
-    if s in ("Ascend910B3", "Ascend910B4"):
-        return 40
-    if s == "Ascend910B2" or s.startswith("Ascend910_93"):
-        return 48
-    raise ValueError(f"soc={soc!r}: {TWIN_SOCS}")
+    row = next((s for s in twin_socs() if s.matches(soc or "")), None)
+    if row is None:
+        raise ValueError(f"soc={soc!r}: {TWIN_SOCS}")
+    return row
+
+
+def aiv_cores(soc: str) -> int:
+    """AIV (vector) cores of an A2/A3 SoC the twin models: 40 on Ascend910B3/B4, 48 on
+    Ascend910B2 and on each Ascend910_93xx die (host/twin/twin_socs.h;
+    docs/hardware-rules.md#9-cores-waves-and-barriers).
+
+    Raises:
+        ValueError: a SoC the twin does not model, naming the ones it does.
+    """
+    return twin_soc(soc).aiv
 
 
 def launch_block_dim(pes: int, soc: str = TWIN_DEFAULT_SOC) -> int:

@@ -2,8 +2,8 @@
 a one-screen report (cases tried, violations, hangs, leaks: all zero when healthy).
 
 The broken kernels are the real kernel source built with one of its compile-time
-fault-injection switches (``COMBINE_FAULT_<name>`` in kernels/combine_kernel.cpp and
-combine_kernel.h), each breaking one rule the hardware or the protocol imposes
+fault-injection switches (``COMBINE_FAULT_<name>``, read only by kernels/combine_faults.h,
+whose names the kernel uses), each breaking one rule the hardware or the protocol imposes
 (docs/protocol.md#5-kernel-protocol and docs/hardware-rules.md#12-broken-kernels). They are built into their own build folders, never
 installed, and each must be caught by the twin in the way :data:`BROKEN_KERNELS` states.
 """

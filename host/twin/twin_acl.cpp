@@ -1,47 +1,12 @@
 // The ACL runtime on the twin: device memory is host memory, streams are synchronous
 // (a twin launch runs to completion before it returns), and the device's facts are those
-// of the SoC the twin models (COMBINE_TWIN_SOC; docs/hardware-rules.md#9-cores-waves-and-barriers).
+// of the SoC the twin models (COMBINE_TWIN_SOC; the table is twin_socs.h, read by twin_core.cpp).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "acl/acl.h"
 #include "twin_state.h"
-
-namespace twin {
-
-namespace {
-// AIV cores and UB per AIV of the SoCs the twin models (docs/hardware-rules.md#9-cores-waves-and-barriers:
-// 910B3/B4 40 AIV, 910B2 48, each 910_93 die 48; UB 192 KiB on A2/A3).
-struct SocRow {
-    const char* prefix;
-    bool exact;
-    int aiv;
-};
-constexpr SocRow kSocs[] = {
-    {"Ascend910B2", true, 48},
-    {"Ascend910B3", true, 40},
-    {"Ascend910B4", true, 40},
-    {"Ascend910_93", false, 48},
-};
-}  // namespace
-
-const TwinSoc& twin_soc() {
-    static const TwinSoc soc = [] {
-        const char* env = getenv("COMBINE_TWIN_SOC");
-        const char* name = env && *env ? env : kDefaultSoc;
-        for (const SocRow& r : kSocs) {
-            const bool hit = r.exact ? strcmp(name, r.prefix) == 0 : strncmp(name, r.prefix, strlen(r.prefix)) == 0;
-            if (hit) return TwinSoc{name, r.aiv, kUbBytesA2A3};
-        }
-        fprintf(stderr, "twin: COMBINE_TWIN_SOC=%s: the twin models Ascend910B2 (48 AIV), Ascend910B3 and "
-                        "Ascend910B4 (40 AIV) and Ascend910_93xx (48 AIV per die)\n", name);
-        exit(1);
-    }();
-    return soc;
-}
-
-}  // namespace twin
 
 aclError aclInit(const char*) { return ACL_SUCCESS; }
 aclError aclFinalize() { return ACL_SUCCESS; }

@@ -19,9 +19,6 @@
 namespace twin {
 namespace {
 
-thread_local int32_t tl_core = -1;
-thread_local uint32_t tl_block_dim = 0;
-thread_local uint8_t* tl_ub = nullptr;
 thread_local bool tl_ffts_set = false;
 thread_local uint64_t tl_frame_start[ACLSHMEM_CYCLE_PROF_FRAME_CNT];
 
@@ -51,20 +48,6 @@ bool prof_enabled() {
 
 }  // namespace
 
-std::string launch_note() {
-    const Launch* l = g_launch;
-    if (l == nullptr || tl_core < 0 || l->block_dim <= l->cores) return "";
-    char buf[256];
-    snprintf(buf, sizeof buf, " [block_dim %u exceeds the %d AIV cores of %s: blocks %u.. run in a later wave, "
-             "after blocks of this one end, so a block that waits for them waits forever]", l->block_dim,
-             twin_soc().aiv, twin_soc().name, l->cores);
-    return buf;
-}
-
-int32_t current_core() { return tl_core; }
-uint32_t current_block_dim() { return tl_block_dim; }
-uint8_t* ub_base() { return tl_core >= 0 ? tl_ub : nullptr; }
-
 // A PE that dies in the middle of a run, for the tests of what the others then do:
 // COMBINE_TWIN_DIE=<pe>[:<launch>] kills that PE (SIGKILL, as the OOM killer or a crash would)
 // when its launch number <launch> (1-based, default 1) starts, before any of its cores runs.
@@ -92,27 +75,28 @@ void launch_kernel(uint32_t block_dim, void* /*stream*/, const std::function<voi
     launch.block_dim = block_dim;
     launch.cores = std::min<uint32_t>(block_dim, uint32_t(soc.aiv));
     g_launch = &launch;
+    set_launch_geometry(launch.block_dim, launch.cores);
     std::vector<std::thread> cores;
     cores.reserve(launch.cores);
     for (uint32_t c = 0; c < launch.cores; ++c) {
         cores.emplace_back([&launch, &body, &soc] {
             std::vector<uint8_t> ub(soc.ub_bytes);
-            tl_ub = ub.data();
-            tl_block_dim = launch.block_dim;
+            set_core_ub(ub.data(), launch.block_dim);
             for (uint32_t b; (b = launch.next.fetch_add(1)) < launch.block_dim;) {
-                tl_core = int32_t(b);
+                set_current_core(int32_t(b));
                 tl_ffts_set = false;
                 launch.started.fetch_add(1);
                 pipes_core_begin();
                 body();
                 core_finish();
-                tl_core = -1;
+                set_current_core(-1);
             }
             pipes_thread_end();
         });
     }
     for (std::thread& t : cores) t.join();
     g_launch = nullptr;
+    set_launch_geometry(0, 0);
     counters_end_launch();
     ops_end_launch();
 }
@@ -121,7 +105,7 @@ void launch_kernel(uint32_t block_dim, void* /*stream*/, const std::function<voi
 static void cross_core_barrier(const char* what);
 
 void sync_all_cores() {
-    if (tl_core < 0 || g_launch == nullptr) fatal("AscendC::SyncAll called outside a kernel core");
+    if (current_core() < 0 || g_launch == nullptr) fatal("AscendC::SyncAll called outside a kernel core");
     if (!tl_ffts_set)
         fatal("AscendC::SyncAll without the FFTS base address: on A2/A3 the kernel must call "
               "util_set_ffts_config(util_get_ffts_config() from the host) first");
@@ -132,7 +116,7 @@ void sync_all_cores() {
 }
 
 void core_barrier_soft() {
-    if (tl_core < 0 || g_launch == nullptr) fatal("aclshmemi_barrier_core_soft called outside a kernel core");
+    if (current_core() < 0 || g_launch == nullptr) fatal("aclshmemi_barrier_core_soft called outside a kernel core");
     // GM flags between the blocks, set and polled by the scalar unit: no pipe is drained.
     record_op("barrier", -1, 0);
     cross_core_barrier("aclshmemi_barrier_core_soft");
@@ -157,20 +141,21 @@ static void cross_core_barrier(const char* what) {
 
 void prof_start(uint32_t frame) {
     if (g_prof_state != 1 || frame >= ACLSHMEM_CYCLE_PROF_FRAME_CNT) return;
-    if (tl_core >= ACLSHMEM_CYCLE_PROF_MAX_BLOCK)
-        fatal("profiling frame %u in block %d: SHMEM has profiling slots for %d blocks only", frame, tl_core,
+    if (current_core() >= ACLSHMEM_CYCLE_PROF_MAX_BLOCK)
+        fatal("profiling frame %u in block %d: SHMEM has profiling slots for %d blocks only", frame, current_core(),
               ACLSHMEM_CYCLE_PROF_MAX_BLOCK);
     pipe_barrier(PIPE_ALL);  // SHMEMI_PROF_START drains the pipes before reading the clock
     tl_frame_start[frame] = now_ns();
 }
 
 void prof_end(uint32_t frame) {
-    if (g_prof_state != 1 || frame >= ACLSHMEM_CYCLE_PROF_FRAME_CNT || tl_core < 0) return;
-    if (tl_core >= ACLSHMEM_CYCLE_PROF_MAX_BLOCK)
-        fatal("profiling frame %u in block %d: SHMEM has profiling slots for %d blocks only", frame, tl_core,
+    const int32_t core = current_core();
+    if (g_prof_state != 1 || frame >= ACLSHMEM_CYCLE_PROF_FRAME_CNT || core < 0) return;
+    if (core >= ACLSHMEM_CYCLE_PROF_MAX_BLOCK)
+        fatal("profiling frame %u in block %d: SHMEM has profiling slots for %d blocks only", frame, core,
               ACLSHMEM_CYCLE_PROF_MAX_BLOCK);
     pipe_barrier(PIPE_ALL);
-    aclshmem_prof_block_t& b = g_prof.block_prof[tl_core];
+    aclshmem_prof_block_t& b = g_prof.block_prof[core];
     b.cycles[frame] += int64_t(now_ns() - tl_frame_start[frame]);
     b.ccount[frame] += 1;
 }
@@ -178,8 +163,8 @@ void prof_end(uint32_t frame) {
 }  // namespace twin
 
 namespace AscendC {
-int64_t GetBlockIdx() { return twin::tl_core; }
-int64_t GetBlockNum() { return twin::tl_block_dim; }
+int64_t GetBlockIdx() { return twin::current_core(); }
+int64_t GetBlockNum() { return twin::current_block_dim(); }
 int64_t GetSystemCycle() { return int64_t(twin::now_ns()); }
 }  // namespace AscendC
 
@@ -188,7 +173,7 @@ uint64_t util_get_ffts_config(void) { return twin::kFftsToken; }
 void aclshmemi_barrier_core_soft() { twin::core_barrier_soft(); }
 
 void util_set_ffts_config(uint64_t config) {
-    if (twin::tl_core < 0) twin::fatal("util_set_ffts_config called outside a kernel core");
+    if (twin::current_core() < 0) twin::fatal("util_set_ffts_config called outside a kernel core");
     if (config != twin::kFftsToken)
         twin::fatal("util_set_ffts_config(0x%llx): not the address util_get_ffts_config() returned on the host",
                     (unsigned long long)config);

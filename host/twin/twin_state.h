@@ -8,18 +8,9 @@
 #include <vector>
 
 #include "kernel_operator.h"
+#include "twin_core.h"  // the calling core, the SoC (twin_soc, current_core, ub_base, launch_note)
 
 namespace twin {
-
-// The SoC whose core counts and UB the twin enforces (COMBINE_TWIN_SOC, twin_acl.cpp).
-struct TwinSoc {
-    const char* name;
-    int aiv;            // AIV cores: a launch with more blocks runs them in waves
-    uint32_t ub_bytes;  // UB per AIV core
-};
-constexpr const char* kDefaultSoc = "Ascend910B3";
-constexpr uint32_t kUbBytesA2A3 = 192 * 1024;
-const TwinSoc& twin_soc();
 
 // Control block at the start of the shared segment, before the PEs' heaps.
 struct Barrier {
@@ -62,15 +53,6 @@ PeState& pe_state();
 // from the heap base, or fatal when the reserve is exhausted.
 uint64_t reserve_alloc(uint64_t bytes, const char* what);
 uint8_t* heap_base(int pe);
-
-// Calling core's block index, or -1 on a host thread; the launch's block_dim.
-int32_t current_core();
-uint32_t current_block_dim();
-// Base of the calling core's UB (the worker thread's), or nullptr on a host thread.
-uint8_t* ub_base();
-
-// When the launch in progress runs in waves: a note on what that means for waits, else "".
-std::string launch_note();
 
 // Print "twin: PE p core c: <msg>" (plus the launch note), tell the other PEs, remove the
 // segment name, exit 3.
