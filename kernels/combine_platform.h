@@ -17,7 +17,7 @@ inline __ubuf__ T* ub_at(uint32_t byte_offset) { return reinterpret_cast<T*>(twi
 #define COMBINE_KERNEL_LAUNCH(kernel, block_dim, stream, ...) \
     twin::launch_kernel((block_dim), (stream), [&]() { kernel(__VA_ARGS__); })
 #define COMBINE_KERNEL_ATTRS
-#else  // Ascend NPU (bisheng), cmake/npu.cmake; checked here by tests/test_npu_syntax.py
+#else  // Ascend NPU (bisheng), cmake/npu.cmake; checked here by tests/run/test_npu_syntax.py
 // On the NPU a UB pointer is a byte offset into the core's unified buffer.
 template <typename T>
 __aicore__ inline __ubuf__ T* ub_at(uint32_t byte_offset) { return (__ubuf__ T*)(uintptr_t)byte_offset; }

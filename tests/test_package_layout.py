@@ -169,7 +169,7 @@ LOCAL = {"conftest", "naive_case", "npu_fakes", "perf_facts", "combine_lab"}
 
 def third_party_imports() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
-    files = [*PACKAGE.rglob("*.py"), *(ROOT / "tests").glob("*.py"), *(ROOT / "notebooks").glob("*.py"),
+    files = [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "notebooks").glob("*.py"),
              *(ROOT / "benchmarks").glob("*.py")]
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

@@ -8,7 +8,7 @@ the last; (3) an SDMA quiet, the status flags of the SDMA rows, a quiet. Stage 2
 contiguous blocks per core: per token, wait for every valid slot, reduce, write x_out; then
 the core barrier. A *run* is consecutive identical operations (``n`` puts of ``nbytes`` to
 ``dst``); :func:`core_runs` lists them, and the twin's recorded stream compresses to the same
-runs (tests/test_model_stream.py).
+runs (tests/model/test_model_stream.py).
 
 :class:`CaseRows` holds what does not depend on the plan (each received row's segment,
 position and slot), so that many plans of one case (``combine-lab suggest``) cost one pass.

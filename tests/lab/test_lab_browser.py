@@ -40,7 +40,7 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 VIEWPORT = {"width": 1400, "height": 1000}
 LOAD_TARGET_S = 5.0

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DECLS = ROOT / "tests" / "npu_decls"
 OLD_HEADER = "aclshmem" + ".h"  # the name SHMEM dropped; spelt so that `grep -r` finds it nowhere
 HOST_ONLY = ["host/combine_host.cpp", "host/host_args.cpp", "host/case_io.cpp", "host/perf_csv.cpp"]

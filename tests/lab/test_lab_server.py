@@ -25,7 +25,7 @@ from combine_lab import cli  # noqa: E402
 from combine_lab.lab import notebooks  # noqa: E402
 from combine_lab.lab.server import lab_command  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Lines:

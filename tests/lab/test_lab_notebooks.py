@@ -24,7 +24,7 @@ from combine_lab.planning.planner import DEFAULT_MIN_SDMA_BYTES  # noqa: E402
 from combine_lab.results import rows  # noqa: E402
 from combine_lab.results.tables import SUMMARY_COLUMNS, TIDY_COLUMNS, read_sweep_csv  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 NAMES = ["01_walkthrough", "02_tuning", "03_sweep"]
 

@@ -168,7 +168,9 @@ def test_whole_run_timeout_names_running_pes(twin_binary, tmp_path, no_leaks):
 
 def test_ctrl_c_stops_every_pe(tmp_path, no_leaks):
     """SIGINT while the PEs hang: KeyboardInterrupt reaches the caller after every PE is gone."""
-    env = dict(os.environ, COMBINE_TWIN_TIMEOUT_S="60", PYTHONPATH=str(Path(__file__).parent))
+    here = Path(__file__).resolve()
+    env = dict(os.environ, COMBINE_TWIN_TIMEOUT_S="60",
+               PYTHONPATH=os.pathsep.join([str(here.parent), str(here.parents[1])]))
     code = f"""
 from pathlib import Path
 from combine_lab.run.runner import prepare_case, run_case

@@ -92,13 +92,14 @@ def test_numbers_are_fixed_point_with_4_decimals():
 
 @pytest.fixture(scope="module")
 def perf_row_driver(tmp_path_factory) -> Path:
-    """tests/cpp/perf_row_check.cpp compiled with host/perf_csv.cpp (the driver's row writer)."""
+    """tests/formats/cpp/perf_row_check.cpp compiled with host/perf_csv.cpp (the driver's row writer)."""
     gxx = shutil.which("g++")
     if gxx is None:
         pytest.skip("needs g++ (the twin's compiler)")
     exe = tmp_path_factory.mktemp("perf_row") / "perf_row_check"
     subprocess.run([gxx, "-std=c++17", "-I", str(ROOT / "host"), "-I", str(ROOT / "kernels"),
-                    "-I", str(ROOT / "host" / "twin" / "include"), str(ROOT / "tests" / "cpp" / "perf_row_check.cpp"),
+                    "-I", str(ROOT / "host" / "twin" / "include"),
+                    str(ROOT / "tests" / "formats" / "cpp" / "perf_row_check.cpp"),
                     str(ROOT / "host" / "perf_csv.cpp"), "-o", str(exe)], check=True, capture_output=True)
     return exe
 

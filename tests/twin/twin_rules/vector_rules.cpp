@@ -1,4 +1,4 @@
-// One Ascend C misuse per case, run on one twin core (tests/test_twin_vector_rules.py): each
+// One Ascend C misuse per case, run on one twin core (tests/twin/test_twin_vector_rules.py): each
 // rule of host/twin/twin_vector.cpp and twin_pipes.cpp that the real kernel never breaks, so
 // that no broken kernel of the self-test shows it. `vector_rules <case>` runs the case; a
 // fatal rule ends the process with status 3 and the message on stderr, a violation is printed

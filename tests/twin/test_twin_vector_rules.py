@@ -1,7 +1,7 @@
 """The twin's Ascend C vector path refuses or reports what the hardware would get wrong, rule
 by rule, for the rules the real kernel never breaks (so no broken kernel of the self-test
 shows them), and computes what the hardware computes: each case of
-tests/twin_rules/vector_rules.cpp runs one misuse (or one computation) on one twin core,
+tests/twin/twin_rules/vector_rules.cpp runs one misuse (or one computation) on one twin core,
 linked against the twin library (asc-devkit basic_api; docs/hardware-rules.md#10-ascend-c-vector-path)."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from combine_lab.run.build import build
 
 from conftest import RUN_TAG
 
-ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "tests" / "twin_rules" / "vector_rules.cpp"
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = ROOT / "tests" / "twin" / "twin_rules" / "vector_rules.cpp"
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +36,13 @@ def rules(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def shmem_rules(tmp_path_factory) -> Path:
-    """tests/twin_rules/shmem_rules.cpp built against this checkout's twin library."""
+    """tests/twin/twin_rules/shmem_rules.cpp built against this checkout's twin library."""
     lib = build("cpu").parent / "libcombine_twin.a"
     cxx = shutil.which("g++") or shutil.which("c++")
     out = tmp_path_factory.mktemp("shmem_rules") / "shmem_rules"
     subprocess.run([cxx, "-O2", "-std=c++17", "-DCOMBINE_TARGET_TWIN=1", f"-I{ROOT / 'host/twin/include'}",
-                    f"-I{ROOT / 'host/twin'}", str(ROOT / "tests" / "twin_rules" / "shmem_rules.cpp"), str(lib),
+                    f"-I{ROOT / 'host/twin'}", str(ROOT / "tests" / "twin" / "twin_rules" / "shmem_rules.cpp"),
+                    str(lib),
                     "-lpthread", "-lrt", "-o", str(out)], check=True, capture_output=True, text=True)
     return out
 
@@ -121,7 +122,7 @@ def test_casts_round_as_numpy_does(rules):
 
 
 def _line(marker: str) -> int:
-    """The line of tests/twin_rules/vector_rules.cpp that carries ``// marker``."""
+    """The line of tests/twin/twin_rules/vector_rules.cpp that carries ``// marker``."""
     lines = SOURCE.read_text().splitlines()
     return next(i for i, ln in enumerate(lines, 1) if ln.rstrip().endswith(f"// {marker}"))
 

@@ -20,7 +20,7 @@ from combine_lab.planning.cores import TWIN_DEFAULT_SOC, TWIN_SOCS, aiv_cores, l
 from combine_lab.run.build import build
 from combine_lab.run.selftest import BROKEN_KERNELS, CHECKER_SPEC, try_broken_kernel
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", list(BROKEN_KERNELS))

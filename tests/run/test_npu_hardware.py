@@ -3,7 +3,7 @@ the NPU build, classic and dual-plane against golden, the perf rows, and the HCC
 
 Run them there with (after `source <CANN>/set_env.sh` and setting SHMEM_HOME):
 
-    python3 -m pytest -m npu tests/test_npu_hardware.py
+    python3 -m pytest -m npu tests/run/test_npu_hardware.py
 """
 
 from __future__ import annotations

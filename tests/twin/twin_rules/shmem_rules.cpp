@@ -1,4 +1,4 @@
-// SHMEM's put paths on one twin PE (tests/test_twin_vector_rules.py): what UB a kernel may give
+// SHMEM's put paths on one twin PE (tests/twin/test_twin_vector_rules.py): what UB a kernel may give
 // them. `shmem_rules <case>` boots a one-PE SHMEM (COMBINE_TWIN_SESSION names its segment), runs
 // the case on one core and prints "ok" with the bytes that arrived; a fatal rule ends the
 // process with status 3 and the message on stderr.
