@@ -45,11 +45,6 @@ def assert_labelled(fig):
     assert png[:4] == b"\x89PNG"
 
 
-def unit_in(label: str) -> bool:
-    return any(u in label for u in ("(B", "(KiB", "(MiB", "(GiB", "(us)", "(%)", "(1)", "elements", "tokens",
-                                    "PE", "rank", "expert", "run"))
-
-
 @pytest.fixture(scope="module")
 def skewed_plan():
     case = make_case(CaseSpec(pes=4, bs=64, h=8192, topk=2, expert_per_pe=2, routing="hot-expert:0.5"))
