@@ -1,9 +1,12 @@
 """Figures of the lab: segment maps, plane bytes, run comparisons, history and sweeps.
 
-Every function returns a :class:`matplotlib.figure.Figure` made without pyplot (no
-global figure state, nothing to close), with a title, axis labels and units. Show
-one in a notebook with :func:`show` (PNG, works under any backend, MPLBACKEND=Agg
-included) and save it with :func:`save_figure`.
+One drawing per view, wherever it is shown. The views of a plan and of the modelled time
+(:func:`segment_map`, :func:`plane_bytes_plot`, :func:`modelled_floors`) are the tuning app's
+live drawings (:mod:`.svg`, an :class:`~combine_lab.lab.svg.SvgFigure`: why SVG is written there,
+with the measurements); every other function returns a :class:`matplotlib.figure.Figure` made
+without pyplot (no global figure state, nothing to close). Each has a title, axis labels and
+units. Show either kind in a notebook with :func:`show` and save it as PNG with
+:func:`save_figure`.
 
 Bytes are plotted in the binary unit that suits the largest value (B, KiB, MiB,
 GiB); times in microseconds (us), as in the perf CSV (combine-facts section 8).

@@ -4,21 +4,24 @@ them inline, the notebooks display them (:class:`SvgFigure` has ``_repr_svg_``) 
 :func:`combine_lab.lab.plots.save_figure` saves them as PNG, rasterised by resvg
 (:meth:`SvgFigure.png`): one drawing per view, wherever it is shown.
 
-Why SVG and not a plotting library that updates in place in the browser (issue 18, measured by
-``benchmarks/bench_lab.py --plot-libraries``, pes 64, bs 4096, topk 8, expert_per_pe 8, h 7168,
-int32, deepseek; plan + segment map + plane bytes redraw, in a kernel, median [quartiles] of 14,
-2 shared cores):
+Why SVG and not a plotting library that updates in place in the browser (issue 18; measured by
+``benchmarks/bench_lab.py --plot-libraries`` and ``benchmarks/plot_candidates.py browser``, on
+pes 64, bs 4096, topk 8, expert_per_pe 8, h 7168, int32, deepseek, 2 shared cores: plan + segment
+map + plane bytes redraw, in a kernel, median [quartiles] over 9-14 redraws, three runs):
 
-- this SVG: 13-22 ms [12.7-23.0] in the kernel; in voila, page shown in 1.8 s, slider to redrawn
-  page 124 ms median;
-- plotly FigureWidget (batch_update of two heatmaps and the bars): 27 ms [25.7-30.6] in the
-  kernel, but in voila the page took 6.7-15.6 s to show (each FigureWidget carries plotly's 5 MB
-  bundle in its state: over the app's 5 s budget), its synced state is the figure as built (so a
-  page that connects later, as voila's preheated kernel's does, showed empty axes), and a PNG
-  needs kaleido driving a Chrome (2.2 s the first, 0.3 s each after);
-- bqplot (HeatMap colours, hold_sync): 7 ms [5.9-13.8], but no PNG without a browser page;
-- ipympl (the same figures in matplotlib, drawn in place: Agg and its PNG): 199-203 ms
-  [194-207]: over the 50 ms budget.
+- this SVG: 12.9-22.0 ms [12.7-23.0] in the kernel; in voila (preheated kernel, as
+  ``combine-lab app``) the page showed in 1.8-2.8 s, and a slider step was redrawn in the page
+  in 100-124 ms (median of 8, kernel and browser);
+- plotly 7 FigureWidget (batch_update of two heatmaps, bars, markers): 27.3-27.6 ms [25.5-30.6]
+  in the kernel, but in voila the page took 5.1 s with two FigureWidgets and 6.7-15.6 s with four
+  (each carries plotly's 5 MB bundle in its own state: over the app's 5 s), the traces added
+  after the widget was built never reached a page that connected later (empty axes: its synced
+  state is the figure as built, changes are one-off messages), a slider step took 140 ms in the
+  page, and a PNG needs kaleido driving a Chrome (2.2 s the first, 0.3 s each after);
+- bqplot (HeatMap colours, Bars, Scatter under hold_sync): 4.9-8.3 ms [4.5-13.8] in the kernel,
+  but it makes no PNG without a browser page showing it (the notebooks save PNGs headless);
+- ipympl (the same views in matplotlib on ipympl canvases, drawn in place: Agg and the PNG it
+  sends): 125-203 ms [124-207]: over the 50 ms budget.
 
 So the live views stay SVG strings, drawn in milliseconds at the size they are shown (pixels)
 with the browser's own text (sharp at any pixel density). A grid of many cells (the stacked
