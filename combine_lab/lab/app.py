@@ -224,6 +224,7 @@ class TuningApp:
             "trace": widgets.Dropdown(options=traces, value=default_trace, description="trace", style=style,
                                       layout=widgets.Layout(width="352px")),
             "seed": int_box("seed", 42, "case seed"),
+            # the defaults first: the state's values (bad ones included) are pushed once they are all built
             "min_sdma_bytes": int_box("min_sdma_bytes", tuning.FIELDS["min_sdma_bytes"].default, "SDMA floor, bytes"),
             "warmup": int_box("warmup", 1, "launches before profiling"),
             "loops": int_box("loops", 3, "profiled launches"),
@@ -279,40 +280,6 @@ class TuningApp:
         self.history_html.add_class("cl-history")
         self.history_all_html = widgets.HTML(layout=wide)
         self.history_plot_html = widgets.HTML(layout=wide)
-
-    def _layout(self) -> widgets.Widget:
-        controls = widgets.Box(list(self.controls.values()), layout=widgets.Layout(width="100%"))
-        controls.add_class("cl-controls")
-        sdma = widgets.Accordion(children=[self.sdma_html], titles=("SDMA segments listed by the planner",),
-                                 layout=widgets.Layout(width="100%"))
-        plan_box = widgets.VBox([widgets.HTML("<h4 class='cl-h'>Plan (nothing runs)</h4>"), self.plan_summary,
-                                 self.plan_figures, sdma], layout=widgets.Layout(width="100%"))
-        assumed = widgets.Accordion(children=[self.assumed_html], titles=("The model's parameters",),
-                                    layout=widgets.Layout(width="100%"))
-        model_box = widgets.VBox([
-            widgets.HTML("<h4 class='cl-h'>Modelled NPU time <span class='cl-modelled-tag'>modelled, not measured"
-                         "</span></h4>"),
-            widgets.HBox([self.model_select, self.suggest_button, self.use_button],
-                         layout=widgets.Layout(flex_flow="row wrap", width="100%")),
-            self.suggest_status, self.modelled_html, assumed], layout=widgets.Layout(width="100%"))
-        counters = widgets.Accordion(children=[self.counters_html], titles=("Per-plane counters of the last run",),
-                                     layout=widgets.Layout(width="100%"))
-        history_all = widgets.Accordion(children=[self.history_all_html], titles=("History: all columns",),
-                                        layout=widgets.Layout(width="100%"))
-        run_box = widgets.VBox([self.run_title,
-                                widgets.HBox([self.run_button, self.progress, self.status],
-                                             layout=widgets.Layout(flex_flow="row wrap", width="100%")),
-                                self.verdict_html, counters, self.compare_html,
-                                widgets.HTML("<h4 class='cl-h'>History <span class='cl-measured-tag'>measured</span>"
-                                             "</h4><div class='cl-note'>speed-up = classic time / doubleplane time "
-                                             "(above 1: doubleplane faster); times: comm_only, CoreMaxTime (us)</div>"),
-                                self.history_html, history_all, self.history_plot_html],
-                               layout=widgets.Layout(width="100%"))
-        root = widgets.VBox([widgets.HTML(_CSS), controls, self.message_html, plan_box, model_box, run_box],
-                            layout=widgets.Layout(width="100%"))
-        root.add_class("cl-app")
-        return root
-
 
     def _layout(self) -> widgets.Widget:
         controls = widgets.Box(list(self.controls.values()), layout=widgets.Layout(width="100%"))

@@ -30,46 +30,22 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from ..errors import ParameterError
+# the plan views' drawings, and what every figure shares (units, colours, the PE's role)
+from .svg import (ANNOTATE_CELLS, EMPTY_COLOR, MAX_PANELS, PE_ROLE, SDMA_COLOR, SvgFigure, byte_label, byte_unit,
+                  largest_remote_segment, modelled_floors_svg, plane_bytes_svg, plan_arrays, segment_map_svg)
 
 __all__ = ["byte_unit", "byte_label", "new_figure", "segment_map", "plane_bytes_plot", "compare_per_pe", "history_plot",
            "sweep_heatmaps", "sdma_share_plot", "figure_png", "figure_svg", "save_figure", "show", "SDMA_COLOR",
            "VARIANT_COLORS", "EMPTY_COLOR", "PE_ROLE", "NO_SDMA_NOTE", "core_timeline", "segment_crossover",
            "modelled_floors", "what_if_saving"]
 
-#: Outline colour of SDMA segments.
-SDMA_COLOR = "#d62728"
 #: Bar/line colour per variant (classic = MTE only, doubleplane = MTE + SDMA).
 VARIANT_COLORS = {"classic": "#7f7f7f", "doubleplane": "#1f77b4"}
 _VARIANT_LABEL = {"classic": "classic (MTE only)", "doubleplane": "doubleplane (MTE + SDMA)"}
 _PLANE_COLORS = {"MTE": "#9ecae1", "SDMA": SDMA_COLOR}
 _PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
-#: Colour of empty segments (no rows) and of cases without SDMA traffic.
-EMPTY_COLOR = "#eeeeee"
 _EMPTY_EDGE = "#8c8c8c"
-#: How the figures name the PE a segment map shows: it ran the experts and, in combine, sends
-#: their rows back to each src_rank (dispatch's destination PE).
-PE_ROLE = "expert owner, sends"
 _SPEEDUP_AXIS = "speed-up classic / doubleplane (1)"
-#: Panel layout up to this many destination PEs; above it one stacked image.
-MAX_PANELS = 8
-#: Annotate cells with their row count when a panel has at most this many cells.
-ANNOTATE_CELLS = 64
-
-
-def byte_unit(max_bytes: float) -> tuple[float, str]:
-    """``(divisor, unit)`` for plotting byte values whose largest is ``max_bytes``:
-    B below 1 KiB, then KiB, MiB, GiB (powers of 1024)."""
-    for div, unit in ((2 ** 30, "GiB"), (2 ** 20, "MiB"), (2 ** 10, "KiB")):
-        if max_bytes >= div:
-            return float(div), unit
-    return 1.0, "B"
-
-
-def byte_label(n: float, digits: int = 3) -> str:
-    """``n`` bytes as a plain label in the binary unit that suits it: "512 B", "256 KiB", "1 MiB",
-    "1.5 MiB" (at most ``digits`` significant digits, no scientific notation)."""
-    div, unit = byte_unit(abs(float(n)))
-    return f"{float(n) / div:.{digits}g} {unit}"
 
 
 def _byte_log_axis(ax, values, max_ticks: int = 8) -> None:
@@ -93,26 +69,6 @@ def new_figure(width: float, height: float, dpi: int = 72) -> Figure:
     return fig
 
 
-def plan_arrays(plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """bytes, token_count, sdma mask, each [pes, expert_per_pe, pes] = [d, local_expert, src_rank]."""
-    shape = (plan.pes, plan.expert_per_pe, plan.pes)
-    seg = plan.segments
-    nbytes = seg["bytes"].to_numpy(dtype=np.float64).reshape(shape)
-    rows = seg["token_count"].to_numpy(dtype=np.int64).reshape(shape)
-    sdma = (seg["plane"].to_numpy() == "SDMA").reshape(shape)
-    return nbytes, rows, sdma
-
-
-def largest_remote_segment(plan) -> np.ndarray:
-    """float64 [pes]: each PE's largest remote segment in bytes (segments to src_rank != pe), the
-    point the rule's thresholds are drawn against (0 where a PE has no remote rows)."""
-    nbytes, _, _ = plan_arrays(plan)
-    pes = plan.pes
-    remote = np.ones((pes, plan.expert_per_pe, pes), dtype=bool)
-    remote[np.arange(pes), :, np.arange(pes)] = False
-    return np.where(remote, nbytes, 0.0).reshape(pes, -1).max(axis=1)
-
-
 def segment_map(plan, *, dtype: str = "", max_panels: int = MAX_PANELS):
     """Segment map per PE: local_expert (rows) x src_rank (columns), colour = payload bytes; the
     one drawing of this view (:func:`combine_lab.lab.svg.segment_map_svg`), as an
@@ -127,7 +83,6 @@ def segment_map(plan, *, dtype: str = "", max_panels: int = MAX_PANELS):
     with their row count when they fit); more PEs are stacked into one image whose rows are
     (PE, local_expert), MTE segments in blues and SDMA segments in reds. ``dtype`` goes in the title.
     """
-    from .svg import SvgFigure, segment_map_svg
     return SvgFigure(segment_map_svg(plan, dtype, max_panels=max_panels), "segment map")
 
 
@@ -141,7 +96,6 @@ def plane_bytes_plot(plan):
     threshold_den of combine-facts section 4) and the SDMA floor: a remote segment goes by SDMA
     when it is at least the floor and strictly above the average.
     """
-    from .svg import SvgFigure, plane_bytes_svg
     return SvgFigure(plane_bytes_svg(plan), "plane bytes")
 
 
@@ -475,7 +429,6 @@ def modelled_floors(curve: pd.DataFrame | None, caption: str, floor: int | None 
     not given); ``caption`` (the model's "modelled on ...") under the title; ``stale``: the curve
     belongs to other inputs. Raises ParameterError when neither a curve nor ``classic_us`` is given.
     """
-    from .svg import SvgFigure, modelled_floors_svg
     best = None
     if curve is not None and len(curve):
         never = curve.loc[curve["threshold_bytes"] < 0, "modelled_us"]

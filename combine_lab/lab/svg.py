@@ -46,10 +46,10 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.ticker import LogLocator, MaxNLocator
 
-from .plots import ANNOTATE_CELLS, EMPTY_COLOR, MAX_PANELS, PE_ROLE, SDMA_COLOR, byte_label, byte_unit, largest_remote_segment, plan_arrays
 
 __all__ = ["SvgFigure", "segment_map_svg", "plane_bytes_svg", "modelled_floors_svg", "png_cells", "floor_text",
-           "WIDTH"]
+           "WIDTH", "byte_unit", "byte_label", "plan_arrays", "largest_remote_segment", "SDMA_COLOR", "EMPTY_COLOR",
+           "PE_ROLE", "MAX_PANELS", "ANNOTATE_CELLS"]
 
 #: Width of the app's figures in CSS pixels: fits a JupyterLab column beside an open sidebar at
 #: 1400 px (about 960 px wide) with room for the output prompt.
@@ -58,6 +58,54 @@ _MTE_COLOR = "#9ecae1"
 _FONT = "font-family:DejaVu Sans,Liberation Sans,Arial,Helvetica,sans-serif"  # unquoted: inside style='...'
 _INK = "#222"
 _GRID = "#e3e3e3"
+
+#: Outline colour of SDMA segments.
+SDMA_COLOR = "#d62728"
+#: Colour of empty segments (no rows) and of cases without SDMA traffic.
+EMPTY_COLOR = "#eeeeee"
+#: How the figures name the PE a segment map shows: it ran the experts and, in combine, sends
+#: their rows back to each src_rank (dispatch's destination PE).
+PE_ROLE = "expert owner, sends"
+#: Panel layout up to this many destination PEs; above it one stacked image.
+MAX_PANELS = 8
+#: Annotate cells with their row count when a panel has at most this many cells.
+ANNOTATE_CELLS = 64
+
+
+def byte_unit(max_bytes: float) -> tuple[float, str]:
+    """``(divisor, unit)`` for plotting byte values whose largest is ``max_bytes``:
+    B below 1 KiB, then KiB, MiB, GiB (powers of 1024)."""
+    for div, unit in ((2 ** 30, "GiB"), (2 ** 20, "MiB"), (2 ** 10, "KiB")):
+        if max_bytes >= div:
+            return float(div), unit
+    return 1.0, "B"
+
+
+def byte_label(n: float, digits: int = 3) -> str:
+    """``n`` bytes as a plain label in the binary unit that suits it: "512 B", "256 KiB", "1 MiB",
+    "1.5 MiB" (at most ``digits`` significant digits, no scientific notation)."""
+    div, unit = byte_unit(abs(float(n)))
+    return f"{float(n) / div:.{digits}g} {unit}"
+
+
+def plan_arrays(plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """bytes, token_count, sdma mask, each [pes, expert_per_pe, pes] = [d, local_expert, src_rank]."""
+    shape = (plan.pes, plan.expert_per_pe, plan.pes)
+    seg = plan.segments
+    nbytes = seg["bytes"].to_numpy(dtype=np.float64).reshape(shape)
+    rows = seg["token_count"].to_numpy(dtype=np.int64).reshape(shape)
+    sdma = (seg["plane"].to_numpy() == "SDMA").reshape(shape)
+    return nbytes, rows, sdma
+
+
+def largest_remote_segment(plan) -> np.ndarray:
+    """float64 [pes]: each PE's largest remote segment in bytes (segments to src_rank != pe), the
+    point the rule's thresholds are drawn against (0 where a PE has no remote rows)."""
+    nbytes, _, _ = plan_arrays(plan)
+    pes = plan.pes
+    remote = np.ones((pes, plan.expert_per_pe, pes), dtype=bool)
+    remote[np.arange(pes), :, np.arange(pes)] = False
+    return np.where(remote, nbytes, 0.0).reshape(pes, -1).max(axis=1)
 
 
 def _e(text) -> str:
@@ -259,7 +307,7 @@ def _pe_ticks(pes: int) -> list[int]:
 
 class _Norm:
     """Bytes to [0, 1]: linear from 0, or logarithmic when the non-zero values span over 100x
-    (as :func:`combine_lab.lab.plots._bytes_norm`)."""
+    (the segment map's colour scale)."""
 
     def __init__(self, values: np.ndarray):
         nz = values[values > 0]
@@ -297,7 +345,7 @@ def _colorbar(cv: _Canvas, x, y, w, h, cmap_name: str, norm: _Norm, label: str, 
 
 def floor_text(n: int) -> str:
     """A floor in the binary unit that suits it, shortest form up to 6 digits: 2 MiB, 512 KiB,
-    1.5 MiB, 0 B (plots.byte_label)."""
+    1.5 MiB, 0 B (:func:`byte_label`)."""
     return byte_label(n, 6)
 
 
