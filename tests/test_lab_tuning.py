@@ -30,6 +30,9 @@ from combine_lab.run.launch import LaunchError
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(pes=2, bs=64, h=8192, topk=2, expert_per_pe=2, routing_model="hot-expert", skew=0.5, warmup=0, loops=1)
 WIDGETS = ("ipywidgets", "IPython")
+#: What the lab extra installs (pyproject's ``lab``), by module: none of it is needed to plan and draw
+LAB_MODULES = ("ipywidgets", "IPython", "ipykernel", "jupyterlab", "traitlets", "papermill", "nbclient", "nbformat",
+               "jupytext", "yaml", "jupyter_client", "voila", "resvg_py")
 #: resvg-py (the lab extra) renders the PNGs; without it the rest still runs
 PNG = importlib.util.find_spec("resvg_py") is not None
 
@@ -67,14 +70,15 @@ def planner_says(state, floor) -> dict[int, list[int]]:
     return {pe: p.sdma_segments(pe).tolist() for pe in range(state.spec.pes)}
 
 
-def test_the_state_module_imports_and_plans_where_ipywidgets_cannot_be_imported(tmp_path):
+def test_the_state_module_imports_and_plans_without_the_lab_extra(tmp_path):
     """As after ``pip install -e .[test]`` without the lab extra: a fresh interpreter in which an
-    import hook refuses ipywidgets and IPython imports the state, plans, models, suggests and draws."""
+    import hook refuses every module of the lab extra (ipywidgets and IPython among them) imports
+    the state, plans, models, suggests and draws."""
     code = textwrap.dedent(f"""
         import sys, importlib.abc
         class Refuse(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in {WIDGETS!r}:
+                if name.split(".")[0] in {LAB_MODULES!r}:
                     raise ImportError(f"{{name}} is hidden for this test")
         sys.meta_path.insert(0, Refuse())
         from combine_lab.lab.tuning import TuningState
@@ -86,7 +90,7 @@ def test_the_state_module_imports_and_plans_where_ipywidgets_cannot_be_imported(
         s.set(topk=2, loops=1)
         svg = s.figures["segment_map"].svg
         assert svg.startswith("<svg") and "cl-segment-map" in svg
-        hidden = [m for m in sys.modules if m.split(".")[0] in {WIDGETS!r}]
+        hidden = [m for m in sys.modules if m.split(".")[0] in {LAB_MODULES!r}]
         assert not hidden, hidden
         print("ok")
     """)

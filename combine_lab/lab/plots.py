@@ -518,7 +518,8 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, dpi: int | None = No
 
 def show(fig, out_dir: str | os.PathLike | None = None, name: str | None = None) -> None:
     """Display ``fig`` in IPython: a matplotlib Figure as a PNG (any matplotlib backend), an
-    :class:`~combine_lab.lab.svg.SvgFigure` as its SVG (the drawing the app shows); when
+    :class:`~combine_lab.lab.svg.SvgFigure` as its SVG (the drawing the app shows) with its PNG
+    beside it (shown where SVG is not: an untrusted notebook); when
     ``out_dir`` and ``name`` are given, save it there as ``<name>.png`` (see :func:`save_figure`).
     Returns None, so that a notebook cell ending with it shows only the figure."""
     path = save_figure(fig, out_dir, name) if out_dir is not None and name else None
@@ -528,8 +529,8 @@ def show(fig, out_dir: str | os.PathLike | None = None, name: str | None = None)
     except ImportError:  # pragma: no cover - IPython ships with the lab extra
         return None
     if get_ipython() is not None:
-        if _is_svg(fig):
-            display(fig)  # its _repr_svg_: sharp at any zoom, the text the browser's
+        if _is_svg(fig):  # SVG (sharp, the browser's text) and, for an untrusted notebook, the PNG
+            display(fig.mimebundle(path.read_bytes() if path else None), raw=True)
         else:
             display(Image(data=path.read_bytes() if path else figure_png(fig, 100), format="png"))
     return None

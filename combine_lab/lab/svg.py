@@ -188,6 +188,15 @@ class SvgFigure:
     def _repr_svg_(self) -> str:
         return self.svg
 
+    def mimebundle(self, png: bytes | None = None) -> dict:
+        """The figure for a notebook output: its SVG, and a PNG (``png``, else rendered) for where
+        SVG is not shown (JupyterLab renders an untrusted notebook's SVG as text, not its PNG)."""
+        return {"image/svg+xml": self.svg,
+                "image/png": base64.b64encode(png if png is not None else self.png()).decode("ascii")}
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return self.mimebundle()
+
     def __repr__(self) -> str:
         w, h = self.size
         return f"SvgFigure({self.title!r}, {w}x{h} px)"
