@@ -15,6 +15,7 @@ import pytest
 from conftest import host_processes
 
 from combine_lab.case.case import make_case
+from combine_lab.errors import ParameterError
 from combine_lab.lab import tuning
 from combine_lab.lab.svg import SvgFigure
 from combine_lab.lab.tuning import FIELDS, RUN_VIEWS, Field, Problem, TuningState
@@ -121,7 +122,7 @@ def test_set_values_plans_without_running(nothing_launches):
     assert s.spec.routing == "trace:mixtral/arxiv/15" and s.skew_name() is None
     assert listed(s) == planner_says(s, 0)
     assert s.history.empty and s.last_runs is None and s.stale_views == []
-    with pytest.raises(tuning.ParameterError, match="unknown values"):
+    with pytest.raises(ParameterError, match="unknown values"):
         s.set(colour="red")
 
 
