@@ -156,7 +156,7 @@ class TuningApp:
         t0 = time.perf_counter()
         self.state = TuningState(targets, max_uniform_x_bytes=max_uniform_x_bytes, max_run_bytes=max_run_bytes,
                                  prof_all_max_pes=prof_all_max_pes, timeout_s=timeout_s,
-                                 model=model if model in MODELS else "a3", **initial)
+                                 model=model, **initial)  # a model not offered is said, like any bad value
         self.click_guard_s = click_guard_s
         self.ignored_clicks = 0
         self.plan_seconds = float("nan")
@@ -243,7 +243,7 @@ class TuningApp:
         self.plan_figures.add_class("cl-plan-figures")
         self.sdma_html = widgets.HTML(layout=wide)
         # modelled time
-        self.model_select = widgets.Dropdown(options=list(MODELS), value=v["model"],
+        self.model_select = widgets.Dropdown(options=list(MODELS), value=v["model"] if v["model"] in MODELS else "a3",
                                              description="model", style={"description_width": "50px"},
                                              layout=widgets.Layout(width="150px"))
         self.model_select.add_class("cl-model-select")
