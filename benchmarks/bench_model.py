@@ -3,7 +3,8 @@
 On pes 64, bs 4096, h 7168, topk 8, expert_per_pe 8, float16, routing deepseek (the issue's
 case), measured side by side in one run (the machine is shared and noisy):
 
-1. the plan-view redraw (plan_counts + the segment map to PNG), the unit of "live";
+1. the plan-view redraw (plan_counts + the segment map and plane bytes as the app's SVG), the
+   unit of "live";
 2. modelled comm_only and full_op from the plan (one replay of both variants on ``a3``);
 3. ``suggest`` over every floor where the plan changes (comm_only).
 
@@ -55,9 +56,10 @@ def main() -> int:
     t = time.perf_counter()
     rows = case_rows(case, model.soc)
     print(f"case: {spec.case_id} routing {spec.routing}; model rows (once per case): {time.perf_counter() - t:.3f} s")
-    view = plots.SegmentMapView()
-    redraw = median_time(lambda: plots.figure_png(view.draw(plan_counts(case.ep_recv_count, spec.h, spec.itemsize,
-                                                                        "doubleplane"))), a.repeats)
+    def redraw_once():
+        p = plan_counts(case.ep_recv_count, spec.h, spec.itemsize, "doubleplane")
+        return plots.segment_map(p, dtype=spec.dtype).svg + plots.plane_bytes_plot(p).svg
+    redraw = median_time(redraw_once, a.repeats)
     masks = {v: rows.sdma(v, 2 << 20) for v in ("classic", "doubleplane")}
     one = median_time(lambda: [replay(rows, m, model) for m in masks.values()], a.repeats) / 2
     sug = median_time(lambda: suggest(rows, model), max(1, a.repeats // 2))

@@ -21,7 +21,8 @@
 # colour = bytes, row counts as text, SDMA segments outlined in red),
 # the **bytes each plane would carry** and the **remote average** each segment must beat.
 # Changing a control runs nothing: it draws the routing (never the activations x) and replans,
-# in milliseconds (the figures are drawn as SVG, sharp at any zoom).
+# in milliseconds (the figures are drawn as SVG, sharp at any zoom: the same drawings this
+# notebook shows below and saves as PNG).
 #
 # **Modelled NPU time** prices the current plan on a model of an Atlas A2 or A3 (the *model*
 # selector): the slowest PE's `comm_only` with classic and at the current floor, and, for small
@@ -33,10 +34,11 @@
 # files, checks x_out on every PE, compares the twin's per-plane counters with the plan, and
 # plots comm_only and full_op per PE. Runs accumulate in the table and history plot below it.
 # A bad value (say `topk` larger than the number of experts with a distinct routing) shows a
-# message and launches nothing.
+# message, with every problem of the inputs at once, and launches nothing.
 #
 # Same arc as every notebook: **case → plan → run → check → plot**. The app's logic lives in
-# `combine_lab.lab.app.TuningApp`; this notebook only shows it. The target selector offers what
+# `combine_lab.lab.tuning.TuningState` (no widgets: `app.state`), which
+# `combine_lab.lab.app.TuningApp` shows; this notebook only drives it. The target selector offers what
 # `combine_lab.run.capabilities.detect().targets()` says can run here. For the app alone in a
 # browser tab, without this notebook around it: `combine-lab app`.
 
@@ -125,13 +127,14 @@ display(suggestion.curve)
 app.set(min_sdma_bytes=min_sdma_bytes)
 
 # %% [markdown]
-# **A bad value** shows a message and launches nothing:
+# **Bad values** show one message with every problem, and launch nothing; the values stay as
+# given (never clamped), each problem named in `app.state.problems`:
 
 # %%
-app.set(topk=app.spec.moe_expert_num + 1)
+app.set(topk=app.spec.moe_expert_num + 1, loops=0)
 print(app.message)
-assert app.run() is None and app.plan is None
-app.set(topk=topk)
+assert app.run() is None and app.plan is None and [p.name for p in app.state.problems] == ["loops", "topk"]
+app.set(topk=topk, loops=loops)
 
 # %% [markdown]
 # **Run and check.** Two runs: the parameters as given, then the SDMA floor halved
@@ -146,11 +149,11 @@ for floor in (min_sdma_bytes, min_sdma_bytes // 2):
 display(app.history)
 
 # %% [markdown]
-# **Plot.** The figures the app shows, saved to the output folder.
+# **Plot.** The figures the app shows (the same drawings), saved to the output folder as PNG.
 
 # %%
 app.save_figures(out, prefix="02_")
-for name in ("segment_map", "plane_bytes", "compare", "history"):
+for name in ("segment_map", "plane_bytes", "modelled", "compare", "history"):
     plots.show(app.figures[name])
 
 # %%

@@ -1,106 +1,62 @@
-"""The tuning app: ipywidgets to set a case, a live plan view, modelled NPU time with a suggested
-SDMA floor, and a Run button that compares both variants.
+"""The tuning app: ipywidgets over :class:`combine_lab.lab.tuning.TuningState`: controls to set a
+case, a live plan view, modelled NPU time with a suggested SDMA floor, and a Run button that
+compares both variants.
 
     from combine_lab.lab.app import TuningApp
     app = TuningApp()
     app                      # in a notebook: controls, plan view, modelled time, run panel
 
-Changing a control replans at once and runs nothing: the routing is drawn with
-:func:`combine_lab.case.case.make_case` (never x: the plan path does not touch ``case.x``)
-and planned with :func:`combine_lab.planning.planner.plan_counts`; controls that only change
-bytes (h, dtype for skewed routings, min_sdma_bytes) reuse the drawn routing. Both plan figures
-(segment map; plane bytes and thresholds) are drawn as SVG (:mod:`.svg`) and shown in one update.
+This module is the view: widgets, layout, CSS, event wiring and rendering to HTML. What is
+planned, modelled, run and kept, and every figure, is the state's (:attr:`TuningApp.state`,
+no widgets, tested without ipywidgets); the figures the app shows inline are the very drawings
+the notebook shows and :meth:`TuningApp.save_figures` saves (:mod:`.svg`, :mod:`.plots`).
 
-**Modelled time** (:mod:`combine_lab.model`): on every replan, the modelled ``comm_only`` of the
-slowest PE for classic and for the current floor on the chosen machine (``a2``/``a3``), from the
-kernel's own operation stream; the curve over every floor where the plan changes comes from
-:func:`combine_lab.model.suggest.suggest`, computed at each replan for small cases and by the
-**Suggest** button for large ones (about 1-3 s at 64 PEs), which also names the best floor and
-offers to set the floor control to it. Every modelled number says "modelled on ...", with the
-assumed parameters; measured times (Run) are labelled measured, never mixed with them.
+A changed control is handed to the state, which replans at once and runs nothing; the page then
+shows the new plan (segment map and plane bytes in one update), the modelled panel and, when
+the inputs differ from those of the last Run, that Run's verdict, counters and comparison
+marked stale. **Suggest** computes the modelled curve over every floor for large cases (about
+1-3 s at 64 PEs) and offers to set the floor to the best one. Every modelled number says
+"modelled on ...", with the assumed parameters; measured times (Run) are labelled measured.
 
-**Run** builds the target if needed and runs classic and doubleplane through
-:func:`combine_lab.harness.compare`, then shows the x_out verdict, per-plane counters,
-per-PE times and a history of runs. The button stays disabled until the run's results are shown,
-and a click that the browser sent while a run was going (the second click of a double-click,
-queued behind the first run) starts nothing. A
-variant the target refuses (doubleplane on an NPU with CANN older than 9.0.0) shows as REFUSED
-with its reason, and classic still runs.
+**Run** builds the target if needed and runs classic and doubleplane through the state
+(:meth:`combine_lab.lab.tuning.TuningState.execute`, :func:`combine_lab.harness.compare`),
+then shows the x_out verdict, per-plane counters, per-PE times and the history. The button stays
+disabled until the run's results are shown, and a click that the browser sent while a run was
+going (the second click of a double-click, queued behind the first run) starts nothing. A variant
+the target refuses (doubleplane on an NPU with CANN older than 9.0.0) shows as REFUSED with its
+reason, and classic still runs.
 
 Everything a browser would do can be done from Python, which is how the tests drive it:
 set ``app.controls[name].value`` (or :meth:`TuningApp.set`), call :meth:`TuningApp.run`,
 :meth:`TuningApp.suggest`, :meth:`TuningApp.use_suggestion` or ``app.run_button.click()``, then
 read ``app.plan``, ``app.sdma_table``, ``app.modelled``, ``app.suggestion``, ``app.message``,
-``app.history``, ``app.rows``, ``app.last_runs``. Bad values never raise: they show a readable
-message (``app.message``) and nothing is planned or launched.
-
-What is shown always describes the current inputs, or says it does not: a failed plan clears the
-plan view and the modelled panel; a failed Run clears the verdict, counters and comparison;
-and while the inputs differ from those of the last Run (a control changed, a plan failed) its
-verdict, counters and comparison are marked stale (``app.stale_views``) and
-:meth:`TuningApp.save_figures` leaves the comparison out.
+``app.history``, ``app.rows``, ``app.last_runs`` (the state's). Bad values never raise: every
+problem is listed in one readable message (``app.message``) and nothing is planned or launched.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import html
 import time
-import warnings
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ipywidgets as widgets
 import numpy as np
 import pandas as pd
+from traitlets import TraitError
 
-from ..case.case import Case, make_case
-from ..case.routing import parse_routing
-from ..case.spec import CaseSpec
-from ..case.traces import list_traces
-from ..errors import CaseFileError, ParameterError, SpecError
-from ..model.params import NpuModel, load_model
-from ..model.replay import stage1
-from ..model.stream import CaseRows, case_rows
+from ..errors import ParameterError, SpecError
+from ..model.params import NpuModel
 from ..model.suggest import NEVER, Suggestion
-from ..model.suggest import suggest as model_suggest
-from ..planning.capacity import CapacityError, window_geometry
-from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan, plan_counts
-from ..results.rows import COMPARISON_COLUMNS, REFUSED, ROW_COLUMNS, NotRun, ResultRow, compare_rows, result_row
-from .. import harness
-from ..run import build as build_mod
-from ..run import runner
 from ..run.capabilities import detect
-from ..run.launch import LaunchError
-from ..errors import ResultFileError
-from . import plots, svg
+from . import plots, svg, tuning
+from .tuning import (HISTORY_COLUMNS, MODELS, ROUTING_MODELS, ROWS_COLUMNS, RUN_ERRORS, RUN_INPUTS, TuningState,
+                     format_bytes, routing_string)
 
 __all__ = ["ROUTING_MODELS", "routing_string", "TuningApp", "HISTORY_COLUMNS", "HISTORY_SHOWN", "ROWS_COLUMNS",
-           "MODELS"]
+           "MODELS", "H_RANGE"]
 
-#: Routing models offered by the app -> (name of the skew parameter, its default), None when
-#: the model takes no number; "trace" takes a trace name from the trace selector.
-ROUTING_MODELS: dict[str, tuple[str, float] | None] = {
-    "uniform": None,
-    "zipf": ("S", 1.2),
-    "hot-expert": ("F", 0.1),
-    "hot-rank": ("F", 0.5),
-    "deepseek": None,
-    "trace": None,
-}
-
-#: Machines the modelled-time panel offers (data/npu_models/<name>.toml).
-MODELS = ("a2", "a3")
-
-#: Columns of ``TuningApp.history``, one row per Run: the case and settings, then
-#: :func:`combine_lab.results.rows.compare_rows` of the run's rows: times in us (CoreMaxTime,
-#: mean over profiled PEs), ``<metric>_speedup`` = classic time / doubleplane time (above 1:
-#: doubleplane faster, :data:`combine_lab.results.rows.SPEEDUP`), sdma_share, check,
-#: counters_ok and the reason of a variant that did not run.
-HISTORY_COLUMNS = ["run", "case_id", "routing", "dtype", "target", "min_sdma_bytes", "warmup", "loops",
-                   *COMPARISON_COLUMNS]
 #: The history columns the app shows in its table (column -> heading); the others are one click
 #: away ("all columns"), so that the table fits a JupyterLab column.
 HISTORY_SHOWN = {"run": "run", "case_id": "case (bs, h, topk, E, pes)", "routing": "routing", "target": "target",
@@ -113,20 +69,10 @@ _HISTORY_FORMAT = {"case_id": lambda v: html.escape(str(v).removeprefix("shape_"
                    "comm_only_classic_us": lambda v: "-" if not np.isfinite(v) else f"{v:,.1f}",
                    "comm_only_doubleplane_us": lambda v: "-" if not np.isfinite(v) else f"{v:,.1f}",
                    "sdma_share": lambda v: "-" if not np.isfinite(v) else f"{100 * v:.1f} %"}
-#: Columns of ``TuningApp.rows``: the Run number, then one :class:`~combine_lab.results.rows.ResultRow`
-#: per variant (the schema of the CLI table and the sweep CSV).
-ROWS_COLUMNS = ["run", *ROW_COLUMNS]
-
-_INT_FIELDS = ("pes", "bs", "h", "topk", "expert_per_pe", "seed", "min_sdma_bytes", "warmup", "loops")
-_CASE_FIELDS = ("pes", "bs", "h", "topk", "expert_per_pe", "seed")
-#: Errors a run can end with that the app shows as a message.
-_RUN_ERRORS = (SpecError, ParameterError, CaseFileError, ResultFileError, build_mod.BuildError, LaunchError, OSError,
-               ValueError)
-#: The h slider's range (elements per row); :meth:`TuningApp.set` widens it for a value outside.
+#: The h slider's range (elements per row); a value outside it widens it (a bad h is said, not clamped).
 H_RANGE = (64, 16384, 64)
-#: Up to this many segments (pes * pes * expert_per_pe) the modelled curve over every floor is
-#: recomputed at each replan (milliseconds); above it, the Suggest button computes it.
-AUTO_SUGGEST_SEGMENTS = 4096
+#: The controls, in the order shown (the state's values less the model, which has its own selector).
+CONTROLS = RUN_INPUTS
 
 _CSS = """<style>
 .cl-app { max-width: 100%; }
@@ -146,27 +92,7 @@ _CSS = """<style>
 </style>"""
 
 
-def routing_string(model: str, skew: float | None = None, trace: str | None = None) -> str:
-    """The routing string of :mod:`combine_lab.routing` for a model and its skew strength.
-
-    ``model``: a key of :data:`ROUTING_MODELS`; ``skew``: S (zipf) or F (hot-expert,
-    hot-rank), ignored otherwise; ``trace``: MODEL/DOMAIN/LAYER for model 'trace'.
-    Raises SpecError for an unknown model or a missing trace name.
-    """
-    if model not in ROUTING_MODELS:
-        raise SpecError(f"routing model={model!r}: must be one of {', '.join(ROUTING_MODELS)}")
-    if model == "trace":
-        if not trace:
-            raise SpecError("routing model='trace': pick a trace (MODEL/DOMAIN/LAYER)")
-        return f"trace:{trace}"
-    if ROUTING_MODELS[model] is None:
-        return model
-    return f"{model}:{float(skew):g}"
-
-
-def _fmt_bytes(n: float) -> str:
-    div, unit = plots.byte_unit(float(n))
-    return f"{n / div:,.2f} {unit}" if unit != "B" else f"{int(n):,} B"
+_VARIANT_NAME = {"classic": "classic (MTE only)", "doubleplane": "doubleplane (MTE + SDMA)"}
 
 
 def _cell(v) -> str:
@@ -189,144 +115,98 @@ def _table(df: pd.DataFrame, headings: dict[str, str], cls: str, fmt: dict | Non
     return f"<div class='cl-scroll'><table class='cl-table {cls}'><tr>{head}</tr>{body}</table></div>"
 
 
-class _Figures(Mapping):
-    """The matplotlib Figure of each current view, made the first time it is asked for: the app
-    itself draws SVG, so a replan never pays for a figure nobody looks at."""
-
-    def __init__(self):
-        self._make: dict[str, Callable[[], Any]] = {}
-        self._made: dict[str, Any] = {}
-
-    def set(self, name: str, make: Callable[[], Any]) -> None:
-        self._make[name] = make
-        self._made.pop(name, None)
-
-    def put(self, name: str, fig) -> None:
-        self._make[name] = lambda: fig
-        self._made[name] = fig
-
-    def pop(self, name: str, default=None):
-        self._make.pop(name, None)
-        return self._made.pop(name, default)
-
-    def __getitem__(self, name: str):
-        if name not in self._made:
-            self._made[name] = self._make[name]()
-        return self._made[name]
-
-    def __iter__(self):
-        return iter(list(self._make))
-
-    def __len__(self) -> int:
-        return len(self._make)
+def _note(text_html: str) -> str:
+    return f"<div class='cl-note'>{text_html}</div>"
 
 
 class TuningApp:
-    """Controls, plan view, modelled time and run panel for one combine case.
+    """Controls, plan view, modelled time and run panel for one combine case: a view of a
+    :class:`~combine_lab.lab.tuning.TuningState`.
 
     Args:
         targets: targets offered by the target selector; default
             ``capabilities.detect().targets()`` ('cpu', plus 'npu' where it can run).
-        max_uniform_x_bytes: uniform routing draws x with it (the reference recipe,
-            docs/protocol.md#3-reference-data-and-the-check); above this many bytes of x (pes*bs*h*sizeof(T)) the
-            app refuses to plan it and says so. Skewed routings never draw x to plan.
-        max_run_bytes: a Run is refused when the case files plus windows would exceed this
-            many bytes (estimate: (pes*bs*topk + 2*pes*bs) rows of h*sizeof(T) plus the windows).
-        prof_all_max_pes: up to this many PEs every PE is profiled (per-PE times); above it PE 0 only.
-        timeout_s: limit per launch of all PEs, seconds.
+        max_uniform_x_bytes, max_run_bytes, prof_all_max_pes, timeout_s: the state's limits
+            (:class:`~combine_lab.lab.tuning.TuningState`).
         model: the machine of the modelled-time panel (:data:`MODELS`).
         click_guard_s: without the browser's time stamps (a click from Python), a Run click handled
             this soon after the last run's results were shown is the rest of a double-click (queued
             while the run went on), not a new request: ignored.
-        **initial: starting values of the controls (names as in :attr:`controls`).
+        **initial: starting values of the controls (names as in :attr:`controls`). An unknown
+            name raises ParameterError.
 
     Attributes:
+        state: the :class:`~combine_lab.lab.tuning.TuningState` shown; spec, plan, sdma_table,
+            modelled, suggestion, message, history, rows, last_runs, figures, stale_views and
+            replans are its.
         controls: dict name -> widget for pes, bs, h (a slider), topk, expert_per_pe, dtype,
             routing_model, skew, trace, seed, min_sdma_bytes, warmup, loops, target.
         model_select: the machine of the modelled panel (a2, a3).
-        spec: the CaseSpec of the current values, or None when they are invalid.
-        plan: the doubleplane :class:`~combine_lab.planning.planner.Plan` shown, or None.
-        sdma_table: DataFrame of the SDMA segments listed (pe, segment, local_expert,
-            src_rank, token_count, bytes), as in ``plan.segments``.
-        modelled: the modelled comm_only of the current inputs ({} without a plan): model,
-            caption, floor, classic_us, doubleplane_us (the slowest PE's CoreMaxTime, us),
-            speedup (classic / doubleplane), curve (True when the curve over floors is current).
-        suggestion: the :class:`~combine_lab.model.suggest.Suggestion` of the current inputs, or None.
-        message: the text of the message shown ('' when none).
-        history: DataFrame (:data:`HISTORY_COLUMNS`), one row per completed run.
-        rows: DataFrame (:data:`ROWS_COLUMNS`), one result row per variant of every completed run.
-        last_runs: the :class:`~combine_lab.harness.Comparison` of the last run (variant ->
-            RunResult, and ``refused``: variant -> reason), or None.
-        figures: the matplotlib Figure of each view that describes the current inputs
-            ("segment_map", "plane_bytes": the current plan; "compare": the last Run, while the
-            inputs are still the ones it ran with; "history": every completed Run), made when
-            first asked for. A view that no longer describes them is not in it, so
-            :meth:`save_figures` never saves it as current.
-        stale_views: the run views shown marked stale ("verdict", "counters", "compare"): the
-            inputs changed since the Run they show, or the current ones cannot be planned.
-        replans: how many times the plan view was recomputed; plan_seconds: the last one's time
-            (plan, both figures and the modelled panel).
+        plan_seconds: the last replan's time (s): plan, both plan figures and the modelled panel.
         ignored_clicks: Run clicks that started nothing (a run going on, or a double-click).
     """
 
     def __init__(self, targets: list[str] | None = None, *, max_uniform_x_bytes: int = 256 * 2 ** 20,
                  max_run_bytes: int = 2 * 2 ** 30, prof_all_max_pes: int = 8, timeout_s: float = 120.0,
                  model: str = "a3", click_guard_s: float = 0.5, **initial: Any):
-        self.targets = list(targets) if targets is not None else detect().targets()
-        if not self.targets:
-            self.targets = ["cpu"]
-        self.max_uniform_x_bytes = max_uniform_x_bytes
-        self.max_run_bytes = max_run_bytes
-        self.prof_all_max_pes = prof_all_max_pes
-        self.timeout_s = timeout_s
+        unknown = set(initial) - set(CONTROLS)
+        if unknown:
+            raise ParameterError(f"unknown controls {sorted(unknown)}; known: {sorted(CONTROLS)}")
+        targets = list(targets) if targets is not None else detect().targets()
+        t0 = time.perf_counter()
+        self.state = TuningState(targets, max_uniform_x_bytes=max_uniform_x_bytes, max_run_bytes=max_run_bytes,
+                                 prof_all_max_pes=prof_all_max_pes, timeout_s=timeout_s,
+                                 model=model, **initial)  # a model not offered is said, like any bad value
         self.click_guard_s = click_guard_s
-        self.spec: CaseSpec | None = None
-        self.plan: Plan | None = None
-        self.sdma_table = pd.DataFrame(columns=["pe", "segment", "local_expert", "src_rank", "token_count", "bytes"])
-        self.message = ""
-        self.history = pd.DataFrame(columns=HISTORY_COLUMNS)
-        self._history_rows: list[dict] = []
-        self.rows = pd.DataFrame(columns=ROWS_COLUMNS)
-        self._rows_data: list[dict] = []
-        self.last_runs: dict | None = None
-        self.figures = _Figures()
-        self.stale_views: list[str] = []
-        self.modelled: dict = {}
-        self.suggestion: Suggestion | None = None
-        self._suggestion_key = None
-        self._run_values: dict | None = None  # the inputs of the Run the run views show
-        self._run_verdict = ""
-        self._run_counters = ""
-        self._run_figure = None
-        self._run_compare_svg = ""
-        self._running = False
+        self.ignored_clicks = 0
+        self.plan_seconds = float("nan")
         self._run_done_at = -float("inf")
         self._run_click_sent: float | None = None  # browser clock: the click that started the last run
         self._run_took = 0.0  # kernel clock: from that click to its results shown
-        self.ignored_clicks = 0
-        self.replans = 0
-        self.plan_seconds = float("nan")
-        self._case_key = None
-        self._case: Case | None = None
-        self._rows_key = None
-        self._rows: CaseRows | None = None
-        self._models: dict[str, NpuModel] = {}
-        self._classic_cache: dict = {}
+        self._shown_suggestion: Suggestion | None = None  # the one Suggest named (Use it applies to it)
+        self._compare_svg: tuple[int, str] | None = None  # (id of the compare figure, its SVG)
         self._hold = 0
-        self._build_widgets(model)
+        self._build_widgets()
         self._root = self._layout()
-        self.set(**initial)
+        self._push_values()
+        self._render()
+        self.plan_seconds = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ the state's, read through
+    targets = property(lambda self: self.state.targets)
+    spec = property(lambda self: self.state.spec, doc="The CaseSpec of the current values, or None.")
+    plan = property(lambda self: self.state.plan, doc="The doubleplane Plan shown, or None.")
+    sdma_table = property(lambda self: self.state.sdma_table, doc="The SDMA segments listed (DataFrame).")
+    modelled = property(lambda self: self.state.modelled, doc="The modelled comm_only of the inputs ({}: none).")
+    suggestion = property(lambda self: self.state.suggestion, doc="The current Suggestion, or None.")
+    message = property(lambda self: self.state.message, doc="The message shown ('' when none).")
+    history = property(lambda self: self.state.history, doc="One row per completed Run (DataFrame).")
+    rows = property(lambda self: self.state.rows, doc="One result row per variant of every Run (DataFrame).")
+    last_runs = property(lambda self: self.state.last_runs, doc="The last Run's Comparison, or None.")
+    figures = property(lambda self: self.state.figures, doc="The figure of each current view (name -> figure).")
+    stale_views = property(lambda self: self.state.stale_views, doc="The run views shown marked stale.")
+    replans = property(lambda self: self.state.replans, doc="How many times the values were planned.")
+
+    @property
+    def max_run_bytes(self) -> int:
+        """A Run is refused above this many bytes of case files and windows (the state's)."""
+        return self.state.max_run_bytes
+
+    @max_run_bytes.setter
+    def max_run_bytes(self, value: int) -> None:
+        self.state.max_run_bytes = value
 
     # ------------------------------------------------------------------ widgets
-    def _build_widgets(self, model: str) -> None:
+    def _build_widgets(self) -> None:
         style = {"description_width": "116px"}  # "min_sdma_bytes" in full
         lay = widgets.Layout(width="236px")
 
         def int_box(desc, value, tip):
             return widgets.IntText(value=value, description=desc, tooltip=tip, style=style, layout=lay)
 
-        traces = [t.removeprefix("trace:") for t in list_traces()]  # MODEL/DOMAIN/LAYER
-        default_trace = "mixtral/arxiv/15" if "mixtral/arxiv/15" in traces else (traces[0] if traces else None)
+        traces = list(self.state.traces)  # MODEL/DOMAIN/LAYER
+        v = self.state.values()
+        default_trace = v["trace"] if v["trace"] in traces else tuning.default_trace(traces)
         lo, hi, step = H_RANGE
         c = {
             "pes": int_box("pes", 4, "PEs (ranks)"),
@@ -344,7 +224,8 @@ class TuningApp:
             "trace": widgets.Dropdown(options=traces, value=default_trace, description="trace", style=style,
                                       layout=widgets.Layout(width="352px")),
             "seed": int_box("seed", 42, "case seed"),
-            "min_sdma_bytes": int_box("min_sdma_bytes", DEFAULT_MIN_SDMA_BYTES, "SDMA floor, bytes"),
+            # the defaults first: the state's values (bad ones included) are pushed once they are all built
+            "min_sdma_bytes": int_box("min_sdma_bytes", tuning.FIELDS["min_sdma_bytes"].default, "SDMA floor, bytes"),
             "warmup": int_box("warmup", 1, "launches before profiling"),
             "loops": int_box("loops", 3, "profiled launches"),
             "target": widgets.Dropdown(options=self.targets, value=self.targets[0], description="target",
@@ -362,11 +243,11 @@ class TuningApp:
         self.plan_figures.add_class("cl-plan-figures")
         self.sdma_html = widgets.HTML(layout=wide)
         # modelled time
-        self.model_select = widgets.Dropdown(options=list(MODELS), value=model if model in MODELS else "a3",
+        self.model_select = widgets.Dropdown(options=list(MODELS), value=v["model"] if v["model"] in MODELS else "a3",
                                              description="model", style={"description_width": "50px"},
                                              layout=widgets.Layout(width="150px"))
         self.model_select.add_class("cl-model-select")
-        self.model_select.observe(lambda _c: self._model_changed(), names="value")
+        self.model_select.observe(lambda c: self._changed("model", c["new"]), names="value")
         self.suggest_button = widgets.Button(description="Suggest", icon="search",
                                              tooltip="model every floor where the plan changes, and name the best")
         self.suggest_button.add_class("cl-suggest")
@@ -399,7 +280,6 @@ class TuningApp:
         self.history_html.add_class("cl-history")
         self.history_all_html = widgets.HTML(layout=wide)
         self.history_plot_html = widgets.HTML(layout=wide)
-        self._sync_model_widgets()
 
     def _layout(self) -> widgets.Widget:
         controls = widgets.Box(list(self.controls.values()), layout=widgets.Layout(width="100%"))
@@ -443,10 +323,10 @@ class TuningApp:
         from IPython.display import display
         display(self._root)
 
-    # ------------------------------------------------------------------ state
+    # ------------------------------------------------------------------ values: widgets <-> state
     def values(self) -> dict:
-        """Current control values by name."""
-        return {k: w.value for k, w in self.controls.items()}
+        """Current control values by name (the state's, as set: never clamped)."""
+        return {k: v for k, v in self.state.values().items() if k in CONTROLS}
 
     @contextlib.contextmanager
     def _held(self):
@@ -458,26 +338,52 @@ class TuningApp:
 
     def set(self, **values: Any) -> None:
         """Set several controls at once, then replan once. Unknown names raise ParameterError
-        (a programming error, not a user value); a value a Dropdown does not offer shows a
-        message; an h outside the slider's range widens it (so that a bad h is said, not clamped).
-        Returns None, so that a notebook cell ending with it does not show the app again."""
-        unknown = set(values) - set(self.controls)
+        (a programming error, not a user value); a bad value (one a selector does not offer
+        included) is kept by the state and said in the message, never clamped: an h outside the
+        slider's range widens it. Returns None, so that a notebook cell ending with it does not
+        show the app again."""
+        unknown = set(values) - set(CONTROLS)
         if unknown:
-            raise ParameterError(f"unknown controls {sorted(unknown)}; known: {sorted(self.controls)}")
-        bad = None
-        # the model first: choosing one resets the skew to its default
-        ordered = sorted(values.items(), key=lambda kv: kv[0] != "routing_model")
+            raise ParameterError(f"unknown controls {sorted(unknown)}; known: {sorted(CONTROLS)}")
+        self._apply(values)
+
+    def _apply(self, values: dict) -> None:
+        t0 = time.perf_counter()
+        self.state.set(**values)
+        self._push_values()
+        self._render()
+        self.plan_seconds = time.perf_counter() - t0
+
+    def _on_change(self, change) -> None:
+        if self._hold:
+            return
+        name = next(k for k, w in self.controls.items() if w is change["owner"])
+        self._changed(name, change["new"])
+
+    def _changed(self, name: str, value) -> None:
+        if not self._hold:
+            self._apply({name: value})
+
+    def _push_values(self) -> None:
+        """Show the state's values in the widgets. A value a widget cannot hold (a target the
+        selector does not offer, text in a number box) stays the state's: the message names it."""
+        v = self.state.values()
         with self._held():
-            for k, v in ordered:
+            for name, w in self.controls.items():
+                if w.value == v[name]:
+                    continue
                 try:
-                    if k == "h":
-                        self._fit_h_slider(v)
-                    self.controls[k].value = v
-                except Exception as e:  # traitlets TraitError: e.g. a target the selector does not offer
-                    bad = f"{k}={v!r}: not offered here ({e})"
-        self.refresh()
-        if bad:
-            self._show_message(bad)
+                    if name == "h":
+                        self._fit_h_slider(v[name])
+                    w.value = v[name]
+                except (TraitError, TypeError, ValueError):
+                    pass
+            if self.model_select.value != v["model"] and v["model"] in MODELS:
+                self.model_select.value = v["model"]
+        skew = self.state.skew_name()
+        self.controls["skew"].disabled = skew is None
+        self.controls["skew"].description = f"skew ({skew})" if skew else "skew (n/a)"
+        self.controls["trace"].disabled = v["routing_model"] != "trace"
 
     def _fit_h_slider(self, v) -> None:
         """The slider's default range, widened to hold ``v`` (an int) when it lies outside."""
@@ -485,231 +391,89 @@ class TuningApp:
             s, (lo, hi, _) = self.controls["h"], H_RANGE
             s.min, s.max = min(lo, int(v)), max(hi, int(v))  # always around [lo, hi]: min <= max throughout
 
-    def _on_model(self, model: str) -> None:
-        """A new routing model: its default skew, and only the selectors it uses enabled."""
-        param = ROUTING_MODELS.get(model)
-        if param is not None:
-            with self._held():
-                self.controls["skew"].value = param[1]
-        self._sync_model_widgets()
-
-    def _sync_model_widgets(self) -> None:
-        model = self.controls["routing_model"].value
-        self.controls["skew"].disabled = ROUTING_MODELS.get(model) is None
-        self.controls["trace"].disabled = model != "trace"
-        param = ROUTING_MODELS.get(model)
-        self.controls["skew"].description = f"skew ({param[0]})" if param else "skew (n/a)"
-
-    def _on_change(self, change) -> None:
-        if change["owner"] is self.controls["routing_model"]:
-            self._on_model(change["new"])
-        if not self._hold:
-            self.refresh()
-
-    def make_spec(self) -> CaseSpec:
-        """The CaseSpec of the current values. Raises SpecError (a case field) or ParameterError
-        (floor, warmup, loops) with a readable message."""
-        v = self.values()
-        for k in _INT_FIELDS:
-            if not isinstance(v[k], int):
-                error = SpecError if k in _CASE_FIELDS else ParameterError
-                raise error(f"{k}={v[k]!r}: must be an integer")
-        routing = routing_string(v["routing_model"], v["skew"], v["trace"])
-        spec = CaseSpec(pes=v["pes"], bs=v["bs"], h=v["h"], topk=v["topk"], expert_per_pe=v["expert_per_pe"],
-                        dtype=v["dtype"], seed=v["seed"], routing=routing)
-        for k, lo in (("min_sdma_bytes", 0), ("warmup", 0), ("loops", 1)):
-            if v[k] < lo:
-                raise ParameterError(f"{k}={v[k]}: must be an int >= {lo}")
+    def make_spec(self):
+        """The CaseSpec of the current values. Raises SpecError (or ParameterError, when only a
+        run setting is wrong) naming every problem of the values at once."""
+        spec, problems = self.state.check()
+        if spec is None:
+            case = {"pes", "bs", "h", "topk", "expert_per_pe", "dtype", "routing_model", "skew", "trace", "seed",
+                    "case"}
+            error = SpecError if any(p.name in case for p in problems) else ParameterError
+            raise error("; ".join(map(str, problems)))
         return spec
 
+    def refresh(self):
+        """Check the values, replan, redraw the plan view and the modelled panel; runs nothing.
+        Returns the new Plan, or None (with ``message`` set) when the values are invalid."""
+        t0 = time.perf_counter()
+        p = self.state.refresh()
+        self._render()
+        self.plan_seconds = time.perf_counter() - t0
+        return p
+
+    # ------------------------------------------------------------------ rendering
+    def _render(self) -> None:
+        """Show the state: message, plan, modelled panel, run views and buttons."""
+        st = self.state
+        self._show_message(st.message)
+        self.run_title.value = (f"<h4 class='cl-h'>Run on {html.escape(str(st.values()['target']))} "
+                                "<span class='cl-measured-tag'>measured</span></h4>")
+        self.run_button.disabled = st.plan is None or st.running
+        self.suggest_button.disabled = st.plan is None
+        self._render_plan()
+        self._render_modelled()
+        self._render_run_views()
+
     def _show_message(self, text: str, kind: str = "error") -> None:
-        self.message = text
         colour = {"error": "#b00020", "info": "#0b5394"}[kind]
         self.message_html.value = (f"<div class='cl-message' style='border-left:4px solid {colour};padding:4px 8px;"
                                    f"color:{colour}'>{html.escape(text)}</div>") if text else ""
 
-    def _case_for(self, spec: CaseSpec) -> Case:
-        """The drawn routing for ``spec``, reused while only bytes-per-row change (skewed routings
-        draw their routing independently of h and dtype, uniform does not)."""
-        uniform = parse_routing(spec.routing).name == "uniform"
-        key = (spec.pes, spec.bs, spec.topk, spec.expert_per_pe, spec.routing, spec.seed, spec.masked_fraction,
-               spec.dtype, spec.h if uniform else None)
-        if key != self._case_key:
-            self._case, self._case_key = make_case(spec), key
-        return self._case
-
-    def refresh(self) -> Plan | None:
-        """Validate the values, replan, redraw the plan view and the modelled panel; runs nothing.
-
-        Returns the new Plan, or None (with ``message`` set) when the values are invalid.
-        """
-        t0 = time.perf_counter()
-        self.plan = None
-        self.spec = None
-        self.sdma_table = self.sdma_table.iloc[0:0]
-        self.run_title.value = (f"<h4 class='cl-h'>Run on {html.escape(str(self.controls['target'].value))} "
-                                "<span class='cl-measured-tag'>measured</span></h4>")
-        try:
-            spec = self.make_spec()
-            if parse_routing(spec.routing).name == "uniform":
-                x_bytes = spec.pes * spec.bs * spec.row_bytes
-                if x_bytes > self.max_uniform_x_bytes:
-                    raise CapacityError(
-                        f"routing 'uniform' follows the reference recipe, which draws x before the routing: "
-                        f"{_fmt_bytes(x_bytes)} of x at this shape, over the app's limit of "
-                        f"{_fmt_bytes(self.max_uniform_x_bytes)}; pick a skewed routing (it never draws x to plan) "
-                        f"or a smaller shape")
-            case = self._case_for(spec)
-            p = plan_counts(case.ep_recv_count, spec.h, spec.itemsize, "doubleplane",
-                            self.controls["min_sdma_bytes"].value)
-        except (SpecError, ParameterError, CapacityError) as e:
-            self._show_message(f"Cannot plan this case: {e}. Nothing was run.")
-            self.run_button.disabled = True
-            self.suggest_button.disabled = True
-            self.plan_summary.value = ""
-            self.sdma_html.value = ""
-            # the plan view showed another case: cleared, never saved as this one's
-            self.plan_figures.value = ""
-            self.figures.pop("segment_map")
-            self.figures.pop("plane_bytes")
-            self._clear_modelled("no plan for these inputs")
-            self._sync_run_views()
-            return None
-        self.spec, self.plan = spec, p
-        self.run_button.disabled = self._running
-        self.suggest_button.disabled = False
-        self._show_message("")
-        seg = p.segments
-        self.sdma_table = seg.loc[seg["plane"] == "SDMA", ["pe", "segment", "local_expert", "src_rank",
-                                                           "token_count", "bytes"]].reset_index(drop=True)
-        self._draw_plan(spec, p)
-        self._update_modelled()
-        self._sync_run_views()
-        self.replans += 1
-        self.plan_seconds = time.perf_counter() - t0
-        return p
-
-    def _sync_run_views(self) -> None:
-        """Show the last Run's verdict, counters and comparison as current while the inputs are
-        those it ran with (and they can be planned); otherwise mark them stale and take the
-        comparison out of :attr:`figures`."""
-        if self._run_values is None:
-            self.stale_views = []
+    def _render_plan(self) -> None:
+        st, p, spec = self.state, self.state.plan, self.state.spec
+        if p is None:  # the plan view showed another case: cleared, never shown as this one's
+            self.plan_summary.value = self.sdma_html.value = self.plan_figures.value = ""
             return
-        if self.plan is not None and self.values() == self._run_values:
-            self.stale_views = []
-            self.verdict_html.value = self._run_verdict
-            self.counters_html.value = self._run_counters
-            self.compare_html.value = self._run_compare_svg
-            self.figures.put("compare", self._run_figure)
-            return
-        self.stale_views = ["verdict", "counters", "compare"]
-        self.figures.pop("compare")
-        changed = [k for k, v in self.values().items() if self._run_values.get(k) != v]
-        why = ("the inputs cannot be planned" if self.plan is None else
-               "the inputs changed since (" + ", ".join(changed) + ")")
-        run = len(self.history)
-        self.verdict_html.value = (
-            f"<div class='cl-stale' style='border-left:4px solid #888;padding:4px 8px;color:#555'><b>Stale</b>: the "
-            f"verdict, counters and comparison below are from run {run}; {html.escape(why)}. Press Run for the "
-            f"current inputs.</div><div style='opacity:0.45'>{self._run_verdict}</div>")
-        self.counters_html.value = f"<div style='opacity:0.45'>{self._run_counters}</div>"
-        self.compare_html.value = f"<div class='cl-stale-figure' style='opacity:0.35'>{self._run_compare_svg}</div>"
-
-    def _clear_run_views(self) -> None:
-        """A Run failed: nothing of the run before it describes these inputs."""
-        self._run_values, self._run_verdict, self._run_counters, self._run_figure = None, "", "", None
-        self._run_compare_svg = ""
-        self.stale_views = []
-        self.counters_html.value = ""
-        self.compare_html.value = ""
-        self.figures.pop("compare")
-
-    def _draw_plan(self, spec: CaseSpec, p: Plan) -> None:
         t = p.totals
         mte, sdma = int(t["mte_bytes"].sum()), int(t["sdma_bytes"].sum())
         avg = t["remote_avg_segment_bytes"]
         self.plan_summary.value = (
             f"<div class='cl-note' style='font-size:13px;color:#222'><b>{spec.case_id}</b>, routing "
-            f"<code>{html.escape(spec.routing)}</code>, {spec.dtype}: MTE would carry {_fmt_bytes(mte)}, SDMA "
-            f"{_fmt_bytes(sdma)} ({100 * sdma / max(mte + sdma, 1):.1f} %) in {len(self.sdma_table)} SDMA segments; "
-            f"remote average segment {_fmt_bytes(avg.min())} to {_fmt_bytes(avg.max())} per PE "
+            f"<code>{html.escape(spec.routing)}</code>, {spec.dtype}: MTE would carry {format_bytes(mte)}, SDMA "
+            f"{format_bytes(sdma)} ({100 * sdma / max(mte + sdma, 1):.1f} %) in {len(st.sdma_table)} SDMA segments; "
+            f"remote average segment {format_bytes(avg.min())} to {format_bytes(avg.max())} per PE "
             f"(SDMA floor {p.min_sdma_bytes:,} B).</div>")
         limit = 40
-        shown = self.sdma_table.head(limit)
-        more = f"<p>... and {len(self.sdma_table) - limit} more</p>" if len(self.sdma_table) > limit else ""
+        shown = st.sdma_table.head(limit)
+        more = f"<p>... and {len(st.sdma_table) - limit} more</p>" if len(st.sdma_table) > limit else ""
         self.sdma_html.value = (_table(shown, {c: c for c in shown.columns}, "cl-sdma-table") + more) if len(shown) \
             else "<p>none: every segment goes by MTE</p>"
         # both figures in one value: they change together in the page
-        self.plan_figures.value = svg.segment_map_svg(p, spec.dtype) + svg.plane_bytes_svg(p)
-        self.figures.set("segment_map", lambda: plots.segment_map(p))
-        self.figures.set("plane_bytes", lambda: plots.plane_bytes_plot(p))
+        self.plan_figures.value = st.figures["segment_map"].svg + st.figures["plane_bytes"].svg
 
-    # ------------------------------------------------------------------ modelled time
-    def _model(self) -> NpuModel:
-        name = self.model_select.value
-        if name not in self._models:
-            self._models[name] = load_model(name)
-        return self._models[name]
-
-    def _model_rows(self, model: NpuModel) -> CaseRows:
-        """The model's view of the current case: drawn once per routing and SoC, its bytes per row
-        replaced when only h or dtype change (the routing, and so every count, stays)."""
-        key = (self._case_key, id(self._case), model.soc)
-        if key != self._rows_key:
-            self._rows, self._rows_key = case_rows(self._case, model.soc), key
-        return dataclasses.replace(self._rows, h=self.spec.h, itemsize=self.spec.itemsize)
-
-    @staticmethod
-    def _comm_only(rows: CaseRows, mask: np.ndarray, model: NpuModel) -> float:
-        """Modelled comm_only of the slowest PE (us): stage 1 only, which is all comm_only holds."""
-        comm, _ = stage1(rows.counts, mask, np.arange(rows.pes), rows.pes, rows.block_dim, rows.epp,
-                         rows.row_bytes, model)
-        return float(comm.max())
-
-    def _model_changed(self) -> None:
-        if self.plan is not None:
-            self._update_modelled()
-
-    def _curve_key(self, model: NpuModel):
-        return (self._rows_key, self.spec.h, self.spec.itemsize, model.name)
-
-    def _update_modelled(self) -> None:
-        model = self._model()
-        rows = self._model_rows(model)
-        floor = int(self.controls["min_sdma_bytes"].value)
-        ckey = (self._curve_key(model), "classic")
-        if ckey not in self._classic_cache:
-            self._classic_cache = {ckey: self._comm_only(rows, rows.sdma("classic", 0), model)}
-        classic = self._classic_cache[ckey]
-        dual = self._comm_only(rows, rows.sdma("doubleplane", floor), model)
-        key = self._curve_key(model)
-        if self._suggestion_key != key:
-            self.suggestion, self._suggestion_key = None, None
+    def _render_modelled(self) -> None:
+        st = self.state
+        m, s = st.modelled, st.suggestion
+        if not m:
+            self._shown_suggestion = None
             self.use_button.disabled = True
             self.suggest_status.value = ""
-            if rows.pes * rows.counts.shape[1] <= AUTO_SUGGEST_SEGMENTS:
-                self.suggestion, self._suggestion_key = model_suggest(rows, model, "comm_only"), key
-        self.modelled = {"model": model.name, "caption": model.caption(), "floor": floor, "classic_us": classic,
-                         "doubleplane_us": dual, "speedup": classic / dual if dual > 0 else float("nan"),
-                         "curve": self.suggestion is not None}
-        self._draw_modelled()
-
-    def _draw_modelled(self) -> None:
-        m, model = self.modelled, self._model()
-        s = self.suggestion
-        best = int(s.best["threshold_bytes"]) if s is not None else None
-        fig = svg.modelled_floors_svg(s.curve if s is not None else None, m["classic_us"], m["floor"],
-                                      m["doubleplane_us"], m["caption"], best=best)
+            self.modelled_html.value = _note("Modelled time: no plan for these inputs.")
+            self.assumed_html.value = ""
+            return
+        if s is None or s is not self._shown_suggestion:  # a new case, or one Suggest did not name
+            self._shown_suggestion = None
+            self.use_button.disabled = True
+            self.suggest_status.value = ""
         faster = "faster" if m["speedup"] > 1 else "slower" if m["speedup"] < 1 else "as fast"
         line = (f"<div class='cl-modelled-line' style='font-size:13px'>At floor {m['floor']:,} B: modelled comm_only "
                 f"<b>{m['doubleplane_us']:,.1f} us</b> with doubleplane, {m['classic_us']:,.1f} us with classic: "
                 f"speed-up {m['speedup']:.3f} (doubleplane {faster}), <i>{html.escape(m['caption'])}</i>.</div>")
         if s is None:
-            line += ("<div class='cl-note'>The curve over every floor is not computed for this size at each change: "
-                     "press <b>Suggest</b> (about 1-3 s at 64 PEs).</div>")
-        self.modelled_html.value = line + fig
-        self.assumed_html.value = self._assumed_table(model)
+            line += _note("The curve over every floor is not computed for this size at each change: "
+                          "press <b>Suggest</b> (about 1-3 s at 64 PEs).")
+        self.modelled_html.value = line + st.figures["modelled"].svg
+        self.assumed_html.value = self._assumed_table(st.model())
 
     @staticmethod
     def _assumed_table(model: NpuModel) -> str:
@@ -718,70 +482,118 @@ class TuningApp:
                  "range": f"{p.range[0]:g} - {p.range[1]:g}" if p.range else ""} for p in model.params.values()]
         df = pd.DataFrame(rows)
         table = _table(df, {c: c for c in df.columns}, "cl-params")
-        return (f"<div class='cl-note'>{html.escape(model.caption())}. Source: {html.escape(model.path)}</div>"
+        return (_note(f"{html.escape(model.caption())}. Source: {html.escape(model.path)}")
                 + table.replace("white-space: nowrap", ""))
 
-    def _clear_modelled(self, why: str) -> None:
-        self.modelled = {}
-        self.suggestion, self._suggestion_key = None, None
-        self.use_button.disabled = True
-        self.suggest_status.value = ""
-        self.modelled_html.value = f"<div class='cl-note'>Modelled time: {html.escape(why)}.</div>"
+    def _verdict_html(self) -> str:
+        v = self.state.verdict()
+        if v is None:
+            return ""
+        lines = []
+        for item in v["variants"]:
+            if item["check"] not in ("PASS", "FAIL"):  # refused: its reason, no check
+                lines.append(f"<li><b>{item['name']}</b>: <span style='color:#b35900'>{item['check']}</span>: "
+                             f"{html.escape(item['reason'])}</li>")
+                continue
+            bad, mism = item["bad_pes"], item["mismatches"]
+            lines.append(f"<li class='cl-verdict-line'><b>{item['name']}</b>: x_out "
+                         + ("<span style='color:#1a7f37'>PASS on every PE</span>" if not bad else
+                            f"<span style='color:#b00020'>FAIL on PE {bad}</span>")
+                         + ("; counters = plan" if not mism else
+                            "; counters differ from the plan: " + html.escape("; ".join(mism[:4])))
+                         + "</li>")
+        return (f"<p><b>{v['case_id']}</b> {html.escape(v['routing'])} on {v['target']} "
+                f"(run {v['run']}):</p><ul>{''.join(lines)}</ul>")
 
+    def _counters_html(self) -> str:
+        c = self.state.counters()
+        if c is None:
+            return ""
+        if not len(c):
+            return "<p>No per-plane counters on this target.</p>"
+        return "<p>Per-plane counters (last launch; bytes, puts):</p>" + _table(c, {k: k for k in c.columns},
+                                                                               "cl-counters")
+
+    def _compare_html(self) -> str:
+        fig = self.state.compare_figure
+        if fig is None:
+            return ""
+        if self._compare_svg is None or self._compare_svg[0] != id(fig):  # drawn once per Run
+            self._compare_svg = (id(fig), plots.figure_svg(fig))
+        return self._compare_svg[1]
+
+    def _render_run_views(self) -> None:
+        """The last Run's verdict, counters and comparison: as they are while the inputs are
+        those it ran with, dimmed under a "Stale" line otherwise; a failed Run's reason."""
+        st = self.state
+        if st.run_error is not None and st.run_values is None:
+            self.verdict_html.value = (f"<p style='color:#b00020'><b>Run failed</b>: {html.escape(st.run_error)}. "
+                                       "No verdict for these inputs.</p>")
+            self.counters_html.value = self.compare_html.value = ""
+            return
+        verdict, counters, compare = self._verdict_html(), self._counters_html(), self._compare_html()
+        if not st.stale_views:
+            self.verdict_html.value, self.counters_html.value, self.compare_html.value = verdict, counters, compare
+            return
+        self.verdict_html.value = (
+            f"<div class='cl-stale' style='border-left:4px solid #888;padding:4px 8px;color:#555'><b>Stale</b>: the "
+            f"verdict, counters and comparison below are from run {len(st.history)}; "
+            f"{html.escape(st.stale_reason())}. Press Run for the current inputs.</div>"
+            f"<div style='opacity:0.45'>{verdict}</div>")
+        self.counters_html.value = f"<div style='opacity:0.45'>{counters}</div>"
+        self.compare_html.value = f"<div class='cl-stale-figure' style='opacity:0.35'>{compare}</div>"
+
+    def _render_history(self) -> None:
+        st = self.state
+        self.history_html.value = _table(st.history, HISTORY_SHOWN, "cl-history-table", _HISTORY_FORMAT)
+        self.history_all_html.value = _table(st.history, {c: c for c in HISTORY_COLUMNS}, "cl-history-all")
+        self.history_plot_html.value = plots.figure_svg(st.figures["history"]) if "history" in st.figures else ""
+
+    # ------------------------------------------------------------------ modelled time
     def suggest(self) -> Suggestion | None:
         """Model comm_only at every floor where the plan of the current inputs changes
-        (:func:`combine_lab.model.suggest.suggest`), draw the curve and name the best floor.
+        (:meth:`combine_lab.lab.tuning.TuningState.suggest`), draw the curve and name the best floor.
         Returns the Suggestion, or None when the inputs cannot be planned (``message`` says why).
         The button is disabled while it computes."""
-        if self.plan is None or self.spec is None:
-            self._show_message("Cannot suggest a floor: the current inputs cannot be planned. Nothing was modelled.")
+        st = self.state
+        if st.plan is None:
+            st.suggest()  # says why in the message
+            self._show_message(st.message)
             return None
-        model = self._model()
-        rows = self._model_rows(model)
+        pes, segments = st.suggest_size()
         self.suggest_button.disabled = True
         self.use_button.disabled = True
         self.suggest_button.icon = "spinner"
-        self.suggest_status.value = (f"<div class='cl-note'>Computing the modelled time at every floor where the plan "
-                                     f"changes ({rows.pes} PEs, {rows.pes * rows.counts.shape[1]:,} segments)..."
-                                     "</div>")
-        t0 = time.perf_counter()
+        self.suggest_status.value = _note(f"Computing the modelled time at every floor where the plan changes "
+                                          f"({pes} PEs, {segments:,} segments)...")
         try:
-            s = model_suggest(rows, model, "comm_only")
+            s = st.suggest()
         finally:
             self.suggest_button.disabled = False
             self.suggest_button.icon = "search"
-        self.suggestion, self._suggestion_key = s, self._curve_key(model)
-        self.modelled["curve"] = True
+        self._shown_suggestion = s
         b = s.best
         floor = int(b["threshold_bytes"])
         pick = "never SDMA (the classic plan)" if floor == NEVER else f"min_sdma_bytes = {floor:,} B"
         self.suggest_status.value = (
             f"<div class='cl-suggestion' style='font-size:13px'>Suggested floor: <b>{pick}</b>: modelled comm_only "
             f"{b['modelled_us']:,.1f} us, {b['speedup']:.3f} x classic, {int(b['sdma_segments'])} SDMA segments "
-            f"({len(s.curve)} floors modelled in {time.perf_counter() - t0:.2f} s; {html.escape(s.caption)}).</div>")
+            f"({len(s.curve)} floors modelled in {st.suggest_seconds:.2f} s; {html.escape(s.caption)}).</div>")
         self.use_button.description = ("Use it: never SDMA" if floor == NEVER else f"Use it: floor {floor:,} B")
         self.use_button.disabled = False
-        self._draw_modelled()
+        self._render_modelled()
         return s
 
     def use_suggestion(self) -> int | None:
         """Set the floor control to the suggested floor (for "never SDMA": one byte above every
         segment the rule could pick) and replan; returns the floor set, or None without a current
         suggestion."""
-        s = self.suggestion
-        if s is None or self._suggestion_key is None or self.plan is None:
-            return None
-        floor = int(s.best["threshold_bytes"])
-        if floor == NEVER:
-            floor = int(s.curve["threshold_bytes"].max()) + 1
-        self.set(min_sdma_bytes=floor)
+        floor = self.state.suggested_floor()
+        if floor is not None:
+            self.set(min_sdma_bytes=floor)
         return floor
 
     # ------------------------------------------------------------------ run
-    def _run_bytes(self, spec: CaseSpec) -> int:
-        rows = spec.pes * spec.bs * spec.topk + 2 * spec.pes * spec.bs
-        return rows * spec.row_bytes + spec.pes * window_geometry(spec)["window_bytes"]
-
     @staticmethod
     def _click_sent_at() -> float | None:
         """When the browser sent the click being handled, in the browser's clock (seconds): the date
@@ -809,7 +621,7 @@ class TuningApp:
         only with themselves. Without stamps (a click from Python), a click within
         ``click_guard_s`` of the last results counts as the rest of a double-click."""
         sent = self._click_sent_at()
-        if self._running:
+        if self.state.running:
             self.ignored_clicks += 1
             return
         if sent is not None and self._run_click_sent is not None:
@@ -824,7 +636,11 @@ class TuningApp:
         self.run()
         self._run_took = time.monotonic() - started
 
-    def run(self) -> "harness.Comparison | None":
+    def _progress(self, step: int, text: str) -> None:
+        self.progress.value = step
+        self.status.value = text
+
+    def run(self):
         """Build if needed, run classic and doubleplane on the chosen target, check, plot, record.
 
         Returns the :class:`~combine_lab.harness.Comparison` (``{"classic": RunResult,
@@ -834,128 +650,43 @@ class TuningApp:
         and (for the first two) nothing was launched. The Run button is disabled from the start
         until the results (or the failure) are shown.
         """
-        if self._running:
+        st = self.state
+        if st.running:
             return None
-        plan_now = self.refresh()
-        if plan_now is None or self.spec is None:
+        request = st.prepare_run()
+        if request is None:
+            self._render()
             return None
-        spec = self.spec
-        v = self.values()
-        need = self._run_bytes(spec)
-        if need > self.max_run_bytes:
-            self._show_message(f"Not run: this case needs about {_fmt_bytes(need)} of case files and windows, over "
-                               f"the app's limit of {_fmt_bytes(self.max_run_bytes)} (TuningApp(max_run_bytes=...)). "
-                               "Nothing was launched.")
-            return None
-        prof_pe = "all" if spec.pes <= self.prof_all_max_pes else 0
-        self._running = True
+        st.running = True
         self.run_button.disabled = True
         self.progress.value = 0
         try:
             try:
-                self.status.value = f"building target {v['target']} (if needed)..."
-                build_mod.build(v["target"])
-                self.progress.value = 1
-                launches = 2 * (spec.pes if prof_pe == "all" else 1) * (v["warmup"] + v["loops"])
-                self.status.value = f"running classic and doubleplane ({launches} launches of {spec.pes} PEs)..."
-                case = Case(spec, self._case.expert_ids, self._case.expert_scales)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # a refusal is shown as a row with its reason, not a warning
-                    runs = harness.compare(case, warmup=v["warmup"], loops=v["loops"], target=v["target"],
-                                          min_sdma_bytes=v["min_sdma_bytes"], prof_pe=prof_pe,
-                                          timeout_s=self.timeout_s)
-                self.progress.value = 3
-            except _RUN_ERRORS as e:
+                runs = st.execute(request, self._progress)
+            except RUN_ERRORS as e:
+                st.fail_run(request, e)
                 self.status.value = "failed"
-                self._show_message(f"Run failed: {type(e).__name__}: {e}")
-                self._clear_run_views()
-                self.verdict_html.value = (f"<p style='color:#b00020'><b>Run failed</b>: "
-                                           f"{html.escape(type(e).__name__)}: {html.escape(str(e))}. No verdict for "
-                                           "these inputs.</p>")
+                self._render()
                 return None
-            self.status.value = "checking x_out and counters..."
-            self.last_runs = runs
-            self._record(runs, v)
+            self._record(runs, request)
             self.progress.value = 4
             self.status.value = "done"
             return runs
         finally:
             # only now, with the results (or the failure) shown, may Run be pressed again
-            self._running = False
+            st.running = False
             self._run_done_at = time.monotonic()
-            self.run_button.disabled = self.plan is None
+            self.run_button.disabled = st.plan is None
 
-    def _result_rows(self, runs, v: dict) -> list[ResultRow]:
-        """The run's rows, in variant order: one per RunResult, one per refused variant."""
-        refused = getattr(runs, "refused", {})
-        rows = []
-        for variant in ("classic", "doubleplane"):
-            if variant in runs:
-                rows.append(result_row(runs[variant]))
-            elif variant in refused:
-                rows.append(result_row(NotRun.of(self.spec, variant, v["target"], REFUSED, refused[variant],
-                                                 v["min_sdma_bytes"])))
-        return rows
-
-    def _record(self, runs, v: dict) -> None:
-        rows = self._result_rows(runs, v)
-        lines = []
-        for row in rows:
-            res = runs.get(row.variant)
-            name = {"classic": "classic (MTE only)", "doubleplane": "doubleplane (MTE + SDMA)"}[row.variant]
-            if res is None:
-                lines.append(f"<li><b>{name}</b>: <span style='color:#b35900'>{row.check}</span>: "
-                             f"{html.escape(row.reason)}</li>")
-                continue
-            bad = [r for r, chk in enumerate(res.checks) if not chk.ok]
-            mism = res.counter_mismatches()
-            lines.append(f"<li class='cl-verdict-line'><b>{name}</b>: x_out "
-                         + ("<span style='color:#1a7f37'>PASS on every PE</span>" if not bad else
-                            f"<span style='color:#b00020'>FAIL on PE {bad}</span>")
-                         + ("; counters = plan" if not mism else
-                            "; counters differ from the plan: " + html.escape("; ".join(mism[:4])))
-                         + "</li>")
-        first = rows[0]
-        self._run_verdict = (f"<p><b>{first.case_id}</b> {html.escape(first.routing)} on {first.target} "
-                             f"(run {len(self.history) + 1}):</p><ul>{''.join(lines)}</ul>")
-        frames = []
-        for res in runs.values():
-            pb = res.plane_bytes()
-            if len(pb):
-                frames.append(pb.reset_index().assign(variant=res.variant))
-        if frames:
-            counters = pd.concat(frames, ignore_index=True)[["variant", "pe", "mte_bytes", "sdma_bytes", "mte_puts",
-                                                            "sdma_puts", "status_writes"]]
-            self._run_counters = ("<p>Per-plane counters (last launch; bytes, puts):</p>"
-                                  + _table(counters, {c: c for c in counters.columns}, "cl-counters"))
-        else:
-            self._run_counters = "<p>No per-plane counters on this target.</p>"
-        fig = plots.compare_per_pe(runs)
-        self._run_figure = fig
-        self._run_compare_svg = plots.figure_svg(fig)
-        number = len(self.history) + 1
-        self._rows_data.extend({"run": number, **r.as_dict()} for r in rows)
-        self.rows = pd.DataFrame(self._rows_data, columns=ROWS_COLUMNS)
-        self._history_rows.append({"run": number, "case_id": first.case_id, "routing": first.routing,
-                                   "dtype": first.dtype, "target": first.target,
-                                   "min_sdma_bytes": v["min_sdma_bytes"], "warmup": v["warmup"], "loops": v["loops"],
-                                   **compare_rows(rows)})
-        self.history = pd.DataFrame(self._history_rows, columns=HISTORY_COLUMNS)
-        self._run_values = dict(v)
-        self._sync_run_views()
-        hfig = plots.history_plot(self.history)
-        self.figures.put("history", hfig)
-        self.history_html.value = _table(self.history, HISTORY_SHOWN, "cl-history-table", _HISTORY_FORMAT)
-        self.history_all_html.value = _table(self.history, {c: c for c in HISTORY_COLUMNS}, "cl-history-all")
-        self.history_plot_html.value = plots.figure_svg(hfig)
+    def _record(self, runs, request) -> None:
+        """Record the Run in the state and show its verdict, counters, comparison and history."""
+        self.state.finish_run(request, runs)
+        self._render_run_views()
+        self._render_history()
 
     # ------------------------------------------------------------------ output
     def save_figures(self, out_dir, prefix: str = "tuning_") -> list:
-        """Save the figures that describe the current inputs (:attr:`figures`) as
-        ``<out_dir>/<prefix><view>.png``; returns the paths. A stale view (a plan that failed, a
-        comparison from a Run with other inputs or one that failed) is not saved, and a file
-        this method saved for it before is removed, so that the folder never holds it as current."""
-        for name in ("segment_map", "plane_bytes", "compare", "history"):
-            if name not in self.figures:
-                Path(out_dir, f"{prefix}{name}.png").unlink(missing_ok=True)
-        return [plots.save_figure(self.figures[name], out_dir, f"{prefix}{name}") for name in self.figures]
+        """Save the figures that describe the current inputs as ``<out_dir>/<prefix><view>.png``
+        (:meth:`combine_lab.lab.tuning.TuningState.save_figures`: the drawings the app shows);
+        returns the paths. A stale view is not saved, and a file saved for it before is removed."""
+        return self.state.save_figures(out_dir, prefix)

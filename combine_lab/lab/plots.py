@@ -1,9 +1,12 @@
 """Figures of the lab: segment maps, plane bytes, run comparisons, history and sweeps.
 
-Every function returns a :class:`matplotlib.figure.Figure` made without pyplot (no
-global figure state, nothing to close), with a title, axis labels and units. Show
-one in a notebook with :func:`show` (PNG, works under any backend, MPLBACKEND=Agg
-included) and save it with :func:`save_figure`.
+One drawing per view, wherever it is shown. The views of a plan and of the modelled time
+(:func:`segment_map`, :func:`plane_bytes_plot`, :func:`modelled_floors`) are the tuning app's
+live drawings (:mod:`.svg`, an :class:`~combine_lab.lab.svg.SvgFigure`: why SVG is written there,
+with the measurements); every other function returns a :class:`matplotlib.figure.Figure` made
+without pyplot (no global figure state, nothing to close). Each has a title, axis labels and
+units. Show either kind in a notebook with :func:`show` and save it as PNG with
+:func:`save_figure`.
 
 Bytes are plotted in the binary unit that suits the largest value (B, KiB, MiB,
 GiB); times in microseconds (us), as in the perf CSV (docs/formats.md#3-perf-csv).
@@ -25,49 +28,24 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-from matplotlib.collections import PatchCollection
 
 from ..errors import ParameterError
+# the plan views' drawings, and what every figure shares (units, colours, the PE's role)
+from .svg import (ANNOTATE_CELLS, EMPTY_COLOR, MAX_PANELS, PE_ROLE, SDMA_COLOR, SvgFigure, byte_label, byte_unit,
+                  largest_remote_segment, modelled_floors_svg, plane_bytes_svg, plan_arrays, segment_map_svg)
 
-__all__ = ["byte_unit", "byte_label", "new_figure", "segment_map", "SegmentMapView", "plane_bytes_plot", "compare_per_pe", "history_plot",
+__all__ = ["byte_unit", "byte_label", "new_figure", "segment_map", "plane_bytes_plot", "compare_per_pe", "history_plot",
            "sweep_heatmaps", "sdma_share_plot", "figure_png", "figure_svg", "save_figure", "show", "SDMA_COLOR",
            "VARIANT_COLORS", "EMPTY_COLOR", "PE_ROLE", "NO_SDMA_NOTE", "core_timeline", "segment_crossover",
            "modelled_floors", "what_if_saving"]
 
-#: Outline colour of SDMA segments.
-SDMA_COLOR = "#d62728"
 #: Bar/line colour per variant (classic = MTE only, doubleplane = MTE + SDMA).
 VARIANT_COLORS = {"classic": "#7f7f7f", "doubleplane": "#1f77b4"}
 _VARIANT_LABEL = {"classic": "classic (MTE only)", "doubleplane": "doubleplane (MTE + SDMA)"}
 _PLANE_COLORS = {"MTE": "#9ecae1", "SDMA": SDMA_COLOR}
 _PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
-#: Colour of empty segments (no rows) and of cases without SDMA traffic.
-EMPTY_COLOR = "#eeeeee"
 _EMPTY_EDGE = "#8c8c8c"
-#: How the figures name the PE a segment map shows: it ran the experts and, in combine, sends
-#: their rows back to each src_rank (dispatch's destination PE).
-PE_ROLE = "expert owner, sends"
 _SPEEDUP_AXIS = "speed-up classic / doubleplane (1)"
-#: Panel layout up to this many destination PEs; above it one stacked image.
-MAX_PANELS = 8
-#: Annotate cells with their row count when a panel has at most this many cells.
-ANNOTATE_CELLS = 64
-
-
-def byte_unit(max_bytes: float) -> tuple[float, str]:
-    """``(divisor, unit)`` for plotting byte values whose largest is ``max_bytes``:
-    B below 1 KiB, then KiB, MiB, GiB (powers of 1024)."""
-    for div, unit in ((2 ** 30, "GiB"), (2 ** 20, "MiB"), (2 ** 10, "KiB")):
-        if max_bytes >= div:
-            return float(div), unit
-    return 1.0, "B"
-
-
-def byte_label(n: float, digits: int = 3) -> str:
-    """``n`` bytes as a plain label in the binary unit that suits it: "512 B", "256 KiB", "1 MiB",
-    "1.5 MiB" (at most ``digits`` significant digits, no scientific notation)."""
-    div, unit = byte_unit(abs(float(n)))
-    return f"{float(n) / div:.{digits}g} {unit}"
 
 
 def _byte_log_axis(ax, values, max_ticks: int = 8) -> None:
@@ -91,231 +69,34 @@ def new_figure(width: float, height: float, dpi: int = 72) -> Figure:
     return fig
 
 
-def plan_arrays(plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """bytes, token_count, sdma mask, each [pes, expert_per_pe, pes] = [d, local_expert, src_rank]."""
-    shape = (plan.pes, plan.expert_per_pe, plan.pes)
-    seg = plan.segments
-    nbytes = seg["bytes"].to_numpy(dtype=np.float64).reshape(shape)
-    rows = seg["token_count"].to_numpy(dtype=np.int64).reshape(shape)
-    sdma = (seg["plane"].to_numpy() == "SDMA").reshape(shape)
-    return nbytes, rows, sdma
-
-
-def largest_remote_segment(plan) -> np.ndarray:
-    """float64 [pes]: each PE's largest remote segment in bytes (segments to src_rank != pe), the
-    point the rule's thresholds are drawn against (0 where a PE has no remote rows)."""
-    nbytes, _, _ = plan_arrays(plan)
-    pes = plan.pes
-    remote = np.ones((pes, plan.expert_per_pe, pes), dtype=bool)
-    remote[np.arange(pes), :, np.arange(pes)] = False
-    return np.where(remote, nbytes, 0.0).reshape(pes, -1).max(axis=1)
-
-
-def _cmap(name: str = "viridis"):
-    import matplotlib
-    return matplotlib.colormaps[name].with_extremes(bad=EMPTY_COLOR)  # bad = empty segments
-
-
-def _bytes_norm(values: np.ndarray):
-    """Linear colour scale from 0, or logarithmic when non-zero values span over 100x."""
-    from matplotlib.colors import LogNorm, Normalize
-    nz = values[values > 0]
-    if nz.size and nz.max() / nz.min() > 100:
-        return LogNorm(vmin=float(nz.min()), vmax=float(nz.max()))
-    return Normalize(vmin=0.0, vmax=max(float(nz.max()) if nz.size else 0.0, 1e-12))
-
-
-def _floor_text(n: int) -> str:
-    div, unit = byte_unit(n)
-    return f"{n / div:g} {unit}"
-
-
-def _cell_fontsize(cells: int) -> int:
-    """Row-count text size for a panel of ``cells`` cells: large when there is room."""
-    return 12 if cells <= 8 else 10 if cells <= 24 else 8
-
-
-def segment_map(plan, *, max_panels: int = MAX_PANELS, title: str | None = None, dpi: int = 72) -> Figure:
-    """Segment map per PE: local_expert (rows) x src_rank (columns), colour = bytes.
+def segment_map(plan, *, dtype: str = "", max_panels: int = MAX_PANELS):
+    """Segment map per PE: local_expert (rows) x src_rank (columns), colour = payload bytes; the
+    one drawing of this view (:func:`combine_lab.lab.svg.segment_map_svg`), as an
+    :class:`~combine_lab.lab.svg.SvgFigure` (a notebook shows it, :func:`save_figure` saves a PNG).
 
     ``plan``: a :class:`combine_lab.planning.planner.Plan`. Panel "PE d (expert owner, sends)" shows
-    the segments PE d holds after dispatch (it ran those experts; dispatch's destination
-    PE) and sends back, in combine, to each src_rank. Cell (le, s) of PE d is segment
-    ``le * pes + s`` (docs/protocol.md#2-dispatch-layout); its colour is the segment's payload
-    bytes (token_count * h * sizeof(T)), empty segments grey; the scale turns
-    logarithmic when sizes span more than 100x. Up to ``max_panels`` PEs get one panel
-    each, SDMA segments outlined in red (cells annotated with their row count when
-    small); more PEs are stacked into one image whose rows are (PE, local_expert), PEs
-    separated by white lines, MTE segments in blues and SDMA segments in reds (see
-    :class:`SegmentMapView` to redraw it in place).
+    the segments PE d holds after dispatch (it ran those experts; dispatch's destination PE) and
+    sends back, in combine, to each src_rank. Cell (le, s) of PE d is segment ``le * pes + s``
+    (docs/protocol.md#2-dispatch-layout); its colour is the segment's payload bytes (token_count * h *
+    sizeof(T)), empty segments grey; the scale turns logarithmic when sizes span more than 100x.
+    Up to ``max_panels`` PEs get one panel each, SDMA segments outlined in red (cells annotated
+    with their row count when they fit); more PEs are stacked into one image whose rows are
+    (PE, local_expert), MTE segments in blues and SDMA segments in reds. ``dtype`` goes in the title.
     """
-    nbytes, rows, sdma = plan_arrays(plan)
-    pes, epp = plan.pes, plan.expert_per_pe
-    div, unit = byte_unit(nbytes.max(initial=0.0))
-    norm = _bytes_norm(nbytes / div)
-    cmap = _cmap()
-    head = title or (f"Segment map, {plan.variant} (SDMA floor {plan.min_sdma_bytes:,} B):"
-                     f"{chr(10) if pes <= 2 else ' '}bytes per segment each PE sends back to src_rank")
-    legend = [Patch(facecolor="none", edgecolor=SDMA_COLOR, linewidth=2, label="SDMA segment"),
-              Patch(facecolor=EMPTY_COLOR, edgecolor=_EMPTY_EDGE, linewidth=1, label="empty segment (0 rows)")]
-    if pes <= max_panels:
-        ncols = min(pes, 4)
-        nrows = math.ceil(pes / ncols)
-        fig = new_figure(min(3.2 * ncols + 1.8, 15), 1.2 + nrows * (0.42 * epp + 1.1), dpi)
-        fig.set_layout_engine("constrained")
-        axes = fig.subplots(nrows, ncols, squeeze=False)
-        im = None
-        for d in range(nrows * ncols):
-            ax = axes.flat[d]
-            if d >= pes:
-                ax.set_visible(False)
-                continue
-            data = np.ma.masked_equal(nbytes[d] / div, 0.0)
-            im = ax.imshow(data, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest",
-                           origin="upper")
-            ys, xs = np.nonzero(sdma[d])
-            if len(xs):
-                ax.add_collection(PatchCollection(
-                    [Rectangle((x - 0.5, y - 0.5), 1, 1) for x, y in zip(xs, ys)],
-                    facecolor="none", edgecolor=SDMA_COLOR, linewidth=2.5))
-            if epp * pes <= ANNOTATE_CELLS:
-                size = _cell_fontsize(epp * pes)
-                for le in range(epp):
-                    for s in range(pes):
-                        if rows[d, le, s]:
-                            dark = float(norm(nbytes[d, le, s] / div)) < 0.6
-                            ax.text(s, le, f"{rows[d, le, s]}", ha="center", va="center", fontsize=size,
-                                    fontweight="bold", color="white" if dark else "black")
-            ax.set_title(f"PE {d} ({PE_ROLE})", fontsize=10)
-            ax.set_xticks(range(pes) if pes <= 16 else range(0, pes, max(1, pes // 8)))
-            ax.set_yticks(range(epp) if epp <= 16 else range(0, epp, max(1, epp // 8)))
-            ax.set_xlabel("src_rank (PE the rows return to)", fontsize=9)
-            ax.set_ylabel("local_expert", fontsize=9)
-        cb = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.9)
-        cb.set_label(f"payload ({unit}); text = rows")
-        fig.suptitle(head, fontsize=10)
-        fig.legend(handles=legend, loc="outside lower center", fontsize=9, ncols=2)
-        return fig
-    return _StackedMap(pes, epp, dpi).update(plan, title)
+    return SvgFigure(segment_map_svg(plan, dtype, max_panels=max_panels), "segment map")
 
 
-class _StackedMap:
-    """The segment map of many PEs as one image whose rows are (PE, local_expert):
-    MTE segments in blues, SDMA segments in reds (two colour bars, same scale), empty grey.
-    Built once per (pes, expert_per_pe); :meth:`update` redraws it in place for a new plan."""
+def plane_bytes_plot(plan):
+    """What each plane would carry, per PE (the expert owner, which sends), and the rule's
+    thresholds: the one drawing of this view (:func:`combine_lab.lab.svg.plane_bytes_svg`), as an
+    :class:`~combine_lab.lab.svg.SvgFigure`.
 
-    def __init__(self, pes: int, epp: int, dpi: int = 72):
-        self.pes, self.epp = pes, epp
-        self.fig = fig = new_figure(9, 6.2, dpi)
-        self.ax = ax = fig.add_axes((0.1, 0.12, 0.64, 0.76))
-        caxes = (fig.add_axes((0.77, 0.12, 0.022, 0.76)), fig.add_axes((0.88, 0.12, 0.022, 0.76)))
-        self.image = ax.imshow(np.zeros((pes * epp, pes, 4)), aspect="auto", interpolation="nearest",
-                               extent=(-0.5, pes - 0.5, pes * epp - 0.5, -0.5))
-        self.cmaps = (_cmap("Blues"), _cmap("Reds"))
-        self.mappables = tuple(ScalarMappable(cmap=c) for c in self.cmaps)
-        ax.set_facecolor("#eeeeee")
-        ax.hlines(np.arange(1, pes) * epp - 0.5, -0.5, pes - 0.5, colors="white", linewidths=0.4)
-        # Few tick labels and short texts: rendering glyphs is most of a redraw's cost.
-        step = max(1, pes // 8)
-        ax.set_yticks([d * epp + (epp - 1) / 2 for d in range(0, pes, step)])
-        ax.set_yticklabels([str(d) for d in range(0, pes, step)], fontsize=8)
-        ax.set_xticks(range(0, pes, step))
-        ax.set_xlabel("src_rank (PE the rows return to)")
-        ax.set_ylabel(f"PE ({PE_ROLE}; {epp} local experts each)")
-        self.colorbars = []
-        for sm, cax in zip(self.mappables, caxes):
-            cax.tick_params(labelsize=8)
-            self.colorbars.append(fig.colorbar(sm, cax=cax))
-
-    def update(self, plan, title: str | None = None) -> Figure:
-        """Redraw for ``plan`` (same pes and expert_per_pe); returns the Figure. Raises
-        ParameterError for a plan of another shape."""
-        nbytes, _, sdma = plan_arrays(plan)
-        if nbytes.shape != (self.pes, self.epp, self.pes):
-            raise ParameterError(f"plan has pes={plan.pes}, expert_per_pe={plan.expert_per_pe}; this map was built "
-                             f"for pes={self.pes}, expert_per_pe={self.epp}")
-        div, unit = byte_unit(nbytes.max(initial=0.0))
-        flat = nbytes.reshape(self.pes * self.epp, self.pes) / div
-        mask = sdma.reshape(self.pes * self.epp, self.pes)
-        norm = _bytes_norm(flat)
-        scaled = norm(np.ma.masked_equal(flat, 0.0))
-        rgba = np.where(mask[..., None], self.cmaps[1](scaled), self.cmaps[0](scaled))
-        rgba[flat == 0] = (0.93, 0.93, 0.93, 1.0)
-        self.image.set_data(rgba)
-        self.ax.set_title(title or f"Segment map, {plan.variant}, SDMA floor {_floor_text(plan.min_sdma_bytes)}",
-                          fontsize=10)
-        labels = (f"MTE segment payload ({unit})", f"SDMA segment payload ({unit}), {int(mask.sum())} segments")
-        for sm, cb, label in zip(self.mappables, self.colorbars, labels):
-            sm.set_norm(norm)
-            cb.update_normal(sm)
-            cb.minorticks_off()  # log scales: minor ticks cost more than the image
-            cb.ax.yaxis.set_major_formatter(_PLAIN)  # plain numbers, no mathtext to parse
-            cb.set_label(label)
-        return self.fig
-
-
-class SegmentMapView:
-    """A segment map that redraws in place: for more than ``max_panels`` PEs it keeps one
-    Figure per (pes, expert_per_pe) and only updates its image, scales and texts, which
-    is what makes the tuning view's redraw fast; fewer PEs get a fresh panel figure.
-
-    ``view.draw(plan)`` returns the Figure (same object between stacked redraws)."""
-
-    def __init__(self, max_panels: int = MAX_PANELS, dpi: int = 72):
-        self.max_panels, self.dpi = max_panels, dpi
-        self._stacked: _StackedMap | None = None
-
-    def draw(self, plan, title: str | None = None) -> Figure:
-        if plan.pes <= self.max_panels:
-            return segment_map(plan, max_panels=self.max_panels, title=title, dpi=self.dpi)
-        if self._stacked is None or (self._stacked.pes, self._stacked.epp) != (plan.pes, plan.expert_per_pe):
-            self._stacked = _StackedMap(plan.pes, plan.expert_per_pe, self.dpi)
-        return self._stacked.update(plan, title)
-
-
-def plane_bytes_plot(plan, dpi: int = 72) -> Figure:
-    """What each plane would carry, per PE (the expert owner, which sends), and the rule's thresholds.
-
-    Left: payload bytes per PE by MTE and by SDMA (stacked). Right: per PE the largest
-    remote segment against the remote average segment (threshold_num / threshold_den of
-    docs/decision-rule.md#1-the-rule) and the SDMA floor: a remote segment goes by SDMA when it is
-    at least the floor and strictly above the average.
+    Left: payload bytes per PE by MTE and by SDMA (stacked), SDMA share in the title. Right: per
+    PE the largest remote segment against the remote average segment (threshold_num /
+    threshold_den of docs/decision-rule.md#1-the-rule) and the SDMA floor: a remote segment goes by SDMA
+    when it is at least the floor and strictly above the average.
     """
-    t = plan.totals
-    pes = plan.pes
-    largest = largest_remote_segment(plan)
-    fig = new_figure(11, 3.6, dpi)
-    a1, a2 = fig.subplots(1, 2)
-    x = np.arange(pes)
-    div, unit = byte_unit(float((t["mte_bytes"] + t["sdma_bytes"]).max()))
-    mte = t["mte_bytes"].to_numpy(dtype=float) / div
-    sd = t["sdma_bytes"].to_numpy(dtype=float) / div
-    a1.bar(x, mte, color=_PLANE_COLORS["MTE"], label="MTE", width=0.8)
-    a1.bar(x, sd, bottom=mte, color=_PLANE_COLORS["SDMA"], label="SDMA", width=0.8)
-    share = float(t["sdma_bytes"].sum()) / max(float((t["mte_bytes"] + t["sdma_bytes"]).sum()), 1.0)
-    a1.set_title(f"Payload per plane (SDMA share {100 * share:.1f} %)", fontsize=10)
-    a1.set_xlabel(f"PE ({PE_ROLE})")
-    a1.set_ylabel(f"payload ({unit})")
-    a1.legend(fontsize=8)
-    div2, unit2 = byte_unit(max(float(largest.max(initial=0.0)), float(plan.min_sdma_bytes),
-                                float(t["remote_avg_segment_bytes"].max())))
-    a2.plot(x, largest / div2, "o", color="black", label="largest remote segment", markersize=4)
-    a2.plot(x, t["remote_avg_segment_bytes"].to_numpy() / div2, "_", color=SDMA_COLOR, markersize=12,
-            markeredgewidth=2, label="remote average (must be exceeded)")
-    a2.axhline(plan.min_sdma_bytes / div2, color="grey", linestyle="--", linewidth=1,
-               label=f"SDMA floor {plan.min_sdma_bytes:,} B")
-    a2.set_title("Decision thresholds per PE (docs/decision-rule.md#1-the-rule)", fontsize=10)
-    a2.set_xlabel(f"PE ({PE_ROLE})")
-    a2.set_ylabel(f"segment payload ({unit2})")
-    a2.legend(fontsize=7)
-    if pes > 16:
-        for a in (a1, a2):
-            a.set_xticks(range(0, pes, max(1, pes // 8)))
-    else:
-        for a in (a1, a2):
-            a.set_xticks(range(pes))
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.15, top=0.88, wspace=0.25)
-    return fig
+    return SvgFigure(plane_bytes_svg(plan), "plane bytes")
 
 
 def _perf_by_pe(res, metric: str) -> pd.Series:
@@ -634,38 +415,35 @@ def segment_crossover(table: pd.DataFrame, caption: str, floor: int | None = Non
     return fig
 
 
-def modelled_floors(curve: pd.DataFrame, caption: str, floor: int | None = None, metric: str = "comm_only",
-                    what_if: str | None = None, dpi: int = 72) -> Figure:
-    """The modelled time of ``metric`` at every SDMA floor where the plan changes (a
-    :class:`combine_lab.model.suggest.Suggestion` curve: threshold_bytes, -1 = never SDMA, modelled_us,
-    and ``<what_if>_us`` when given), the classic time as a dashed line, the best floor starred and
-    ``floor`` marked; ``caption`` (the model's "modelled on ...") in the title."""
-    fig = new_figure(8.8, 4.4, dpi)
-    ax = fig.add_axes((0.09, 0.29, 0.88, 0.51))
-    c = curve[curve["threshold_bytes"] >= 0].sort_values("threshold_bytes")
-    classic = float(curve.loc[curve["threshold_bytes"] < 0, "modelled_us"].iloc[0])
-    x = c["threshold_bytes"].to_numpy(dtype=float)
-    ax.step(x, c["modelled_us"], where="post", color=VARIANT_COLORS["doubleplane"], marker="o", markersize=3,
-            label="doubleplane at this floor (the kernel: one SDMA call per row)")
-    if what_if and f"{what_if}_us" in c:
-        ax.step(x, c[f"{what_if}_us"], where="post", color="#9467bd", linestyle="-.",
-                label="what-if: one SDMA call per segment (not built)")
-    ax.axhline(classic, color=VARIANT_COLORS["classic"], linestyle="--", label=f"classic (MTE only) {classic:,.1f} us")
-    best = curve.loc[curve["modelled_us"].idxmin()]
-    if best["threshold_bytes"] >= 0:
-        ax.plot(best["threshold_bytes"], best["modelled_us"], "*", color="#e6a100", markersize=14,
-                label=f"best floor {int(best['threshold_bytes']):,} B ({byte_label(best['threshold_bytes'])})")
-    if floor is not None:
-        ax.axvline(floor, color=SDMA_COLOR, linewidth=1, label=f"floor {floor:,} B ({byte_label(floor)})")
-    _byte_log_axis(ax, list(x) + ([floor] if floor else []))
-    ax.set_xlabel("SDMA floor min_sdma_bytes (bytes, log scale)")
-    ax.set_ylabel(f"modelled {metric}, slowest PE (us)")
-    # below the axes, inside the figure: long labels are never cut off
-    ax.legend(fontsize=7.5, loc="lower center", bbox_to_anchor=(0.5, 0.0), bbox_transform=fig.transFigure, ncols=2,
-              frameon=False)
-    fig.suptitle(f"Modelled {metric} against the SDMA floor (MODELLED, not measured)\n"
-                 + "\n".join(textwrap.wrap(caption, 120)), fontsize=8.5)
-    return fig
+def modelled_floors(curve: pd.DataFrame | None, caption: str, floor: int | None = None, metric: str = "comm_only",
+                    what_if: str | None = None, *, classic_us: float | None = None, floor_us: float | None = None,
+                    stale: bool = False):
+    """The modelled time of ``metric`` (the slowest PE's CoreMaxTime, us) against the SDMA floor:
+    the one drawing of this view (:func:`combine_lab.lab.svg.modelled_floors_svg`), as an
+    :class:`~combine_lab.lab.svg.SvgFigure`.
+
+    ``curve``: a :class:`combine_lab.model.suggest.Suggestion` curve (threshold_bytes, -1 = never
+    SDMA, modelled_us, and ``<what_if>_us`` when ``what_if`` is given), or None when it is not
+    computed (then ``classic_us`` and ``floor_us`` must be given). The classic time is a dashed
+    line, the best floor starred, ``floor`` marked (its time ``floor_us``, read off the curve when
+    not given); ``caption`` (the model's "modelled on ...") under the title; ``stale``: the curve
+    belongs to other inputs. Raises ParameterError when neither a curve nor ``classic_us`` is given.
+    """
+    best = None
+    if curve is not None and len(curve):
+        never = curve.loc[curve["threshold_bytes"] < 0, "modelled_us"]
+        if classic_us is None:
+            classic_us = float(never.iloc[0]) if len(never) else float(curve["modelled_us"].max())
+        best = int(curve.loc[curve["modelled_us"].idxmin(), "threshold_bytes"])  # ties: the first, the larger floor
+        if floor is not None and floor_us is None:
+            at = curve[(curve["threshold_bytes"] >= floor)]
+            floor_us = float(at["modelled_us"].iloc[-1]) if len(at) else classic_us
+    if classic_us is None:
+        raise ParameterError("modelled_floors: give a curve or classic_us (the classic plan's modelled time, us)")
+    return SvgFigure(modelled_floors_svg(curve, classic_us, None if floor is None else int(floor),
+                                         None if floor_us is None else float(floor_us), caption, best=best,
+                                         stale=stale, metric=metric, what_if=what_if),
+                     f"modelled {metric} over floors")
 
 
 def what_if_saving(modelled: pd.DataFrame, caption: str, dpi: int = 72) -> Figure:
@@ -694,16 +472,26 @@ def what_if_saving(modelled: pd.DataFrame, caption: str, dpi: int = 72) -> Figur
     return fig
 
 
-def figure_png(fig: Figure, dpi: int | None = None) -> bytes:
-    """The figure rendered as PNG bytes."""
+def _is_svg(fig) -> bool:
+    return hasattr(fig, "svg") and hasattr(fig, "png")
+
+
+def figure_png(fig, dpi: int | None = None) -> bytes:
+    """The figure rendered as PNG bytes: a matplotlib Figure at ``dpi`` (default its own), an
+    :class:`~combine_lab.lab.svg.SvgFigure` at ``dpi`` per 96 CSS pixels (default 144)."""
+    if _is_svg(fig):
+        return fig.png((dpi or 144) / 96)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi or fig.dpi)
     return buf.getvalue()
 
 
-def figure_svg(fig: Figure) -> str:
+def figure_svg(fig) -> str:
     """The figure as an inline ``<svg>`` element (class ``cl-figure``), its text left to the browser
-    (sharp at any pixel density), shown at its own size (1 inch = 96 px) or narrower when the page is."""
+    (sharp at any pixel density), shown at its own size (1 inch = 96 px) or narrower when the page is.
+    An :class:`~combine_lab.lab.svg.SvgFigure` is that already: its text is returned."""
+    if _is_svg(fig):
+        return fig.svg
     import matplotlib
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none",
@@ -714,17 +502,25 @@ def figure_svg(fig: Figure) -> str:
     return text.replace("<svg ", "<svg class=\"cl-figure\" style=\"max-width:100%;height:auto;display:block\" ", 1)
 
 
-def save_figure(fig: Figure, out_dir: str | os.PathLike, name: str, dpi: int = 100) -> Path:
-    """Save ``fig`` as ``<out_dir>/<name>.png`` (folder created) and return the path."""
+def save_figure(fig, out_dir: str | os.PathLike, name: str, dpi: int | None = None) -> Path:
+    """Save ``fig`` (a matplotlib Figure, or an :class:`~combine_lab.lab.svg.SvgFigure`) as
+    ``<out_dir>/<name>.png`` (folder created) and return the path. ``dpi``: a Figure's (default 100),
+    an SvgFigure's device pixels per 96 CSS pixels (default 144: sharp text). Raises OSError when
+    the folder cannot be written."""
     path = Path(out_dir) / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=dpi)
+    if _is_svg(fig):
+        fig.savefig(path, format="png", dpi=dpi)
+    else:
+        fig.savefig(path, format="png", dpi=dpi or 100)
     return path
 
 
-def show(fig: Figure, out_dir: str | os.PathLike | None = None, name: str | None = None) -> None:
-    """Display ``fig`` as a PNG in IPython (any matplotlib backend) and, when ``out_dir``
-    and ``name`` are given, save it there as ``<name>.png`` (see :func:`save_figure`).
+def show(fig, out_dir: str | os.PathLike | None = None, name: str | None = None) -> None:
+    """Display ``fig`` in IPython: a matplotlib Figure as a PNG (any matplotlib backend), an
+    :class:`~combine_lab.lab.svg.SvgFigure` as its SVG (the drawing the app shows) with its PNG
+    beside it (shown where SVG is not: an untrusted notebook); when
+    ``out_dir`` and ``name`` are given, save it there as ``<name>.png`` (see :func:`save_figure`).
     Returns None, so that a notebook cell ending with it shows only the figure."""
     path = save_figure(fig, out_dir, name) if out_dir is not None and name else None
     try:
@@ -733,5 +529,8 @@ def show(fig: Figure, out_dir: str | os.PathLike | None = None, name: str | None
     except ImportError:  # pragma: no cover - IPython ships with the lab extra
         return None
     if get_ipython() is not None:
-        display(Image(data=path.read_bytes() if path else figure_png(fig, 100), format="png"))
+        if _is_svg(fig):  # SVG (sharp, the browser's text) and, for an untrusted notebook, the PNG
+            display(fig.mimebundle(path.read_bytes() if path else None), raw=True)
+        else:
+            display(Image(data=path.read_bytes() if path else figure_png(fig, 100), format="png"))
     return None

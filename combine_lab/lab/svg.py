@@ -1,33 +1,55 @@
-"""The tuning app's live figures as inline SVG: segment map, plane bytes and thresholds, and the
-modelled time over SDMA floors.
+"""The lab's figures of a plan and of the modelled time, drawn once, as SVG: the segment map,
+the plane bytes and thresholds, and the modelled time over SDMA floors. The tuning app shows
+them inline, the notebooks display them (:class:`SvgFigure` has ``_repr_svg_``) and
+:func:`combine_lab.lab.plots.save_figure` saves them as PNG, rasterised by resvg
+(:meth:`SvgFigure.png`): one drawing per view, wherever it is shown.
 
-Why not matplotlib here: the app redraws these on every change of a control, and matplotlib's
-layout, text and PNG encoding took 0.3-0.6 s per redraw on two cores, drew at 72 dpi and was
-stretched by the page. These are drawn as SVG strings in milliseconds, at the size they are
-shown (pixels), with the browser's own text, so they stay sharp at any pixel density. A grid of
-many cells (the stacked segment map of more than :data:`MAX_PANELS` PEs) is one PNG with one
-pixel per cell, scaled with ``image-rendering: pixelated``: crisp blocks, never blurred.
+Why SVG and not a plotting library that updates in place in the browser (issue 18; measured by
+``benchmarks/bench_lab.py --plot-libraries`` and ``benchmarks/plot_candidates.py browser``, on
+pes 64, bs 4096, topk 8, expert_per_pe 8, h 7168, int32, deepseek, 2 shared cores: plan + segment
+map + plane bytes redraw, in a kernel, median [quartiles] over 9-14 redraws, three runs):
 
-Each function returns one ``<svg>`` element as text (class ``cl-figure`` plus its own), with a
-title, axis labels and units. The same views as matplotlib figures, for notebooks and files,
-are in :mod:`.plots`.
+- this SVG: 12.9-22.0 ms [12.7-23.0] in the kernel; in voila (preheated kernel, as
+  ``combine-lab app``) the page showed in 1.8-2.8 s, and a slider step was redrawn in the page
+  in 100-124 ms (median of 8, kernel and browser);
+- plotly 7 FigureWidget (batch_update of two heatmaps, bars, markers): 27.3-27.6 ms [25.5-30.6]
+  in the kernel, but in voila the page took 5.1 s with two FigureWidgets and 6.7-15.6 s with four
+  (each carries plotly's 5 MB bundle in its own state: over the app's 5 s), the traces added
+  after the widget was built never reached a page that connected later (empty axes: its synced
+  state is the figure as built, changes are one-off messages), a slider step took 140 ms in the
+  page, and a PNG needs kaleido driving a Chrome (2.2 s the first, 0.3 s each after);
+- bqplot (HeatMap colours, Bars, Scatter under hold_sync): 4.9-8.3 ms [4.5-13.8] in the kernel,
+  but it makes no PNG without a browser page showing it (the notebooks save PNGs headless);
+- ipympl (the same views in matplotlib on ipympl canvases, drawn in place: Agg and the PNG it
+  sends): 125-203 ms [124-207]: over the 50 ms budget.
+
+So the live views stay SVG strings, drawn in milliseconds at the size they are shown (pixels)
+with the browser's own text (sharp at any pixel density). A grid of many cells (the stacked
+segment map of more than :data:`MAX_PANELS` PEs) is one PNG (Pillow) with one pixel per cell,
+scaled with ``image-rendering: pixelated``: crisp blocks, never blurred.
+
+Each ``*_svg`` function returns one ``<svg>`` element as text (class ``cl-figure`` plus its own),
+with a title, axis labels and units; :func:`combine_lab.lab.plots.segment_map`,
+:func:`~combine_lab.lab.plots.plane_bytes_plot` and :func:`~combine_lab.lab.plots.modelled_floors`
+wrap them in an :class:`SvgFigure`.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import io
 import math
-import struct
-import zlib
+from pathlib import Path
 
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.ticker import LogLocator, MaxNLocator
 
-from .plots import EMPTY_COLOR, MAX_PANELS, PE_ROLE, SDMA_COLOR, byte_label, byte_unit, largest_remote_segment, plan_arrays
 
-__all__ = ["segment_map_svg", "plane_bytes_svg", "modelled_floors_svg", "png_rgb", "floor_text", "WIDTH"]
+__all__ = ["SvgFigure", "segment_map_svg", "plane_bytes_svg", "modelled_floors_svg", "png_cells", "floor_text",
+           "WIDTH", "byte_unit", "byte_label", "plan_arrays", "largest_remote_segment", "SDMA_COLOR", "EMPTY_COLOR",
+           "PE_ROLE", "MAX_PANELS", "ANNOTATE_CELLS"]
 
 #: Width of the app's figures in CSS pixels: fits a JupyterLab column beside an open sidebar at
 #: 1400 px (about 960 px wide) with room for the output prompt.
@@ -36,6 +58,54 @@ _MTE_COLOR = "#9ecae1"
 _FONT = "font-family:DejaVu Sans,Liberation Sans,Arial,Helvetica,sans-serif"  # unquoted: inside style='...'
 _INK = "#222"
 _GRID = "#e3e3e3"
+
+#: Outline colour of SDMA segments.
+SDMA_COLOR = "#d62728"
+#: Colour of empty segments (no rows) and of cases without SDMA traffic.
+EMPTY_COLOR = "#eeeeee"
+#: How the figures name the PE a segment map shows: it ran the experts and, in combine, sends
+#: their rows back to each src_rank (dispatch's destination PE).
+PE_ROLE = "expert owner, sends"
+#: Panel layout up to this many destination PEs; above it one stacked image.
+MAX_PANELS = 8
+#: Annotate cells with their row count when a panel has at most this many cells.
+ANNOTATE_CELLS = 64
+
+
+def byte_unit(max_bytes: float) -> tuple[float, str]:
+    """``(divisor, unit)`` for plotting byte values whose largest is ``max_bytes``:
+    B below 1 KiB, then KiB, MiB, GiB (powers of 1024)."""
+    for div, unit in ((2 ** 30, "GiB"), (2 ** 20, "MiB"), (2 ** 10, "KiB")):
+        if max_bytes >= div:
+            return float(div), unit
+    return 1.0, "B"
+
+
+def byte_label(n: float, digits: int = 3) -> str:
+    """``n`` bytes as a plain label in the binary unit that suits it: "512 B", "256 KiB", "1 MiB",
+    "1.5 MiB" (at most ``digits`` significant digits, no scientific notation)."""
+    div, unit = byte_unit(abs(float(n)))
+    return f"{float(n) / div:.{digits}g} {unit}"
+
+
+def plan_arrays(plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """bytes, token_count, sdma mask, each [pes, expert_per_pe, pes] = [d, local_expert, src_rank]."""
+    shape = (plan.pes, plan.expert_per_pe, plan.pes)
+    seg = plan.segments
+    nbytes = seg["bytes"].to_numpy(dtype=np.float64).reshape(shape)
+    rows = seg["token_count"].to_numpy(dtype=np.int64).reshape(shape)
+    sdma = (seg["plane"].to_numpy() == "SDMA").reshape(shape)
+    return nbytes, rows, sdma
+
+
+def largest_remote_segment(plan) -> np.ndarray:
+    """float64 [pes]: each PE's largest remote segment in bytes (segments to src_rank != pe), the
+    point the rule's thresholds are drawn against (0 where a PE has no remote rows)."""
+    nbytes, _, _ = plan_arrays(plan)
+    pes = plan.pes
+    remote = np.ones((pes, plan.expert_per_pe, pes), dtype=bool)
+    remote[np.arange(pes), :, np.arange(pes)] = False
+    return np.where(remote, nbytes, 0.0).reshape(pes, -1).max(axis=1)
 
 
 def _e(text) -> str:
@@ -60,17 +130,76 @@ def _hex(rgba) -> str:
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
-def png_rgb(rgb: np.ndarray) -> bytes:
-    """A PNG of ``rgb`` (uint8 [height, width, 3]), encoded here (zlib): a grid of cells, one
-    pixel each, is a few KiB and takes a millisecond."""
-    h, w, _ = rgb.shape
-    raw = np.concatenate([np.zeros((h, 1), dtype=np.uint8), rgb.reshape(h, w * 3)], axis=1).tobytes()
+def png_cells(rgb: np.ndarray) -> bytes:
+    """A PNG of ``rgb`` (uint8 [height, width, 3]), one pixel per cell (Pillow): a grid of
+    cells is a few KiB and takes a millisecond."""
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8), "RGB").save(buf, format="PNG", compress_level=6)
+    return buf.getvalue()
 
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+def _fonts_dir() -> str:
+    """matplotlib's own DejaVu fonts: the PNG looks the same on any machine, fonts installed or not."""
+    import matplotlib
+    return str(Path(matplotlib.get_data_path()) / "fonts" / "ttf")
+
+
+class SvgFigure:
+    """One drawn view: its ``<svg>`` text (:attr:`svg`) and ``title``. Shown by a notebook as
+    SVG (``_repr_svg_``), by the app inline, and saved as PNG by :meth:`png` /
+    :meth:`savefig` (resvg, with matplotlib's DejaVu fonts)."""
+
+    def __init__(self, svg: str, title: str = ""):
+        self.svg = svg
+        self.title = title
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) in CSS pixels."""
+        head = self.svg[:self.svg.index(">")]
+        get = lambda key: int(head.split(f" {key}='", 1)[1].split("'", 1)[0])  # noqa: E731
+        return get("width"), get("height")
+
+    def png(self, zoom: float = 1.5) -> bytes:
+        """The figure as PNG bytes, ``zoom`` device pixels per CSS pixel (1.5: 1290 px wide for
+        the app's 860). Raises ImportError naming the lab extra when resvg-py is missing, and
+        ValueError when the SVG cannot be rendered."""
+        try:
+            import resvg_py
+        except ImportError as e:  # pragma: no cover - resvg-py ships with the lab extra
+            raise ImportError("saving a lab figure as PNG needs resvg-py: pip install -e '.[lab]'") from e
+        return bytes(resvg_py.svg_to_bytes(svg_string=self.svg, background="white", zoom=zoom,
+                                           skip_system_fonts=True, font_dirs=[_fonts_dir()],
+                                           font_family="DejaVu Sans", sans_serif_family="DejaVu Sans"))
+
+    def savefig(self, path, format: str = "png", dpi: float | None = None) -> None:
+        """Write the figure to ``path`` as PNG (``format`` "png") or as the SVG text ("svg");
+        ``dpi``: device pixels per inch of 96 CSS pixels (default 144, :meth:`png`'s zoom 1.5).
+        Raises ParameterError for another format."""
+        if format == "svg":
+            Path(path).write_text(self.svg, encoding="utf-8")
+            return
+        if format != "png":
+            from ..errors import ParameterError
+            raise ParameterError(f"format={format!r}: must be 'png' or 'svg'")
+        Path(path).write_bytes(self.png((dpi or 144) / 96))
+
+    def _repr_svg_(self) -> str:
+        return self.svg
+
+    def mimebundle(self, png: bytes | None = None) -> dict:
+        """The figure for a notebook output: its SVG, and a PNG (``png``, else rendered) for where
+        SVG is not shown (JupyterLab renders an untrusted notebook's SVG as text, not its PNG)."""
+        return {"image/svg+xml": self.svg,
+                "image/png": base64.b64encode(png if png is not None else self.png()).decode("ascii")}
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return self.mimebundle()
+
+    def __repr__(self) -> str:
+        w, h = self.size
+        return f"SvgFigure({self.title!r}, {w}x{h} px)"
 
 
 class _Canvas:
@@ -187,7 +316,7 @@ def _pe_ticks(pes: int) -> list[int]:
 
 class _Norm:
     """Bytes to [0, 1]: linear from 0, or logarithmic when the non-zero values span over 100x
-    (as :func:`combine_lab.lab.plots._bytes_norm`)."""
+    (the segment map's colour scale)."""
 
     def __init__(self, values: np.ndarray):
         nz = values[values > 0]
@@ -225,7 +354,7 @@ def _colorbar(cv: _Canvas, x, y, w, h, cmap_name: str, norm: _Norm, label: str, 
 
 def floor_text(n: int) -> str:
     """A floor in the binary unit that suits it, shortest form up to 6 digits: 2 MiB, 512 KiB,
-    1.5 MiB, 0 B (plots.byte_label)."""
+    1.5 MiB, 0 B (:func:`byte_label`)."""
     return byte_label(n, 6)
 
 
@@ -269,7 +398,7 @@ def _panels(cv, scaled, rows, sdma, norm, unit, pes, epp, width, top, title, dat
     top += 14  # room for the colour bar's label
     cmap = colormaps["viridis"]
     colours = cmap(norm(scaled))
-    annotate = epp * pes <= 64
+    annotate = epp * pes <= ANNOTATE_CELLS
     font = 13 if epp * pes <= 8 else 11.5 if epp * pes <= 24 else 10
     for d in range(pes):
         r, c = divmod(d, ncols)
@@ -290,7 +419,7 @@ def _panels(cv, scaled, rows, sdma, norm, unit, pes, epp, width, top, title, dat
             for s in range(pes):
                 if sdma[d, le, s]:
                     cv.rect(ox + s * cell_w + 1.5, oy + le * cell_h + 1.5, cell_w - 3, cell_h - 3,
-                            stroke=SDMA_COLOR, sw=3, extra=" class='cl-sdma-cell'")
+                            stroke=SDMA_COLOR, sw=3, extra=f" class='cl-sdma-cell' data-pe='{d}'")
         ax.frame(xlabel="src_rank", ylabel="local_expert" if c == 0 else "",
                  xticks=[(s, str(s)) for s in _pe_ticks(pes)],
                  yticks=[(le, str(le)) for le in range(epp)] if epp <= 16 else
@@ -317,7 +446,7 @@ def _stacked(cv, scaled, sdma, norm, unit, pes, epp, width, top, title, data) ->
     blues, reds = colormaps["Blues"], colormaps["Reds"]
     rgb = np.where(mask[..., None], reds(f)[..., :3], blues(f)[..., :3])
     rgb[flat == 0] = (0.93, 0.93, 0.93)
-    png = png_rgb(np.round(rgb * 255).astype(np.uint8))
+    png = png_cells(np.round(rgb * 255).astype(np.uint8))
     left, img_w = 84, width - 84 - 250
     img_h = float(min(520, max(260, 2 * n)))
     x0, y0 = left, top + 34  # room for the colour bars' labels
@@ -405,36 +534,39 @@ def _legend(cv: _Canvas, x, y, items, max_width: float = 1e9) -> float:
 
 
 def _legend_item(cv: _Canvas, x, yy, kind, colour, label) -> None:
-    if True:
-        if kind == "rect":
-            cv.rect(x + 6, yy - 8, 16, 10, fill=colour)
-        elif kind == "dot":
-            cv.add(f"<circle cx='{_num(x + 14)}' cy='{_num(yy - 3)}' r='3.5' fill='{colour}'/>")
-        elif kind == "tick":
-            cv.line(x + 6, yy - 3, x + 22, yy - 3, stroke=colour, sw=2.2)
-        elif kind == "dash":
-            cv.line(x + 6, yy - 3, x + 22, yy - 3, stroke=colour, sw=1.2, dash="4 3")
-        elif kind == "line":
-            cv.line(x + 6, yy - 3, x + 22, yy - 3, stroke=colour, sw=2)
-        elif kind == "star":
-            cv.text(x + 14, yy + 2, "\u2605", size=13, anchor="middle", color=colour)
-        cv.text(x + 28, yy + 1, label, size=11.5)
+    if kind == "rect":
+        cv.rect(x + 6, yy - 8, 16, 10, fill=colour)
+    elif kind == "dot":
+        cv.add(f"<circle cx='{_num(x + 14)}' cy='{_num(yy - 3)}' r='3.5' fill='{colour}'/>")
+    elif kind == "tick":
+        cv.line(x + 6, yy - 3, x + 22, yy - 3, stroke=colour, sw=2.2)
+    elif kind == "dash":
+        cv.line(x + 6, yy - 3, x + 22, yy - 3, stroke=colour, sw=1.2, dash="4 3")
+    elif kind == "dashdot":
+        cv.line(x + 6, yy - 3, x + 22, yy - 3, stroke=colour, sw=2, dash="7 3 2 3")
+    elif kind == "line":
+        cv.line(x + 6, yy - 3, x + 22, yy - 3, stroke=colour, sw=2)
+    elif kind == "star":
+        cv.text(x + 14, yy + 2, "\u2605", size=13, anchor="middle", color=colour)
+    cv.text(x + 28, yy + 1, label, size=11.5)
 
 
 # ------------------------------------------------------------------------------ modelled over floors
 
-def modelled_floors_svg(curve, classic_us: float, floor: int, floor_us: float, caption: str,
+def modelled_floors_svg(curve, classic_us: float, floor: int | None, floor_us: float | None, caption: str,
                         best: int | None = None, stale: bool = False, width: int = WIDTH,
-                        metric: str = "comm_only") -> str:
+                        metric: str = "comm_only", what_if: str | None = None) -> str:
     """Modelled ``metric`` (the slowest PE's CoreMaxTime, us) against the SDMA floor.
 
     ``curve``: a :class:`combine_lab.model.suggest.Suggestion` curve (threshold_bytes, -1 = never
     SDMA; modelled_us), or None when it is not computed for these inputs: then only the classic
     time and the current floor are drawn. The modelled time is a step function of the floor:
     floor f sends by SDMA the above-average segments of at least f bytes. ``floor``, ``floor_us``:
-    the current floor and its modelled time (a marker on the curve); ``best``: the suggested
+    the current floor and its modelled time (a marker on the curve; None: no marker); ``best``: the suggested
     floor (a star), -1 for never; ``caption``: the model's "modelled on ..." line, shown under
-    the title; ``stale``: the curve belongs to other inputs (drawn grey, said in the title)."""
+    the title; ``stale``: the curve belongs to other inputs (drawn grey, said in the title);
+    ``what_if``: a what-if mode whose ``<what_if>_us`` column of the curve is drawn too (dash-dot:
+    one SDMA call per segment, not built)."""
     cv = _Canvas()
     title = f"Modelled {metric} against the SDMA floor (modelled, not measured)"
     cv.text(width / 2, 18, title, size=13, anchor="middle", weight="600")
@@ -442,16 +574,18 @@ def modelled_floors_svg(curve, classic_us: float, floor: int, floor_us: float, c
     for i, ln in enumerate(cap):
         cv.text(width / 2, 36 + 15 * i, ln, size=11.5, anchor="middle", color="#444", cls="cl-caption")
     top = 36 + 15 * len(cap) + 14
-    pts = []
+    pts, alt = [], []
     if curve is not None and len(curve):
         th = curve["threshold_bytes"].to_numpy()
         us = curve["modelled_us"].to_numpy(dtype=float)
         pts = [(int(t), float(u)) for t, u in zip(th, us) if t >= 0]
-    sizes = [t for t, _ in pts if t > 0] + ([floor] if floor > 0 else [])
+        if what_if and f"{what_if}_us" in curve:
+            alt = [(int(t), float(u)) for t, u in zip(th, curve[f"{what_if}_us"].to_numpy(dtype=float)) if t >= 0]
+    sizes = [t for t, _ in pts if t > 0] + ([floor] if floor is not None and floor > 0 else [])
     lo = min(sizes) / 2 if sizes else 2 ** 20 / 4
     hi = max(sizes) * 2 if sizes else 2 ** 24
     lo = max(lo, 1.0)
-    ys = [classic_us, floor_us] + [u for _, u in pts]
+    ys = [classic_us] + ([floor_us] if floor is not None else []) + [u for _, u in pts] + [u for _, u in alt]
     ys = [y for y in ys if np.isfinite(y)]
     ymin, ymax = (min(ys), max(ys)) if ys else (0.0, 1.0)
     pad = max((ymax - ymin) * 0.12, ymax * 0.02, 1e-6)
@@ -468,36 +602,46 @@ def modelled_floors_svg(curve, classic_us: float, floor: int, floor_us: float, c
     cv.text(nx, ax.y + ax.h + 16, "never", size=11, anchor="middle")
     cv.line(ax.x, ax.py(classic_us), ax.x + ax.w, ax.py(classic_us), stroke="#7f7f7f", sw=1.2, dash="5 4")
     colour = "#9a9a9a" if stale else "#1f77b4"
-    if pts:
+
+    def steps(points, stroke, dash, cls):
         # step: floors in (t_{i+1}, t_i] give t_i's plan; above the largest, the classic plan
-        pts_sorted = sorted(pts)
-        d = []
-        prev_x = ax.x
-        for t, u in pts_sorted:
-            x = ax.px(t)
-            y = ax.py(u)
+        d, prev_x = [], ax.x
+        for t, u in sorted(points):
+            x, y = ax.px(t), ax.py(u)
             d.append(f"M{_num(prev_x)},{_num(y)} L{_num(x)},{_num(y)}")
             prev_x = x
         d.append(f"M{_num(prev_x)},{_num(ax.py(classic_us))} L{_num(ax.x + ax.w)},{_num(ax.py(classic_us))}")
-        cv.add(f"<path d='{' '.join(d)}' fill='none' stroke='{colour}' stroke-width='2' class='cl-curve'/>")
-        for t, u in pts_sorted:
+        dashed = f" stroke-dasharray='{dash}'" if dash else ""
+        cv.add(f"<path d='{' '.join(d)}' fill='none' stroke='{stroke}' stroke-width='2'{dashed} class='{cls}'/>")
+
+    if alt:
+        steps(alt, "#9467bd", "7 3 2 3", "cl-what-if")
+    if pts:
+        steps(pts, colour, "", "cl-curve")
+        for t, u in sorted(pts):
             cv.add(f"<circle cx='{_num(ax.px(t))}' cy='{_num(ax.py(u))}' r='2.6' fill='{colour}'/>")
-    fx = ax.px(min(max(floor, lo), hi)) if floor <= hi else nx
-    cv.line(fx, ax.y, fx, ax.y + ax.h, stroke=SDMA_COLOR, sw=1.5)
-    cv.add(f"<circle cx='{_num(fx)}' cy='{_num(ax.py(floor_us))}' r='5.5' fill='none' stroke='{SDMA_COLOR}' "
-           f"stroke-width='2.5' class='cl-current'/>")
+    if floor is not None:
+        fx = ax.px(min(max(floor, lo), hi)) if floor <= hi else nx
+        cv.line(fx, ax.y, fx, ax.y + ax.h, stroke=SDMA_COLOR, sw=1.5)
+        cv.add(f"<circle cx='{_num(fx)}' cy='{_num(ax.py(floor_us))}' r='5.5' fill='none' stroke='{SDMA_COLOR}' "
+               f"stroke-width='2.5' class='cl-current'/>")
     if best is not None and not stale:
         bx = nx if best < 0 else ax.px(best)
         bu = classic_us if best < 0 else dict(pts).get(best, float("nan"))
         if np.isfinite(bu):
             cv.text(bx, ax.py(bu) + 6, "\u2605", size=18, anchor="middle", color="#e6a100", cls="cl-best")
-    items = [("dash", "#7f7f7f", f"classic (MTE only): {classic_us:,.1f} us"),
-             ("line", SDMA_COLOR, f"current floor {floor:,} B: {floor_us:,.1f} us")]
+    items = [("dash", "#7f7f7f", f"classic (MTE only): {classic_us:,.1f} us")]
+    if floor is not None:
+        items.append(("line", SDMA_COLOR, f"current floor {floor:,} B: {floor_us:,.1f} us"))
     if pts:
-        items.insert(0, ("line", colour, "doubleplane at each floor" + (" (other inputs)" if stale else "")))
+        items.insert(0, ("line", colour, "doubleplane at each floor (the kernel: one SDMA call per row)"
+                         + (" (other inputs)" if stale else "")))
+    if alt:
+        items.insert(1, ("dashdot", "#9467bd", "what-if: one SDMA call per segment (not built)"))
     if best is not None and not stale:
         items.append(("star", "#e6a100", "suggested floor"))
     leg = _legend(cv, ax.x, top + 200 + 42, items, width - ax.x - 10)
     return cv.render(width, top + 200 + 42 + leg + 4, "cl-modelled", title,
-                     {"floor": floor, "floor-us": f"{floor_us:.3f}", "classic-us": f"{classic_us:.3f}",
+                     {"floor": "" if floor is None else floor, "floor-us": "" if floor is None else f"{floor_us:.3f}",
+                      "classic-us": f"{classic_us:.3f}",
                       "stale": int(stale)})

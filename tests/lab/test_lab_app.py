@@ -7,11 +7,12 @@ import html
 import pytest
 from conftest import LAB_EXTRA, host_processes, require
 
-require("ipywidgets", "IPython", reason=LAB_EXTRA)
+require("ipywidgets", "IPython", "resvg_py", reason=LAB_EXTRA)
 
 from combine_lab.case.case import Case, make_case  # noqa: E402
 from combine_lab.errors import ParameterError, SpecError  # noqa: E402
 from combine_lab.lab import app as app_mod  # noqa: E402
+from combine_lab.lab import tuning  # noqa: E402
 from combine_lab.lab.app import TuningApp, routing_string  # noqa: E402
 from combine_lab.planning.planner import plan  # noqa: E402
 from combine_lab.run import build as build_mod  # noqa: E402
@@ -183,7 +184,7 @@ def test_routing_string_and_widget():
 def test_failed_plan_and_failed_run_leave_no_stale_view_shown_or_saved(tmp_path, monkeypatch, no_leaks):
     app = TuningApp(targets=["cpu"], **SMALL)
     assert app.run() is not None, app.message
-    assert set(app.figures) == {"segment_map", "plane_bytes", "compare", "history"} and app.stale_views == []
+    assert set(app.figures) == {"segment_map", "plane_bytes", "modelled", "compare", "history"} and app.stale_views == []
     assert app.verdict_html.value.count("PASS on every PE") == 2 and "Stale" not in app.verdict_html.value
 
     # the field report: topk set to an invalid value showed "cannot plan" beside the old segment map
@@ -198,7 +199,7 @@ def test_failed_plan_and_failed_run_leave_no_stale_view_shown_or_saved(tmp_path,
     assert saved == ["02_history.png"] and sorted(p.name for p in tmp_path.iterdir()) == saved
 
     app.set(topk=SMALL["topk"])  # back to the inputs of run 1: its views are current again
-    assert app.stale_views == [] and set(app.figures) == {"segment_map", "plane_bytes", "compare", "history"}
+    assert app.stale_views == [] and set(app.figures) == {"segment_map", "plane_bytes", "modelled", "compare", "history"}
     assert app.verdict_html.value.count("PASS on every PE") == 2 and "Stale" not in app.verdict_html.value
     app.set(h=2 * SMALL["h"])  # a valid change: the plan is redrawn, the run views are stale
     assert app.plan is not None and "compare" not in app.figures and "segment_map" in app.figures
@@ -213,10 +214,10 @@ def test_failed_plan_and_failed_run_leave_no_stale_view_shown_or_saved(tmp_path,
     assert app.run() is None and app.message == "Run failed: LaunchError: PE 1 exited with status 3"
     assert "PASS" not in app.verdict_html.value and "Run failed" in app.verdict_html.value
     assert app.compare_html.value == "" and app.counters_html.value == ""
-    assert set(app.figures) == {"segment_map", "plane_bytes", "history"}
+    assert set(app.figures) == {"segment_map", "plane_bytes", "modelled", "history"}
     app.save_figures(tmp_path, prefix="02_")
     assert not (tmp_path / "02_compare.png").exists()  # the earlier save of it is gone with it
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["02_history.png", "02_plane_bytes.png",
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["02_history.png", "02_modelled.png", "02_plane_bytes.png",
                                                            "02_segment_map.png"]
 
 
@@ -236,7 +237,7 @@ def quick_runs(monkeypatch, twin_binary):
     """harness.compare answering with one real pair of runs of SMALL (made once), counting calls, and
     noting whether the Run button was disabled while each ran."""
     app = TuningApp(targets=["cpu"], **SMALL)
-    real = harness.compare(Case(app.spec, app._case.expert_ids, app._case.expert_scales), warmup=0, loops=1)
+    real = harness.compare(Case(app.spec, app.state.case.expert_ids, app.state.case.expert_scales), warmup=0, loops=1)
     seen = _Runs()
 
     def fake(*a, **k):
@@ -328,11 +329,17 @@ def test_h_outside_the_slider_range_is_said_not_clamped(nothing_launches):
     assert app.spec.h == 4096 and (app.controls["h"].min, app.controls["h"].max) == app_mod.H_RANGE[:2]
 
 
-def test_figures_are_made_when_asked_for(nothing_launches):
-    from matplotlib.figure import Figure
+def test_the_app_shows_the_drawings_it_saves(nothing_launches, tmp_path):
+    """One drawing per view: the SVG in the page is the figure the notebook shows and the PNG saved."""
+    from combine_lab.lab.svg import SvgFigure
     app = TuningApp(targets=["cpu"], **SMALL)
-    assert set(app.figures) == {"segment_map", "plane_bytes"} and not app.figures._made
-    assert isinstance(app.figures["segment_map"], Figure) and set(app.figures._made) == {"segment_map"}
+    assert set(app.figures) == {"segment_map", "plane_bytes", "modelled"}
+    figs = [app.figures[n] for n in ("segment_map", "plane_bytes", "modelled")]
+    assert all(isinstance(f, SvgFigure) for f in figs)
+    assert app.plan_figures.value == figs[0].svg + figs[1].svg and figs[2].svg in app.modelled_html.value
+    saved = app.save_figures(tmp_path, prefix="t_")
+    assert [p.name for p in saved] == ["t_segment_map.png", "t_plane_bytes.png", "t_modelled.png"]
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in saved)
 
 
 # ---- issue 11 item 5 (the app): modelled comm_only over floors, the current floor marked, Suggest ----
@@ -377,16 +384,16 @@ def test_modelled_panel_follows_the_inputs_and_says_modelled(nothing_launches):
 
 
 def test_suggest_names_the_best_floor_and_sets_it(nothing_launches, monkeypatch):
-    monkeypatch.setattr(app_mod, "AUTO_SUGGEST_SEGMENTS", 0)  # as for a large case: only the button computes it
+    monkeypatch.setattr(tuning, "AUTO_SUGGEST_SEGMENTS", 0)  # as for a large case: only the button computes it
     app = TuningApp(targets=["cpu"], **{**SMALL, "min_sdma_bytes": 0})
     assert app.suggestion is None and app.use_button.disabled and "press <b>Suggest</b>" in app.modelled_html.value
     seen = []
-    real = app_mod.model_suggest
+    real = tuning.model_suggest
 
     def watched(*a, **k):
         seen.append((app.suggest_button.disabled, app.use_button.disabled, "Computing" in app.suggest_status.value))
         return real(*a, **k)
-    monkeypatch.setattr(app_mod, "model_suggest", watched)
+    monkeypatch.setattr(tuning, "model_suggest", watched)
     s = app.suggest()
     assert seen == [(True, True, True)] and not app.suggest_button.disabled and not app.use_button.disabled
     model, rows, _ = _model_truth(app, 0)

@@ -7,16 +7,33 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-from matplotlib.collections import PatchCollection
+import xml.etree.ElementTree as ET
 
 from combine_lab.lab import plots
+from combine_lab.lab.svg import SvgFigure
 from combine_lab.case.case import make_case
 from combine_lab.planning.planner import plan
 from combine_lab.case.spec import CaseSpec
 
 
+NS = "{http://www.w3.org/2000/svg}"
+
+
+def svg_texts(fig: SvgFigure) -> str:
+    """The figure's texts, one ' | ' between text elements."""
+    return " | ".join("".join(t.itertext()) for t in ET.fromstring(fig.svg).iter(f"{NS}text"))
+
+
 def assert_labelled(fig):
-    """A (sup)title, and on every visible data axes an x and a y label."""
+    """A (sup)title, and on every visible data axes an x and a y label; it renders to PNG."""
+    if isinstance(fig, SvgFigure):
+        root = ET.fromstring(fig.svg)
+        assert root.find(f"{NS}title").text, "figure without a title"
+        words = svg_texts(fig)
+        assert ("PE" in words or "floor" in words) and "(" in words, "no axis label with a unit"
+        pytest.importorskip("resvg_py", reason="the lab extra (resvg-py) renders the PNG")
+        assert plots.figure_png(fig)[:4] == b"\x89PNG"
+        return
     axes = [a for a in fig.axes if a.get_visible() and a.get_label() != "<colorbar>"
             and getattr(a, "_colorbar", None) is None]
     titled = fig._suptitle is not None or all(a.get_title() for a in axes)
@@ -28,11 +45,6 @@ def assert_labelled(fig):
     assert png[:4] == b"\x89PNG"
 
 
-def unit_in(label: str) -> bool:
-    return any(u in label for u in ("(B", "(KiB", "(MiB", "(GiB", "(us)", "(%)", "(1)", "elements", "tokens",
-                                    "PE", "rank", "expert", "run"))
-
-
 @pytest.fixture(scope="module")
 def skewed_plan():
     case = make_case(CaseSpec(pes=4, bs=64, h=8192, topk=2, expert_per_pe=2, routing="hot-expert:0.5"))
@@ -40,21 +52,21 @@ def skewed_plan():
 
 
 def test_segment_map_panels_outline_exactly_the_sdma_segments(skewed_plan):
-    fig = plots.segment_map(skewed_plan)
+    fig = plots.segment_map(skewed_plan, dtype="int32_t")  # the drawing the app shows (svg.segment_map_svg)
+    assert isinstance(fig, SvgFigure)
     assert_labelled(fig)
-    panels = [a for a in fig.axes if a.get_title().startswith("PE ")]
+    root = ET.fromstring(fig.svg)
+    words = svg_texts(fig)
     # titled by the PE that ran the experts and, in combine, sends each segment to src_rank
-    assert [a.get_title() for a in panels] == [f"PE {d} (expert owner, sends)" for d in range(4)]
-    for pe, ax in enumerate(panels):
-        boxes = [c for c in ax.collections if isinstance(c, PatchCollection)]
-        n = sum(len(c.get_paths()) for c in boxes)
-        assert n == len(skewed_plan.sdma_segments(pe))
-        assert "src_rank" in ax.get_xlabel() and "local_expert" in ax.get_ylabel()
-    assert any("payload (" in a.get_ylabel() for a in fig.axes)  # colour bar with a byte unit
+    assert all(f"PE {d} | (expert owner, sends)" in words for d in range(4))
+    outlined = [r for r in root.iter(f"{NS}rect") if r.get("class") == "cl-sdma-cell"]
+    for pe in range(4):
+        assert sum(r.get("data-pe") == str(pe) for r in outlined) == len(skewed_plan.sdma_segments(pe))
+    assert "src_rank" in words and "local_expert" in words and "payload (" in words  # colour bar with a byte unit
     # row counts readable (8 cells a panel), the empty-segment swatch outlined so that it shows
-    assert min(t.get_fontsize() for a in panels for t in a.texts) >= 12
-    empty = [h for h in fig.legends[0].legend_handles if "empty segment" in h.get_label()]
-    assert empty and empty[0].get_edgecolor()[3] > 0 and empty[0].get_linewidth() > 0
+    counts = [t for t in root.iter(f"{NS}text") if t.get("font-weight") == "bold"]
+    assert counts and min(float(t.get("font-size")) for t in counts) >= 12
+    assert "empty segment (0 rows)" in words and "stroke='#8c8c8c'" in fig.svg
 
 
 def test_segment_map_stacked_for_many_pes():
@@ -62,17 +74,17 @@ def test_segment_map_stacked_for_many_pes():
     p = plan(case, min_sdma_bytes=0)
     fig = plots.segment_map(p)
     assert_labelled(fig)
-    main = fig.axes[0]
-    assert main.images[0].get_array().shape[:2] == (16 * 4, 16)
-    labels = [a.get_ylabel() for a in fig.axes[1:]]
-    assert any("MTE segment payload" in s for s in labels) and any("SDMA segment payload" in s for s in labels)
-    assert f"{int((p.segments.plane == 'SDMA').sum())} segments" in " ".join(labels)
+    root = ET.fromstring(fig.svg)
+    assert len(list(root.iter(f"{NS}image"))) == 1  # one image, a pixel per cell (test_lab_svg reads it)
+    words = svg_texts(fig).replace(" | ", " ")
+    assert "MTE segments (KiB)" in words and f"SDMA segments (KiB): {int((p.segments.plane == 'SDMA').sum())}" in words
 
 
 def test_plane_bytes_compare_history_and_sweep_figures(skewed_plan):
     fig = plots.plane_bytes_plot(skewed_plan)
     assert_labelled(fig)
-    assert all(unit_in(a.get_ylabel()) for a in fig.axes)
+    words = svg_texts(fig)
+    assert "payload (MiB)" in words and "segment payload (MiB)" in words and "PE (expert owner, sends)" in words
     perf = pd.DataFrame({"Metric": ["full_op", "comm_only"] * 2, "ProfPe": [0, 0, 1, 1],
                          "CoreMaxTime/us": [10.0, 5.0, 12.0, 6.0]})
     run = SimpleNamespace(perf=perf, check_ok=True, case_id="shape_x", routing="zipf:1", target="cpu")
@@ -162,8 +174,9 @@ def test_modelled_figures_say_modelled_and_name_the_machine():
     s = suggest(case_rows(case, m.soc), m, what_if="segment")
     fig = plots.modelled_floors(s.curve, s.caption, floor=2 << 20, what_if="segment")
     assert_labelled(fig)
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    labels = svg_texts(fig).split(" | ")
     assert any(t.startswith("classic (MTE only)") for t in labels) and any("what-if" in t for t in labels)
+    assert "modelled, not measured" in svg_texts(fig) and "modelled on a2" in svg_texts(fig)
     grid = sweep.make_grid([2], [16, 64], [8192], [2], [2], ["uniform", "hot-expert:0.5"])
     modelled = sweep.model_grid(grid, m)
     fig = plots.sweep_heatmaps(modelled, where=m.caption())
@@ -202,18 +215,23 @@ def test_modelled_byte_axes_read_plain_byte_values_and_keep_the_legend_inside():
     case = make_case(CaseSpec(pes=2, bs=64, h=16384, topk=2, expert_per_pe=2, routing="hot-expert:0.5"))
     s = suggest(case_rows(case, m.soc), m, what_if="segment")
     seg = teach.one_segment(m, [1, 8, 64, 255], h=16384, itemsize=4)
-    for fig in (plots.modelled_floors(s.curve, s.caption, floor=2 << 20, what_if="segment"),
-                plots.segment_crossover(seg, m.caption(), floor=2 << 20)):
-        ax = fig.axes[0]
-        fig.canvas.draw()
-        labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
-        assert labels and all(l.endswith(("B", "KiB", "MiB", "GiB")) and "10" not in l.replace("10 ", "")
-                              for l in labels), labels
-        assert not ax.xaxis.get_minor_locator()()  # no minor ticks, so no "2x10^0" labels
-        box = ax.get_legend().get_window_extent()
-        page = fig.bbox
-        assert box.x0 >= page.x0 and box.x1 <= page.x1 and box.y0 >= page.y0, (box, page)
-    labels = [t.get_text() for t in plots.modelled_floors(s.curve, s.caption, floor=2 << 20).axes[0].get_xticklabels()]
-    assert "2 MiB" in labels and "4 MiB" in labels
+    fig = plots.segment_crossover(seg, m.caption(), floor=2 << 20)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert labels and all(l.endswith(("B", "KiB", "MiB", "GiB")) and "10" not in l.replace("10 ", "")
+                          for l in labels), labels
+    assert not ax.xaxis.get_minor_locator()()  # no minor ticks, so no "2x10^0" labels
+    box = ax.get_legend().get_window_extent()
+    page = fig.bbox
+    assert box.x0 >= page.x0 and box.x1 <= page.x1 and box.y0 >= page.y0, (box, page)
+    # the modelled curve over floors (SVG): byte ticks, and every text inside the figure
+    mf = plots.modelled_floors(s.curve, s.caption, floor=2 << 20, what_if="segment")
+    root = ET.fromstring(mf.svg)
+    width, height = mf.size
+    ticks = [t.text for t in root.iter(f"{NS}text") if t.get("text-anchor") == "middle" and t.get("font-size") == "11"]
+    assert "2 MiB" in ticks and "4 MiB" in ticks and not any("e+" in t or "^" in t for t in ticks), ticks
+    for t in root.iter(f"{NS}text"):
+        assert 0 <= float(t.get("x")) <= width and 0 <= float(t.get("y")) <= height, (t.text, t.get("x"), t.get("y"))
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "no crossover: MTE is faster at every size shown" in legend

@@ -13,6 +13,7 @@ import pytest
 from matplotlib import image as mpimg
 
 from combine_lab import CaseSpec, make_case, plan
+from combine_lab.errors import ParameterError
 from combine_lab.lab import svg
 from combine_lab.model.params import load_model
 from combine_lab.model.stream import case_rows
@@ -38,10 +39,26 @@ def small():
     return case, plan(case)
 
 
-def test_png_rgb_is_an_exact_png():
+def test_png_cells_is_an_exact_png():
     rgb = np.random.default_rng(1).integers(0, 256, (5, 7, 3), dtype=np.uint8)
-    back = mpimg.imread(io.BytesIO(svg.png_rgb(rgb)), format="png")
+    back = mpimg.imread(io.BytesIO(svg.png_cells(rgb)), format="png")
     assert back.shape[:2] == (5, 7) and np.array_equal(np.round(back[..., :3] * 255).astype(np.uint8), rgb)
+
+
+def test_an_svg_figure_is_shown_and_saved_as_the_same_drawing(small, tmp_path):
+    pytest.importorskip("resvg_py", reason="the lab extra (resvg-py) renders the PNG")
+    _, p = small
+    fig = svg.SvgFigure(svg.segment_map_svg(p, "int32_t"), "segment map")
+    assert fig._repr_svg_() == fig.svg and fig.size[0] == svg.WIDTH
+    png = fig.png(zoom=1.5)
+    img = mpimg.imread(io.BytesIO(png), format="png")
+    w, h = fig.size
+    assert img.shape[:2] == (round(1.5 * h), round(1.5 * w))
+    assert float(img[..., :3].std()) > 0.05  # drawn, not blank: cells, text and frame
+    fig.savefig(tmp_path / "m.svg", format="svg")
+    assert (tmp_path / "m.svg").read_text() == fig.svg
+    with pytest.raises(ParameterError, match="format='pdf'"):
+        fig.savefig(tmp_path / "m.pdf", format="pdf")
 
 
 def test_segment_map_panels_show_the_plan(small):
@@ -57,6 +74,8 @@ def test_segment_map_panels_show_the_plan(small):
     assert sorted(int(t.text) for t in cells) == sorted(int(r) for r in rows if r)
     outlined = [r for r in root.iter(f"{NS}rect") if r.get("class") == "cl-sdma-cell"]
     assert len(outlined) == int((p.segments["plane"] == "SDMA").sum()) == int(root.get("data-sdma-segments")) > 0
+    for pe in range(p.pes):  # each panel outlines exactly its PE's SDMA segments
+        assert sum(r.get("data-pe") == str(pe) for r in outlined) == len(p.sdma_segments(pe))
 
 
 def test_segment_map_of_many_pes_is_one_pixel_per_cell():
@@ -100,3 +119,9 @@ def test_modelled_floors_marks_the_floor_and_says_modelled(small):
     root = parse(svg.modelled_floors_svg(None, classic, 0, 100.0, model.caption()))
     assert not [pth for pth in root.iter(f"{NS}path") if pth.get("class") == "cl-curve"]
     assert re.search(r"current floor 0 B: 100\.0 us", texts(root))
+    # no floor of its own: no marker; a what-if curve drawn beside the kernel's
+    s = suggest(case_rows(case, model.soc), model, what_if="segment")
+    root = parse(svg.modelled_floors_svg(s.curve, classic, None, None, model.caption(), what_if="segment"))
+    assert not [c for c in root.iter(f"{NS}circle") if c.get("class") == "cl-current"]
+    assert [pth.get("class") for pth in root.iter(f"{NS}path")] == ["cl-what-if", "cl-curve"]
+    assert "what-if: one SDMA call per segment (not built)" in texts(root) and "current floor" not in texts(root)

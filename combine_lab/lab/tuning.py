@@ -1,0 +1,797 @@
+"""The tuning app's state, without widgets: the values a kernel engineer sets, what they plan to,
+the modelled time, the runs and their history, and the figure of each view.
+
+    from combine_lab.lab.tuning import TuningState
+    s = TuningState(targets=["cpu"], pes=2, bs=64, h=8192, topk=2, expert_per_pe=2,
+                    routing_model="hot-expert", skew=0.5, warmup=0, loops=1)
+    s.plan                 # the doubleplane Plan of the current values (None when they are invalid)
+    s.set(topk=9, loops=0) # every problem at once: s.problems, s.message; nothing is planned
+    s.set(topk=2, loops=1)
+    s.suggest()            # the modelled time at every floor where the plan changes, the best named
+    s.run()                # classic and doubleplane on the twin (harness.compare), rows and history
+    s.figures["segment_map"].png()   # the drawing the app shows, as PNG
+
+:class:`combine_lab.lab.app.TuningApp` is a thin view over it (ipywidgets): every number, table,
+verdict and figure the app shows comes from here, so this module imports neither ipywidgets nor
+IPython and can be driven, and tested, without them (``pip install -e .[test]`` without the lab
+extra). Nothing here raises for a bad value a person typed: :meth:`TuningState.set` stores values
+as given, never clamped or rounded, and :attr:`TuningState.problems` lists every one that cannot be
+used, each with its reason.
+
+Changing a value replans at once and runs nothing: the routing is drawn with
+:func:`combine_lab.case.case.make_case` (never x: the plan path does not touch ``case.x``) and
+planned with :func:`combine_lab.planning.planner.plan_counts`; values that only change bytes
+(h, dtype for skewed routings, min_sdma_bytes) reuse the drawn routing.
+
+**Modelled time** (:mod:`combine_lab.model`): at every replan, the modelled ``comm_only`` of the
+slowest PE for classic and for the current floor on the chosen machine (``a2``/``a3``); the curve
+over every floor where the plan changes (:func:`combine_lab.model.suggest.suggest`) at each replan
+for small cases (:data:`AUTO_SUGGEST_SEGMENTS`) and by :meth:`TuningState.suggest` for large ones.
+
+**Run**: :meth:`TuningState.run` = :meth:`~TuningState.prepare_run` (checks; launches nothing),
+:meth:`~TuningState.execute` (build, then :func:`combine_lab.harness.compare`: the one place
+that launches anything, to be swapped for another harness) and :meth:`~TuningState.finish_run` /
+:meth:`~TuningState.fail_run` (rows, history, verdict). ``execute`` touches no state, so a later
+view may run it off the kernel's main thread.
+
+What the views show always describes the current inputs, or says it does not: a failed plan
+clears the plan views and the modelled panel; a failed Run clears the verdict, counters and
+comparison; while the inputs differ from those of the last Run its verdict, counters and
+comparison are stale (:attr:`TuningState.stale_views`) and :meth:`TuningState.save_figures`
+leaves the comparison out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from ..case.case import Case, make_case
+from ..case.routing import parse_routing
+from ..case.spec import DTYPES, CaseSpec
+from ..case.traces import list_traces
+from .. import harness
+from ..errors import CaseFileError, ParameterError, ResultFileError, SpecError
+from ..model.params import NpuModel, load_model
+from ..model.replay import stage1
+from ..model.stream import CaseRows, case_rows
+from ..model.suggest import NEVER, Suggestion
+from ..model.suggest import suggest as model_suggest
+from ..planning.capacity import window_geometry
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan, plan_counts
+from ..results.rows import COMPARISON_COLUMNS, REFUSED, ROW_COLUMNS, NotRun, ResultRow, compare_rows, result_row
+from ..run import build as build_mod
+from ..run.capabilities import detect
+from ..run.launch import LaunchError
+from . import plots
+
+__all__ = ["TuningState", "Field", "Problem", "RunRequest", "FIELDS", "ROUTING_MODELS", "MODELS", "RUN_INPUTS",
+           "HISTORY_COLUMNS", "ROWS_COLUMNS", "VIEWS", "RUN_VIEWS", "AUTO_SUGGEST_SEGMENTS", "routing_string",
+           "format_bytes", "default_trace"]
+
+#: Routing models offered -> (name of the skew parameter, its default), None when the model
+#: takes no number; "trace" takes a trace name (MODEL/DOMAIN/LAYER).
+ROUTING_MODELS: dict[str, tuple[str, float] | None] = {
+    "uniform": None,
+    "zipf": ("S", 1.2),
+    "hot-expert": ("F", 0.1),
+    "hot-rank": ("F", 0.5),
+    "deepseek": None,
+    "trace": None,
+}
+
+#: Machines of the modelled time (data/npu_models/<name>.toml).
+MODELS = ("a2", "a3")
+
+#: Columns of ``TuningState.history``, one row per Run: the case and settings, then
+#: :func:`combine_lab.results.rows.compare_rows` of the run's rows: times in us (CoreMaxTime,
+#: mean over profiled PEs), ``<metric>_speedup`` = classic time / doubleplane time (above 1:
+#: doubleplane faster), sdma_share, check, counters_ok and the reason of a variant that did not run.
+HISTORY_COLUMNS = ["run", "case_id", "routing", "dtype", "target", "min_sdma_bytes", "warmup", "loops",
+                   *COMPARISON_COLUMNS]
+#: Columns of ``TuningState.rows``: the Run number, then one :class:`~combine_lab.results.rows.ResultRow`
+#: per variant (the schema of the CLI table and the sweep CSV).
+ROWS_COLUMNS = ["run", *ROW_COLUMNS]
+
+#: Up to this many segments (pes * pes * expert_per_pe) the modelled curve over every floor is
+#: recomputed at each replan (milliseconds); above it, :meth:`TuningState.suggest` computes it
+#: (about 1-3 s at 64 PEs).
+AUTO_SUGGEST_SEGMENTS = 4096
+
+#: The views, in the order the app shows them: the plan's (segment map, plane bytes), the
+#: modelled time over floors, the last Run's comparison and the history of Runs.
+VIEWS = ("segment_map", "plane_bytes", "modelled", "compare", "history")
+#: The views of the last Run that go stale when the inputs change.
+RUN_VIEWS = ("verdict", "counters", "compare")
+
+#: Errors a run can end with that are shown as a message (anything else is a bug: it raises).
+RUN_ERRORS = (SpecError, ParameterError, CaseFileError, ResultFileError, build_mod.BuildError, LaunchError, OSError,
+              ValueError)
+
+_VARIANT_NAME = {"classic": "classic (MTE only)", "doubleplane": "doubleplane (MTE + SDMA)"}
+
+
+def routing_string(model: str, skew: float | None = None, trace: str | None = None) -> str:
+    """The routing string of :mod:`combine_lab.case.routing` for a model and its skew strength.
+
+    ``model``: a key of :data:`ROUTING_MODELS`; ``skew``: S (zipf) or F (hot-expert, hot-rank),
+    ignored otherwise; ``trace``: MODEL/DOMAIN/LAYER for model 'trace'.
+    Raises SpecError for an unknown model or a missing trace name.
+    """
+    if model not in ROUTING_MODELS:
+        raise SpecError(f"routing model={model!r}: must be one of {', '.join(ROUTING_MODELS)}")
+    if model == "trace":
+        if not trace:
+            raise SpecError("routing model='trace': pick a trace (MODEL/DOMAIN/LAYER)")
+        return f"trace:{trace}"
+    if ROUTING_MODELS[model] is None:
+        return model
+    return f"{model}:{float(skew):g}"
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes for a message: "1.50 MiB", "512 B" (binary units, two decimals above 1 KiB)."""
+    div, unit = plots.byte_unit(float(n))
+    return f"{n / div:,.2f} {unit}" if unit != "B" else f"{int(n):,} B"
+
+
+def default_trace(traces: list[str]) -> str | None:
+    """The trace the app starts with: mixtral/arxiv/15 when present, else the first, else None."""
+    return "mixtral/arxiv/15" if "mixtral/arxiv/15" in traces else (traces[0] if traces else None)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A value that cannot be used: ``name`` (the value's, as in :data:`FIELDS`, or "case" for a
+    limit of the whole shape), the ``value`` given and the ``reason``; ``str()`` is the message
+    line, e.g. ``"loops=0: must be an integer >= 1"``."""
+
+    name: str
+    value: Any
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason if self.name == "case" else f"{self.name}={self.value!r}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Field:
+    """What one value may be. ``kind``: "int", "number" or "choice"; ``minimum`` / ``maximum``:
+    inclusive bounds (None: none); ``step``: an int value must be a multiple of it (None: any);
+    ``options``: the values a "choice" may take (resolved per state for target and trace);
+    ``default``; ``unit`` and ``help`` for labels and messages."""
+
+    name: str
+    kind: str
+    default: Any
+    minimum: float | None = None
+    maximum: float | None = None
+    step: int | None = None
+    options: tuple | None = None
+    unit: str = ""
+    help: str = ""
+
+    def check(self, value, options: tuple | None = None) -> list[Problem]:
+        """Every reason ``value`` is not allowed (empty: it is), never a corrected value.
+        ``options`` overrides :attr:`options` (the targets and traces found at run time)."""
+        opts = self.options if options is None else options
+        if self.kind == "choice":
+            if value not in (opts or ()):
+                shown = ", ".join(repr(o) for o in (opts or ())[:8]) + (", ..." if len(opts or ()) > 8 else "")
+                return [Problem(self.name, value, f"not offered here (offered: {shown or 'none'})")]
+            return []
+        if self.kind == "int" and not _is_int(value):
+            return [Problem(self.name, value, "must be an integer")]
+        if self.kind == "number" and not (_is_number(value) and math.isfinite(float(value))):
+            return [Problem(self.name, value, "must be a finite number")]
+        out = []
+        if self.minimum is not None and value < self.minimum:
+            out.append(Problem(self.name, value, f"must be >= {self.minimum:g}{' ' + self.unit if self.unit else ''}"))
+        if self.maximum is not None and value > self.maximum:
+            out.append(Problem(self.name, value, f"must be <= {self.maximum:g}{' ' + self.unit if self.unit else ''}"))
+        if self.step and _is_int(value) and value % self.step:
+            out.append(Problem(self.name, value, f"must be a multiple of {self.step}"))
+        return out
+
+
+#: Every value of the state, in the order the app shows its controls (then the model).
+FIELDS: dict[str, Field] = {f.name: f for f in (
+    Field("pes", "int", 4, minimum=1, help="PEs (ranks)"),
+    Field("bs", "int", 256, minimum=1, unit="tokens", help="tokens per PE"),
+    Field("h", "int", 8192, minimum=1, unit="elements", help="hidden size, elements per row"),
+    Field("topk", "int", 2, minimum=1, help="experts per token"),
+    Field("expert_per_pe", "int", 2, minimum=1, help="experts per PE"),
+    Field("dtype", "choice", "int32_t", options=tuple(DTYPES)),
+    Field("routing_model", "choice", "zipf", options=tuple(ROUTING_MODELS), help="routing model"),
+    Field("skew", "number", 1.2, help="S for zipf, F for hot-expert and hot-rank"),
+    Field("trace", "choice", None, help="MODEL/DOMAIN/LAYER of a routing trace"),
+    Field("seed", "int", 42, minimum=0, help="case seed"),
+    Field("min_sdma_bytes", "int", DEFAULT_MIN_SDMA_BYTES, minimum=0, unit="B", help="SDMA floor"),
+    Field("warmup", "int", 1, minimum=0, help="launches before profiling"),
+    Field("loops", "int", 3, minimum=1, help="profiled launches"),
+    Field("target", "choice", "cpu", help="where Run runs"),
+    Field("model", "choice", "a3", options=MODELS, help="machine of the modelled time"),
+)}
+#: The values a Run depends on: a change of any of them makes the last Run's views stale (the
+#: model is not one: it only prices the plan).
+RUN_INPUTS = tuple(n for n in FIELDS if n != "model")
+_CASE_FIELDS = ("pes", "bs", "h", "topk", "expert_per_pe", "dtype", "seed")
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What one Run will do, fixed when it was asked for: the case (its drawn routing), the
+    values, ``prof_pe`` ("all" or 0) and the number of PE ``launches``."""
+
+    case: Case
+    values: dict
+    prof_pe: Any
+    launches: int
+
+
+class _Figures(Mapping):
+    """The figure of each current view, made the first time it is asked for (a replan never pays
+    for a drawing nobody looks at) and kept until its view changes."""
+
+    def __init__(self):
+        self._make: dict[str, Callable[[], Any]] = {}
+        self._made: dict[str, Any] = {}
+
+    def set(self, name: str, make: Callable[[], Any]) -> None:
+        self._make[name] = make
+        self._made.pop(name, None)
+
+    def put(self, name: str, fig) -> None:
+        self._make[name] = lambda: fig
+        self._made[name] = fig
+
+    def pop(self, name: str, default=None):
+        self._make.pop(name, None)
+        return self._made.pop(name, default)
+
+    def made(self, name: str) -> bool:
+        """Whether the figure of ``name`` has been drawn since its view last changed."""
+        return name in self._made
+
+    def __getitem__(self, name: str):
+        if name not in self._made:
+            self._made[name] = self._make[name]()
+        return self._made[name]
+
+    def __iter__(self):
+        return iter([n for n in VIEWS if n in self._make])
+
+    def __len__(self) -> int:
+        return len(self._make)
+
+
+class TuningState:
+    """The values, plan, modelled time, runs and history of the tuning app, without widgets.
+
+    Args:
+        targets: targets Run may use; default ``capabilities.detect().targets()`` ('cpu', plus
+            'npu' where it can run).
+        max_uniform_x_bytes: uniform routing draws x with it (the reference recipe,
+            docs/protocol.md#3-reference-data-and-the-check); above this many bytes of x (pes*bs*h*sizeof(T)) the case
+            is not planned, with the reason in :attr:`problems`. Skewed routings never draw x to plan.
+        max_run_bytes: a Run is refused when the case files plus windows would exceed this many
+            bytes (estimate: (pes*bs*topk + 2*pes*bs) rows of h*sizeof(T) plus the windows).
+        prof_all_max_pes: up to this many PEs every PE is profiled (per-PE times); above it PE 0 only.
+        timeout_s: limit per launch of all PEs, seconds.
+        **values: starting values (names of :data:`FIELDS`); the others take their defaults.
+
+    Raises ParameterError for a name that is not a value (a programming error, not a value typed).
+
+    Attributes:
+        targets, traces: the options of ``target`` and ``trace`` here.
+        spec: the CaseSpec of the current values, or None when they cannot be planned.
+        plan: the doubleplane :class:`~combine_lab.planning.planner.Plan`, or None.
+        problems: every :class:`Problem` of the current values ([] when they plan).
+        sdma_table: DataFrame of the SDMA segments (pe, segment, local_expert, src_rank,
+            token_count, bytes), as in ``plan.segments``.
+        modelled: the modelled comm_only of the current inputs ({} without a plan): model,
+            caption, floor, classic_us, doubleplane_us (the slowest PE's CoreMaxTime, us),
+            speedup (classic / doubleplane), curve (True when the curve over floors is current).
+        suggestion: the :class:`~combine_lab.model.suggest.Suggestion` of the current inputs, or None;
+            suggest_seconds: how long the last :meth:`suggest` took (s).
+        message: the text to show ('' when none): the problems, or why a Run or Suggest did nothing.
+        history: DataFrame (:data:`HISTORY_COLUMNS`), one row per completed Run.
+        rows: DataFrame (:data:`ROWS_COLUMNS`), one result row per variant of every completed Run.
+        last_runs: the :class:`~combine_lab.harness.Comparison` of the last Run, or None.
+        run_values: the values of the Run the run views show, or None (none, or it failed).
+        run_error: "<Error>: <message>" of the last Run when it failed, else None.
+        running: True while a Run goes on.
+        figures: the figure of each view that describes the current inputs (:data:`VIEWS`; a
+            stale one is not in it), made when first asked for: SVG drawings
+            (:class:`combine_lab.lab.svg.SvgFigure`) for the plan and modelled views,
+            matplotlib Figures for compare and history.
+        replans: how many times the values were planned; plan_seconds: the last one's time (s).
+    """
+
+    def __init__(self, targets: list[str] | None = None, *, max_uniform_x_bytes: int = 256 * 2 ** 20,
+                 max_run_bytes: int = 2 * 2 ** 30, prof_all_max_pes: int = 8, timeout_s: float = 120.0,
+                 **values: Any):
+        self.targets = list(targets) if targets is not None else detect().targets()
+        if not self.targets:
+            self.targets = ["cpu"]
+        self.traces = [t.removeprefix("trace:") for t in list_traces()]
+        self.max_uniform_x_bytes = max_uniform_x_bytes
+        self.max_run_bytes = max_run_bytes
+        self.prof_all_max_pes = prof_all_max_pes
+        self.timeout_s = timeout_s
+        self._values = {n: f.default for n, f in FIELDS.items()}
+        self._values["trace"] = default_trace(self.traces)
+        self._values["target"] = self.targets[0]
+        self.spec: CaseSpec | None = None
+        self.plan: Plan | None = None
+        self.problems: list[Problem] = []
+        self.sdma_table = pd.DataFrame(columns=["pe", "segment", "local_expert", "src_rank", "token_count", "bytes"])
+        self.message = ""
+        self.modelled: dict = {}
+        self.suggestion: Suggestion | None = None
+        self.suggest_seconds = float("nan")
+        self._suggestion_key = None
+        self.history = pd.DataFrame(columns=HISTORY_COLUMNS)
+        self._history_rows: list[dict] = []
+        self.rows = pd.DataFrame(columns=ROWS_COLUMNS)
+        self._rows_data: list[dict] = []
+        self.last_runs = None
+        self.run_values: dict | None = None
+        self.run_error: str | None = None
+        self._run_rows: list[ResultRow] = []
+        self._run_figure = None
+        self.running = False
+        self.figures = _Figures()
+        self.replans = 0
+        self.plan_seconds = float("nan")
+        self._case_key = None
+        self._case: Case | None = None
+        self._rows_key = None
+        self._rows: CaseRows | None = None
+        self._models: dict[str, NpuModel] = {}
+        self._classic_cache: dict = {}
+        self.set(**values)
+
+    # ------------------------------------------------------------------ values
+    def values(self) -> dict:
+        """The current values by name (:data:`FIELDS`), as set: never clamped or rounded."""
+        return dict(self._values)
+
+    def run_inputs(self) -> dict:
+        """The values a Run depends on (:data:`RUN_INPUTS`)."""
+        return {k: self._values[k] for k in RUN_INPUTS}
+
+    def options(self, name: str) -> tuple | None:
+        """The values ``name`` may take when it is a choice (targets and traces as found here), else None."""
+        if name == "target":
+            return tuple(self.targets)
+        if name == "trace":
+            return tuple(self.traces)
+        return FIELDS[name].options
+
+    def set(self, **values: Any) -> Plan | None:
+        """Set several values at once, then replan once (:meth:`refresh`); returns the Plan or None.
+
+        A new ``routing_model`` resets ``skew`` to that model's default unless ``skew`` is given
+        too. Raises ParameterError for an unknown name; a bad value raises nothing: it is kept as
+        given and reported in :attr:`problems` and :attr:`message`.
+        """
+        unknown = set(values) - set(FIELDS)
+        if unknown:
+            raise ParameterError(f"unknown values {sorted(unknown)}; known: {sorted(FIELDS)}")
+        model = values.get("routing_model", self._values["routing_model"])
+        if model != self._values["routing_model"] and "skew" not in values:
+            param = ROUTING_MODELS.get(model) if isinstance(model, str) else None
+            if param is not None:
+                values = {**values, "skew": param[1]}
+        self._values.update(values)
+        return self.refresh()
+
+    def skew_name(self) -> str | None:
+        """What ``skew`` means for the current routing model ("S", "F"), or None when it takes none."""
+        param = ROUTING_MODELS.get(self._values["routing_model"]) if isinstance(self._values["routing_model"], str) \
+            else None
+        return param[0] if param else None
+
+    def check(self) -> tuple[CaseSpec | None, list[Problem]]:
+        """Every problem of the current values, all at once, and the CaseSpec when there is none.
+
+        First each value alone (:meth:`Field.check`: type, bounds, step, options), then, when the
+        case's own values pass, what only the whole case can say (the routing's limits for this
+        shape, :class:`~combine_lab.case.spec.CaseSpec`) and the uniform routing's size limit.
+        Nothing is changed, nothing raises."""
+        v = self._values
+        problems: list[Problem] = []
+        for name, f in FIELDS.items():
+            if name == "skew" and self.skew_name() is None:
+                continue  # the routing takes no number: whatever the box holds is not used
+            if name == "trace" and v["routing_model"] != "trace":
+                continue
+            problems += f.check(v[name], self.options(name))
+        bad = {p.name for p in problems}
+        if bad & {"pes", "topk", "expert_per_pe", "routing_model", "skew", "trace"}:
+            return None, problems  # what the routing's limits are checked against is itself wrong
+        # bs, h, dtype and seed play no part in the routing's limits: a bad one is stood in for
+        # by a valid value, so that a limit of the routing (topk=9 at 4 experts) is said with it
+        stand_in = {"bs": 1, "h": 1, "dtype": "int32_t", "seed": 0}
+        c = {k: (stand_in[k] if k in bad else v[k]) for k in _CASE_FIELDS}
+        try:
+            routing = routing_string(v["routing_model"], v["skew"], v["trace"])
+            spec = CaseSpec(pes=int(c["pes"]), bs=int(c["bs"]), h=int(c["h"]), topk=int(c["topk"]),
+                            expert_per_pe=int(c["expert_per_pe"]), dtype=c["dtype"], seed=int(c["seed"]),
+                            routing=routing)
+        except SpecError as e:
+            return None, problems + [Problem(*self._blame(str(e)))]
+        if bad & set(_CASE_FIELDS):
+            return None, problems
+        if parse_routing(spec.routing).name == "uniform":
+            x_bytes = spec.pes * spec.bs * spec.row_bytes
+            if x_bytes > self.max_uniform_x_bytes:
+                problems.append(Problem(
+                    "case", None,
+                    f"routing 'uniform' follows the reference recipe, which draws x before the routing: "
+                    f"{format_bytes(x_bytes)} of x at this shape, over the limit of "
+                    f"{format_bytes(self.max_uniform_x_bytes)}; pick a skewed routing (it never draws x to plan) "
+                    f"or a smaller shape"))
+        return (None if problems else spec), problems
+
+    def _blame(self, text: str) -> tuple[str, Any, str]:
+        """(name, value, reason) of a SpecError of the whole case: the value its message starts
+        with when that is one of ours ("topk=9: ..."), the routing's own value for a routing
+        message, else "case" with the message as it is."""
+        head = text.split("=", 1)[0].strip()
+        if head == "routing" or head.startswith("routing "):
+            name = {"trace": "trace", "uniform": "routing_model", "deepseek": "routing_model"}.get(
+                self._values["routing_model"], "skew")
+            return name, self._values[name], text.split(": ", 1)[-1] if ": " in text else text
+        if head in FIELDS and ": " in text:
+            return head, self._values[head], text.split(": ", 1)[1]
+        return "case", None, text
+
+    def _case_for(self, spec: CaseSpec) -> Case:
+        """The drawn routing for ``spec``, reused while only bytes per row change (skewed routings
+        draw their routing independently of h and dtype, uniform does not)."""
+        uniform = parse_routing(spec.routing).name == "uniform"
+        key = (spec.pes, spec.bs, spec.topk, spec.expert_per_pe, spec.routing, spec.seed, spec.masked_fraction,
+               spec.dtype, spec.h if uniform else None)
+        if key != self._case_key:
+            self._case, self._case_key = make_case(spec), key
+        return self._case
+
+    @property
+    def case(self) -> Case | None:
+        """The drawn routing of the current values (expert_ids, expert_scales; x is never drawn
+        to plan), or None when they cannot be planned."""
+        return self._case if self.plan is not None else None
+
+    def refresh(self) -> Plan | None:
+        """Check the values, replan, remodel; runs nothing. Returns the new Plan, or None with
+        :attr:`problems` and :attr:`message` saying why (then the plan and modelled views are cleared)."""
+        t0 = time.perf_counter()
+        self.plan, self.spec = None, None
+        self.sdma_table = self.sdma_table.iloc[0:0]
+        spec, self.problems = self.check()
+        if spec is None:
+            self.message = "Cannot plan this case: " + "; ".join(map(str, self.problems)) + ". Nothing was run."
+            for name in ("segment_map", "plane_bytes", "modelled"):  # they showed other inputs: never saved as these
+                self.figures.pop(name)
+            self._clear_modelled()
+            self._sync_run_views()
+            return None
+        case = self._case_for(spec)
+        p = plan_counts(case.ep_recv_count, spec.h, spec.itemsize, "doubleplane", int(self._values["min_sdma_bytes"]))
+        self.spec, self.plan = spec, p
+        self.message = ""
+        seg = p.segments
+        self.sdma_table = seg.loc[seg["plane"] == "SDMA", ["pe", "segment", "local_expert", "src_rank",
+                                                           "token_count", "bytes"]].reset_index(drop=True)
+        dtype = spec.dtype
+        self.figures.set("segment_map", lambda: plots.segment_map(p, dtype=dtype))
+        self.figures.set("plane_bytes", lambda: plots.plane_bytes_plot(p))
+        self._update_modelled()
+        self._sync_run_views()
+        self.replans += 1
+        self.plan_seconds = time.perf_counter() - t0
+        return p
+
+    # ------------------------------------------------------------------ modelled time
+    def model(self) -> NpuModel:
+        """The :class:`~combine_lab.model.params.NpuModel` of the ``model`` value (loaded once)."""
+        name = self._values["model"] if self._values["model"] in MODELS else "a3"
+        if name not in self._models:
+            self._models[name] = load_model(name)
+        return self._models[name]
+
+    def _model_rows(self, model: NpuModel) -> CaseRows:
+        """The model's view of the current case: drawn once per routing and SoC, its bytes per row
+        replaced when only h or dtype change (the routing, and so every count, stays)."""
+        key = (self._case_key, id(self._case), model.soc)
+        if key != self._rows_key:
+            self._rows, self._rows_key = case_rows(self._case, model.soc), key
+        return dataclasses.replace(self._rows, h=self.spec.h, itemsize=self.spec.itemsize)
+
+    @staticmethod
+    def _comm_only(rows: CaseRows, mask: np.ndarray, model: NpuModel) -> float:
+        """Modelled comm_only of the slowest PE (us): stage 1 only, which is all comm_only holds."""
+        comm, _ = stage1(rows.counts, mask, np.arange(rows.pes), rows.pes, rows.block_dim, rows.epp,
+                         rows.row_bytes, model)
+        return float(comm.max())
+
+    def _curve_key(self, model: NpuModel):
+        return (self._rows_key, self.spec.h, self.spec.itemsize, model.name)
+
+    def _clear_modelled(self) -> None:
+        self.modelled = {}
+        self.suggestion, self._suggestion_key = None, None
+
+    def _update_modelled(self) -> None:
+        model = self.model()
+        rows = self._model_rows(model)
+        floor = int(self._values["min_sdma_bytes"])
+        ckey = (self._curve_key(model), "classic")
+        if ckey not in self._classic_cache:
+            self._classic_cache = {ckey: self._comm_only(rows, rows.sdma("classic", 0), model)}
+        classic = self._classic_cache[ckey]
+        dual = self._comm_only(rows, rows.sdma("doubleplane", floor), model)
+        key = self._curve_key(model)
+        if self._suggestion_key != key:
+            self.suggestion, self._suggestion_key = None, None
+            if rows.pes * rows.counts.shape[1] <= AUTO_SUGGEST_SEGMENTS:
+                self.suggestion, self._suggestion_key = model_suggest(rows, model, "comm_only"), key
+        self.modelled = {"model": model.name, "caption": model.caption(), "floor": floor, "classic_us": classic,
+                         "doubleplane_us": dual, "speedup": classic / dual if dual > 0 else float("nan"),
+                         "curve": self.suggestion is not None}
+        self._set_modelled_figure()
+
+    def _set_modelled_figure(self) -> None:
+        m, s = dict(self.modelled), self.suggestion
+        self.figures.set("modelled", lambda: plots.modelled_floors(
+            s.curve if s is not None else None, m["caption"], floor=m["floor"], classic_us=m["classic_us"],
+            floor_us=m["doubleplane_us"]))
+
+    def suggest_size(self) -> tuple[int, int]:
+        """(PEs, segments) the curve over floors has to model for the current case; (0, 0) without a plan."""
+        if self.plan is None:
+            return 0, 0
+        return self.spec.pes, self.spec.pes * self.spec.pes * self.spec.expert_per_pe
+
+    def suggest(self) -> Suggestion | None:
+        """Model comm_only at every floor where the plan of the current inputs changes
+        (:func:`combine_lab.model.suggest.suggest`) and name the best floor. Returns the
+        Suggestion, or None when the inputs cannot be planned (``message`` says why)."""
+        if self.plan is None or self.spec is None:
+            self.message = "Cannot suggest a floor: the current inputs cannot be planned. Nothing was modelled."
+            return None
+        model = self.model()
+        t0 = time.perf_counter()
+        s = model_suggest(self._model_rows(model), model, "comm_only")
+        self.suggest_seconds = time.perf_counter() - t0
+        self.suggestion, self._suggestion_key = s, self._curve_key(model)
+        self.modelled["curve"] = True
+        self._set_modelled_figure()
+        return s
+
+    def suggested_floor(self) -> int | None:
+        """The floor :meth:`use_suggestion` would set (bytes; for "never SDMA" one byte above every
+        segment the rule could pick), or None without a current suggestion."""
+        s = self.suggestion
+        if s is None or self._suggestion_key is None or self.plan is None:
+            return None
+        floor = int(s.best["threshold_bytes"])
+        return int(s.curve["threshold_bytes"].max()) + 1 if floor == NEVER else floor
+
+    def use_suggestion(self) -> int | None:
+        """Set ``min_sdma_bytes`` to :meth:`suggested_floor` and replan; returns the floor set, or
+        None without a current suggestion."""
+        floor = self.suggested_floor()
+        if floor is not None:
+            self.set(min_sdma_bytes=floor)
+        return floor
+
+    # ------------------------------------------------------------------ run
+    def run_bytes(self, spec: CaseSpec) -> int:
+        """Bytes a Run of ``spec`` needs on disk and in windows (estimate, see ``max_run_bytes``)."""
+        rows = spec.pes * spec.bs * spec.topk + 2 * spec.pes * spec.bs
+        return rows * spec.row_bytes + spec.pes * window_geometry(spec)["window_bytes"]
+
+    def prepare_run(self) -> RunRequest | None:
+        """The Run of the current values, checked; launches nothing. None (``message`` says why)
+        when a Run goes on, the values cannot be planned or the case is over ``max_run_bytes``."""
+        if self.running:
+            return None
+        if self.refresh() is None or self.spec is None:
+            return None
+        spec, v = self.spec, self.run_inputs()
+        need = self.run_bytes(spec)
+        if need > self.max_run_bytes:
+            self.message = (f"Not run: this case needs about {format_bytes(need)} of case files and windows, over the "
+                            f"limit of {format_bytes(self.max_run_bytes)} (max_run_bytes=...). Nothing was launched.")
+            return None
+        prof_pe = "all" if spec.pes <= self.prof_all_max_pes else 0
+        launches = 2 * (spec.pes if prof_pe == "all" else 1) * (v["warmup"] + v["loops"])
+        return RunRequest(Case(spec, self._case.expert_ids, self._case.expert_scales), v, prof_pe, launches)
+
+    def execute(self, request: RunRequest, progress: Callable[[int, str], None] | None = None):
+        """Build the target if needed and run classic and doubleplane on the request's case:
+        the one place that launches anything (:func:`combine_lab.harness.compare`). Changes
+        no state. ``progress(step, text)`` is told each step (0: building, 1: running, 3: ran).
+        Returns the Comparison; raises what the build or the run raise (:data:`RUN_ERRORS`)."""
+        say = progress or (lambda step, text: None)
+        v = request.values
+        say(0, f"building target {v['target']} (if needed)...")
+        build_mod.build(v["target"])
+        say(1, f"running classic and doubleplane ({request.launches} launches of {request.case.spec.pes} PEs)...")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a refusal is recorded as a row with its reason, not a warning
+            runs = harness.compare(request.case, warmup=v["warmup"], loops=v["loops"], target=v["target"],
+                                  min_sdma_bytes=v["min_sdma_bytes"], prof_pe=request.prof_pe,
+                                  timeout_s=self.timeout_s)
+        say(3, "checking x_out and counters...")
+        return runs
+
+    def run(self, progress: Callable[[int, str], None] | None = None):
+        """Build if needed, run classic and doubleplane on the target, check, record.
+
+        Returns the :class:`~combine_lab.harness.Comparison` (``{"classic": RunResult,
+        "doubleplane": RunResult}``; a variant the target refuses is left out, with its reason in
+        ``.refused``, and recorded as a REFUSED row), or None when the values are invalid, the case
+        is too large for ``max_run_bytes``, a Run goes on, or the run failed: then ``message``
+        says why and (but for the last) nothing was launched. ``progress``: see :meth:`execute`.
+        """
+        request = self.prepare_run()
+        if request is None:
+            return None
+        self.running = True
+        try:
+            try:
+                runs = self.execute(request, progress)
+            except RUN_ERRORS as e:
+                self.fail_run(request, e)
+                return None
+            self.finish_run(request, runs)
+            return runs
+        finally:
+            self.running = False
+
+    def fail_run(self, request: RunRequest, error: BaseException) -> None:
+        """Record that ``request``'s Run failed: ``message``, ``run_error``; nothing of the Run
+        before it describes these inputs any more (its verdict, counters and comparison are cleared)."""
+        self.run_error = f"{type(error).__name__}: {error}"
+        self.message = f"Run failed: {self.run_error}"
+        self.run_values, self._run_rows, self._run_figure, self.last_runs = None, [], None, None
+        self.figures.pop("compare")
+        self._sync_run_views()
+
+    def _result_rows(self, runs, v: dict) -> list[ResultRow]:
+        """The run's rows, in variant order: one per RunResult, one per refused variant."""
+        refused = getattr(runs, "refused", {})
+        rows = []
+        for variant in ("classic", "doubleplane"):
+            if variant in runs:
+                rows.append(result_row(runs[variant]))
+            elif variant in refused:
+                rows.append(result_row(NotRun.of(self.spec, variant, v["target"], REFUSED, refused[variant],
+                                                 v["min_sdma_bytes"])))
+        return rows
+
+    def finish_run(self, request: RunRequest, runs) -> None:
+        """Record ``request``'s completed Run: result rows, a history row, the verdict, counters
+        and comparison (current while the inputs stay those it ran with)."""
+        v = request.values
+        rows = self._result_rows(runs, v)
+        number = len(self.history) + 1
+        self.last_runs = runs
+        self.run_error = None
+        self._run_rows = rows
+        self._run_figure = plots.compare_per_pe(runs)
+        self._rows_data.extend({"run": number, **r.as_dict()} for r in rows)
+        self.rows = pd.DataFrame(self._rows_data, columns=ROWS_COLUMNS)
+        first = rows[0]
+        self._history_rows.append({"run": number, "case_id": first.case_id, "routing": first.routing,
+                                   "dtype": first.dtype, "target": first.target,
+                                   "min_sdma_bytes": v["min_sdma_bytes"], "warmup": v["warmup"], "loops": v["loops"],
+                                   **compare_rows(rows)})
+        self.history = pd.DataFrame(self._history_rows, columns=HISTORY_COLUMNS)
+        self.run_values = dict(v)
+        history = self.history
+        self.figures.set("history", lambda: plots.history_plot(history))
+        self._sync_run_views()
+
+    def verdict(self) -> dict | None:
+        """The last completed Run's verdict, or None: run (its number), case_id, routing, target, and
+        ``variants``: per variant name, variant, check (PASS, FAIL, REFUSED), reason (of a refusal),
+        bad_pes (PEs whose x_out differs from golden) and mismatches (counters that differ from the plan)."""
+        if self.run_values is None or not self._run_rows:
+            return None
+        runs, out = self.last_runs, []
+        for row in self._run_rows:
+            res = runs.get(row.variant)
+            item = {"variant": row.variant, "name": _VARIANT_NAME[row.variant], "check": row.check,
+                    "reason": row.reason, "bad_pes": [], "mismatches": []}
+            if res is not None:
+                item["bad_pes"] = [r for r, chk in enumerate(res.checks) if not chk.ok]
+                item["mismatches"] = list(res.counter_mismatches())
+            out.append(item)
+        first = self._run_rows[0]
+        return {"run": len(self.history), "case_id": first.case_id, "routing": first.routing,
+                "target": first.target, "variants": out}
+
+    def counters(self) -> pd.DataFrame | None:
+        """Per-plane counters of the last completed Run's last launch, one row per variant and PE
+        (variant, pe, mte_bytes, sdma_bytes, mte_puts, sdma_puts, status_writes), empty on a target
+        without them; None without a Run."""
+        if self.run_values is None or self.last_runs is None:
+            return None
+        frames = []
+        for res in self.last_runs.values():
+            pb = res.plane_bytes()
+            if len(pb):
+                frames.append(pb.reset_index().assign(variant=res.variant))
+        cols = ["variant", "pe", "mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts", "status_writes"]
+        return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
+
+    # ------------------------------------------------------------------ staleness
+    def changed_since_run(self) -> list[str]:
+        """The values changed since the Run the run views show ([] without one)."""
+        if self.run_values is None:
+            return []
+        return [k for k, v in self.run_inputs().items() if self.run_values.get(k) != v]
+
+    @property
+    def stale_views(self) -> list[str]:
+        """The run views (:data:`RUN_VIEWS`) that no longer describe the inputs: the inputs changed
+        since the Run they show, or the current ones cannot be planned. [] without a Run."""
+        if self.run_values is None:
+            return []
+        if self.plan is not None and not self.changed_since_run():
+            return []
+        return list(RUN_VIEWS)
+
+    def stale_reason(self) -> str:
+        """Why the run views are stale, for the page ('' when they are not)."""
+        if not self.stale_views:
+            return ""
+        if self.plan is None:
+            return "the inputs cannot be planned"
+        return "the inputs changed since (" + ", ".join(self.changed_since_run()) + ")"
+
+    def _sync_run_views(self) -> None:
+        """The comparison is a current figure only while the inputs are those it ran with."""
+        if self.run_values is not None and not self.stale_views and self._run_figure is not None:
+            self.figures.put("compare", self._run_figure)
+        else:
+            self.figures.pop("compare")
+
+    @property
+    def compare_figure(self):
+        """The last completed Run's comparison (matplotlib Figure), current or stale; None without one."""
+        return self._run_figure if self.run_values is not None else None
+
+    # ------------------------------------------------------------------ output
+    def save_figures(self, out_dir, prefix: str = "tuning_") -> list[Path]:
+        """Save the figures that describe the current inputs (:attr:`figures`) as
+        ``<out_dir>/<prefix><view>.png``; returns the paths. A stale view (a plan that failed, a
+        comparison from a Run with other inputs or one that failed) is not saved, and a file this
+        method saved for it before is removed, so that the folder never holds it as current.
+        Raises OSError when the folder cannot be written."""
+        for name in VIEWS:
+            if name not in self.figures:
+                Path(out_dir, f"{prefix}{name}.png").unlink(missing_ok=True)
+        return [plots.save_figure(self.figures[name], out_dir, f"{prefix}{name}") for name in self.figures]
