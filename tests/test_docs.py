@@ -266,7 +266,7 @@ def test_docs_command_renders_the_walkthrough_with_its_outputs(tmp_path, twin_bi
     assert '<a href="protocol.html#2-dispatch-layout">docs/protocol.md#2-dispatch-layout</a>' in page
     assert 'href="contents.html"' in page
     md = (out / "walkthrough.md").read_text(encoding="utf-8")
-    figures = re.findall(r"!\[png\]\((walkthrough_files/[\w.]+\.png)\)", md)
+    figures = re.findall(r"!\[(?:png|svg)\]\((walkthrough_files/[\w.]+\.(?:png|svg))\)", md)
     assert len(figures) >= 6 and all((out / f).stat().st_size > 1000 for f in figures)
     assert "PE 0's ep_recv_count: [2, 4, 8, 11]" in md
     # the Markdown pages, with GitHub's anchors and links between the rendered pages
