@@ -26,7 +26,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 from combine_lab import CaseSpec, make_case  # noqa: E402
 from combine_lab.lab import plots  # noqa: E402
-from combine_lab.model.params import load_model  # noqa: E402
+from combine_lab.model.machines import load_model  # noqa: E402
 from combine_lab.model.replay import replay  # noqa: E402
 from combine_lab.model.stream import case_rows  # noqa: E402
 from combine_lab.model.suggest import suggest  # noqa: E402

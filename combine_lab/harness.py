@@ -5,7 +5,7 @@
         print(o.repeat, o.row.variant, o.row.check, o.row.comm_only_us)
 
 A :class:`Run` says what to run (a case, a variant), on which clock (``wall``: build, launch
-and time the kernel on a target; an :class:`~combine_lab.model.params.NpuModel`: price it on
+and time the kernel on a target; an :class:`~combine_lab.model.machines.NpuModel`: price it on
 the timing model, launching nothing), how often (repeats) and how (warmup/loops, the profiled
 PE, the SDMA floor, ...). :func:`execute` runs a list of them: each case's files are written
 once, the repeats of the runs on one case are interleaved (the order of the variants reversed
@@ -34,7 +34,7 @@ from .case.spec import CaseSpec
 from .errors import ParameterError
 from .model import modelled
 from .model.modelled import ModelledResult
-from .model.params import NpuModel
+from .model.machines import NpuModel
 from .planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
 from .results.rows import ERROR, REFUSED, NotRun, ResultRow, result_row
 from .run.launch import LaunchError
@@ -103,7 +103,7 @@ class Run:
         if self.variant == BASELINE and self.modelled:
             raise ParameterError(f"variant={BASELINE!r}: runs torch.distributed; a timing model prices the kernel only")
         if not self.modelled and self.clock != WALL:
-            raise ParameterError(f"clock={self.clock!r}: {WALL!r} or an NpuModel (model.params.load_model)")
+            raise ParameterError(f"clock={self.clock!r}: {WALL!r} or an NpuModel (combine_lab.model.load_model)")
         for name in ("repeats", "loops", "warmup"):
             v = getattr(self, name)
             lo = 0 if name == "warmup" else 1

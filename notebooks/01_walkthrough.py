@@ -73,7 +73,7 @@ from IPython.display import Markdown, display
 
 from combine_lab import CaseSpec, case_from_arrays, compare, make_case, plan
 from combine_lab.lab import exercises, plots, records, sweep, teach
-from combine_lab.model.params import load_model
+from combine_lab.model import load_model
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows, core_runs
 from combine_lab.model.suggest import suggest

@@ -79,7 +79,7 @@ import os
 from IPython.display import display
 
 from combine_lab.lab import plots, records, sweep
-from combine_lab.model.params import load_model
+from combine_lab.model import load_model
 from combine_lab.results import rows, tables
 
 out = records.output_dir(output_dir)

@@ -16,7 +16,7 @@ from conftest import LAB_EXTRA, host_processes, require, twin_segments
 
 from combine_lab import CaseSpec, cli, make_case, plan
 from combine_lab.lab.pages import heading_anchor, page_anchors
-from combine_lab.model.params import PARAMETERS
+from combine_lab.model.machines import PARAMETERS
 from combine_lab.planning.cores import kernel_constant
 from combine_lab.formats.perf_csv import PERF_HEADER
 from combine_lab.formats.sidecars import SIDECAR_KEYS

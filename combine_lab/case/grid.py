@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from ..errors import SpecError
-from ..params import as_list
+from ..values import as_list
 from .spec import CaseSpec
 
 __all__ = ["Grid", "make_grid"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 
 from ..model.calibrate import calibrate, measurements_from_csvs
-from ..model.params import load_model
-from ..params import as_list
+from ..model.machines import load_model
+from ..values import as_list
 
 
 def _calibrate(a: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ from ..case.grid import make_grid
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
 from ..folders import usable_folder
-from ..params import as_list
+from ..values import as_list
 from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 from ..harness import BASELINE, WALL, Outcome, Run, execute
@@ -120,7 +120,7 @@ def clock_model(text: str):
         return None
     if not text.startswith("model:") or not text[len("model:"):]:
         raise ParameterError(f"--clock={text!r}: wall or model:NAME (NAME: a2, a3, host, or a .toml file)")
-    from ..model.params import load_model
+    from ..model.machines import load_model
     return load_model(text[len("model:"):])
 
 

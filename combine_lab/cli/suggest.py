@@ -10,7 +10,7 @@ import argparse
 
 from ..case.case import make_case
 from ..errors import ParameterError
-from ..model.params import load_model
+from ..model.machines import load_model
 from ..model.stream import case_rows
 from ..model.suggest import METRICS, suggest
 from .cases import _specs, add_shape_flags

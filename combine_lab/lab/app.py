@@ -47,7 +47,7 @@ import pandas as pd
 from traitlets import TraitError
 
 from ..errors import ParameterError, SpecError
-from ..model.params import NpuModel
+from ..model.machines import NpuModel
 from ..model.suggest import NEVER, Suggestion
 from ..run.capabilities import detect
 from . import plots, svg, tuning

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..errors import LabError, ParameterError
 from ..folders import usable_folder
-from ..params import convert
+from ..values import convert
 from .records import RECORD_SUFFIX, default_output_dir
 
 __all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "declared_parameters", "declared_types",
@@ -195,7 +195,7 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
     cell. Every name is checked against what papermill finds in the notebooks' parameters
     cells (:func:`declared_types`), so that a misspelt name is refused here rather than
     ignored by papermill with a warning; every value is converted to the declared type
-    (:func:`combine_lab.params.convert`: ``"4096"`` -> 4096 for an ``int``, ``"False"`` -> False
+    (:func:`combine_lab.values.convert`: ``"4096"`` -> 4096 for an ``int``, ``"False"`` -> False
     for a ``bool``), so that text from YAML is never used as a string in the notebook.
 
     Raises LabError (nothing has run yet) for a parameter a notebook does not declare::

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import ParameterError
 from ..folders import usable_folder
-from ..params import convert
+from ..values import convert
 
 __all__ = ["default_output_dir", "output_dir", "write_record", "read_record", "RECORD_SUFFIX", "check_parameters",
            "annotation_text"]
@@ -45,7 +45,7 @@ def check_parameters(namespace: dict) -> dict:
 
     ``namespace``: the notebook's globals (``globals()``), holding the parameters cell's values,
     papermill's injected ones over them, and ``__annotations__`` (name -> declared type) from
-    the parameters cell. Each annotated name is converted by :func:`combine_lab.params.convert`
+    the parameters cell. Each annotated name is converted by :func:`combine_lab.values.convert`
     (``"2"`` -> 2 for ``int``, ``"False"`` -> False for ``bool``, ``"[64,128]"`` -> [64, 128] for
     ``list[int]``). Returns {name: converted value}.
 

@@ -23,7 +23,7 @@ import pandas as pd
 from ..case.case import make_case
 from ..case.grid import Grid, make_grid
 from ..errors import ParameterError
-from ..model.params import NpuModel
+from ..model.machines import NpuModel
 from ..model.replay import replay
 from ..model.stream import case_rows
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, plan

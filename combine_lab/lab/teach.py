@@ -26,7 +26,7 @@ from ..case.case import Case, case_from_arrays
 from ..formats.casefiles import rank_file
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
-from ..model.params import NpuModel
+from ..model.machines import NpuModel
 from ..model.replay import replay
 from ..model.stream import SQE_BYTES, case_rows
 from ..run.launch import LaunchError

@@ -61,7 +61,7 @@ from ..case.spec import DTYPES, CaseSpec
 from ..case.traces import list_traces
 from .. import harness
 from ..errors import CaseFileError, ParameterError, ResultFileError, SpecError
-from ..model.params import NpuModel, load_model
+from ..model.machines import NpuModel, load_model
 from ..model.replay import stage1
 from ..model.stream import CaseRows, case_rows
 from ..model.suggest import NEVER, Suggestion
@@ -513,7 +513,7 @@ class TuningState:
 
     # ------------------------------------------------------------------ modelled time
     def model(self) -> NpuModel:
-        """The :class:`~combine_lab.model.params.NpuModel` of the ``model`` value (loaded once)."""
+        """The :class:`~combine_lab.model.machines.NpuModel` of the ``model`` value (loaded once)."""
         name = self._values["model"] if self._values["model"] in MODELS else "a3"
         if name not in self._models:
             self._models[name] = load_model(name)

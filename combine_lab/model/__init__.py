@@ -8,7 +8,7 @@ The public surface, importable from here::
     priced = model_case(make_case(spec), "doubleplane", a3)   # ModelledResult, modelled on a3
     best = suggest(spec, a3)                    # the SDMA floor curve and the best floor
 
-- :mod:`.params`: :class:`NpuModel`, :func:`load_model`, :func:`model_names`, :data:`PARAMETERS`;
+- :mod:`.machines`: :class:`NpuModel`, :func:`load_model`, :func:`model_names`, :data:`PARAMETERS`;
 - :mod:`.stream`: the operation stream of a case (:func:`case_rows`, :class:`CaseRows`);
 - :mod:`.replay`: :func:`replay` (one plan in virtual time), :func:`stage1` (many floors at once);
 - :mod:`.modelled`: :func:`model_case` (a run_case without the run), :class:`ModelledResult`;
@@ -22,7 +22,7 @@ The harness (:mod:`combine_lab.harness`) prices a Run whose clock is an NpuModel
 from __future__ import annotations
 
 from .modelled import MODELLED, ModelledResult, model_case
-from .params import PARAMETERS, NpuModel, load_model, model_names
+from .machines import PARAMETERS, NpuModel, load_model, model_names
 from .replay import ModelledTimes, replay, stage1
 from .stream import CaseRows, case_rows
 from .suggest import Suggestion, suggest

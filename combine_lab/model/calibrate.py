@@ -26,7 +26,7 @@ from ..errors import ParameterError
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 from ..formats.perf_csv import counters_name, read_perf_csv
 from ..formats.sidecars import read_sidecar
-from .params import NpuModel
+from .machines import NpuModel
 from .replay import replay
 from .stream import CaseRows, case_rows
 

@@ -17,7 +17,7 @@ from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan
 from ..planning.planner import plan as make_plan
 from ..formats.perf_csv import PERF_COLUMNS, gib_per_s
 from ..formats.sidecars import sidecar_record
-from .params import NpuModel
+from .machines import NpuModel
 from .replay import ModelledTimes, replay
 from .stream import case_rows
 

@@ -1,5 +1,5 @@
 """Modelled time of one launch: the kernel's operation stream (:mod:`.stream`) replayed in
-virtual time on a model of the planes (:mod:`.params`), per PE and AIV core, as the profiling
+virtual time on a model of the planes (:mod:`.machines`), per PE and AIV core, as the profiling
 frames delimit ``comm_only`` (stage 1) and ``full_op`` (through the closing core barrier).
 
 The model, run by run (times in microseconds; bytes per microsecond = GB/s * 1e3):
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .params import NpuModel
+from .machines import NpuModel
 from .stream import SDMA_QUIET_EVERY, SQE_BYTES, CaseRows
 
 #: What-if modes of the SDMA calls: one per row (the kernel today) or one per segment laid out

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..errors import ParameterError
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
-from .params import NpuModel
+from .machines import NpuModel
 from .replay import SDMA_MODES, replay, stage1
 from .stream import CaseRows
 

@@ -10,7 +10,7 @@ import pytest
 
 from combine_lab import CaseSpec, cli, make_case
 from combine_lab.model.modelled import model_case
-from combine_lab.model.params import load_model
+from combine_lab.model.machines import load_model
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows
 from combine_lab.formats.perf_csv import read_perf_csv

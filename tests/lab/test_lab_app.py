@@ -345,7 +345,7 @@ def test_the_app_shows_the_drawings_it_saves(nothing_launches, tmp_path):
 # ---- issue 11 item 5 (the app): modelled comm_only over floors, the current floor marked, Suggest ----
 
 def _model_truth(app, floor, model_name="a3"):
-    from combine_lab.model.params import load_model
+    from combine_lab.model.machines import load_model
     from combine_lab.model.replay import replay
     from combine_lab.model.stream import case_rows
     model = load_model(model_name)

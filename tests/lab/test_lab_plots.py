@@ -161,7 +161,7 @@ def test_byte_unit(n, unit):
 
 def test_modelled_figures_say_modelled_and_name_the_machine():
     from combine_lab.lab import sweep, teach
-    from combine_lab.model.params import load_model
+    from combine_lab.model.machines import load_model
     from combine_lab.model.stream import case_rows
     from combine_lab.model.suggest import suggest
     m = load_model("a2")
@@ -206,7 +206,7 @@ def test_core_timeline_draws_both_frames_over_one_cores_operations():
 
 def test_modelled_byte_axes_read_plain_byte_values_and_keep_the_legend_inside():
     from combine_lab.lab import teach
-    from combine_lab.model.params import load_model
+    from combine_lab.model.machines import load_model
     from combine_lab.model.stream import case_rows
     from combine_lab.model.suggest import suggest
     assert [plots.byte_label(v) for v in (512, 256 << 10, 1 << 20, 3 << 19, 2 << 20)] == \

@@ -15,7 +15,7 @@ from matplotlib import image as mpimg
 from combine_lab import CaseSpec, make_case, plan
 from combine_lab.errors import ParameterError
 from combine_lab.lab import svg
-from combine_lab.model.params import load_model
+from combine_lab.model.machines import load_model
 from combine_lab.model.stream import case_rows
 from combine_lab.model.suggest import suggest
 

@@ -172,7 +172,7 @@ def test_summarize_speedup_spread_verdicts_and_losses():
 # ---- issue 11 items 5 and 7: the sweep's cases priced on the model, and the segment-sdma what-if ----
 
 def test_model_grid_prices_every_case_and_the_segment_sdma_what_if():
-    from combine_lab.model.params import load_model
+    from combine_lab.model.machines import load_model
     from combine_lab.model.suggest import suggest
     from combine_lab.case.case import make_case
     from combine_lab.model.stream import case_rows

@@ -11,7 +11,7 @@ from combine_lab.case.case import case_from_arrays, make_case
 from combine_lab.case.spec import CaseSpec
 from combine_lab.errors import ParameterError
 from combine_lab.lab import teach
-from combine_lab.model.params import load_model
+from combine_lab.model.machines import load_model
 from combine_lab.planning.planner import plan
 
 
@@ -145,7 +145,7 @@ def test_bad_input_is_refused_naming_the_parameter():
 
 
 def test_crossover_text_says_when_there_is_none_and_why():
-    from combine_lab.model.params import load_model
+    from combine_lab.model.machines import load_model
     a2, a3 = load_model("a2"), load_model("a3")
     sizes = [1, 2, 4, 8, 16, 32, 64, 128, 255]
     seg = teach.one_segment(a2, sizes, h=16384, itemsize=4)

@@ -20,7 +20,7 @@ from combine_lab.errors import ParameterError
 from combine_lab.lab import tuning
 from combine_lab.lab.svg import SvgFigure
 from combine_lab.lab.tuning import FIELDS, RUN_VIEWS, Field, Problem, TuningState
-from combine_lab.model.params import load_model
+from combine_lab.model.machines import load_model
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows
 from combine_lab.model.suggest import suggest

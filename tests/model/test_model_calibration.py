@@ -12,7 +12,7 @@ import pytest
 from combine_lab import CaseSpec, make_case
 from combine_lab.errors import ParameterError
 from combine_lab.model.calibrate import Measurement, calibrate, measurements_from_csvs
-from combine_lab.model.params import load_model
+from combine_lab.model.machines import load_model
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows
 from combine_lab.formats.perf_csv import PERF_COLUMNS, write_perf_csv

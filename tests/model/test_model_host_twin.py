@@ -16,7 +16,7 @@ import pytest
 
 from combine_lab import CaseSpec, make_case, run_case
 from combine_lab.model.calibrate import Measurement, calibrate
-from combine_lab.model.params import load_model
+from combine_lab.model.machines import load_model
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from combine_lab import CaseSpec, make_case
 from combine_lab.case.case import case_from_arrays
 from combine_lab.errors import ParameterError
-from combine_lab.model.params import PARAMETERS, load_model, model_names
+from combine_lab.model.machines import PARAMETERS, load_model, model_names
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows, core_runs, Run
 

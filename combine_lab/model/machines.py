@@ -1,4 +1,5 @@
-"""Parameters of the timing model: one TOML file per machine in ``data/npu_models/``.
+"""The machines of the timing model: one TOML file per machine in ``data/npu_models/``, each a set
+of parameters (an :class:`NpuModel`).
 
 Each parameter has a value, a unit and either a source (a row of
 docs/timing-model.md#4-machines-and-parameters, with its grade) or ``assumed = true`` with a rationale and

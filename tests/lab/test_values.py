@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from combine_lab.errors import ParameterError
-from combine_lab.params import as_list
+from combine_lab.values import as_list
 
 
 @pytest.mark.parametrize("value, kind, want", [
@@ -37,7 +37,7 @@ def test_a_bad_list_is_refused_naming_the_parameter(value, kind, fragment):
 import numpy as np  # noqa: E402
 
 from combine_lab.lab.records import check_parameters  # noqa: E402
-from combine_lab.params import convert, describe_type  # noqa: E402
+from combine_lab.values import convert, describe_type  # noqa: E402
 
 
 @pytest.mark.parametrize("value, declared, want", [
