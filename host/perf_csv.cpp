@@ -21,7 +21,7 @@ FrameSnapshot snapshot_frame(const aclshmem_prof_pe_t* prof, uint32_t frame, uin
 
 double cycles_per_us(const char* soc) {
     const std::string name = soc ? soc : "";
-    if (name == "CPU-twin" || name.find("950") != std::string::npos) return 1000.0;
+    if (name.find("Ascend950") != std::string::npos) return 1000.0;
     return 50.0;
 }
 

@@ -13,7 +13,7 @@ struct FrameSnapshot {
 };
 FrameSnapshot snapshot_frame(const aclshmem_prof_pe_t* prof, uint32_t frame, uint32_t blocks);
 
-// 50 cycles/us on A2/A3, 1000 on Ascend950 and on the twin (nanoseconds).
+// 50 cycles/us on A2/A3 (and on the twin, which names the SoC it models), 1000 on Ascend950.
 double cycles_per_us(const char* soc_name);
 
 // Appends one row (Metric `metric`) built from the difference `after - before` in the format of

@@ -1,4 +1,4 @@
-// The combine kernel: one source for the NPU (bisheng) and the CPU twin (g++).
+// The combine kernel: one source for the NPU (bisheng) and the CPU twin (clang).
 // Protocol: docs/protocol.md#5-kernel-protocol; plane rule: docs/decision-rule.md#1-the-rule; the hardware
 // rules it keeps (UB staging, pipe flags, SDMA streams, core counts): docs/hardware-rules.md.
 //
@@ -485,13 +485,13 @@ void launch_combine(Dtype dtype, uint32_t block_dim, void* stream, uint8_t* expa
     const uint32_t pol = uint32_t(policy);
     const uint64_t ffts = util_get_ffts_config();
     if (dtype == Dtype::Int32) {
-        COMBINE_KERNEL_LAUNCH(combine_int32, block_dim, stream, ffts, expand_x, assist_info, ep_recv_count,
-                              expert_ids, expert_scales, x_out, window, diag, bs, h, topk, expert_per_pe, pol,
-                              min_sdma_bytes, wait_budget);
+        combine_int32<<<block_dim, nullptr, stream>>>(ffts, expand_x, assist_info, ep_recv_count, expert_ids,
+                                                      expert_scales, x_out, window, diag, bs, h, topk, expert_per_pe,
+                                                      pol, min_sdma_bytes, wait_budget);
     } else {
-        COMBINE_KERNEL_LAUNCH(combine_float16, block_dim, stream, ffts, expand_x, assist_info, ep_recv_count,
-                              expert_ids, expert_scales, x_out, window, diag, bs, h, topk, expert_per_pe, pol,
-                              min_sdma_bytes, wait_budget);
+        combine_float16<<<block_dim, nullptr, stream>>>(ffts, expand_x, assist_info, ep_recv_count, expert_ids,
+                                                        expert_scales, x_out, window, diag, bs, h, topk,
+                                                        expert_per_pe, pol, min_sdma_bytes, wait_budget);
     }
 }
 

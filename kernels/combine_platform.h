@@ -1,5 +1,5 @@
 // The one place where the NPU build (bisheng + CANN + SHMEM) and the CPU twin build
-// (g++ + host/twin) differ for the kernel. Both include the same headers by the same names
+// (clang + host/twin) differ for the kernel. Both include the same headers by the same names
 // (kernel_operator.h from Ascend C, shmem.h from SHMEM; the twin's stand in for them on the
 // CPU). What differs is spelling, never logic: the kernel source is identical for both.
 #pragma once
@@ -9,21 +9,24 @@
 #include "kernel_operator.h"
 #include "shmem.h"
 
-#if defined(COMBINE_TARGET_TWIN)
-#include "twin_platform.h"
-// UB is a per-core scratch; the twin gives each core thread its own block.
-template <typename T>
-inline __ubuf__ T* ub_at(uint32_t byte_offset) { return reinterpret_cast<T*>(twin::ub_base() + byte_offset); }
-#define COMBINE_KERNEL_LAUNCH(kernel, block_dim, stream, ...) \
-    twin::launch_kernel((block_dim), (stream), [&]() { kernel(__VA_ARGS__); })
-#define COMBINE_KERNEL_ATTRS
-#else  // Ascend NPU (bisheng), cmake/npu.cmake; checked here by tests/run/test_npu_syntax.py
-// On the NPU a UB pointer is a byte offset into the core's unified buffer.
+// A UB pointer is a byte offset into the core's unified buffer, on both targets: on the NPU
+// that is what the hardware addresses, on the twin the core thread's GS base is its UB and
+// __ubuf__ is the GS-relative address space (host/twin/include/kernel_operator.h).
 template <typename T>
 __aicore__ inline __ubuf__ T* ub_at(uint32_t byte_offset) { return (__ubuf__ T*)(uintptr_t)byte_offset; }
+
+// A vector-only kernel: core ratio 0 cube : 1 vector (an entry is
+// `extern "C" COMBINE_KERNEL_ATTRS __global__ __aicore__`, SHMEM's ACLSHMEM_GLOBAL_VECTOR). The
+// kernel is launched as bisheng launches it, `kernel<<<block_dim, nullptr, stream>>>(...)`, on
+// both targets: a twin build compiles a copy with that line on the twin's launch
+// (cmake/twin_launch.py); the NPU syntax check (clang in CUDA mode, tests/npu_decls) compiles it
+// as it is written.
+#define COMBINE_KERNEL_ATTRS [[bisheng::core_ratio(0, 1)]]
+
+#if !defined(COMBINE_TARGET_TWIN)  // Ascend NPU (bisheng), cmake/npu.cmake; checked by tests/run/test_npu_syntax.py
 // SHMEM's cycle-profiling frames come from its source tree (<shmem>/src/device and <shmem>/src,
-// which cmake/npu.cmake puts on the include path, as shmem.h itself needs them).
-#include "utils/prof/shmemi_prof.h"
+// which cmake/npu.cmake puts on the include path, as shmem.h itself needs them); the twin has
+// the same header.
 // Without SDMA (CANN < 9.0.0, COMBINE_NPU_SDMA=0) the kernel is built MTE-only: the SDMA calls
 // become no-ops that the classic policy never reaches, and the driver refuses doubleplane.
 #if !COMBINE_NPU_SDMA
@@ -34,13 +37,8 @@ __aicore__ inline void combine_no_sdma_quiet(__ubuf__ T*, uint32_t, uint32_t) {}
 #define aclshmemx_sdma_put_nbi combine_no_sdma_put_nbi
 #define aclshmemx_sdma_quiet combine_no_sdma_quiet
 #endif
-// A vector-only kernel: core ratio 0 cube : 1 vector (an entry is
-// `extern "C" COMBINE_KERNEL_ATTRS __global__ __aicore__`, SHMEM's ACLSHMEM_GLOBAL_VECTOR).
-#define COMBINE_KERNEL_ATTRS [[bisheng::core_ratio(0, 1)]]
-// bisheng's launch: <<<blocks, l2ctrl (nullptr), stream>>>. The syntax check (clang in CUDA
-// mode, tests/npu_decls) compiles this same line.
-#define COMBINE_KERNEL_LAUNCH(kernel, block_dim, stream, ...) kernel<<<(block_dim), nullptr, (stream)>>>(__VA_ARGS__)
 #endif
+#include "utils/prof/shmemi_prof.h"
 
 // Scalar GM access goes through the core's data cache: invalidate what a remote MTE/SDMA
 // wrote before reading it, and clean what the scalar unit wrote so that others see it

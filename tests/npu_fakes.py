@@ -142,7 +142,7 @@ def make_shmem(root: Path, version: str | None = "1.0.0", layout: str = "install
 
 
 def make_bin(root: Path, npu_smi: str | None = None, twin_tools: bool = False) -> Path:
-    """A PATH folder: an ``npu-smi`` printing ``npu_smi`` (when given); fake g++ and cmake when
+    """A PATH folder: an ``npu-smi`` printing ``npu_smi`` (when given); fake clang++ and cmake when
     ``twin_tools`` (so doctor output does not depend on this machine)."""
     root.mkdir(parents=True, exist_ok=True)
     if npu_smi is not None:
@@ -150,7 +150,7 @@ def make_bin(root: Path, npu_smi: str | None = None, twin_tools: bool = False) -
         cat = shutil.which("cat") or "/bin/cat"
         _exe(root / "npu-smi", f'#!/bin/sh\n[ "$1" = info ] && exec {cat} "{root / "npu_smi.txt"}"\nexit 1\n')
     if twin_tools:
-        _exe(root / "g++", "#!/bin/sh\nexit 0\n")
+        _exe(root / "clang++", "#!/bin/sh\nexit 0\n")
         _exe(root / "cmake", "#!/bin/sh\nexit 0\n")
     return root
 

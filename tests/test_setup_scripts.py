@@ -74,7 +74,7 @@ def test_main_setup_installs_the_package_and_the_lab_and_nothing_else(fake, tmp_
     assert status == 0, out
     assert calls == [f"{PIP} -e .[lab]", KERNEL]  # no torch, no test tools, no user-wide kernel
     lines = out.splitlines()
-    assert lines[0] == "setup [0 s]: C++ toolchain present (g++, cmake, ninja)"
+    assert lines[0] == "setup [0 s]: C++ toolchain present (g++, clang, cmake, ninja)"
     assert lines[1].startswith("setup [") and lines[1].endswith(
         "s]: pip install -e .[lab] (the package; lab: JupyterLab, papermill, ipywidgets, voila)")
     assert "Requirement already satisfied" not in out and "Successfully installed combine_lab" in out
@@ -86,7 +86,7 @@ def test_test_setup_adds_the_test_extra(fake):
     status, out, calls = fake(".ci/setup", "--test")
     assert status == 0, out
     assert calls == [f"{PIP} -e .[lab,test]", KERNEL]
-    assert "C++ toolchain present (g++, cmake, ninja, clang; chromium for the browser tests)" in out
+    assert "C++ toolchain present (g++, clang, cmake, ninja; chromium for the browser tests)" in out
     assert "pip install -e .[lab,test] (the package, pytest, playwright; lab: JupyterLab, papermill, ipywidgets, voila)" \
         in out
 
@@ -95,7 +95,7 @@ def test_test_setup_installs_debians_chromium_when_missing(fake):
     """The browser tests drive Debian's chromium: installed with apt, never Playwright's own download."""
     status, out, calls = fake(".ci/setup", "--test", CHROMIUM="no-such-chromium", FAKE_APT_OK="1")
     assert status == 0, out
-    assert "apt-get install chromium (the C++ toolchain of the CPU twin, clang and chromium for the tests)" in out
+    assert "apt-get install chromium (the C++ toolchain of the CPU twin, chromium for the tests)" in out
     apt = [c for c in calls if c.startswith(("apt-get", "sudo"))]
     assert apt[-1].endswith("apt-get install -y -qq chromium") and "playwright install" not in " ".join(calls)
     status, out, calls = fake(".ci/setup", CHROMIUM="no-such-chromium")  # the main setup needs no browser

@@ -63,6 +63,33 @@ class NpuToolchain:
                 "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"]
 
 
+#: How the twin's compiler is found, and what to do when there is none (docs/twin.md#9-kernels-as-the-npu-compiles-them).
+TWIN_CXX_FIX = "install clang (bash .ci/setup, or apt-get install clang), or set CXX to a clang++"
+
+
+def twin_cxx(env: dict[str, str] | None = None) -> str | None:
+    """The clang++ the twin builds with: ``$CXX`` when it names a clang, else ``clang++`` on PATH,
+    else the newest ``clang++-<N>`` there; None when there is none.
+
+    The twin compiles kernels with clang: a UB pointer is a byte offset (``(__ubuf__ T*)32``), which
+    clang's x86-64 address space 256 makes a GS-relative address, GS being the core thread's UB."""
+    env = os.environ if env is None else env
+    path = env.get("PATH", os.defpath)
+    cxx = env.get("CXX", "")
+    if cxx and "clang" in Path(cxx).name:
+        found = shutil.which(cxx, path=path)
+        if found:
+            return found
+    found = shutil.which("clang++", path=path)
+    if found:
+        return found
+    for n in range(30, 13, -1):
+        found = shutil.which(f"clang++-{n}", path=path)
+        if found:
+            return found
+    return None
+
+
 def source_root() -> Path:
     """The repository root holding ``CMakeLists.txt``, ``kernels/`` and ``host/``.
 
@@ -164,6 +191,12 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
             raise ParameterError(f"fault={fault!r}: an upper-case COMBINE_FAULT_<name> switch of the kernel, "
                                  "cpu target only")
     config_args: list[str] = [f"-DCOMBINE_FAULTS={';'.join(faults or [])}"]
+    if target == "cpu":
+        cxx = twin_cxx()
+        if cxx is None:
+            raise TargetUnavailable(f"target=cpu: no clang++ found: the CPU twin compiles kernels with clang; "
+                                    f"{TWIN_CXX_FIX}")
+        config_args += [f"-DCMAKE_CXX_COMPILER={cxx}", f"-DPython3_EXECUTABLE={sys.executable}"]
     if target == "npu":
         tc = require_npu_toolchain(soc=soc)
         config_args = tc.cmake_args()

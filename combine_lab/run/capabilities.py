@@ -117,10 +117,10 @@ class Capabilities:
 
 def _twin_rows(env: dict[str, str]) -> dict[str, Capability]:
     path = env.get("PATH", "")
-    cxx = shutil.which(env.get("CXX", "g++"), path=path) or shutil.which("c++", path=path)
+    cxx = build_mod.twin_cxx(dict(env, PATH=path))  # the twin compiles kernels with clang
     cmake = shutil.which("cmake", path=path)
-    missing = [n for n, v in (("a C++ compiler (g++)", cxx), ("cmake", cmake)) if not v]
-    twin = Capability("twin", not missing, f"c++ {cxx or 'missing'}, cmake {cmake or 'missing'}",
+    missing = [n for n, v in (("clang++ (the twin compiles kernels with clang)", cxx), ("cmake", cmake)) if not v]
+    twin = Capability("twin", not missing, f"clang++ {cxx or 'missing'}, cmake {cmake or 'missing'}",
                       "" if not missing else f"install {' and '.join(missing)} (bash .ci/setup)")
     status, where = build_mod.build_status("cpu", env=env)
     now = "python3 -c 'from combine_lab.run.build import build; build()'"

@@ -59,5 +59,6 @@ aclError aclrtGetDeviceInfo(uint32_t, aclrtDevAttr attr, int64_t* value) {
     }
 }
 
-// Profiling on the twin counts nanoseconds: perf rows divide by 1000 "cycles" per us.
-const char* aclrtGetSocName() { return "CPU-twin"; }
+// The SoC the twin models (COMBINE_TWIN_SOC, default Ascend910B3): a driver that picks its cycles
+// per microsecond by the name (50 on A2/A3, 1000 on Ascend950) reads the twin's cycles right.
+const char* aclrtGetSocName() { return twin::twin_soc().name; }

@@ -4,10 +4,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <utility>
 #include <vector>
 
 #include "twin_socs.h"
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <asm/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace twin {
 
@@ -65,6 +72,13 @@ const TwinSoc& twin_soc() {
     return soc;
 }
 
+int64_t system_cycle() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const int64_t ns = int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+    return ns / (1000 / int64_t(kSystemCyclesPerUs));  // 20 ns per cycle at 50 per us
+}
+
 int32_t current_core() { return tl_core; }
 uint32_t current_block_dim() { return tl_block_dim; }
 uint8_t* ub_base() { return tl_core >= 0 ? tl_ub : nullptr; }
@@ -83,9 +97,26 @@ void set_launch_geometry(uint32_t block_dim, uint32_t cores) {
     g_launch_cores = cores;
 }
 
+// A kernel's UB pointers are byte offsets in address space 256, which x86-64 addresses relative
+// to GS (kernel_operator.h): the core thread's GS base is its UB, so `(__ubuf__ T*)off` is byte
+// `off` of this core's UB. arch_prctl(ARCH_SET_GS) sets it for this thread alone, on every x86-64
+// Linux kernel (with or without the FSGSBASE instructions); the kernel keeps it across context
+// switches, and nothing else in a Linux process uses GS (glibc's thread pointer is FS).
+static void set_gs_base(uint8_t* ub) {
+#if defined(__x86_64__) && defined(__linux__)
+    if (syscall(SYS_arch_prctl, ARCH_SET_GS, reinterpret_cast<unsigned long>(ub)) != 0) {
+        fprintf(stderr, "twin: arch_prctl(ARCH_SET_GS) failed: a core's UB cannot be addressed by offset\n");
+        exit(3);
+    }
+#else
+    (void)ub;  // no segment base elsewhere: kernels there must not dereference UB pointers
+#endif
+}
+
 void set_core_ub(uint8_t* ub, uint32_t block_dim) {
     tl_ub = ub;
     tl_block_dim = block_dim;
+    set_gs_base(ub);
 }
 
 void set_current_core(int32_t block) { tl_core = block; }

@@ -16,6 +16,8 @@ struct TwinSoc {
     uint32_t ub_bytes;  // UB per AIV core
 };
 const TwinSoc& twin_soc();
+// AscendC::GetSystemCycle of the calling thread: cycles at the modelled SoC's rate (twin_socs.h).
+int64_t system_cycle();
 
 // Calling core's block index, or -1 on a host thread; the launch's block_dim.
 int32_t current_core();

@@ -1,8 +1,9 @@
 // Kernel launch on the twin: the SoC's AIV cores are worker threads with a UB each; a
 // launch of block_dim blocks runs them on those cores in index order, in waves when
 // block_dim exceeds the AIV count (as the hardware does), so blocks that wait for a block
-// of a later wave hang here as they would on the NPU. Per-core profiling frames count
-// nanoseconds (1000 "cycles" per microsecond) and exist for 64 blocks, as in SHMEM.
+// of a later wave hang here as they would on the NPU. Per-core profiling frames count system
+// cycles at the modelled SoC's rate (50 per microsecond, twin_socs.h) and exist for 64 blocks,
+// as in SHMEM.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -14,13 +15,14 @@
 #include "kernel_operator.h"
 #include "shmem.h"
 #include "twin_platform.h"
+#include "twin_socs.h"
 #include "twin_state.h"
 
 namespace twin {
 namespace {
 
 thread_local bool tl_ffts_set = false;
-thread_local uint64_t tl_frame_start[ACLSHMEM_CYCLE_PROF_FRAME_CNT];
+thread_local int64_t tl_frame_start[ACLSHMEM_CYCLE_PROF_FRAME_CNT];
 
 aclshmem_prof_pe_t g_prof;
 int g_prof_state = -1;  // -1 unknown, 0 off, 1 on
@@ -145,7 +147,7 @@ void prof_start(uint32_t frame) {
         fatal("profiling frame %u in block %d: SHMEM has profiling slots for %d blocks only", frame, current_core(),
               ACLSHMEM_CYCLE_PROF_MAX_BLOCK);
     pipe_barrier(PIPE_ALL);  // SHMEMI_PROF_START drains the pipes before reading the clock
-    tl_frame_start[frame] = now_ns();
+    tl_frame_start[frame] = system_cycle();
 }
 
 void prof_end(uint32_t frame) {
@@ -156,7 +158,7 @@ void prof_end(uint32_t frame) {
               ACLSHMEM_CYCLE_PROF_MAX_BLOCK);
     pipe_barrier(PIPE_ALL);
     aclshmem_prof_block_t& b = g_prof.block_prof[core];
-    b.cycles[frame] += int64_t(now_ns() - tl_frame_start[frame]);
+    b.cycles[frame] += system_cycle() - tl_frame_start[frame];
     b.ccount[frame] += 1;
 }
 
@@ -165,7 +167,7 @@ void prof_end(uint32_t frame) {
 namespace AscendC {
 int64_t GetBlockIdx() { return twin::current_core(); }
 int64_t GetBlockNum() { return twin::current_block_dim(); }
-int64_t GetSystemCycle() { return int64_t(twin::now_ns()); }
+int64_t GetSystemCycle() { return twin::system_cycle(); }
 }  // namespace AscendC
 
 uint64_t util_get_ffts_config(void) { return twin::kFftsToken; }
@@ -190,7 +192,7 @@ void aclshmemx_get_prof(aclshmem_prof_pe_t** out, bool verbose) {
                 if (pb.ccount[f])
                     printf("prof pe %d block %d frame %d: count %lld cycles %lld avg %.3f us\n", twin::g_prof.pe_id,
                            b, f, (long long)pb.ccount[f], (long long)pb.cycles[f],
-                           double(pb.cycles[f]) / double(pb.ccount[f]) / 1000.0);
+                           double(pb.cycles[f]) / double(pb.ccount[f]) / twin::kSystemCyclesPerUs);
             }
     }
 }

@@ -26,6 +26,11 @@ constexpr SocRow kSocs[] = {
     {"Ascend910_93", true, 48, kUbBytesA2A3},
 };
 
+// The system counter (AscendC::GetSystemCycle) and SHMEM's profiling frames run at 50 cycles per
+// microsecond on A2/A3, every SoC above (1000 on Ascend950, which the twin does not model):
+// aclrtGetSocName says the modelled SoC's name, so a driver's cycles-to-us choice is right.
+constexpr uint32_t kSystemCyclesPerUs = 50;
+
 // The SoC the twin models when COMBINE_TWIN_SOC is unset.
 constexpr const char* kDefaultSoc = "Ascend910B3";
 

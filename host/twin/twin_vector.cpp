@@ -14,6 +14,7 @@
 // between pipes); the op executes here, vectorised: float16 conversions with F16C where the
 // CPU has it (checked at run time), never fused multiply-adds except in Axpy, so float32
 // results round exactly as the golden's numpy does (-ffp-contract=off, CMakeLists.txt).
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -48,7 +49,9 @@ uint32_t align32(uint64_t n) { return uint32_t((n + 31) / 32 * 32); }
 const bool kAvx2F16c = [] {
     __builtin_cpu_init();
     const char* off = getenv("COMBINE_TWIN_NO_SIMD");
-    return !(off && *off && *off != '0') && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    unsigned a = 0, b = 0, c = 0, d = 0;  // F16C: CPUID leaf 1, ECX bit 29 (clang 14 has no "f16c" feature name)
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    return !(off && *off && *off != '0') && __builtin_cpu_supports("avx2") && f16c;
 }();
 
 // Stable names for messages and op records ("Muls (float)", "Cast (half -> float)"), made
@@ -103,7 +106,7 @@ int32_t vec_count(const char* op, int32_t count) {
 // ---- element kernels ----------------------------------------------------------------------
 
 // Four 8-lane vectors per step; the scalar tails round exactly as the vector bodies.
-__attribute__((target("avx2,f16c"))) void f16_to_f32_fast(float* d, const _Float16* s, uint32_t n) {
+__attribute__((target("avx2,f16c"))) void f16_to_f32_fast(float* d, const half* s, uint32_t n) {
     uint32_t i = 0;
     for (; i + 32 <= n; i += 32) {
         for (uint32_t j = 0; j < 32; j += 8)
@@ -114,7 +117,7 @@ __attribute__((target("avx2,f16c"))) void f16_to_f32_fast(float* d, const _Float
     for (; i < n; ++i) d[i] = float(s[i]);
 }
 
-__attribute__((target("avx2,f16c"))) void f32_to_f16_rne_fast(_Float16* d, const float* s, uint32_t n) {
+__attribute__((target("avx2,f16c"))) void f32_to_f16_rne_fast(half* d, const float* s, uint32_t n) {
     uint32_t i = 0;
     for (; i + 32 <= n; i += 32) {
         for (uint32_t j = 0; j < 32; j += 8)
@@ -124,7 +127,7 @@ __attribute__((target("avx2,f16c"))) void f32_to_f16_rne_fast(_Float16* d, const
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    for (; i < n; ++i) d[i] = _Float16(s[i]);
+    for (; i < n; ++i) d[i] = half(s[i]);
 }
 
 __attribute__((target("avx2"))) void i32_to_f32_rne_fast(float* d, const int32_t* s, uint32_t n) {
@@ -221,14 +224,14 @@ void exec_cast(const PipeOp& op) {
     const uint32_t n = op.count;
     if (src == Elem::F16 && dst == Elem::F32) {
         float* d = ub_ptr<float>(op.dst_off);
-        const _Float16* s = ub_ptr<_Float16>(op.src0_off);
+        const half* s = ub_ptr<half>(op.src0_off);
         if (kAvx2F16c) return f16_to_f32_fast(d, s, n);
         for (uint32_t i = 0; i < n; ++i) d[i] = float(s[i]);
     } else if (src == Elem::F32 && dst == Elem::F16) {
-        _Float16* d = ub_ptr<_Float16>(op.dst_off);
+        half* d = ub_ptr<half>(op.dst_off);
         const float* s = ub_ptr<float>(op.src0_off);
         if (kAvx2F16c) return f32_to_f16_rne_fast(d, s, n);
-        for (uint32_t i = 0; i < n; ++i) d[i] = _Float16(s[i]);  // half to even
+        for (uint32_t i = 0; i < n; ++i) d[i] = half(s[i]);  // half to even
     } else if (src == Elem::I32 && dst == Elem::F32) {
         float* d = ub_ptr<float>(op.dst_off);
         const int32_t* s = ub_ptr<int32_t>(op.src0_off);
@@ -245,7 +248,7 @@ void exec_cast(const PipeOp& op) {
         for (uint32_t i = 0; i < n; ++i) d[i] = saturate_i32(round_integral(double(s[i]), mode));
     } else if (src == Elem::F16 && dst == Elem::I32) {
         int32_t* d = ub_ptr<int32_t>(op.dst_off);
-        const _Float16* s = ub_ptr<_Float16>(op.src0_off);
+        const half* s = ub_ptr<half>(op.src0_off);
         for (uint32_t i = 0; i < n; ++i) d[i] = saturate_i32(round_integral(double(s[i]), mode));
     } else if (src == Elem::F32 && dst == Elem::F32) {
         float* d = ub_ptr<float>(op.dst_off);
@@ -287,7 +290,7 @@ void exec_muls(const PipeOp& op) {
     case Elem::F32:
         if (kAvx2F16c) return muls_f32_fast(ub_ptr<float>(op.dst_off), ub_ptr<float>(op.src0_off), float(op.scalar), op.count);
         return muls_generic<float>(op);
-    case Elem::F16: return muls_generic<_Float16>(op);
+    case Elem::F16: return muls_generic<half>(op);
     case Elem::I32: return muls_generic<int32_t>(op);
     case Elem::I16: return muls_generic<int16_t>(op);
     default: fatal("%s: not modeled by the twin", op.name);
@@ -300,7 +303,7 @@ void exec_add(const PipeOp& op) {
         if (kAvx2F16c)
             return add_f32_fast(ub_ptr<float>(op.dst_off), ub_ptr<float>(op.src0_off), ub_ptr<float>(op.src1_off), op.count);
         return add_generic<float>(op);
-    case Elem::F16: return add_generic<_Float16>(op);
+    case Elem::F16: return add_generic<half>(op);
     case Elem::I32: return add_generic<int32_t>(op);
     case Elem::I16: return add_generic<int16_t>(op);
     default: fatal("%s: not modeled by the twin", op.name);
@@ -311,16 +314,16 @@ void exec_add(const PipeOp& op) {
 void exec_axpy(const PipeOp& op) {
     const Elem d_e = Elem(op.dst_elem), s_e = Elem(op.src_elem);
     float* df = ub_ptr<float>(op.dst_off);
-    _Float16* dh = ub_ptr<_Float16>(op.dst_off);
+    half* dh = ub_ptr<half>(op.dst_off);
     const float* sf = ub_ptr<float>(op.src0_off);
-    const _Float16* sh = ub_ptr<_Float16>(op.src0_off);
+    const half* sh = ub_ptr<half>(op.src0_off);
     for (uint32_t i = 0; i < op.count; ++i) {
         if (d_e == Elem::F32 && s_e == Elem::F32)
             df[i] = std::fmaf(sf[i], float(op.scalar), df[i]);
         else if (d_e == Elem::F32)
             df[i] = float(double(sh[i]) * op.scalar + double(df[i]));
         else
-            dh[i] = _Float16(double(sh[i]) * op.scalar + double(dh[i]));
+            dh[i] = half(double(sh[i]) * op.scalar + double(dh[i]));
     }
 }
 
@@ -333,7 +336,7 @@ void fill_n(uint32_t off, T v, uint32_t n) {
 void exec_dup(const PipeOp& op) {
     switch (Elem(op.dst_elem)) {
     case Elem::F32: return fill_n<float>(op.dst_off, float(op.scalar), op.count);
-    case Elem::F16: return fill_n<_Float16>(op.dst_off, _Float16(op.scalar), op.count);
+    case Elem::F16: return fill_n<half>(op.dst_off, half(op.scalar), op.count);
     case Elem::I8: case Elem::U8: return fill_n<uint8_t>(op.dst_off, uint8_t(int64_t(op.scalar)), op.count);
     case Elem::I16: case Elem::U16: return fill_n<uint16_t>(op.dst_off, uint16_t(int64_t(op.scalar)), op.count);
     case Elem::I32: case Elem::U32: return fill_n<uint32_t>(op.dst_off, uint32_t(int64_t(op.scalar)), op.count);

@@ -146,7 +146,7 @@ def test_doctor_screen_line_by_line(tmp_path):
         "combine-lab doctor: what can run here",
         "  python      3.11.7",
         "  packages    combine_lab 0.1.0, numpy 2.0.1, pandas 2.2.2, torch 2.13.0+cpu, torch_npu -",
-        f"  twin        yes c++ {tmp_path}/bin/g++, cmake {tmp_path}/bin/cmake",
+        f"  twin        yes clang++ {tmp_path}/bin/clang++, cmake {tmp_path}/bin/cmake",
         f"  twin build  no  not built ({tmp_path}/builds/cpu)",
         f"                  fix: built on the first run, or now: {build_now}",
         f"  CANN        yes 8.3.RC1 at {tmp_path}/cann",

@@ -185,8 +185,8 @@ def test_gm_pointer_where_shmem_wants_a_ub_buffer_is_refused(tmp_path):
 
 
 def test_launch_arguments_are_checked_against_the_entry(tmp_path):
-    root = _mutated_tree(tmp_path, KERNEL, "COMBINE_KERNEL_LAUNCH(combine_int32, block_dim, stream, ffts, ",
-                         "COMBINE_KERNEL_LAUNCH(combine_int32, block_dim, stream, ")
+    root = _mutated_tree(tmp_path, KERNEL, "combine_int32<<<block_dim, nullptr, stream>>>(ffts, ",
+                         "combine_int32<<<block_dim, nullptr, stream>>>(")
     failed = _failures(compile_npu_branch(root, archs=A2A3, host_only=False))
     assert set(failed) == passes("A2/A3")
     for err in failed.values():
@@ -196,8 +196,8 @@ def test_launch_arguments_are_checked_against_the_entry(tmp_path):
 
 def test_launch_configuration_is_checked(tmp_path):
     """<<<blocks, l2ctrl, stream>>>: the stream where the block count goes is refused."""
-    root = _mutated_tree(tmp_path, KERNEL, "COMBINE_KERNEL_LAUNCH(combine_int32, block_dim, stream, ",
-                         "COMBINE_KERNEL_LAUNCH(combine_int32, stream, block_dim, ")
+    root = _mutated_tree(tmp_path, KERNEL, "combine_int32<<<block_dim, nullptr, stream>>>(",
+                         "combine_int32<<<stream, nullptr, block_dim>>>(")
     failed = _failures(compile_npu_branch(root, archs=A2A3, host_only=False))
     assert set(failed) == passes("A2/A3")
     for err in failed.values():

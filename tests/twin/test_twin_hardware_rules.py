@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 from combine_lab import CaseSpec, make_case, run_case
 from combine_lab.errors import ParameterError
 from combine_lab.planning.cores import TWIN_DEFAULT_SOC, TWIN_SOCS, aiv_cores, launch_block_dim, twin_soc, twin_socs
-from combine_lab.run.build import build
+from combine_lab.run.build import build, twin_cxx
 from combine_lab.run.selftest import BROKEN_KERNELS, CHECKER_SPEC, try_broken_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +102,7 @@ def test_the_twin_and_python_read_one_soc_table(tmp_path):
     unknown SoC say what combine_lab.planning.cores reads from that header."""
     lib = build("cpu").parent / "libcombine_twin.a"
     (tmp_path / "soc_probe.cpp").write_text(SOC_PROBE)
-    subprocess.run([shutil.which("g++") or shutil.which("c++"), "-std=c++17", "-DCOMBINE_TARGET_TWIN=1",
+    subprocess.run([twin_cxx(), "-std=c++17", "-DCOMBINE_TARGET_TWIN=1",
                     f"-I{ROOT / 'host/twin/include'}", f"-I{ROOT / 'host/twin'}", str(tmp_path / "soc_probe.cpp"),
                     str(lib), "-lpthread", "-lrt", "-o", str(tmp_path / "soc_probe")], check=True)
 

@@ -7,14 +7,13 @@ linked against the twin library (asc-devkit basic_api; docs/hardware-rules.md#10
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from combine_lab.run.build import build
+from combine_lab.run.build import build, twin_cxx
 
 from conftest import RUN_TAG
 
@@ -26,7 +25,7 @@ SOURCE = ROOT / "tests" / "twin" / "twin_rules" / "vector_rules.cpp"
 def rules(tmp_path_factory) -> Path:
     """vector_rules built against this checkout's twin library (built first if needed)."""
     lib = build("cpu").parent / "libcombine_twin.a"
-    cxx = shutil.which("g++") or shutil.which("c++")
+    cxx = twin_cxx()
     out = tmp_path_factory.mktemp("twin_rules") / "vector_rules"
     subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-DCOMBINE_TARGET_TWIN=1",
                     f"-I{ROOT / 'host/twin/include'}", f"-I{ROOT / 'host/twin'}", str(SOURCE), str(lib),
@@ -38,7 +37,7 @@ def rules(tmp_path_factory) -> Path:
 def shmem_rules(tmp_path_factory) -> Path:
     """tests/twin/twin_rules/shmem_rules.cpp built against this checkout's twin library."""
     lib = build("cpu").parent / "libcombine_twin.a"
-    cxx = shutil.which("g++") or shutil.which("c++")
+    cxx = twin_cxx()
     out = tmp_path_factory.mktemp("shmem_rules") / "shmem_rules"
     subprocess.run([cxx, "-O2", "-std=c++17", "-DCOMBINE_TARGET_TWIN=1", f"-I{ROOT / 'host/twin/include'}",
                     f"-I{ROOT / 'host/twin'}", str(ROOT / "tests" / "twin" / "twin_rules" / "shmem_rules.cpp"),

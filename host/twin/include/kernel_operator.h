@@ -5,17 +5,80 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
-// Address spaces and targets mean nothing to the host compiler: the declaration-only
-// headers of the NPU-branch compile check (tests/npu_decls) give them their meaning.
+// Targets mean nothing on the CPU: an AI-core function is a host function run by a core thread
+// (the declaration-only headers of the NPU-branch compile check, tests/npu_decls, give them their
+// meaning). GM is host memory, so a __gm__ pointer is a plain one.
 #define __aicore__
 #define __host_aicore__
 #define __global__
 #define __gm__
+
+// A UB pointer is what it is on the NPU: a byte offset into the calling core's unified buffer,
+// so a kernel may write `(__ubuf__ int32_t*)32`. The twin compiles kernels with clang, where
+// __ubuf__ is x86-64's address space 256: every load and store through such a pointer is
+// %gs-relative, and each core thread's GS base is its own UB (set at launch, twin_core.cpp), so
+// offset 32 is byte 32 of that core's UB. The twin's own functions take the flat address
+// (twin::ub_flat). Under another compiler a UB pointer is still an offset the twin's calls
+// understand, but dereferencing one faults (docs/twin.md#9-kernels-as-the-npu-compiles-them).
+#if defined(__clang__) && defined(__x86_64__)
+#define __ubuf__ __attribute__((address_space(256)))
+#else
 #define __ubuf__
+#endif
 
 using GM_ADDR = uint8_t*;  // asc-devkit: __gm__ uint8_t*
-using half = _Float16;
+
+namespace twin {
+// IEEE binary16 <-> binary32/64 by bits, rounding to nearest even (what bisheng's half does and
+// numpy's float16 cast does). Portable: no _Float16, which clang before 15 lacks on x86.
+inline float f16_bits_to_f32(uint16_t h) {
+    const uint32_t sign = uint32_t(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        const float v = float(m) * (1.0f / 16777216.0f);  // m * 2^-24, exact
+        return sign ? -v : v;
+    }
+    const uint32_t bits = e == 31 ? sign | 0x7f800000u | (m << 13) : sign | ((e + 112u) << 23) | (m << 13);
+    return __builtin_bit_cast(float, bits);
+}
+inline uint16_t f64_to_f16_bits(double d) {
+    const uint64_t x = __builtin_bit_cast(uint64_t, d);
+    const uint16_t sign = uint16_t((x >> 48) & 0x8000u);
+    const uint64_t ax = x & 0x7fffffffffffffffull;
+    if (ax >= 0x7ff0000000000000ull)  // inf, or NaN (kept quiet)
+        return uint16_t(sign | 0x7c00u | (ax > 0x7ff0000000000000ull ? 0x200u | ((ax >> 42) & 0x3ffu) : 0u));
+    if (ax >= 0x40effe0000000000ull) return uint16_t(sign | 0x7c00u);  // >= 65520: rounds to inf
+    uint64_t r, rem, halfway;
+    if (ax >= 0x3f10000000000000ull) {  // normal half (>= 2^-14)
+        r = (((ax >> 52) - 1008u) << 10) | ((ax >> 42) & 0x3ffu);
+        rem = ax & ((1ull << 42) - 1);
+        halfway = 1ull << 41;
+    } else {  // subnormal half or zero, in units of 2^-24
+        if (ax < 0x3e60000000000000ull) return sign;  // below 2^-25
+        const uint64_t m = (ax & ((1ull << 52) - 1)) | (1ull << 52);
+        const unsigned shift = unsigned(1051u - (ax >> 52));
+        r = m >> shift;
+        rem = m & ((1ull << shift) - 1);
+        halfway = 1ull << (shift - 1);
+    }
+    if (rem > halfway || (rem == halfway && (r & 1))) ++r;  // may carry into the exponent: still right
+    return uint16_t(sign | r);
+}
+}  // namespace twin
+
+// bisheng's 2-byte `half` (and its other name, float16_t): storage of IEEE binary16 that converts
+// to and from any arithmetic type (one rounding, to nearest even); arithmetic happens in float,
+// which rounds a single +, -, * or / exactly as binary16 arithmetic does.
+struct half {
+    uint16_t bits;
+    half() = default;
+    template <typename U, typename = typename std::enable_if<std::is_arithmetic<U>::value>::type>
+    half(U v) : bits(twin::f64_to_f16_bits(double(v))) {}
+    operator float() const { return twin::f16_bits_to_f32(bits); }
+};
+static_assert(sizeof(half) == 2, "half is 2 bytes, as bisheng's");
+using float16_t = half;
 
 // bisheng built-ins (pipes and event ids), named as the compiler names them.
 enum pipe_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL, PIPE_FIX };
@@ -50,6 +113,13 @@ struct Site {
     int line = 0;
     const char* inside = nullptr;
 };
+// Base of the calling core's UB (twin_core.cpp), and the flat address of a UB pointer (a byte
+// offset into it) for the twin's own functions.
+uint8_t* ub_base();
+template <typename T>
+inline void* ub_flat(__ubuf__ T* p) {
+    return ub_base() + reinterpret_cast<uintptr_t>(p);
+}
 // Pipe events of the calling core (twin_pipes.cpp): pairing, and the order they put between
 // pipes, as the pipes execute them.
 void flag_set(AscendC::HardEvent event, int32_t id, const Site& site);

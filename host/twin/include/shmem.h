@@ -110,7 +110,7 @@ template <typename T>
 inline void aclshmemx_mte_put_nbi(__gm__ T* dst, __gm__ T* src, __ubuf__ T* buf, uint32_t ub_size, uint32_t elem_size,
                                   int pe, uint32_t sync_id, const char* file = __builtin_FILE(),
                                   int line = __builtin_LINE()) {
-    twin::mte_put_gm(dst, src, buf, ub_size, size_t(elem_size) * sizeof(T), sizeof(T), pe, sync_id,
+    twin::mte_put_gm(dst, src, twin::ub_flat(buf), ub_size, size_t(elem_size) * sizeof(T), sizeof(T), pe, sync_id,
                      twin::Site{file, line, "aclshmemx_mte_put_nbi"});
 }
 
@@ -118,23 +118,19 @@ inline void aclshmemx_mte_put_nbi(__gm__ T* dst, __gm__ T* src, __ubuf__ T* buf,
 template <typename T>
 inline void aclshmemx_mte_put_nbi(__gm__ T* dst, __ubuf__ T* src, uint32_t elem_size, int pe, uint32_t sync_id,
                                   const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
-    twin::mte_put_ub(dst, src, size_t(elem_size) * sizeof(T), pe, sync_id, twin::Site{file, line, "aclshmemx_mte_put_nbi"});
+    twin::mte_put_ub(dst, twin::ub_flat(src), size_t(elem_size) * sizeof(T), pe, sync_id, twin::Site{file, line, "aclshmemx_mte_put_nbi"});
 }
 
 template <typename T>
 inline void aclshmemx_sdma_put_nbi(__gm__ T* dst, __gm__ T* src, __ubuf__ T* buf, uint32_t ub_size, uint32_t elem_size,
                                    int pe, uint32_t sync_id, const char* file = __builtin_FILE(),
                                    int line = __builtin_LINE()) {
-    twin::sdma_put(dst, src, buf, ub_size, size_t(elem_size) * sizeof(T), pe, sync_id,
+    twin::sdma_put(dst, src, twin::ub_flat(buf), ub_size, size_t(elem_size) * sizeof(T), pe, sync_id,
                    twin::Site{file, line, "aclshmemx_sdma_put_nbi"});
 }
 
 template <typename T>
 inline void aclshmemx_sdma_quiet(__ubuf__ T* buf, uint32_t ub_size, uint32_t sync_id, const char* file = __builtin_FILE(),
                                  int line = __builtin_LINE()) {
-    twin::sdma_quiet(buf, ub_size, sync_id, twin::Site{file, line, "aclshmemx_sdma_quiet"});
+    twin::sdma_quiet(twin::ub_flat(buf), ub_size, sync_id, twin::Site{file, line, "aclshmemx_sdma_quiet"});
 }
-
-// SHMEM's cycle-profiling frames (src/device/utils/prof/shmemi_prof.h on the NPU).
-#define SHMEMI_PROF_START(frame) twin::prof_start(frame)
-#define SHMEMI_PROF_END(frame) twin::prof_end(frame)

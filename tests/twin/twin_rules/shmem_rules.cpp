@@ -22,21 +22,21 @@ constexpr uint32_t kRow = 200 * 1024;  // bytes: more than one 190 KiB chunk
 // `ub_off`/`ub_bytes`: the staging buffer the GM -> UB -> GM put is given; then the 32 B ready
 // block at UB offset 32 goes out UB -> GM, and an SDMA put uses 64 B of scratch at `sdma_off`
 // (the reference's map: staging 190 KiB at 64, status block at 32, SDMA scratch at 191 KiB).
+// UB pointers are byte offsets, as a kernel writes them (`(__ubuf__ int32_t*)32`).
 void stage(uint8_t* window, const uint8_t* src, uint32_t ub_off, uint32_t ub_bytes, uint32_t sdma_off) {
-    uint8_t* ub = twin::ub_base();
     int32_t* gm_src = const_cast<int32_t*>(reinterpret_cast<const int32_t*>(src));
-    aclshmemx_mte_put_nbi<int32_t>(reinterpret_cast<int32_t*>(window), gm_src, reinterpret_cast<int32_t*>(ub + ub_off),
+    aclshmemx_mte_put_nbi<int32_t>(reinterpret_cast<int32_t*>(window), gm_src, (__ubuf__ int32_t*)(uintptr_t)ub_off,
                                    ub_bytes, kRow / 4, 0, EVENT_ID1);
     aclshmem_quiet();
-    int32_t* block = reinterpret_cast<int32_t*>(ub + 32);
+    __ubuf__ int32_t* block = (__ubuf__ int32_t*)32;
     for (int i = 0; i < 8; ++i) block[i] = 1;
     AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID1);
     AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID1);
     aclshmemx_mte_put_nbi<int32_t>(reinterpret_cast<int32_t*>(window + kRow), block, 8, 0, EVENT_ID1);
     aclshmem_quiet();
     aclshmemx_sdma_put_nbi<int32_t>(reinterpret_cast<int32_t*>(window + kRow + 64), gm_src,
-                                    reinterpret_cast<int32_t*>(ub + sdma_off), 64, 1024, 0, EVENT_ID0);
-    aclshmemx_sdma_quiet<int32_t>(reinterpret_cast<int32_t*>(ub + sdma_off), 64, EVENT_ID0);
+                                    (__ubuf__ int32_t*)(uintptr_t)sdma_off, 64, 1024, 0, EVENT_ID0);
+    aclshmemx_sdma_quiet<int32_t>((__ubuf__ int32_t*)(uintptr_t)sdma_off, 64, EVENT_ID0);
 }
 
 const std::map<std::string, std::pair<uint32_t, uint32_t>> kCases = {
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
         fprintf(stderr, "usage: shmem_rules stage_190k_at_64|stage_past_ub\n");
         return 2;
     }
-    const auto [ub_off, ub_bytes] = kCases.at(argv[1]);
+    const uint32_t ub_off = kCases.at(argv[1]).first, ub_bytes = kCases.at(argv[1]).second;
     aclshmemx_init_attr_t attr{};
     attr.my_pe = 0;
     attr.n_pes = 1;
