@@ -35,9 +35,40 @@ typedef struct {
     aclshmem_prof_block_t block_prof[ACLSHMEM_CYCLE_PROF_MAX_BLOCK];
 } aclshmem_prof_pe_t;
 
+// A device function of SHMEM, and what a kernel written for it marks its own helpers with;
+// an AIV-only kernel entry.
+#define ACLSHMEM_DEVICE __attribute__((always_inline)) __aicore__ __inline__
+#define ACLSHMEM_GLOBAL_VECTOR [[bisheng::core_ratio(0, 1)]] __global__ __aicore__
+
 // ---- host/shmem_host_def.h ----
 #define ACLSHMEM_MAX_IP_PORT_LEN 64
 constexpr int DEFAULT_TIMEOUT = 120;
+
+enum aclshmem_error_code_t : int {
+    ACLSHMEM_SUCCESS = 0,
+    ACLSHMEM_INVALID_PARAM = -1,
+    ACLSHMEM_INVALID_VALUE = -2,
+    ACLSHMEM_SMEM_ERROR = -3,
+    ACLSHMEM_INNER_ERROR = -4,
+    ACLSHMEM_NOT_INITED = -5,
+    ACLSHMEM_BOOTSTRAP_ERROR = -6,
+    ACLSHMEM_TIMEOUT_ERROR = -7,
+    ACLSHMEM_MALLOC_FAILED = -8,
+    ACLSHMEM_DL_FUNC_FAILED = -9,
+    ACLSHMEM_INNER_TIMEOUT = -10,
+    ACLSHMEM_UNDER_API_UNLOAD = -11,
+    ACLSHMEM_NOT_SUPPORTED = -100,
+};
+
+// The unique id of SHMEM's uid bootstrap; the twin bootstraps by ip_port alone (twin_heap.cpp),
+// so a driver that hands one over in comm_args is not asked for it.
+constexpr uint16_t ACLSHMEM_UNIQUE_ID_INNER_LEN = 124;
+typedef struct {
+    int32_t version;
+    int my_pe;
+    int n_pes;
+    char internal[ACLSHMEM_UNIQUE_ID_INNER_LEN];
+} aclshmemx_uniqueid_t;
 
 enum aclshmemx_bootstrap_t : unsigned int {
     ACLSHMEMX_INIT_WITH_DEFAULT = 1U << 0,
@@ -118,7 +149,8 @@ inline void aclshmemx_mte_put_nbi(__gm__ T* dst, __gm__ T* src, __ubuf__ T* buf,
 template <typename T>
 inline void aclshmemx_mte_put_nbi(__gm__ T* dst, __ubuf__ T* src, uint32_t elem_size, int pe, uint32_t sync_id,
                                   const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
-    twin::mte_put_ub(dst, twin::ub_flat(src), size_t(elem_size) * sizeof(T), pe, sync_id, twin::Site{file, line, "aclshmemx_mte_put_nbi"});
+    twin::mte_put_ub(dst, twin::ub_flat(src), size_t(elem_size) * sizeof(T), pe, sync_id,
+                     twin::Site{file, line, "aclshmemx_mte_put_nbi"});
 }
 
 template <typename T>

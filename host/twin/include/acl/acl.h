@@ -10,6 +10,7 @@
 typedef int aclError;
 typedef void* aclrtStream;
 static const int ACL_SUCCESS = 0;
+static const int ACL_ERROR_NONE = 0;  // acl_base_rt.h: the same success value
 static const int ACL_ERROR_INVALID_PARAM = 100000;
 static const int ACL_ERROR_BAD_ALLOC = 200000;
 
