@@ -1,6 +1,9 @@
 // Host driver of the combine: one process per PE (docs/npu.md#6-host-api).
 // Reads this PE's case files, runs warmup + loops combines, writes output/x_out_<pe>.bin,
 // checks it against golden, and appends the full_op / comm_only rows when profiling.
+// Built with COMBINE_USER_KERNEL=1 it launches your own kernel instead of the lab's, by the
+// reference's entry contract, with the reference's window and block_dim (host/user_kernel.h,
+// docs/own-kernel.md#2-the-entry-contract); everything else is the same.
 // Exit status: 0 ok, 1 bad arguments or case files, 2 x_out mismatch, 5 runtime failure,
 // 6 its launcher was gone before it started, 7 a bounded wait timed out (a core's wait for a
 // status flag, the stream, or the barrier of all PEs: the message names the PE, core and slot).
@@ -30,6 +33,9 @@
 #include "combine_kernel.h"
 #include "host_args.h"
 #include "perf_csv.h"
+#if COMBINE_USER_KERNEL
+#include "user_kernel.h"
+#endif
 
 namespace {
 
@@ -76,6 +82,24 @@ bool watch_launcher() {
         return false;
     }
     return true;
+}
+
+// The symmetric window of the kernel this driver launches: the lab's (64 B status slots, each on
+// its own scalar cache line) or your kernel's (the reference's: 32 B slots right after the payload).
+struct DriverWindow {
+    uint64_t total, payload_bytes, stride, status_off, status_slot, flag_bytes;
+};
+
+DriverWindow driver_window(const HostArgs& a) {
+#if COMBINE_USER_KERNEL
+    const combine::UserWindow w = combine::user_window(a.bs, a.topk, a.h, a.elem_bytes());
+    return DriverWindow{w.total_bytes, w.status_off, w.stride, w.status_off, combine::kUserStatusSlotBytes,
+                        combine::kUserStatusSlotBytes};
+#else
+    const combine::WindowLayout w = combine::window_layout(a.bs, a.topk, a.h, a.elem_bytes());
+    return DriverWindow{w.total_bytes, w.status_off - w.payload_off, w.stride, w.status_off, combine::kStatusStride,
+                        combine::kStatusFlagBytes};
+#endif
 }
 
 int prof_pe_from_env() {
@@ -168,28 +192,28 @@ int main(int argc, char** argv) {
     aclrtStream stream = nullptr;
     CHECK_ACL(aclrtCreateStream(&stream));
 
-    const combine::WindowLayout w = combine::window_layout(a.bs, a.topk, a.h, a.elem_bytes());
+    const DriverWindow w = driver_window(a);
     aclshmemx_init_attr_t attr{};
     attr.my_pe = a.pe_id;
     attr.n_pes = a.pe_size;
     snprintf(attr.ip_port, sizeof attr.ip_port, "%s", a.ipport.c_str());
     // The window plus 1 MiB of slack, in 2 MiB units.
-    attr.local_mem_size = (w.total_bytes + (1u << 20) + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    attr.local_mem_size = (w.total + (1u << 20) + (2u << 20) - 1) / (2u << 20) * (2u << 20);
     // data_op_engine_type_t is an enum: MTE | SDMA is an int and must be cast back.
     attr.option_attr.data_op_engine_type = static_cast<data_op_engine_type_t>(COMBINE_DATA_OP_ENGINES);
     if (aclshmemx_init_attr(ACLSHMEMX_INIT_WITH_DEFAULT, &attr) != 0) {
         fprintf(stderr, "combine_host: PE %d: aclshmemx_init_attr failed (ipport %s)\n", a.pe_id, a.ipport.c_str());
         return 5;
     }
-    uint8_t* window = static_cast<uint8_t*>(aclshmem_malloc(w.total_bytes));
+    uint8_t* window = static_cast<uint8_t*>(aclshmem_malloc(w.total));
     if (window == nullptr) {
-        fprintf(stderr, "combine_host: PE %d: aclshmem_malloc(%llu) failed\n", a.pe_id, (unsigned long long)w.total_bytes);
+        fprintf(stderr, "combine_host: PE %d: aclshmem_malloc(%llu) failed\n", a.pe_id, (unsigned long long)w.total);
         platform_abort_peers();
         return 5;
     }
-    CHECK_ACL(aclrtMemset(window, w.total_bytes, 0, w.total_bytes));
-    platform_label_window(window + w.payload_off, w.status_off - w.payload_off, w.stride, window + w.status_off,
-                          w.total_bytes - w.status_off, combine::kStatusStride, combine::kStatusFlagBytes);
+    CHECK_ACL(aclrtMemset(window, w.total, 0, w.total));
+    platform_label_window(window, w.payload_bytes, w.stride, window + w.status_off, w.total - w.status_off,
+                          w.status_slot, w.flag_bytes);
 
     const size_t x_out_bytes = size_t(a.bs) * a.h * a.elem_bytes();
     // expand_x keeps its full [pe_size*bs*topk, h] shape on the device; only the used rows are filled.
@@ -221,7 +245,13 @@ int main(int argc, char** argv) {
         platform_abort_peers();
         return 5;
     }
+#if COMBINE_USER_KERNEL
+    // As the reference's driver launches it: one core per source rank (the kernel's core c serves rank c).
+    const uint32_t block_dim = uint32_t(a.pe_size);
+    a.ub_kb = combine::kUserUbKb;
+#else
     const uint32_t block_dim = combine::launch_block_dim(uint32_t(a.pe_size), uint32_t(aiv_cores));
+#endif
     // Every wait is bounded: a core's wait for one flag word (in system cycles, at the SoC's
     // rate), the stream (twice that, plus the kernel's own work), the barrier of all PEs.
     const double timeout_s = wait_timeout_s();
@@ -234,10 +264,21 @@ int main(int argc, char** argv) {
     CHECK_ACL(aclrtMemset(d_diag, diag_bytes, 0, diag_bytes));
     std::vector<uint8_t> diag(diag_bytes);
     bool timed_out = false;
-    auto launch = [&]() {
+    // `timed`: a launch of the profiled loops (your kernel records its frames only when told so).
+    auto launch = [&](bool timed) {
+#if COMBINE_USER_KERNEL
+        (void)wait_budget;  // your kernel bounds no wait of its own: the timed stream sync does
+        combine::launch_user_kernel(a.dtype == combine::Dtype::Float16, block_dim, stream, util_get_ffts_config(),
+                                    d_expand_x, reinterpret_cast<int32_t*>(d_assist), reinterpret_cast<int32_t*>(d_counts),
+                                    reinterpret_cast<int32_t*>(d_ids), reinterpret_cast<float*>(d_scales), d_x_out,
+                                    window, int(a.bs), int(a.h), int(a.topk), int(a.experts()),
+                                    timed && a.perf ? 1 : 0);
+#else
+        (void)timed;
         combine::launch_combine(a.dtype, block_dim, stream, d_expand_x, d_assist, d_counts, d_ids, d_scales, d_x_out,
                                 window, d_diag, a.bs, a.h, a.topk, a.expert_per_pe, a.policy, a.min_sdma_bytes,
                                 wait_budget);
+#endif
         aclError e = aclrtSynchronizeStreamWithTimeout(stream, stream_timeout_ms);
         if (e == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) {
             fprintf(stderr, "combine_host: PE %d: timed out after %.1f s waiting for the kernel "
@@ -261,7 +302,7 @@ int main(int argc, char** argv) {
     const bool repeat_check = getenv("COMBINE_HOST_REPEAT_CHECK") && atoi(getenv("COMBINE_HOST_REPEAT_CHECK")) == 1;
     uint32_t call = 0;
     uint64_t repeat_bad = 0;
-    auto checked_launch = [&]() -> aclError {
+    auto checked_launch = [&](bool timed) -> aclError {
         if (repeat_check) {
             std::vector<uint8_t> filled(rc.expand_x.size());
             fill_rows(a, double(call + 1), filled.data(), filled.size());
@@ -269,7 +310,7 @@ int main(int argc, char** argv) {
                                            ACL_MEMCPY_HOST_TO_DEVICE);
             if (e != ACL_SUCCESS) return e;
         }
-        const aclError e = launch();
+        const aclError e = launch(timed);
         if (e == ACL_SUCCESS && repeat_check && !timed_out) {
             std::vector<uint8_t> got(x_out_bytes), want(x_out_bytes);
             const aclError c = aclrtMemcpy(got.data(), x_out_bytes, d_x_out, x_out_bytes, ACL_MEMCPY_DEVICE_TO_HOST);
@@ -293,7 +334,7 @@ int main(int argc, char** argv) {
         return kTimedOutExit;
     };
     for (uint32_t i = 0; i < a.warmup; ++i) {
-        CHECK_ACL(checked_launch());
+        CHECK_ACL(checked_launch(false));
         if (timed_out) return give_up();
     }
     aclshmem_prof_pe_t* prof = nullptr;
@@ -301,7 +342,7 @@ int main(int argc, char** argv) {
     const FrameSnapshot full0 = snapshot_frame(prof, combine::kProfFrameFullOp, block_dim);
     const FrameSnapshot comm0 = snapshot_frame(prof, combine::kProfFrameCommOnly, block_dim);
     for (uint32_t i = 0; i < a.loops; ++i) {
-        CHECK_ACL(checked_launch());
+        CHECK_ACL(checked_launch(true));
         if (timed_out) return give_up();
     }
     aclshmemx_get_prof(&prof, false);

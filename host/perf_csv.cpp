@@ -53,9 +53,9 @@ bool append_perf_row(const HostArgs& a, const char* metric, const FrameSnapshot&
                    "PerPeBandwidth/GB/s,BS,H,TopK,ExpertPerPe,Dtype,Warmup,Loops,ProfPe,CaseId,SingleCoreTime/us\n");
     }
     // Bandwidth: all PEs' data over this PE's slowest core; PerPeBandwidth: this PE's data.
-    // UBsize/KB: the MTE staging buffer the kernel runs with; every float with 4 decimals.
+    // UBsize/KB: the MTE staging buffer the kernel runs with (HostArgs::ub_kb); every float with 4 decimals.
     fprintf(f, "%llu,%d,%u,%u,%.4f,%.4f,%s,%llu,%.4f,%u,%u,%u,%u,%s,%u,%u,%d,%s", (unsigned long long)data, a.pe_size,
-            blocks, combine::kUbMteStageBytes / 1024, gibps(global), core_max, metric, (unsigned long long)global,
+            blocks, a.ub_kb, gibps(global), core_max, metric, (unsigned long long)global,
             gibps(data), a.bs, a.h, a.topk, a.expert_per_pe, a.dtype_name.c_str(), a.warmup, a.loops, a.pe_id,
             a.case_id.c_str());
     for (double us : core_us) fprintf(f, ",%.4f", us);

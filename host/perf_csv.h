@@ -19,6 +19,6 @@ double cycles_per_us(const char* soc_name);
 // Appends one row (Metric `metric`) built from the difference `after - before` in the format of
 // docs/formats.md#3-perf-csv: the 19-name header first when the file is new or empty; every float
 // with 4 decimals; one time per core whose frame count is not 0, after CaseId; UBsize/KB is
-// kUbMteStageBytes / 1024. Returns false with `error` set.
+// a.ub_kb (kUbMteStageBytes / 1024 for the lab's kernel). Returns false with `error` set.
 bool append_perf_row(const HostArgs& a, const char* metric, const FrameSnapshot& before, const FrameSnapshot& after,
                      double cyc_per_us, uint32_t blocks, std::string* error);
