@@ -40,7 +40,7 @@ from .results.rows import ERROR, REFUSED, NotRun, ResultRow, result_row
 from .run.launch import LaunchError
 from .formats.sidecars import write_run_files
 from .run import runner
-from .run.runner import CaseLike, PreparedCase, RunResult, prepare_case, refusals
+from .run.runner import CaseLike, KernelFailed, PreparedCase, RunResult, prepare_case, refusals
 
 __all__ = ["WALL", "BASELINE", "Run", "Outcome", "execute", "Comparison", "compare", "progress_bar"]
 
@@ -71,10 +71,15 @@ class Run:
         chaos_seed: the twin's chaos mode (None: off).
         fnpu, fpe: first NPU and first PE id of the driver.
         env: extra environment of the PEs; binary: a driver to use instead of building one.
+        kernel: your own kernel instead of the lab's (a folder, checked against the entry contract
+            when the Run is made, or a KernelSource; docs/own-kernel.md): ``variant`` is then the rule
+            whose plan its counters are compared with (default: the kernel's), and results call it by
+            its label (``reference:doubleplane``). On a timing model it runs once on the twin and its
+            recorded operation stream is priced (:func:`combine_lab.model.recorded.replay_recorded`).
     """
 
     case: CaseLike
-    variant: str = "doubleplane"
+    variant: str | None = None
     clock: Union[str, NpuModel] = WALL
     repeats: int = 1
     warmup: int = 0
@@ -89,6 +94,19 @@ class Run:
     fpe: int = 0
     env: Mapping[str, str] | None = None
     binary: str | os.PathLike | None = None
+    kernel: object = None
+
+    def __post_init__(self):
+        if self.kernel is not None:  # a folder becomes its KernelSource: refused here when it breaks the contract
+            from .run.kernel_source import kernel_source
+            object.__setattr__(self, "kernel", kernel_source(self.kernel))
+        if self.variant is None:
+            object.__setattr__(self, "variant", self.kernel.rule if self.kernel is not None else "doubleplane")
+
+    @property
+    def label(self) -> str:
+        """What results call this run: your kernel's label (``reference:doubleplane``), else the variant."""
+        return self.kernel.label if self.kernel is not None else self.variant
 
     @property
     def modelled(self) -> bool:
@@ -100,6 +118,8 @@ class Run:
         if self.variant not in VARIANTS + (BASELINE,):
             raise ParameterError(f"variant={self.variant!r}: must be one of "
                                  f"{', '.join(map(repr, VARIANTS + (BASELINE,)))}")
+        if self.kernel is not None and self.variant == BASELINE:
+            raise ParameterError(f"variant={BASELINE!r}: the baseline runs no kernel; kernel= names one")
         if self.variant == BASELINE and self.modelled:
             raise ParameterError(f"variant={BASELINE!r}: runs torch.distributed; a timing model prices the kernel only")
         if not self.modelled and self.clock != WALL:
@@ -211,13 +231,14 @@ def execute(runs: Iterable[Run], *, progress: str | None = None, ipport: str | C
 
 def _not_run(run: Run, spec: CaseSpec, check: str, reason: str, repeat: int) -> Outcome:
     target = f"model:{run.clock.name}" if run.modelled else run.target
-    return Outcome(run, repeat, spec, result_row(NotRun.of(spec, run.variant, target, check, reason,
-                                                           run.min_sdma_bytes)))
+    kernel = str(run.kernel.path) if run.kernel is not None else ""
+    return Outcome(run, repeat, spec, result_row(NotRun.of(spec, run.label, target, check, reason,
+                                                           run.min_sdma_bytes, kernel)))
 
 
 def _execute_case(group: list[Run], ipport, work_dir, outputs, keep_files: bool, on_error: str) -> Iterator[Outcome]:
     case = group[0].case
-    walls = [r for r in group if not r.modelled]
+    walls = [r for r in group if not r.modelled or r.kernel is not None]  # a modelled kernel runs on the twin
     refused = {id(r): why for r in walls if r.binary is None and r.variant != BASELINE
                for why in [refusals(r.target, [r.variant]).get(r.variant)] if why}
     prepared: PreparedCase | None = None
@@ -232,6 +253,7 @@ def _execute_case(group: list[Run], ipport, work_dir, outputs, keep_files: bool,
         for why in dict.fromkeys(refused.values()):
             warnings.warn(why, stacklevel=3)
         runnable = [r for r in group if id(r) not in refused]
+        failed_kernels: set[int] = set()
         for rep in range(max((r.repeats for r in group), default=0)):
             # a refused run shows once, in its place; the others' order flips every other repeat
             order = group if rep == 0 else runnable if rep % 2 == 0 else runnable[::-1]
@@ -240,6 +262,16 @@ def _execute_case(group: list[Run], ipport, work_dir, outputs, keep_files: bool,
                 for r in order:
                     if id(r) in refused:
                         done.append(_not_run(r, spec, REFUSED, refused[id(r)], 0))
+                    elif id(r) in failed_kernels:
+                        continue
+                    elif rep < r.repeats and r.kernel is not None:
+                        # your kernel failing or hanging is a result about it, not the lab's failure:
+                        # its row says what happened (the slot it waited for), the others run on
+                        try:
+                            done.append(_one(r, rep, prepared, the_case, ipport, outputs))
+                        except KernelFailed as e:
+                            failed_kernels.add(id(r))
+                            done.append(_not_run(r, spec, ERROR, str(e).splitlines()[0], rep))
                     elif rep < r.repeats:
                         done.append(_one(r, rep, prepared, the_case, ipport, outputs))
             except (LaunchError, OSError) as e:
@@ -265,21 +297,27 @@ def _execute_case(group: list[Run], ipport, work_dir, outputs, keep_files: bool,
 
 
 def _one(r: Run, rep: int, prepared: PreparedCase | None, the_case: Case, ipport, outputs) -> Outcome:
-    """Run (or price) one repeat of ``r`` and write its files to ``outputs[r.variant]``."""
-    folder = Path(outputs[r.variant]) if outputs is not None and r.variant in outputs else None
+    """Run (or price) one repeat of ``r`` and write its files to ``outputs[r.label]``."""
+    folder = Path(outputs[r.label]) if outputs is not None and r.label in outputs else None
     if r.variant == BASELINE:
         from .run.baseline import run_baseline  # torch: only when asked for
         res = run_baseline(prepared, target=r.target, warmup=r.warmup, loops=r.loops, timeout_s=r.timeout_s,
                            fnpu=r.fnpu)
         return Outcome(r, rep, the_case.spec, result_row(res), None, baseline=res)
-    if r.modelled:
+    if r.modelled and r.kernel is not None:  # your kernel priced as it really issues its operations
+        from .model.recorded import model_kernel
+        res = model_kernel(prepared, r.kernel, r.clock, variant=r.variant, min_sdma_bytes=r.min_sdma_bytes,
+                           prof_pe=r.prof_pe, warmup=r.warmup, loops=r.loops, timeout_s=r.timeout_s, ipport=ipport,
+                           binary=r.binary)
+        perf = pd.concat([res.perf_rows(pe) for pe in res.prof_pes], ignore_index=True) if r.perf else pd.DataFrame()
+    elif r.modelled:
         res = modelled.model_case(the_case, r.variant, r.clock, r.min_sdma_bytes, r.prof_pe, r.warmup, r.loops)
         perf = pd.concat([res.perf_rows(pe) for pe in res.prof_pes], ignore_index=True) if r.perf else pd.DataFrame()
     else:
         res = runner.run_case(prepared, r.variant, min_sdma_bytes=r.min_sdma_bytes, warmup=r.warmup, loops=r.loops,
                        perf=r.perf, prof_pe=r.prof_pe, target=r.target, timeout_s=r.timeout_s, ipport=ipport,
                        chaos_seed=r.chaos_seed, fnpu=r.fnpu, fpe=r.fpe, binary=r.binary,
-                       env=dict(r.env) if r.env else None)
+                       env=dict(r.env) if r.env else None, kernel_source=r.kernel)
         perf = res.perf
     if folder is not None:
         write_run_files(folder, res, perf if r.perf else None)
@@ -287,32 +325,45 @@ def _one(r: Run, rep: int, prepared: PreparedCase | None, the_case: Case, ipport
 
 
 class Comparison(dict):
-    """What :func:`compare` returns: variant -> result (RunResult, or ModelledResult on a model) for
-    each variant that ran, in :data:`~combine_lab.planning.planner.VARIANTS` order, and ``refused``:
-    variant -> reason for each one the target refused."""
+    """What :func:`compare` returns: label -> result (RunResult, or ModelledResult on a model) for
+    each run that ran: the variants in :data:`~combine_lab.planning.planner.VARIANTS` order, then
+    each of your kernels by its label (``reference:doubleplane``); ``refused``: label -> reason for
+    each one the target refused; ``failed``: label -> what your kernel did (it failed or hung)."""
 
-    def __init__(self, runs=(), refused: dict[str, str] | None = None):
+    def __init__(self, runs=(), refused: dict[str, str] | None = None, failed: dict[str, str] | None = None):
         super().__init__(runs)
         self.refused: dict[str, str] = dict(refused or {})
+        self.failed: dict[str, str] = dict(failed or {})
 
 
 def compare(case: CaseLike, *, clock: Union[str, NpuModel] = WALL, work_dir: str | os.PathLike | None = None,
             keep_files: bool = False, ipport: str | Callable[[], str] | None = None,
-            outputs: Mapping[str, str | os.PathLike] | None = None, **fields) -> Comparison:
-    """Run ``classic`` and ``doubleplane`` on the same case files (one :func:`execute` of two Runs).
+            outputs: Mapping[str, str | os.PathLike] | None = None, kernel_source=None, **fields) -> Comparison:
+    """Run ``classic`` and ``doubleplane`` on the same case files (one :func:`execute` of two Runs),
+    and beside them each kernel of ``kernel_source``.
 
     Keyword arguments are :class:`Run`'s fields (warmup, loops, perf, prof_pe, min_sdma_bytes, target,
-    timeout_s, chaos_seed, ...) and :func:`execute`'s (work_dir, keep_files, ipport, outputs). A
-    variant refused on this target (doubleplane on an NPU with CANN < 9.0.0) is left out of the
-    mapping, with its reason in ``Comparison.refused`` and in a warning; classic still runs.
+    timeout_s, chaos_seed, ...) and :func:`execute`'s (work_dir, keep_files, ipport, outputs, keyed by
+    label). ``kernel_source``: a folder with your own kernel, a KernelSource, or a list of them
+    (docs/own-kernel.md); each runs on the same case files under its label, checked as the lab's
+    kernel is, and one that fails or hangs is in ``Comparison.failed`` with what it did. A variant
+    refused on this target (doubleplane on an NPU with CANN < 9.0.0) is left out of the mapping, with
+    its reason in ``Comparison.refused`` and in a warning; classic still runs.
 
-    Raises: as :func:`execute` with ``on_error="raise"``.
+    Raises: as :func:`execute` with ``on_error="raise"``; KernelSourceError for a folder that does not
+    meet the entry contract (before anything runs).
     """
+    kernels = [] if kernel_source is None else list(kernel_source) if isinstance(kernel_source, (list, tuple)) \
+        else [kernel_source]
     runs = [Run(case, v, clock=clock, **fields) for v in VARIANTS]
+    runs += [Run(case, clock=clock, kernel=k, **fields) for k in kernels]
     out = Comparison()
     for o in execute(runs, ipport=ipport, work_dir=work_dir, outputs=outputs, keep_files=keep_files):
-        if o.result is None:
-            out.refused[o.run.variant] = o.row.reason
+        if o.result is None and o.row.check == ERROR:
+            out.failed[o.run.label] = o.row.reason
+        elif o.result is None:
+            out.refused[o.run.label] = o.row.reason
         else:
-            out[o.run.variant] = o.result
-    return Comparison({v: out[v] for v in VARIANTS if v in out}, out.refused)
+            out[o.run.label] = o.result
+    order = [v for v in VARIANTS if v in out] + [r.label for r in runs[len(VARIANTS):] if r.label in out]
+    return Comparison({k: out[k] for k in order}, out.refused, out.failed)

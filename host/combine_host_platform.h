@@ -15,6 +15,10 @@ inline void platform_label_window(uint8_t* payload, size_t payload_bytes, uint64
     twin::label_region(payload, payload_bytes, twin::kRegionPayload, stride);
     twin::label_region(status, status_bytes, twin::kRegionStatus, status_slot, flag_bytes);
 }
+// x_out, one slot per token row: the operation stream names the rows stage 2 stores (twin_ops.cpp).
+inline void platform_label_output(uint8_t* x_out, size_t bytes, uint64_t row_bytes) {
+    twin::label_region(x_out, bytes, twin::kRegionOutput, row_bytes);
+}
 inline bool platform_dump_counters(const std::string& path) { return twin::dump_counters(path.c_str()); }
 // A failure after SHMEM started: the twin's other PEs stop at once (status 4) rather than wait.
 inline void platform_abort_peers() { twin::abort_peers(); }
@@ -23,6 +27,7 @@ constexpr const char* kPlatformName = "twin";
 constexpr bool kPlatformHasSdma = true;
 #else
 inline void platform_label_window(uint8_t*, size_t, uint64_t, uint8_t*, size_t, uint64_t, uint64_t) {}
+inline void platform_label_output(uint8_t*, size_t, uint64_t) {}
 inline bool platform_dump_counters(const std::string&) { return true; }
 // No way to tell the other PEs on the NPU: they end by their own bounded waits (the kernel's
 // flag waits, the timed stream sync, the barrier watchdog: combine_host.cpp), not by SHMEM's.

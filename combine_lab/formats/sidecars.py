@@ -57,7 +57,7 @@ def counters_frame(counters: list[dict], which: str = "last") -> pd.DataFrame:
 #: Keys of a sidecar (:func:`write_sidecar`), in order.
 SIDECAR_KEYS = ["case_id", "variant", "routing", "dtype", "seed", "target", "min_sdma_bytes", "warmup", "loops",
                 "launches", "prof_pes", "check", "counters_ok", "counter_mismatches", "violations",
-                "violation_examples", "planned", "counted", "ranks"]
+                "violation_examples", "planned", "counted", "ranks", "kernel"]
 
 
 def plane_records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
@@ -68,12 +68,15 @@ def plane_records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
 def sidecar_record(*, spec, variant: str, target: str, min_sdma_bytes: int, warmup: int, loops: int, launches: int,
                    prof_pes: list[int], check: str, plan_totals: pd.DataFrame, counter_mismatches: list[str] | None = None,
                    violations: int = 0, violation_examples: list[str] | None = None,
-                   counted: pd.DataFrame | None = None, ranks: list[dict] | None = None) -> dict:
+                   counted: pd.DataFrame | None = None, ranks: list[dict] | None = None,
+                   kernel: str = "lab", kernel_source: str | None = None) -> dict:
     """The sidecar of one run (:data:`SIDECAR_KEYS`), for :func:`write_sidecar`: the case (``spec``: a
     CaseSpec) and how it ran, the verdicts, the planned bytes per PE (``plan_totals``: a Plan's
     totals) and, where something counted them, the counted bytes and the twin's counters
     (``counted``: a RunResult's plane_bytes; ``ranks``: its counters files). A run nothing counted
-    (NPU, or a timing model) has ``counters_ok`` None when ``counter_mismatches`` is None."""
+    (NPU, or a timing model) has ``counters_ok`` None when ``counter_mismatches`` is None. ``kernel``:
+    which kernel ran, ``{"name": "lab"}`` for the lab's own, else your kernel's label and folder
+    (``{"name": "reference:doubleplane", "source": "/.../combine_doubleplane"}``; docs/own-kernel.md)."""
     return {"case_id": spec.case_id, "variant": variant, "routing": spec.routing, "dtype": spec.dtype,
             "seed": int(spec.seed), "target": target, "min_sdma_bytes": int(min_sdma_bytes), "warmup": int(warmup),
             "loops": int(loops), "launches": int(launches), "prof_pes": [int(p) for p in prof_pes], "check": check,
@@ -83,7 +86,8 @@ def sidecar_record(*, spec, variant: str, target: str, min_sdma_bytes: int, warm
             "planned": plane_records(plan_totals, ["mte_rows", "mte_bytes", "sdma_rows", "sdma_bytes"]),
             "counted": [] if counted is None else plane_records(counted, ["mte_bytes", "sdma_bytes", "mte_puts",
                                                                             "sdma_puts", "status_writes"]),
-            "ranks": list(ranks or [])}
+            "ranks": list(ranks or []),
+            "kernel": {"name": kernel} if kernel_source is None else {"name": kernel, "source": str(kernel_source)}}
 
 
 def write_run_files(folder: str | Path, result, perf: pd.DataFrame | None) -> list[Path]:
@@ -127,6 +131,8 @@ def read_sidecar(path: str | Path) -> dict:
         raise ResultFileError(f"{path}: cannot read sidecar ({e.strerror})") from None
     except ValueError as e:
         raise ResultFileError(f"{path}: not JSON ({e})") from None
+    if isinstance(data, dict):
+        data.setdefault("kernel", {"name": "lab"})  # written before kernels were named: the lab's
     missing = [k for k in SIDECAR_KEYS if not isinstance(data, dict) or k not in data]
     if missing:
         raise ResultFileError(f"{path}: not a combine-lab sidecar (no {', '.join(missing)})")

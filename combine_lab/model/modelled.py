@@ -39,10 +39,19 @@ class ModelledResult:
     prof_pes: list[int]
     warmup: int
     loops: int
+    kernel: str = ""  # your kernel's label, priced from the operation stream it recorded on the twin
+    kernel_source: object = None  # its folder
+    ub_kb: int | None = None  # UBsize/KB of its perf rows (None: the lab's kernel's)
+
+    @property
+    def label(self) -> str:
+        """What results call it: your kernel's label, else the variant."""
+        return self.kernel or self.variant
 
     @property
     def caption(self) -> str:
-        return self.model.caption()
+        what = f"{self.kernel}'s recorded operation stream " if self.kernel else ""
+        return f"{what}{self.model.caption()}" if what else self.model.caption()
 
     def time_us(self, metric: str) -> float:
         """CoreMaxTime/us of ``metric``, mean over the profiled PEs (as RunResult reports it)."""
@@ -54,7 +63,9 @@ class ModelledResult:
         no counters, violations or launches."""
         return sidecar_record(spec=self.case.spec, variant=self.variant, target=f"model:{self.model.name}",
                               min_sdma_bytes=self.min_sdma_bytes, warmup=self.warmup, loops=self.loops, launches=0,
-                              prof_pes=self.prof_pes, check=MODELLED, plan_totals=self.plan.totals)
+                              prof_pes=self.prof_pes, check=MODELLED, plan_totals=self.plan.totals,
+                              kernel=self.kernel or "lab",
+                              kernel_source=None if self.kernel_source is None else str(self.kernel_source))
 
     def perf_rows(self, pe: int) -> pd.DataFrame:
         """The perf rows (full_op, comm_only) of profiled PE ``pe`` in :func:`read_perf_csv` form, as
@@ -65,7 +76,7 @@ class ModelledResult:
         for metric in ("full_op", "comm_only"):
             cores = getattr(self.times, metric)[pe]
             core_max = float(cores.max())
-            recs.append({"DataSize/B": data, "Npus": s.pes, "Blocks": self.times.block_dim, "UBsize/KB": kernel_constant("kUbMteStageBytes") // 1024,
+            recs.append({"DataSize/B": data, "Npus": s.pes, "Blocks": self.times.block_dim, "UBsize/KB": self.ub_kb if self.ub_kb is not None else kernel_constant("kUbMteStageBytes") // 1024,
                          "Bandwidth/GB/s": gib_per_s(data * s.pes, core_max), "CoreMaxTime/us": core_max,
                          "Metric": metric, "GlobalDataSize/B": data * s.pes,
                          "PerPeBandwidth/GB/s": gib_per_s(data, core_max), "BS": s.bs, "H": s.h, "TopK": s.topk,

@@ -179,7 +179,11 @@ def recorded_runs(folder, pe: int, rows: CaseRows) -> dict[int, list[Run]]:
     lines = (Path(folder) / f"ops_pe{pe}.txt").read_text().splitlines()
     per_core: dict[int, list[tuple]] = {c: [] for c in range(rows.block_dim)}
     for ln in lines:
+        if ln.startswith("#"):  # "# block_dim <n>"
+            continue
         core, kind, dst, nbytes, slot, _ub = ln.split()
+        if kind == "store":  # x_out rows: the model's reduce already writes them
+            continue
         per_core.setdefault(int(core), []).append((kind, int(dst), int(nbytes), int(slot)))
     out = {}
     for core, ops in per_core.items():

@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -126,11 +127,20 @@ def _fingerprint(root: Path, target: str, config: str = "") -> str:
     return h.hexdigest()
 
 
-def _run(cmd: list[str], cwd: Path) -> None:
+#: The build log in every build folder: the configure and compile lines of the last build and
+#: their output (a kernel folder's build shows each launch the twin's copy rewrote there).
+BUILD_LOG = "build.log"
+
+
+def _run(cmd: list[str], cwd: Path, log: Path | None = None) -> None:
     proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if log is not None:
+        with open(log, "a") as f:
+            f.write(f"$ {' '.join(cmd)}\n{proc.stdout}")
     if proc.returncode != 0:
         tail = "\n".join(proc.stdout.splitlines()[-40:])
-        raise BuildError(f"{' '.join(cmd)} failed with status {proc.returncode}:\n{tail}")
+        where = f" (the whole log: {log})" if log is not None else ""
+        raise BuildError(f"{' '.join(cmd)} failed with status {proc.returncode}{where}:\n{tail}")
 
 
 def build_status(target: str = "cpu", build_dir: str | os.PathLike | None = None,
@@ -157,8 +167,16 @@ def fault_binary(build_dir: str | os.PathLike, fault: str) -> Path:
     return Path(build_dir) / f"{BINARY_NAME}_fault_{fault}"
 
 
+def kernel_build_dir(kernel, target: str = "cpu", soc: str | None = None, main: bool = False) -> Path:
+    """The default build folder of a kernel folder (a :class:`~combine_lab.run.kernel_source.KernelSource`):
+    beside the target's, ``<target>-kernel-<label>-<8 hex of its path>`` (``...-main`` for its own main.cpp)."""
+    tag = hashlib.sha256(str(kernel.path).encode()).hexdigest()[:8]
+    base = default_build_dir(target, soc)
+    return base.parent / f"{base.name}-kernel-{kernel.slug}-{tag}{'-main' if main else ''}"
+
+
 def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force: bool = False,
-          faults: list[str] | None = None, soc: str | None = None) -> Path:
+          faults: list[str] | None = None, soc: str | None = None, kernel=None, main: str | None = None) -> Path:
     """Configure and build the host driver for ``target``; return the binary's path.
 
     The build folder is reused while the fingerprint of every file under ``kernels/``,
@@ -177,15 +195,35 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
             ``build_dir``.
         soc: npu only: the SoC to build for (sets the bisheng arch); default ``COMBINE_NPU_SOC``,
             else the SoC of the visible NPUs. The default folder is per SoC.
+        kernel: your own kernel (a folder, or a :class:`~combine_lab.run.kernel_source.KernelSource`,
+            checked against the entry contract first): the driver is built with it instead of the
+            lab's kernel, into its own folder (:func:`kernel_build_dir`), the folder's files only read
+            (docs/own-kernel.md). The build's log, with each launch the twin's copy rewrote, is
+            ``build.log`` beside the binary.
+        main: with ``kernel``: build the folder's own ``main.cpp`` as the executable of this name
+            (e.g. ``combine_doubleplane``) instead of the lab's driver, against the twin; SHMEM's
+            examples' ``examples/utils`` goes on its include path when the folder has one two levels
+            up. Returns that executable.
 
     Raises:
         ParameterError: ``target`` is not one of :data:`TARGETS`.
         TargetUnavailable: ``target="npu"`` without CANN, bisheng, SHMEM or a known SoC; raised
             before anything is run, the message names each missing piece and how to provide it.
         BuildError: cmake is missing, or configuring or compiling failed.
+        KernelSourceError: ``kernel`` does not meet the entry contract (before anything is built).
     """
     if target not in TARGETS:
         raise ParameterError(f"target={target!r}: must be one of {', '.join(TARGETS)}")
+    if kernel is not None:
+        from .kernel_source import kernel_source
+        kernel = kernel_source(kernel)
+        if faults:
+            raise ParameterError("faults: the broken kernels are the lab's kernel's; not with kernel=",
+                                 parameter="faults", value=faults)
+    if main is not None and (kernel is None or not re.fullmatch(r"[A-Za-z0-9_.-]+", main) or kernel.main is None):
+        why = "needs kernel=" if kernel is None else f"{kernel.path} has no main.cpp" if kernel.main is None else \
+            "an executable name: letters, digits, _ . -"
+        raise ParameterError(f"main={main!r}: {why}", parameter="main", value=main)
     for fault in faults or []:
         if target != "cpu" or not fault.replace("_", "").isalnum() or fault.upper() != fault:
             raise ParameterError(f"fault={fault!r}: an upper-case COMBINE_FAULT_<name> switch of the kernel, "
@@ -200,20 +238,33 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
     if target == "npu":
         tc = require_npu_toolchain(soc=soc)
         config_args = tc.cmake_args()
-        if build_dir is None:
+        soc = tc.soc
+        if build_dir is None and kernel is None:
             build_dir = default_build_dir("npu", tc.soc)
+    kernel_fp = ""
+    if kernel is not None:
+        config_args.append(f"-DCOMBINE_KERNEL_DIR={kernel.path}")
+        config_args.append(f"-DCOMBINE_KERNEL_SOURCES={';'.join(str(p) for p in kernel.sources)}")
+        if main is not None:
+            utils = kernel.path.parent.parent / "utils"  # SHMEM's examples/<group>/<example> -> examples/utils
+            config_args += [f"-DCOMBINE_KERNEL_MAIN={main}",
+                            f"-DCOMBINE_KERNEL_INCLUDES={utils if utils.is_dir() else ''}"]
+        kernel_fp = kernel.fingerprint()
+        if build_dir is None:
+            build_dir = kernel_build_dir(kernel, target, soc, main is not None)
     cmake = shutil.which("cmake")
     if cmake is None:
         raise BuildError("cmake not found on PATH: install it (apt-get install cmake, or pip install cmake)")
     root = source_root()
     bdir = Path(build_dir) if build_dir is not None else default_build_dir(target)
     bdir.mkdir(parents=True, exist_ok=True)
-    binary = bdir / BINARY_NAME
+    binary = bdir / (main or BINARY_NAME)
     stamp = bdir / "combine_lab_stamp.json"
+    log = bdir / BUILD_LOG
     with open(bdir / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         config = " ".join(config_args)
-        fp = _fingerprint(root, target, config)
+        fp = _fingerprint(root, target, config + kernel_fp)
         old_config = None
         if stamp.is_file():
             try:
@@ -225,8 +276,11 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
             except (OSError, ValueError):
                 pass
         if sys.stderr is not None and sys.stderr.isatty():  # a person waiting at a terminal: say why
-            print(f"combine-lab: building the {target} driver in {bdir} (first run or sources changed; about "
-                  "30 s on 2 cores)", file=sys.stderr, flush=True)
+            what = f"{kernel.label} from {kernel.path} (unchanged)" if kernel is not None else "the " + target + \
+                " driver"
+            print(f"combine-lab: building {what} in {bdir} (first run or sources changed; about "
+                  "30 s on 2 cores; log: {log})", file=sys.stderr, flush=True)
+        log.write_text("")
         if old_config is not None and old_config != config:
             # Another NPU toolchain (CANN, SHMEM, SoC): CMake cannot switch compilers in place.
             shutil.rmtree(bdir / "CMakeFiles", ignore_errors=True)
@@ -237,8 +291,8 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
         if not (bdir / "CMakeCache.txt").is_file() or target == "cpu":
             gen = ["-G", "Ninja"] if shutil.which("ninja") and not (bdir / "CMakeCache.txt").is_file() else []
             _run([cmake, "-S", str(root), "-B", str(bdir), *gen, f"-DCOMBINE_TARGET={target}",
-                  "-DCMAKE_BUILD_TYPE=Release", *config_args], root)
-        _run([cmake, "--build", str(bdir), "--parallel", str(os.cpu_count() or 2)], root)
+                  "-DCMAKE_BUILD_TYPE=Release", *config_args], root, log)
+        _run([cmake, "--build", str(bdir), "--parallel", str(os.cpu_count() or 2)], root, log)
         if not binary.is_file():
             raise BuildError(f"build finished but {binary} is missing")
         stamp.write_text(json.dumps({"fingerprint": fp, "target": target, "config": config}))

@@ -8,6 +8,7 @@ per-plane counters and the plan they must equal.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -114,7 +115,10 @@ class RunResult:
     Attributes:
         case_id: ``shape_{bs}_{h}_{topk}_{E}_{pes}``; routing: the routing string; dtype: T
             ('int32_t' or 'float16_t').
-        variant: ``classic`` or ``doubleplane``; min_sdma_bytes: the SDMA floor it ran with; target.
+        variant: ``classic`` or ``doubleplane``: the lab's kernel's policy, or for your kernel the rule
+            whose plan its counters are compared with; min_sdma_bytes: the SDMA floor it ran with; target.
+        kernel, kernel_source: your kernel's label and folder (``reference:doubleplane``, ...), or ""
+            and None for the lab's (:attr:`label` is what results call the run).
         x_out: per rank, ``[bs, h]`` arrays of T.
         checks: per rank, the verdict of x_out against golden (bit-exact for both dtypes).
         perf: perf rows (docs/formats.md#3-perf-csv) of the profiled PEs; times in us.
@@ -150,6 +154,13 @@ class RunResult:
     loops: int = 1
     prof_pes: list[int] = field(default_factory=list)
     ranks: list[dict] = field(default_factory=list)  # the twin's counters file of every PE (empty on an NPU)
+    kernel: str = ""  # your kernel's label (reference:doubleplane), or "" for the lab's (docs/own-kernel.md)
+    kernel_source: Path | None = None  # its folder
+
+    @property
+    def label(self) -> str:
+        """What results call this run: your kernel's label (``reference:doubleplane``), else the variant."""
+        return self.kernel or self.variant
 
     @property
     def check_ok(self) -> bool:
@@ -159,8 +170,11 @@ class RunResult:
     @property
     def ok(self) -> bool:
         """x_out matches golden on every rank, the counters carry exactly the planned bytes,
-        and the twin's protocol checker saw no status flag ready before its payload."""
-        return self.check_ok and not self.counter_mismatches() and self.violation_count == 0
+        and the twin's protocol checker saw no status flag ready before its payload. For your
+        kernel the counters are compared, not required (:meth:`counter_mismatches` says how its
+        traffic differs from the rule's plan): x_out and the checker decide."""
+        counters = bool(self.kernel) or not self.counter_mismatches()
+        return self.check_ok and counters and self.violation_count == 0
 
     def plane_bytes(self) -> pd.DataFrame:
         """Per PE what each plane carried in the last launch, as the twin counted it: payload
@@ -229,20 +243,52 @@ class RunResult:
                               launches=self.launches, prof_pes=self.prof_pes,
                               check="PASS" if self.check_ok else "FAIL", plan_totals=self.plan.totals,
                               counter_mismatches=self.counter_mismatches(), violations=self.violation_count,
-                              violation_examples=self.violations, counted=self.plane_bytes(), ranks=self.ranks)
+                              violation_examples=self.violations, counted=self.plane_bytes(), ranks=self.ranks,
+                              kernel=self.kernel or "lab", kernel_source=self.kernel_source)
 
 
-def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
+class KernelFailed(LaunchError):
+    """Your kernel (``kernel_source=``) failed or hung on the twin or an NPU: the lab's driver and the
+    twin did what they should. The message names the kernel and, for a hang, the PE, core and status
+    slot it waited for (and when that slot is masked, that no PE ever sends it)."""
+
+
+def _kernel_failure(e: LaunchError, ks, case: Case) -> KernelFailed:
+    """``e`` (a PE of your kernel's run failed) said as your kernel's failure: for a wait that gave up,
+    which slot, whose token, and whether it is masked (a kernel that waits for a masked slot hangs)."""
+    text = str(e)
+    first = text.splitlines()[0] if text else "failed"
+    m = re.search(r"PE (\d+) core (\d+): timed out after ([\d.]+) s waiting for status slot (\d+)", text)
+    if m is None:
+        return KernelFailed(f"{ks.label} ({ks.path}) failed: {first}\n{text[len(first) + 1:]}".rstrip(),
+                            pe=e.pe, returncode=e.returncode)
+    pe, core, secs, slot = int(m[1]), int(m[2]), m[3], int(m[4])
+    s = case.spec
+    token, k = divmod(slot, s.topk)
+    why = ""
+    if 0 <= pe < s.pes and 0 <= token < s.bs:
+        expert = int(case.expert_ids[pe, token, k])
+        why = f" (token {token}, k {k}: expert {expert}" + (
+            ", masked: no PE sends a masked slot, and this kernel waits for it)" if not 0 <= expert < s.moe_expert_num
+            else f", sent by PE {expert // s.expert_per_pe})")
+    return KernelFailed(f"{ks.label} ({ks.path}) hung: PE {pe} core {core} waited {secs} s for status slot "
+                        f"{slot}{why}; every PE was stopped and nothing was left behind\n{text}",
+                        pe=pe, returncode=e.returncode)
+
+
+def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
              warmup: int = 0, loops: int = 1, perf: bool = True, prof_pe: int | str = 0, target: str = "cpu",
              timeout_s: float = 120.0, work_dir: str | os.PathLike | None = None,
              output_dir: str | os.PathLike | None = None, fnpu: int = 0, fpe: int = 0,
              ipport: str | Callable[[], str] | None = None, keep_files: bool = False, chaos_seed: int | None = None,
-             binary: str | os.PathLike | None = None, env: dict[str, str] | None = None) -> RunResult:
+             binary: str | os.PathLike | None = None, env: dict[str, str] | None = None,
+             kernel_source=None) -> RunResult:
     """Run ``case`` with one ``variant`` on ``target`` and check it.
 
     Args:
         case: spec, case, prepared case or reference case folder (see :func:`prepare_case`).
-        variant: ``classic`` (MTE only) or ``doubleplane`` (MTE + SDMA).
+        variant: ``classic`` (MTE only) or ``doubleplane`` (MTE + SDMA); default doubleplane, or with
+            ``kernel_source`` the rule that kernel is compared with (its :attr:`KernelSource.rule`).
         min_sdma_bytes: smallest segment (bytes) that may go by SDMA (docs/decision-rule.md#1-the-rule: 2 MiB).
         warmup, loops: launches before and during profiling; loops >= 1.
         perf: record perf rows for the profiled PE(s).
@@ -265,6 +311,10 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         binary: a host driver to use instead of building one (tests of broken kernels).
         env: extra environment for every PE (e.g. ``COMBINE_HOST_REPEAT_CHECK=1``: call i
             sends rows of value i+1 and checks its own x_out).
+        kernel_source: your own kernel instead of the lab's: a folder with a combine kernel written
+            against SHMEM and Ascend C (``<shmem>/examples/combine/combine_doubleplane``), or a
+            :class:`~combine_lab.run.kernel_source.KernelSource`; checked against the entry contract,
+            built unchanged, launched by the lab's driver with every check (docs/own-kernel.md).
 
     Returns:
         A :class:`RunResult`; x_out mismatches are reported in ``checks``, not raised.
@@ -277,7 +327,15 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         build.BuildError / build.TargetUnavailable: the target cannot be built.
         build.VariantRefused: ``doubleplane`` on ``npu`` with CANN older than 9.0.0 (before anything runs).
         LaunchError: a PE failed (other than an x_out mismatch) or the run timed out.
+        KernelSourceError: ``kernel_source`` does not meet the entry contract (before anything runs).
+        KernelFailed: your kernel failed or hung (a LaunchError that names the kernel and the slot).
     """
+    ks = None
+    if kernel_source is not None:
+        from .kernel_source import kernel_source as as_kernel
+        ks = as_kernel(kernel_source)
+    if variant is None:
+        variant = ks.rule if ks is not None else "doubleplane"
     if variant not in VARIANTS:
         raise ParameterError(f"variant={variant!r}: must be one of {', '.join(map(repr, VARIANTS))}")
     for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("min_sdma_bytes", min_sdma_bytes, 0),
@@ -321,7 +379,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
     check_capacity(spec, prepared.case_root, _rows_per_pe(prepared.case), target)
     the_plan = make_plan(prepared.case, variant, min_sdma_bytes=min_sdma_bytes)
     try:
-        binary = Path(binary) if binary is not None else build_mod.build(target)
+        binary = Path(binary) if binary is not None else build_mod.build(target, kernel=ks)
         env = dict(env or {})
         if chaos_seed is not None:
             env["COMBINE_TWIN_CHAOS"] = str(int(chaos_seed))
@@ -335,9 +393,15 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
                                        topk=spec.topk, expert_per_pe=spec.expert_per_pe, perf=perf, warmup=warmup,
                                        loops=loops, csv=csv_of(r), case_id=spec.case_id, variant=variant,
                                        min_sdma_bytes=min_sdma_bytes, case_root=prepared.case_root)
-            outcomes = launch_pes(binary, spec.pes, argv, cwd=prepared.case_root, log_dir=run_dir / f"logs_pe{ppe}",
-                                  timeout_s=timeout_s, env={**env, "SHMEM_CYCLE_PROF_PE": str(ppe)},
-                                  tolerated_codes=(_MISMATCH_EXIT,), unnoticed_codes=(_REFUSED_INPUT_EXIT,))
+            try:
+                outcomes = launch_pes(binary, spec.pes, argv, cwd=prepared.case_root,
+                                      log_dir=run_dir / f"logs_pe{ppe}", timeout_s=timeout_s,
+                                      env={**env, "SHMEM_CYCLE_PROF_PE": str(ppe)}, tolerated_codes=(_MISMATCH_EXIT,),
+                                      unnoticed_codes=(_REFUSED_INPUT_EXIT,))
+            except LaunchError as e:
+                if ks is None:
+                    raise
+                raise _kernel_failure(e, ks, prepared.case) from None
             status = [max(s, o.returncode) for s, o in zip(status, outcomes)]
             if perf and csv_of(ppe).is_file():
                 perf_frames.append(read_perf_csv(csv_of(ppe)))
@@ -358,7 +422,8 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
                            plan=the_plan, run_dir=run_dir, driver_status=status,
                            violations=[m for c in counters for m in c.get("violation_examples", [])],
                            violation_count=sum(int(c.get("violations", 0)) for c in counters), spec=spec,
-                           warmup=int(warmup), loops=int(loops), prof_pes=prof_pes, ranks=counters)
+                           warmup=int(warmup), loops=int(loops), prof_pes=prof_pes, ranks=counters,
+                           kernel=ks.label if ks is not None else "", kernel_source=ks.path if ks is not None else None)
         if output_dir is not None:  # only once every launch succeeded: a failed run adds no rows
             write_run_files(output_dir, result, perf_df if perf else None)
         return result
@@ -386,4 +451,5 @@ def refusals(target: str, variants=VARIANTS) -> dict[str, str]:
     return out
 
 
-__all__ = ["VARIANTS", "PreparedCase", "RunResult", "CaseLike", "prepare_case", "run_case", "refusals", "LaunchError"]
+__all__ = ["VARIANTS", "PreparedCase", "RunResult", "CaseLike", "prepare_case", "run_case", "refusals", "LaunchError",
+           "KernelFailed"]

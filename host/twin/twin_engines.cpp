@@ -289,6 +289,10 @@ void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes,
     Region r{p, p + bytes, kind, slot_bytes ? slot_bytes : 1};
     r.slots = bytes / r.slot_bytes;
     r.flag_bytes = flag_bytes ? std::min<uint64_t>(flag_bytes, r.slot_bytes) : r.slot_bytes;
+    if (kind == kRegionOutput) {  // x_out: only named, nothing checked
+        g_regions.push_back(r);
+        return;
+    }
     uint8_t* mine = heap_base(pe_state().my_pe);
     if (kind == kRegionPayload) {
         r.landed_off = reserve_alloc(r.slots * 4, "payload-landed shadow");
@@ -497,7 +501,9 @@ void mte_put_ub(void* dst_sym, const void* ub_src, size_t bytes, int pe, uint32_
     const Put p{remote(dst_sym, pe, bytes, "MTE"), dst_sym, ub_src, bytes, pe, kPlaneMte};
     note_issue(p);
     count_put(g_last.mte, dst_sym, bytes);
-    record_op(region_kind(dst_sym, nullptr) == kRegionStatus ? "flag" : "mte_put_ub", pe, (long long)bytes, -1, off);
+    uint64_t slot = 0;
+    const bool status = region_kind(dst_sym, &slot) == kRegionStatus;
+    record_op(status ? "flag" : "mte_put_ub", pe, (long long)bytes, status ? (long long)slot : -1, off);
     PipeOp leg;
     leg.kind = OpKind::ShmemLeg;
     leg.pipe = kPipeMte3;

@@ -2,8 +2,11 @@
 // (combine_lab/model/stream.py derives the same stream from the plan; a test holds them equal).
 // On when COMBINE_TWIN_OPS=<folder>: each launch replaces <folder>/ops_pe<r>.txt, one line per
 // operation in issue order: "core kind dst bytes slot ub_off" (-1 where it does not apply).
-// kinds: mte_put (GM -> UB -> GM), flag (a UB -> GM status put), sdma_put, sdma_quiet, quiet,
-// wait (one status word), load (a GM -> UB copy of a payload slot), barrier (SyncAll).
+// kinds: mte_put (GM -> UB -> GM), flag (a UB -> GM status put; slot: the status slot on PE dst),
+// sdma_put, sdma_quiet, quiet, wait (one status word; slot: its status slot), load (a GM -> UB copy
+// of a payload slot), store (a UB -> GM copy of an x_out row; slot: the token), barrier (SyncAll or
+// SHMEM's soft core barrier). The first line is "# block_dim <n>". Recorded for any kernel: the
+// twin's own calls record them (combine_lab/model/recorded.py prices a recorded stream).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -52,6 +55,7 @@ void ops_end_launch() {
     const std::string path = std::string(dir) + "/ops_pe" + std::to_string(pe_state().my_pe) + ".txt";
     FILE* f = fopen(path.c_str(), "w");
     if (!f) fatal("COMBINE_TWIN_OPS: cannot write %s", path.c_str());
+    fprintf(f, "# block_dim %zu\n", g_ops.size());  // the launch's blocks, those that issued nothing included
     for (size_t c = 0; c < g_ops.size(); ++c)
         for (const OpRec& o : g_ops[c])
             fprintf(f, "%zu %s %d %lld %lld %lld\n", c, o.kind, o.dst, o.bytes, o.slot, o.ub);

@@ -506,6 +506,9 @@ void copy_out(bool pad, const GmOperand& dst, const UbOperand& src, const Ascend
     soc_state_require(op);
     const uint32_t es = esize(src.elem);
     if (p.blockCount == 0 || p.blockLen == 0) return;
+    uint64_t row = 0;
+    if (region_kind(dst.addr, &row) == kRegionOutput)  // stage 2 writing an x_out row
+        record_op("store", -1, (long long)p.blockCount * p.blockLen, (long long)row, src.off);
     PipeOp o;
     o.kind = OpKind::CopyOut;
     o.pipe = kPipeMte3;

@@ -18,10 +18,11 @@ void launch_kernel(uint32_t block_dim, void* stream, const std::function<void()>
 
 namespace twin {
 
-enum RegionKind : int { kRegionPayload = 0, kRegionStatus = 1 };
+enum RegionKind : int { kRegionPayload = 0, kRegionStatus = 1, kRegionOutput = 2 };
 
 // Host-side annotation: puts landing in a status region count as status writes, and
-// waits on it report their slot. `slot_bytes` is the size of one slot of the region (its
+// waits on it report their slot; an output region (x_out, one slot per token row) names the
+// token of the vector path's stores in the operation stream (twin_ops.cpp). `slot_bytes` is the size of one slot of the region (its
 // stride); for a status region, `flag_bytes` is the ready block at the slot's start that
 // status puts write and waits must cover word by word (0: the whole slot).
 void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes, uint64_t flag_bytes = 0);

@@ -1,0 +1,274 @@
+"""The timing model on a RECORDED operation stream: what a kernel really issued on the twin
+(``COMBINE_TWIN_OPS``, host/twin/twin_ops.cpp; docs/formats.md#9-operation-stream), priced op by
+op on a machine model, so that any kernel, yours included, is priced as it works. The reference's
+doubleplane, for one, puts a row, quiets, puts its status flag and quiets again, row after row;
+the lab's kernel pipelines a segment's rows through two staging buffers and quiets once.
+
+The prices are :mod:`.replay`'s, applied to each operation in issue order, core by core
+(microseconds; rates from the model):
+
+- ``sdma_put``: ``sdma_issue_us`` of core time; the PE's ``sdma_engines`` serve every core's calls
+  round-robin (per call ``ceil(bytes / 1 MiB) * sdma_sqe_us + bytes / min(sdma, link)``).
+  ``sdma_quiet``: waits for this core's calls so far (their round-robin share of the engines'
+  work), the core's last one also for the fair share of its links and of the PE's egress; then
+  ``sdma_quiet_us``.
+- ``mte_put``: the puts since the last quiet form a two-stage pipeline (GM -> UB at
+  ``core_gm_GBps``; UB -> destination at ``core_gm_GBps`` locally, ``min(mte_remote, link)``
+  remotely, plus ``mte_put_us``). ``quiet``: waits for that pipeline and, for remote puts, for the
+  fair share of the links and egress moving the core's bytes so far (counted from its first MTE
+  put), then ``quiet_us``.
+- ``flag``: ``flag_us`` each; it lands at its owner ``flag_latency_us`` later.
+- Stage 2 starts at a core's first ``wait``, ``load`` or ``store``: that is ``comm_only``. Per
+  token, in the order the core first touches it: wait for the last flag of the slots it waits on
+  (``wait_us`` per slot), read each slot it loads (``core_gm_GBps``) and reduce it
+  (``h / vec_elems_per_us``), write its x_out row (one row at ``core_gm_GBps``). A kernel whose
+  stage 2 reads the window with scalar loads (the reference's), which the twin cannot see, is
+  charged as if it loaded each slot it waited on whose expert is valid. ``full_op``: the PE's
+  slowest core plus ``barrier_us``.
+
+For the lab's kernel, whose recorded stream is the plan-derived one (tests/model/test_model_stream.py),
+this gives :func:`.replay.replay`'s times (tests/model/test_model_recorded.py).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..case.case import Case
+from ..errors import ParameterError
+from .machines import NpuModel
+from .replay import ModelledTimes
+from .stream import SQE_BYTES
+
+__all__ = ["Op", "RecordedStream", "read_stream", "replay_recorded", "model_kernel"]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One recorded operation: ``kind``, destination PE ``dst`` (-1: none), ``nbytes``, ``slot`` (a
+    status slot for flag and wait, a payload slot for load, an x_out row for store; -1: none)."""
+
+    kind: str
+    dst: int
+    nbytes: int
+    slot: int
+
+
+@dataclass
+class RecordedStream:
+    """The stream of one launch: ``ops[pe][core]`` in issue order, ``block_dim`` cores per PE."""
+
+    ops: list[list[list[Op]]]
+    block_dim: int
+
+    @property
+    def pes(self) -> int:
+        return len(self.ops)
+
+
+def read_stream(folder: str | os.PathLike, pes: int) -> RecordedStream:
+    """The stream the twin recorded in ``folder`` (``ops_pe<r>.txt`` of PEs 0..pes-1, its last launch).
+
+    Raises:
+        FileNotFoundError: a PE's file is missing (the run recorded no stream).
+    """
+    per_pe, block_dim = [], 0
+    for pe in range(pes):
+        lines = (Path(folder) / f"ops_pe{pe}.txt").read_text().splitlines()
+        cores: dict[int, list[Op]] = {}
+        blocks = 0
+        for ln in lines:
+            if ln.startswith("# block_dim"):
+                blocks = int(ln.split()[2])
+                continue
+            core, kind, dst, nbytes, slot, _ub = ln.split()
+            cores.setdefault(int(core), []).append(Op(kind, int(dst), int(nbytes), int(slot)))
+        blocks = max(blocks, max(cores, default=-1) + 1)
+        block_dim = max(block_dim, blocks)
+        per_pe.append(cores)
+    return RecordedStream([[pe_ops.get(c, []) for c in range(block_dim)] for pe_ops in per_pe], block_dim)
+
+
+def _rate(gbps) -> float:
+    return float(gbps) * 1e3  # bytes per microsecond
+
+
+def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel) -> ModelledTimes:
+    """Price ``stream`` (recorded while ``case`` ran) on ``model``: per PE and core ``comm_only`` and
+    ``full_op``, microseconds (see the module's docstring)."""
+    s = case.spec
+    P, B, m = stream.pes, stream.block_dim, model
+    if P != s.pes:
+        raise ParameterError(f"stream: {P} PEs recorded, the case has {s.pes}", parameter="stream", value=P)
+    row = float(s.h * s.itemsize)
+    link, egress = _rate(m["link_GBps"]), _rate(m["egress_GBps"])
+    core_gm = _rate(m["core_gm_GBps"])
+    remote_rate = min(_rate(m["mte_remote_GBps"]), link)
+    sdma_rate = min(_rate(m["sdma_GBps"]), link)
+    engines = m["sdma_engines"]
+    valid = (case.expert_ids >= 0) & (case.expert_ids < s.moe_expert_num)
+
+    comm = np.zeros((P, B))
+    land: dict[tuple[int, int], float] = {}  # (owner PE, status slot) -> when its flag lands
+    for pe in range(P):
+        cores = stream.ops[pe]
+        # ---- what the PE sends in all: links, senders, every core's SDMA calls ----
+        link_mte: dict[int, float] = {}
+        link_sdma: dict[int, float] = {}
+        core_remote = np.zeros(B)
+        works: list[list[float]] = []
+        sent: list[list[float]] = []
+        for c, ops in enumerate(cores):
+            w, b = [0.0], [0.0]
+            for o in ops:
+                if o.kind == "mte_put" and o.dst != pe:
+                    core_remote[c] += o.nbytes
+                    link_mte[o.dst] = link_mte.get(o.dst, 0.0) + o.nbytes
+                elif o.kind == "sdma_put":
+                    link_sdma[o.dst] = link_sdma.get(o.dst, 0.0) + o.nbytes
+                    w.append(w[-1] + math.ceil(o.nbytes / SQE_BYTES) * m["sdma_sqe_us"] + o.nbytes / sdma_rate)
+                    b.append(b[-1] + o.nbytes)
+            works.append(w)
+            sent.append(b)
+        senders = np.append(core_remote, sum(link_sdma.values()))
+
+        def fair(x: float) -> float:  # bytes the PE's senders moved when each has moved up to x of its own
+            return float(np.minimum(senders, x).sum())
+
+        def served(k: int, prefix: list[list[float]]) -> float:  # round robin: every core's first k calls
+            return sum(p[min(len(p) - 1, k)] for p in prefix)
+
+        for c, ops in enumerate(cores):
+            t, calls, stage1 = 0.0, 0, True
+            last_sdma_quiet = max((i for i, o in enumerate(ops) if o.kind == "sdma_quiet"), default=-1)
+            mte_start = None
+            pipe_a = pipe_b = None  # the pipeline of the puts since the last quiet: GM -> UB, UB -> dst ends
+            pending: set[int] = set()  # remote destinations among them
+            to_dst: dict[int, float] = {}
+            so_far = 0.0
+            sdma_dsts: set[int] = set()
+            for i, o in enumerate(ops):
+                if o.kind in ("wait", "load", "store", "barrier"):
+                    break
+                if o.kind == "sdma_put":
+                    t += m["sdma_issue_us"]
+                    calls += 1
+                    sdma_dsts.add(o.dst)
+                elif o.kind == "sdma_quiet":
+                    done = m["sdma_issue_us"] + served(calls, works) / engines
+                    if i == last_sdma_quiet and calls:
+                        links = max(((link_sdma[d] + min(link_sdma[d], link_mte.get(d, 0.0))) / link
+                                     for d in sdma_dsts), default=0.0)
+                        done = max(done, links, fair(served(calls, sent)) / egress)
+                    t = max(t, done) + m["sdma_quiet_us"]
+                elif o.kind in ("mte_put", "mte_put_ub"):
+                    if mte_start is None:
+                        mte_start = t
+                    a = o.nbytes / core_gm if o.kind == "mte_put" else 0.0
+                    b = o.nbytes / (remote_rate if o.dst != pe else core_gm) + m["mte_put_us"]
+                    pipe_a = (t if pipe_a is None else pipe_a) + a
+                    pipe_b = max(pipe_a, pipe_b if pipe_b is not None else -math.inf) + b
+                    if o.dst != pe and o.kind == "mte_put":
+                        to_dst[o.dst] = to_dst.get(o.dst, 0.0) + o.nbytes
+                        so_far += o.nbytes
+                        pending.add(o.dst)
+                elif o.kind == "quiet":
+                    if pipe_b is not None:
+                        bound = max(((to_dst[d] + min(to_dst[d], link_sdma.get(d, 0.0))) / link for d in pending),
+                                    default=-math.inf)
+                        if pending:
+                            bound = max(bound, fair(so_far) / egress)
+                        t = max(t, pipe_b, mte_start + bound)
+                    t += m["quiet_us"]
+                    pipe_a = pipe_b = None
+                    pending = set()
+                elif o.kind == "flag":
+                    t += m["flag_us"]
+                    land[(o.dst, o.slot)] = t + m["flag_latency_us"]
+            comm[pe, c] = t
+
+    # ---- stage 2: per token as each core first touches it ----
+    read = row / core_gm
+    full = np.zeros((P, B))
+    for pe in range(P):
+        for c, ops in enumerate(stream.ops[pe]):
+            first = next((i for i, o in enumerate(ops) if o.kind in ("wait", "load", "store", "barrier")), len(ops))
+            tokens: dict[int, tuple[set[int], set[int]]] = {}
+            for o in ops[first:]:
+                if o.kind not in ("wait", "load", "store"):
+                    continue
+                token = o.slot if o.kind == "store" else o.slot // s.topk
+                waited, loaded = tokens.setdefault(token, (set(), set()))
+                if o.kind == "wait":
+                    waited.add(o.slot)
+                elif o.kind == "load":
+                    loaded.add(o.slot)
+            e = comm[pe, c]
+            for token, (waited, loaded) in tokens.items():
+                arrive = max((land.get((pe, sl), -math.inf) for sl in waited), default=-math.inf)
+                n_read = len(loaded) if loaded else sum(1 for sl in waited if valid[pe, sl // s.topk, sl % s.topk])
+                e = max(e, arrive) + len(waited) * m["wait_us"] + n_read * (read + s.h / m["vec_elems_per_us"]) + read
+            full[pe, c] = e
+    full_op = np.repeat(full.max(axis=1, keepdims=True) + m["barrier_us"], B, axis=1)
+    return ModelledTimes(comm, full_op, B, model.caption())
+
+
+def model_kernel(case, kernel, model: NpuModel, *, variant: str | None = None, min_sdma_bytes: int | None = None,
+                 prof_pe: int | str = 0, warmup: int = 5, loops: int = 50, timeout_s: float = 120.0, ipport=None,
+                 binary=None):
+    """Price your kernel (``kernel``: a folder or KernelSource) on ``model`` from the operation stream
+    it records: one launch on the twin (the SoC of ``model`` where the twin models it), checked as any
+    run is (a failed check or a hang raises), then :func:`replay_recorded`. ``case``: a CaseSpec, Case
+    or PreparedCase. Returns a :class:`~combine_lab.model.modelled.ModelledResult` whose ``kernel`` is
+    the kernel's label; ``warmup``/``loops`` are what its perf rows record (nothing more is launched).
+
+    Raises:
+        KernelSourceError, KernelFailed: as :func:`combine_lab.run.runner.run_case`; LaunchError when the
+        run's check fails (a priced kernel must compute the combine).
+    """
+    from ..planning.cores import aiv_cores
+    from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
+    from ..run.kernel_source import kernel_source
+    from ..run.launch import LaunchError
+    from ..run.runner import prepare_case, run_case
+    from .modelled import ModelledResult
+
+    ks = kernel_source(kernel)
+    floor = DEFAULT_MIN_SDMA_BYTES if min_sdma_bytes is None else int(min_sdma_bytes)
+    prepared = prepare_case(case)
+    try:
+        pes = prepared.case.spec.pes
+        if prof_pe == "all":
+            prof_pes = list(range(pes))
+        elif isinstance(prof_pe, (int, np.integer)) and not isinstance(prof_pe, bool) and 0 <= prof_pe < pes:
+            prof_pes = [int(prof_pe)]
+        else:
+            raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {pes - 1}]",
+                                 parameter="prof_pe", value=prof_pe)
+        env = {}
+        try:
+            aiv_cores(model.soc)
+            env["COMBINE_TWIN_SOC"] = model.soc  # the twin launches on the model's SoC
+        except ValueError:
+            pass
+        with tempfile.TemporaryDirectory(prefix="combine_lab_ops_") as ops:
+            env["COMBINE_TWIN_OPS"] = ops
+            res = run_case(prepared, variant or ks.rule, min_sdma_bytes=floor, perf=False, timeout_s=timeout_s,
+                           ipport=ipport, binary=binary, env=env, kernel_source=ks)
+            if not res.check_ok or res.violation_count:
+                bad = [f"PE {r}: {c}" for r, c in enumerate(res.checks) if not c.ok]
+                raise LaunchError(f"{ks.label}: its run on the twin failed its check ({'; '.join(bad)}; "
+                                  f"{res.violation_count} protocol violations): a kernel is priced only once it "
+                                  "computes the combine")
+            times = replay_recorded(read_stream(ops, pes), prepared.case, model)
+    finally:
+        if prepared is not case:
+            prepared.cleanup()
+    return ModelledResult(prepared.case, res.variant, floor, model, res.plan, times, prof_pes, int(warmup), int(loops),
+                          kernel=ks.label, kernel_source=ks.path, ub_kb=190)
