@@ -4,11 +4,12 @@
     combine-lab compare -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 --routing trace:mixtral/arxiv/15
     combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 8 --routing deepseek --model a3
     combine-lab calibrate output/perf/combine_perf_rank0.csv --model a3 --out fitted.toml
+    combine-lab build [--kernel-source DIR [--main]]
     combine-lab doctor | selftest | notebooks | docs | lab | app
     combine-lab --version
 
 Sub-commands: :mod:`.run`, :mod:`.compare` (both on :mod:`.cases`), :mod:`.suggest`,
-:mod:`.calibrate`, :mod:`.doctor`, :mod:`.selftest`, :mod:`.notebooks`, :mod:`.docs`, :mod:`.lab`, :mod:`.app`. Each registers its parser and a handler
+:mod:`.calibrate`, :mod:`.build`, :mod:`.doctor`, :mod:`.selftest`, :mod:`.notebooks`, :mod:`.docs`, :mod:`.lab`, :mod:`.app`. Each registers its parser and a handler
 ``args.handler(args) -> exit status``; :func:`main` turns the lab's errors into exit status 2.
 """
 
@@ -21,7 +22,7 @@ import sys
 
 from .. import __version__
 from ..errors import CombineLabError, Terminated
-from . import app, calibrate, compare, docs, doctor, lab, notebooks, run, selftest, suggest
+from . import app, build, calibrate, compare, docs, doctor, lab, notebooks, run, selftest, suggest
 
 
 def version_text() -> str:
@@ -32,14 +33,14 @@ def version_text() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of ``combine-lab`` (sub-commands run, compare, suggest, calibrate, selftest,
-    doctor, notebooks, docs, lab, app)."""
+    """The argparse parser of ``combine-lab`` (sub-commands run, compare, suggest, calibrate, build,
+    selftest, doctor, notebooks, docs, lab, app)."""
     parser = argparse.ArgumentParser(prog="combine-lab", description="MoE combine lab: doubleplane (MTE+SDMA) vs "
                                      "classic (MTE only) combine on the CPU twin or an Ascend NPU")
     parser.add_argument("--version", action="version", version=version_text(),
                         help="show the version of combine_lab and where it is installed from, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, compare, suggest, calibrate, selftest, doctor, notebooks, docs, lab, app):
+    for module in (run, compare, suggest, calibrate, build, selftest, doctor, notebooks, docs, lab, app):
         module.register(sub)
     return parser
 
@@ -69,7 +70,8 @@ def _sigterm_as_interrupt():
 FLAG_OF = {"dtype": "-type", "pes": "-pes", "bs": "-bs", "h": "-h", "topk": "-topk", "expert_per_pe": "-expertPerPe",
            "masked_fraction": "--masked-fraction", "min_sdma_bytes": "--min-sdma-bytes", "timeout_s": "--timeout",
            "warmup": "--warmup", "loops": "--loops", "prof_pe": "--prof-pe", "chaos_seed": "--chaos",
-           "seed": "--seed", "routing": "--routing", "fnpu": "-fnpu", "gnpus": "-gnpus", "fpe": "-fpe"}
+           "seed": "--seed", "routing": "--routing", "fnpu": "-fnpu", "gnpus": "-gnpus", "fpe": "-fpe",
+           "kernel_source": "--kernel-source"}
 
 
 def _with_flag(e: CombineLabError) -> str:

@@ -28,8 +28,9 @@ from ..values import as_list
 from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 from ..harness import BASELINE, WALL, Outcome, Run, execute
-from ..results.rows import ResultRow
+from ..results.rows import ERROR, ResultRow
 from ..run.build import VariantRefused
+from ..run.kernel_source import kernel_source
 from ..run.launch import check_ipport
 from ..formats.perf_csv import (clear_outputs, counters_name, perf_summary_name, rank_files, variant_dir,
                                 write_summary_csv)
@@ -103,6 +104,11 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
     r.add_argument("--timeout", type=float, default=300.0, help="limit per launch of all PEs, seconds (default 300)")
     r.add_argument("--chaos", type=int, default=None, metavar="SEED",
                    help="twin: complete puts late and shuffled (seeded) and report protocol violations")
+    r.add_argument("--kernel-source", action="append", default=None, metavar="DIR",
+                   help="your own kernel: a folder with a combine kernel written for SHMEM and Ascend C (e.g. "
+                        "<shmem>/examples/combine/combine_doubleplane), built unchanged and checked as the lab's is; "
+                        "run: instead of the lab's kernel, compare: beside classic and doubleplane, named by its "
+                        "label (reference:doubleplane); may be given several times (docs/own-kernel.md)")
     r.add_argument("--clock", default="wall", metavar="wall|model:NAME",
                    help="wall (default): run and time the kernel; model:NAME (a2, a3, host, or a .toml file): "
                         "price each case on the timing model instead, launching nothing (any shape, no payload); "
@@ -220,15 +226,17 @@ _INT_FIELDS = ("mte_bytes", "sdma_bytes", "planned_sdma_bytes", "violations")
 
 def table(rows: list[ResultRow]) -> pd.DataFrame:
     """The rows as the run table shows them (:data:`TABLE_COLUMNS`): times rounded to 3 decimals
-    (us; NaN when not timed), bytes and violations as integers, counters=plan 'yes' or 'NO'; a
-    value a row does not have (a refused variant, the baseline) is '-'."""
+    (us; NaN when not timed), bytes and violations as integers, counters=plan 'yes' or 'NO' ('differs'
+    for your kernel: compared with its rule's plan, not required); a value a row does not have (a
+    refused variant, the baseline) is '-'."""
     data = {}
     for title, name in TABLE_COLUMNS.items():
         values = [getattr(r, name) for r in rows]
         if name in ("comm_only_us", "full_op_us"):
             data[title] = [round(v, 3) if not math.isnan(v) else float("nan") for v in values]
         elif name == "counters_ok":
-            data[title] = ["-" if v is None else ("yes" if v else "NO") for v in values]
+            data[title] = ["-" if v is None else ("yes" if v else "differs" if r.kernel else "NO")
+                           for v, r in zip(values, rows)]
         elif name in _INT_FIELDS and any(v is None for v in values):
             data[title] = pd.Series(["-" if v is None else int(v) for v in values], dtype=object)
         else:
@@ -242,14 +250,20 @@ def table_text(rows: list[ResultRow]) -> str:
 
 
 def _report(o: Outcome) -> None:
-    """What went wrong in a run, on stderr: violations, counter mismatches, x_out mismatches."""
+    """What went wrong in a run, on stderr: violations, counter mismatches, x_out mismatches, and
+    what your kernel did when it failed or hung."""
     res = o.result if isinstance(o.result, RunResult) else o.baseline
     if res is None:
+        if o.run.kernel is not None and o.row.check == ERROR:
+            print(f"combine-lab: {o.row.reason}", file=sys.stderr)
         return
     for line in getattr(res, "violations", []):
         print(f"protocol violation: {line}", file=sys.stderr)
     for line in res.counter_mismatches() if isinstance(res, RunResult) else []:
-        print(f"counter mismatch: {line}", file=sys.stderr)
+        if res.kernel:  # your kernel's traffic beside the rule's plan: how it differs, not a failure
+            print(f"{res.kernel} differs from the {res.variant} plan: {line}", file=sys.stderr)
+        else:
+            print(f"counter mismatch: {line}", file=sys.stderr)
     for r, c in enumerate(res.checks):
         if not c.ok:
             label = "" if isinstance(res, RunResult) else f" ({res.variant})"
@@ -273,7 +287,10 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     ``VariantRefused`` (exit 2). With ``--baseline`` the baseline's row follows each case's.
     """
     model = clock_model(getattr(a, "clock", "wall"))
-    specs = _specs(a, payload=model is None)
+    kernels = [kernel_source(d) for d in getattr(a, "kernel_source", None) or []]  # each checked before anything
+    if getattr(a, "only_kernels", False) and kernels:
+        variants = []  # run --kernel-source: your kernels instead of the lab's
+    specs = _specs(a, payload=model is None or bool(kernels))
     prof_pe = _prof_pe(a.prof_pe, specs)
     _check_run_flags(a, specs)
     baseline = bool(getattr(a, "baseline", None))
@@ -284,20 +301,25 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
         base, refused = Path(f"{a.output_dir}-model-{model.name}"), {}
     else:
         base, refused = Path(a.output_dir), refusals(a.target, variants)
-        if refused and len(refused) == len(variants):  # nothing would run: say why, exit 2
-            raise VariantRefused(refused[variants[0]])
+        refused.update({k.label: why for k in kernels for why in [refusals(a.target, [k.rule]).get(k.rule)] if why})
+        if refused and len(refused) == len(variants) + len(kernels):  # nothing would run: say why, exit 2
+            raise VariantRefused(next(iter(refused.values())))
         for why in refused.values():
             print(f"combine-lab: {why}", file=sys.stderr)
         if baseline:
             from ..run.baseline import require_baseline
             require_baseline(a.target)  # before anything runs: the fix if it cannot
-    folders = {v: variant_dir(base, v, separate=len(variants) > 1) for v in variants}
+    # label -> (rule whose file names it writes, folder): the lab's variants, then your kernels
+    separate = len(variants) + len(kernels) > 1
+    named = {**{v: v for v in variants}, **{k.label: k.rule for k in kernels}}
+    folders = {v: variant_dir(base, v, separate) for v in variants}
+    folders.update({k.label: variant_dir(base, k.slug, separate) for k in kernels})
     if a.perf:
-        for variant, folder in folders.items():
+        for label, folder in folders.items():
             usable_folder(folder, "--output-dir")
-            removed = clear_outputs(folder, variant)
+            removed = clear_outputs(folder, named[label])
             if removed and model is None:
-                print(f"combine-lab: removed {len(removed)} files of an earlier {variant} run from {folder}",
+                print(f"combine-lab: removed {len(removed)} files of an earlier {label} run from {folder}",
                       file=sys.stderr)
     # Without --perf nothing is timed: one launch, then the check (as the reference's driver does);
     # a model prices the loops asked for either way.
@@ -308,6 +330,9 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
         runs += [Run(spec, v, clock=clock, warmup=warmup, loops=loops, perf=a.perf, prof_pe=prof_pe,
                      min_sdma_bytes=a.min_sdma_bytes, target=a.target, timeout_s=a.timeout, chaos_seed=a.chaos,
                      fnpu=a.fnpu, fpe=a.fpe) for v in variants]
+        runs += [Run(spec, getattr(a, "rule", None) or k.rule, clock=clock, warmup=warmup, loops=loops, perf=a.perf,
+                     prof_pe=prof_pe, min_sdma_bytes=a.min_sdma_bytes, target=a.target, timeout_s=a.timeout,
+                     chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, kernel=k) for k in kernels]
         if baseline:
             runs.append(Run(spec, BASELINE, warmup=a.warmup, loops=a.loops, target=a.target, timeout_s=a.timeout,
                             fnpu=a.fnpu))
@@ -321,14 +346,17 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
             _report(o)
     if model is not None:
         print(model.caption())
+        for k in kernels:
+            print(f"{k.label}: priced from the operation stream it recorded in one launch on the twin")
     print(table_text(rows))
     if a.perf:
-        for variant in variants:
-            if variant not in refused:
-                _finish_perf(folders[variant], variant, [s.case_id for s in specs], prof_pe == "all", a.analyse,
+        for label in folders:
+            if label not in refused:
+                _finish_perf(folders[label], named[label], [s.case_id for s in specs], prof_pe == "all", a.analyse,
                              model.caption() if model is not None else "")
     ran = [r for r in rows if r.ran]
-    return 0 if all(r.ok for r in ran) else 1
+    failed = [r for r in rows if r.check == ERROR]  # your kernel failed or hung (the lab's raise: exit 2)
+    return 0 if all(r.ok for r in ran) and not failed else 1
 
 
 def _paths_line(paths: list[Path], folder: Path, most: int = 4) -> str:

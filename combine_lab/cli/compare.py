@@ -2,9 +2,11 @@
 
     combine-lab compare -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 --routing trace:mixtral/arxiv/15
     combine-lab compare ... --baseline hccl   # + torch.distributed all_to_all (HCCL; gloo on the twin)
+    combine-lab compare ... --kernel-source ~/shmem/examples/combine/combine_doubleplane   # + your kernel
 
 With ``--perf`` each variant's files go to their own folder, ``<output-dir>/classic/`` and
-``<output-dir>/doubleplane/``, so that a summariser reading one folder never mixes them.
+``<output-dir>/doubleplane/`` (a kernel of yours: ``<output-dir>/reference-doubleplane/``, ...), so
+that a summariser reading one folder never mixes them.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ def _compare(a: argparse.Namespace) -> int:
 def register(sub) -> None:
     """Add ``compare`` to ``sub`` (argparse sub-parsers)."""
     p = sub.add_parser("compare", add_help=False,
-                       help="run classic and doubleplane on the same case(s); --perf files in <output-dir>/classic "
-                            "and <output-dir>/doubleplane")
+                       help="run classic and doubleplane (and each --kernel-source) on the same case(s); --perf files "
+                            "in <output-dir>/classic, <output-dir>/doubleplane, <output-dir>/<kernel label>")
     add_case_flags(p)
     p.add_argument("--baseline", choices=["hccl"], default=None,
                    help="also run torch.distributed all_to_all + weighted sum (HCCL on npu; gloo, CPU tensors, on cpu)")

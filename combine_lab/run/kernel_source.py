@@ -25,7 +25,7 @@ from ..errors import ParameterError
 from ..planning.planner import VARIANTS
 
 __all__ = ["ENTRY", "HEADER", "MAIN", "ENTRY_CONTRACT", "ENTRY_PARAMETERS", "KernelSource", "KernelSourceError",
-           "kernel_source", "LAB_KERNEL"]
+           "kernel_source", "reference_root", "LAB_KERNEL"]
 
 #: The function the lab's driver calls, the header that declares it, and the folder's own driver
 #: (never part of the kernel: the lab builds it only for ``combine-lab build --kernel-source DIR --main``).
@@ -126,7 +126,7 @@ def _parameters(text: str, at: int) -> list[str] | None:
     return None
 
 
-def _reference_root(path: Path) -> Path | None:
+def reference_root(path: Path) -> Path | None:
     """The SHMEM checkout holding ``path`` as one of its examples (``<root>/examples/...`` with
     ``<root>/include/shmem.h``), else None."""
     for parent in path.parents:
@@ -196,7 +196,7 @@ def kernel_source(path: str | os.PathLike | KernelSource, name: str | None = Non
                                 "(docs/own-kernel.md#2-the-entry-contract)", parameter="kernel_source",
                                 value=str(path))
     base = where.name[len("combine_"):] if where.name.startswith("combine_") and len(where.name) > 8 else where.name
-    label = name or f"{'reference' if _reference_root(where) else 'user'}:{base}"
+    label = name or f"{'reference' if reference_root(where) else 'user'}:{base}"
     if not re.fullmatch(r"[A-Za-z0-9_.:+-]+", label):
         raise KernelSourceError(f"name={label!r}: letters, digits and _ . : + - only (it names files and rows)",
                                 parameter="name", value=label)
