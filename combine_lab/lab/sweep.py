@@ -27,6 +27,7 @@ from ..model.machines import NpuModel
 from ..model.replay import replay
 from ..model.stream import case_rows
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, plan
+from ..run.kernel_source import kernel_source as kernel_source_of
 from ..harness import Run, execute, progress_bar
 from ..results.tables import TIDY_COLUMNS, tidy_rows, write_sweep_csv
 from ..run import build as build_mod
@@ -72,8 +73,9 @@ def planned_shares(specs, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> pd.Da
 
 def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, target: str = "cpu",
               min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES, prof_pe: int | str = 0, timeout_s: float = 120.0,
-              csv_path: str | os.PathLike | None = None, progress: bool = True) -> pd.DataFrame:
-    """Run classic and doubleplane on every spec, ``repeats`` times, and tidy the results.
+              csv_path: str | os.PathLike | None = None, progress: bool = True, kernel_source=None) -> pd.DataFrame:
+    """Run classic and doubleplane on every spec, ``repeats`` times, and tidy the results; with
+    ``kernel_source``, your kernels beside them.
 
     One :func:`combine_lab.harness.execute` of both variants of every spec: each case's files are
     written once; each repeat launches both variants on them, the order alternating between
@@ -92,6 +94,10 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
         timeout_s: limit per launch of all PEs, seconds.
         csv_path: if given, the tidy table is written there (:func:`combine_lab.results.tables.write_sweep_csv`).
         progress: show a progress bar (one step per case; :func:`combine_lab.harness.progress_bar`).
+        kernel_source: a folder with your own kernel, a KernelSource, or a list of them
+            (docs/own-kernel.md): each runs on the same case files in every repeat, its rows named by
+            its label (``variant`` ``reference:doubleplane``, ``kernel`` its folder); one that fails or
+            hangs gets ERROR rows saying what it did and is not run again for that case.
 
     Returns:
         The tidy DataFrame (:data:`~combine_lab.results.tables.TIDY_COLUMNS`), one row per
@@ -112,9 +118,14 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
     build_mod.build(target)
     for why in runner.refusals(target).values():  # said once; each case gets its REFUSED rows
         warnings.warn(why, stacklevel=2)
+    kernels = [] if kernel_source is None else list(kernel_source) if isinstance(kernel_source, (list, tuple)) \
+        else [kernel_source]
+    kernels = [kernel_source_of(k) for k in kernels]  # each checked before anything runs
+    for k in kernels:
+        build_mod.build(target, kernel=k)
     runs = [Run(spec, v, repeats=int(repeats), warmup=int(warmup), loops=int(loops), target=target,
-                min_sdma_bytes=int(min_sdma_bytes), prof_pe=prof_pe, timeout_s=timeout_s)
-            for spec in specs for v in VARIANTS]
+                min_sdma_bytes=int(min_sdma_bytes), prof_pe=prof_pe, timeout_s=timeout_s, kernel=k)
+            for spec in specs for v, k in [*((v, None) for v in VARIANTS), *((k.rule, k) for k in kernels)]]
     rows: list[dict] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -68,10 +68,14 @@ def write_sweep_csv(tidy: pd.DataFrame, path: str | os.PathLike) -> Path:
 
 def read_sweep_csv(path: str | os.PathLike) -> pd.DataFrame:
     """Read a tidy sweep CSV. Raises ResultFileError when the header is not :data:`TIDY_COLUMNS`."""
-    df = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"reason": str, "core_times_us": str})
+    df = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"reason": str, "core_times_us": str,
+                                                                          "kernel": str})
+    if list(df.columns) == TIDY_COLUMNS[:-1]:  # written before rows named their kernel: the lab's
+        df["kernel"] = ""
     if list(df.columns) != TIDY_COLUMNS:
         raise ResultFileError(f"{path}: not a sweep CSV (columns {list(df.columns)[:5]}...)")
     df["reason"] = df["reason"].fillna("")
+    df["kernel"] = df["kernel"].fillna("")
     return df
 
 
@@ -116,8 +120,11 @@ def summarize(tidy: pd.DataFrame) -> pd.DataFrame:
     sdma_bytes (doubleplane), check_ok (no run failed: every variant that ran PASS, none
     ERROR; a refused variant is not a failure), counters_ok (every run that ran). Columns:
     :data:`SUMMARY_COLUMNS`. Variants that did not run (check REFUSED or ERROR) are left out
-    of the times.
+    of the times. Rows of your own kernels (a non-empty ``kernel``) are the tidy table's, not the
+    summary's: it compares the lab's two variants.
     """
+    if "kernel" in tidy.columns:
+        tidy = tidy[tidy["kernel"].fillna("").astype(str) == ""]
     if tidy.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     out = []
