@@ -27,6 +27,8 @@
 #   COMBINE_NPU_SOC     SoC name (Ascend910B3, Ascend910_9391, Ascend950...); sets the arch.
 #   COMBINE_NPU_ARCH    dav-c220 (A2/A3) or dav-c310 (Ascend950); default from the SoC.
 #   COMBINE_NPU_SDMA    ON when CANN >= 9.0.0 (SHMEM's SDMA engine); OFF builds an MTE-only driver.
+#   COMBINE_KERNEL_DIR, COMBINE_KERNEL_SOURCES, COMBINE_KERNEL_MAIN, COMBINE_KERNEL_INCLUDES: your own
+#                       kernel instead of kernels/ (CMakeLists.txt; docs/own-kernel.md), compiled as is.
 
 # combine_npu_fail("part one " "part two"): the parts are separate arguments, joined here.
 function(combine_npu_fail)
@@ -126,7 +128,11 @@ set(_cann_inc_candidates
   "${ASCEND_HOME_PATH}/${CMAKE_SYSTEM_PROCESSOR}-linux/tikcpp/tikcfw"
   "${ASCEND_HOME_PATH}/${CMAKE_SYSTEM_PROCESSOR}-linux/tikcpp/tikcfw/impl"
   "${ASCEND_HOME_PATH}/${CMAKE_SYSTEM_PROCESSOR}-linux/tikcpp/tikcfw/interface"
-  "${ASCEND_HOME_PATH}/asc/include")
+  "${ASCEND_HOME_PATH}/asc/include"
+  # opbase's host headers (opdev/fp16_t.h: op::fp16_t, which kernels written for SHMEM instantiate)
+  "${ASCEND_HOME_PATH}/include/aclnn"
+  "${ASCEND_HOME_PATH}/include/nnopbase"
+  "${ASCEND_HOME_PATH}/pkg_inc")
 set(COMBINE_CANN_INCLUDES "")
 foreach(_d ${_cann_inc_candidates})
   if(IS_DIRECTORY "${_d}")
@@ -206,8 +212,18 @@ endif()
 # The kernel's host half (launch_combine) calls libshmem (util_get_ffts_config), so the library
 # links it too; the driver finds libcombine_kernel.so in this folder through its RPATH.
 set(_npu_rpath "${COMBINE_SHMEM_ROOT}/lib;${COMBINE_CANN_LIBDIR}")
-add_library(combine_kernel SHARED ${COMBINE_KERNEL_SOURCE})
-target_include_directories(combine_kernel PRIVATE kernels host ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
+# Your own kernel (COMBINE_KERNEL_DIR, CMakeLists.txt): its sources as they are, with its folder
+# on the include path instead of kernels/ (its combine_kernel.h is its own), as SHMEM's examples
+# compile theirs.
+if(COMBINE_KERNEL_DIR)
+  set(_kernel_sources ${COMBINE_KERNEL_SOURCES})
+  set(_kernel_includes "${COMBINE_KERNEL_DIR}")
+else()
+  set(_kernel_sources ${COMBINE_KERNEL_SOURCE})
+  set(_kernel_includes kernels host)
+endif()
+add_library(combine_kernel SHARED ${_kernel_sources})
+target_include_directories(combine_kernel PRIVATE ${_kernel_includes} ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
 target_compile_definitions(combine_kernel PRIVATE ${_npu_defs})
 target_compile_options(combine_kernel PRIVATE ${_kernel_flags} -O2 -Wno-macro-redefined -Wno-ignored-attributes)
 target_link_options(combine_kernel PRIVATE ${_link_flags})
@@ -220,9 +236,34 @@ set_target_properties(combine_kernel PROPERTIES BUILD_RPATH "${_npu_rpath}")
 
 # ---- the host driver: plain C++ (bisheng told -xc++, as SHMEM's examples compile main.cpp),
 # linked with the kernel library ----
-add_executable(combine_host ${COMBINE_HOST_SOURCES})
+if(COMBINE_KERNEL_DIR AND COMBINE_KERNEL_MAIN)
+  # The folder's own driver (SHMEM's examples build theirs this way), linked with its kernel.
+  add_executable(${COMBINE_KERNEL_MAIN} "${COMBINE_KERNEL_DIR}/main.cpp")
+  target_include_directories(${COMBINE_KERNEL_MAIN} PRIVATE "${COMBINE_KERNEL_DIR}" ${COMBINE_KERNEL_INCLUDES}
+                             ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
+  target_compile_definitions(${COMBINE_KERNEL_MAIN} PRIVATE ${_npu_defs})
+  target_compile_options(${COMBINE_KERNEL_MAIN} PRIVATE -xc++)
+  target_link_directories(${COMBINE_KERNEL_MAIN} PRIVATE "${COMBINE_CANN_LIBDIR}")
+  target_link_libraries(${COMBINE_KERNEL_MAIN} PRIVATE ${COMBINE_NPU_LINK_LIBS} "${COMBINE_SHMEM_LIB}" combine_kernel)
+  set_target_properties(${COMBINE_KERNEL_MAIN} PROPERTIES BUILD_RPATH "${_npu_rpath}")
+  return()
+endif()
+set(_host_extra "")
+if(COMBINE_KERNEL_DIR)
+  # The driver's call into your kernel, compiled against your combine_kernel.h alone.
+  add_library(combine_user_entry OBJECT host/user_kernel.cpp)
+  target_include_directories(combine_user_entry PRIVATE "${COMBINE_KERNEL_DIR}" host ${COMBINE_SHMEM_INCLUDES}
+                             ${COMBINE_CANN_INCLUDES})
+  target_compile_definitions(combine_user_entry PRIVATE ${_npu_defs})
+  target_compile_options(combine_user_entry PRIVATE -xc++)
+  set(_host_extra $<TARGET_OBJECTS:combine_user_entry>)
+endif()
+add_executable(combine_host ${COMBINE_HOST_SOURCES} ${_host_extra})
 target_include_directories(combine_host PRIVATE kernels host ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
 target_compile_definitions(combine_host PRIVATE ${_npu_defs})
+if(COMBINE_KERNEL_DIR)
+  target_compile_definitions(combine_host PRIVATE COMBINE_USER_KERNEL=1)
+endif()
 target_compile_options(combine_host PRIVATE -xc++)
 target_link_directories(combine_host PRIVATE "${COMBINE_CANN_LIBDIR}")
 target_link_libraries(combine_host PRIVATE ${COMBINE_NPU_LINK_LIBS} "${COMBINE_SHMEM_LIB}" combine_kernel)

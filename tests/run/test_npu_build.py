@@ -23,12 +23,12 @@ from npu_fakes import make_cann, make_shmem, npu_env
 HOST_SOURCES = ["combine_host.cpp", "host_args.cpp", "case_io.cpp", "perf_csv.cpp"]
 
 
-def configure(env: dict[str, str], bdir: Path, soc: str | None = None) -> tuple[dict, dict]:
+def configure(env: dict[str, str], bdir: Path, soc: str | None = None, extra: tuple[str, ...] = ()) -> tuple[dict, dict]:
     """Configure the NPU target as build() would; return (compile command by file name, link
     block by output: 'libcombine_kernel.so' and 'combine_host', each {'rule', 'inputs', VAR: value})."""
     tc = require_npu_toolchain(env, soc=soc)
     cmd = [shutil.which("cmake"), "-S", str(source_root()), "-B", str(bdir), "-G", "Ninja", "-DCOMBINE_TARGET=npu",
-           "-DCMAKE_BUILD_TYPE=Release", *tc.cmake_args()]
+           "-DCMAKE_BUILD_TYPE=Release", *tc.cmake_args(), *extra]
     proc = subprocess.run(cmd, env={**os.environ, **env, "PATH": os.environ["PATH"]}, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
     assert proc.returncode == 0, proc.stdout
@@ -292,7 +292,7 @@ def test_build_npu_caches_per_soc_and_reconfigures_when_cann_changes(tmp_path, m
     use_env(monkeypatch, env)
     calls = []
 
-    def fake_run(cmd, cwd):  # stands in for cmake: configure writes a cache, build writes the binary
+    def fake_run(cmd, cwd, log=None):  # stands in for cmake: configure writes a cache, build writes the binary
         calls.append(cmd)
         bdir = Path(cmd[cmd.index("-B") + 1]) if "-B" in cmd else Path(cmd[cmd.index("--build") + 1])
         (bdir / ("CMakeCache.txt" if "-B" in cmd else "combine_host")).write_text("x")
@@ -325,3 +325,21 @@ def test_build_npu_caches_per_soc_and_reconfigures_when_cann_changes(tmp_path, m
     make_cann(cann, "8.3.RC1")
     assert build("npu") == builds / "npu-Ascend910B3" / "combine_host"
     assert calls == [configure_cmd("Ascend910B3", "dav-c220", "OFF"), build_cmd("Ascend910B3")]
+
+
+def test_configure_your_kernel_builds_its_sources_unchanged_with_its_own_header(tmp_path):
+    """COMBINE_KERNEL_DIR (docs/own-kernel.md): the kernel library is the folder's sources as they are
+    (no twin copy), with the folder, not kernels/, on its include path; the driver gains the call into
+    it (host/user_kernel.cpp, against the folder's header) and COMBINE_USER_KERNEL=1."""
+    folder = source_root() / "tests" / "kernels" / "combine_refstyle"
+    env = npu_env(tmp_path, soc="Ascend910B3", bisheng_date="2026-08-01")
+    compiles, link = configure(env, tmp_path / "b", extra=(f"-DCOMBINE_KERNEL_DIR={folder}",))
+    assert sorted(compiles) == sorted(["combine_refstyle_kernel.cpp", "user_kernel.cpp", *HOST_SOURCES])
+    kernel = shlex.split(compiles["combine_refstyle_kernel.cpp"])
+    assert kernel[-1] == str(folder / "combine_refstyle_kernel.cpp") and "-xasc" in kernel
+    assert f"-I{folder}" in kernel and f"-I{source_root()}/kernels" not in kernel
+    entry = shlex.split(compiles["user_kernel.cpp"])
+    assert "-xc++" in entry and entry.index(f"-I{folder}") < entry.index(f"-I{source_root()}/host")
+    assert f"-I{source_root()}/kernels" not in entry
+    assert "-DCOMBINE_USER_KERNEL=1" in shlex.split(compiles["combine_host.cpp"])
+    assert "user_kernel.cpp.o" in link["combine_host"]["inputs"]

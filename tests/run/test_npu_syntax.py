@@ -319,3 +319,38 @@ def test_no_file_names_the_old_header():
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     hits = [f for f in tracked if (ROOT / f).is_file() and OLD_HEADER in (ROOT / f).read_text(errors="replace")]
     assert hits == []
+
+
+REFSTYLE = ROOT / "tests" / "kernels" / "combine_refstyle"  # a kernel folder written as SHMEM's examples are
+
+
+def test_your_kernel_and_the_driver_that_calls_it_compile_in_the_npu_branch():
+    """The new build path (docs/own-kernel.md): a kernel folder written for SHMEM (raw UB integer
+    addresses, ACLSHMEM_DEVICE, the profiling header, float16_t and op::fp16_t instances, the
+    <<<>>> launch, the soft core barrier) compiles as it is written, both passes; host/user_kernel.cpp
+    compiles against the folder's own combine_kernel.h (its -I first, as the build puts it), the
+    driver with COMBINE_USER_KERNEL=1, and the folder's own main.cpp as plain C++."""
+    kernel = str(REFSTYLE / "combine_refstyle_kernel.cpp")
+    # its stage 2 reads half scalars from GM: the declarations' scalar half (tests/npu_decls/README.md)
+    jobs = [(what, ["-DCOMBINE_DECLS_SCALAR_HALF=1", *args]) for what, args in kernel_jobs(A2A3, source=kernel)]
+    jobs += [("user entry", ["-x", "c++", "host/user_kernel.cpp"]),
+             ("driver (your kernel)", ["-x", "c++", "-DCOMBINE_USER_KERNEL=1", "host/combine_host.cpp"]),
+             ("folder's main.cpp", ["-x", "c++", str(REFSTYLE / "main.cpp")])]
+    first = lambda what: ["-fsyntax-only", f"-I{REFSTYLE}"] if what in ("user entry", "folder's main.cpp") \
+        else ["-fsyntax-only"]  # noqa: E731
+    for what, rc, err in run_compiles(ROOT, jobs, mode=first):
+        assert rc == 0 and err == "", f"{what}:\n{err}"
+
+
+def test_a_ub_pointer_passed_as_a_gm_one_is_refused_in_your_kernel(tmp_path):
+    """UB pointers written as raw integers keep their address space: the staging buffer given where
+    SHMEM wants the GM source does not compile (the compiler's words)."""
+    src = tmp_path / "combine_refstyle"
+    shutil.copytree(REFSTYLE, src)
+    _replace_once(src / "combine_refstyle_kernel.cpp", "payload + slot * stride, expand_x + row * h, stage,",
+                  "payload + slot * stride, stage, stage,")
+    jobs = [(what, ["-DCOMBINE_DECLS_SCALAR_HALF=1", *args])
+            for what, args in kernel_jobs(A2A3, source=str(src / "combine_refstyle_kernel.cpp"))]
+    failed = _failures(run_compiles(ROOT, jobs))
+    assert "kernel A2/A3 (AI core)" in failed
+    assert "no matching function for call to 'aclshmemx_mte_put_nbi'" in failed["kernel A2/A3 (AI core)"]

@@ -10,6 +10,8 @@
 // UB tiles) must come out as on the device.
 static_assert(sizeof(half) == 2, "bisheng's half is 2 bytes");
 static_assert(alignof(half) == 2, "bisheng's half is 2-byte aligned");
+// bisheng's other name for it, which SHMEM's examples instantiate their kernels with.
+using float16_t = half;
 
 #if defined(__CUDA__)
 // The <<<block_dim, l2ctrl, stream>>> launch. Clang lowers `kernel<<<a, b, c>>>(args)` to a

@@ -44,7 +44,14 @@
 
 // bisheng's half: a built-in 2-byte float that converts to and from float and, unlike clang's
 // __fp16, may be passed by value (DataCopyPadExtParams<half> takes one): declared here as a
-// class of 16 bits with those conversions (combine_syntax_check.h asserts the size).
+// class of 16 bits with those conversions (combine_syntax_check.h asserts the size). A class
+// cannot be read or written through a __gm__ (OpenCL address space) pointer here, which bisheng's
+// built-in can: a kernel that reads half scalars from GM, as SHMEM's examples' stage 2 does, is
+// checked with COMBINE_DECLS_SCALAR_HALF, where the AI-core pass's half is clang's __fp16
+// (arithmetic and scalar GM access; no half passed by value).
+#if defined(COMBINE_DECLS_SCALAR_HALF) && defined(__CUDA_ARCH__)
+typedef __fp16 half;
+#else
 class half {
 public:
     __host_aicore__ half();
@@ -54,6 +61,7 @@ public:
 private:
     uint16_t bits_;
 };
+#endif
 
 // bisheng built-ins.
 enum pipe_t { PIPE_S = 1, PIPE_V = 2, PIPE_M = 3, PIPE_MTE1 = 4, PIPE_MTE2 = 5, PIPE_MTE3 = 6, PIPE_ALL = 10 };

@@ -46,6 +46,30 @@ typedef struct aclshmemx_init_attr_t {
 } aclshmemx_init_attr_t;
 }
 
+// ---- host/shmem_host_def.h: status codes and the uid of the uid bootstrap ----
+enum aclshmem_error_code_t : int {
+    ACLSHMEM_SUCCESS = 0,
+    ACLSHMEM_INVALID_PARAM = -1,
+    ACLSHMEM_INVALID_VALUE = -2,
+    ACLSHMEM_SMEM_ERROR = -3,
+    ACLSHMEM_INNER_ERROR = -4,
+    ACLSHMEM_NOT_INITED = -5,
+    ACLSHMEM_BOOTSTRAP_ERROR = -6,
+    ACLSHMEM_TIMEOUT_ERROR = -7,
+    ACLSHMEM_MALLOC_FAILED = -8,
+    ACLSHMEM_DL_FUNC_FAILED = -9,
+    ACLSHMEM_INNER_TIMEOUT = -10,
+    ACLSHMEM_UNDER_API_UNLOAD = -11,
+    ACLSHMEM_NOT_SUPPORTED = -100,
+};
+constexpr uint16_t ACLSHMEM_UNIQUE_ID_INNER_LEN = 124;
+typedef struct {
+    int32_t version;
+    int my_pe;
+    int n_pes;
+    char internal[ACLSHMEM_UNIQUE_ID_INNER_LEN];
+} aclshmemx_uniqueid_t;
+
 // ---- host API: init, heap, rma, cc, p2p sync, team, log ----
 extern "C" {
 ACLSHMEM_HOST_API int aclshmemx_init_attr(aclshmemx_bootstrap_t bootstrap_flags, aclshmemx_init_attr_t* attributes);
