@@ -133,8 +133,10 @@ def rewrite(text: str) -> tuple[str, list[tuple[int, str, str]]]:
     return "".join(out), done
 
 
-def twin_copy(source: str | Path, copy: str | Path, log=sys.stdout) -> list[tuple[int, str, str]]:
-    """Write the twin's copy of ``source`` to ``copy`` (see the module's docstring); returns the rewrites."""
+def twin_copy(source: str | Path, copy: str | Path, log=None) -> list[tuple[int, str, str]]:
+    """Write the twin's copy of ``source`` to ``copy`` (see the module's docstring); returns the rewrites,
+    each also printed to ``log`` (default stdout)."""
+    log = sys.stdout if log is None else log
     source = Path(source).resolve()
     text = source.read_text()
     new, done = rewrite(text)

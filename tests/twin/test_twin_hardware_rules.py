@@ -87,19 +87,25 @@ def test_an_unknown_twin_soc_is_refused_before_launch(no_leaks):
 
 
 SOC_PROBE = """#include <cstdio>
+#include <unistd.h>
 #include "acl/acl.h"
+#include "kernel_operator.h"
 int main() {
     int64_t aiv = 0, ub = 0;
     aclrtGetDeviceInfo(0, ACL_DEV_ATTR_VECTOR_CORE_NUM, &aiv);
     aclrtGetDeviceInfo(0, ACL_DEV_ATTR_UBUF_PER_VECTOR_CORE, &ub);
-    printf("%lld %lld\\n", (long long)aiv, (long long)ub);
+    const int64_t c0 = AscendC::GetSystemCycle();
+    usleep(20000);
+    const int64_t cycles = AscendC::GetSystemCycle() - c0;
+    printf("%lld %lld %s %lld\\n", (long long)aiv, (long long)ub, aclrtGetSocName(), (long long)cycles);
 }
 """
 
 
 def test_the_twin_and_python_read_one_soc_table(tmp_path):
     """host/twin/twin_socs.h is the one SoC table: the twin's device info and its refusal of an
-    unknown SoC say what combine_lab.planning.cores reads from that header."""
+    unknown SoC say what combine_lab.planning.cores reads from that header; aclrtGetSocName names
+    the SoC modelled and AscendC::GetSystemCycle runs at its rate."""
     lib = build("cpu").parent / "libcombine_twin.a"
     (tmp_path / "soc_probe.cpp").write_text(SOC_PROBE)
     subprocess.run([twin_cxx(), "-std=c++17", "-DCOMBINE_TARGET_TWIN=1",
@@ -117,8 +123,13 @@ def test_the_twin_and_python_read_one_soc_table(tmp_path):
         p = probe(soc)
         assert p.returncode == 0 and p.stderr == "", p.stderr
         want = twin_soc(soc or TWIN_DEFAULT_SOC)
-        assert p.stdout.split() == [str(want.aiv), str(want.ub_bytes)] == [str(aiv_cores(soc or TWIN_DEFAULT_SOC)),
-                                                                           str(192 * 1024)]
+        aiv, ub, name, cycles = p.stdout.split()
+        assert [aiv, ub] == [str(want.aiv), str(want.ub_bytes)] == [str(aiv_cores(soc or TWIN_DEFAULT_SOC)),
+                                                                    str(192 * 1024)]
+        # aclrtGetSocName says the SoC it models, and its system counter runs at that SoC's 50 cycles per us
+        # (a driver written for the NPU then prints microseconds)
+        assert name == (soc or TWIN_DEFAULT_SOC)
+        assert 0.9 * 50 * 20000 <= int(cycles) <= 3 * 50 * 20000
     p = probe("Ascend310P3")
     assert (p.returncode, p.stdout) == (1, "")
     assert p.stderr == f"twin: COMBINE_TWIN_SOC=Ascend310P3: {TWIN_SOCS}\n"

@@ -1,0 +1,173 @@
+"""Your own kernel (docs/own-kernel.md): a folder with a combine kernel written as SHMEM's examples
+are, built unchanged and run by the lab's driver with every check the lab's kernel gets. The folder
+is tests/kernels/combine_refstyle, written for these tests in the reference's style (raw UB integer
+addresses, <<<>>>, ACLSHMEM_DEVICE, the profiling header, op::fp16_t in its host driver, SHMEM's
+soft core barrier); tests/run/test_shmem_reference.py runs SHMEM's own when a checkout is named."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from combine_lab import CaseSpec, make_case, run_case, write_case
+from combine_lab.cli import main
+from combine_lab.harness import compare
+from combine_lab.run import build as build_mod
+from combine_lab.run.kernel_source import ENTRY_CONTRACT, KernelSourceError, kernel_source
+from combine_lab.run.launch import free_port
+from combine_lab.run.runner import KernelFailed
+
+ROOT = Path(__file__).resolve().parents[2]
+REFSTYLE = ROOT / "tests" / "kernels" / "combine_refstyle"
+
+
+def folder_hash(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``folder`` (names, bytes, modes): what "unchanged" means."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() + oct(p.stat().st_mode)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_the_entry_contract_is_checked_before_building_and_names_what_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(build_mod, "_run", lambda *a, **k: pytest.fail("built a folder that breaks the contract"))
+    ks = kernel_source(REFSTYLE)
+    assert (ks.label, ks.rule, [p.name for p in ks.sources]) == ("user:refstyle", "doubleplane",
+                                                                  ["combine_refstyle_kernel.cpp"])
+    assert kernel_source(REFSTYLE, name="mine:v2", rule="classic").label == "mine:v2"
+
+    def broken(edit: str, old: str = "", new: str = "") -> str:
+        d = tmp_path / edit
+        shutil.copytree(REFSTYLE, d)
+        if edit == "no_header":
+            (d / "combine_kernel.h").unlink()
+        else:
+            f = d / ("combine_kernel.h" if edit == "params" else "combine_refstyle_kernel.cpp")
+            f.write_text(f.read_text().replace(old, new))
+        with pytest.raises(KernelSourceError) as e:
+            build_mod.build("cpu", kernel=d)
+        assert e.value.parameter == "kernel_source" and ENTRY_CONTRACT in str(e.value)
+        return str(e.value)
+
+    assert "missing combine_kernel.h (it declares combine_demo)" in broken("no_header")
+    assert "combine_demo's 20 parameters in combine_kernel.h (it declares 19 parameters)" in \
+        broken("params", ", int loop_count = 1", "")
+    assert "the instance combine_demo<op::fp16_t>" in broken("no_fp16", "template void combine_demo<op::fp16_t>",
+                                                             "// no float16 instance")
+    said = broken("no_launch", "<<<", "/* launch */ (")
+    assert "a kernel launch, `K<<<block_dim, nullptr, stream>>>(...)`" in said
+    with pytest.raises(KernelSourceError, match="no such folder"):
+        kernel_source(tmp_path / "nowhere")
+
+
+def test_your_kernel_runs_unchanged_with_every_check(tmp_path, no_leaks):
+    """Built from the folder as it is (hashed before and after), launched by the lab's driver:
+    x_out against golden on every PE (masked slots included), the twin's counters against the plan
+    of its rule, the protocol checker under chaos, perf rows at the SoC's cycle rate, the sidecar
+    naming the kernel, and the build log showing each launch the twin's copy rewrote."""
+    before = folder_hash(REFSTYLE)
+    spec = CaseSpec(pes=3, bs=16, h=100, topk=2, expert_per_pe=2, routing="zipf:1.2", masked_fraction=0.2,
+                    dtype="float16_t")
+    res = run_case(spec, "classic", kernel_source=REFSTYLE, warmup=1, loops=2, chaos_seed=3,
+                   output_dir=tmp_path / "out")
+    assert res.label == "user:refstyle" and res.variant == "classic"
+    assert res.ok and res.check_ok and not res.counter_mismatches() and res.violation_count == 0
+    assert set(res.perf["Metric"]) == {"full_op", "comm_only"}
+    assert set(res.perf["Blocks"]) == {3} and set(res.perf["UBsize/KB"]) == {190}  # block_dim = PEs, as the reference
+    sidecar = json.loads((tmp_path / "out" / f"combine_counters_{spec.case_id}.json").read_text())
+    assert sidecar["kernel"] == {"name": "user:refstyle", "source": str(REFSTYLE)}
+    log = (build_mod.build("cpu", kernel=REFSTYLE).parent / build_mod.BUILD_LOG).read_text()
+    src = (REFSTYLE / "combine_refstyle_kernel.cpp").read_text().splitlines()
+    line = next(i for i, ln in enumerate(src, 1) if "RefstyleCombine_int32_t<<<" in ln)
+    assert f"twin launch: {REFSTYLE}/combine_refstyle_kernel.cpp:{line}: RefstyleCombine_int32_t<<<block_dim, " \
+           "nullptr, stream>>>  ->  ::twin::kernel_launch(RefstyleCombine_int32_t, block_dim, nullptr, stream)" in log
+    # its rule's plan has SDMA, this kernel sends everything by MTE: it differs, and that is no failure
+    dual = run_case(CaseSpec(pes=3, bs=256, h=4096, topk=1, expert_per_pe=1, routing="hot-rank:0.8"),
+                    kernel_source=REFSTYLE, perf=False)
+    assert dual.variant == "doubleplane" and dual.check_ok and dual.ok
+    assert any("sdma_bytes counted 0, planned" in m for m in dual.counter_mismatches())
+    assert folder_hash(REFSTYLE) == before
+
+
+def test_compare_puts_your_kernel_beside_the_labs_on_the_same_case_files(tmp_path, capsys, no_leaks):
+    before = folder_hash(REFSTYLE)
+    status = main(["compare", "--kernel-source", str(REFSTYLE), "-pes", "2", "-bs", "8", "-h", "64", "-topk", "2",
+                   "-expertPerPe", "2", "-type", "int32_t", "--perf", "--warmup", "0", "--loops", "2",
+                   "--output-dir", str(tmp_path / "perf")])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith("shape_8_64_2_4_2")]
+    assert [r[2] for r in rows] == ["classic", "doubleplane", "user:refstyle"]
+    assert all(r[3] == "PASS" and r[-2] == "yes" and r[-1] == "0" for r in rows), out
+    assert sorted(p.name for p in (tmp_path / "perf").iterdir()) == ["classic", "doubleplane", "user-refstyle"]
+    assert (tmp_path / "perf" / "user-refstyle" / "combine_doubleplane_perf_rank0.csv").is_file()
+    runs = compare(CaseSpec(pes=2, bs=8, h=64, topk=2, expert_per_pe=2), kernel_source=[REFSTYLE], perf=False)
+    assert list(runs) == ["classic", "doubleplane", "user:refstyle"] and all(r.ok for r in runs.values())
+    assert folder_hash(REFSTYLE) == before
+
+
+def test_a_kernel_that_waits_for_a_masked_slot_is_reported_as_its_hang(tmp_path, capsys, no_leaks,
+                                                                       short_twin_timeout):
+    """A kernel that waits for every slot, masked ones too (the reference does), hangs on a case with
+    masked slots: the twin's bounded wait names the slot, the lab says it is the kernel's hang (that
+    slot is masked: no PE ever sends it), every PE is stopped and nothing is left behind; the lab's
+    own variants still run (exit 1: a kernel failed)."""
+    waits_all = tmp_path / "combine_waitall"
+    shutil.copytree(REFSTYLE, waits_all)
+    src = waits_all / "combine_refstyle_kernel.cpp"
+    src.write_text("#define REFSTYLE_WAIT_ALL 1\n" + src.read_text())
+    case_dirs = lambda: set(Path("/tmp").glob("combine_lab_case_p*"))  # noqa: E731
+    cases_before = case_dirs()
+    spec = ["-pes", "2", "-bs", "8", "-h", "64", "-topk", "4", "-expertPerPe", "2", "--masked-fraction", "0.2",
+            "--timeout", "6"]
+    status = main(["compare", "--kernel-source", str(waits_all), *spec])
+    out, err = capsys.readouterr()
+    assert status == 1, out + err
+    rows = {ln.split()[2]: ln.split()[3] for ln in out.splitlines() if ln.startswith("shape_")}
+    assert rows == {"classic": "PASS", "doubleplane": "PASS", "user:waitall": "ERROR"}
+    m = re.search(r"user:waitall \(.*\) hung: PE (\d) core (\d) waited [\d.]+ s for status slot (\d+) \(token (\d+), "
+                  r"k (\d): expert -1, masked: no PE sends a masked slot, and this kernel waits for it\)", err)
+    assert m, err
+    pe, slot, token, k = int(m[1]), int(m[3]), int(m[4]), int(m[5])
+    assert slot == token * 4 + k and make_case(CaseSpec(pes=2, bs=8, h=64, topk=4, expert_per_pe=2,
+                                                        masked_fraction=0.2)).expert_ids[pe, token, k] == -1
+    assert case_dirs() <= cases_before  # no case files left behind
+    with pytest.raises(KernelFailed, match=r"hung: PE \d core \d waited"):
+        run_case(CaseSpec(pes=2, bs=8, h=64, topk=4, expert_per_pe=2, masked_fraction=0.2), kernel_source=waits_all,
+                 timeout_s=6)
+
+
+@pytest.mark.slow
+def test_the_folders_own_driver_builds_against_the_twin_and_prints_microseconds(tmp_path, capsys):
+    """`combine-lab build --kernel-source DIR --main`: the folder's own main.cpp and kernel against the
+    twin. Its PEs, started by hand as a run script starts them, compute the combine; the frames it
+    converts with the cycle rate of the SoC the twin names (50 per us) are microseconds: never more
+    than the launch's wall time, and not 20 times less."""
+    before = folder_hash(REFSTYLE)
+    assert main(["build", "--kernel-source", str(REFSTYLE), "--main", "--bin-dir", str(tmp_path / "bin")]) == 0
+    exe = tmp_path / "bin" / "combine_refstyle"
+    assert f"driver: {exe}" in capsys.readouterr().out and exe.is_file()
+    spec = CaseSpec(pes=2, bs=64, h=2048, topk=4, expert_per_pe=2, dtype="float16_t")
+    write_case(make_case(spec), tmp_path / "case")
+    port = f"tcp://127.0.0.1:{free_port()}"
+    env = {**os.environ, "SHMEM_CYCLE_PROF_PE": "0"}  # SHMEM's frames record on the PE it names
+    procs = [subprocess.Popen([str(exe), "2", str(pe), port, spec.dtype, "64", "2048", "4", "2", str(tmp_path / "case"),
+                               "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for pe in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    for pe, (out, _) in enumerate(outs):
+        m = re.search(rf"pe {pe}: x_out correct; comm_only ([\d.]+) us, full_op ([\d.]+) us \(frames\); wall ([\d.]+) "
+                      r"us per launch", out)
+        assert m, out
+        full, wall = float(m[2]), float(m[3])
+        assert (0.05 * wall < full <= wall) if pe == 0 else full == 0.0, out
+    x = np.fromfile(tmp_path / "case" / "output" / "x_out_0.bin", dtype=np.float16)
+    assert x.size == 64 * 2048 and np.isfinite(x).all()
+    assert folder_hash(REFSTYLE) == before
