@@ -124,7 +124,7 @@ def summarize(tidy: pd.DataFrame) -> pd.DataFrame:
     summary's: it compares the lab's two variants.
     """
     if "kernel" in tidy.columns:
-        tidy = tidy[tidy["kernel"].fillna("").astype(str) == ""]
+        tidy = tidy[tidy["kernel"].isna() | (tidy["kernel"].astype(str) == "")]
     if tidy.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     out = []

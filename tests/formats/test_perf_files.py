@@ -4,6 +4,8 @@ hand-made rows, file names per variant, appending and clearing."""
 
 from __future__ import annotations
 
+import json
+
 import csv
 import shutil
 import subprocess
@@ -225,13 +227,18 @@ def test_reader_refuses_short_rows_and_bad_numbers(tmp_path):
 def test_sidecar_round_trip_and_missing_keys(tmp_path):
     data = {k: None for k in ["case_id", "variant", "routing", "dtype", "seed", "target", "min_sdma_bytes", "warmup",
                               "loops", "launches", "prof_pes", "check", "counters_ok", "counter_mismatches",
-                              "violations", "violation_examples", "planned", "counted", "ranks"]}
+                              "violations", "violation_examples", "planned", "counted", "ranks", "kernel"]}
     data.update(case_id="shape_8_16_2_4_2", variant="classic")
     path = write_sidecar(tmp_path / counters_name("classic", "shape_8_16_2_4_2"), data)
     assert read_sidecar(path) == data
     del data["ranks"]
     with pytest.raises(ResultFileError, match=r"sidecar without ranks$"):
         write_sidecar(tmp_path / "x.json", data)
+    # a sidecar written before results named their kernel reads as the lab's
+    old = json.loads(path.read_text())
+    del old["kernel"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert read_sidecar(tmp_path / "old.json")["kernel"] == {"name": "lab"}
 
 
 def test_analysis_figures_and_tables_from_hand_made_files(tmp_path):

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,8 @@ from combine_lab.run import build as build_mod
 from combine_lab.run.kernel_source import ENTRY_CONTRACT, KernelSourceError, kernel_source
 from combine_lab.run.launch import free_port
 from combine_lab.run.runner import KernelFailed
+
+from conftest import build_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 REFSTYLE = ROOT / "tests" / "kernels" / "combine_refstyle"
@@ -118,11 +121,13 @@ def test_a_kernel_that_waits_for_a_masked_slot_is_reported_as_its_hang(tmp_path,
     masked slots: the twin's bounded wait names the slot, the lab says it is the kernel's hang (that
     slot is masked: no PE ever sends it), every PE is stopped and nothing is left behind; the lab's
     own variants still run (exit 1: a kernel failed)."""
-    waits_all = tmp_path / "combine_waitall"
-    shutil.copytree(REFSTYLE, waits_all)
-    src = waits_all / "combine_refstyle_kernel.cpp"
-    src.write_text("#define REFSTYLE_WAIT_ALL 1\n" + src.read_text())
-    case_dirs = lambda: set(Path("/tmp").glob("combine_lab_case_p*"))  # noqa: E731
+    waits_all = build_cache() / "kernels" / "combine_waitall"  # one place: its build is reused run after run
+    waits_all.mkdir(parents=True, exist_ok=True)
+    for f in REFSTYLE.iterdir():
+        text = ("#define REFSTYLE_WAIT_ALL 1\n" if f.name == "combine_refstyle_kernel.cpp" else "") + f.read_text()
+        if not (waits_all / f.name).is_file() or (waits_all / f.name).read_text() != text:
+            (waits_all / f.name).write_text(text)
+    case_dirs = lambda: set(Path(tempfile.gettempdir()).glob(f"combine_lab_case_p{os.getpid()}_*"))  # noqa: E731
     cases_before = case_dirs()
     spec = ["-pes", "2", "-bs", "8", "-h", "64", "-topk", "4", "-expertPerPe", "2", "--masked-fraction", "0.2",
             "--timeout", "6"]

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,7 @@ def test_the_planes_bytes_equal_the_plan_where_the_rule_sends_by_sdma(unchanged,
 
 
 def test_a_masked_case_reports_the_reference_kernels_hang(unchanged, capsys, no_leaks, short_twin_timeout):
-    cases = lambda: set(Path("/tmp").glob("combine_lab_case_p*"))  # noqa: E731
+    cases = lambda: set(Path(tempfile.gettempdir()).glob(f"combine_lab_case_p{os.getpid()}_*"))  # noqa: E731
     before = cases()
     status = main(["compare", "--kernel-source", str(DOUBLEPLANE), "-pes", "2", "-bs", "8", "-h", "64", "-topk", "4",
                    "-expertPerPe", "2", "--masked-fraction", "0.2", "--timeout", "6"])
