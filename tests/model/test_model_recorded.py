@@ -33,7 +33,7 @@ CASES = [
 @pytest.mark.parametrize("spec, variant, floor", CASES, ids=[f"{c[0].case_id}-{c[1]}" for c in CASES])
 def test_the_labs_recorded_stream_prices_as_its_plan(spec, variant, floor, tmp_path, no_leaks):
     case = make_case(spec)
-    for name in ("a3", "a2"):
+    for name in ("a3", "a2") if spec is CASES[0][0] else ("a3",):  # a2's other SoC and parameters: once
         model = load_model(name)
         ops = tmp_path / name
         ops.mkdir()
