@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import CaseFileError, ParameterError, SpecError
 from ..case.case import Case, RankInputs
 from ..case.spec import DTYPES, CaseSpec
+from .files import atomic_write, write_atomic
 
 __all__ = ["CaseFileError", "REFERENCE_KEYS", "write_case", "read_case", "read_meta", "FileCase", "CheckResult",
            "check_x_out", "rank_file_layout", "case_dir_of", "rank_dir", "rank_file", "x_out_path", "read_rank_file",
@@ -108,7 +109,7 @@ def write_case(case: Case, root: str | Path) -> Path:
     spec = case.spec
     case_dir = case_dir_of(root, spec.case_id)
     case_dir.mkdir(parents=True, exist_ok=True)
-    (case_dir / "meta.json").write_text(json.dumps(case.meta(), indent=2) + "\n")
+    write_atomic(case_dir / "meta.json", json.dumps(case.meta(), indent=2) + "\n")
     layout = rank_file_layout(spec)
     for r in range(spec.pes):  # one rank's arrays alive at a time
         rank_dir(case_dir, r).mkdir(exist_ok=True)
@@ -119,7 +120,7 @@ def write_case(case: Case, root: str | Path) -> Path:
             if field == "expand_x":
                 _write_with_zero_tail(arr, used, rank_file(case_dir, r, name))
             else:
-                arr.tofile(rank_file(case_dir, r, name))
+                write_atomic(rank_file(case_dir, r, name), arr.tobytes())
         del inputs
     return case_dir
 
@@ -128,7 +129,7 @@ def _write_with_zero_tail(arr: np.ndarray, used_rows: int, path: Path) -> None:
     """Write ``arr`` [rows, h] whose rows from ``used_rows`` on are zero padding: the used
     rows are written and the file is extended to full size, so the padding reads back as
     zeros (byte-identical) without being written (a sparse tail where the filesystem allows)."""
-    with open(path, "wb") as f:
+    with atomic_write(path, "wb", size=lambda: arr.nbytes) as f:
         arr[:used_rows].tofile(f)
         f.truncate(arr.nbytes)
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import ResultFileError
-from .perf_csv import counters_name, perf_csv_name, append_perf_rows
+from .files import write_atomic
+from .perf_csv import append_perf_rows, counters_name, perf_csv_name
 
 #: The counters of each plane in the twin's counters files (host/twin/twin_engines.cpp dump_counters).
 COUNTER_FIELDS = ["puts", "bytes", "quiets", "status_writes", "status_bytes"]
@@ -107,14 +108,14 @@ def write_sidecar(path: str | Path, data: dict) -> Path:
     dtype, seed, target, min_sdma_bytes in bytes, warmup, loops, launches, prof_pes), the verdicts
     (check PASS/FAIL, counters_ok, counter_mismatches, violations with examples), per PE the planned
     and counted plane bytes (``planned``/``counted``: lists of dicts with ``pe``), and ``ranks``: the
-    twin's counters file of every PE as the driver wrote it (empty on an NPU)."""
+    twin's counters file of every PE as the driver wrote it (empty on an NPU). Whole or not at all
+    (:func:`combine_lab.formats.files.write_atomic`)."""
     missing = [k for k in SIDECAR_KEYS if k not in data]
     if missing:
         raise ResultFileError(f"{path}: sidecar without {', '.join(missing)}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({k: data[k] for k in SIDECAR_KEYS}, indent=1) + "\n")
-    return path
+    return write_atomic(path, json.dumps({k: data[k] for k in SIDECAR_KEYS}, indent=1) + "\n")
 
 
 def read_sidecar(path: str | Path) -> dict:

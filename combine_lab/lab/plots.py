@@ -30,6 +30,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from ..errors import ParameterError
+from ..formats.files import write_atomic
 # the plan views' drawings, and what every figure shares (units, colours, the PE's role)
 from .svg import (ANNOTATE_CELLS, EMPTY_COLOR, MAX_PANELS, PE_ROLE, SDMA_COLOR, SvgFigure, byte_label, byte_unit,
                   largest_remote_segment, modelled_floors_svg, plane_bytes_svg, plan_arrays, segment_map_svg)
@@ -509,11 +510,7 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, dpi: int | None = No
     the folder cannot be written."""
     path = Path(out_dir) / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    if _is_svg(fig):
-        fig.savefig(path, format="png", dpi=dpi)
-    else:
-        fig.savefig(path, format="png", dpi=dpi or 100)
-    return path
+    return write_atomic(path, figure_png(fig, dpi if _is_svg(fig) else dpi or 100))
 
 
 def show(fig, out_dir: str | os.PathLike | None = None, name: str | None = None) -> None:

@@ -46,6 +46,8 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.ticker import LogLocator, MaxNLocator
 
+from ..formats.files import write_atomic
+
 
 __all__ = ["SvgFigure", "segment_map_svg", "plane_bytes_svg", "modelled_floors_svg", "png_cells", "floor_text",
            "WIDTH", "byte_unit", "byte_label", "plan_arrays", "largest_remote_segment", "SDMA_COLOR", "EMPTY_COLOR",
@@ -178,12 +180,12 @@ class SvgFigure:
         ``dpi``: device pixels per inch of 96 CSS pixels (default 144, :meth:`png`'s zoom 1.5).
         Raises ParameterError for another format."""
         if format == "svg":
-            Path(path).write_text(self.svg, encoding="utf-8")
+            write_atomic(path, self.svg)
             return
         if format != "png":
             from ..errors import ParameterError
             raise ParameterError(f"format={format!r}: must be 'png' or 'svg'")
-        Path(path).write_bytes(self.png((dpi or 144) / 96))
+        write_atomic(path, self.png((dpi or 144) / 96))
 
     def _repr_svg_(self) -> str:
         return self.svg

@@ -27,6 +27,7 @@ from ..case.spec import CaseSpec
 from ..errors import ParameterError
 from ..planning.planner import VARIANTS
 from ..errors import ResultFileError
+from ..formats.files import write_atomic
 from ..formats.perf_csv import PERF_COLUMNS, fixed4
 from .rows import FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, ResultRow, speedup, verdict
 
@@ -62,7 +63,7 @@ def write_sweep_csv(tidy: pd.DataFrame, path: str | os.PathLike) -> Path:
     """Write the tidy table as CSV (header = :data:`TIDY_COLUMNS`); folders are created."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tidy.to_csv(path, index=False, columns=TIDY_COLUMNS)
+    write_atomic(path, tidy.to_csv(index=False, columns=TIDY_COLUMNS))
     return path
 
 
