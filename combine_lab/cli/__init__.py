@@ -21,6 +21,7 @@ import sys
 
 from .. import __version__
 from ..errors import CombineLabError, Terminated
+from ..run.launch import leftovers
 from . import app, calibrate, compare, docs, doctor, lab, notebooks, run, selftest, suggest
 
 
@@ -101,11 +102,12 @@ def _handle(args: argparse.Namespace) -> int:
         print(f"combine-lab: error: out of memory making or reading the case ({e}); use a smaller shape",
               file=sys.stderr)
         return 2
-    except Terminated:
-        print("combine-lab: terminated (SIGTERM); every PE was stopped, its shared memory and the run's case "
-              "files removed", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print("combine-lab: interrupted; every PE was stopped, its shared memory and the run's case files removed",
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated): say only what is true
+        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        left = leftovers()
+        if left:
+            print(f"combine-lab: {what}; these could not be removed: {'; '.join(left)}", file=sys.stderr)
+        else:
+            print(f"combine-lab: {what}; nothing of the run is left: no PE running, no shared memory, no case "
+                  "files, no partial result files", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130

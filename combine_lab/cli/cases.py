@@ -23,7 +23,7 @@ import pandas as pd
 from ..case.grid import make_grid
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
-from ..folders import usable_folder
+from ..folders import own_folders, usable_folder
 from ..values import as_list
 from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
@@ -31,7 +31,7 @@ from ..harness import BASELINE, WALL, Outcome, Run, execute
 from ..results.rows import ResultRow
 from ..run.build import VariantRefused
 from ..run.launch import check_ipport
-from ..formats.perf_csv import (clear_outputs, counters_name, perf_summary_name, rank_files, variant_dir,
+from ..formats.perf_csv import (counters_name, perf_summary_name, rank_files, staged_outputs, variant_dir,
                                 write_summary_csv)
 from ..run.runner import RunResult, refusals
 
@@ -42,13 +42,31 @@ DEFAULT_IPPORT = "tcp://127.0.0.1:8767"
 PORT_SPAN = 1000
 
 
+class _PesSetsGnpus(argparse.Action):
+    """``-pes N`` also sets ``-gnpus`` to N, in command-line order as the reference's run script does
+    (``-gnpus 4 -pes 2``: 2 NPUs; ``-pes 2 -gnpus 4``: 4, refused without --perf)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.gnpus = None  # "the same as -pes" until a later -gnpus says otherwise
+
+
+def _dtype_flag(text: str) -> str:
+    """``-type`` as the reference's driver reads it: ``int`` is ``int32_t`` (its data_gen and main.cpp
+    take both); anything else is checked by CaseSpec (the message names -type)."""
+    return "int32_t" if text == "int" else text
+
+
 def add_shape_flags(p: argparse.ArgumentParser):
     """The flags that make a case (docs/cli.md#2-case-flags shapes, routing, sweep lists); returns
     their group. ``run``/``compare`` add placement and run flags (:func:`add_case_flags`),
     ``suggest`` the model's."""
     g = p.add_argument_group("case (docs/cli.md#2-case-flags)")
-    g.add_argument("-pes", type=int, default=2, help="PEs (ranks); sets -gnpus too (default 2)")
-    g.add_argument("-type", dest="dtype", default="int32_t", help="int32_t | float16_t (default int32_t)")
+    g.add_argument("-pes", type=int, default=2, action=_PesSetsGnpus,
+                   help="PEs (ranks); sets -gnpus too, as the reference's run script: a -gnpus before it is "
+                        "overridden, one after it stands (default 2)")
+    g.add_argument("-type", dest="dtype", default="int32_t", type=_dtype_flag,
+                   help="int32_t | float16_t (default int32_t); int is read as int32_t, as the reference does")
     g.add_argument("-bs", type=int, default=8, help="tokens per PE (default 8)")
     g.add_argument("-h", dest="h", type=int, default=7168, help="hidden size, elements (default 7168)")
     g.add_argument("-topk", type=int, default=8, help="experts per token (default 8)")
@@ -292,13 +310,9 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
             from ..run.baseline import require_baseline
             require_baseline(a.target)  # before anything runs: the fix if it cannot
     folders = {v: variant_dir(base, v, separate=len(variants) > 1) for v in variants}
-    if a.perf:
-        for variant, folder in folders.items():
-            usable_folder(folder, "--output-dir")
-            removed = clear_outputs(folder, variant)
-            if removed and model is None:
-                print(f"combine-lab: removed {len(removed)} files of an earlier {variant} run from {folder}",
-                      file=sys.stderr)
+    written = {v: f for v, f in folders.items() if v not in refused} if a.perf else {}
+    for folder in written.values():
+        usable_folder(folder, "--output-dir")
     # Without --perf nothing is timed: one launch, then the check (as the reference's driver does);
     # a model prices the loops asked for either way.
     warmup, loops = (a.warmup, a.loops) if a.perf or model is not None else (0, 1)
@@ -312,21 +326,28 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
             runs.append(Run(spec, BASELINE, warmup=a.warmup, loops=a.loops, target=a.target, timeout_s=a.timeout,
                             fnpu=a.fnpu))
     rows: list[ResultRow] = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a refusal was said once above; each case shows it as a row
-        for o in execute(runs, progress="model" if model is not None else "combine",
-                         ipport=None if model is not None else bootstrap_addresses(a.ipport), work_dir=a.work_dir,
-                         outputs={v: f for v, f in folders.items() if v not in refused} if a.perf else None):
-            rows.append(o.row)
-            _report(o)
-    if model is not None:
-        print(model.caption())
-    print(table_text(rows))
-    if a.perf:
-        for variant in variants:
-            if variant not in refused:
-                _finish_perf(folders[variant], variant, [s.case_id for s in specs], prof_pe == "all", a.analyse,
-                             model.caption() if model is not None else "")
+    owned = ([base, *written.values()] if a.perf else []) + ([a.work_dir] if a.work_dir is not None else [])
+    removed: dict = {}
+    # This run owns its folders while it runs (a second run into them is refused), and writes into
+    # staging folders that replace the earlier run's files only once every case has run.
+    with own_folders(owned, "--output-dir" if a.perf else "--work-dir"):
+        with staged_outputs(written, removed) as stage, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a refusal was said once above; each case shows it as a row
+            for o in execute(runs, progress="model" if model is not None else "combine",
+                             ipport=None if model is not None else bootstrap_addresses(a.ipport), work_dir=a.work_dir,
+                             outputs=stage if a.perf else None):
+                rows.append(o.row)
+                _report(o)
+        for variant, gone in removed.items():
+            if gone and model is None:
+                print(f"combine-lab: replaced an earlier {variant} run's files in {folders[variant]} ({len(gone)} of "
+                      "its files, not this run's, removed)", file=sys.stderr)
+        if model is not None:
+            print(model.caption())
+        print(table_text(rows))
+        for variant in written:
+            _finish_perf(folders[variant], variant, [s.case_id for s in specs], prof_pe == "all", a.analyse,
+                         model.caption() if model is not None else "")
     ran = [r for r in rows if r.ran]
     return 0 if all(r.ok for r in ran) else 1
 

@@ -44,7 +44,8 @@ _FILE_OF = {
 
 
 def rank_file_layout(spec: CaseSpec) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """File name -> (shape, little-endian dtype) of one rank directory (docs/protocol.md#2-dispatch-layout and docs/formats.md#1-case-files)."""
+    """File name -> (shape, little-endian dtype) of one rank directory (docs/protocol.md#2-dispatch-layout
+    and docs/formats.md#1-case-files)."""
     t = np.dtype(spec.np_dtype).newbyteorder("<")
     i4, f4 = np.dtype("<i4"), np.dtype("<f4")
     cap, S = spec.capacity_rows, spec.expert_per_pe * spec.pes
@@ -327,14 +328,16 @@ class CheckResult:
 
 
 def check_x_out(x_out: np.ndarray, golden: np.ndarray, dtype: str) -> CheckResult:
-    """Compare a combine output with its golden, bit for bit (docs/protocol.md#1-the-combine-problem and docs/protocol.md#3-reference-data-and-the-check).
+    """Compare a combine output with its golden, bit for bit (docs/protocol.md#1-the-combine-problem and
+    docs/protocol.md#3-reference-data-and-the-check).
 
     ``x_out``, ``golden``: arrays of the same shape (e.g. [bs, h]) with dtype T; ``dtype``:
     'int32_t' or 'float16_t'. Both must be identical: the kernel and the golden both reduce
     in float32 in topk order and cast once, so any difference is a bug (a float16
     accumulator, another order, a lost tile). A NaN never passes. ``max_abs_err`` is
     computed in float64 (int64 for int32). The reference tools keep their own tolerance:
-    their check reads our output/x_out_{r}.bin with rtol = atol = 1e-2 (docs/protocol.md#3-reference-data-and-the-check), which bit-exact files pass; nothing here uses it.
+    their check reads our output/x_out_{r}.bin with rtol = atol = 1e-2
+    (docs/protocol.md#3-reference-data-and-the-check), which bit-exact files pass; nothing here uses it.
     Raises SpecError for an unknown dtype (a case field); ParameterError for arrays of
     different shapes or not of dtype T.
     """

@@ -19,10 +19,12 @@ from typing import Callable, Iterator
 
 from ..errors import ResultFileError
 
-__all__ = ["atomic_write", "write_atomic", "write_failed", "PART_MARK"]
+__all__ = ["atomic_write", "write_atomic", "write_failed", "PART_MARK", "STAGING_PREFIX"]
 
 #: What a temporary name carries: ``.<name>.part-<pid>`` (a crashed run's are never a result).
 PART_MARK = ".part-"
+#: A run's staging folder in an output folder: ``.staging-<pid>`` (combine_lab.formats.perf_csv.staged_outputs).
+STAGING_PREFIX = ".staging-"
 
 
 def write_failed(path: str | os.PathLike, nbytes: int | None, e: OSError) -> ResultFileError:
@@ -30,6 +32,9 @@ def write_failed(path: str | os.PathLike, nbytes: int | None, e: OSError) -> Res
     ``<path>: cannot write 1048576 bytes: ENOSPC (No space left on device)``."""
     code = errno_mod.errorcode.get(e.errno, str(e.errno)) if e.errno is not None else "error"
     size = f"{nbytes} bytes" if nbytes is not None else "it"
+    path = Path(path)
+    if path.parent.name.startswith(STAGING_PREFIX):  # name the file the run was writing, not its staging copy
+        path = path.parent.parent / path.name
     return ResultFileError(f"{path}: cannot write {size}: {code} ({e.strerror or e})", parameter=None)
 
 

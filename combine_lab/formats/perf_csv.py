@@ -22,16 +22,19 @@ plane bytes, the twin's counters and protocol violations of a case go to a sidec
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import os
 import re
+import shutil
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator, Mapping
 
 import pandas as pd
 
 from ..errors import ResultFileError
-from .files import write_atomic
+from .files import STAGING_PREFIX, write_atomic
 
 #: The file-name prefix of each variant, as the reference names its two drivers' files.
 FILE_PREFIX = {"classic": "combine", "doubleplane": "combine_doubleplane"}
@@ -123,10 +126,11 @@ def rank_files(folder: str | Path, variant: str) -> list[Path]:
     return sorted((p for p in folder.iterdir() if pat.fullmatch(p.name)), key=lambda p: p.name)
 
 
-def clear_outputs(folder: str | Path, variant: str) -> list[Path]:
+def clear_outputs(folder: str | Path, variant: str, keep: Iterable[str] = ()) -> list[Path]:
     """Remove what an earlier run of ``variant`` left in ``folder``: its per-rank perf CSVs, summary,
     counters sidecars, figures and report (only files with those exact names; the other variant's
-    and anything else stay). Returns the removed paths. One run's folder then holds that run.
+    and anything else stay, and so do the names in ``keep``: this run's). Returns the removed paths.
+    One run's folder then holds that run.
 
     Raises:
         ResultFileError: a file that cannot be removed (the message names it)."""
@@ -138,14 +142,52 @@ def clear_outputs(folder: str | Path, variant: str) -> list[Path]:
     pat = re.compile(rf"{prefix}_(perf_rank\d+\.csv|perf_summary\.csv|counters_shape_[0-9_]+\.json|"
                      rf"perf_({metric})\.png|perf_report\.md)")
     removed = []
+    keep = set(keep)
     for p in sorted(folder.iterdir()):
-        if p.is_file() and pat.fullmatch(p.name):
+        if p.is_file() and pat.fullmatch(p.name) and p.name not in keep:
             try:
                 p.unlink()
             except OSError as e:
                 raise ResultFileError(f"{p}: cannot remove the file of an earlier run ({e.strerror})") from None
             removed.append(p)
     return removed
+
+
+@contextlib.contextmanager
+def staged_outputs(folders: Mapping[str, str | Path], removed: dict | None = None) -> Iterator[dict[str, Path]]:
+    """A staging folder per variant (``<folder>/.staging-<pid>``) for a run to write its files in;
+    when the block ends without error each variant's folder takes the new files (each renamed into
+    place, replacing the file of the same name) and only then loses what an earlier run of that
+    variant left there and this run did not replace (:func:`clear_outputs`); on any error (a failed
+    launch, a full disk, Ctrl-C) the staging folders are removed and the folders keep what they
+    held. A failed run never leaves a folder emptier than before, nor half of this run's files.
+
+    ``folders``: variant -> its output folder (existing); ``removed``, if given, gets variant -> the
+    earlier run's files removed at the end. Yields variant -> staging folder.
+
+    Raises:
+        ResultFileError: a file that cannot be moved into place or removed (named).
+    """
+    stage = {v: Path(f) / f"{STAGING_PREFIX}{os.getpid()}" for v, f in folders.items()}
+    try:
+        for st in stage.values():
+            shutil.rmtree(st, ignore_errors=True)
+            st.mkdir(parents=True)
+        yield stage
+        for v, folder in folders.items():
+            folder, st = Path(folder), stage[v]
+            new = sorted(st.iterdir())
+            for f in new:
+                try:
+                    os.replace(f, folder / f.name)
+                except OSError as e:
+                    raise ResultFileError(f"{folder / f.name}: cannot put this run's file in place ({e.strerror})")
+            gone = clear_outputs(folder, v, keep={f.name for f in new})
+            if removed is not None:
+                removed[v] = gone
+    finally:
+        for st in stage.values():
+            shutil.rmtree(st, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------- number format

@@ -67,7 +67,8 @@ def plane_records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
 
 
 def sidecar_record(*, spec, variant: str, target: str, min_sdma_bytes: int, warmup: int, loops: int, launches: int,
-                   prof_pes: list[int], check: str, plan_totals: pd.DataFrame, counter_mismatches: list[str] | None = None,
+                   prof_pes: list[int], check: str, plan_totals: pd.DataFrame,
+                   counter_mismatches: list[str] | None = None,
                    violations: int = 0, violation_examples: list[str] | None = None,
                    counted: pd.DataFrame | None = None, ranks: list[dict] | None = None) -> dict:
     """The sidecar of one run (:data:`SIDECAR_KEYS`), for :func:`write_sidecar`: the case (``spec``: a

@@ -9,11 +9,13 @@ what is missing and how to provide it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -100,9 +102,19 @@ def _fingerprint(root: Path, target: str, config: str = "") -> str:
 
 
 def _run(cmd: list[str], cwd: Path) -> None:
-    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Its own process group, killed whole when this process is interrupted (Ctrl-C, SIGTERM): ninja's
+    # compilers must not outlive the build that started them.
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     if proc.returncode != 0:
-        tail = "\n".join(proc.stdout.splitlines()[-40:])
+        tail = "\n".join(out.splitlines()[-40:])
         raise BuildError(f"{' '.join(cmd)} failed with status {proc.returncode}:\n{tail}")
 
 

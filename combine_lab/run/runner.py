@@ -103,7 +103,14 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None, targ
     check_capacity(case.spec, work_dir, _rows_per_pe(case), target)
     owns = work_dir is None
     root = owned_temp_dir("case") if owns else Path(work_dir)
-    write_case(case, root)
+    try:
+        write_case(case, root)
+    except BaseException:  # Ctrl-C or a full disk while writing: no half-written case folder stays
+        if owns:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            shutil.rmtree(case_dir_of(root, case.spec.case_id), ignore_errors=True)
+        raise
     return PreparedCase(case, root, owns_root=owns)
 
 

@@ -143,7 +143,10 @@ def test_prof_pe_all_sweep_leaves_rank_files_summary_and_figures_in_output_perf(
     (perf / "combine_doubleplane_perf_rank0.csv").write_text(HEADER + "\n")  # the other variant's: kept
     code, out, err = run_cli(args[:-2] + ["-a", "md"], capsys)
     assert code == 0, err
-    assert "combine-lab: removed 8 files of an earlier classic run from output/perf\n" in err
+    # the earlier run's files go only once this run's are all written: its CSVs and sidecars are replaced by
+    # name, the other four (its summary, figures, the old case's sidecar) removed then
+    assert ("combine-lab: replaced an earlier classic run's files in output/perf (4 of its files, not this run's, "
+            "removed)\n") in err
     assert [len(dict_rows(p)) for p in ranks] == [4, 4]
     assert sorted(p.name for p in perf.iterdir()) == [
         "combine_counters_shape_4_16_2_4_2.json", "combine_counters_shape_8_16_2_4_2.json",
@@ -229,6 +232,18 @@ def test_gnpus_differing_is_set_to_pes_with_perf(tmp_path, capsys, no_leaks):
     assert code == 0, err
     assert "combine-lab: note: -gnpus=4 set to each case's -pes (one node)\n" in err
     assert dict_rows(tmp_path / "combine_doubleplane_perf_rank0.csv")[0]["Npus"] == "2"
+
+
+def test_pes_and_gnpus_take_the_reference_run_scripts_order_and_int_is_int32(capsys, no_leaks):
+    """The reference's run.sh sets GNPU_NUM with -pes: `-gnpus 4 -pes 2` is 2 NPUs (runs), `-pes 2 -gnpus 4`
+    stays 4 (refused without --perf); its driver takes `-type int` as int32_t."""
+    a = cli.build_parser().parse_args(["run", "-gnpus", "4", "-pes", "2"])
+    assert (a.pes, a.gnpus) == (2, None)
+    assert cli.build_parser().parse_args(["run", "-pes", "2", "-gnpus", "4"]).gnpus == 4
+    code, out, err = run_cli(["run", "-gnpus", "4", *SMALL, "-type", "int"], capsys)
+    assert code == 0, err
+    assert out.splitlines()[1].split()[:4] == ["shape_8_16_2_4_2", "uniform", "doubleplane", "PASS"]
+    assert cli.build_parser().parse_args(["run", "-type", "int"]).dtype == "int32_t"
 
 
 def test_defaults_are_the_reference_run_scripts():
