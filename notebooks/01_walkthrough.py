@@ -610,7 +610,7 @@ record["skewed_busiest_core_mte_bytes"] = worst
 
 # %% [markdown]
 # Both variants on the twin: x_out checked on every PE, counters against the plan, then
-# `skew_repeats` runs of both for the times with their spread: median [first-third quartile] of
+# `skew_repeats` runs of both for the times with their spread: median [min-max] of
 # the slowest PE, and the speed-up classic / doubleplane of each repeat (above 1: doubleplane
 # faster), summarized by its median: the median of the per-repeat speed-ups, not the ratio of the
 # median times, which can differ (the cell says by how much). The times are the twin's, measured:

@@ -25,7 +25,7 @@
 #
 # **One convention throughout:** speed-up = classic time / doubleplane time, so **above 1
 # means doubleplane is faster**. Every measured time is the median over `repeats` runs with its
-# quartiles.
+# spread, min-max.
 #
 # **Measured and modelled, side by side, never mixed.** The twin measures CPU threads copying
 # memory; the timing model (`combine_lab.model`) prices the same cases on a named NPU (`model`,
@@ -143,8 +143,9 @@ assert failed.empty, f"{len(failed)} rows failed the x_out check or the counter 
 # ## Summary: times with their spread
 #
 # One row per case: both variants' comm_only times (CoreMaxTime of the slowest profiled PE,
-# us) as median [quartiles] over the repeats, the speed-up of the same repeat's pair likewise,
-# and a verdict: `no SDMA: identical traffic`, or in how many repeats doubleplane was faster.
+# us) as median [min-max] over the repeats, the speed-up of the same repeat's pair likewise,
+# and a verdict: `no SDMA: identical traffic`, `faster` or `slower` (every repeat agrees), or
+# `within noise` (the spread covers 1).
 # The full summary (full_op too) goes to a CSV beside the tidy one.
 
 # %%
@@ -159,7 +160,7 @@ print("summary ->", summary_path)
 #
 # Left: the comm_only speed-up over bs × h per routing (blue: doubleplane faster, red: slower;
 # hatched grey: no SDMA traffic, nothing to compare). Right: the speed-up against the SDMA
-# share, with quartile bars; the grey band spans the no-SDMA cases, i.e. how far two runs of
+# share, with min-max bars; the grey band spans the no-SDMA cases, i.e. how far two runs of
 # identical traffic drift apart on this machine. A point inside the band is not a result.
 
 # %%

@@ -22,7 +22,7 @@ import sys
 from .. import __version__
 from ..errors import CombineLabError, Terminated
 from ..run.launch import leftovers
-from . import app, calibrate, compare, docs, doctor, lab, notebooks, run, selftest, suggest
+from . import app, calibrate, compare, diff, docs, doctor, lab, notebooks, run, selftest, suggest
 
 
 def version_text() -> str:
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_text(),
                         help="show the version of combine_lab and where it is installed from, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, compare, suggest, calibrate, selftest, doctor, notebooks, docs, lab, app):
+    for module in (run, compare, diff, suggest, calibrate, selftest, doctor, notebooks, docs, lab, app):
         module.register(sub)
     return parser
 

@@ -198,12 +198,12 @@ def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 
     (:func:`combine_lab.lab.sweep.model_grid`: one deterministic value per case, no repeats).
 
     ``summary``: :func:`combine_lab.results.tables.summarize` output (columns routing, bs, h,
-    sdma_share, ``<metric>_speedup`` and its quartiles ``_lo`` / ``_hi``, repeats). Each
-    cell shows the median speed-up over repeats, its quartiles and the SDMA share; blue above 1
+    sdma_share, ``<metric>_speedup`` and its spread (min-max) ``_lo`` / ``_hi``, repeats). Each
+    cell shows the median speed-up over repeats, its spread and the SDMA share; blue above 1
     (doubleplane faster), red below. Cases whose doubleplane run sent nothing by SDMA send
     the same bytes as classic: they get no colour, a grey hatched cell marked "no SDMA".
     Where other axes (pes, topk, expert_per_pe, dtype) vary, a cell shows the median over
-    the cases with SDMA traffic (lowest first quartile, highest third quartile).
+    the cases with SDMA traffic (spread: lowest min, highest max).
     """
     col = f"{metric}_speedup"
     routings = list(dict.fromkeys(summary["routing"]))
@@ -259,7 +259,7 @@ def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 
         head = f"{metric} speed-up of doubleplane over bs x h, MODELLED (not measured): one value per case"
     else:
         head = (f"{metric} speed-up of doubleplane over bs x h"
-                f"{', ' + where if where else ''}: median [quartiles] over {_repeats_text(summary)}")
+                f"{', ' + where if where else ''}: median [min-max] over {_repeats_text(summary)}")
     lines = [head] + (textwrap.wrap(where, 120) if where and where.startswith("modelled") else [])
     fig.suptitle("\n".join(lines + ["above 1: doubleplane faster; hatched grey: no SDMA traffic (identical bytes, "
                                      "nothing to compare)"]), fontsize=9 if len(lines) > 1 else 10)
@@ -273,17 +273,17 @@ NO_SDMA_NOTE = ("Every case sent 0 bytes by SDMA: doubleplane sent exactly the b
 
 
 def sdma_share_plot(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 72) -> Figure:
-    """Speed-up of doubleplane (classic time / doubleplane time, median with quartile bars over
+    """Speed-up of doubleplane (classic time / doubleplane time, median with min-max bars over
     repeats) against the share of payload bytes the doubleplane run sent by SDMA, one colour
     per routing.
 
     Cases with SDMA share 0 send identical bytes with both variants: they are drawn apart
-    (hollow grey, "no SDMA") and the band their quartile bars span is the timing noise, the
+    (hollow grey, "no SDMA") and the band their min-max bars span is the timing noise, the
     yardstick for the other points. When every case has share 0, the figure says so in a note
     (:data:`NO_SDMA_NOTE`) instead of drawing a degenerate share axis.
 
     ``summary``: :func:`combine_lab.results.tables.summarize` output (columns routing, sdma_share in
-    [0, 1], ``<metric>_speedup`` and its quartiles ``_lo`` / ``_hi``, repeats).
+    [0, 1], ``<metric>_speedup`` and its spread (min-max) ``_lo`` / ``_hi``, repeats).
     """
     col = f"{metric}_speedup"
     fig = new_figure(7.8, 4.4, dpi)
@@ -318,7 +318,7 @@ def sdma_share_plot(summary: pd.DataFrame, metric: str = "comm_only", dpi: int =
                 bbox=dict(boxstyle="round", facecolor="#fff8e1", edgecolor="#b35900"))
     ax.set_xlabel("SDMA share of payload bytes, doubleplane run (%)")
     ax.set_ylabel(f"{metric} {_SPEEDUP_AXIS}")
-    ax.set_title(f"Measured speed-up against SDMA byte share\n(median, bars quartiles over {_repeats_text(summary)}; "
+    ax.set_title(f"Measured speed-up against SDMA byte share\n(median, bars min-max over {_repeats_text(summary)}; "
                  "above 1: doubleplane faster)", fontsize=10)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig

@@ -78,7 +78,7 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
     One :func:`combine_lab.harness.execute` of both variants of every spec: each case's files are
     written once; each repeat launches both variants on them, the order alternating between
     repeats (classic first, then doubleplane first, ...) so that neither always runs second.
-    The spread over repeats (quartiles) is what :func:`combine_lab.results.tables.summarize`
+    The spread over repeats (min-max) is what :func:`combine_lab.results.tables.summarize`
     reports with every time; every repeat's times stay in the tidy table.
 
     Args:

@@ -224,9 +224,11 @@ class RunResult:
         return out
 
     def time_us(self, metric: str) -> float:
-        """CoreMaxTime/us of ``metric`` ('full_op' or 'comm_only'), mean over the profiled PEs; NaN if none."""
+        """CoreMaxTime/us of ``metric`` ('full_op' or 'comm_only'): the slowest profiled PE's (the
+        combine ends when every PE has; as the reference's perf summary takes the largest
+        CoreMaxTime, docs/formats.md#3-perf-csv); NaN if none."""
         rows = self.perf[self.perf["Metric"] == metric] if not self.perf.empty else self.perf
-        return float(rows["CoreMaxTime/us"].mean()) if len(rows) else float("nan")
+        return float(rows["CoreMaxTime/us"].max()) if len(rows) else float("nan")
 
     def sidecar(self) -> dict:
         """The sidecar of this run (:func:`combine_lab.formats.sidecars.sidecar_record`): what the perf CSV has

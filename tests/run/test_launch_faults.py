@@ -464,7 +464,8 @@ def test_a_second_run_into_a_folder_in_use_is_refused_and_the_first_keeps_every_
     rows = (out / "combine_perf_rank0.csv").read_text().splitlines()
     assert [r.split(",")[17] for r in rows[1:]] == ["shape_4_16_2_4_2"] * 2 + ["shape_8_16_2_4_2"] * 2
     assert sorted(p.name for p in out.iterdir()) == [
-        "combine_counters_shape_4_16_2_4_2.json", "combine_counters_shape_8_16_2_4_2.json", "combine_perf_rank0.csv"]
+        "combine_counters_shape_4_16_2_4_2.json", "combine_counters_shape_8_16_2_4_2.json", "combine_lab_summary.json",
+        "combine_perf_rank0.csv"]
 
 
 def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path, twin_binary):
@@ -478,7 +479,8 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path, twin_binary):
                            "2", "-expertPerPe", "2", "--variant", "classic", "--perf", "--loops", "1", "--output-dir",
                            str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["combine_counters_shape_4_16_2_4_2.json", "combine_perf_rank0.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["combine_counters_shape_4_16_2_4_2.json", "combine_lab_summary.json",
+                                                     "combine_perf_rank0.csv"]
 
 
 def test_a_work_dir_or_notebooks_folder_in_use_is_refused(tmp_path, twin_binary):
