@@ -164,10 +164,13 @@ def test_app_notebook_is_the_app_alone(tmp_path):
     path = app_notebook(tmp_path)
     assert path == tmp_path / APP_NOTEBOOK
     nb = nbformat.read(path, as_version=4)
-    # one code cell that shows the app: no text for voila to show beside it, no twin run at load
-    assert [c.cell_type for c in nb.cells] == ["code"]
-    assert nb.cells[0].source.splitlines()[-1] == "TuningApp()" and "run(" not in nb.cells[0].source
+    # one line of context (issue 19 item 10), then one code cell that shows the app, no twin run at load
+    assert [c.cell_type for c in nb.cells] == ["markdown", "code"]
+    assert "tuning app" in nb.cells[0].source and "reload the page" in nb.cells[0].source
+    assert nb.cells[1].source.splitlines()[-1] == "TuningApp(keep_across_reload=True)"
+    assert "run(" not in nb.cells[1].source
     assert nb.metadata["kernelspec"]["name"] == notebooks.KERNEL_NAME
+    assert nb.metadata["title"] == "combine_lab: tuning app"  # the browser tab's title
 
 
 def test_app_command_culls_closed_pages_and_loads_only_the_widgets():
