@@ -141,16 +141,16 @@ assert app.run() is None and app.plan is None and [p.name for p in app.state.pro
 app.set(topk=topk, loops=loops)
 
 # %% [markdown]
-# **Run and check.** Two runs: the parameters as given, then the SDMA floor halved
-# (more segments qualify). Each must pass the x_out check and match the plan's counters.
+# **Run and check.** Two runs: the SDMA floor halved (more segments qualify), then the
+# parameters as given, so that the app above is left at the parameters' floor with its Run
+# current. Each must pass the x_out check and match the plan's counters.
 
 # %%
-for floor in (min_sdma_bytes, min_sdma_bytes // 2):
+for floor in (min_sdma_bytes // 2, min_sdma_bytes):
     app.set(min_sdma_bytes=floor)
     runs = app.run()  # the Run goes on a thread of its own; run() waits for it
     assert runs is not None, app.message
     assert all(r.ok for r in runs.values()), "a check or counter comparison failed"
-app.set(min_sdma_bytes=min_sdma_bytes)  # the app above is left at the parameters' floor
 display(app.history)
 
 # %% [markdown]

@@ -243,20 +243,17 @@ def check_core_rows(case: Case, pe: int, core: int, answer,
 
 
 def summary(results) -> dict:
-    """``{name: ok}`` for a list (or the values of a dict) of ExerciseResult, the last result of
-    each exercise counting (a cell run again is a new attempt, not a new exercise), plus
-    ``"all_ok"``, ``"right"`` (exercises whose last answer is right) and ``"exercises"`` (how many
-    the walkthrough has: :data:`OUR_ANSWERS`)."""
+    """``{name: ok}`` for a list (or the values of a dict) of ExerciseResult, plus ``"all_ok"``; the
+    last result of each exercise counts (a cell run again is a new attempt, not a new exercise)."""
     results = list(results.values()) if isinstance(results, dict) else list(results)
     out = {r.name: bool(r.ok) for r in results}
-    right = sum(out.values())
     out["all_ok"] = bool(results) and all(out.values())
-    out["right"] = right
-    out["exercises"] = len(OUR_ANSWERS)
     return out
 
 
 def score_text(results) -> str:
-    """"3 of 6 exercises right": the exercises counted once each, whatever the attempts."""
+    """"3 of 6 exercises right": each exercise counted once (its last attempt), out of the
+    walkthrough's exercises (:data:`OUR_ANSWERS`), however often a cell was run."""
     s = summary(results)
-    return f"{s['right']} of {s['exercises']} exercises right"
+    right = sum(v for k, v in s.items() if k != "all_ok")
+    return f"{right} of {len(OUR_ANSWERS)} exercises right"
