@@ -486,6 +486,7 @@ class TuningApp:
         self.plan_figures = widgets.HTML(layout=wide)  # segment map and plane bytes: one update, shown together
         self.plan_figures.add_class("cl-plan-figures")
         self.sdma_html = widgets.HTML(layout=wide)
+        self.sdma_html.add_class("cl-sdma")
         # modelled time
         self.model_select = widgets.Dropdown(options=list(MODELS), value=v["model"] if v["model"] in MODELS else "a3",
                                              description="model", style={"description_width": "50px"},
