@@ -71,6 +71,8 @@ class Run:
         chaos_seed: the twin's chaos mode (None: off).
         fnpu, fpe: first NPU and first PE id of the driver.
         env: extra environment of the PEs; binary: a driver to use instead of building one.
+        on_launch: called with the profiled PE after each launch of all PEs (a progress count;
+            the tuning app's bar); None: nothing is told.
     """
 
     case: CaseLike
@@ -89,6 +91,7 @@ class Run:
     fpe: int = 0
     env: Mapping[str, str] | None = None
     binary: str | os.PathLike | None = None
+    on_launch: Callable[[int], None] | None = None
 
     @property
     def modelled(self) -> bool:
@@ -279,7 +282,7 @@ def _one(r: Run, rep: int, prepared: PreparedCase | None, the_case: Case, ipport
         res = runner.run_case(prepared, r.variant, min_sdma_bytes=r.min_sdma_bytes, warmup=r.warmup, loops=r.loops,
                        perf=r.perf, prof_pe=r.prof_pe, target=r.target, timeout_s=r.timeout_s, ipport=ipport,
                        chaos_seed=r.chaos_seed, fnpu=r.fnpu, fpe=r.fpe, binary=r.binary,
-                       env=dict(r.env) if r.env else None)
+                       env=dict(r.env) if r.env else None, on_launch=r.on_launch)
         perf = res.perf
     if folder is not None:
         write_run_files(folder, res, perf if r.perf else None)

@@ -203,6 +203,7 @@ modelled_path = out / (csv_path.stem + f"_modelled_{machine.name}.csv")
 modelled.to_csv(modelled_path, index=False)
 display(modelled[["case_id", "routing", "sdma_share", "comm_only_classic_us", "comm_only_doubleplane_us",
                   "comm_only_speedup", "full_op_speedup"]].round(3))
+print(sweep.modelled_outcomes(modelled, machine.name))  # ties are called ties
 plots.show(plots.sweep_heatmaps(modelled, where=machine.caption()), out, "03_comm_only_speedup_heatmaps_modelled")
 grids = {"cases": (grid, modelled)}
 if int(model_pes) > 0:
@@ -230,9 +231,7 @@ for label, (_g, m) in grids.items():
                "what_if_saving_us", "what_if_saving_pct"]].round(3))
     name = "03_what_if_segment_sdma" + ("" if label == "cases" else "_" + label.replace(" ", ""))
     plots.show(plots.what_if_saving(m, machine.caption() + ("" if label == "cases" else f"; {label}")), out, name)
-    with_sdma = m[m["sdma_share"] > 0]
-    print(f"{label}: one call per segment would save a median {with_sdma['what_if_saving_pct'].median():.1f} % of "
-          f"doubleplane's comm_only over the {len(with_sdma)} cases with SDMA traffic (modelled on {machine.name})")
+    print(sweep.what_if_text(m, label, machine.name))
 
 # %% [markdown]
 # **Reading the modelled figures.** They are the model's answer for the named machine, with the

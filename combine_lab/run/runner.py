@@ -246,7 +246,8 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
              timeout_s: float = 120.0, work_dir: str | os.PathLike | None = None,
              output_dir: str | os.PathLike | None = None, fnpu: int = 0, fpe: int = 0,
              ipport: str | Callable[[], str] | None = None, keep_files: bool = False, chaos_seed: int | None = None,
-             binary: str | os.PathLike | None = None, env: dict[str, str] | None = None) -> RunResult:
+             binary: str | os.PathLike | None = None, env: dict[str, str] | None = None,
+             on_launch: Callable[[int], None] | None = None) -> RunResult:
     """Run ``case`` with one ``variant`` on ``target`` and check it.
 
     Args:
@@ -274,6 +275,7 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
         binary: a host driver to use instead of building one (tests of broken kernels).
         env: extra environment for every PE (e.g. ``COMBINE_HOST_REPEAT_CHECK=1``: call i
             sends rows of value i+1 and checks its own x_out).
+        on_launch: called with the profiled PE after each launch of all PEs has ended (a progress count).
 
     Returns:
         A :class:`RunResult`; x_out mismatches are reported in ``checks``, not raised.
@@ -348,6 +350,8 @@ def run_case(case: CaseLike, variant: str = "doubleplane", *, min_sdma_bytes: in
                                   timeout_s=timeout_s, env={**env, "SHMEM_CYCLE_PROF_PE": str(ppe)},
                                   tolerated_codes=(_MISMATCH_EXIT,), unnoticed_codes=(_REFUSED_INPUT_EXIT,))
             status = [max(s, o.returncode) for s, o in zip(status, outcomes)]
+            if on_launch is not None:
+                on_launch(ppe)
             if perf and csv_of(ppe).is_file():
                 perf_frames.append(read_perf_csv(csv_of(ppe)))
                 csv_of(ppe).rename(run_dir / f"prof{ppe}_{csv_of(ppe).name}")  # the next run writes afresh
