@@ -1,23 +1,36 @@
-"""Folders a run writes to, checked before anything runs: output, work and notebook folders.
+"""Folders a run writes to: checked before anything runs, and owned by one run while it runs.
 
 ``combine-lab run --output-dir``, ``--work-dir``, ``combine-lab notebooks --out``,
 ``run_case(output_dir=..., work_dir=...)`` and a notebook's ``output_dir`` all go through
 :func:`usable_folder`: the folder is created when missing and a file is written and removed in
 it, so that a folder that cannot hold the run's files is refused with the folder and the reason
 before a case is drawn, written or launched, not with a traceback after the run.
+
+While a run writes to a folder it owns it (:func:`own_folders`): a lock file in the folder names
+the run (pid, start time, command). A second run into a folder in use, or into a folder inside or
+around one in use, is refused at once, naming the folder and the other run; a lock left by a run
+that was killed (its process is gone) is recognised and taken over.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Iterable, Iterator
 
 import psutil
 
 from .errors import ParameterError
 
-__all__ = ["usable_folder", "KERNEL_FILE_SYSTEMS"]
+__all__ = ["usable_folder", "own_folders", "LOCK_NAME", "KERNEL_FILE_SYSTEMS"]
+
+#: The lock file a run keeps in each folder it writes to (:func:`own_folders`).
+LOCK_NAME = ".combine-lab.lock"
 
 #: File systems that are the kernel's interfaces, not storage: nothing of a run belongs there.
 KERNEL_FILE_SYSTEMS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "securityfs", "debugfs",
@@ -82,3 +95,83 @@ def usable_folder(path: str | os.PathLike, what: str) -> Path:
     except OSError as e:
         raise ParameterError(f"{shown}: cannot write in it ({e.strerror or e})") from None
     return folder
+
+
+_held: dict[Path, int] = {}  # folders this process owns -> how many own_folders blocks hold each
+
+
+def _holder(lock: Path) -> dict | None:
+    """The run named in ``lock`` while its process lives (the pid and its start time match), else
+    None: no lock, an unreadable one, or one left by a run that is gone."""
+    try:
+        who = json.loads(lock.read_text())
+        proc = psutil.Process(int(who["pid"]))
+        if abs(proc.create_time() - float(who["started"])) > 1.0 or proc.status() == psutil.STATUS_ZOMBIE:
+            return None  # the pid was reused by another process, or the run is a corpse
+        return who
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        return None
+
+
+def _in_use(folder: Path, what: str) -> ParameterError | None:
+    """The refusal of ``folder`` when a live run other than this process owns it or a folder
+    around it, else None."""
+    for f in (folder, *folder.parents):
+        who = _holder(f / LOCK_NAME)
+        if who is not None and int(who["pid"]) != os.getpid():
+            since = time.strftime("%H:%M:%S", time.localtime(float(who["started"])))
+            where = "" if f == folder else f" (it owns {f}, which holds this folder)"
+            return ParameterError(f"{what} {folder}: in use by another run{where}: pid {who['pid']} since {since}: "
+                                  f"{who.get('command', '?')}; wait for it to end, or choose another folder",
+                                  parameter=None)
+    return None
+
+
+@contextlib.contextmanager
+def own_folders(folders: Iterable[str | os.PathLike], what: str) -> Iterator[list[Path]]:
+    """Own every folder of ``folders`` (created if missing) while the block runs: a lock file
+    (:data:`LOCK_NAME`: this process's pid, start time and command) in each, removed when the
+    block ends, however it ends (a Ctrl-C too). Nested blocks of one process share a lock.
+
+    ``what``: how the message names the folders (``"--output-dir"``).
+
+    Raises:
+        ParameterError: a folder (or one around it, or one inside it that this run will write to
+            and another run owns) is in use by another live run; nothing is taken then. A lock
+            whose run is gone (killed) is taken over.
+    """
+    paths = sorted({Path(f).expanduser().absolute() for f in folders})
+    for p in paths:
+        err = _in_use(p, what)
+        if err is not None:
+            raise err
+    me = psutil.Process()
+    command = " ".join(" ".join(me.cmdline() or sys.argv).split())  # one line, whatever the arguments hold
+    command = command if len(command) <= 160 else command[:157] + "..."
+    record = json.dumps({"pid": os.getpid(), "started": me.create_time(), "command": command})
+    taken: list[Path] = []
+    try:
+        for p in paths:
+            if _held.get(p):
+                _held[p] += 1
+                taken.append(p)
+                continue
+            p.mkdir(parents=True, exist_ok=True)
+            tmp = p / f"{LOCK_NAME}.{os.getpid()}"
+            tmp.write_text(record)
+            err = _in_use(p, what)  # a run that started meanwhile
+            if err is not None:
+                tmp.unlink()
+                raise err
+            os.replace(tmp, p / LOCK_NAME)  # replaces a dead run's lock
+            _held[p] = 1
+            taken.append(p)
+        yield paths
+    finally:
+        for p in taken:
+            _held[p] -= 1
+            if not _held[p]:
+                del _held[p]
+                with contextlib.suppress(OSError):
+                    if _holder(p / LOCK_NAME) is None or json.loads((p / LOCK_NAME).read_text())["pid"] == os.getpid():
+                        (p / LOCK_NAME).unlink()

@@ -71,6 +71,8 @@ class Run:
         chaos_seed: the twin's chaos mode (None: off).
         fnpu, fpe: first NPU and first PE id of the driver.
         env: extra environment of the PEs; binary: a driver to use instead of building one.
+        on_launch: called with the profiled PE after each launch of all PEs (a progress count;
+            the tuning app's bar); None: nothing is told.
         kernel: your own kernel instead of the lab's (a folder, checked against the entry contract
             when the Run is made, or a KernelSource; docs/own-kernel.md): ``variant`` is then the rule
             whose plan its counters are compared with (default: the kernel's), and results call it by
@@ -94,6 +96,7 @@ class Run:
     fpe: int = 0
     env: Mapping[str, str] | None = None
     binary: str | os.PathLike | None = None
+    on_launch: Callable[[int], None] | None = None
     kernel: object = None
 
     def __post_init__(self):
@@ -317,7 +320,8 @@ def _one(r: Run, rep: int, prepared: PreparedCase | None, the_case: Case, ipport
         res = runner.run_case(prepared, r.variant, min_sdma_bytes=r.min_sdma_bytes, warmup=r.warmup, loops=r.loops,
                        perf=r.perf, prof_pe=r.prof_pe, target=r.target, timeout_s=r.timeout_s, ipport=ipport,
                        chaos_seed=r.chaos_seed, fnpu=r.fnpu, fpe=r.fpe, binary=r.binary,
-                       env=dict(r.env) if r.env else None, kernel_source=r.kernel)
+                       env=dict(r.env) if r.env else None, on_launch=r.on_launch,
+                       kernel_source=r.kernel)
         perf = res.perf
     if folder is not None:
         write_run_files(folder, res, perf if r.perf else None)

@@ -73,6 +73,7 @@ from IPython.display import Markdown, display
 
 from combine_lab import CaseSpec, case_from_arrays, compare, make_case, plan
 from combine_lab.lab import exercises, plots, records, sweep, teach
+from combine_lab.lab.tuning import floor_choice
 from combine_lab.model import load_model
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows, core_runs
@@ -86,7 +87,7 @@ out = records.output_dir(output_dir)
 pd.set_option("display.width", 160)
 pd.set_option("display.max_columns", 20)
 record = {"seed": seed, "sections": []}
-answers = []
+answers = {}  # exercise number -> the last check of your answer (a cell run again replaces it)
 print("figures and record go to", out)
 print("exercises:", "our answers filled in (reveal_answers = True)" if reveal_answers else "yours to fill in")
 
@@ -174,9 +175,9 @@ display(explain.segment_table(case, 0)[["segment", "local_expert", "src_rank", "
 answer_1 = None  # <- your answer: an int
 if reveal_answers:
     answer_1 = exercises.OUR_ANSWERS[1]
-answers.append(exercises.check_segment_rows(case, pe=0, local_expert=1, src_rank=0, answer=answer_1))
-display(answers[-1])
-if exercises.may_show(answers[-1], reveal_answers):
+answers[1] = exercises.check_segment_rows(case, pe=0, local_expert=1, src_rank=0, answer=answer_1)
+display(answers[1])
+if exercises.may_show(answers[1], reveal_answers):
     display(explain.segment_table(case, 0))  # start, end, rows: the answer
 else:
     print("(the segment bounds appear here once your answer is right)")
@@ -190,9 +191,9 @@ else:
 answer_2 = None  # <- your answer: (src_rank, token_id, topk_id)
 if reveal_answers:
     answer_2 = exercises.OUR_ANSWERS[2]
-answers.append(exercises.check_row_source(case, pe=1, row=2, answer=answer_2))
-display(answers[-1])
-if exercises.may_show(answers[-1], reveal_answers):
+answers[2] = exercises.check_row_source(case, pe=1, row=2, answer=answer_2)
+display(answers[2])
+if exercises.may_show(answers[2], reveal_answers):
     # row by row: each expand_x row is x[src_rank, token_id] (identity experts; x_head: its first four
     # elements), tagged by its three assist_info_for_combine fields
     display(explain.dispatch_table(case, 1, values=4)[["row", "segment", "local_expert", "expert_id", "src_rank",
@@ -231,9 +232,9 @@ display(explain.dispatch_table(case, 0)[["row", "src_rank", "token_id", "topk_id
 answer_3 = None  # <- your answer: a slot number
 if reveal_answers:
     answer_3 = exercises.OUR_ANSWERS[3]
-answers.append(exercises.check_window_slot(case, pe=0, row=6, answer=answer_3))
-display(answers[-1])
-if exercises.may_show(answers[-1], reveal_answers):
+answers[3] = exercises.check_window_slot(case, pe=0, row=6, answer=answer_3)
+display(answers[3])
+if exercises.may_show(answers[3], reveal_answers):
     display(explain.dispatch_table(case, 0)[["row", "src_rank", "token_id", "topk_id", "window_slot",
                                              "payload_offset", "status_offset"]])
 else:
@@ -296,9 +297,9 @@ assert list(d0["plane"]) == list(p_tiny.segments.query("pe == 0")["plane"])
 answer_4 = None  # <- your answer: a list of segment indices
 if reveal_answers:
     answer_4 = exercises.OUR_ANSWERS[4]
-answers.append(exercises.check_sdma_segments(case, pe=1, min_sdma_bytes=floor, answer=answer_4))
-display(answers[-1])
-if exercises.may_show(answers[-1], reveal_answers):
+answers[4] = exercises.check_sdma_segments(case, pe=1, min_sdma_bytes=floor, answer=answer_4)
+display(answers[4])
+if exercises.may_show(answers[4], reveal_answers):
     display(explain.decision_table(case, 1, floor))
     plots.show(plots.segment_map(p_tiny), out, "01_segment_map_tiny")  # both PEs, SDMA segments outlined
 else:
@@ -420,8 +421,8 @@ for letter, text in exercises.STATUS_CHOICES.items():
 answer_5 = None  # <- your answer: a letter
 if reveal_answers:
     answer_5 = exercises.OUR_ANSWERS[5]
-answers.append(exercises.check_status_order(answer_5))
-answers[-1]
+answers[5] = exercises.check_status_order(answer_5)
+answers[5]
 
 # %%
 record["sections"].append("protocol")
@@ -586,8 +587,8 @@ plots.show(plots.plane_bytes_plot(p2), out, "01_plane_bytes_skewed")
 answer_6 = None  # <- your answer: (classic rows, doubleplane rows)
 if reveal_answers:
     answer_6 = exercises.OUR_ANSWERS[6]
-answers.append(exercises.check_core_rows(case2, pe=1, core=0, answer=answer_6))
-answers[-1]
+answers[6] = exercises.check_core_rows(case2, pe=1, core=0, answer=answer_6)
+answers[6]
 
 # %% [markdown]
 # The same count for every remote core, in bytes: with doubleplane the large segments go to
@@ -602,15 +603,18 @@ busy = pd.DataFrame({
     "doubleplane: SDMA bytes": load_dual[load_dual["remote"]].groupby("pe")["sdma_bytes"].sum(),
 })
 busy.index.name = "busiest remote core of PE"
-display(busy)
 worst = {"classic": int(busy.iloc[:, 0].max()), "doubleplane": int(busy.iloc[:, 1].max())}
-print(f"busiest remote core over all PEs drives {worst['classic'] / 2**20:.2f} MiB by MTE with classic and "
-      f"{worst['doubleplane'] / 2**20:.2f} MiB with doubleplane")
+if exercises.may_show(answers[6], reveal_answers):  # its bytes / row bytes are exercise 6's answer
+    display(busy)
+    print(f"busiest remote core over all PEs drives {worst['classic'] / 2**20:.2f} MiB by MTE with classic and "
+          f"{worst['doubleplane'] / 2**20:.2f} MiB with doubleplane")
+else:
+    print("(the busiest remote cores' bytes appear here once your answer to exercise 6 is right)")
 record["skewed_busiest_core_mte_bytes"] = worst
 
 # %% [markdown]
 # Both variants on the twin: x_out checked on every PE, counters against the plan, then
-# `skew_repeats` runs of both for the times with their spread: median [first-third quartile] of
+# `skew_repeats` runs of both for the times with their spread: median [min-max] of
 # the slowest PE, and the speed-up classic / doubleplane of each repeat (above 1: doubleplane
 # faster), summarized by its median: the median of the per-repeat speed-ups, not the ratio of the
 # median times, which can differ (the cell says by how much). The times are the twin's, measured:
@@ -709,10 +713,8 @@ for name in dict.fromkeys([model, "a3" if model == "a2" else "a2"]):
     curves[name] = s
     print(s.caption)
     display(s.curve)
-    best = s.best
-    print(f"best floor on {name}: "
-          + ("never SDMA" if best["threshold_bytes"] < 0 else f"{int(best['threshold_bytes']):,} B")
-          + f", modelled comm_only {best['modelled_us']:.1f} us, {best['speedup']:.3f} x classic (modelled)\n")
+    choice = floor_choice(s)  # a tie with never SDMA is called a tie, not a best floor
+    print(f"on {name}: {choice.text()} (modelled)\n")
 s = curves[model]
 plots.show(plots.modelled_floors(s.curve, s.caption, floor=DEFAULT_MIN_SDMA_BYTES, what_if="segment"), out,
            "01_modelled_floors_skewed")
@@ -773,13 +775,12 @@ record["modelled"]["slowest_core"] = slowest
 # ## Your exercises
 
 # %%
-for a in answers:
-    print(a)
+for number in sorted(answers):
+    print(answers[number])
 record["exercises"] = exercises.summary(answers)
 record["reveal_answers"] = bool(reveal_answers)
 print("record:", records.write_record(out, "01_walkthrough", record))
-right = sum(bool(a) for a in answers)
 if reveal_answers:  # our answers must hold: a headless run fails if the case or the checks drifted
-    assert record["exercises"]["all_ok"], f"only {right} of {len(answers)} of our answers hold"
+    assert record["exercises"]["all_ok"], f"only {exercises.score_text(answers)}: our answers must all hold"
 else:
-    print(f"{right} of {len(answers)} exercises right")
+    print(exercises.score_text(answers))

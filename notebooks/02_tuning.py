@@ -79,7 +79,9 @@ print("targets here:", detect().targets())
 # ## The app
 #
 # In JupyterLab, change the controls and press **Run**. (Run headless, the cells after this
-# one drive the same app from code.)
+# one drive the same app from code.) **No app below? Press Run All** (Run > Run All Cells): the
+# notebook is saved without its outputs, as it is committed, so a reopened notebook shows the
+# app again only once its cells run.
 
 # %%
 app = TuningApp(pes=pes, bs=bs, h=h, topk=topk, expert_per_pe=expert_per_pe, dtype=dtype,
@@ -120,8 +122,10 @@ print(app.modelled["caption"])
 print(f"at floor {app.modelled['floor']:,} B: modelled comm_only classic {app.modelled['classic_us']:.1f} us, "
       f"doubleplane {app.modelled['doubleplane_us']:.1f} us (modelled)")
 suggestion = app.suggest()
+choice = app.state.floor_choice()  # the interval of floors that reach the best, or a tie with never SDMA
+print(choice.text(), "(modelled)")
 best_floor = app.use_suggestion()
-print(f"suggested floor {best_floor:,} B: modelled comm_only {app.modelled['doubleplane_us']:.1f} us "
+print(f"Use it sets min_sdma_bytes = {best_floor:,} B: modelled comm_only {app.modelled['doubleplane_us']:.1f} us "
       f"({app.modelled['speedup']:.3f} x classic, modelled)")
 display(suggestion.curve)
 app.set(min_sdma_bytes=min_sdma_bytes)
@@ -137,13 +141,14 @@ assert app.run() is None and app.plan is None and [p.name for p in app.state.pro
 app.set(topk=topk, loops=loops)
 
 # %% [markdown]
-# **Run and check.** Two runs: the parameters as given, then the SDMA floor halved
-# (more segments qualify). Each must pass the x_out check and match the plan's counters.
+# **Run and check.** Two runs: the SDMA floor halved (more segments qualify), then the
+# parameters as given, so that the app above is left at the parameters' floor with its Run
+# current. Each must pass the x_out check and match the plan's counters.
 
 # %%
-for floor in (min_sdma_bytes, min_sdma_bytes // 2):
+for floor in (min_sdma_bytes // 2, min_sdma_bytes):
     app.set(min_sdma_bytes=floor)
-    runs = app.run()
+    runs = app.run()  # the Run goes on a thread of its own; run() waits for it
     assert runs is not None, app.message
     assert all(r.ok for r in runs.values()), "a check or counter comparison failed"
 display(app.history)
@@ -161,5 +166,6 @@ record = {"runs": len(app.history), "checks": app.history["check"].tolist(),
           "counters_ok": [bool(v) for v in app.history["counters_ok"]],
           "sdma_segments": int(len(app.sdma_table)), "plan_ms": app.plan_seconds * 1e3,
           "modelled": {"caption": app.modelled["caption"], "suggested_floor": best_floor,
+                       "floor_interval": [choice.lo, choice.hi], "tie_with_never_sdma": choice.never,
                        "floors": len(suggestion.curve)}}
 print("record:", records.write_record(out, "02_tuning", record))

@@ -25,7 +25,7 @@
 #
 # **One convention throughout:** speed-up = classic time / doubleplane time, so **above 1
 # means doubleplane is faster**. Every measured time is the median over `repeats` runs with its
-# quartiles.
+# spread, min-max.
 #
 # **Measured and modelled, side by side, never mixed.** The twin measures CPU threads copying
 # memory; the timing model (`combine_lab.model`) prices the same cases on a named NPU (`model`,
@@ -143,8 +143,9 @@ assert failed.empty, f"{len(failed)} rows failed the x_out check or the counter 
 # ## Summary: times with their spread
 #
 # One row per case: both variants' comm_only times (CoreMaxTime of the slowest profiled PE,
-# us) as median [quartiles] over the repeats, the speed-up of the same repeat's pair likewise,
-# and a verdict: `no SDMA: identical traffic`, or in how many repeats doubleplane was faster.
+# us) as median [min-max] over the repeats, the speed-up of the same repeat's pair likewise,
+# and a verdict: `no SDMA: identical traffic`, `faster` or `slower` (every repeat agrees), or
+# `within noise` (the spread covers 1).
 # The full summary (full_op too) goes to a CSV beside the tidy one.
 
 # %%
@@ -159,7 +160,7 @@ print("summary ->", summary_path)
 #
 # Left: the comm_only speed-up over bs × h per routing (blue: doubleplane faster, red: slower;
 # hatched grey: no SDMA traffic, nothing to compare). Right: the speed-up against the SDMA
-# share, with quartile bars; the grey band spans the no-SDMA cases, i.e. how far two runs of
+# share, with min-max bars; the grey band spans the no-SDMA cases, i.e. how far two runs of
 # identical traffic drift apart on this machine. A point inside the band is not a result.
 
 # %%
@@ -202,6 +203,7 @@ modelled_path = out / (csv_path.stem + f"_modelled_{machine.name}.csv")
 modelled.to_csv(modelled_path, index=False)
 display(modelled[["case_id", "routing", "sdma_share", "comm_only_classic_us", "comm_only_doubleplane_us",
                   "comm_only_speedup", "full_op_speedup"]].round(3))
+print(sweep.modelled_outcomes(modelled, machine.name))  # ties are called ties
 plots.show(plots.sweep_heatmaps(modelled, where=machine.caption()), out, "03_comm_only_speedup_heatmaps_modelled")
 grids = {"cases": (grid, modelled)}
 if int(model_pes) > 0:
@@ -229,9 +231,7 @@ for label, (_g, m) in grids.items():
                "what_if_saving_us", "what_if_saving_pct"]].round(3))
     name = "03_what_if_segment_sdma" + ("" if label == "cases" else "_" + label.replace(" ", ""))
     plots.show(plots.what_if_saving(m, machine.caption() + ("" if label == "cases" else f"; {label}")), out, name)
-    with_sdma = m[m["sdma_share"] > 0]
-    print(f"{label}: one call per segment would save a median {with_sdma['what_if_saving_pct'].median():.1f} % of "
-          f"doubleplane's comm_only over the {len(with_sdma)} cases with SDMA traffic (modelled on {machine.name})")
+    print(sweep.what_if_text(m, label, machine.name))
 
 # %% [markdown]
 # **Reading the modelled figures.** They are the model's answer for the named machine, with the

@@ -172,3 +172,34 @@ def old_cann_npu(tmp_path, monkeypatch, twin_binary):
     built = []
     monkeypatch.setattr(build_mod, "build", lambda target="cpu", **kw: built.append(target) or twin_binary)
     return built
+
+
+def run_table(out: str) -> list[list[str]]:
+    """The rows of the run table ``combine-lab run|compare`` printed in ``out``, each split on white
+    space: the lines under the header that starts with ``case`` and names ``variant``, up to the
+    first line that is not a row (the speed-up table, the files written)."""
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["case"] and "variant" in ln.split())
+    rows = []
+    for ln in lines[start + 1:]:
+        if not ln.strip().startswith("shape_"):
+            break
+        rows.append(ln.split())
+    return rows
+
+
+def speedup_table(out: str) -> list[list[str]]:
+    """The rows of compare's speed-up table in ``out`` (under the header that starts with ``case``
+    and names ``repeats``), each as its cells: pandas right-aligns every cell to the end of its
+    column title, so the cells are cut at the titles' ends (a verdict such as "within noise" holds
+    a space)."""
+    from combine_lab.cli.cases import SPEEDUP_COLUMNS
+
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["case"] and "repeats" in ln.split())
+    header, ends, at = lines[start], [], 0
+    for title in SPEEDUP_COLUMNS:
+        at = header.index(title, at) + len(title)
+        ends.append(at)
+    return [[ln[b:e].strip() for b, e in zip([0, *ends[:-1]], ends)]
+            for ln in lines[start + 1:] if ln.strip().startswith("shape_")]

@@ -22,7 +22,8 @@ import sys
 
 from .. import __version__
 from ..errors import CombineLabError, Terminated
-from . import app, build, calibrate, compare, docs, doctor, lab, notebooks, run, selftest, suggest
+from ..run.launch import leftovers
+from . import app, build, calibrate, compare, diff, docs, doctor, lab, notebooks, run, selftest, suggest
 
 
 def version_text() -> str:
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_text(),
                         help="show the version of combine_lab and where it is installed from, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, compare, suggest, calibrate, build, selftest, doctor, notebooks, docs, lab, app):
+    for module in (run, compare, diff, suggest, calibrate, build, selftest, doctor, notebooks, docs, lab, app):
         module.register(sub)
     return parser
 
@@ -103,11 +104,12 @@ def _handle(args: argparse.Namespace) -> int:
         print(f"combine-lab: error: out of memory making or reading the case ({e}); use a smaller shape",
               file=sys.stderr)
         return 2
-    except Terminated:
-        print("combine-lab: terminated (SIGTERM); every PE was stopped, its shared memory and the run's case "
-              "files removed", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print("combine-lab: interrupted; every PE was stopped, its shared memory and the run's case files removed",
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated): say only what is true
+        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        left = leftovers()
+        if left:
+            print(f"combine-lab: {what}; these could not be removed: {'; '.join(left)}", file=sys.stderr)
+        else:
+            print(f"combine-lab: {what}; nothing of the run is left: no PE running, no shared memory, no case "
+                  "files, no partial result files", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130

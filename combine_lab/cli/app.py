@@ -2,9 +2,12 @@
 
     combine-lab app [--port 8866] [--cull-idle-timeout 60]
 
-Prints the URL with its token once voila answers; the page shows the app and nothing else, each
-page with its own kernel, stopped when the page closes (culling: ``--cull-idle-timeout`` seconds
-with no page connected). Ctrl-C (or SIGTERM) stops voila and every kernel. How:
+Prints the URL with its token once its own voila answers there (the process it started listens
+on the port); a ``--port`` another process holds is refused (exit 2, naming the holder) before
+anything is created. The page shows a line of context and the app, each page with its own kernel
+(a warm one waits for the next page and is never culled on its way to it), stopped when the page
+closes (culling: ``--cull-idle-timeout`` seconds with no page connected); a reload keeps the
+page's settings and history. Ctrl-C (or SIGTERM) stops voila and every kernel. How:
 :class:`combine_lab.lab.server.AppServer`.
 """
 

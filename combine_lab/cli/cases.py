@@ -11,11 +11,15 @@ bends a bad value (warmup, loops, an out-of-range --prof-pe) the value is refuse
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import math
+import os
 import re
+import statistics
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -23,17 +27,19 @@ import pandas as pd
 from ..case.grid import make_grid
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
-from ..folders import usable_folder
+from ..folders import own_folders, usable_folder
 from ..values import as_list
 from ..planning.capacity import check_capacity
-from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
 from ..harness import BASELINE, WALL, Outcome, Run, execute
-from ..results.rows import ERROR, ResultRow
+from ..results.rows import ERROR, FAIL, ResultRow
+from ..results.tables import summarize, tidy_rows
 from ..run.build import VariantRefused
 from ..run.kernel_source import kernel_source
 from ..run.launch import check_ipport
-from ..formats.perf_csv import (clear_outputs, counters_name, perf_summary_name, rank_files, variant_dir,
-                                write_summary_csv)
+from ..formats import summaries
+from ..formats.perf_csv import (counters_name, gib_per_s, perf_summary_name, rank_files, staged_outputs,
+                                variant_dir, write_summary_csv)
 from ..run.runner import RunResult, refusals
 
 
@@ -43,13 +49,31 @@ DEFAULT_IPPORT = "tcp://127.0.0.1:8767"
 PORT_SPAN = 1000
 
 
+class _PesSetsGnpus(argparse.Action):
+    """``-pes N`` also sets ``-gnpus`` to N, in command-line order as the reference's run script does
+    (``-gnpus 4 -pes 2``: 2 NPUs; ``-pes 2 -gnpus 4``: 4, refused without --perf)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.gnpus = None  # "the same as -pes" until a later -gnpus says otherwise
+
+
+def _dtype_flag(text: str) -> str:
+    """``-type`` as the reference's driver reads it: ``int`` is ``int32_t`` (its data_gen and main.cpp
+    take both); anything else is checked by CaseSpec (the message names -type)."""
+    return "int32_t" if text == "int" else text
+
+
 def add_shape_flags(p: argparse.ArgumentParser):
     """The flags that make a case (docs/cli.md#2-case-flags shapes, routing, sweep lists); returns
     their group. ``run``/``compare`` add placement and run flags (:func:`add_case_flags`),
     ``suggest`` the model's."""
     g = p.add_argument_group("case (docs/cli.md#2-case-flags)")
-    g.add_argument("-pes", type=int, default=2, help="PEs (ranks); sets -gnpus too (default 2)")
-    g.add_argument("-type", dest="dtype", default="int32_t", help="int32_t | float16_t (default int32_t)")
+    g.add_argument("-pes", type=int, default=2, action=_PesSetsGnpus,
+                   help="PEs (ranks); sets -gnpus too, as the reference's run script: a -gnpus before it is "
+                        "overridden, one after it stands (default 2)")
+    g.add_argument("-type", dest="dtype", default="int32_t", type=_dtype_flag,
+                   help="int32_t | float16_t (default int32_t); int is read as int32_t, as the reference does")
     g.add_argument("-bs", type=int, default=8, help="tokens per PE (default 8)")
     g.add_argument("-h", dest="h", type=int, default=7168, help="hidden size, elements (default 7168)")
     g.add_argument("-topk", type=int, default=8, help="experts per token (default 8)")
@@ -85,6 +109,11 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
     r.add_argument("--perf", action="store_true",
                    help="profile: warmup + loops launches, full_op and comm_only rows in the perf CSVs; without "
                         "it, one launch per case and the check, no CSV")
+    r.add_argument("--repeats", type=int, default=None,
+                   help="with --perf: times each case is run (warmup + loops launches each), the variants "
+                        "interleaved (order reversed every other repeat) so that load hits both alike; the table "
+                        "gives medians and their spread (min-max), compare the speed-up and whether it is beyond "
+                        "noise (default 5 for compare, 1 for run; a timing model: 1)")
     r.add_argument("--warmup", type=int, default=5, help="untimed launches before profiling, >= 0 (default 5)")
     r.add_argument("--loops", type=int, default=50, help="profiled launches, >= 1 (default 50)")
     r.add_argument("--prof-pe", default=None,
@@ -197,7 +226,7 @@ def bootstrap_addresses(ipport: str):
 
 def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec]) -> None:
     """The flags that do not make a case, checked before anything runs (docs/cli.md#2-case-flags):
-    -gnpus (set to -pes with --perf, refused without), --warmup, --loops, -fnpu, -fpe, -a."""
+    -gnpus (set to -pes with --perf, refused without), --warmup, --loops, --repeats, -fnpu, -fpe, -a."""
     if a.gnpus is not None and a.gnpus != a.pes:
         if not a.perf:
             raise ParameterError(f"-gnpus={a.gnpus}: must equal -pes={a.pes} (one node; with --perf it is set to "
@@ -205,6 +234,7 @@ def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec]) -> None:
         print(f"combine-lab: note: -gnpus={a.gnpus} set to each case's -pes (one node)", file=sys.stderr)
     for flag, value, lo, reference in (("--warmup", a.warmup, 0, "reads a negative value as 0"),
                                        ("--loops", a.loops, 1, "reads 0 or less as 1"),
+                                       ("--repeats", 1 if a.repeats is None else a.repeats, 1, None),
                                        ("-fnpu", a.fnpu, 0, None), ("-fpe", a.fpe, 0, None)):
         if value < lo:
             why = f" (the reference's run script {reference}; here it is refused)" if reference else ""
@@ -214,27 +244,103 @@ def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec]) -> None:
     if a.prof_pe is not None and not a.perf:
         print("combine-lab: note: --prof-pe has no effect without --perf (one launch per case, nothing profiled)",
               file=sys.stderr)
+    if a.repeats is not None and a.repeats > 1 and not a.perf:
+        print(f"combine-lab: note: --repeats={a.repeats} has no effect without --perf (nothing is timed: one launch "
+              "per case)", file=sys.stderr)
+    elif a.repeats is not None and a.repeats > 1 and a.clock != "wall":
+        print(f"combine-lab: note: --repeats={a.repeats} has no effect on a timing model (it is deterministic: "
+              "each case is priced once)", file=sys.stderr)
 
 
-#: The run table: column title -> ResultRow field.
+#: The run table: column title -> field of :class:`RepeatedRow`.
 TABLE_COLUMNS = {"case": "case_id", "routing": "routing", "variant": "variant", "check": "check",
-                 "comm_only/us": "comm_only_us", "full_op/us": "full_op_us", "MTE bytes": "mte_bytes",
+                 "comm_only/us": "comm_only_us", "comm_only spread": "comm_only_spread", "full_op/us": "full_op_us",
+                 "full_op spread": "full_op_spread", "comm_only GB/s": "comm_only_gbps", "MTE bytes": "mte_bytes",
                  "SDMA bytes": "sdma_bytes", "planned SDMA": "planned_sdma_bytes", "counters=plan": "counters_ok",
                  "violations": "violations"}
 _INT_FIELDS = ("mte_bytes", "sdma_bytes", "planned_sdma_bytes", "violations")
+#: The speed-up table: one row per case with both variants timed.
+SPEEDUP_COLUMNS = {"case": "case_id", "routing": "routing", "repeats": "repeats",
+                   **{f"{m} speed-up": f"{m}_speedup" for m in ("comm_only",)},
+                   "comm_only spread": "comm_only_speedup_spread", "comm_only verdict": "comm_only_verdict",
+                   "full_op speed-up": "full_op_speedup", "full_op spread": "full_op_speedup_spread",
+                   "full_op verdict": "full_op_verdict"}
 
 
-def table(rows: list[ResultRow]) -> pd.DataFrame:
-    """The rows as the run table shows them (:data:`TABLE_COLUMNS`): times rounded to 3 decimals
-    (us; NaN when not timed), bytes and violations as integers, counters=plan 'yes' or 'NO' ('differs'
-    for your kernel: compared with its rule's plan, not required); a value a row does not have (a
-    refused variant, the baseline) is '-'."""
+@dataclass
+class RepeatedRow:
+    """One case and variant over its repeats: the first repeat's :class:`ResultRow` fields (bytes,
+    plan and counters are the same in every repeat), its check and violations over all of them
+    (FAIL if any repeat failed; violations summed), and per metric the median time (us; the
+    profiled PE, with ``--prof-pe all`` the slowest: the combine ends when every PE has) with its
+    spread over the repeats (``"min-max"``, '-' for one repeat), and the comm_only bandwidth of the
+    median time as the reference's perf summary defines it (GlobalDataSize / CoreMaxTime, GiB/s)."""
+
+    row: ResultRow
+    repeats: int
+    times: dict  # metric -> (median, min, max), us
+    gbps: float
+
+    def __getattr__(self, name):
+        if name.endswith("_spread"):
+            med, lo, hi = self.times.get(name.removesuffix("_spread"), (math.nan,) * 3)
+            return "-" if self.repeats < 2 or not math.isfinite(med) else f"{lo:.3f}-{hi:.3f}"
+        if name in ("comm_only_us", "full_op_us"):
+            return self.times.get(name.removesuffix("_us"), (getattr(self.row, name),))[0]
+        if name == "comm_only_gbps":
+            return self.gbps
+        return getattr(self.row, name)
+
+
+def repeated_rows(outcomes: list[Outcome], summary: pd.DataFrame) -> list[RepeatedRow]:
+    """The outcomes of one run folded per (case, variant), in the order they first appear, with the
+    medians and spreads of :func:`combine_lab.results.tables.summarize` (``summary``) for the two
+    variants of the lab's kernel and the rows' own times for the rest (the baseline)."""
+    groups: dict[tuple, list[Outcome]] = {}
+    for o in outcomes:
+        groups.setdefault((o.row.case_id, o.row.variant), []).append(o)
+    by_case = {r["case_id"]: r for _, r in summary.iterrows()} if len(summary) else {}
+    out = []
+    for (case_id, variant), os_ in groups.items():
+        first = os_[0].row
+        ran = [o.row for o in os_ if o.row.ran]
+        check = FAIL if any(r.check == FAIL for r in ran) else first.check
+        violations = sum(r.violations or 0 for r in ran) if first.violations is not None else None
+        row = dataclasses.replace(first, check=check, violations=violations,
+                                  counters_ok=None if first.counters_ok is None else all(r.counters_ok for r in ran))
+        s = by_case.get(case_id)
+        times = {}
+        if s is not None and variant in VARIANTS:
+            for m in ("comm_only", "full_op"):
+                times[m] = (float(s[f"{m}_{variant}_us"]), float(s[f"{m}_{variant}_lo_us"]),
+                            float(s[f"{m}_{variant}_hi_us"]))
+        elif first.kernel and ran:  # your kernel: the median and spread of its own repeats
+            for m in ("comm_only", "full_op"):
+                t = [r.time_us(m) for r in ran if math.isfinite(r.time_us(m))]
+                if t:
+                    times[m] = (float(statistics.median(t)), min(t), max(t))
+        med = times.get("comm_only", (first.comm_only_us,))[0]
+        spec_bytes = next((o.spec for o in os_), None)
+        data = spec_bytes.bs * spec_bytes.topk * spec_bytes.h * spec_bytes.itemsize * spec_bytes.pes \
+            if spec_bytes is not None else 0
+        out.append(RepeatedRow(row, len(ran), times, gib_per_s(data, med) if math.isfinite(med) else math.nan))
+    return out
+
+
+def table(rows: list) -> pd.DataFrame:
+    """The rows (:class:`RepeatedRow`, or ResultRows: one repeat each) as the run table shows them
+    (:data:`TABLE_COLUMNS`): times rounded to 3 decimals (us; NaN when not timed), bytes and
+    violations as integers, counters=plan 'yes' or 'NO' ('differs' for your kernel: compared with its
+    rule's plan, not required); a value a row does not have (a refused variant, the baseline) is '-'."""
+    rows = [r if isinstance(r, RepeatedRow) else RepeatedRow(r, 1 if r.ran else 0, {}, math.nan) for r in rows]
     data = {}
     for title, name in TABLE_COLUMNS.items():
         values = [getattr(r, name) for r in rows]
         if name in ("comm_only_us", "full_op_us"):
             data[title] = [round(v, 3) if not math.isnan(v) else float("nan") for v in values]
-        elif name == "counters_ok":
+        elif name == "comm_only_gbps":
+            data[title] = [round(v, 3) if math.isfinite(v) else float("nan") for v in values]
+        elif name == "counters_ok":  # your kernel's are compared with its rule's plan, not required
             data[title] = ["-" if v is None else ("yes" if v else "differs" if r.kernel else "NO")
                            for v, r in zip(values, rows)]
         elif name in _INT_FIELDS and any(v is None for v in values):
@@ -244,9 +350,29 @@ def table(rows: list[ResultRow]) -> pd.DataFrame:
     return pd.DataFrame(data, columns=list(TABLE_COLUMNS))
 
 
-def table_text(rows: list[ResultRow]) -> str:
+def table_text(rows: list) -> str:
     """:func:`table` as text, one row per line under a header; times not measured read '-'."""
     return table(rows).to_string(index=False, na_rep="-")
+
+
+def speedup_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per case of ``summary`` (:func:`combine_lab.results.tables.summarize`) with both
+    variants timed: per metric the median speed-up (classic / doubleplane of the same repeat; above
+    1: doubleplane faster), its spread ("min-max" over the paired repeats) and the verdict (faster,
+    slower, within noise, or no SDMA: identical traffic)."""
+    rows = []
+    for _, r in summary.iterrows():
+        if not math.isfinite(r["comm_only_speedup"]):
+            continue
+        rec = {"case_id": r["case_id"], "routing": r["routing"], "repeats": int(r["repeats"])}
+        for m in ("comm_only", "full_op"):
+            rec[f"{m}_speedup"] = f"{float(r[f'{m}_speedup']):.3f}"
+            rec[f"{m}_speedup_spread"] = "-" if r["repeats"] < 2 else \
+                f"{r[f'{m}_speedup_lo']:.3f}-{r[f'{m}_speedup_hi']:.3f}"
+            rec[f"{m}_verdict"] = r[f"{m}_verdict"]
+        rows.append(rec)
+    return pd.DataFrame([{t: rec[n] for t, n in SPEEDUP_COLUMNS.items()} for rec in rows],
+                        columns=list(SPEEDUP_COLUMNS))
 
 
 def _report(o: Outcome) -> None:
@@ -309,54 +435,141 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
         if baseline:
             from ..run.baseline import require_baseline
             require_baseline(a.target)  # before anything runs: the fix if it cannot
-    # label -> (rule whose file names it writes, folder): the lab's variants, then your kernels
+    # label -> folder: the lab's variants, then your kernels (their files named as their rule's)
     separate = len(variants) + len(kernels) > 1
-    named = {**{v: v for v in variants}, **{k.label: k.rule for k in kernels}}
     folders = {v: variant_dir(base, v, separate) for v in variants}
     folders.update({k.label: variant_dir(base, k.slug, separate) for k in kernels})
-    if a.perf:
-        for label, folder in folders.items():
-            usable_folder(folder, "--output-dir")
-            removed = clear_outputs(folder, named[label])
-            if removed and model is None:
-                print(f"combine-lab: removed {len(removed)} files of an earlier {label} run from {folder}",
-                      file=sys.stderr)
+    rules = {**{v: v for v in variants}, **{k.label: k.rule for k in kernels}}
+    written = {v: f for v, f in folders.items() if v not in refused} if a.perf else {}
+    for folder in written.values():
+        usable_folder(folder, "--output-dir")
     # Without --perf nothing is timed: one launch, then the check (as the reference's driver does);
-    # a model prices the loops asked for either way.
+    # a model prices the loops asked for either way, once (it is deterministic).
     warmup, loops = (a.warmup, a.loops) if a.perf or model is not None else (0, 1)
+    repeats = _repeats(a, variants, model)
     clock = model if model is not None else WALL
     runs = []
     for spec in specs:
-        runs += [Run(spec, v, clock=clock, warmup=warmup, loops=loops, perf=a.perf, prof_pe=prof_pe,
-                     min_sdma_bytes=a.min_sdma_bytes, target=a.target, timeout_s=a.timeout, chaos_seed=a.chaos,
-                     fnpu=a.fnpu, fpe=a.fpe) for v in variants]
-        runs += [Run(spec, getattr(a, "rule", None) or k.rule, clock=clock, warmup=warmup, loops=loops, perf=a.perf,
+        runs += [Run(spec, v, clock=clock, repeats=repeats, warmup=warmup, loops=loops, perf=a.perf,
                      prof_pe=prof_pe, min_sdma_bytes=a.min_sdma_bytes, target=a.target, timeout_s=a.timeout,
-                     chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, kernel=k) for k in kernels]
+                     chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe) for v in variants]
+        runs += [Run(spec, getattr(a, "rule", None) or k.rule, clock=clock, repeats=repeats, warmup=warmup,
+                     loops=loops, perf=a.perf, prof_pe=prof_pe, min_sdma_bytes=a.min_sdma_bytes, target=a.target,
+                     timeout_s=a.timeout, chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, kernel=k) for k in kernels]
         if baseline:
             runs.append(Run(spec, BASELINE, warmup=a.warmup, loops=a.loops, target=a.target, timeout_s=a.timeout,
                             fnpu=a.fnpu))
-    rows: list[ResultRow] = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a refusal was said once above; each case shows it as a row
-        for o in execute(runs, progress="model" if model is not None else "combine",
-                         ipport=None if model is not None else bootstrap_addresses(a.ipport), work_dir=a.work_dir,
-                         outputs={v: f for v, f in folders.items() if v not in refused} if a.perf else None):
-            rows.append(o.row)
-            _report(o)
-    if model is not None:
-        print(model.caption())
-        for k in kernels:
+    outcomes: list[Outcome] = []
+    owned = ([base, *written.values()] if a.perf else []) + ([a.work_dir] if a.work_dir is not None else [])
+    removed: dict = {}
+    # This run owns its folders while it runs (a second run into them is refused), and writes into
+    # staging folders that replace the earlier run's files only once every case has run.
+    with own_folders(owned, "--output-dir" if a.perf else "--work-dir"):
+        with staged_outputs(written, removed, rules) as stage, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a refusal was said once above; each case shows it as a row
+            for o in execute(runs, progress="model" if model is not None else "combine",
+                             ipport=None if model is not None else bootstrap_addresses(a.ipport), work_dir=a.work_dir,
+                             outputs=stage if a.perf else None):
+                outcomes.append(o)
+                _report(o)
+        for variant, gone in removed.items():
+            if gone and model is None:
+                print(f"combine-lab: replaced an earlier {variant} run's files in {folders[variant]} ({len(gone)} of "
+                      "its files, not this run's, removed)", file=sys.stderr)
+        tidy = pd.DataFrame([t for o in outcomes for t in tidy_rows(o.row, o.spec, o.perf if o.result is not None
+                                                                          else None, o.repeat)])
+        summary = summarize(tidy) if a.perf or model is not None else pd.DataFrame()
+        rows = repeated_rows(outcomes, summary) if len(summary) else [o.row for o in outcomes]
+        print(model.caption() if model is not None else _measured_caption(a, repeats))
+        for k in kernels if model is not None else []:
             print(f"{k.label}: priced from the operation stream it recorded in one launch on the twin")
-    print(table_text(rows))
-    if a.perf:
-        for label in folders:
-            if label not in refused:
-                _finish_perf(folders[label], named[label], [s.case_id for s in specs], prof_pe == "all", a.analyse,
-                             model.caption() if model is not None else "")
-    ran = [r for r in rows if r.ran]
-    failed = [r for r in rows if r.check == ERROR]  # your kernel failed or hung (the lab's raise: exit 2)
+        print(table_text(rows))
+        speedups = speedup_table(summary) if len(summary) and len(variants) > 1 else pd.DataFrame()
+        if len(speedups) and model is not None:
+            # a model is deterministic: one point per case, whose uncertainty is its unknown parameters
+            for m in ("comm_only", "full_op"):
+                speedups[f"{m} verdict"] = [v.replace("(1 repeat: no spread)", "(modelled point)")
+                                            for v in speedups[f"{m} verdict"]]
+            print(f"speed-up = classic time / doubleplane time (above 1: doubleplane faster), modelled on {model.name}: "
+                  "a point, no spread; how it moves over the unknown parameters: combine-lab suggest")
+            print(speedups.drop(columns=["repeats", "comm_only spread", "full_op spread"]).to_string(index=False))
+        elif len(speedups):
+            print(f"speed-up = classic time / doubleplane time (above 1: doubleplane faster), the median of "
+                  f"{repeats} paired repeat{'s' if repeats > 1 else ''} and its spread (min-max); within noise: the "
+                  "spread covers 1")
+            print(speedups.to_string(index=False))
+        if a.perf:
+            path = write_run_summary(base, a, outcomes, summary, rows)
+            print(f"run summary: {path}")
+        for label in written:
+            _finish_perf(folders[label], rules[label], [s.case_id for s in specs], prof_pe == "all", a.analyse,
+                         model.caption() if model is not None else "")
+    ran = [o.row for o in outcomes if o.row.ran]
+    failed = [o.row for o in outcomes if o.row.check == ERROR]  # your kernel failed or hung (the lab's raise: exit 2)
     return 0 if all(r.ok for r in ran) and not failed else 1
+
+
+def write_run_summary(folder: Path, a: argparse.Namespace, outcomes: list[Outcome], summary: pd.DataFrame,
+                      rows: list) -> Path:
+    """The run's summary (:mod:`combine_lab.formats.summaries`) in ``folder``: per case and variant
+    the check, every repeat's times and their median and spread, the planned and counted bytes, and
+    per case the speed-up with its spread and verdict; what ``combine-lab diff`` compares."""
+    each: dict[tuple, dict[str, list[float]]] = {}
+    for o in outcomes:
+        if o.row.ran:
+            t = each.setdefault((o.row.case_id, o.row.variant), {"comm_only": [], "full_op": []})
+            for m in t:
+                t[m].append(o.row.time_us(m))
+    by_case = {r["case_id"]: r for _, r in summary.iterrows()} if len(summary) else {}
+    cases: dict[str, dict] = {}
+    for r in rows:
+        c = cases.setdefault(r.case_id, {"case_id": r.case_id, "routing": r.routing, "dtype": r.dtype,
+                                         "variants": {}, "speedup": {}})
+        rec = {"check": r.check, "repeats": r.repeats if isinstance(r, RepeatedRow) else int(r.ran),
+               "mte_bytes": r.mte_bytes, "sdma_bytes": r.sdma_bytes, "planned_sdma_bytes": r.planned_sdma_bytes,
+               "counters_ok": r.counters_ok, "violations": r.violations, "reason": r.reason}
+        for m in ("comm_only", "full_op"):
+            med, lo, hi = r.times[m] if isinstance(r, RepeatedRow) and m in r.times else (getattr(r, f"{m}_us"),) * 3
+            rec[f"{m}_us"] = {"median": _num(med), "min": _num(lo), "max": _num(hi),
+                              "each": [_num(v) for v in each.get((r.case_id, r.variant), {}).get(m, [])]}
+        c["variants"][r.variant] = rec
+        srow = by_case.get(r.case_id)
+        if srow is not None and math.isfinite(srow["comm_only_speedup"]):
+            c["speedup"] = {m: {"median": _num(srow[f"{m}_speedup"]), "min": _num(srow[f"{m}_speedup_lo"]),
+                                "max": _num(srow[f"{m}_speedup_hi"]), "verdict": srow[f"{m}_verdict"]}
+                            for m in ("comm_only", "full_op")}
+    model = getattr(a, "clock", "wall")
+    return summaries.write_run_summary(folder, {
+        "command": " ".join(["combine-lab", *sys.argv[1:]]) if sys.argv else "combine-lab", "target": a.target,
+        "clock": model, "measured": _measured_caption(a, outcomes[0].run.repeats if outcomes else 1),
+        "repeats": outcomes[0].run.repeats if outcomes else 0, "warmup": a.warmup, "loops": a.loops,
+        "cases": list(cases.values())})
+
+
+def _num(v) -> float | None:
+    """A time for JSON: None where nothing was timed (NaN)."""
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+def _repeats(a: argparse.Namespace, variants: list[str], model) -> int:
+    """--repeats as the runs take it (checked >= 1 by :func:`_check_run_flags`): compare (several
+    variants) 5 by default, run 1; 1 without --perf (nothing is timed) and on a timing model (it is
+    deterministic)."""
+    if not a.perf or model is not None:
+        return 1
+    return a.repeats if a.repeats is not None else (5 if len(variants) > 1 else 1)
+
+
+def _measured_caption(a: argparse.Namespace, repeats: int) -> str:
+    """What the times are: where they were measured and how (the twin's are CPU threads copying
+    memory on this machine, never an NPU's time), or that nothing was timed."""
+    if not a.perf:
+        return "not timed (no --perf): one launch per case and variant, checked against golden"
+    where = ("measured on the CPU twin: CPU threads copying memory on this machine "
+             f"({os.cpu_count()} CPUs), not an NPU's time" if a.target == "cpu" else f"measured on target {a.target}")
+    return (f"{where}; times are CoreMaxTime/us of the profiled PE (with --prof-pe all the slowest), the median of "
+            f"{repeats} repeat{'s' if repeats > 1 else ''} of {a.warmup} + {a.loops} launches, spread min-max")
 
 
 def _paths_line(paths: list[Path], folder: Path, most: int = 4) -> str:

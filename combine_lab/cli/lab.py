@@ -2,8 +2,11 @@
 
     combine-lab lab [--port 8888]
 
-Prints the URL with its token once JupyterLab answers; Ctrl-C (or SIGTERM) stops it and every
-kernel it started. Root-safe (``--allow-root`` as root), on 127.0.0.1, a free port by default.
+Prints the URL with its token once its own JupyterLab answers there (the process it started
+listens on the port, and its token gets a 200); a ``--port`` another process holds is refused
+(exit 2, naming the holder) before anything starts. Notebooks are saved without their outputs
+(as committed; ``--keep-outputs`` keeps them). Ctrl-C (or SIGTERM) stops it and every kernel it
+started. Root-safe (``--allow-root`` as root), on 127.0.0.1, a free port by default.
 How: :class:`combine_lab.lab.server.LabServer`.
 """
 
@@ -41,7 +44,7 @@ def serve(server, command: str, what: str) -> int:
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
-    server = LabServer.start(args.dir, port=args.port, timeout_s=args.start_timeout)
+    server = LabServer.start(args.dir, port=args.port, timeout_s=args.start_timeout, keep_outputs=args.keep_outputs)
     print(f"JupyterLab on {server.root_dir} with the {KERNEL_NAME} kernel:\n    {server.url}\nCtrl-C stops it.",
           flush=True)
     return serve(server, "lab", "JupyterLab")
@@ -54,5 +57,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--port", type=port_arg, default=None, help="port on 127.0.0.1, 1-65535 (default: a free one)")
     p.add_argument("--dir", default=None, help="folder to serve (default: the notebooks folder)")
     p.add_argument("--start-timeout", type=float, default=120.0, help="seconds to wait for JupyterLab to answer")
+    p.add_argument("--keep-outputs", action="store_true",
+                   help="save notebooks with their outputs (default: without, as they are committed)")
     p.set_defaults(handler=_cmd_lab)
     return p

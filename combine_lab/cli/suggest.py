@@ -10,6 +10,7 @@ import argparse
 
 from ..case.case import make_case
 from ..errors import ParameterError
+from ..formats.files import write_atomic
 from ..model.machines import load_model
 from ..model.stream import case_rows
 from ..model.suggest import METRICS, suggest
@@ -28,7 +29,7 @@ def _suggest(a: argparse.Namespace) -> int:
     print(f"case: {specs[0].case_id} routing {specs[0].routing}")
     print(s.text(None if a.all else 40))
     if a.csv:
-        s.curve.to_csv(a.csv, index=False)
+        write_atomic(a.csv, s.curve.to_csv(index=False))
         print(f"curve CSV: {a.csv}")
     return 0
 

@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import CaseFileError, ParameterError, SpecError
 from ..case.case import Case, RankInputs
 from ..case.spec import DTYPES, CaseSpec
+from .files import atomic_write, write_atomic
 
 __all__ = ["CaseFileError", "REFERENCE_KEYS", "write_case", "read_case", "read_meta", "FileCase", "CheckResult",
            "check_x_out", "rank_file_layout", "case_dir_of", "rank_dir", "rank_file", "x_out_path", "read_rank_file",
@@ -43,7 +44,8 @@ _FILE_OF = {
 
 
 def rank_file_layout(spec: CaseSpec) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """File name -> (shape, little-endian dtype) of one rank directory (docs/protocol.md#2-dispatch-layout and docs/formats.md#1-case-files)."""
+    """File name -> (shape, little-endian dtype) of one rank directory (docs/protocol.md#2-dispatch-layout
+    and docs/formats.md#1-case-files)."""
     t = np.dtype(spec.np_dtype).newbyteorder("<")
     i4, f4 = np.dtype("<i4"), np.dtype("<f4")
     cap, S = spec.capacity_rows, spec.expert_per_pe * spec.pes
@@ -108,7 +110,7 @@ def write_case(case: Case, root: str | Path) -> Path:
     spec = case.spec
     case_dir = case_dir_of(root, spec.case_id)
     case_dir.mkdir(parents=True, exist_ok=True)
-    (case_dir / "meta.json").write_text(json.dumps(case.meta(), indent=2) + "\n")
+    write_atomic(case_dir / "meta.json", json.dumps(case.meta(), indent=2) + "\n")
     layout = rank_file_layout(spec)
     for r in range(spec.pes):  # one rank's arrays alive at a time
         rank_dir(case_dir, r).mkdir(exist_ok=True)
@@ -119,7 +121,7 @@ def write_case(case: Case, root: str | Path) -> Path:
             if field == "expand_x":
                 _write_with_zero_tail(arr, used, rank_file(case_dir, r, name))
             else:
-                arr.tofile(rank_file(case_dir, r, name))
+                write_atomic(rank_file(case_dir, r, name), arr.tobytes())
         del inputs
     return case_dir
 
@@ -128,7 +130,7 @@ def _write_with_zero_tail(arr: np.ndarray, used_rows: int, path: Path) -> None:
     """Write ``arr`` [rows, h] whose rows from ``used_rows`` on are zero padding: the used
     rows are written and the file is extended to full size, so the padding reads back as
     zeros (byte-identical) without being written (a sparse tail where the filesystem allows)."""
-    with open(path, "wb") as f:
+    with atomic_write(path, "wb", size=lambda: arr.nbytes) as f:
         arr[:used_rows].tofile(f)
         f.truncate(arr.nbytes)
 
@@ -326,14 +328,16 @@ class CheckResult:
 
 
 def check_x_out(x_out: np.ndarray, golden: np.ndarray, dtype: str) -> CheckResult:
-    """Compare a combine output with its golden, bit for bit (docs/protocol.md#1-the-combine-problem and docs/protocol.md#3-reference-data-and-the-check).
+    """Compare a combine output with its golden, bit for bit (docs/protocol.md#1-the-combine-problem and
+    docs/protocol.md#3-reference-data-and-the-check).
 
     ``x_out``, ``golden``: arrays of the same shape (e.g. [bs, h]) with dtype T; ``dtype``:
     'int32_t' or 'float16_t'. Both must be identical: the kernel and the golden both reduce
     in float32 in topk order and cast once, so any difference is a bug (a float16
     accumulator, another order, a lost tile). A NaN never passes. ``max_abs_err`` is
     computed in float64 (int64 for int32). The reference tools keep their own tolerance:
-    their check reads our output/x_out_{r}.bin with rtol = atol = 1e-2 (docs/protocol.md#3-reference-data-and-the-check), which bit-exact files pass; nothing here uses it.
+    their check reads our output/x_out_{r}.bin with rtol = atol = 1e-2
+    (docs/protocol.md#3-reference-data-and-the-check), which bit-exact files pass; nothing here uses it.
     Raises SpecError for an unknown dtype (a case field); ParameterError for arrays of
     different shapes or not of dtype T.
     """

@@ -22,15 +22,19 @@ plane bytes, the twin's counters and protocol violations of a case go to a sidec
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import os
 import re
+import shutil
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator, Mapping
 
 import pandas as pd
 
 from ..errors import ResultFileError
+from .files import STAGING_PREFIX, write_atomic
 
 #: The file-name prefix of each variant, as the reference names its two drivers' files.
 FILE_PREFIX = {"classic": "combine", "doubleplane": "combine_doubleplane"}
@@ -122,10 +126,11 @@ def rank_files(folder: str | Path, variant: str) -> list[Path]:
     return sorted((p for p in folder.iterdir() if pat.fullmatch(p.name)), key=lambda p: p.name)
 
 
-def clear_outputs(folder: str | Path, variant: str) -> list[Path]:
+def clear_outputs(folder: str | Path, variant: str, keep: Iterable[str] = ()) -> list[Path]:
     """Remove what an earlier run of ``variant`` left in ``folder``: its per-rank perf CSVs, summary,
     counters sidecars, figures and report (only files with those exact names; the other variant's
-    and anything else stay). Returns the removed paths. One run's folder then holds that run.
+    and anything else stay, and so do the names in ``keep``: this run's). Returns the removed paths.
+    One run's folder then holds that run.
 
     Raises:
         ResultFileError: a file that cannot be removed (the message names it)."""
@@ -137,14 +142,54 @@ def clear_outputs(folder: str | Path, variant: str) -> list[Path]:
     pat = re.compile(rf"{prefix}_(perf_rank\d+\.csv|perf_summary\.csv|counters_shape_[0-9_]+\.json|"
                      rf"perf_({metric})\.png|perf_report\.md)")
     removed = []
+    keep = set(keep)
     for p in sorted(folder.iterdir()):
-        if p.is_file() and pat.fullmatch(p.name):
+        if p.is_file() and pat.fullmatch(p.name) and p.name not in keep:
             try:
                 p.unlink()
             except OSError as e:
                 raise ResultFileError(f"{p}: cannot remove the file of an earlier run ({e.strerror})") from None
             removed.append(p)
     return removed
+
+
+@contextlib.contextmanager
+def staged_outputs(folders: Mapping[str, str | Path], removed: dict | None = None,
+                   rules: Mapping[str, str] | None = None) -> Iterator[dict[str, Path]]:
+    """A staging folder per variant (``<folder>/.staging-<pid>``) for a run to write its files in;
+    when the block ends without error each variant's folder takes the new files (each renamed into
+    place, replacing the file of the same name) and only then loses what an earlier run of that
+    variant left there and this run did not replace (:func:`clear_outputs`); on any error (a failed
+    launch, a full disk, Ctrl-C) the staging folders are removed and the folders keep what they
+    held. A failed run never leaves a folder emptier than before, nor half of this run's files.
+
+    ``folders``: variant -> its output folder (existing); ``removed``, if given, gets variant -> the
+    earlier run's files removed at the end. Yields variant -> staging folder. ``rules``: for a key
+    that is your kernel's label (``reference:doubleplane``), the variant whose file names it writes.
+
+    Raises:
+        ResultFileError: a file that cannot be moved into place or removed (named).
+    """
+    stage = {v: Path(f) / f"{STAGING_PREFIX}{os.getpid()}" for v, f in folders.items()}
+    try:
+        for st in stage.values():
+            shutil.rmtree(st, ignore_errors=True)
+            st.mkdir(parents=True)
+        yield stage
+        for v, folder in folders.items():
+            folder, st = Path(folder), stage[v]
+            new = sorted(st.iterdir())
+            for f in new:
+                try:
+                    os.replace(f, folder / f.name)
+                except OSError as e:
+                    raise ResultFileError(f"{folder / f.name}: cannot put this run's file in place ({e.strerror})")
+            gone = clear_outputs(folder, (rules or {}).get(v, v), keep={f.name for f in new})
+            if removed is not None:
+                removed[v] = gone
+    finally:
+        for st in stage.values():
+            shutil.rmtree(st, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------- number format
@@ -240,70 +285,68 @@ def perf_row_fields(row) -> list[str]:
     return out + [fixed4(float(t)) for t in row["core_times_us"]]
 
 
+def _csv_text(rows: Iterable[list[str]], lineterminator: str = "\n") -> str:
+    buf = io.StringIO(newline="")
+    csv.writer(buf, lineterminator=lineterminator).writerows(rows)
+    return buf.getvalue()
+
+
 def write_perf_csv(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write rows of :func:`read_perf_csv` form to ``path`` (replacing it) in the per-rank format:
-    the header once, each row by :func:`perf_row_fields`, lines ending in ``\\n`` as the driver's.
+    """Write rows of :func:`read_perf_csv` form to ``path`` (replacing it, whole or not at all:
+    :func:`combine_lab.formats.files.write_atomic`) in the per-rank format: the header once, each
+    row by :func:`perf_row_fields`, lines ending in ``\n`` as the driver's.
     ``read_perf_csv(write_perf_csv(read_perf_csv(p), q))`` gives the same rows, and ``q`` the bytes of ``p``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(PERF_HEADER)
-        for _, r in df.iterrows():
-            w.writerow(perf_row_fields(r))
-    return path
+    return write_atomic(path, _csv_text([PERF_HEADER] + [perf_row_fields(r) for _, r in df.iterrows()]))
+
+
+def _existing_rows_text(dst: Path) -> str:
+    """``dst``'s text when it is a perf CSV ('' when it is new or empty). Raises ResultFileError for
+    another file (its header is not the 19 names)."""
+    if not dst.is_file() or not dst.stat().st_size:
+        return ""
+    text = dst.read_text(encoding="utf-8")
+    first = text.split("\n", 1)[0].rstrip("\r")
+    if first != ",".join(PERF_HEADER):
+        raise ResultFileError(f"{dst}: not a docs/formats.md#3-perf-csv perf CSV (header {first[:80]!r}); "
+                              f"remove it or choose another output folder")
+    return text
 
 
 def append_perf_rows(rows: pd.DataFrame, dst: str | Path) -> Path:
     """Append ``rows`` (:func:`read_perf_csv` form) to the per-rank CSV ``dst`` as the reference's
     driver appends: the header first when ``dst`` is new or empty, then each row by
-    :func:`perf_row_fields` (the driver's own bytes for rows read from its file). Folders are created.
+    :func:`perf_row_fields` (the driver's own bytes for rows read from its file). The file is
+    replaced whole (the old rows and the new in a temporary file, then renamed): a failed write
+    leaves the old file as it was. Folders are created.
 
     Raises:
         ResultFileError: ``dst`` exists with another header (a file of another format: remove it or
-            write elsewhere).
+            write elsewhere), or the write failed (the file, bytes and errno named).
     """
     dst = Path(dst)
-    new = not dst.is_file() or not dst.stat().st_size
-    if not new:
-        with open(dst, encoding="utf-8", newline="") as f:
-            first = f.readline().rstrip("\r\n")
-        if first != ",".join(PERF_HEADER):
-            raise ResultFileError(f"{dst}: not a docs/formats.md#3-perf-csv perf CSV (header {first[:80]!r}); "
-                                  f"remove it or choose another output folder")
+    old = _existing_rows_text(dst)
+    new = _csv_text(([] if old else [PERF_HEADER]) + [perf_row_fields(r) for _, r in rows.iterrows()])
     dst.parent.mkdir(parents=True, exist_ok=True)
-    with open(dst, "a", encoding="utf-8", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        if new:
-            w.writerow(PERF_HEADER)
-        for _, r in rows.iterrows():
-            w.writerow(perf_row_fields(r))
-    return dst
+    return write_atomic(dst, old + new)
 
 
 def append_perf_csv(src: str | Path, dst: str | Path) -> Path:
     """Append the rows of ``src`` (a per-rank CSV the driver wrote in one run's folder) to ``dst``
     byte for byte, writing the header first when ``dst`` is new or empty, as the reference's
-    driver appends. Folders are created.
+    driver appends; ``dst`` is replaced whole (:func:`append_perf_rows`). Folders are created.
 
     Raises:
         ResultFileError: ``src`` is not a perf CSV, or ``dst`` exists with another header (a file
-            of another format: remove it or write elsewhere).
+            of another format: remove it or write elsewhere), or the write failed.
     """
     src, dst = Path(src), Path(dst)
     read_perf_rows(src)  # validates the header and every row
     lines = src.read_text(encoding="utf-8").splitlines(keepends=True)
-    if dst.is_file() and dst.stat().st_size:
-        with open(dst, encoding="utf-8", newline="") as f:
-            first = f.readline().rstrip("\r\n")
-        if first != ",".join(PERF_HEADER):
-            raise ResultFileError(f"{dst}: not a docs/formats.md#3-perf-csv perf CSV (header {first[:80]!r}); "
-                                  f"remove it or choose another output folder")
-        lines = lines[1:]
+    old = _existing_rows_text(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    with open(dst, "a", encoding="utf-8", newline="") as f:
-        f.writelines(lines)
-    return dst
+    return write_atomic(dst, old + "".join(lines[1:] if old else lines))
 
 
 def summary_rows(paths: Iterable[str | Path]) -> list[list[str]]:
@@ -341,13 +384,10 @@ def summary_rows(paths: Iterable[str | Path]) -> list[list[str]]:
 
 
 def write_summary_csv(paths: Iterable[str | Path], out: str | Path) -> pd.DataFrame:
-    """Write :func:`summary_rows` of ``paths`` to ``out`` (header :data:`PERF_HEADER`; lines end in
-    ``\\r\\n``, as Python's csv writer ends them in the reference's summary) and return it as
-    :func:`read_perf_csv` reads it."""
+    """Write :func:`summary_rows` of ``paths`` to ``out``, whole or not at all (header
+    :data:`PERF_HEADER`; lines end in ``\r\n``, as Python's csv writer ends them in the
+    reference's summary) and return it as :func:`read_perf_csv` reads it."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", encoding="utf-8", newline="") as f:
-        w = csv.writer(f, lineterminator="\r\n")
-        w.writerow(PERF_HEADER)
-        w.writerows(summary_rows(paths))
+    write_atomic(out, _csv_text([PERF_HEADER] + summary_rows(paths), lineterminator="\r\n"))
     return read_perf_csv(out)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import ResultFileError
-from .perf_csv import counters_name, perf_csv_name, append_perf_rows
+from .files import write_atomic
+from .perf_csv import append_perf_rows, counters_name, perf_csv_name
 
 #: The counters of each plane in the twin's counters files (host/twin/twin_engines.cpp dump_counters).
 COUNTER_FIELDS = ["puts", "bytes", "quiets", "status_writes", "status_bytes"]
@@ -66,7 +67,8 @@ def plane_records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
 
 
 def sidecar_record(*, spec, variant: str, target: str, min_sdma_bytes: int, warmup: int, loops: int, launches: int,
-                   prof_pes: list[int], check: str, plan_totals: pd.DataFrame, counter_mismatches: list[str] | None = None,
+                   prof_pes: list[int], check: str, plan_totals: pd.DataFrame,
+                   counter_mismatches: list[str] | None = None,
                    violations: int = 0, violation_examples: list[str] | None = None,
                    counted: pd.DataFrame | None = None, ranks: list[dict] | None = None,
                    kernel: str = "lab", kernel_source: str | None = None) -> dict:
@@ -111,14 +113,14 @@ def write_sidecar(path: str | Path, data: dict) -> Path:
     dtype, seed, target, min_sdma_bytes in bytes, warmup, loops, launches, prof_pes), the verdicts
     (check PASS/FAIL, counters_ok, counter_mismatches, violations with examples), per PE the planned
     and counted plane bytes (``planned``/``counted``: lists of dicts with ``pe``), and ``ranks``: the
-    twin's counters file of every PE as the driver wrote it (empty on an NPU)."""
+    twin's counters file of every PE as the driver wrote it (empty on an NPU). Whole or not at all
+    (:func:`combine_lab.formats.files.write_atomic`)."""
     missing = [k for k in SIDECAR_KEYS if k not in data]
     if missing:
         raise ResultFileError(f"{path}: sidecar without {', '.join(missing)}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({k: data[k] for k in SIDECAR_KEYS}, indent=1) + "\n")
-    return path
+    return write_atomic(path, json.dumps({k: data[k] for k in SIDECAR_KEYS}, indent=1) + "\n")
 
 
 def read_sidecar(path: str | Path) -> dict:

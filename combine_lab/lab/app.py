@@ -14,20 +14,39 @@ the notebook shows and :meth:`TuningApp.save_figures` saves (:mod:`.svg`, :mod:`
 A changed control is handed to the state, which replans at once and runs nothing; the page then
 shows the new plan (segment map and plane bytes in one update), the modelled panel and, when
 the inputs differ from those of the last Run, that Run's verdict, counters and comparison
-marked stale. **Suggest** computes the modelled curve over every floor for large cases (about
-1-3 s at 64 PEs) and offers to set the floor to the best one. Every modelled number says
-"modelled on ...", with the assumed parameters; measured times (Run) are labelled measured.
+marked stale. Every value that cannot be used is marked at its control (all of them at once,
+each with its reason) and never changed: the number boxes are text, read exactly as typed.
+**Suggest** computes the modelled curve over every floor for large cases (about 1-3 s at 64 PEs)
+and gives the interval of floors that reach the best modelled time, or says that every floor
+ties with never SDMA; **Use it** sets one. Every modelled number says "modelled", with the
+assumed parameters listed once (in the figure and the parameters table); measured times (Run)
+are labelled measured.
 
 **Run** builds the target if needed and runs classic and doubleplane through the state
-(:meth:`combine_lab.lab.tuning.TuningState.execute`, :func:`combine_lab.harness.compare`),
-then shows the x_out verdict, per-plane counters, per-PE times and the history. The button stays
-disabled until the run's results are shown, and a click that the browser sent while a run was
-going (the second click of a double-click, queued behind the first run) starts nothing. A variant
-the target refuses (doubleplane on an NPU with CANN older than 9.0.0) shows as REFUSED with its
-reason, and classic still runs.
+(:meth:`combine_lab.lab.tuning.TuningState.execute`, :func:`combine_lab.harness.compare`) on a
+background thread, so that the kernel's main thread stays free: the plan view, the marks on bad
+values and the stale marking follow every change made during a Run, and a note beside the button
+says which values changed since it was pressed. The progress bar counts the launches of all PEs
+(one per variant and profiled PE). A Run the app would refuse (a value that cannot be used, a
+case over ``max_run_bytes``) is refused before any click: the button is disabled with the reason
+beside it, and every message of a Run (refusal, failure, done) appears beside the button. A click
+while a Run goes on, or the second click of a double-click, starts nothing.
+
+Keyboard: every control, disclosure (the SDMA segments, the model's parameters, the counters,
+the whole history) and table is reachable with Tab; disclosures are buttons (Enter or Space
+opens them), tables scroll with the arrow keys once focused; a focus ring of 3 px shows where
+the focus is (WCAG 2.2 focus-visible); in JupyterLab the notebook's own shortcuts do not act on
+keys pressed inside the app (so the arrow keys move a dropdown, not the active cell); after a
+Run the focus goes back to Run. A small browser-side part (:class:`_Bridge`, an anywidget) does
+what widgets cannot: that last part, telling the kernel the width the figures have (they are
+drawn to fill it), keeping the settings and history of the page in the browser tab
+(``keep_across_reload=True``: a reload shows them again, and stops a Run the reloaded page's
+kernel was still making), and saying so on the page when the kernel stops answering, with a
+reload button.
 
 Everything a browser would do can be done from Python, which is how the tests drive it:
-set ``app.controls[name].value`` (or :meth:`TuningApp.set`), call :meth:`TuningApp.run`,
+set ``app.controls[name].value`` (or :meth:`TuningApp.set`), call :meth:`TuningApp.run` (waits
+for the Run), :meth:`TuningApp.start_run` (does not), :meth:`TuningApp.wait`,
 :meth:`TuningApp.suggest`, :meth:`TuningApp.use_suggestion` or ``app.run_button.click()``, then
 read ``app.plan``, ``app.sdma_table``, ``app.modelled``, ``app.suggestion``, ``app.message``,
 ``app.history``, ``app.rows``, ``app.last_runs`` (the state's). Bad values never raise: every
@@ -38,24 +57,30 @@ from __future__ import annotations
 
 import contextlib
 import html
+import json
+import os
+import signal
+import threading
 import time
+import uuid
+import weakref
 from typing import Any
 
 import ipywidgets as widgets
 import numpy as np
 import pandas as pd
-from traitlets import TraitError
+from traitlets import Int, TraitError, Unicode
 
 from ..errors import ParameterError, SpecError
 from ..model.machines import NpuModel
-from ..model.suggest import NEVER, Suggestion
+from ..model.suggest import Suggestion
 from ..run.capabilities import detect
 from . import plots, svg, tuning
-from .tuning import (HISTORY_COLUMNS, MODELS, ROUTING_MODELS, ROWS_COLUMNS, RUN_ERRORS, RUN_INPUTS, TuningState,
-                     format_bytes, routing_string)
+from .tuning import (FIELDS, HISTORY_COLUMNS, MODELS, ROUTING_MODELS, ROWS_COLUMNS, RUN_ERRORS, RUN_INPUTS,
+                     TuningState, format_bytes, routing_string)
 
 __all__ = ["ROUTING_MODELS", "routing_string", "TuningApp", "HISTORY_COLUMNS", "HISTORY_SHOWN", "ROWS_COLUMNS",
-           "MODELS", "H_RANGE"]
+           "MODELS", "H_STEP", "STORAGE_KEY", "parse_number"]
 
 #: The history columns the app shows in its table (column -> heading); the others are one click
 #: away ("all columns"), so that the table fits a JupyterLab column.
@@ -68,11 +93,17 @@ _HISTORY_FORMAT = {"case_id": lambda v: html.escape(str(v).removeprefix("shape_"
                    "min_sdma_bytes": lambda v: html.escape(svg.floor_text(int(v))),
                    "comm_only_classic_us": lambda v: "-" if not np.isfinite(v) else f"{v:,.1f}",
                    "comm_only_doubleplane_us": lambda v: "-" if not np.isfinite(v) else f"{v:,.1f}",
-                   "sdma_share": lambda v: "-" if not np.isfinite(v) else f"{100 * v:.1f} %"}
-#: The h slider's range (elements per row); a value outside it widens it (a bad h is said, not clamped).
-H_RANGE = (64, 16384, 64)
+                   "sdma_share": lambda v: "-" if not np.isfinite(v) else
+                   "none (= classic)" if v == 0 else f"{100 * v:.1f} %"}
+#: How far the arrow keys move h in its box (elements): the h of most models is a multiple of it.
+H_STEP = 64
 #: The controls, in the order shown (the state's values less the model, which has its own selector).
 CONTROLS = RUN_INPUTS
+#: Where a page keeps its settings and history across a reload (the browser tab's sessionStorage).
+STORAGE_KEY = "combine_lab.tuning_app"
+_NUMBER_FIELDS = tuple(n for n in CONTROLS if FIELDS[n].kind in ("int", "number"))
+#: How long the page waits for the kernel's answer to its heartbeat before it says the kernel stopped.
+KERNEL_SILENT_S = 20
 
 _CSS = """<style>
 .cl-app { max-width: 100%; }
@@ -80,19 +111,171 @@ _CSS = """<style>
 .cl-app .cl-controls .widget-inline-hbox .widget-label { min-width: 0; }
 .cl-app h4.cl-h { margin: 12px 0 4px 0; font-size: 14px; }
 .cl-app .cl-note { color: #555; font-size: 12px; margin: 2px 0; }
-.cl-app .cl-scroll { overflow-x: auto; max-width: 100%; }
+/* tables scroll inside their box, with a scrollbar that shows, and by keyboard once focused */
+.cl-app .cl-scroll { overflow-x: auto; max-width: 100%; scrollbar-width: auto; scrollbar-color: #888 #eee; }
+.cl-app .cl-scroll::-webkit-scrollbar { height: 12px; }
+.cl-app .cl-scroll::-webkit-scrollbar-thumb { background: #888; border-radius: 6px; }
+.cl-app .cl-scroll::-webkit-scrollbar-track { background: #eee; }
 .cl-app table.cl-table { border-collapse: collapse; font-size: 12px; }
 .cl-app table.cl-table th, .cl-app table.cl-table td { padding: 2px 7px; border-bottom: 1px solid #ddd;
   text-align: right; white-space: nowrap; }
 .cl-app table.cl-table th { background: #f4f4f4; font-weight: 600; white-space: normal; vertical-align: bottom; }
 .cl-app table.cl-history-table th { max-width: 96px; }
+.cl-app table.cl-params td { white-space: normal; text-align: left; min-width: 4em; }
+.cl-app table.cl-params td.cl-wide { min-width: 18em; }
 .cl-app .cl-figure { margin: 4px 0; }
 .cl-app .cl-modelled-tag { background: #fff4d6; border: 1px solid #e0b84a; border-radius: 3px; padding: 0 4px; }
 .cl-app .cl-measured-tag { background: #e6f0fa; border: 1px solid #7aa7d6; border-radius: 3px; padding: 0 4px; }
+/* a value that cannot be used: marked where it is typed */
+.cl-app .cl-bad input, .cl-app .cl-bad select { border: 2px solid #b00020 !important; background: #fff3f4; }
+.cl-app .cl-bad .widget-label { color: #b00020; font-weight: 600; }
+/* WCAG 2.2 focus appearance: a 3 px ring in a colour with 3:1 contrast on white and on the widgets */
+.cl-app :focus-visible, .cl-app input:focus, .cl-app select:focus {
+  outline: 3px solid #1a4fa0 !important; outline-offset: 2px !important; box-shadow: none !important; }
+.cl-app .cl-toggle { text-align: left; }
+.cl-app .cl-run-note { font-size: 13px; }
+.cl-app .cl-bridge { display: none; }
+.cl-dead-banner { border: 2px solid #b00020; background: #fff3f4; color: #5c0010; padding: 8px 12px; margin: 6px 0;
+  font-size: 14px; }
+/* the voila page's "loading" line goes once the app is there */
+body:has(.cl-app) .cl-app-loading { display: none; }
 </style>"""
+
+#: The browser's part of the app: what widgets cannot do from the kernel (see the module docstring).
+_BRIDGE_ESM = r"""
+function render({ model, el }) {
+  el.classList.add('cl-bridge');
+  let root = null, timers = [], observers = [], lastPong = Date.now(), banner = null, wasFocused = false;
+  const key = model.get('key');
+  function setup() {
+    root = el.closest('.cl-app');
+    if (!root) return false;
+    // JupyterLab's notebook shortcuts (arrows, A, B, D D ...) must not act on keys pressed in the app
+    root.setAttribute('data-lm-suppress-shortcuts', 'true');
+    // the width the figures have: they are drawn to fill it
+    const ro = new ResizeObserver(() => {
+      const w = Math.round(root.clientWidth);
+      if (w > 0 && Math.abs(w - model.get('width')) > 8) { model.set('width', w); model.save_changes(); }
+    });
+    ro.observe(root); observers.push(ro);
+    // after a Run the button comes back enabled: give it the focus it lost when it was disabled
+    const watch = () => {
+      const b = root.querySelector('.cl-run');
+      if (!b) return;
+      const mo = new MutationObserver(() => {
+        if (b.disabled) { wasFocused = wasFocused || document.activeElement === b || document.activeElement === document.body; }
+        else if (wasFocused) {
+          wasFocused = false;
+          const a = document.activeElement;
+          if (!a || a === document.body || a === b) b.focus();
+        }
+      });
+      mo.observe(b, { attributes: true, attributeFilter: ['disabled'] }); observers.push(mo);
+      b.addEventListener('mousedown', () => { wasFocused = true; });
+      b.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') wasFocused = true; });
+    };
+    watch();
+    return true;
+  }
+  if (!setup()) { const t = setInterval(() => { if (setup()) clearInterval(t); }, 100); timers.push(t); }
+  // settings and history kept in this tab across a reload
+  if (key) {
+    try {
+      const saved = window.sessionStorage.getItem(key);
+      if (saved) { model.set('restore', saved); model.save_changes(); }
+    } catch (e) { /* storage off: nothing kept */ }
+    model.on('change:stored', () => {
+      try { window.sessionStorage.setItem(key, model.get('stored')); } catch (e) { }
+    });
+  }
+  // a kernel that stops answering is said on the page, with a reload
+  model.on('msg:custom', (msg) => { if (msg && msg.pong !== undefined) { lastPong = Date.now(); if (banner) { banner.remove(); banner = null; } } });
+  const silent = model.get('silent_s') * 1000;
+  timers.push(setInterval(() => {
+    try { model.send({ ping: Date.now() }); } catch (e) { }
+    if (Date.now() - lastPong > silent && !banner && root) {
+      banner = document.createElement('div');
+      banner.className = 'cl-dead-banner';
+      banner.setAttribute('role', 'alert');
+      banner.textContent = "The app's kernel has not answered for " + Math.round((Date.now() - lastPong) / 1000) +
+        " s: it has stopped (or is stuck). Reload the page for a new one. ";
+      const b = document.createElement('button');
+      b.textContent = 'Reload the page'; b.className = 'cl-reload';
+      b.onclick = () => window.location.reload();
+      banner.appendChild(b);
+      root.prepend(banner);
+    }
+  }, 2000));
+  return () => { timers.forEach(clearInterval); observers.forEach((o) => o.disconnect()); if (banner) banner.remove(); };
+}
+export default { render };
+"""
+
+
+def _make_bridge():
+    """The anywidget of the browser's part, or None where anywidget is missing (the app works
+    without it: no width, no keeping across a reload, no word when the kernel stops)."""
+    try:
+        import anywidget
+    except ImportError:  # pragma: no cover - anywidget ships with the lab extra
+        return None
+
+    class _Bridge(anywidget.AnyWidget):
+        """What the page does in the browser for the app (module docstring): width, storage,
+        focus after Run, the notebook's shortcuts off inside the app, a word when the kernel stops."""
+        _esm = _BRIDGE_ESM
+        key = Unicode("").tag(sync=True)
+        stored = Unicode("").tag(sync=True)
+        restore = Unicode("").tag(sync=True)
+        width = Int(0).tag(sync=True)
+        silent_s = Int(KERNEL_SILENT_S).tag(sync=True)
+
+    bridge = _Bridge()
+    # the tests shorten it (COMBINE_LAB_KERNEL_SILENT_S): a person's page waits KERNEL_SILENT_S
+    bridge.silent_s = int(os.environ.get("COMBINE_LAB_KERNEL_SILENT_S") or KERNEL_SILENT_S)
+    bridge.on_msg(lambda w, content, buffers: w.send({"pong": content.get("ping")}) if isinstance(content, dict)
+                  and "ping" in content else None)
+    return bridge
+
+
+def parse_number(text):
+    """What a number box holds, read exactly: an int for an integer ("8192", "-64", " 12 "), a
+    float for any other number ("1.5", "1e3"), else the text itself (a bad value the state names).
+    Never rounded or clamped: "100.5" stays 100.5 (and is then said not to be an integer)."""
+    if not isinstance(text, str):
+        return text
+    t = text.strip().replace("_", "")
+    try:
+        return int(t)
+    except ValueError:
+        pass
+    try:
+        return float(t)
+    except ValueError:
+        return text
+
+
+def _number_text(v) -> str:
+    """A value as its number box shows it."""
+    if isinstance(v, (bool, np.bool_)):
+        return str(v)
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):g}" if abs(float(v)) < 1e15 else repr(float(v))
+    return "" if v is None else str(v)
 
 
 _VARIANT_NAME = {"classic": "classic (MTE only)", "doubleplane": "doubleplane (MTE + SDMA)"}
+
+#: Apps of this process that keep their state across a reload (a newer page stops their Run).
+_KEPT_APPS: "weakref.WeakSet[TuningApp]" = weakref.WeakSet()
+
+
+def _stop_runs_of_this_process(_signum=None, _frame=None) -> None:
+    """SIGUSR1: a reloaded page's new kernel asks this one (the old page's) to stop its Run."""
+    for app in list(_KEPT_APPS):
+        app.stop_run("the page was reloaded: its new kernel took over")
 
 
 def _cell(v) -> str:
@@ -105,18 +288,52 @@ def _cell(v) -> str:
     return html.escape(str(v))
 
 
-def _table(df: pd.DataFrame, headings: dict[str, str], cls: str, fmt: dict | None = None) -> str:
+def _table(df: pd.DataFrame, headings: dict[str, str], cls: str, fmt: dict | None = None, label: str = "",
+           wide: tuple = ()) -> str:
     """A compact HTML table of ``df``'s ``headings`` columns (column -> heading); ``fmt``: column ->
-    function writing a value (as HTML), else :func:`_cell`."""
+    function writing a value (as HTML), else :func:`_cell`. The table sits in a box that scrolls
+    sideways when it is wider than the page, reachable with Tab (``label`` names it) and scrolled
+    with the arrow keys; ``wide``: columns that wrap their text at a readable width."""
     fmt = fmt or {}
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headings.values())
-    body = "".join("<tr>" + "".join(f"<td>{fmt.get(c, _cell)(r[c])}</td>" for c in headings) + "</tr>"
-                   for r in df.to_dict("records"))
-    return f"<div class='cl-scroll'><table class='cl-table {cls}'><tr>{head}</tr>{body}</table></div>"
+    body = "".join("<tr>" + "".join(f"<td{' class=cl-wide' if c in wide else ''}>{fmt.get(c, _cell)(r[c])}</td>"
+                                    for c in headings) + "</tr>" for r in df.to_dict("records"))
+    name = html.escape(label or cls, quote=True)
+    return (f"<div class='cl-scroll' tabindex='0' role='region' aria-label='{name}'>"
+            f"<table class='cl-table {cls}'><tr>{head}</tr>{body}</table></div>")
 
 
 def _note(text_html: str) -> str:
     return f"<div class='cl-note'>{text_html}</div>"
+
+
+class _Disclosure:
+    """A section that opens and closes: a toggle button (Tab reaches it, Enter or Space opens
+    it) over its content, which is hidden while closed. ``box`` is the widget to lay out."""
+
+    def __init__(self, title: str, content: widgets.Widget, cls: str):
+        self.title = title
+        self.content = content
+        self.button = widgets.ToggleButton(value=False, description=f"\u25b8 {title}", tooltip=f"show {title}",
+                                           layout=widgets.Layout(width="auto", max_width="100%"))
+        self.button.add_class("cl-toggle")
+        self.button.add_class(f"cl-toggle-{cls}")
+        content.layout = widgets.Layout(width="100%", display="none")  # its own: layouts may be shared
+        self.button.observe(self._toggled, names="value")
+        self.box = widgets.VBox([self.button, content], layout=widgets.Layout(width="100%"))
+        self.box.add_class(f"cl-section-{cls}")
+
+    def _toggled(self, change) -> None:
+        self.content.layout.display = "" if change["new"] else "none"
+        self.button.description = f"{chr(0x25be) if change['new'] else chr(0x25b8)} {self.title}"
+
+    def set_title(self, title: str) -> None:
+        self.title = title
+        self.button.description = f"{chr(0x25be) if self.button.value else chr(0x25b8)} {title}"
+
+    @property
+    def open(self) -> bool:
+        return bool(self.button.value)
 
 
 class TuningApp:
@@ -129,9 +346,12 @@ class TuningApp:
         max_uniform_x_bytes, max_run_bytes, prof_all_max_pes, timeout_s: the state's limits
             (:class:`~combine_lab.lab.tuning.TuningState`).
         model: the machine of the modelled-time panel (:data:`MODELS`).
-        click_guard_s: without the browser's time stamps (a click from Python), a Run click handled
-            this soon after the last run's results were shown is the rest of a double-click (queued
-            while the run went on), not a new request: ignored.
+        click_guard_s: a Run click handled this soon after the last Run's results were shown is
+            the rest of a double-click, not a new request: ignored.
+        keep_across_reload: keep the settings and history in the browser tab (sessionStorage,
+            :data:`STORAGE_KEY`) and take them back when the page is reloaded (``combine-lab app``:
+            each page has its own kernel); the new page's kernel then stops a Run the old one was
+            still making. Off in a notebook, whose kernel outlives a reload anyway.
         **initial: starting values of the controls (names as in :attr:`controls`). An unknown
             name raises ParameterError.
 
@@ -139,16 +359,19 @@ class TuningApp:
         state: the :class:`~combine_lab.lab.tuning.TuningState` shown; spec, plan, sdma_table,
             modelled, suggestion, message, history, rows, last_runs, figures, stale_views and
             replans are its.
-        controls: dict name -> widget for pes, bs, h (a slider), topk, expert_per_pe, dtype,
-            routing_model, skew, trace, seed, min_sdma_bytes, warmup, loops, target.
+        controls: dict name -> widget for pes, bs, h, topk, expert_per_pe, dtype, routing_model,
+            skew, trace, seed, min_sdma_bytes, warmup, loops, target (the numbers are text boxes,
+            read exactly as typed: :func:`parse_number`).
         model_select: the machine of the modelled panel (a2, a3).
+        run_note: what the Run button would do, or why not, or what the last Run came to: beside the button.
         plan_seconds: the last replan's time (s): plan, both plan figures and the modelled panel.
-        ignored_clicks: Run clicks that started nothing (a run going on, or a double-click).
+        ignored_clicks: Run clicks that started nothing (a Run going on, or a double-click).
+        restored: what the last restore from the browser said ('' when nothing was restored).
     """
 
     def __init__(self, targets: list[str] | None = None, *, max_uniform_x_bytes: int = 256 * 2 ** 20,
                  max_run_bytes: int = 2 * 2 ** 30, prof_all_max_pes: int = 8, timeout_s: float = 120.0,
-                 model: str = "a3", click_guard_s: float = 0.5, **initial: Any):
+                 model: str = "a3", click_guard_s: float = 0.5, keep_across_reload: bool = False, **initial: Any):
         unknown = set(initial) - set(CONTROLS)
         if unknown:
             raise ParameterError(f"unknown controls {sorted(unknown)}; known: {sorted(CONTROLS)}")
@@ -160,17 +383,29 @@ class TuningApp:
         self.click_guard_s = click_guard_s
         self.ignored_clicks = 0
         self.plan_seconds = float("nan")
+        self.keep_across_reload = keep_across_reload
+        self.restored = ""
+        self.instance = uuid.uuid4().hex
         self._run_done_at = -float("inf")
-        self._run_click_sent: float | None = None  # browser clock: the click that started the last run
-        self._run_took = 0.0  # kernel clock: from that click to its results shown
         self._shown_suggestion: Suggestion | None = None  # the one Suggest named (Use it applies to it)
         self._compare_svg: tuple[int, str] | None = None  # (id of the compare figure, its SVG)
         self._hold = 0
+        # one lock for the state and the widgets: the kernel's main thread (controls) and a Run's thread
+        self._lock = threading.RLock()
+        self._thread: threading.Thread | None = None
+        self._request = None
+        self._stop_reason = ""
+        self._last_run_text = ""
         self._build_widgets()
         self._root = self._layout()
         self._push_values()
         self._render()
         self.plan_seconds = time.perf_counter() - t0
+        if keep_across_reload:
+            _KEPT_APPS.add(self)
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGUSR1, _stop_runs_of_this_process)
+            self._save()
 
     # ------------------------------------------------------------------ the state's, read through
     targets = property(lambda self: self.state.targets)
@@ -194,61 +429,71 @@ class TuningApp:
 
     @max_run_bytes.setter
     def max_run_bytes(self, value: int) -> None:
-        self.state.max_run_bytes = value
+        with self._lock:
+            self.state.max_run_bytes = value
+            self._render()
+
+    @property
+    def running(self) -> bool:
+        """True while a Run goes on (its thread has not shown its results yet)."""
+        return self.state.running
 
     # ------------------------------------------------------------------ widgets
     def _build_widgets(self) -> None:
         style = {"description_width": "116px"}  # "min_sdma_bytes" in full
         lay = widgets.Layout(width="236px")
 
-        def int_box(desc, value, tip):
-            return widgets.IntText(value=value, description=desc, tooltip=tip, style=style, layout=lay)
+        def number_box(name, tip):
+            label = FIELDS[name].shown
+            w = widgets.Text(value="", description=label, tooltip=tip, continuous_update=False, style=style,
+                             layout=lay)
+            w.add_class("cl-number")
+            return w
 
         traces = list(self.state.traces)  # MODEL/DOMAIN/LAYER
         v = self.state.values()
         default_trace = v["trace"] if v["trace"] in traces else tuning.default_trace(traces)
-        lo, hi, step = H_RANGE
         c = {
-            "pes": int_box("pes", 4, "PEs (ranks)"),
-            "bs": int_box("bs", 256, "tokens per PE"),
-            "h": widgets.IntSlider(value=8192, min=lo, max=hi, step=step, description="h",
-                                   continuous_update=False, tooltip="hidden size, elements per row", style=style,
-                                   layout=widgets.Layout(width="352px")),
-            "topk": int_box("topk", 2, "experts per token"),
-            "expert_per_pe": int_box("expert_per_pe", 2, "experts per PE"),
+            "pes": number_box("pes", "PEs (ranks)"),
+            "bs": number_box("bs", "tokens per PE"),
+            "h": number_box("h", f"hidden size, elements per row (arrow keys: +-{H_STEP})"),
+            "topk": number_box("topk", "experts per token"),
+            "expert_per_pe": number_box("expert_per_pe", "experts per PE"),
             "dtype": widgets.Dropdown(options=["int32_t", "float16_t"], value="int32_t", description="dtype",
                                       style=style, layout=lay),
             "routing_model": widgets.Dropdown(options=list(ROUTING_MODELS), value="zipf", description="routing",
                                               style=style, layout=lay),
-            "skew": widgets.FloatText(value=1.2, description="skew (S or F)", style=style, layout=lay),
+            "skew": number_box("skew", "S for zipf, F for hot-expert and hot-rank"),
             "trace": widgets.Dropdown(options=traces, value=default_trace, description="trace", style=style,
                                       layout=widgets.Layout(width="352px")),
-            "seed": int_box("seed", 42, "case seed"),
-            # the defaults first: the state's values (bad ones included) are pushed once they are all built
-            "min_sdma_bytes": int_box("min_sdma_bytes", tuning.FIELDS["min_sdma_bytes"].default, "SDMA floor, bytes"),
-            "warmup": int_box("warmup", 1, "launches before profiling"),
-            "loops": int_box("loops", 3, "profiled launches"),
+            "seed": number_box("seed", "case seed"),
+            "min_sdma_bytes": number_box("min_sdma_bytes", "SDMA floor, bytes"),
+            "warmup": number_box("warmup", "launches before profiling"),
+            "loops": number_box("loops", "profiled launches"),
             "target": widgets.Dropdown(options=self.targets, value=self.targets[0], description="target",
                                        style=style, layout=lay),
         }
         self.controls = c
+        self._tips = {name: w.tooltip or "" for name, w in c.items()}
         for name, w in c.items():
             w.add_class("cl-control")
             w.add_class(f"cl-control-{name}")
             w.observe(self._on_change, names="value")
         wide = widgets.Layout(width="100%")
         self.message_html = widgets.HTML(layout=wide)
+        self.message_html.add_class("cl-problems")
         self.plan_summary = widgets.HTML(layout=wide)
         self.plan_figures = widgets.HTML(layout=wide)  # segment map and plane bytes: one update, shown together
         self.plan_figures.add_class("cl-plan-figures")
         self.sdma_html = widgets.HTML(layout=wide)
+        self.sdma_html.add_class("cl-sdma")
         # modelled time
         self.model_select = widgets.Dropdown(options=list(MODELS), value=v["model"] if v["model"] in MODELS else "a3",
                                              description="model", style={"description_width": "50px"},
                                              layout=widgets.Layout(width="150px"))
         self.model_select.add_class("cl-model-select")
-        self.model_select.observe(lambda c: self._changed("model", c["new"]), names="value")
-        self.suggest_button = widgets.Button(description="Suggest", icon="search",
+        self.model_select.observe(lambda ch: self._changed("model", ch["new"]), names="value")
+        self.suggest_button = widgets.Button(description="Suggest",
                                              tooltip="model every floor where the plan changes, and name the best")
         self.suggest_button.add_class("cl-suggest")
         self.suggest_button.on_click(lambda _b: self.suggest())
@@ -263,13 +508,16 @@ class TuningApp:
         self.modelled_html.add_class("cl-modelled-panel")
         self.assumed_html = widgets.HTML(layout=wide)
         # run
-        self.run_button = widgets.Button(description="Run", button_style="primary", icon="play",
+        self.run_button = widgets.Button(description="Run", button_style="primary",
                                          tooltip="build if needed, run classic and doubleplane, check x_out")
         self.run_button.add_class("cl-run")
         self.run_button.on_click(self._on_run_click)
-        self.progress = widgets.IntProgress(value=0, min=0, max=4, description="", layout=widgets.Layout(width="160px"))
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, description="", layout=widgets.Layout(width="200px"))
+        self.progress.add_class("cl-progress")
         self.status = widgets.Label(value="")
         self.status.add_class("cl-run-status")
+        self.run_note = widgets.HTML(layout=wide)
+        self.run_note.add_class("cl-run-note")
         self.run_title = widgets.HTML()
         self.verdict_html = widgets.HTML(layout=wide)
         self.verdict_html.add_class("cl-verdict")
@@ -280,37 +528,42 @@ class TuningApp:
         self.history_html.add_class("cl-history")
         self.history_all_html = widgets.HTML(layout=wide)
         self.history_plot_html = widgets.HTML(layout=wide)
+        self.bridge = _make_bridge()
+        if self.bridge is not None:
+            self.bridge.key = STORAGE_KEY if self.keep_across_reload else ""
+            self.bridge.observe(self._on_width, names="width")
+            self.bridge.observe(self._on_restore, names="restore")
 
     def _layout(self) -> widgets.Widget:
         controls = widgets.Box(list(self.controls.values()), layout=widgets.Layout(width="100%"))
         controls.add_class("cl-controls")
-        sdma = widgets.Accordion(children=[self.sdma_html], titles=("SDMA segments listed by the planner",),
-                                 layout=widgets.Layout(width="100%"))
+        self.sdma_section = _Disclosure("SDMA segments listed by the planner", self.sdma_html, "sdma")
         plan_box = widgets.VBox([widgets.HTML("<h4 class='cl-h'>Plan (nothing runs)</h4>"), self.plan_summary,
-                                 self.plan_figures, sdma], layout=widgets.Layout(width="100%"))
-        assumed = widgets.Accordion(children=[self.assumed_html], titles=("The model's parameters",),
-                                    layout=widgets.Layout(width="100%"))
+                                 self.plan_figures, self.sdma_section.box], layout=widgets.Layout(width="100%"))
+        self.params_section = _Disclosure("The model's parameters (values, units, where from)", self.assumed_html,
+                                          "params")
         model_box = widgets.VBox([
             widgets.HTML("<h4 class='cl-h'>Modelled NPU time <span class='cl-modelled-tag'>modelled, not measured"
                          "</span></h4>"),
             widgets.HBox([self.model_select, self.suggest_button, self.use_button],
                          layout=widgets.Layout(flex_flow="row wrap", width="100%")),
-            self.suggest_status, self.modelled_html, assumed], layout=widgets.Layout(width="100%"))
-        counters = widgets.Accordion(children=[self.counters_html], titles=("Per-plane counters of the last run",),
-                                     layout=widgets.Layout(width="100%"))
-        history_all = widgets.Accordion(children=[self.history_all_html], titles=("History: all columns",),
-                                        layout=widgets.Layout(width="100%"))
-        run_box = widgets.VBox([self.run_title,
-                                widgets.HBox([self.run_button, self.progress, self.status],
-                                             layout=widgets.Layout(flex_flow="row wrap", width="100%")),
-                                self.verdict_html, counters, self.compare_html,
+            self.suggest_status, self.modelled_html, self.params_section.box], layout=widgets.Layout(width="100%"))
+        self.counters_section = _Disclosure("Per-plane counters of the last run", self.counters_html, "counters")
+        self.history_all_section = _Disclosure("History: all columns", self.history_all_html, "history-all")
+        run_row = widgets.HBox([self.run_button, self.progress, self.status],
+                               layout=widgets.Layout(flex_flow="row wrap", width="100%", align_items="center"))
+        run_row.add_class("cl-run-row")
+        run_box = widgets.VBox([self.run_title, run_row, self.run_note,
+                                self.verdict_html, self.counters_section.box, self.compare_html,
                                 widgets.HTML("<h4 class='cl-h'>History <span class='cl-measured-tag'>measured</span>"
                                              "</h4><div class='cl-note'>speed-up = classic time / doubleplane time "
                                              "(above 1: doubleplane faster); times: comm_only, CoreMaxTime (us)</div>"),
-                                self.history_html, history_all, self.history_plot_html],
+                                self.history_html, self.history_all_section.box, self.history_plot_html],
                                layout=widgets.Layout(width="100%"))
-        root = widgets.VBox([widgets.HTML(_CSS), controls, self.message_html, plan_box, model_box, run_box],
-                            layout=widgets.Layout(width="100%"))
+        parts = [widgets.HTML(_CSS), controls, self.message_html, plan_box, model_box, run_box]
+        if self.bridge is not None:
+            parts.append(self.bridge)
+        root = widgets.VBox(parts, layout=widgets.Layout(width="100%"))
         root.add_class("cl-app")
         return root
 
@@ -339,43 +592,48 @@ class TuningApp:
     def set(self, **values: Any) -> None:
         """Set several controls at once, then replan once. Unknown names raise ParameterError
         (a programming error, not a user value); a bad value (one a selector does not offer
-        included) is kept by the state and said in the message, never clamped: an h outside the
-        slider's range widens it. Returns None, so that a notebook cell ending with it does not
-        show the app again."""
+        included) is kept by the state, marked at its control and said in the message, never
+        clamped or rounded. Returns None, so that a notebook cell ending with it does not show
+        the app again."""
         unknown = set(values) - set(CONTROLS)
         if unknown:
             raise ParameterError(f"unknown controls {sorted(unknown)}; known: {sorted(CONTROLS)}")
         self._apply(values)
 
     def _apply(self, values: dict) -> None:
-        t0 = time.perf_counter()
-        self.state.set(**values)
-        self._push_values()
-        self._render()
-        self.plan_seconds = time.perf_counter() - t0
+        with self._lock:
+            t0 = time.perf_counter()
+            self.state.set(**values)
+            self._push_values()
+            self._render()
+            self.plan_seconds = time.perf_counter() - t0
+            self._save()
 
     def _on_change(self, change) -> None:
         if self._hold:
             return
         name = next(k for k, w in self.controls.items() if w is change["owner"])
-        self._changed(name, change["new"])
+        value = parse_number(change["new"]) if name in _NUMBER_FIELDS else change["new"]
+        self._changed(name, value)
 
     def _changed(self, name: str, value) -> None:
         if not self._hold:
             self._apply({name: value})
 
     def _push_values(self) -> None:
-        """Show the state's values in the widgets. A value a widget cannot hold (a target the
-        selector does not offer, text in a number box) stays the state's: the message names it."""
+        """Show the state's values in the widgets, exactly (the number boxes hold their text). A
+        value a selector cannot hold (a target not offered) stays the state's: its mark says so."""
         v = self.state.values()
         with self._held():
             for name, w in self.controls.items():
-                if w.value == v[name]:
+                shown = _number_text(v[name]) if name in _NUMBER_FIELDS else v[name]
+                if name in _NUMBER_FIELDS and parse_number(w.value) == v[name] and type(parse_number(w.value)) is \
+                        type(v[name]):
+                    continue  # "8192 " stays as typed: the same value
+                if w.value == shown:
                     continue
                 try:
-                    if name == "h":
-                        self._fit_h_slider(v[name])
-                    w.value = v[name]
+                    w.value = shown
                 except (TraitError, TypeError, ValueError):
                     pass
             if self.model_select.value != v["model"] and v["model"] in MODELS:
@@ -385,11 +643,21 @@ class TuningApp:
         self.controls["skew"].description = f"skew ({skew})" if skew else "skew (n/a)"
         self.controls["trace"].disabled = v["routing_model"] != "trace"
 
-    def _fit_h_slider(self, v) -> None:
-        """The slider's default range, widened to hold ``v`` (an int) when it lies outside."""
-        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-            s, (lo, hi, _) = self.controls["h"], H_RANGE
-            s.min, s.max = min(lo, int(v)), max(hi, int(v))  # always around [lo, hi]: min <= max throughout
+    def _mark_problems(self) -> None:
+        """Each control whose value cannot be used is marked (class ``cl-bad``) with its reasons
+        as its tooltip, all at once; the others are unmarked."""
+        reasons: dict[str, list[str]] = {}
+        for p in self.state.problems:
+            reasons.setdefault(p.name, []).append(p.reason)
+        for name, w in self.controls.items():
+            bad = reasons.get(name)
+            if bad and "cl-bad" not in w._dom_classes:
+                w.add_class("cl-bad")
+            elif not bad and "cl-bad" in w._dom_classes:
+                w.remove_class("cl-bad")
+            tip = "; ".join(bad) if bad else self._tips.get(name, "")
+            if w.tooltip != tip:
+                w.tooltip = tip
 
     def make_spec(self):
         """The CaseSpec of the current values. Raises SpecError (or ParameterError, when only a
@@ -405,51 +673,122 @@ class TuningApp:
     def refresh(self):
         """Check the values, replan, redraw the plan view and the modelled panel; runs nothing.
         Returns the new Plan, or None (with ``message`` set) when the values are invalid."""
-        t0 = time.perf_counter()
-        p = self.state.refresh()
-        self._render()
-        self.plan_seconds = time.perf_counter() - t0
-        return p
+        with self._lock:
+            t0 = time.perf_counter()
+            p = self.state.refresh()
+            self._render()
+            self.plan_seconds = time.perf_counter() - t0
+            return p
+
+    def _on_width(self, change) -> None:
+        """The page says how wide the app is: the figures are drawn to fill it."""
+        with self._lock:
+            if self.state.set_figure_width(int(change["new"]) - 4):
+                self._render_plan()
+                self._render_modelled()
+
+    # ------------------------------------------------------------------ kept across a reload
+    def _save(self) -> None:
+        """Hand the settings and history to the page, which keeps them in its tab."""
+        if not self.keep_across_reload or self.bridge is None:
+            return
+        data = self.state.snapshot()
+        data.update(app=self.instance, pid=os.getpid(), running=bool(self.state.running))
+        self.bridge.stored = json.dumps(data)
+
+    def _on_restore(self, change) -> None:
+        """The page (reloaded) gives back what an earlier page of this tab kept: its settings and
+        history come back, and a Run its kernel was still making is stopped."""
+        if not self.keep_across_reload or not change["new"]:
+            return
+        try:
+            data = json.loads(change["new"])
+        except ValueError:
+            return
+        if not isinstance(data, dict) or data.get("app") == self.instance:
+            return  # our own, as the page re-rendered
+        with self._lock:
+            if self.state.running:
+                return
+            self.state.restore(data)
+            self._push_values()
+            self._render()
+            self._render_history()
+            runs = len(self.state.history)
+            self.restored = (f"Settings and {runs} run{'s' if runs != 1 else ''} of history kept from before the "
+                             "reload (the last run's verdict and counters are not: press Run for them).")
+            stopped = _stop_other_kernel(data) if data.get("running") else ""
+            self._last_run_text = _note(html.escape(self.restored + (" " + stopped if stopped else "")))
+            self._render_run_state()
+            self._save()
 
     # ------------------------------------------------------------------ rendering
     def _render(self) -> None:
-        """Show the state: message, plan, modelled panel, run views and buttons."""
+        """Show the state: marks and message, plan, modelled panel, run views, Run and its note."""
         st = self.state
-        self._show_message(st.message)
+        self._mark_problems()
+        self._show_message(st.message if st.plan is None else "")
         self.run_title.value = (f"<h4 class='cl-h'>Run on {html.escape(str(st.values()['target']))} "
                                 "<span class='cl-measured-tag'>measured</span></h4>")
-        self.run_button.disabled = st.plan is None or st.running
         self.suggest_button.disabled = st.plan is None
         self._render_plan()
         self._render_modelled()
         self._render_run_views()
+        self._render_run_state()
+
+    def _render_run_state(self) -> None:
+        """The Run button and the note beside it: why Run is off, what a Run going on uses and
+        which values changed since it was pressed, or what the last Run came to."""
+        st = self.state
+        why = st.run_refusal()
+        self.run_button.disabled = bool(why)
+        if st.running and self._request is not None:
+            changed = [FIELDS[k].shown for k, v in self._request.values.items() if st.values().get(k) != v]
+            text = ("Running with the values as they were when Run was pressed"
+                    + (f"; changed since: {', '.join(changed)} (planned above; its results will show as stale: "
+                       "press Run again when it ends)" if changed else "") + ".")
+            self.run_note.value = f"<div class='cl-note cl-pending'>{html.escape(text)}</div>"
+            return
+        if why:
+            self.run_note.value = (f"<div class='cl-run-off' style='color:#b00020'><b>Run is off</b>: "
+                                   f"{html.escape(why)}.</div>")
+            return
+        self.run_note.value = self._last_run_text
 
     def _show_message(self, text: str, kind: str = "error") -> None:
         colour = {"error": "#b00020", "info": "#0b5394"}[kind]
-        self.message_html.value = (f"<div class='cl-message' style='border-left:4px solid {colour};padding:4px 8px;"
-                                   f"color:{colour}'>{html.escape(text)}</div>") if text else ""
+        self.message_html.value = (f"<div class='cl-message' role='status' style='border-left:4px solid {colour};"
+                                   f"padding:4px 8px;color:{colour}'>{html.escape(text)}</div>") if text else ""
 
     def _render_plan(self) -> None:
         st, p, spec = self.state, self.state.plan, self.state.spec
         if p is None:  # the plan view showed another case: cleared, never shown as this one's
             self.plan_summary.value = self.sdma_html.value = self.plan_figures.value = ""
+            self.sdma_section.set_title("SDMA segments listed by the planner")
             return
         t = p.totals
         mte, sdma = int(t["mte_bytes"].sum()), int(t["sdma_bytes"].sum())
         avg = t["remote_avg_segment_bytes"]
+        share = (f"SDMA {format_bytes(sdma)} ({100 * sdma / max(mte + sdma, 1):.1f} %) in {len(st.sdma_table)} SDMA "
+                 "segments" if sdma else f"nothing by SDMA ({plots.NO_SDMA_CASE})")
         self.plan_summary.value = (
             f"<div class='cl-note' style='font-size:13px;color:#222'><b>{spec.case_id}</b>, routing "
-            f"<code>{html.escape(spec.routing)}</code>, {spec.dtype}: MTE would carry {format_bytes(mte)}, SDMA "
-            f"{format_bytes(sdma)} ({100 * sdma / max(mte + sdma, 1):.1f} %) in {len(st.sdma_table)} SDMA segments; "
-            f"remote average segment {format_bytes(avg.min())} to {format_bytes(avg.max())} per PE "
+            f"<code>{html.escape(spec.routing)}</code>, {spec.dtype}: MTE would carry {format_bytes(mte)}, "
+            f"{html.escape(share)}; remote average segment {format_bytes(avg.min())} to {format_bytes(avg.max())} per PE "
             f"(SDMA floor {p.min_sdma_bytes:,} B).</div>")
         limit = 40
         shown = st.sdma_table.head(limit)
         more = f"<p>... and {len(st.sdma_table) - limit} more</p>" if len(st.sdma_table) > limit else ""
-        self.sdma_html.value = (_table(shown, {c: c for c in shown.columns}, "cl-sdma-table") + more) if len(shown) \
-            else "<p>none: every segment goes by MTE</p>"
+        self.sdma_html.value = (_table(shown, {c: c for c in shown.columns}, "cl-sdma-table", label="SDMA segments")
+                                + more) if len(shown) else "<p>none: every segment goes by MTE</p>"
+        self.sdma_section.set_title(f"SDMA segments listed by the planner ({len(st.sdma_table)})")
         # both figures in one value: they change together in the page
         self.plan_figures.value = st.figures["segment_map"].svg + st.figures["plane_bytes"].svg
+
+    @staticmethod
+    def _model_line(model: NpuModel) -> str:
+        """The model named once, short: its assumed parameters are listed in the figure and the table."""
+        return f"modelled on {model.name} ({model.machine}); {len(model.assumed)} of its parameters are assumed"
 
     def _render_modelled(self) -> None:
         st = self.state
@@ -465,10 +804,12 @@ class TuningApp:
             self._shown_suggestion = None
             self.use_button.disabled = True
             self.suggest_status.value = ""
-        faster = "faster" if m["speedup"] > 1 else "slower" if m["speedup"] < 1 else "as fast"
+        sp = m["speedup"]
+        faster = ("a tie: SDMA changes nothing here, modelled" if abs(sp - 1) < 1e-9 else
+                  "doubleplane faster" if sp > 1 else "doubleplane slower")
         line = (f"<div class='cl-modelled-line' style='font-size:13px'>At floor {m['floor']:,} B: modelled comm_only "
                 f"<b>{m['doubleplane_us']:,.1f} us</b> with doubleplane, {m['classic_us']:,.1f} us with classic: "
-                f"speed-up {m['speedup']:.3f} (doubleplane {faster}), <i>{html.escape(m['caption'])}</i>.</div>")
+                f"speed-up {sp:.3f} ({faster}); <i>{html.escape(self._model_line(st.model()))}</i>.</div>")
         if s is None:
             line += _note("The curve over every floor is not computed for this size at each change: "
                           "press <b>Suggest</b> (about 1-3 s at 64 PEs).")
@@ -478,25 +819,31 @@ class TuningApp:
     @staticmethod
     def _assumed_table(model: NpuModel) -> str:
         rows = [{"parameter": p.name, "value": p.value, "unit": p.unit,
-                 "where from": ("assumed: " + p.rationale) if p.assumed else p.source,
-                 "range": f"{p.range[0]:g} - {p.range[1]:g}" if p.range else ""} for p in model.params.values()]
+                 "range": f"{p.range[0]:g} - {p.range[1]:g}" if p.range else "",
+                 "where from": ("assumed: " + p.rationale) if p.assumed else p.source} for p in model.params.values()]
         df = pd.DataFrame(rows)
-        table = _table(df, {c: c for c in df.columns}, "cl-params")
-        return (_note(f"{html.escape(model.caption())}. Source: {html.escape(model.path)}")
-                + table.replace("white-space: nowrap", ""))
+        # "where from" last and wrapping: every column stays in view at 1280 px
+        return (_note(f"{html.escape(model.name)} ({html.escape(model.machine)}); source: {html.escape(model.path)}")
+                + _table(df, {c: c for c in df.columns}, "cl-params", label="the model's parameters",
+                         wide=("where from",)))
 
     def _verdict_html(self) -> str:
         v = self.state.verdict()
         if v is None:
             return ""
+        runs = self.state.last_runs or {}
         lines = []
         for item in v["variants"]:
+            name = item["name"]
+            res = runs.get(item["variant"])
+            if item["variant"] == "doubleplane" and res is not None and not plots.sends_sdma(res):
+                name = "doubleplane (no SDMA traffic in this case: = classic)"
             if item["check"] not in ("PASS", "FAIL"):  # refused: its reason, no check
-                lines.append(f"<li><b>{item['name']}</b>: <span style='color:#b35900'>{item['check']}</span>: "
+                lines.append(f"<li><b>{name}</b>: <span style='color:#b35900'>{item['check']}</span>: "
                              f"{html.escape(item['reason'])}</li>")
                 continue
             bad, mism = item["bad_pes"], item["mismatches"]
-            lines.append(f"<li class='cl-verdict-line'><b>{item['name']}</b>: x_out "
+            lines.append(f"<li class='cl-verdict-line'><b>{name}</b>: x_out "
                          + ("<span style='color:#1a7f37'>PASS on every PE</span>" if not bad else
                             f"<span style='color:#b00020'>FAIL on PE {bad}</span>")
                          + ("; counters = plan" if not mism else
@@ -512,7 +859,7 @@ class TuningApp:
         if not len(c):
             return "<p>No per-plane counters on this target.</p>"
         return "<p>Per-plane counters (last launch; bytes, puts):</p>" + _table(c, {k: k for k in c.columns},
-                                                                               "cl-counters")
+                                                                               "cl-counters", label="counters")
 
     def _compare_html(self) -> str:
         fig = self.state.compare_figure
@@ -545,144 +892,190 @@ class TuningApp:
 
     def _render_history(self) -> None:
         st = self.state
-        self.history_html.value = _table(st.history, HISTORY_SHOWN, "cl-history-table", _HISTORY_FORMAT)
-        self.history_all_html.value = _table(st.history, {c: c for c in HISTORY_COLUMNS}, "cl-history-all")
+        self.history_html.value = _table(st.history, HISTORY_SHOWN, "cl-history-table", _HISTORY_FORMAT,
+                                         label="history")
+        self.history_all_html.value = _table(st.history, {c: c for c in HISTORY_COLUMNS}, "cl-history-all",
+                                             label="history, all columns")
         self.history_plot_html.value = plots.figure_svg(st.figures["history"]) if "history" in st.figures else ""
 
     # ------------------------------------------------------------------ modelled time
     def suggest(self) -> Suggestion | None:
         """Model comm_only at every floor where the plan of the current inputs changes
-        (:meth:`combine_lab.lab.tuning.TuningState.suggest`), draw the curve and name the best floor.
+        (:meth:`combine_lab.lab.tuning.TuningState.suggest`), draw the curve and say which floors
+        reach the best modelled time (an interval), or that every floor ties with never SDMA.
         Returns the Suggestion, or None when the inputs cannot be planned (``message`` says why).
         The button is disabled while it computes."""
+        with self._lock:
+            st = self.state
+            if st.plan is None:
+                st.suggest()  # says why in the message
+                self._show_message(st.message)
+                return None
+            pes, segments = st.suggest_size()
+            self.suggest_button.disabled = True
+            self.use_button.disabled = True
+            self.suggest_status.value = _note(f"Computing the modelled time at every floor where the plan changes "
+                                              f"({pes} PEs, {segments:,} segments)...")
+            try:
+                s = st.suggest()
+            finally:
+                self.suggest_button.disabled = False
+            self._shown_suggestion = s
+            self._render_modelled()
+            self._show_suggestion(s)
+            return s
+
+    def _show_suggestion(self, s: Suggestion) -> None:
         st = self.state
-        if st.plan is None:
-            st.suggest()  # says why in the message
-            self._show_message(st.message)
-            return None
-        pes, segments = st.suggest_size()
-        self.suggest_button.disabled = True
-        self.use_button.disabled = True
-        self.suggest_button.icon = "spinner"
-        self.suggest_status.value = _note(f"Computing the modelled time at every floor where the plan changes "
-                                          f"({pes} PEs, {segments:,} segments)...")
-        try:
-            s = st.suggest()
-        finally:
-            self.suggest_button.disabled = False
-            self.suggest_button.icon = "search"
-        self._shown_suggestion = s
-        b = s.best
-        floor = int(b["threshold_bytes"])
-        pick = "never SDMA (the classic plan)" if floor == NEVER else f"min_sdma_bytes = {floor:,} B"
-        self.suggest_status.value = (
-            f"<div class='cl-suggestion' style='font-size:13px'>Suggested floor: <b>{pick}</b>: modelled comm_only "
-            f"{b['modelled_us']:,.1f} us, {b['speedup']:.3f} x classic, {int(b['sdma_segments'])} SDMA segments "
-            f"({len(s.curve)} floors modelled in {st.suggest_seconds:.2f} s; {html.escape(s.caption)}).</div>")
-        self.use_button.description = ("Use it: never SDMA" if floor == NEVER else f"Use it: floor {floor:,} B")
+        c = st.floor_choice()
+        floor = st.suggested_floor()
+        head = f"({len(s.curve)} floors modelled in {st.suggest_seconds:.2f} s; modelled, not measured)"
+        if c.never:
+            pick = ("<b>no floor is suggested</b>: " + html.escape(c.text()) if c.all_tie else
+                    "<b>keep never SDMA</b>: " + html.escape(c.text()))
+            self.use_button.description = "Use it: never SDMA"
+            self.use_button.tooltip = (f"sets min_sdma_bytes to {floor:,} B: one byte above the largest segment the "
+                                       f"rule could pick ({format_bytes(c.largest_segment)}), so none goes by SDMA")
+            extra = (f" <b>Use it</b> sets the floor to {floor:,} B: one byte above the largest segment the rule "
+                     f"could pick ({format_bytes(c.largest_segment)}), so no segment goes by SDMA.")
+        else:
+            b = s.curve[s.curve["threshold_bytes"] == c.hi].iloc[0]
+            pick = (f"<b>a floor from {format_bytes(c.lo)} to {format_bytes(c.hi)}</b>: modelled comm_only "
+                    f"{c.best_us:,.1f} us, {float(b['speedup']):.3f} x classic (any floor in it gives the same plan "
+                    f"on these inputs)")
+            self.use_button.description = f"Use it: floor {svg.floor_text(floor)}"
+            self.use_button.tooltip = f"sets min_sdma_bytes to {floor:,} B, inside the interval"
+            extra = ""
+        self.suggest_status.value = (f"<div class='cl-suggestion' style='font-size:13px'>Suggested: {pick} {head}."
+                                     f"{extra}</div>")
         self.use_button.disabled = False
-        self._render_modelled()
-        return s
 
     def use_suggestion(self) -> int | None:
-        """Set the floor control to the suggested floor (for "never SDMA": one byte above every
-        segment the rule could pick) and replan; returns the floor set, or None without a current
-        suggestion."""
+        """Set the floor control to the suggested floor (inside the interval of best floors; for
+        "never SDMA": one byte above every segment the rule could pick) and replan; returns the
+        floor set, or None without a current suggestion."""
         floor = self.state.suggested_floor()
         if floor is not None:
             self.set(min_sdma_bytes=floor)
+            if self._shown_suggestion is not None and self.state.suggestion is self._shown_suggestion:
+                self._show_suggestion(self._shown_suggestion)
         return floor
 
     # ------------------------------------------------------------------ run
-    @staticmethod
-    def _click_sent_at() -> float | None:
-        """When the browser sent the click being handled, in the browser's clock (seconds): the date
-        in the header of the kernel's current shell message, or None outside a kernel or without one."""
-        try:
-            from IPython import get_ipython
-            kernel = getattr(get_ipython(), "kernel", None)
-            parent = kernel.get_parent("shell") if kernel is not None else None
-            if not parent or parent.get("msg_type") != "comm_msg":
-                return None
-            date = parent.get("header", {}).get("date")
-            if isinstance(date, str):
-                from datetime import datetime
-                date = datetime.fromisoformat(date.replace("Z", "+00:00"))
-            return date.timestamp() if date is not None else None
-        except Exception:  # noqa: BLE001 - no kernel, another kernel's API: fall back to the time guard
-            return None
-
     def _on_run_click(self, _button) -> None:
-        """A click on Run. One run per request: a click while a run goes on starts nothing, nor
-        does one the browser sent before the last run's results could be shown (the second click of
-        a double-click, which the kernel queued behind the first run). The browser stamps each
-        message: a click sent less than the last run's duration after the click that started it
-        was sent while the button showed disabled, or before it could; both clocks are compared
-        only with themselves. Without stamps (a click from Python), a click within
-        ``click_guard_s`` of the last results counts as the rest of a double-click."""
-        sent = self._click_sent_at()
-        if self.state.running:
+        """A click on Run. One Run per request: a click while a Run goes on starts nothing, nor
+        does one within ``click_guard_s`` of the last Run's results (the rest of a double-click)."""
+        if self.state.running or time.monotonic() - self._run_done_at < self.click_guard_s:
             self.ignored_clicks += 1
             return
-        if sent is not None and self._run_click_sent is not None:
-            if sent - self._run_click_sent < self._run_took:
-                self.ignored_clicks += 1
-                return
-        elif time.monotonic() - self._run_done_at < self.click_guard_s:
-            self.ignored_clicks += 1
-            return
-        self._run_click_sent = sent
-        started = time.monotonic()
-        self.run()
-        self._run_took = time.monotonic() - started
+        self.start_run()
 
-    def _progress(self, step: int, text: str) -> None:
-        self.progress.value = step
-        self.status.value = text
+    def _progress(self, done: int, total: int, text: str) -> None:
+        with self._lock:
+            self.progress.max = total
+            self.progress.value = done
+            self.status.value = text
+
+    def start_run(self) -> bool:
+        """Start a Run of the current values on a background thread and return at once: True when
+        it started, False when it was refused (the note beside the button says why; nothing was
+        launched). The kernel's main thread stays free for the controls meanwhile."""
+        with self._lock:
+            st = self.state
+            if st.running:
+                return False
+            request = st.prepare_run()
+            if request is None:
+                self._last_run_text = (f"<div class='cl-run-off' style='color:#b00020'>{html.escape(st.message)}</div>"
+                                       if st.message else "")
+                self._render()
+                return False
+            st.running = True
+            self._request = request
+            self._stop_reason = ""
+            self.progress.max = st.progress_steps(request)
+            self.progress.value = 0
+            self.progress.bar_style = ""
+            self.status.value = "starting..."
+            self._render_run_state()
+            self._save()
+            self._thread = threading.Thread(target=self._run_thread, args=(request,), name="combine-lab-run",
+                                            daemon=True)
+            self._thread.start()
+            return True
+
+    def _run_thread(self, request) -> None:
+        st = self.state
+        runs, error = None, None
+        try:
+            runs = st.execute(request, self._progress)
+        except RUN_ERRORS as e:
+            error = e
+        except BaseException as e:  # noqa: BLE001 - a bug: said beside the button, never a silent thread death
+            error = e
+        with self._lock:
+            try:
+                if error is not None:
+                    if self._stop_reason:
+                        error = RuntimeError(f"stopped: {self._stop_reason}")
+                    st.fail_run(request, error)
+                    self.status.value = "failed"
+                    self.progress.bar_style = "danger"
+                    self._last_run_text = (f"<div class='cl-run-failed' role='alert' style='color:#b00020'>"
+                                           f"<b>Run failed</b>: {html.escape(st.run_error)}. Nothing of it is kept."
+                                           "</div>")
+                else:
+                    st.finish_run(request, runs)
+                    self.progress.value = self.progress.max
+                    self.progress.bar_style = "success"
+                    checks = ", ".join(f"{v} {r.check_ok and 'PASS' or 'FAIL'}" for v, r in runs.items())
+                    refused = "".join(f"; {v} refused: {why}" for v, why in runs.refused.items())
+                    self.status.value = "done"
+                    self._last_run_text = (f"<div class='cl-run-done' role='status'>Run {len(st.history)} done: x_out "
+                                           f"{html.escape(checks + refused)} (verdict below).</div>")
+                    self._render_history()
+            finally:
+                st.running = False
+                self._request = None
+                self._run_done_at = time.monotonic()
+                self._render_run_views()
+                self._render_run_state()
+                self._save()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the Run going on (if any) to show its results; True when none goes on now."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout)
+        return not self.state.running
 
     def run(self):
-        """Build if needed, run classic and doubleplane on the chosen target, check, plot, record.
+        """Build if needed, run classic and doubleplane on the chosen target, check, plot, record,
+        and wait for it (:meth:`start_run`, then :meth:`wait`).
 
         Returns the :class:`~combine_lab.harness.Comparison` (``{"classic": RunResult,
         "doubleplane": RunResult}``; a variant the target refuses is left out, with its reason in
         ``.refused``, and recorded as a REFUSED row), or None when the values are invalid, the
-        case is too large for ``max_run_bytes``, or the run failed: then ``message`` says why
-        and (for the first two) nothing was launched. The Run button is disabled from the start
-        until the results (or the failure) are shown.
+        case is too large for ``max_run_bytes``, a Run goes on, or the run failed: then
+        ``message`` and the note beside the button say why and (for the first two) nothing was
+        launched. The Run button is disabled from the start until the results (or the failure) are shown.
         """
-        st = self.state
-        if st.running:
+        if self.state.running:
             return None
-        request = st.prepare_run()
-        if request is None:
-            self._render()
+        before = len(self.state.history)
+        if not self.start_run():
             return None
-        st.running = True
-        self.run_button.disabled = True
-        self.progress.value = 0
-        try:
-            try:
-                runs = st.execute(request, self._progress)
-            except RUN_ERRORS as e:
-                st.fail_run(request, e)
-                self.status.value = "failed"
-                self._render()
-                return None
-            self._record(runs, request)
-            self.progress.value = 4
-            self.status.value = "done"
-            return runs
-        finally:
-            # only now, with the results (or the failure) shown, may Run be pressed again
-            st.running = False
-            self._run_done_at = time.monotonic()
-            self.run_button.disabled = st.plan is None
+        self.wait()
+        return self.state.last_runs if len(self.state.history) > before and self.state.run_error is None else None
 
-    def _record(self, runs, request) -> None:
-        """Record the Run in the state and show its verdict, counters, comparison and history."""
-        self.state.finish_run(request, runs)
-        self._render_run_views()
-        self._render_history()
+    def stop_run(self, reason: str = "stopped") -> bool:
+        """Stop the Run going on: its PE processes are ended, so the harness removes its case files
+        and the Run ends as failed with ``reason``. Returns whether a Run was going on."""
+        if not self.state.running:
+            return False
+        self._stop_reason = reason
+        _end_children()
+        return True
 
     # ------------------------------------------------------------------ output
     def save_figures(self, out_dir, prefix: str = "tuning_") -> list:
@@ -690,3 +1083,35 @@ class TuningApp:
         (:meth:`combine_lab.lab.tuning.TuningState.save_figures`: the drawings the app shows);
         returns the paths. A stale view is not saved, and a file saved for it before is removed."""
         return self.state.save_figures(out_dir, prefix)
+
+
+def _end_children() -> None:
+    """End the processes this kernel started (a Run's PEs, a build): the kernel of a page that
+    was reloaded has nothing else of its own running."""
+    import psutil
+    try:
+        kids = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for k in kids:
+        try:
+            k.kill()
+        except psutil.Error:
+            pass
+
+
+def _stop_other_kernel(data: dict) -> str:
+    """Ask the kernel of the page before the reload (``data["pid"]``) to stop its Run (SIGUSR1),
+    when it is a kernel beside this one (the same server started both); returns what was done."""
+    import psutil
+    pid = data.get("pid")
+    if not isinstance(pid, int) or pid == os.getpid():
+        return ""
+    try:
+        other, me = psutil.Process(pid), psutil.Process()
+        if other.ppid() != me.ppid() or "ipykernel" not in " ".join(other.cmdline()):
+            return ""
+        other.send_signal(signal.SIGUSR1)
+    except (psutil.Error, OSError):
+        return ""
+    return "The Run the page before the reload was making was stopped."

@@ -27,7 +27,7 @@ from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, plan
 
 __all__ = ["ExerciseResult", "STATUS_CHOICES", "OUR_ANSWERS", "check_segment_rows", "check_row_source",
            "check_window_slot", "check_sdma_segments", "check_status_order", "check_core_rows", "summary",
-           "may_show"]
+           "may_show", "score_text"]
 
 #: Our answers to 01_walkthrough's exercises 1-6 for its default parameters (seed 42; the
 #: skewed case of section 7: pes 2, bs 64, topk 2, expert_per_pe 2, hot-expert:0.5, any h).
@@ -108,8 +108,9 @@ def check_segment_rows(case: Case, pe: int, local_expert: int, src_rank: int, an
     got = int(answer)
     if got == truth:
         return ExerciseResult(name, True, f"segment {seg} of PE {pe} spans {truth} rows")
-    return ExerciseResult(name, False, f"your answer {answer!r}: find segment {seg} = local_expert*pes + src_rank, "
-                          "then subtract the previous ep_recv_count entry from its own (counts are cumulative)")
+    return ExerciseResult(name, False, f"your answer {answer!r}: segments are numbered local_expert first, then "
+                          "src_rank (index = local_expert * pes + src_rank); ep_recv_count is cumulative, so a "
+                          "segment's rows are its entry minus the entry before it")
 
 
 def check_row_source(case: Case, pe: int, row: int, answer) -> ExerciseResult:
@@ -177,14 +178,17 @@ def check_sdma_segments(case: Case, pe: int, min_sdma_bytes: int, answer) -> Exe
 
 
 #: Exercise 5: why are status flags written by MTE, after the payload is complete?
+#: The four options are of about one length, so that the right one does not stand out by being the
+#: only long one (a test holds them within 25 % of each other).
 STATUS_CHOICES = {
-    "a": "SDMA is slower than MTE for every size, so flags would arrive late",
-    "b": "a flag tells the waiting PE that its payload is in its window; SDMA and MTE are separate "
-         "engines with no ordering between them, so the flag may only be written once the payload's "
-         "own engine has completed it (quiet), and writing every flag by MTE from the core keeps that "
-         "order under the core's control",
-    "c": "the status slots are in a different memory than the payload slots",
-    "d": "the reduction in stage 2 reads the flags to get the expert scales",
+    "a": "SDMA is slower than MTE for every segment size, so a flag sent by SDMA would reach the waiting PE "
+         "later than one sent by MTE",
+    "b": "SDMA and MTE are separate engines with no order between them, so the flag may go only once quiet "
+         "has completed its payload, and by the core's own MTE",
+    "c": "the status slots live in another kind of memory than the payload slots, one that only the core's "
+         "MTE can reach on a remote PE",
+    "d": "stage 2 reads the expert scales out of the status flags, so each flag must be written by the engine "
+         "that wrote its scaled rows",
 }
 _STATUS_RIGHT = "b"
 
@@ -239,7 +243,17 @@ def check_core_rows(case: Case, pe: int, core: int, answer,
 
 
 def summary(results) -> dict:
-    """``{name: ok}`` for a list of ExerciseResult, plus ``"all_ok"``."""
+    """``{name: ok}`` for a list (or the values of a dict) of ExerciseResult, plus ``"all_ok"``; the
+    last result of each exercise counts (a cell run again is a new attempt, not a new exercise)."""
+    results = list(results.values()) if isinstance(results, dict) else list(results)
     out = {r.name: bool(r.ok) for r in results}
     out["all_ok"] = bool(results) and all(out.values())
     return out
+
+
+def score_text(results) -> str:
+    """"3 of 6 exercises right": each exercise counted once (its last attempt), out of the
+    walkthrough's exercises (:data:`OUR_ANSWERS`), however often a cell was run."""
+    s = summary(results)
+    right = sum(v for k, v in s.items() if k != "all_ok")
+    return f"{right} of {len(OUR_ANSWERS)} exercises right"

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LabError, ParameterError
-from ..folders import usable_folder
+from ..folders import own_folders, usable_folder
+from ..formats.files import PART_MARK, write_failed
 from ..values import convert
 from .records import RECORD_SUFFIX, default_output_dir
 
@@ -323,35 +324,46 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
     results = []
     old_backend = os.environ.get("MPLBACKEND")
     os.environ["MPLBACKEND"] = "Agg"  # the kernel inherits it: no display needed
-    try:
-        for nb in notebooks:
-            p = {"output_dir": str(out), **headless_defaults(nb), **per_nb[nb.stem]}
-            target = out / nb.name
-            pngs_before = _pngs(out)
-            t0 = time.perf_counter()
-            ok, error = True, ""
-            try:
-                with tempfile.TemporaryDirectory(prefix="combine_lab_kernel_") as sockets:
-                    papermill.execute_notebook(str(nb), str(target), parameters=p, kernel_name=kernel_name,
-                                               cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout_s,
-                                               config=_kernel_config(sockets),
-                                               kernel_manager_class=_kernel_manager_class())
-            except papermill.PapermillExecutionError as e:
-                ok, error = False, f"cell {e.exec_count}: {e.ename}: {e.evalue}"
-            except Exception as e:  # kernel died, timeout, missing kernel
-                ok, error = False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            seconds = time.perf_counter() - t0
-            record_path = out / f"{nb.stem}{RECORD_SUFFIX}"
-            record = json.loads(record_path.read_text()) if ok and record_path.is_file() else {}
-            made = sorted(path for path, stamp in _pngs(out).items() if pngs_before.get(path) != stamp)
-            run = NotebookRun(nb.stem, target, seconds, ok, error, p, record, made)
-            results.append(run)
-            if log is not None:
-                log(f"{nb.stem}: {'ok' if ok else 'FAILED'} in {seconds:.1f} s -> {target}"
-                    + (f"\n  {error}" if error else ""))
-    finally:
-        if old_backend is None:
-            os.environ.pop("MPLBACKEND", None)
-        else:
-            os.environ["MPLBACKEND"] = old_backend
+    with own_folders([out], out_name):  # this run owns the folder: a second one into it is refused
+        try:
+            for nb in notebooks:
+                p = {"output_dir": str(out), **headless_defaults(nb), **per_nb[nb.stem]}
+                target = out / nb.name
+                # papermill saves the notebook as it goes: to a temporary name, renamed when it is done, so
+                # that the folder never holds half an executed notebook (a full disk, Ctrl-C)
+                partial = out / f".{nb.name}{PART_MARK}{os.getpid()}"
+                pngs_before = _pngs(out)
+                t0 = time.perf_counter()
+                ok, error = True, ""
+                try:
+                    with tempfile.TemporaryDirectory(prefix="combine_lab_kernel_") as sockets:
+                        papermill.execute_notebook(str(nb), str(partial), parameters=p, kernel_name=kernel_name,
+                                                   cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout_s,
+                                                   config=_kernel_config(sockets),
+                                                   kernel_manager_class=_kernel_manager_class())
+                except papermill.PapermillExecutionError as e:
+                    ok, error = False, f"cell {e.exec_count}: {e.ename}: {e.evalue}"
+                except OSError as e:  # the folder is full or went read-only: nothing half-written stays
+                    partial.unlink(missing_ok=True)
+                    raise write_failed(target, None, e) from None
+                except Exception as e:  # kernel died, timeout, missing kernel
+                    ok, error = False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                finally:
+                    if partial.is_file() and sys.exc_info()[0] is None:
+                        os.replace(partial, target)  # the executed notebook, with its error cell if it failed
+                    partial.unlink(missing_ok=True)
+                seconds = time.perf_counter() - t0
+                record_path = out / f"{nb.stem}{RECORD_SUFFIX}"
+                record = json.loads(record_path.read_text()) if ok and record_path.is_file() else {}
+                made = sorted(path for path, stamp in _pngs(out).items() if pngs_before.get(path) != stamp)
+                run = NotebookRun(nb.stem, target, seconds, ok, error, p, record, made)
+                results.append(run)
+                if log is not None:
+                    log(f"{nb.stem}: {'ok' if ok else 'FAILED'} in {seconds:.1f} s -> {target}"
+                        + (f"\n  {error}" if error else ""))
+        finally:
+            if old_backend is None:
+                os.environ.pop("MPLBACKEND", None)
+            else:
+                os.environ["MPLBACKEND"] = old_backend
     return results

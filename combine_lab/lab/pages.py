@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..errors import LabError
 from ..folders import usable_folder
+from ..formats.files import write_atomic
 from .notebooks import KERNEL_NAME, NotebookRun, run_notebooks
 
 __all__ = ["REPO", "docs_dir", "heading_anchor", "page_anchors", "render_markdown", "source_pages",
@@ -174,14 +175,14 @@ def render_walkthrough(executed: str | os.PathLike, out_dir: str | os.PathLike) 
     body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)  # the way back to the docs
     body = _CITED.sub(_cited_link, body)
     html_path = out / "walkthrough.html"
-    html_path.write_text(body, encoding="utf-8")
+    write_atomic(html_path, body)
     text, res = MarkdownExporter().from_notebook_node(book, resources={"output_files_dir": "walkthrough_files"})
     for name, data in res.get("outputs", {}).items():
         target = out / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        write_atomic(target, data)
     md_path = out / "walkthrough.md"
-    md_path.write_text(text, encoding="utf-8")
+    write_atomic(md_path, text)
     return html_path, md_path
 
 
@@ -228,7 +229,7 @@ def build_pages(out_dir: str | os.PathLike = "output/docs", params: dict | None 
         text = src.read_text(encoding="utf-8")
         title = next((m.group(2) for m in map(_HEADING.match, text.splitlines()) if m), name)
         target = out / name
-        target.write_text(_page(title, render_markdown(text, src, pages)), encoding="utf-8")
+        write_atomic(target, _page(title, render_markdown(text, src, pages)))
         built.pages.append(target)
     if log is not None:
         made = [p.name for p in built.pages] + ([built.walkthrough_html.name] if built.walkthrough_html else [])

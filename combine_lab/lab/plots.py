@@ -30,14 +30,15 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from ..errors import ParameterError
+from ..formats.files import write_atomic
 # the plan views' drawings, and what every figure shares (units, colours, the PE's role)
-from .svg import (ANNOTATE_CELLS, EMPTY_COLOR, MAX_PANELS, PE_ROLE, SDMA_COLOR, SvgFigure, byte_label, byte_unit,
+from .svg import (ANNOTATE_CELLS, EMPTY_COLOR, MAX_PANELS, PE_ROLE, SDMA_COLOR, WIDTH, SvgFigure, byte_label, byte_unit,
                   largest_remote_segment, modelled_floors_svg, plane_bytes_svg, plan_arrays, segment_map_svg)
 
 __all__ = ["byte_unit", "byte_label", "new_figure", "segment_map", "plane_bytes_plot", "compare_per_pe", "history_plot",
            "sweep_heatmaps", "sdma_share_plot", "figure_png", "figure_svg", "save_figure", "show", "SDMA_COLOR",
            "VARIANT_COLORS", "EMPTY_COLOR", "PE_ROLE", "NO_SDMA_NOTE", "core_timeline", "segment_crossover",
-           "modelled_floors", "what_if_saving"]
+           "modelled_floors", "what_if_saving", "NO_SDMA_CASE", "sends_sdma", "WIDTH"]
 
 #: Bar/line colour per variant (classic = MTE only, doubleplane = MTE + SDMA).
 VARIANT_COLORS = {"classic": "#7f7f7f", "doubleplane": "#1f77b4"}
@@ -69,7 +70,7 @@ def new_figure(width: float, height: float, dpi: int = 72) -> Figure:
     return fig
 
 
-def segment_map(plan, *, dtype: str = "", max_panels: int = MAX_PANELS):
+def segment_map(plan, *, dtype: str = "", max_panels: int = MAX_PANELS, width: int = WIDTH):
     """Segment map per PE: local_expert (rows) x src_rank (columns), colour = payload bytes; the
     one drawing of this view (:func:`combine_lab.lab.svg.segment_map_svg`), as an
     :class:`~combine_lab.lab.svg.SvgFigure` (a notebook shows it, :func:`save_figure` saves a PNG).
@@ -83,10 +84,10 @@ def segment_map(plan, *, dtype: str = "", max_panels: int = MAX_PANELS):
     with their row count when they fit); more PEs are stacked into one image whose rows are
     (PE, local_expert), MTE segments in blues and SDMA segments in reds. ``dtype`` goes in the title.
     """
-    return SvgFigure(segment_map_svg(plan, dtype, max_panels=max_panels), "segment map")
+    return SvgFigure(segment_map_svg(plan, dtype, width=width, max_panels=max_panels), "segment map")
 
 
-def plane_bytes_plot(plan):
+def plane_bytes_plot(plan, width: int = WIDTH):
     """What each plane would carry, per PE (the expert owner, which sends), and the rule's
     thresholds: the one drawing of this view (:func:`combine_lab.lab.svg.plane_bytes_svg`), as an
     :class:`~combine_lab.lab.svg.SvgFigure`.
@@ -96,7 +97,7 @@ def plane_bytes_plot(plan):
     threshold_den of docs/decision-rule.md#1-the-rule) and the SDMA floor: a remote segment goes by SDMA
     when it is at least the floor and strictly above the average.
     """
-    return SvgFigure(plane_bytes_svg(plan), "plane bytes")
+    return SvgFigure(plane_bytes_svg(plan, width=width), "plane bytes")
 
 
 def _perf_by_pe(res, metric: str) -> pd.Series:
@@ -107,24 +108,41 @@ def _perf_by_pe(res, metric: str) -> pd.Series:
     return rows.groupby("ProfPe")["CoreMaxTime/us"].mean()
 
 
+#: What a figure says when a case sends nothing by SDMA (both variants carry the same bytes).
+NO_SDMA_CASE = "no SDMA traffic in this case: doubleplane = classic"
+
+
+def sends_sdma(res) -> bool:
+    """Whether a run (RunResult or ModelledResult) sent anything by SDMA, by its plan (True when
+    it carries no plan: then nothing says otherwise)."""
+    p = getattr(res, "plan", None)
+    if p is None:
+        return True
+    return int(p.totals["sdma_bytes"].sum()) > 0
+
+
 def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     """comm_only and full_op of doubleplane against classic, per profiled PE.
 
     ``runs``: ``{"classic": RunResult, "doubleplane": RunResult}`` as
     :func:`combine_lab.harness.compare` returns. Bars are CoreMaxTime/us (the slowest
     core's mean over the profiled loops, docs/formats.md#3-perf-csv) for each PE that was
-    profiled; the title carries the x_out verdict of both runs.
+    profiled; the title carries the x_out verdict of both runs, and says so when doubleplane sent
+    nothing by SDMA (:data:`NO_SDMA_CASE`): then the two are the same traffic, not MTE against MTE + SDMA.
     """
     fig = new_figure(8.8, 3.5, dpi)  # 845 px as SVG: a JupyterLab column beside the sidebar
     axes = fig.subplots(1, 2)
     any_run = next(iter(runs.values()))
+    dual = runs.get("doubleplane")
+    no_sdma = dual is not None and not sends_sdma(dual)
+    label = dict(_VARIANT_LABEL, doubleplane="doubleplane (no SDMA here)") if no_sdma else _VARIANT_LABEL
     width = 0.8 / max(len(runs), 1)
     for ax, metric in zip(axes, ("comm_only", "full_op")):
         top = 0.0
         for i, (variant, res) in enumerate(runs.items()):
             s = _perf_by_pe(res, metric)
             ax.bar(s.index.to_numpy() + (i - (len(runs) - 1) / 2) * width, s.to_numpy(), width=width,
-                   color=VARIANT_COLORS.get(variant), label=_VARIANT_LABEL.get(variant, variant))
+                   color=VARIANT_COLORS.get(variant), label=label.get(variant, variant))
             top = max(top, float(s.max()) if len(s) else 0.0)
         ax.set_ylim(0, top * 1.3 if top > 0 else 1.0)  # room for the legend
         ax.set_title(f"{metric}, measured", fontsize=10)
@@ -133,8 +151,9 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
         pes = sorted(set().union(*[set(_perf_by_pe(r, metric).index) for r in runs.values()]))
         ax.set_xticks(pes)
         ax.legend(fontsize=8, loc="upper right", ncols=2)
-    verdict = ", ".join(f"{_VARIANT_LABEL.get(v, v)} {'PASS' if r.check_ok else 'FAIL'}" for v, r in runs.items())
-    fig.suptitle(f"Measured on {any_run.target}: {any_run.case_id} {any_run.routing}\nx_out {verdict}", fontsize=10)
+    verdict = ", ".join(f"{v} {'PASS' if r.check_ok else 'FAIL'}" for v, r in runs.items())
+    fig.suptitle(f"Measured on {any_run.target}: {any_run.case_id} {any_run.routing}\nx_out {verdict}"
+                 + (f"; {NO_SDMA_CASE}" if no_sdma else ""), fontsize=10)
     fig.subplots_adjust(left=0.1, right=0.98, bottom=0.15, top=0.76, wspace=0.28)
     return fig
 
@@ -152,8 +171,13 @@ def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
     where = ", ".join(sorted({str(t) for t in history.get("target", pd.Series(dtype=str))})) or "the target"
     if len(history):
         x = history["run"].to_numpy()
+        share = history["sdma_share"].to_numpy(dtype=float) if "sdma_share" in history else np.ones(len(x))
         for v in ("classic", "doubleplane"):
-            a1.plot(x, history[f"comm_only_{v}_us"], "o-", color=VARIANT_COLORS[v], label=_VARIANT_LABEL[v])
+            a1.plot(x, history[f"comm_only_{v}_us"], "o-", color=VARIANT_COLORS[v], label=v)
+        none = ~(share > 0)
+        if none.any():  # the same bytes in both: the points say so, not "MTE + SDMA"
+            a1.plot(x[none], history["comm_only_doubleplane_us"].to_numpy()[none], "o", mfc="white",
+                    color=VARIANT_COLORS["doubleplane"], label="doubleplane, no SDMA traffic (= classic)")
         a2.plot(x, history["comm_only_speedup"], "o-", color="black")
         a1.set_xticks(x)
         a2.set_xticks(x)
@@ -197,12 +221,12 @@ def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 
     (:func:`combine_lab.lab.sweep.model_grid`: one deterministic value per case, no repeats).
 
     ``summary``: :func:`combine_lab.results.tables.summarize` output (columns routing, bs, h,
-    sdma_share, ``<metric>_speedup`` and its quartiles ``_lo`` / ``_hi``, repeats). Each
-    cell shows the median speed-up over repeats, its quartiles and the SDMA share; blue above 1
+    sdma_share, ``<metric>_speedup`` and its spread (min-max) ``_lo`` / ``_hi``, repeats). Each
+    cell shows the median speed-up over repeats, its spread and the SDMA share; blue above 1
     (doubleplane faster), red below. Cases whose doubleplane run sent nothing by SDMA send
     the same bytes as classic: they get no colour, a grey hatched cell marked "no SDMA".
     Where other axes (pes, topk, expert_per_pe, dtype) vary, a cell shows the median over
-    the cases with SDMA traffic (lowest first quartile, highest third quartile).
+    the cases with SDMA traffic (spread: lowest min, highest max).
     """
     col = f"{metric}_speedup"
     routings = list(dict.fromkeys(summary["routing"]))
@@ -258,7 +282,7 @@ def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 
         head = f"{metric} speed-up of doubleplane over bs x h, MODELLED (not measured): one value per case"
     else:
         head = (f"{metric} speed-up of doubleplane over bs x h"
-                f"{', ' + where if where else ''}: median [quartiles] over {_repeats_text(summary)}")
+                f"{', ' + where if where else ''}: median [min-max] over {_repeats_text(summary)}")
     lines = [head] + (textwrap.wrap(where, 120) if where and where.startswith("modelled") else [])
     fig.suptitle("\n".join(lines + ["above 1: doubleplane faster; hatched grey: no SDMA traffic (identical bytes, "
                                      "nothing to compare)"]), fontsize=9 if len(lines) > 1 else 10)
@@ -272,17 +296,17 @@ NO_SDMA_NOTE = ("Every case sent 0 bytes by SDMA: doubleplane sent exactly the b
 
 
 def sdma_share_plot(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 72) -> Figure:
-    """Speed-up of doubleplane (classic time / doubleplane time, median with quartile bars over
+    """Speed-up of doubleplane (classic time / doubleplane time, median with min-max bars over
     repeats) against the share of payload bytes the doubleplane run sent by SDMA, one colour
     per routing.
 
     Cases with SDMA share 0 send identical bytes with both variants: they are drawn apart
-    (hollow grey, "no SDMA") and the band their quartile bars span is the timing noise, the
+    (hollow grey, "no SDMA") and the band their min-max bars span is the timing noise, the
     yardstick for the other points. When every case has share 0, the figure says so in a note
     (:data:`NO_SDMA_NOTE`) instead of drawing a degenerate share axis.
 
     ``summary``: :func:`combine_lab.results.tables.summarize` output (columns routing, sdma_share in
-    [0, 1], ``<metric>_speedup`` and its quartiles ``_lo`` / ``_hi``, repeats).
+    [0, 1], ``<metric>_speedup`` and its spread (min-max) ``_lo`` / ``_hi``, repeats).
     """
     col = f"{metric}_speedup"
     fig = new_figure(7.8, 4.4, dpi)
@@ -317,7 +341,7 @@ def sdma_share_plot(summary: pd.DataFrame, metric: str = "comm_only", dpi: int =
                 bbox=dict(boxstyle="round", facecolor="#fff8e1", edgecolor="#b35900"))
     ax.set_xlabel("SDMA share of payload bytes, doubleplane run (%)")
     ax.set_ylabel(f"{metric} {_SPEEDUP_AXIS}")
-    ax.set_title(f"Measured speed-up against SDMA byte share\n(median, bars quartiles over {_repeats_text(summary)}; "
+    ax.set_title(f"Measured speed-up against SDMA byte share\n(median, bars min-max over {_repeats_text(summary)}; "
                  "above 1: doubleplane faster)", fontsize=10)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig
@@ -417,7 +441,7 @@ def segment_crossover(table: pd.DataFrame, caption: str, floor: int | None = Non
 
 def modelled_floors(curve: pd.DataFrame | None, caption: str, floor: int | None = None, metric: str = "comm_only",
                     what_if: str | None = None, *, classic_us: float | None = None, floor_us: float | None = None,
-                    stale: bool = False):
+                    stale: bool = False, width: int = WIDTH):
     """The modelled time of ``metric`` (the slowest PE's CoreMaxTime, us) against the SDMA floor:
     the one drawing of this view (:func:`combine_lab.lab.svg.modelled_floors_svg`), as an
     :class:`~combine_lab.lab.svg.SvgFigure`.
@@ -427,7 +451,9 @@ def modelled_floors(curve: pd.DataFrame | None, caption: str, floor: int | None 
     computed (then ``classic_us`` and ``floor_us`` must be given). The classic time is a dashed
     line, the best floor starred, ``floor`` marked (its time ``floor_us``, read off the curve when
     not given); ``caption`` (the model's "modelled on ...") under the title; ``stale``: the curve
-    belongs to other inputs. Raises ParameterError when neither a curve nor ``classic_us`` is given.
+    belongs to other inputs; ``width``: CSS pixels. A floor that only ties with never SDMA is no
+    best floor: then never SDMA is starred and the legend says it is a tie. Raises ParameterError
+    when neither a curve nor ``classic_us`` is given.
     """
     best = None
     if curve is not None and len(curve):
@@ -435,6 +461,9 @@ def modelled_floors(curve: pd.DataFrame | None, caption: str, floor: int | None 
         if classic_us is None:
             classic_us = float(never.iloc[0]) if len(never) else float(curve["modelled_us"].max())
         best = int(curve.loc[curve["modelled_us"].idxmin(), "threshold_bytes"])  # ties: the first, the larger floor
+        least = float(curve["modelled_us"].min())
+        if len(never) and float(never.iloc[0]) <= least * (1 + 1e-9):
+            best = -1  # a tie with sending nothing by SDMA is not a floor that helps
         if floor is not None and floor_us is None:
             at = curve[(curve["threshold_bytes"] >= floor)]
             floor_us = float(at["modelled_us"].iloc[-1]) if len(at) else classic_us
@@ -442,7 +471,7 @@ def modelled_floors(curve: pd.DataFrame | None, caption: str, floor: int | None 
         raise ParameterError("modelled_floors: give a curve or classic_us (the classic plan's modelled time, us)")
     return SvgFigure(modelled_floors_svg(curve, classic_us, None if floor is None else int(floor),
                                          None if floor_us is None else float(floor_us), caption, best=best,
-                                         stale=stale, metric=metric, what_if=what_if),
+                                         stale=stale, metric=metric, what_if=what_if, width=width),
                      f"modelled {metric} over floors")
 
 
@@ -509,11 +538,7 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, dpi: int | None = No
     the folder cannot be written."""
     path = Path(out_dir) / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    if _is_svg(fig):
-        fig.savefig(path, format="png", dpi=dpi)
-    else:
-        fig.savefig(path, format="png", dpi=dpi or 100)
-    return path
+    return write_atomic(path, figure_png(fig, dpi if _is_svg(fig) else dpi or 100))
 
 
 def show(fig, out_dir: str | os.PathLike | None = None, name: str | None = None) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import ParameterError
 from ..folders import usable_folder
+from ..formats.files import write_atomic
 from ..values import convert
 
 __all__ = ["default_output_dir", "output_dir", "write_record", "read_record", "RECORD_SUFFIX", "check_parameters",
@@ -106,8 +107,7 @@ def write_record(out_dir: str | os.PathLike, notebook: str, record: dict) -> Pat
     to ``<out_dir>/<notebook>.record.json`` and return the path. The tests and
     ``combine-lab notebooks`` read it to know what a headless run found."""
     path = Path(out_dir) / f"{notebook}{RECORD_SUFFIX}"
-    path.write_text(json.dumps(_jsonable(record), indent=2, sort_keys=True))
-    return path
+    return write_atomic(path, json.dumps(_jsonable(record), indent=2, sort_keys=True))
 
 
 def read_record(out_dir: str | os.PathLike, notebook: str) -> dict:

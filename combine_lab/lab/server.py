@@ -25,11 +25,13 @@ crashed browser): a kernel with no page connected for ``cull_idle_s`` is shut do
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -45,12 +47,14 @@ from ..errors import LabError, ParameterError
 from ..run.launch import free_port
 from .notebooks import KERNEL_DISPLAY_NAME, KERNEL_NAME, notebook_dir, require_kernel
 
-__all__ = ["LabServer", "lab_command", "AppServer", "app_command", "app_notebook", "APP_NOTEBOOK"]
+__all__ = ["LabServer", "lab_command", "AppServer", "app_command", "app_notebook", "APP_NOTEBOOK", "APP_TITLE",
+           "write_template", "require_free_port", "port_holder", "listens"]
 
 #: The notebook voila serves for ``combine-lab app`` (written into a fresh folder at start).
 APP_NOTEBOOK = "tuning_app.ipynb"
-#: The only JupyterLab extensions voila's page loads: the widgets.
-VOILA_EXTENSIONS = ("@jupyter-widgets/jupyterlab-manager", "@voila-dashboards/widgets-manager8")
+#: The only JupyterLab extensions voila's page loads: the widgets, and anywidget (the app's
+#: browser-side part: combine_lab.lab.app).
+VOILA_EXTENSIONS = ("@jupyter-widgets/jupyterlab-manager", "@voila-dashboards/widgets-manager8", "anywidget")
 
 
 def check_port(port) -> int | None:
@@ -64,15 +68,83 @@ def check_port(port) -> int | None:
     return port
 
 
-def lab_command(root_dir: Path, port: int, token: str, kernel_name: str = KERNEL_NAME) -> list[str]:
+def port_holder(port: int) -> str:
+    """Who listens on ``port`` of this machine, for a message: "pid 123 (python3 -m http.server
+    8866)", or "another process" when the system does not say (another user's)."""
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except (psutil.Error, OSError):
+        conns = []
+    for c in conns:
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+            try:
+                cmd = " ".join(psutil.Process(c.pid).cmdline())[:120]
+            except psutil.Error:
+                cmd = ""
+            return f"pid {c.pid}" + (f" ({cmd})" if cmd else "")
+    return "another process"
+
+
+def require_free_port(port: int) -> None:
+    """Raise LabError (exit 2) naming ``port`` and, when it can be told, the process that holds
+    it, when 127.0.0.1:``port`` cannot be bound: a server started there would fail, or a URL
+    printed for it would reach the other process. Checked before anything is created."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind: TIME_WAIT is free
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise LabError(f"port {port} on 127.0.0.1 cannot be used: {e.strerror}") from None
+            raise LabError(f"port {port} on 127.0.0.1 is in use by {port_holder(port)}: pick another --port, or leave "
+                           "--port out for a free one. Nothing was started.") from None
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` itself listens on TCP ``port``: the server that answers there is the
+    one this process started, not another one on the same port."""
+    try:
+        p = psutil.Process(pid)
+        conns = p.net_connections(kind="inet") if hasattr(p, "net_connections") else p.connections(kind="inet")
+    except (psutil.Error, OSError):
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns)
+
+
+#: What a notebook saved by ``combine-lab lab`` keeps in place of the outputs it had.
+STRIP_HOOK = "combine_lab.lab.server.strip_outputs_on_save"
+
+
+def strip_outputs_on_save(model, path=None, contents_manager=None, **kwargs) -> None:
+    """JupyterLab's pre-save hook for ``combine-lab lab``: a notebook is saved without its outputs,
+    execution counts and widget state, as it is committed, so that using the lab leaves the
+    tracked notebooks as they were (the tuning app's widget outputs made a +477-line diff, and
+    reopened without their kernel they said "Error displaying widget: model not found"). Run All
+    brings every output back. Other files are saved as they are."""
+    if not isinstance(model, dict) or model.get("type") != "notebook" or not isinstance(model.get("content"), dict):
+        return
+    nb = model["content"]
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+        cell.get("metadata", {}).pop("execution", None)
+    nb.get("metadata", {}).pop("widgets", None)
+
+
+def lab_command(root_dir: Path, port: int, token: str, kernel_name: str = KERNEL_NAME, *,
+                keep_outputs: bool = False) -> list[str]:
     """The JupyterLab command line: ``root_dir`` served on 127.0.0.1:``port`` with ``token``, no
     browser, no other port tried, ``kernel_name`` the default kernel, ``--allow-root`` as root;
     no news feed or update check (the "get notified about news?" toast covers the notebook, and
-    lab machines are often offline)."""
+    lab machines are often offline); notebooks saved without outputs (:func:`strip_outputs_on_save`)
+    unless ``keep_outputs``."""
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.root_dir={root_dir}",
            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
            f"--IdentityProvider.token={token}", f"--MappingKernelManager.default_kernel_name={kernel_name}",
            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    if not keep_outputs:
+        cmd.append(f"--ContentsManager.pre_save_hook={STRIP_HOOK}")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     return cmd
@@ -100,16 +172,19 @@ class LabServer:
 
     @classmethod
     def start(cls, root_dir: str | os.PathLike | None = None, *, port: int | None = None,
-              kernel_name: str = KERNEL_NAME, timeout_s: float = 120.0, log=None) -> "LabServer":
+              kernel_name: str = KERNEL_NAME, timeout_s: float = 120.0, log=None,
+              keep_outputs: bool = False) -> "LabServer":
         """Start JupyterLab on ``root_dir`` (default: the notebooks folder) and wait until it answers.
 
         ``port``: default a free one; ``log``: a writable file for JupyterLab's own messages
-        (default: this process's stderr); ``timeout_s``: how long to wait for it to answer.
+        (default: this process's stderr); ``timeout_s``: how long to wait for it to answer;
+        ``keep_outputs``: save notebooks with their outputs (default: without, as committed).
 
         Raises:
             LabError: the notebooks folder or the lab's kernel is missing, JupyterLab is not
-                installed, it exited at start (its status; its messages are in ``log``), or it did
-                not answer within ``timeout_s`` (then it is stopped).
+                installed, ``port`` is held by another process (named), it exited at start (its
+                status; its messages are in ``log``), or it did not answer within ``timeout_s``
+                (then it is stopped).
         """
         root = Path(root_dir) if root_dir is not None else notebook_dir()
         if not root.is_dir():
@@ -119,10 +194,14 @@ class LabServer:
             import jupyterlab  # noqa: F401
         except ImportError:
             raise LabError("JupyterLab is not installed: bash .ci/setup (or pip install -e '.[lab]')") from None
-        port = check_port(port) or free_port()
+        port = check_port(port)
+        if port is not None:
+            require_free_port(port)
+        port = port or free_port()
         token = secrets.token_hex(24)
         # JupyterLab's messages go to ``log``, else to this process's stderr (fd 2), never to its stdout
-        proc = subprocess.Popen(lab_command(root, port, token, kernel_name), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(lab_command(root, port, token, kernel_name, keep_outputs=keep_outputs),
+                                stdin=subprocess.DEVNULL,
                                 stdout=log if log is not None else 2, stderr=log, start_new_session=True)
         server = cls(proc, port, token, root)
         try:
@@ -136,11 +215,15 @@ class LabServer:
     what = "JupyterLab"
 
     def _answers(self) -> bool:
-        """True once the server answers its status URL with JSON."""
+        """True once this server answers: the process it started listens on the port itself, and
+        the status URL with its own token answers 200 with JSON (another Jupyter there would say
+        403 to our token; another server would not be our process)."""
+        if not listens(self.process.pid, self.port):
+            return False
         try:
             with urllib.request.urlopen(self.status_url, timeout=2) as r:
                 json.loads(r.read())
-                return True
+                return r.status == 200
         except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
             return False
 
@@ -212,29 +295,72 @@ class LabServer:
 
 # ------------------------------------------------------------------------------------ the app alone
 
+#: The page's title (the browser tab) and its one line of context, above the app.
+APP_TITLE = "combine_lab: tuning app"
+APP_CONTEXT = ("**combine_lab tuning app**: set a MoE combine case, see how the decision rule splits it between "
+               "MTE and SDMA, its modelled NPU time, and run both variants on the CPU twin. "
+               "<span class='cl-app-loading'>The app appears below within seconds; if it does not, its kernel did "
+               "not start: reload the page.</span>")
+
+
 def app_notebook(folder: str | os.PathLike, kernel_name: str = KERNEL_NAME) -> Path:
-    """Write the app's notebook into ``folder``: one code cell that shows ``TuningApp()`` (default
-    values: a 4-PE case, planned in milliseconds; nothing runs until Run), on the lab's kernel.
+    """Write the app's notebook into ``folder``: a one-line context (which says to reload when the
+    app does not appear; hidden once it does) and one code cell that shows ``TuningApp()``
+    (default values: a 4-PE case, planned in milliseconds; nothing runs until Run; settings and
+    history kept across a reload of the page), on the lab's kernel, titled :data:`APP_TITLE`.
     Returns its path."""
     import nbformat
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("from combine_lab.lab.app import TuningApp\n\nTuningApp()")]
+    nb.cells = [nbformat.v4.new_markdown_cell(APP_CONTEXT),
+                nbformat.v4.new_code_cell("from combine_lab.lab.app import TuningApp\n\n"
+                                          "TuningApp(keep_across_reload=True)")]
     nb.metadata["kernelspec"] = {"name": kernel_name, "display_name": KERNEL_DISPLAY_NAME, "language": "python"}
+    nb.metadata["title"] = APP_TITLE
     path = Path(folder) / APP_NOTEBOOK
     nbformat.write(nb, path)
     return path
 
 
+#: voila's page template for the app (written at start into the app's folder): voila's own "lab"
+#: template without the icon font it loads from a CDN (the app uses no icons; offline the request
+#: fails twice on every load).
+TEMPLATE = "combine_lab"
+_TEMPLATE_CONF = {"base_template": "lab"}
+_FONT_AWESOME = ('<link rel="stylesheet" href="https://cdn.jsdelivr.net/npm/@fortawesome/fontawesome-free@^5/css/'
+                 '{}.min.css" type="text/css" />')
+_TEMPLATE_INDEX = ("{%- extends 'lab/index.html.j2' -%}\n{%- block notebook_css -%}\n{{ super() | replace('"
+                   + _FONT_AWESOME.format("all") + "', '') | replace('" + _FONT_AWESOME.format("v4-shims")
+                   + "', '') }}\n{%- endblock notebook_css -%}\n")
+
+
+def write_template(folder: str | os.PathLike) -> Path:
+    """Write the app page's voila template (:data:`TEMPLATE`) under ``<folder>/share`` (a Jupyter
+    data folder the voila process is given); returns its folder."""
+    out = Path(folder) / "share" / "voila" / "templates" / TEMPLATE
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "conf.json").write_text(json.dumps(_TEMPLATE_CONF))
+    (out / "index.html.j2").write_text(_TEMPLATE_INDEX)
+    return out
+
+
 def app_command(notebook: Path, port: int, token: str, *, cull_idle_s: float = 60.0,
                 cull_interval_s: float = 15.0) -> list[str]:
     """The voila command line: ``notebook`` alone on 127.0.0.1:``port`` with ``token``, no browser,
-    no other port tried, sources stripped; a kernel whose page is gone is shut down after
-    ``cull_idle_s`` idle seconds with no page connected (checked every ``cull_interval_s``)."""
+    no other port tried, sources stripped, the app's template; a kernel whose page is gone is shut
+    down after ``cull_idle_s`` idle seconds with no page connected (checked every ``cull_interval_s``).
+
+    One kernel is kept warm for the next page (it shows in about 2 s instead of 4), and the
+    culler never takes it from the page it is handed to: voila leaves a kernel in its pool alone,
+    but the one it hands out kept the idle time of its wait in the pool (856 s in the field), so
+    the culler shut it down before the page could connect. The kernel manager
+    (:class:`combine_lab.lab.voila_pool.HandOutKernelManager`) counts the hand-out as the
+    kernel's activity: a page gets ``cull_idle_s`` to connect, and once connected its kernel is
+    not culled (``cull_connected=False``)."""
     return [sys.executable, "-m", "voila", str(notebook), "--no-browser", "--Voila.ip=127.0.0.1",
             f"--port={port}", "--Voila.port_retries=0", f"--token={token}", "--strip_sources=True",
-            "--VoilaConfiguration.show_tracebacks=True",
-            # a warm kernel waits for the next page: it shows in about 2 s instead of 4
+            "--VoilaConfiguration.show_tracebacks=True", f"--template={TEMPLATE}",
             "--preheat_kernel=True", "--pool_size=1",
+            "--VoilaConfiguration.multi_kernel_manager_class=combine_lab.lab.voila_pool.HandOutKernelManager",
             # the widgets only: JupyterLab's own extensions in this environment (jupytext, ...) need parts of
             # JupyterLab that voila's page does not have, and fail there with a JavaScript error
             f"--VoilaConfiguration.extension_allowlist={list(VOILA_EXTENSIONS)!r}",
@@ -259,7 +385,10 @@ class AppServer(LabServer):
         return f"http://127.0.0.1:{self.port}/voila/static/?token={self.token}"
 
     def _answers(self) -> bool:
-        """True once voila answers HTTP at all (a 404 included): its page itself would start a kernel."""
+        """True once this voila answers: the process it started listens on the port itself, and
+        answers HTTP there (not the page itself: that would start a kernel)."""
+        if not listens(self.process.pid, self.port):
+            return False
         try:
             with urllib.request.urlopen(self.status_url, timeout=2):
                 return True
@@ -274,21 +403,32 @@ class AppServer(LabServer):
         """Start voila on the app's notebook and wait until it answers.
 
         Raises:
-            LabError: the lab's kernel is missing, voila is not installed, it exited at start, or
-                it did not answer within ``timeout_s`` (then it is stopped).
+            LabError: the lab's kernel is missing, voila is not installed, ``port`` is held by
+                another process (named; nothing is created then), it exited at start, or it did
+                not answer within ``timeout_s`` (then it is stopped and its folder removed).
         """
         require_kernel(kernel_name)
         try:
             import voila  # noqa: F401
         except ImportError:
             raise LabError("voila is not installed: bash .ci/setup (or pip install -e '.[lab]')") from None
-        folder = Path(tempfile.mkdtemp(prefix="combine_lab_app_"))
-        notebook = app_notebook(folder, kernel_name)
-        port = check_port(port) or free_port()
+        port = check_port(port)
+        if port is not None:
+            require_free_port(port)  # before anything is created: a refused port leaves nothing behind
+        port = port or free_port()
         token = secrets.token_hex(24)
-        cmd = app_command(notebook, port, token, cull_idle_s=cull_idle_s, cull_interval_s=cull_interval_s)
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log if log is not None else 2, stderr=log,
-                                cwd=folder, start_new_session=True)
+        folder = Path(tempfile.mkdtemp(prefix="combine_lab_app_"))
+        try:
+            notebook = app_notebook(folder, kernel_name)
+            write_template(folder)
+            cmd = app_command(notebook, port, token, cull_idle_s=cull_idle_s, cull_interval_s=cull_interval_s)
+            env = {**os.environ, "JUPYTER_PATH": os.pathsep.join(
+                [str(folder / "share")] + [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p])}
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log if log is not None else 2, stderr=log,
+                                    cwd=folder, start_new_session=True, env=env)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         server = cls(proc, port, token, folder)
         try:
             server._wait_ready(timeout_s)

@@ -46,10 +46,12 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.ticker import LogLocator, MaxNLocator
 
+from ..formats.files import write_atomic
+
 
 __all__ = ["SvgFigure", "segment_map_svg", "plane_bytes_svg", "modelled_floors_svg", "png_cells", "floor_text",
            "WIDTH", "byte_unit", "byte_label", "plan_arrays", "largest_remote_segment", "SDMA_COLOR", "EMPTY_COLOR",
-           "PE_ROLE", "MAX_PANELS", "ANNOTATE_CELLS"]
+           "PE_ROLE", "MAX_PANELS", "ANNOTATE_CELLS", "MIN_CELL_PX"]
 
 #: Width of the app's figures in CSS pixels: fits a JupyterLab column beside an open sidebar at
 #: 1400 px (about 960 px wide) with room for the output prompt.
@@ -68,8 +70,12 @@ EMPTY_COLOR = "#eeeeee"
 PE_ROLE = "expert owner, sends"
 #: Panel layout up to this many destination PEs; above it one stacked image.
 MAX_PANELS = 8
-#: Annotate cells with their row count when a panel has at most this many cells.
+#: Annotate cells with their row count when a panel has at most this many cells (and only the
+#: counts that fit their cell are written).
 ANNOTATE_CELLS = 64
+#: The segment map's panels go fewer per row until a cell is at least this wide (CSS pixels):
+#: three digits at 11 px fit, and an SDMA outline leaves the colour visible.
+MIN_CELL_PX = 30
 
 
 def byte_unit(max_bytes: float) -> tuple[float, str]:
@@ -125,6 +131,22 @@ def _label(v: float) -> str:
     return f"{v:.6g}"
 
 
+def _tick_labels(ticks: list[float]) -> list[tuple[float, str]]:
+    """Ticks of one axis, all in one plain format: thousands separated, as many decimals as the
+    step needs (9,000 and 12,000 on one axis, never 9000 beside 1.2e+04)."""
+    if not ticks:
+        return []
+    step = min((abs(b - a) for a, b in zip(ticks, ticks[1:]) if b != a), default=abs(ticks[0]) or 1.0)
+    digits = max(0, -int(math.floor(math.log10(step)))) if step < 1 else 0
+    return [(t, f"{t:,.{digits}f}") for t in ticks]
+
+
+def _text_width(text: str, size: float) -> float:
+    """About how wide ``text`` is at font ``size`` (DejaVu Sans: 0.6 em per character, digits and
+    separators a little less): enough to keep labels apart and inside the figure."""
+    return sum(0.45 if c in ",.:;il1 " else 0.62 for c in str(text)) * size
+
+
 def _hex(rgba) -> str:
     r, g, b = (int(round(255 * float(c))) for c in rgba[:3])
     return f"#{r:02x}{g:02x}{b:02x}"
@@ -178,12 +200,12 @@ class SvgFigure:
         ``dpi``: device pixels per inch of 96 CSS pixels (default 144, :meth:`png`'s zoom 1.5).
         Raises ParameterError for another format."""
         if format == "svg":
-            Path(path).write_text(self.svg, encoding="utf-8")
+            write_atomic(path, self.svg)
             return
         if format != "png":
             from ..errors import ParameterError
             raise ParameterError(f"format={format!r}: must be 'png' or 'svg'")
-        Path(path).write_bytes(self.png((dpi or 144) / 96))
+        write_atomic(path, self.png((dpi or 144) / 96))
 
     def _repr_svg_(self) -> str:
         return self.svg
@@ -268,8 +290,15 @@ class _Axes:
     def py(self, v) -> float:
         return self.y + self.h * (1 - self._f(v, self.ylim, self.ylog))
 
+    @staticmethod
+    def margin(yticks, size=11) -> float:
+        """The room left of the plot area that its y tick labels and the y axis title take (pixels)."""
+        widest = max((_text_width(lab, size) for _, lab in (yticks or [])), default=0.0)
+        return widest + 10 + 24
+
     def frame(self, title="", xlabel="", ylabel="", xticks=None, yticks=None, grid=True, size=11) -> None:
         cv = self.cv
+        widest = max((_text_width(lab, size) for _, lab in (yticks or [])), default=0.0)
         for v, lab in (yticks or []):
             y = self.py(v)
             if grid:
@@ -285,8 +314,8 @@ class _Axes:
             cv.text(self.x + self.w / 2, self.y - 8, title, size=12.5, anchor="middle", weight="600")
         if xlabel:
             cv.text(self.x + self.w / 2, self.y + self.h + 34, xlabel, size=12, anchor="middle")
-        if ylabel:
-            cv.text(self.x - 48, self.y + self.h / 2, ylabel, size=12, anchor="middle", rotate=-90)
+        if ylabel:  # beside the widest tick label, never over it
+            cv.text(self.x - widest - 18, self.y + self.h / 2, ylabel, size=12, anchor="middle", rotate=-90)
 
 
 def _linear_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
@@ -346,10 +375,12 @@ def _colorbar(cv: _Canvas, x, y, w, h, cmap_name: str, norm: _Norm, label: str, 
     stops = "".join(f"<stop offset='{i / 16:.4f}' stop-color='{_hex(cmap(i / 16))}'/>" for i in range(17))
     cv.add(f"<defs><linearGradient id='{gid}' x1='0' y1='1' x2='0' y2='0'>{stops}</linearGradient></defs>")
     cv.rect(x, y, w, h, fill=f"url(#{gid})", stroke="#555")
-    for t in norm.ticks():
+    ticks = norm.ticks()
+    labels = [_label(t) for t in ticks] if norm.log else [lab for _, lab in _tick_labels(ticks)]
+    for t, lab in zip(ticks, labels):
         ty = y + h * (1 - float(norm(t)))
         cv.line(x + w, ty, x + w + 4, ty)
-        cv.text(x + w + 6, ty + 4, _label(t), size=10.5)
+        cv.text(x + w + 6, ty + 4, lab, size=10.5)
 
 
 def floor_text(n: int) -> str:
@@ -386,20 +417,28 @@ def segment_map_svg(plan, dtype: str = "", width: int = WIDTH, max_panels: int =
 
 
 def _panels(cv, scaled, rows, sdma, norm, unit, pes, epp, width, top, title, data) -> str:
-    ncols = min(pes, 4)
-    nrows = math.ceil(pes / ncols)
     bar_w = 130
     first_m, other_m, right_m = 62, 28, 12  # the first panel of a row carries the y label
-    avail = width - bar_w - first_m - (ncols - 1) * other_m - ncols * right_m
-    grid_w = min(avail / ncols, 260.0)
+
+    def grid_width(ncols: int) -> float:
+        avail = width - bar_w - first_m - (ncols - 1) * other_m - ncols * right_m
+        return min(avail / ncols, max(260.0, MIN_CELL_PX * 1.25 * pes))
+
+    # fewer panels per row until a cell is wide enough to read (pes 8 at 860 px: two per row)
+    ncols = min(pes, 4)
+    while ncols > 1 and grid_width(ncols) / pes < MIN_CELL_PX:
+        ncols -= 1
+    nrows = math.ceil(pes / ncols)
+    grid_w = grid_width(ncols)
     cell_w = grid_w / pes
-    cell_h = max(18.0, min(cell_w, 40.0, 260.0 / epp))
+    cell_h = max(22.0, min(cell_w, 40.0, 260.0 / epp))
     ph = 40 + epp * cell_h + 44
     top += 14  # room for the colour bar's label
     cmap = colormaps["viridis"]
     colours = cmap(norm(scaled))
     annotate = epp * pes <= ANNOTATE_CELLS
-    font = 13 if epp * pes <= 8 else 11.5 if epp * pes <= 24 else 10
+    font = 12.5 if cell_w >= 44 else 11 if cell_w >= 30 else 9.5
+    sdma_w = 2.5 if min(cell_w, cell_h) >= 24 else 1.5  # an outline, not a filled cell
     for d in range(pes):
         r, c = divmod(d, ncols)
         ox = first_m + c * (grid_w + right_m + other_m)
@@ -411,15 +450,19 @@ def _panels(cv, scaled, rows, sdma, norm, unit, pes, epp, width, top, title, dat
                 empty = rows[d, le, s] == 0
                 cv.rect(x, y, cell_w, cell_h, fill=EMPTY_COLOR if empty else _hex(colours[d, le, s]),
                         stroke="#8c8c8c" if empty else "none", sw=0.6)
-                if annotate and not empty:
+                # a count only where it fits its cell, with a margin: never run into the next one
+                fits = _text_width(str(rows[d, le, s]), font) + 6 <= cell_w and font + 4 <= cell_h
+                if annotate and not empty and fits:
                     dark = float(norm(scaled[d, le, s])) < 0.6
                     cv.text(x + cell_w / 2, y + cell_h / 2 + font * 0.35, rows[d, le, s], size=font, anchor="middle",
-                            weight="bold", color="white" if dark else "black")
+                            weight="600", color="white" if dark else "black", cls="cl-count")
         for le in range(epp):
             for s in range(pes):
                 if sdma[d, le, s]:
-                    cv.rect(ox + s * cell_w + 1.5, oy + le * cell_h + 1.5, cell_w - 3, cell_h - 3,
-                            stroke=SDMA_COLOR, sw=3, extra=f" class='cl-sdma-cell' data-pe='{d}'")
+                    inset = sdma_w / 2 + 0.5
+                    cv.rect(ox + s * cell_w + inset, oy + le * cell_h + inset, cell_w - 2 * inset,
+                            cell_h - 2 * inset, stroke=SDMA_COLOR, sw=sdma_w,
+                            extra=f" class='cl-sdma-cell' data-pe='{d}'")
         ax.frame(xlabel="src_rank", ylabel="local_expert" if c == 0 else "",
                  xticks=[(s, str(s)) for s in _pe_ticks(pes)],
                  yticks=[(le, str(le)) for le in range(epp)] if epp <= 16 else
@@ -488,7 +531,7 @@ def plane_bytes_svg(plan, width: int = WIDTH) -> str:
     ymax = max(float((mte + sd).max(initial=0.0)) / div, 1e-9) * 1.08
     ax = _Axes(cv, 70, top, pw - 90, ph, (-0.6, pes - 0.4), (0.0, ymax))
     ax.frame(title=f"Payload per plane (SDMA share {100 * share:.1f} %)", xlabel=f"PE ({PE_ROLE})",
-             ylabel=f"payload ({unit})", xticks=xt, yticks=[(v, _label(v)) for v in _linear_ticks(0, ymax)])
+             ylabel=f"payload ({unit})", xticks=xt, yticks=_tick_labels(_linear_ticks(0, ymax)))
     bw = ax.w / pes * 0.8
     for p in range(pes):
         x = ax.px(p) - bw / 2
@@ -503,7 +546,7 @@ def plane_bytes_svg(plan, width: int = WIDTH) -> str:
     ymax2 = max(ymax2, 1e-9) * 1.12
     ax2 = _Axes(cv, pw + 70, top, pw - 90, ph, (-0.6, pes - 0.4), (0.0, ymax2))
     ax2.frame(title="Decision thresholds per PE (docs/decision-rule.md#1-the-rule)", xlabel=f"PE ({PE_ROLE})",
-              ylabel=f"segment payload ({unit2})", xticks=xt, yticks=[(v, _label(v)) for v in _linear_ticks(0, ymax2)])
+              ylabel=f"segment payload ({unit2})", xticks=xt, yticks=_tick_labels(_linear_ticks(0, ymax2)))
     fy = ax2.py(plan.min_sdma_bytes / div2)
     cv.line(ax2.x, fy, ax2.x + ax2.w, fy, stroke="#777", sw=1.2, dash="5 4")
     tick = max(min(ax2.w / pes * 0.7, 14), 3)
@@ -591,10 +634,11 @@ def modelled_floors_svg(curve, classic_us: float, floor: int | None, floor_us: f
     pad = max((ymax - ymin) * 0.12, ymax * 0.02, 1e-6)
     ylim = (max(0.0, ymin - pad), ymax + pad)
     never_x = width - 60
-    ax = _Axes(cv, 84, top, never_x - 84 - 40, 200, (lo, hi), ylim, xlog=True)
+    yticks = _tick_labels(_linear_ticks(*ylim))
+    left = max(84.0, 12 + _Axes.margin(yticks))
+    ax = _Axes(cv, left, top, never_x - left - 40, 200, (lo, hi), ylim, xlog=True)
     ax.frame(xlabel="SDMA floor min_sdma_bytes (log scale); right: never SDMA, the classic plan",
-             ylabel=f"modelled {metric} (us)", xticks=_byte_ticks(lo, hi),
-             yticks=[(v, _label(v)) for v in _linear_ticks(*ylim)])
+             ylabel=f"modelled {metric} (us)", xticks=_byte_ticks(lo, hi), yticks=yticks)
     # "never SDMA" is the classic plan: a column of its own at the right
     nx = never_x
     cv.line(ax.x + ax.w, ax.py(classic_us), nx, ax.py(classic_us), stroke="#7f7f7f", sw=1.5, dash="5 4")
@@ -639,7 +683,8 @@ def modelled_floors_svg(curve, classic_us: float, floor: int | None, floor_us: f
     if alt:
         items.insert(1, ("dashdot", "#9467bd", "what-if: one SDMA call per segment (not built)"))
     if best is not None and not stale:
-        items.append(("star", "#e6a100", "suggested floor"))
+        items.append(("star", "#e6a100", "never SDMA ties for best: no floor is faster" if best < 0
+                      else "suggested floor"))
     leg = _legend(cv, ax.x, top + 200 + 42, items, width - ax.x - 10)
     return cv.render(width, top + 200 + 42 + leg + 4, "cl-modelled", title,
                      {"floor": "" if floor is None else floor, "floor-us": "" if floor is None else f"{floor_us:.3f}",

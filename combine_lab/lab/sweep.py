@@ -33,7 +33,8 @@ from ..results.tables import TIDY_COLUMNS, tidy_rows, write_sweep_csv
 from ..run import build as build_mod
 from ..run import runner
 
-__all__ = ["Grid", "make_grid", "planned_shares", "run_sweep", "progress_bar", "model_grid", "MODELLED_COLUMNS"]
+__all__ = ["Grid", "make_grid", "planned_shares", "run_sweep", "progress_bar", "model_grid", "MODELLED_COLUMNS",
+           "modelled_outcomes", "what_if_text"]
 
 #: Columns of :func:`model_grid`: the case, then per metric the modelled classic and doubleplane
 #: times (the slowest PE's CoreMaxTime, us) and the speed-up (classic / doubleplane; the ``_lo`` /
@@ -80,7 +81,7 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
     One :func:`combine_lab.harness.execute` of both variants of every spec: each case's files are
     written once; each repeat launches both variants on them, the order alternating between
     repeats (classic first, then doubleplane first, ...) so that neither always runs second.
-    The spread over repeats (quartiles) is what :func:`combine_lab.results.tables.summarize`
+    The spread over repeats (min-max) is what :func:`combine_lab.results.tables.summarize`
     reports with every time; every repeat's times stay in the tidy table.
 
     Args:
@@ -171,3 +172,35 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
                     "model": model.name, "caption": model.caption()})
         out.append(rec)
     return pd.DataFrame(out, columns=MODELLED_COLUMNS)
+
+
+def modelled_outcomes(modelled: pd.DataFrame, machine: str, metric: str = "comm_only", rel: float = 1e-9) -> str:
+    """What a modelled grid (:func:`model_grid`) came to, in words: how many cases doubleplane is
+    faster, slower, or ties (the same modelled ``metric`` within ``rel``: SDMA took bytes off a core
+    that does not set the time), and how many send nothing by SDMA (doubleplane = classic). A tie
+    is said to be one, never a win."""
+    sp = modelled[f"{metric}_speedup"].to_numpy(dtype=float)
+    share = modelled["sdma_share"].to_numpy(dtype=float)
+    sends = share > 0
+    tie = sends & (abs(sp - 1) <= rel)
+    faster, slower = sends & ~tie & (sp > 1), sends & ~tie & (sp < 1)
+    n = len(modelled)
+    parts = [f"{int(faster.sum())} faster", f"{int(slower.sum())} slower", f"{int(tie.sum())} tie"]
+    out = f"modelled on {machine}, of {n} cases with doubleplane: " + ", ".join(parts) + " (SDMA traffic)"
+    if (~sends).any():
+        out += f"; {int((~sends).sum())} with no SDMA traffic: doubleplane = classic"
+    if tie.any():
+        out += (f". A tie: SDMA takes bytes off a core that does not set {metric} (the slowest core keeps its "
+                "time), so no floor helps there")
+    return out + "."
+
+
+def what_if_text(modelled: pd.DataFrame, label: str, machine: str) -> str:
+    """The what-if's saving in one sentence: the median over the cases with SDMA traffic, or, when
+    no case sends anything by SDMA, that there is nothing to save (never "nan %")."""
+    with_sdma = modelled[modelled["sdma_share"] > 0]
+    if with_sdma.empty:
+        return (f"{label}: no SDMA traffic in any case: doubleplane = classic, so one call per segment has "
+                f"nothing to save (modelled on {machine})")
+    return (f"{label}: one call per segment would save a median {with_sdma['what_if_saving_pct'].median():.1f} % of "
+            f"doubleplane's comm_only over the {len(with_sdma)} cases with SDMA traffic (modelled on {machine})")

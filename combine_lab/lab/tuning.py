@@ -74,7 +74,7 @@ from ..run.capabilities import detect
 from ..run.launch import LaunchError
 from . import plots
 
-__all__ = ["TuningState", "Field", "Problem", "RunRequest", "FIELDS", "ROUTING_MODELS", "MODELS", "RUN_INPUTS",
+__all__ = ["TuningState", "Field", "Problem", "RunRequest", "FloorChoice", "floor_choice", "FIELDS", "ROUTING_MODELS", "MODELS", "RUN_INPUTS",
            "HISTORY_COLUMNS", "ROWS_COLUMNS", "VIEWS", "RUN_VIEWS", "AUTO_SUGGEST_SEGMENTS", "routing_string",
            "format_bytes", "default_trace"]
 
@@ -168,7 +168,10 @@ class Problem:
     reason: str
 
     def __str__(self) -> str:
-        return self.reason if self.name == "case" else f"{self.name}={self.value!r}: {self.reason}"
+        if self.name == "case":
+            return self.reason
+        shown = FIELDS[self.name].shown if self.name in FIELDS else self.name
+        return f"{shown}={self.value!r}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,8 @@ class Field:
     """What one value may be. ``kind``: "int", "number" or "choice"; ``minimum`` / ``maximum``:
     inclusive bounds (None: none); ``step``: an int value must be a multiple of it (None: any);
     ``options``: the values a "choice" may take (resolved per state for target and trace);
-    ``default``; ``unit`` and ``help`` for labels and messages."""
+    ``default``; ``unit`` and ``help`` for labels and messages; ``label``: how the page names it
+    (the control's label; default ``name``)."""
 
     name: str
     kind: str
@@ -187,6 +191,12 @@ class Field:
     options: tuple | None = None
     unit: str = ""
     help: str = ""
+    label: str = ""
+
+    @property
+    def shown(self) -> str:
+        """The name a person reads on the page (the control's label)."""
+        return self.label or self.name
 
     def check(self, value, options: tuple | None = None) -> list[Problem]:
         """Every reason ``value`` is not allowed (empty: it is), never a corrected value.
@@ -219,8 +229,8 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
     Field("topk", "int", 2, minimum=1, help="experts per token"),
     Field("expert_per_pe", "int", 2, minimum=1, help="experts per PE"),
     Field("dtype", "choice", "int32_t", options=tuple(DTYPES)),
-    Field("routing_model", "choice", "zipf", options=tuple(ROUTING_MODELS), help="routing model"),
-    Field("skew", "number", 1.2, help="S for zipf, F for hot-expert and hot-rank"),
+    Field("routing_model", "choice", "zipf", options=tuple(ROUTING_MODELS), help="routing model", label="routing"),
+    Field("skew", "number", 1.2, help="S for zipf, F for hot-expert and hot-rank", label="skew"),
     Field("trace", "choice", None, help="MODEL/DOMAIN/LAYER of a routing trace"),
     Field("seed", "int", 42, minimum=0, help="case seed"),
     Field("min_sdma_bytes", "int", DEFAULT_MIN_SDMA_BYTES, minimum=0, unit="B", help="SDMA floor"),
@@ -238,12 +248,85 @@ _CASE_FIELDS = ("pes", "bs", "h", "topk", "expert_per_pe", "dtype", "seed")
 @dataclass(frozen=True)
 class RunRequest:
     """What one Run will do, fixed when it was asked for: the case (its drawn routing), the
-    values, ``prof_pe`` ("all" or 0) and the number of PE ``launches``."""
+    values, ``prof_pe`` ("all" or 0), ``launches``: launches of all PEs (one per variant and
+    profiled PE, each ``warmup + loops`` kernel launches: what the progress bar counts) and
+    ``kernel_launches`` (their total)."""
 
     case: Case
     values: dict
     prof_pe: Any
     launches: int
+    kernel_launches: int = 0
+
+
+@dataclass(frozen=True)
+class FloorChoice:
+    """What a modelled curve over floors says about the SDMA floor, ties included.
+
+    ``best_us``: the least modelled time; ``lo``, ``hi``: the interval of floors (bytes,
+    inclusive; ``hi`` None: no upper end) whose plan reaches it, the floors where the plan
+    changes being the curve's; ``never``: never SDMA (the classic plan) reaches it too, so no
+    floor is better than sending nothing by SDMA (a tie, not a win); ``all_tie``: every floor
+    reaches it (the floor changes nothing, modelled); ``floor``: the one :meth:`TuningState.use_suggestion`
+    sets (the default 2 MiB when inside the interval, else its largest power of two, else its
+    upper end; for a tie with never: one byte above every segment the rule could pick);
+    ``largest_segment``: that segment's bytes."""
+
+    best_us: float
+    lo: int
+    hi: int | None
+    never: bool
+    all_tie: bool
+    floor: int
+    largest_segment: int
+
+    def text(self) -> str:
+        """One sentence for the page: the interval, or the tie."""
+        if self.all_tie:
+            return (f"every floor ties with never SDMA (modelled comm_only {self.best_us:,.1f} us at each): the floor "
+                    f"changes nothing here, so no floor is suggested")
+        if self.never:
+            return (f"no floor beats never SDMA: floors from {format_bytes(self.lo)} up tie with it at "
+                    f"{self.best_us:,.1f} us (a tie, not a win)")
+        span = f"any floor from {format_bytes(self.lo)} to {format_bytes(self.hi)}"
+        return f"{span} reaches the best modelled comm_only, {self.best_us:,.1f} us"
+
+
+def floor_choice(s: Suggestion, rel: float = 1e-9) -> FloorChoice:
+    """The :class:`FloorChoice` of a :class:`~combine_lab.model.suggest.Suggestion`: which floors
+    reach its least modelled time (within ``rel``), as one interval, and whether never-SDMA ties.
+
+    The curve holds the floors where the plan changes, largest first, then never SDMA (-1):
+    floor f gives the plan of the smallest curve floor >= f, so curve floor t_i stands for the
+    floors in (t_{i+1}, t_i], and never SDMA for every floor above the largest."""
+    c = s.curve
+    th = c["threshold_bytes"].to_numpy().astype(np.int64)
+    us = c["modelled_us"].to_numpy(dtype=float)
+    best = float(np.nanmin(us))
+    hit = us <= best * (1 + rel) + 1e-12
+    sizes = np.sort(th[th >= 0])[::-1]  # largest first
+    largest = int(sizes[0]) if sizes.size else 0
+    # floors from the top: never SDMA (every floor above the largest), then each curve floor
+    # t_i, standing for (t_{i+1}, t_i]; the best floors are the first run of hits from the top
+    spans = [(largest + 1, None, bool(hit[th == NEVER].any()))]
+    for i, t in enumerate(sizes):
+        below = int(sizes[i + 1]) + 1 if i + 1 < len(sizes) else 0
+        spans.append((below, int(t), bool(hit[th == t].any())))
+    first = next(i for i, sp in enumerate(spans) if sp[2])
+    last = first
+    while last + 1 < len(spans) and spans[last + 1][2]:
+        last += 1
+    lo, hi = spans[last][0], spans[first][1]
+    never = first == 0
+    all_tie = bool(hit.all())
+    if never:
+        return FloorChoice(best, lo, None, True, all_tie, largest + 1, largest)
+    if lo <= DEFAULT_MIN_SDMA_BYTES <= hi:
+        floor = DEFAULT_MIN_SDMA_BYTES
+    else:
+        k = int(math.floor(math.log2(hi))) if hi > 0 else 0
+        floor = 2 ** k if hi > 0 and 2 ** k >= lo else hi
+    return FloorChoice(best, lo, hi, False, all_tie, int(floor), largest)
 
 
 class _Figures(Mapping):
@@ -323,6 +406,7 @@ class TuningState:
             (:class:`combine_lab.lab.svg.SvgFigure`) for the plan and modelled views,
             matplotlib Figures for compare and history.
         replans: how many times the values were planned; plan_seconds: the last one's time (s).
+        figure_width: the plan and modelled figures' width, CSS pixels (:meth:`set_figure_width`).
     """
 
     def __init__(self, targets: list[str] | None = None, *, max_uniform_x_bytes: int = 256 * 2 ** 20,
@@ -359,6 +443,7 @@ class TuningState:
         self._run_figure = None
         self.running = False
         self.figures = _Figures()
+        self.figure_width = plots.WIDTH
         self.replans = 0
         self.plan_seconds = float("nan")
         self._case_key = None
@@ -502,14 +587,30 @@ class TuningState:
         seg = p.segments
         self.sdma_table = seg.loc[seg["plane"] == "SDMA", ["pe", "segment", "local_expert", "src_rank",
                                                            "token_count", "bytes"]].reset_index(drop=True)
-        dtype = spec.dtype
-        self.figures.set("segment_map", lambda: plots.segment_map(p, dtype=dtype))
-        self.figures.set("plane_bytes", lambda: plots.plane_bytes_plot(p))
+        self._set_plan_figures()
         self._update_modelled()
         self._sync_run_views()
         self.replans += 1
         self.plan_seconds = time.perf_counter() - t0
         return p
+
+    def _set_plan_figures(self) -> None:
+        p, dtype, w = self.plan, self.spec.dtype, self.figure_width
+        self.figures.set("segment_map", lambda: plots.segment_map(p, dtype=dtype, width=w))
+        self.figures.set("plane_bytes", lambda: plots.plane_bytes_plot(p, width=w))
+
+    def set_figure_width(self, width: int) -> bool:
+        """Draw the plan and modelled figures ``width`` CSS pixels wide from now on (the width the
+        page has for them; kept within 480-2400). Returns whether anything is to be redrawn."""
+        w = int(min(max(int(width), 480), 2400))
+        if w == self.figure_width:
+            return False
+        self.figure_width = w
+        if self.plan is not None:
+            self._set_plan_figures()
+            if self.modelled:
+                self._set_modelled_figure()
+        return True
 
     # ------------------------------------------------------------------ modelled time
     def model(self) -> NpuModel:
@@ -561,10 +662,10 @@ class TuningState:
         self._set_modelled_figure()
 
     def _set_modelled_figure(self) -> None:
-        m, s = dict(self.modelled), self.suggestion
+        m, s, w = dict(self.modelled), self.suggestion, self.figure_width
         self.figures.set("modelled", lambda: plots.modelled_floors(
             s.curve if s is not None else None, m["caption"], floor=m["floor"], classic_us=m["classic_us"],
-            floor_us=m["doubleplane_us"]))
+            floor_us=m["doubleplane_us"], width=w))
 
     def suggest_size(self) -> tuple[int, int]:
         """(PEs, segments) the curve over floors has to model for the current case; (0, 0) without a plan."""
@@ -588,14 +689,25 @@ class TuningState:
         self._set_modelled_figure()
         return s
 
-    def suggested_floor(self) -> int | None:
-        """The floor :meth:`use_suggestion` would set (bytes; for "never SDMA" one byte above every
-        segment the rule could pick), or None without a current suggestion."""
+    def floor_choice(self) -> "FloorChoice | None":
+        """What the current suggestion says about the floor (:func:`floor_choice`): the interval
+        of floors that reach the best modelled time, or a tie with never-SDMA; None without one."""
         s = self.suggestion
         if s is None or self._suggestion_key is None or self.plan is None:
             return None
-        floor = int(s.best["threshold_bytes"])
-        return int(s.curve["threshold_bytes"].max()) + 1 if floor == NEVER else floor
+        return floor_choice(s)
+
+    def suggested_floor(self) -> int | None:
+        """The floor :meth:`use_suggestion` would set (bytes; :attr:`FloorChoice.floor`: inside the
+        interval of best floors, the current floor when it is one of them; for "never SDMA" one
+        byte above every segment the rule could pick), or None without a current suggestion."""
+        c = self.floor_choice()
+        if c is None:
+            return None
+        cur = self._values["min_sdma_bytes"]
+        if not c.never and _is_int(cur) and c.lo <= cur <= c.hi:
+            return int(cur)
+        return c.floor
 
     def use_suggestion(self) -> int | None:
         """Set ``min_sdma_bytes`` to :meth:`suggested_floor` and replan; returns the floor set, or
@@ -605,45 +717,117 @@ class TuningState:
             self.set(min_sdma_bytes=floor)
         return floor
 
+    # ------------------------------------------------------------------ kept across a page reload
+    def snapshot(self) -> dict:
+        """The values and the history as plain JSON data (what a page keeps across a reload):
+        ``{"values": ..., "history": [...], "rows": [...]}``. The last Run's results (x_out,
+        counters) are not in it: after :meth:`restore` the history is there, the verdict is not."""
+        def plain(v):
+            if isinstance(v, (np.integer,)):
+                return int(v)
+            if isinstance(v, (np.floating, float)):
+                return float(v) if math.isfinite(float(v)) else None
+            if isinstance(v, (np.bool_,)):
+                return bool(v)
+            return v
+        return {"values": {k: plain(v) for k, v in self._values.items()},
+                "history": [{k: plain(v) for k, v in r.items()} for r in self._history_rows],
+                "rows": [{k: plain(v) for k, v in r.items()} for r in self._rows_data]}
+
+    def restore(self, data: Mapping) -> list[str]:
+        """Take back a :meth:`snapshot`: its values (names this state does not know are left out
+        and returned) and its history; replans once. Nothing is launched; a bad value comes back
+        as it was, marked in :attr:`problems` like any other."""
+        values = dict(data.get("values") or {})
+        unknown = sorted(set(values) - set(FIELDS))
+        for k in unknown:
+            values.pop(k)
+        if data.get("history"):
+            nan = float("nan")
+            self._history_rows = [{k: (nan if v is None else v) for k, v in r.items()} for r in data["history"]]
+            self._rows_data = [{k: (nan if v is None else v) for k, v in r.items()} for r in data.get("rows") or []]
+            self.history = pd.DataFrame(self._history_rows, columns=HISTORY_COLUMNS)
+            self.rows = pd.DataFrame(self._rows_data, columns=ROWS_COLUMNS)
+            history = self.history
+            self.figures.set("history", lambda: plots.history_plot(history))
+        if "skew" not in values and "routing_model" in values:
+            values["skew"] = self._values["skew"]  # as kept, not the model's default
+        self.set(**values)
+        return unknown
+
     # ------------------------------------------------------------------ run
     def run_bytes(self, spec: CaseSpec) -> int:
         """Bytes a Run of ``spec`` needs on disk and in windows (estimate, see ``max_run_bytes``)."""
         rows = spec.pes * spec.bs * spec.topk + 2 * spec.pes * spec.bs
         return rows * spec.row_bytes + spec.pes * window_geometry(spec)["window_bytes"]
 
+    def run_refusal(self) -> str:
+        """Why Run would launch nothing for the current values ('' when it would run), said before
+        any click: a Run goes on, a value cannot be used, or the case is over ``max_run_bytes``."""
+        if self.running:
+            return "a Run goes on: wait for its results"
+        if self.plan is None or self.spec is None:
+            n = len(self.problems)
+            return (f"{n} value{'s' if n != 1 else ''} cannot be used (marked above): "
+                    + "; ".join(map(str, self.problems)))
+        need = self.run_bytes(self.spec)
+        if need > self.max_run_bytes:
+            return (f"this case needs about {format_bytes(need)} of case files and windows, over the app's limit of "
+                    f"{format_bytes(self.max_run_bytes)}: lower pes, bs or h")
+        return ""
+
     def prepare_run(self) -> RunRequest | None:
-        """The Run of the current values, checked; launches nothing. None (``message`` says why)
-        when a Run goes on, the values cannot be planned or the case is over ``max_run_bytes``."""
+        """The Run of the current values, checked; launches nothing. None (``message`` and
+        :meth:`run_refusal` say why) when a Run goes on, the values cannot be planned or the case
+        is over ``max_run_bytes``."""
         if self.running:
             return None
         if self.refresh() is None or self.spec is None:
             return None
-        spec, v = self.spec, self.run_inputs()
-        need = self.run_bytes(spec)
-        if need > self.max_run_bytes:
-            self.message = (f"Not run: this case needs about {format_bytes(need)} of case files and windows, over the "
-                            f"limit of {format_bytes(self.max_run_bytes)} (max_run_bytes=...). Nothing was launched.")
+        why = self.run_refusal()
+        if why:
+            self.message = f"Not run: {why}. Nothing was launched."
             return None
+        spec, v = self.spec, self.run_inputs()
         prof_pe = "all" if spec.pes <= self.prof_all_max_pes else 0
-        launches = 2 * (spec.pes if prof_pe == "all" else 1) * (v["warmup"] + v["loops"])
-        return RunRequest(Case(spec, self._case.expert_ids, self._case.expert_scales), v, prof_pe, launches)
+        launches = 2 * (spec.pes if prof_pe == "all" else 1)
+        return RunRequest(Case(spec, self._case.expert_ids, self._case.expert_scales), v, prof_pe, launches,
+                          launches * (v["warmup"] + v["loops"]))
 
-    def execute(self, request: RunRequest, progress: Callable[[int, str], None] | None = None):
+    @staticmethod
+    def progress_steps(request: RunRequest) -> int:
+        """How many steps :meth:`execute` tells ``progress`` of: the build, each launch of all PEs, the check."""
+        return request.launches + 2
+
+    def execute(self, request: RunRequest, progress: Callable[[int, int, str], None] | None = None):
         """Build the target if needed and run classic and doubleplane on the request's case:
         the one place that launches anything (:func:`combine_lab.harness.compare`). Changes
-        no state. ``progress(step, text)`` is told each step (0: building, 1: running, 3: ran).
-        Returns the Comparison; raises what the build or the run raise (:data:`RUN_ERRORS`)."""
-        say = progress or (lambda step, text: None)
-        v = request.values
-        say(0, f"building target {v['target']} (if needed)...")
+        no state and reads only ``request``, so a view may call it from another thread while the
+        inputs change. ``progress(done, total, text)`` is told after the build, after each launch
+        of all PEs (``request.launches`` of them: one per variant and profiled PE) and at the
+        check; ``total`` is :meth:`progress_steps`. Returns the Comparison; raises what the build
+        or the run raise (:data:`RUN_ERRORS`)."""
+        say = progress or (lambda done, total, text: None)
+        v, total = request.values, self.progress_steps(request)
+        pes = request.case.spec.pes
+        say(0, total, f"building target {v['target']} (if needed)...")
         build_mod.build(v["target"])
-        say(1, f"running classic and doubleplane ({request.launches} launches of {request.case.spec.pes} PEs)...")
+        done = [1]
+        say(1, total, f"launch 1 of {request.launches} ({pes} PEs, {v['warmup'] + v['loops']} kernel launches each)...")
+
+        def launched(_pe: int) -> None:
+            done[0] += 1
+            n = done[0] - 1
+            text = (f"launch {n + 1} of {request.launches} ({pes} PEs)..." if n < request.launches
+                    else "checking x_out and counters...")
+            say(min(done[0], total - 1), total, text)
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a refusal is recorded as a row with its reason, not a warning
             runs = harness.compare(request.case, warmup=v["warmup"], loops=v["loops"], target=v["target"],
                                   min_sdma_bytes=v["min_sdma_bytes"], prof_pe=request.prof_pe,
-                                  timeout_s=self.timeout_s)
-        say(3, "checking x_out and counters...")
+                                  timeout_s=self.timeout_s, on_launch=launched)
+        say(total - 1, total, "checking x_out and counters...")
         return runs
 
     def run(self, progress: Callable[[int, str], None] | None = None):
@@ -679,15 +863,17 @@ class TuningState:
         self.figures.pop("compare")
         self._sync_run_views()
 
-    def _result_rows(self, runs, v: dict) -> list[ResultRow]:
-        """The run's rows, in variant order: one per RunResult, one per refused variant."""
-        refused = getattr(runs, "refused", {})
+    @staticmethod
+    def _result_rows(runs, request: RunRequest) -> list[ResultRow]:
+        """The run's rows, in variant order: one per RunResult, one per refused variant (of the
+        request's case: the inputs may have changed while it ran)."""
+        refused, v = getattr(runs, "refused", {}), request.values
         rows = []
         for variant in ("classic", "doubleplane"):
             if variant in runs:
                 rows.append(result_row(runs[variant]))
             elif variant in refused:
-                rows.append(result_row(NotRun.of(self.spec, variant, v["target"], REFUSED, refused[variant],
+                rows.append(result_row(NotRun.of(request.case.spec, variant, v["target"], REFUSED, refused[variant],
                                                  v["min_sdma_bytes"])))
         return rows
 
@@ -695,7 +881,7 @@ class TuningState:
         """Record ``request``'s completed Run: result rows, a history row, the verdict, counters
         and comparison (current while the inputs stay those it ran with)."""
         v = request.values
-        rows = self._result_rows(runs, v)
+        rows = self._result_rows(runs, request)
         number = len(self.history) + 1
         self.last_runs = runs
         self.run_error = None
@@ -770,7 +956,7 @@ class TuningState:
             return ""
         if self.plan is None:
             return "the inputs cannot be planned"
-        return "the inputs changed since (" + ", ".join(self.changed_since_run()) + ")"
+        return "changed since: " + ", ".join(FIELDS[n].shown for n in self.changed_since_run())
 
     def _sync_run_views(self) -> None:
         """The comparison is a current figure only while the inputs are those it ran with."""

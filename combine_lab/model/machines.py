@@ -17,6 +17,7 @@ from pathlib import Path
 import tomli_w
 
 from ..errors import ParameterError
+from ..formats.files import write_atomic
 
 MODELS_DIR = Path(__file__).resolve().parents[2] / "data" / "npu_models"
 
@@ -106,9 +107,7 @@ class NpuModel:
             if not p.fit:
                 entry["fit"] = False
             doc["params"][n] = entry
-        path = Path(path)
-        path.write_text(tomli_w.dumps(doc))
-        return path
+        return write_atomic(Path(path), tomli_w.dumps(doc))
 
 
 def model_names() -> list[str]:

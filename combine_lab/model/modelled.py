@@ -54,8 +54,8 @@ class ModelledResult:
         return f"{what}{self.model.caption()}" if what else self.model.caption()
 
     def time_us(self, metric: str) -> float:
-        """CoreMaxTime/us of ``metric``, mean over the profiled PEs (as RunResult reports it)."""
-        return float(np.mean([self.times.time_us(metric, pe) for pe in self.prof_pes]))
+        """CoreMaxTime/us of ``metric``: the slowest profiled PE's (as RunResult reports it)."""
+        return float(max(self.times.time_us(metric, pe) for pe in self.prof_pes))
 
     def sidecar(self) -> dict:
         """The sidecar of this priced case (:func:`combine_lab.formats.sidecars.sidecar_record`): how it was

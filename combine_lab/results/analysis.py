@@ -10,6 +10,7 @@ are those of the CSVs: times in microseconds, bandwidths in "GB/s" as the CSV he
 
 from __future__ import annotations
 
+import io
 import textwrap
 
 from pathlib import Path
@@ -19,6 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ..errors import ResultFileError
+from ..formats.files import write_atomic
 from ..formats.perf_csv import (PERF_METRICS, figure_name, file_prefix, fixed4, perf_summary_name, rank_files,
                                 read_perf_csv, report_name)
 
@@ -92,7 +94,9 @@ def write_figures(folder: str | Path, variant: str, note: str = "") -> list[Path
     out = []
     for metric in PERF_METRICS:
         path = folder / figure_name(variant, metric)
-        perf_figure(rows, summary, variant, metric, note).savefig(path, dpi=100)
+        buf = io.BytesIO()
+        perf_figure(rows, summary, variant, metric, note).savefig(buf, format="png", dpi=100)
+        write_atomic(path, buf.getvalue())
         out.append(path)
     return out
 
@@ -139,5 +143,4 @@ def markdown_report(folder: str | Path, variant: str, note: str = "") -> str:
 def write_report(folder: str | Path, variant: str, note: str = "") -> Path:
     """Write :func:`markdown_report` to ``folder / report_name(variant)``; returns the path."""
     path = Path(folder) / report_name(variant)
-    path.write_text(markdown_report(folder, variant, note))
-    return path
+    return write_atomic(path, markdown_report(folder, variant, note))

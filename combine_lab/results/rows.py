@@ -32,7 +32,8 @@ from ..model.modelled import MODELLED, ModelledResult
 from ..run.runner import RunResult
 
 __all__ = ["PASS", "FAIL", "REFUSED", "ERROR", "METRICS", "SPEEDUP", "NO_SDMA", "NotRun", "ResultRow", "ROW_COLUMNS",
-           "result_row", "speedup", "verdict", "compare_rows", "COMPARISON_COLUMNS"]
+           "result_row", "speedup", "spread", "verdict", "FASTER", "SLOWER", "WITHIN_NOISE", "compare_rows",
+           "COMPARISON_COLUMNS"]
 
 #: Values of ``ResultRow.check``: x_out matched golden on every PE, or not; the variant was
 #: refused on this target; the run failed (a PE failed or timed out).
@@ -81,7 +82,7 @@ class ResultRow:
             label (``reference:doubleplane``, ``user:<folder>``; docs/own-kernel.md).
         check: :data:`PASS` | :data:`FAIL` (x_out against golden on every PE) | :data:`REFUSED` | :data:`ERROR`
             | ``MODEL`` (priced by the timing model: nothing ran; ``reason`` holds "modelled on ...").
-        comm_only_us, full_op_us: CoreMaxTime/us, mean over the profiled PEs (baseline: mean over
+        comm_only_us, full_op_us: CoreMaxTime/us of the slowest profiled PE (baseline: mean over
             loops of the slowest rank); NaN when nothing was timed.
         min_sdma_bytes: the SDMA floor, bytes (None for the baseline).
         mte_bytes, sdma_bytes, payload_bytes: payload bytes of one launch summed over PEs, by
@@ -209,14 +210,28 @@ def speedup(classic_us, doubleplane_us):
     return float(out) if out.ndim == 0 else out
 
 
-def verdict(speedups, sdma_bytes: float) -> str:
-    """What the speed-ups of a case's repeats say, in words.
+#: The verdict words of :func:`verdict`.
+FASTER, SLOWER, WITHIN_NOISE = "faster", "slower", "within noise"
 
-    ``speedups``: one per repeat (:func:`speedup` of the same repeat's pair; NaN left out);
-    ``sdma_bytes``: what the doubleplane run sent by SDMA. Returns "no run" (nothing to compare),
-    :data:`NO_SDMA` (identical traffic: the speed-up is timing noise), "faster (1 repeat: no
-    spread)" / "slower (...)", "faster in all N repeats", "slower in all N repeats" or
-    "mixed: faster in K of N repeats".
+
+def spread(values) -> tuple[float, float]:
+    """The spread the lab reports with every median over repeats: (min, max) of ``values`` (NaN
+    left out; (NaN, NaN) when none). Min-max, not quartiles: with the few repeats a run makes,
+    a difference is called real only when every repeat agrees."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    return (float(v.min()), float(v.max())) if v.size else (float("nan"), float("nan"))
+
+
+def verdict(speedups, sdma_bytes: float) -> str:
+    """What the speed-ups of a case's repeats say, in one word or phrase.
+
+    ``speedups``: one per repeat (:func:`speedup` of the same repeat's pair, classic /
+    doubleplane; NaN left out); ``sdma_bytes``: what the doubleplane run sent by SDMA. Returns
+    "no run" (nothing to compare), :data:`NO_SDMA` (identical traffic: the speed-up is timing
+    noise), :data:`FASTER` (every repeat above 1), :data:`SLOWER` (every repeat below 1) or
+    :data:`WITHIN_NOISE` (the spread, min to max, covers 1.0); with one repeat there is no spread
+    to judge: "faster (1 repeat: no spread)" / "slower (...)".
     """
     s = np.asarray(speedups, dtype=np.float64)
     s = s[~np.isnan(s)]
@@ -224,14 +239,14 @@ def verdict(speedups, sdma_bytes: float) -> str:
         return "no run"
     if sdma_bytes == 0:
         return NO_SDMA
-    n, faster = s.size, int((s > 1.0).sum())
-    if n == 1:
-        return f"{'faster' if faster else 'slower'} (1 repeat: no spread)"
-    if faster == n:
-        return f"faster in all {n} repeats"
-    if faster == 0:
-        return f"slower in all {n} repeats"
-    return f"mixed: faster in {faster} of {n} repeats"
+    if s.size == 1:
+        return f"{FASTER if s[0] > 1.0 else SLOWER} (1 repeat: no spread)"
+    lo, hi = spread(s)
+    if lo > 1.0:
+        return FASTER
+    if hi < 1.0:
+        return SLOWER
+    return WITHIN_NOISE
 
 
 #: Keys of :func:`compare_rows`, in order.

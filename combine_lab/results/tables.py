@@ -24,11 +24,12 @@ import numpy as np
 import pandas as pd
 
 from ..case.spec import CaseSpec
-from ..errors import ParameterError
-from ..planning.planner import VARIANTS
-from ..errors import ResultFileError
+from ..errors import ParameterError, ResultFileError
+from ..formats.files import write_atomic
 from ..formats.perf_csv import PERF_COLUMNS, fixed4
-from .rows import FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, ResultRow, speedup, verdict
+from ..planning.planner import VARIANTS
+from ..model.modelled import MODELLED
+from .rows import FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, ResultRow, speedup, spread, verdict
 
 __all__ = ["TIDY_COLUMNS", "SUMMARY_COLUMNS", "tidy_rows", "write_sweep_csv", "read_sweep_csv", "summarize",
            "losses", "readable"]
@@ -62,7 +63,7 @@ def write_sweep_csv(tidy: pd.DataFrame, path: str | os.PathLike) -> Path:
     """Write the tidy table as CSV (header = :data:`TIDY_COLUMNS`); folders are created."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tidy.to_csv(path, index=False, columns=TIDY_COLUMNS)
+    write_atomic(path, tidy.to_csv(index=False, columns=TIDY_COLUMNS))
     return path
 
 
@@ -93,28 +94,21 @@ def _summary_columns() -> list[str]:
 SUMMARY_COLUMNS = _summary_columns()
 
 
-def _quartiles(values: np.ndarray) -> tuple[float, float]:
-    """First and third quartile (the spread the lab reports: one stray run does not stretch it)."""
-    if not values.size:
-        return float("nan"), float("nan")
-    q1, q3 = np.percentile(values, [25, 75])
-    return float(q1), float(q3)
-
-
 def summarize(tidy: pd.DataFrame) -> pd.DataFrame:
     """One row per case: both variants' times with their spread, the speed-up, the SDMA share, the verdicts.
 
     Per repeat, a variant's time is CoreMaxTime/us of the slowest profiled PE (the
     combine ends when every PE has; with one profiled PE, that PE's). Over the repeats:
 
-    * ``<metric>_<variant>_us``: the median; ``..._lo_us`` / ``..._hi_us``: first and third
-      quartile, the spread (metric comm_only or full_op, variant classic or doubleplane);
+    * ``<metric>_<variant>_us``: the median; ``..._lo_us`` / ``..._hi_us``: min and max, the
+      spread (:func:`~combine_lab.results.rows.spread`; metric comm_only or full_op, variant
+      classic or doubleplane);
     * ``<metric>_speedup``: median over repeats of :func:`~combine_lab.results.rows.speedup`
       (classic time / doubleplane time of the same repeat: above 1, doubleplane faster);
-      ``..._speedup_lo`` / ``..._speedup_hi``: its first and third quartile;
+      ``..._speedup_lo`` / ``..._speedup_hi``: its min and max over the repeats;
     * ``<metric>_verdict``: :func:`~combine_lab.results.rows.verdict`: NO_SDMA when the
-      doubleplane run sent nothing by SDMA (its speed-up is noise), else how many repeats were
-      faster ("faster in all 5 repeats", "slower in all 5 repeats", "mixed: faster in 2 of 5 repeats").
+      doubleplane run sent nothing by SDMA (its speed-up is noise), else "faster" / "slower"
+      when every repeat agrees, "within noise" when the spread covers 1.0.
 
     Also repeats (paired repeats of comm_only), sdma_share (doubleplane run, in [0, 1]),
     sdma_bytes (doubleplane), check_ok (no run failed: every variant that ran PASS, none
@@ -133,7 +127,7 @@ def summarize(tidy: pd.DataFrame) -> pd.DataFrame:
         row = dict(zip(["case_id", "routing", "dtype", "seed", "target", "min_sdma_bytes"], key))
         row.update(pes=int(first["Npus"]), bs=int(first["BS"]), h=int(first["H"]), topk=int(first["TopK"]),
                    expert_per_pe=int(first["ExpertPerPe"]))
-        ran = g[g["check"].isin([PASS, FAIL])]
+        ran = g[g["check"].isin([PASS, FAIL, MODELLED])]  # a priced run has times too
         dual = ran[ran["variant"] == "doubleplane"]
         row["sdma_share"] = float(dual["sdma_share"].iloc[0]) if len(dual) else float("nan")
         row["sdma_bytes"] = dual["sdma_bytes"].iloc[0] if len(dual) else float("nan")
@@ -146,16 +140,16 @@ def summarize(tidy: pd.DataFrame) -> pd.DataFrame:
                 times[v] = t
                 vals = t.to_numpy(dtype=float)
                 row[f"{metric}_{v}_us"] = float(np.median(vals)) if vals.size else float("nan")
-                row[f"{metric}_{v}_lo_us"], row[f"{metric}_{v}_hi_us"] = _quartiles(vals)
+                row[f"{metric}_{v}_lo_us"], row[f"{metric}_{v}_hi_us"] = spread(vals)
             both = pd.concat({"classic": times["classic"], "doubleplane": times["doubleplane"]}, axis=1).dropna()
             paired = speedup(both["classic"], both["doubleplane"])  # same repeat's pair
             paired = paired[~np.isnan(paired)]
             row[f"{metric}_speedup"] = float(np.median(paired)) if paired.size else float("nan")
-            row[f"{metric}_speedup_lo"], row[f"{metric}_speedup_hi"] = _quartiles(paired)
+            row[f"{metric}_speedup_lo"], row[f"{metric}_speedup_hi"] = spread(paired)
             row[f"{metric}_verdict"] = verdict(paired, row["sdma_bytes"])
             if metric == "comm_only":
                 row["repeats"] = int(paired.size)
-        row["check_ok"] = bool((g.loc[g["check"] != REFUSED, "check"] == PASS).all())
+        row["check_ok"] = bool(g.loc[g["check"] != REFUSED, "check"].isin([PASS, MODELLED]).all())
         row["counters_ok"] = bool(len(ran)) and bool(ran["counters_ok"].astype(bool).all())
         out.append(row)
     return pd.DataFrame(out, columns=SUMMARY_COLUMNS)
@@ -171,7 +165,7 @@ def losses(summary: pd.DataFrame, metric: str = "comm_only") -> pd.DataFrame:
     """The cases where doubleplane loses on ``metric`` ('comm_only' or 'full_op'): median
     speed-up below 1 among the cases that sent anything by SDMA (an SDMA share of 0 means
     identical traffic: no loss to speak of), worst first. Columns: the case, sdma_share,
-    both variants' times with their spread (quartiles), the speed-up likewise and the verdict
+    both variants' times with their spread (min-max), the speed-up likewise and the verdict
     (which says whether every repeat agreed), check_ok."""
     metric = _check_metric(metric)
     col = f"{metric}_speedup"
@@ -193,9 +187,8 @@ def _spread(mid: float, lo: float, hi: float, fmt: str) -> str:
 
 def readable(summary: pd.DataFrame, metric: str = "comm_only") -> pd.DataFrame:
     """:func:`summarize` (or :func:`losses`) rows as a table to read: per case the SDMA
-    share (%), both variants' times "median [q1-q3]" (us, over repeats: median and the
-    quartiles around it), the speed-up likewise (classic / doubleplane, above 1: doubleplane
-    faster) and the verdict."""
+    share (%), both variants' times "median [min-max]" (us, over repeats), the speed-up likewise
+    (classic / doubleplane, above 1: doubleplane faster) and the verdict."""
     metric = _check_metric(metric)
     rows = []
     for _, r in summary.iterrows():

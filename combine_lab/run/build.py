@@ -9,12 +9,14 @@ what is missing and how to provide it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -132,15 +134,35 @@ def _fingerprint(root: Path, target: str, config: str = "") -> str:
 BUILD_LOG = "build.log"
 
 
-def _run(cmd: list[str], cwd: Path, log: Path | None = None) -> None:
-    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if log is not None:
-        with open(log, "a") as f:
-            f.write(f"$ {' '.join(cmd)}\n{proc.stdout}")
+def _run(cmd: list[str], cwd: Path) -> str:
+    """Run ``cmd`` (a configure or build step); return its output. Raises BuildError with its tail."""
+    # Its own process group, killed whole when this process is interrupted (Ctrl-C, SIGTERM): ninja's
+    # compilers must not outlive the build that started them.
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     if proc.returncode != 0:
-        tail = "\n".join(proc.stdout.splitlines()[-40:])
-        where = f" (the whole log: {log})" if log is not None else ""
-        raise BuildError(f"{' '.join(cmd)} failed with status {proc.returncode}{where}:\n{tail}")
+        tail = "\n".join(out.splitlines()[-40:])
+        raise BuildError(f"{' '.join(cmd)} failed with status {proc.returncode}:\n{tail}")
+    return out
+
+
+def _logged(cmd: list[str], cwd: Path, log: Path) -> None:
+    """:func:`_run`, its command and output appended to the build log ``log`` (a failure's tail too)."""
+    try:
+        out = _run(cmd, cwd)
+    except BuildError as e:
+        with open(log, "a") as f:
+            f.write(f"$ {' '.join(cmd)}\n{e}\n")
+        raise BuildError(f"{e} (the whole log: {log})") from None
+    with open(log, "a") as f:
+        f.write(f"$ {' '.join(cmd)}\n{out or ''}")
 
 
 def build_status(target: str = "cpu", build_dir: str | os.PathLike | None = None,
@@ -290,9 +312,9 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
         # would build only that list's drivers).
         if not (bdir / "CMakeCache.txt").is_file() or target == "cpu":
             gen = ["-G", "Ninja"] if shutil.which("ninja") and not (bdir / "CMakeCache.txt").is_file() else []
-            _run([cmake, "-S", str(root), "-B", str(bdir), *gen, f"-DCOMBINE_TARGET={target}",
-                  "-DCMAKE_BUILD_TYPE=Release", *config_args], root, log)
-        _run([cmake, "--build", str(bdir), "--parallel", str(os.cpu_count() or 2)], root, log)
+            _logged([cmake, "-S", str(root), "-B", str(bdir), *gen, f"-DCOMBINE_TARGET={target}",
+                     "-DCMAKE_BUILD_TYPE=Release", *config_args], root, log)
+        _logged([cmake, "--build", str(bdir), "--parallel", str(os.cpu_count() or 2)], root, log)
         if not binary.is_file():
             raise BuildError(f"build finished but {binary} is missing")
         stamp.write_text(json.dumps({"fingerprint": fp, "target": target, "config": config}))

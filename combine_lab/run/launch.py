@@ -14,6 +14,7 @@ is no process started before the folder (:func:`remove_orphans`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -69,18 +70,63 @@ class PeOutcome:
     stderr: str
 
 
+#: What this process made that a run must not leave behind: its temporary folders and twin sessions.
+_made_dirs: set[Path] = set()
+_made_sessions: set[str] = set()
+
+
 def new_session() -> str:
     """A session name unique to this process and call (letters, digits, underscore),
     prefixed by ``$COMBINE_LAB_SESSION_TAG`` when set (a test run tags its own sessions)."""
     tag = "".join(c for c in os.environ.get("COMBINE_LAB_SESSION_TAG", "") if c.isalnum())
-    return f"{tag}cl{os.getpid()}_{uuid.uuid4().hex[:12]}"
+    name = f"{tag}cl{os.getpid()}_{uuid.uuid4().hex[:12]}"
+    _made_sessions.add(name)
+    return name
 
 
 def owned_temp_dir(kind: str) -> Path:
     """A fresh folder ``<tmp>/combine_lab_<kind>_p<pid>_<random>`` for this process (``kind``:
     lowercase letters, e.g. ``case``). The pid in its name lets a later run remove it when this
-    process died without doing so (:func:`remove_orphans`)."""
-    return Path(tempfile.mkdtemp(prefix=f"combine_lab_{kind}_p{os.getpid()}_"))
+    process died without doing so (:func:`remove_orphans`); :func:`leftovers` lists it while it exists."""
+    path = Path(tempfile.mkdtemp(prefix=f"combine_lab_{kind}_p{os.getpid()}_"))
+    _made_dirs.add(path)
+    return path
+
+
+def leftovers(clean: bool = True) -> list[str]:
+    """What this process made and has not removed: its temporary folders (case files), its twin
+    sessions' segments in /dev/shm, its PE processes still alive; each removed or killed first when
+    ``clean`` (an interrupt's last word). Returns a line for each that is still there, so that a
+    message says what is true: [] when nothing is left."""
+    left = []
+    for d in sorted(_made_dirs):
+        if clean:
+            shutil.rmtree(d, ignore_errors=True)
+        if d.exists():
+            left.append(f"folder {d}")
+        else:
+            _made_dirs.discard(d)
+    for name in sorted(_made_sessions):
+        seg = shm_path(name)
+        if clean:
+            with contextlib.suppress(OSError):
+                seg.unlink()
+        if seg.exists():
+            left.append(f"shared memory {seg}")
+    try:
+        kids = [p for p in psutil.Process().children(recursive=True) if p.is_running()
+                and p.status() != psutil.STATUS_ZOMBIE]
+    except psutil.Error:
+        kids = []
+    for p in kids:
+        if clean:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    if kids and clean:
+        _, alive = psutil.wait_procs(kids, timeout=3)
+        kids = alive
+    left += [f"process {p.pid}" for p in kids]
+    return left
 
 
 def owner_gone(pid: int, since: float) -> bool:

@@ -104,7 +104,14 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None, targ
     check_capacity(case.spec, work_dir, _rows_per_pe(case), target)
     owns = work_dir is None
     root = owned_temp_dir("case") if owns else Path(work_dir)
-    write_case(case, root)
+    try:
+        write_case(case, root)
+    except BaseException:  # Ctrl-C or a full disk while writing: no half-written case folder stays
+        if owns:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            shutil.rmtree(case_dir_of(root, case.spec.case_id), ignore_errors=True)
+        raise
     return PreparedCase(case, root, owns_root=owns)
 
 
@@ -231,9 +238,11 @@ class RunResult:
         return out
 
     def time_us(self, metric: str) -> float:
-        """CoreMaxTime/us of ``metric`` ('full_op' or 'comm_only'), mean over the profiled PEs; NaN if none."""
+        """CoreMaxTime/us of ``metric`` ('full_op' or 'comm_only'): the slowest profiled PE's (the
+        combine ends when every PE has; as the reference's perf summary takes the largest
+        CoreMaxTime, docs/formats.md#3-perf-csv); NaN if none."""
         rows = self.perf[self.perf["Metric"] == metric] if not self.perf.empty else self.perf
-        return float(rows["CoreMaxTime/us"].mean()) if len(rows) else float("nan")
+        return float(rows["CoreMaxTime/us"].max()) if len(rows) else float("nan")
 
     def sidecar(self) -> dict:
         """The sidecar of this run (:func:`combine_lab.formats.sidecars.sidecar_record`): what the perf CSV has
@@ -282,7 +291,7 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
              output_dir: str | os.PathLike | None = None, fnpu: int = 0, fpe: int = 0,
              ipport: str | Callable[[], str] | None = None, keep_files: bool = False, chaos_seed: int | None = None,
              binary: str | os.PathLike | None = None, env: dict[str, str] | None = None,
-             kernel_source=None) -> RunResult:
+             on_launch: Callable[[int], None] | None = None, kernel_source=None) -> RunResult:
     """Run ``case`` with one ``variant`` on ``target`` and check it.
 
     Args:
@@ -311,6 +320,7 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
         binary: a host driver to use instead of building one (tests of broken kernels).
         env: extra environment for every PE (e.g. ``COMBINE_HOST_REPEAT_CHECK=1``: call i
             sends rows of value i+1 and checks its own x_out).
+        on_launch: called with the profiled PE after each launch of all PEs has ended (a progress count).
         kernel_source: your own kernel instead of the lab's: a folder with a combine kernel written
             against SHMEM and Ascend C (``<shmem>/examples/combine/combine_doubleplane``), or a
             :class:`~combine_lab.run.kernel_source.KernelSource`; checked against the entry contract,
@@ -403,6 +413,8 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
                     raise
                 raise _kernel_failure(e, ks, prepared.case) from None
             status = [max(s, o.returncode) for s, o in zip(status, outcomes)]
+            if on_launch is not None:
+                on_launch(ppe)
             if perf and csv_of(ppe).is_file():
                 perf_frames.append(read_perf_csv(csv_of(ppe)))
                 csv_of(ppe).rename(run_dir / f"prof{ppe}_{csv_of(ppe).name}")  # the next run writes afresh

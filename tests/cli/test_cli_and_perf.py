@@ -16,6 +16,8 @@ from combine_lab import cli
 from combine_lab.errors import ParameterError
 from combine_lab.run import runner
 from combine_lab.formats.perf_csv import CORE_COLUMN, PERF_HEADER, gib_per_s, read_perf_csv
+from combine_lab.formats.summaries import SUMMARY_NAME
+from conftest import run_table
 from perf_facts import HEADER, ub_size_kb
 
 SMALL = ["-pes", "2", "-bs", "8", "-h", "16", "-topk", "2", "-expertPerPe", "2", "--warmup", "1", "--loops", "2"]
@@ -92,7 +94,7 @@ def test_run_perf_writes_the_references_rank_file_and_a_sidecar(tmp_path, capsys
     assert [list(t) for t in df["core_times_us"]] == [[float(v) for v in cores(r)] for r in rows]
     # No summary without --prof-pe all; the lab's own information is in the sidecar only.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["combine_doubleplane_counters_shape_8_16_2_4_2.json",
-                                                          "combine_doubleplane_perf_rank0.csv"]
+                                                          "combine_doubleplane_perf_rank0.csv", SUMMARY_NAME]
     side = json.loads((tmp_path / "combine_doubleplane_counters_shape_8_16_2_4_2.json").read_text())
     assert {k: side[k] for k in ["case_id", "variant", "routing", "dtype", "target", "min_sdma_bytes", "warmup",
                                  "loops", "launches", "prof_pes", "check", "counters_ok", "violations"]} == {
@@ -113,10 +115,10 @@ def test_prof_pe_all_sweep_leaves_rank_files_summary_and_figures_in_output_perf(
     code, out, err = run_cli(args, capsys)
     assert code == 0, err
     perf = tmp_path / "output" / "perf"
-    assert sorted(p.name for p in perf.iterdir()) == [
+    assert sorted(p.name for p in perf.iterdir()) == sorted([
         "combine_counters_shape_4_16_2_4_2.json", "combine_counters_shape_8_16_2_4_2.json",
         "combine_perf_comm_only.png", "combine_perf_full_op.png", "combine_perf_rank0.csv", "combine_perf_rank1.csv",
-        "combine_perf_summary.csv"]
+        "combine_perf_summary.csv", SUMMARY_NAME])
     ranks = [perf / "combine_perf_rank0.csv", perf / "combine_perf_rank1.csv"]
     for r, path in enumerate(ranks):
         rows = dict_rows(path)
@@ -134,7 +136,7 @@ def test_prof_pe_all_sweep_leaves_rank_files_summary_and_figures_in_output_perf(
     for png in ("combine_perf_comm_only.png", "combine_perf_full_op.png"):
         assert (perf / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"perf summary: {Path('output/perf/combine_perf_summary.csv')}\n" in out
-    table = [line.split() for line in out.splitlines()[1:3]]
+    table = run_table(out)
     assert [(t[0], t[2], t[3]) for t in table] == [("shape_4_16_2_4_2", "classic", "PASS"),
                                                    ("shape_8_16_2_4_2", "classic", "PASS")]
 
@@ -143,12 +145,15 @@ def test_prof_pe_all_sweep_leaves_rank_files_summary_and_figures_in_output_perf(
     (perf / "combine_doubleplane_perf_rank0.csv").write_text(HEADER + "\n")  # the other variant's: kept
     code, out, err = run_cli(args[:-2] + ["-a", "md"], capsys)
     assert code == 0, err
-    assert "combine-lab: removed 8 files of an earlier classic run from output/perf\n" in err
+    # the earlier run's files go only once this run's are all written: its CSVs and sidecars are replaced by
+    # name, the other four (its summary, figures, the old case's sidecar) removed then
+    assert ("combine-lab: replaced an earlier classic run's files in output/perf (4 of its files, not this run's, "
+            "removed)\n") in err
     assert [len(dict_rows(p)) for p in ranks] == [4, 4]
-    assert sorted(p.name for p in perf.iterdir()) == [
+    assert sorted(p.name for p in perf.iterdir()) == sorted([
         "combine_counters_shape_4_16_2_4_2.json", "combine_counters_shape_8_16_2_4_2.json",
         "combine_doubleplane_perf_rank0.csv", "combine_perf_rank0.csv", "combine_perf_rank1.csv",
-        "combine_perf_report.md", "combine_perf_summary.csv"]
+        "combine_perf_report.md", "combine_perf_summary.csv", SUMMARY_NAME])
     report = (perf / "combine_perf_report.md").read_text()
     first = dict_rows(ranks[0])[1]  # shape_4 comm_only of PE 0
     assert (f"| shape_4_16_2_4_2 | 0 | 2 | 2 | 512 | 1024 | {first['Bandwidth/GB/s']} | "
@@ -160,7 +165,7 @@ def test_prof_pe_all_sweep_leaves_rank_files_summary_and_figures_in_output_perf(
 def test_compare_keeps_each_variant_in_its_own_folder(tmp_path, capsys, no_leaks):
     code, out, err = run_cli(["compare", *SMALL, "--perf", "--output-dir", str(tmp_path)], capsys)
     assert code == 0, err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["classic", "doubleplane"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["classic", "combine_lab_summary.json", "doubleplane"]
     assert sorted(p.name for p in (tmp_path / "classic").iterdir()) == [
         "combine_counters_shape_8_16_2_4_2.json", "combine_perf_rank0.csv"]
     assert sorted(p.name for p in (tmp_path / "doubleplane").iterdir()) == [
@@ -178,7 +183,7 @@ def test_without_perf_one_launch_is_checked_and_nothing_written(tmp_path, capsys
     assert code == 0, err
     assert err.startswith("combine-lab: note: --prof-pe has no effect without --perf (one launch per case, "
                           "nothing profiled)\n")
-    line = out.splitlines()[1].split()
+    line = run_table(out)[0]
     assert line[:4] == ["shape_8_16_2_4_2", "uniform", "doubleplane", "PASS"] and line[4:6] == ["-", "-"]
     assert "perf CSV" not in out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["combine_doubleplane_perf_rank0.csv"]
@@ -203,7 +208,7 @@ def record_launches(monkeypatch) -> list[list[str]]:
 def test_ports_move_per_launch_on_127_0_0_1_and_fpe_reaches_the_driver(tmp_path, monkeypatch, capsys, no_leaks):
     seen = record_launches(monkeypatch)
     code, out, err = run_cli(["compare", *SMALL, "--bs-list", "4,8", "--perf", "--prof-pe", "all", "-fpe", "0",
-                              "--output-dir", str(tmp_path)], capsys)
+                              "--repeats", "1", "--output-dir", str(tmp_path)], capsys)
     assert code == 0, err
     # 2 cases x 2 variants x 2 profiled PEs: 8767 + launch index, as the reference's per-case port.
     assert [a[2] for a in seen] == [f"tcp://127.0.0.1:{8767 + i}" for i in range(8)]
@@ -229,6 +234,18 @@ def test_gnpus_differing_is_set_to_pes_with_perf(tmp_path, capsys, no_leaks):
     assert code == 0, err
     assert "combine-lab: note: -gnpus=4 set to each case's -pes (one node)\n" in err
     assert dict_rows(tmp_path / "combine_doubleplane_perf_rank0.csv")[0]["Npus"] == "2"
+
+
+def test_pes_and_gnpus_take_the_reference_run_scripts_order_and_int_is_int32(capsys, no_leaks):
+    """The reference's run.sh sets GNPU_NUM with -pes: `-gnpus 4 -pes 2` is 2 NPUs (runs), `-pes 2 -gnpus 4`
+    stays 4 (refused without --perf); its driver takes `-type int` as int32_t."""
+    a = cli.build_parser().parse_args(["run", "-gnpus", "4", "-pes", "2"])
+    assert (a.pes, a.gnpus) == (2, None)
+    assert cli.build_parser().parse_args(["run", "-pes", "2", "-gnpus", "4"]).gnpus == 4
+    code, out, err = run_cli(["run", "-gnpus", "4", *SMALL, "-type", "int"], capsys)
+    assert code == 0, err
+    assert run_table(out)[0][:4] == ["shape_8_16_2_4_2", "uniform", "doubleplane", "PASS"]
+    assert cli.build_parser().parse_args(["run", "-type", "int"]).dtype == "int32_t"
 
 
 def test_defaults_are_the_reference_run_scripts():
@@ -325,9 +342,9 @@ def test_compare_prints_both_variants_with_planned_sdma(capsys, no_leaks):
                               "--routing", "hot-expert:1.0", "--warmup", "0", "--loops", "1"], capsys)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split()[:5] == ["case", "routing", "variant", "check", "comm_only/us"]
-    classic = lines[1].split()
-    dual = lines[2].split()
+    assert lines[0] == "not timed (no --perf): one launch per case and variant, checked against golden"
+    assert lines[1].split()[:6] == ["case", "routing", "variant", "check", "comm_only/us", "comm_only"]
+    classic, dual = run_table(out)
     assert classic[2] == "classic" and dual[2] == "doubleplane"
     # SDMA bytes and planned SDMA: 600 rows x 4096 B on the hot expert's PE.
     assert dual[-4:] == ["2457600", "2457600", "yes", "0"]

@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import run_table
+
 from combine_lab import CaseSpec, cli, make_case
 from combine_lab.model.modelled import model_case
 from combine_lab.model.machines import load_model
@@ -33,9 +35,9 @@ def test_compare_on_a_model_prices_both_variants_and_launches_nothing(tmp_path, 
     assert lines[0] == load_model("a3").caption()
     spec = CaseSpec(pes=4, bs=64, h=2048, topk=2, expert_per_pe=2, routing="zipf:1.5")
     case = make_case(spec)
-    for variant, line in zip(("classic", "doubleplane"), lines[2:4]):
-        res = model_case(case, variant, load_model("a3"), 0, "all")
-        fields = line.split()
+    priced = {}
+    for variant, fields in zip(("classic", "doubleplane"), run_table(out)):
+        res = priced[variant] = model_case(case, variant, load_model("a3"), 0, "all")
         assert fields[:4] == [spec.case_id, "zipf:1.5", variant, "MODEL"]
         assert float(fields[4]) == pytest.approx(res.time_us("comm_only"), abs=1e-3)
         assert fields[-2:] == ["-", "-"]  # counters and violations: nothing ran
@@ -47,6 +49,15 @@ def test_compare_on_a_model_prices_both_variants_and_launches_nothing(tmp_path, 
         assert (folder / f"{prefix}_perf_summary.csv").is_file()
         assert (folder / f"{prefix}_perf_comm_only.png").stat().st_size > 10_000
     assert not (tmp_path / "perf").exists()  # measured results stay apart from modelled ones
+    # one point per case: the model is deterministic, its uncertainty is its unknown parameters
+    at = lines.index("speed-up = classic time / doubleplane time (above 1: doubleplane faster), modelled on a3: a "
+                     "point, no spread; how it moves over the unknown parameters: combine-lab suggest")
+    assert lines[at + 1].split() == ["case", "routing", "comm_only", "speed-up", "comm_only", "verdict", "full_op",
+                                     "speed-up", "full_op", "verdict"]
+    sp = priced["classic"].time_us("comm_only") / priced["doubleplane"].time_us("comm_only")
+    row = lines[at + 2].split()
+    assert row[:2] == [spec.case_id, "zipf:1.5"] and float(row[2]) == round(sp, 3)
+    assert row[3:6] == (["faster", "(modelled", "point)"] if sp > 1 else ["slower", "(modelled", "point)"])
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -198,6 +200,34 @@ def test_every_check_asks_for_a_missing_answer():
         assert r.message == (f"no answer yet: put yours in answer_{n} and run the cell again "
                              "(or set reveal_answers = True in the parameters cell to see ours)")
     assert exercises.summary(results) == {**{r.name: False for r in results}, "all_ok": False}
+
+
+# ---- issue 19 item 8 / issue 20 item 5: exercises counted once, hints without answers, options alike ----
+
+def test_the_summary_counts_exercises_not_attempts():
+    """The field report: "1 of 8 exercises right" with 6 exercises (two cells run twice)."""
+    case = make_case(CaseSpec(pes=2, bs=8, h=16, topk=2, expert_per_pe=2, seed=42))
+    wrong = exercises.check_status_order("a")
+    right = exercises.check_status_order("b")
+    attempts = {5: wrong}
+    attempts[5] = right  # the cell run again: the same exercise
+    attempts[1] = exercises.check_segment_rows(case, 0, 1, 0, None)
+    assert exercises.score_text(attempts) == "1 of 6 exercises right"
+    assert exercises.summary([wrong, right]) == {wrong.name: True, "all_ok": True}  # the last attempt counts
+
+
+def test_exercise_1_hint_names_the_method_not_the_segment():
+    case = make_case(CaseSpec(pes=2, bs=8, h=16, topk=2, expert_per_pe=2, seed=42))
+    r = exercises.check_segment_rows(case, 0, 1, 0, 10 ** 6)
+    seg = 1 * case.spec.pes + 0
+    assert not r and "local_expert * pes + src_rank" in r.message and "cumulative" in r.message
+    assert f"segment {seg}" not in r.message and not re.search(rf"\b{seg}\b", r.message.split(":", 1)[1])
+
+
+def test_exercise_5_options_are_of_about_one_length():
+    """The right option was the only long one (a give-away)."""
+    lengths = {k: len(v) for k, v in exercises.STATUS_CHOICES.items()}
+    assert max(lengths.values()) <= 1.25 * min(lengths.values()), lengths
 
 
 

@@ -48,19 +48,19 @@ def nothing_launches(monkeypatch):
 def test_changing_a_widget_replans_without_running(nothing_launches):
     app = TuningApp(targets=["cpu"], **SMALL)
     assert app.message == "" and app.plan is not None
-    assert listed(app) == planner_says(app, app.controls["min_sdma_bytes"].value)
+    assert listed(app) == planner_says(app, int(app.controls["min_sdma_bytes"].value))
     assert sum(map(len, listed(app).values())) > 0
     before, figures = app.replans, app.plan_figures.value
     assert figures.count("<svg") == 2 and "cl-segment-map" in figures and "cl-plane-bytes" in figures
-    app.controls["h"].value = 16384  # bytes change, routing reused
+    app.controls["h"].value = "16384"  # bytes change, routing reused (a number box holds the text typed)
     assert app.replans == before + 1 and app.spec.h == 16384
-    assert listed(app) == planner_says(app, app.controls["min_sdma_bytes"].value)
+    assert listed(app) == planner_says(app, int(app.controls["min_sdma_bytes"].value))
     # both plan figures arrive in one update, for the new h
     assert app.plan_figures.value != figures and "data-h='16384'" in app.plan_figures.value
     assert app.plan_figures.value.count("<svg") == 2
-    app.controls["min_sdma_bytes"].value = 0  # floor off: more segments qualify
+    app.controls["min_sdma_bytes"].value = "0"  # floor off: more segments qualify
     assert listed(app) == planner_says(app, 0)
-    app.controls["min_sdma_bytes"].value = 1 << 40
+    app.controls["min_sdma_bytes"].value = str(1 << 40)
     assert app.sdma_table.empty and "none: every segment goes by MTE" in app.sdma_html.value
     app.controls["routing_model"].value = "zipf"  # new routing, skew reset to the model's default
     assert app.spec.routing == "zipf:1.2"
@@ -153,6 +153,7 @@ def test_run_too_large_or_failing_shows_message(monkeypatch, no_leaks):
     assert app.run() is None
     assert app.message == "Run failed: LaunchError: PE 1 exited with status 3"
     assert app.status.value == "failed" and not app.run_button.disabled and app.history.empty
+    assert "Run failed" in app.run_note.value and "PE 1 exited with status 3" in app.run_note.value
 
 
 def test_target_selector_follows_capabilities(monkeypatch):
@@ -203,7 +204,7 @@ def test_failed_plan_and_failed_run_leave_no_stale_view_shown_or_saved(tmp_path,
     assert app.verdict_html.value.count("PASS on every PE") == 2 and "Stale" not in app.verdict_html.value
     app.set(h=2 * SMALL["h"])  # a valid change: the plan is redrawn, the run views are stale
     assert app.plan is not None and "compare" not in app.figures and "segment_map" in app.figures
-    assert "the inputs changed since (h)" in app.verdict_html.value
+    assert "changed since: h. Press Run" in app.verdict_html.value
     app.set(h=SMALL["h"])
     assert app.save_figures(tmp_path, prefix="02_") and (tmp_path / "02_compare.png").is_file()
 
@@ -250,44 +251,77 @@ def quick_runs(monkeypatch, twin_binary):
 def test_run_button_stays_disabled_until_the_results_are_shown(quick_runs, monkeypatch, no_leaks):
     app = quick_runs.app = TuningApp(targets=["cpu"], **SMALL)
     seen = {}
-    record = app._record
+    finish = app.state.finish_run
 
-    def watching(runs, v):
-        record(runs, v)
-        # the results are in the widgets now, and the button is still disabled
-        seen["disabled"] = app.run_button.disabled
-        seen["verdict"] = app.verdict_html.value
-        seen["history"] = app.history_html.value
-    monkeypatch.setattr(app, "_record", watching)
+    def watching(request, runs):
+        finish(request, runs)
+        seen["disabled"] = app.run_button.disabled  # the results are in the state, the button still off
+    monkeypatch.setattr(app.state, "finish_run", watching)
     assert app.run() is not None
     assert quick_runs.calls == [True] and seen["disabled"] is True
-    assert seen["verdict"].count("PASS on every PE</span>; counters = plan") == 2 and "<td>1</td>" in seen["history"]
+    assert app.verdict_html.value.count("PASS on every PE</span>; counters = plan") == 2
+    assert "<td>1</td>" in app.history_html.value
     assert not app.run_button.disabled and app.status.value == "done"
+    assert "Run 1 done: x_out classic PASS, doubleplane PASS" in app.run_note.value
 
 
 def test_a_double_click_runs_once_and_a_later_click_runs_again(quick_runs, no_leaks):
     app = quick_runs.app = TuningApp(targets=["cpu"], click_guard_s=0.4, **SMALL)
     app.run_button.click()
-    app.run_button.click()  # the second click of a double-click: the kernel handles it right after the first run
+    app.run_button.click()  # the second click of a double-click: the Run goes on, or has just shown its results
+    assert app.wait(60)
     assert len(app.history) == 1 and app.ignored_clicks == 1 and len(quick_runs.calls) == 1
     import time
     time.sleep(0.5)  # a person who saw the button come back and pressed it again
     app.run_button.click()
+    assert app.wait(60)
     assert len(app.history) == 2 and app.ignored_clicks == 1
 
 
-def test_a_click_the_browser_sent_during_the_run_is_ignored_one_sent_after_it_runs(quick_runs, monkeypatch,
-                                                                                    no_leaks):
-    """In a kernel the browser stamps every click: the double-click's second click was sent 10 ms after
-    the first, long before the run's results could be shown; the next, a minute later, is a request."""
-    app = quick_runs.app = TuningApp(targets=["cpu"], click_guard_s=0.0, **SMALL)
-    stamps = iter([100.0, 100.01, 160.0])  # the browser's clock
-    monkeypatch.setattr(TuningApp, "_click_sent_at", staticmethod(lambda: next(stamps)))
-    app.run_button.click()
-    app.run_button.click()
-    assert len(app.history) == 1 and app.ignored_clicks == 1
-    app.run_button.click()
-    assert len(app.history) == 2 and app.ignored_clicks == 1
+def test_the_plan_marks_and_stale_marking_follow_changes_made_during_a_run(quick_runs, monkeypatch, no_leaks):
+    """Issue 19 item 4: during a Run the kernel was busy, so h typed 1.7 s into it was planned 8.7 s
+    later and a bad value got its error 8 s late. The Run now goes on a thread of its own."""
+    import threading
+    app = quick_runs.app = TuningApp(targets=["cpu"], **SMALL)
+    fake, go, inside = harness.compare, threading.Event(), threading.Event()
+
+    def slow(*a, **k):
+        inside.set()
+        assert go.wait(60)
+        for pe in range(4):  # the launches the bar counts
+            k["on_launch"](pe % 2)
+        return fake(*a, **k)
+    monkeypatch.setattr(harness, "compare", slow)
+    seen = []
+    app.progress.observe(lambda c: seen.append((c["new"], app.progress.max)), names="value")
+    assert app.start_run() and inside.wait(60)
+    assert app.running and app.run_button.disabled
+    before = app.replans
+    app.controls["h"].value = "4096"  # planned at once, while the Run goes on
+    assert app.replans == before + 1 and app.spec.h == 4096 and "data-h='4096'" in app.plan_figures.value
+    assert "changed since: h" in app.run_note.value and "cl-pending" in app.run_note.value
+    app.controls["loops"].value = "0"  # a bad value: marked at once
+    assert "cl-bad" in app.controls["loops"]._dom_classes and "loops=0: must be >= 1" in app.message
+    app.controls["loops"].value = str(SMALL["loops"])
+    go.set()
+    assert app.wait(60) and len(app.history) == 1
+    assert seen == [(v, 6) for v in range(1, 7)], seen  # build, 4 launches, check
+    assert app.stale_views == ["verdict", "counters", "compare"] and "changed since: h" in app.verdict_html.value
+    assert not app.run_button.disabled  # the current inputs may be run
+
+
+def test_a_run_that_would_be_refused_is_refused_before_the_click(nothing_launches):
+    """Issue 19 item 2: pes 64, bs 1024, h 16384 (about 24 GiB) said so only under the controls,
+    after a click, while the button looked ready."""
+    app = TuningApp(targets=["cpu"], **SMALL)
+    assert not app.run_button.disabled and "Run is off" not in app.run_note.value
+    app.set(pes=64, bs=1024, h=16384, topk=2, expert_per_pe=2)
+    assert app.plan is not None and app.run_button.disabled
+    note = html.unescape(app.run_note.value)
+    assert "Run is off" in note and "24.01 GiB" in note and "over the app's limit of 2.00 GiB" in note
+    assert app.run() is None and app.history.empty
+    app.set(pes=2, bs=64, h=8192)
+    assert not app.run_button.disabled and "Run is off" not in app.run_note.value
 
 
 def test_a_click_during_a_run_starts_nothing(monkeypatch, quick_runs, no_leaks):
@@ -300,6 +334,7 @@ def test_a_click_during_a_run_starts_nothing(monkeypatch, quick_runs, no_leaks):
         return fake(*a, **k)
     monkeypatch.setattr(harness, "compare", clicking)
     app.run_button.click()
+    assert app.wait(60)
     assert len(app.history) == 1 and app.ignored_clicks == 1
 
 
@@ -309,7 +344,7 @@ def test_layout_wraps_controls_and_shows_the_history_columns_that_matter(quick_r
     assert "cl-app" in root._dom_classes
     controls = root.children[1]
     assert "cl-controls" in controls._dom_classes and list(controls.children) == list(app.controls.values())
-    assert type(app.controls["h"]).__name__ == "IntSlider" and not app.controls["h"].continuous_update
+    assert type(app.controls["h"]).__name__ == "Text" and not app.controls["h"].continuous_update
     assert app.run() is not None
     shown = app.history_html.value
     for heading in app_mod.HISTORY_SHOWN.values():
@@ -319,14 +354,30 @@ def test_layout_wraps_controls_and_shows_the_history_columns_that_matter(quick_r
     assert app.history_all_html.value.count("<th>") == len(app_mod.HISTORY_COLUMNS)
 
 
-def test_h_outside_the_slider_range_is_said_not_clamped(nothing_launches):
+def test_every_bad_value_is_marked_at_its_control_all_at_once_never_changed(nothing_launches):
+    """Issue 19 item 5: h -64 became 64 and 99999 became 16384 (the slider clamped them), h 100.5
+    would be read as 100, and floor -1 with loops 0 showed only the floor's error."""
     app = TuningApp(targets=["cpu"], **SMALL)
-    app.set(h=65536)
-    assert app.spec.h == 65536 and app.controls["h"].max == 65536
-    app.set(h=-8)
-    assert app.plan is None and "h=-8" in app.message
-    app.set(h=4096)
-    assert app.spec.h == 4096 and (app.controls["h"].min, app.controls["h"].max) == app_mod.H_RANGE[:2]
+    app.controls["h"].value = "99999"
+    assert app.spec.h == 99999 and app.controls["h"].value == "99999"
+    for typed, shown in (("-64", "h=-64: must be >= 1"), ("100.5", "h=100.5: must be an integer"),
+                         ("8k", "h='8k': must be an integer")):
+        app.controls["h"].value = typed
+        assert app.controls["h"].value == typed and app.state.values()["h"] == app_mod.parse_number(typed)
+        assert app.plan is None and shown in app.message, app.message
+        assert "cl-bad" in app.controls["h"]._dom_classes and app.controls["h"].tooltip.startswith("must be")
+    app.controls["min_sdma_bytes"].value = "-1"
+    app.controls["loops"].value = "0"
+    marked = {n for n, w in app.controls.items() if "cl-bad" in w._dom_classes}
+    assert marked == {"h", "min_sdma_bytes", "loops"}
+    for fragment in ("h='8k'", "min_sdma_bytes=-1: must be >= 0 B", "loops=0: must be >= 1"):
+        assert fragment in app.message and fragment in html.unescape(app.run_note.value)
+    assert app.run_button.disabled and "Run is off" in app.run_note.value and "3 values" in app.run_note.value
+    app.set(h=4096, min_sdma_bytes=0, loops=1)
+    assert app.spec.h == 4096 and app.controls["h"].value == "4096" and app.message == ""
+    assert not [n for n, w in app.controls.items() if "cl-bad" in w._dom_classes] and not app.run_button.disabled
+    app.controls["h"].value = "100"  # off a multiple of 64 is a valid h: planned as typed
+    assert app.spec.h == 100 and app.plan is not None
 
 
 def test_the_app_shows_the_drawings_it_saves(nothing_launches, tmp_path):
@@ -356,7 +407,7 @@ def _model_truth(app, floor, model_name="a3"):
 
 def test_modelled_panel_follows_the_inputs_and_says_modelled(nothing_launches):
     app = TuningApp(targets=["cpu"], **SMALL)
-    floor = app.controls["min_sdma_bytes"].value
+    floor = int(app.controls["min_sdma_bytes"].value)
     model, rows, truth = _model_truth(app, floor)
     m = app.modelled
     assert m["model"] == "a3" and m["floor"] == floor
@@ -364,7 +415,11 @@ def test_modelled_panel_follows_the_inputs_and_says_modelled(nothing_launches):
     assert m["doubleplane_us"] == pytest.approx(truth["doubleplane"], rel=1e-12)
     assert m["classic_us"] != m["doubleplane_us"]  # SMALL sends a segment by SDMA at 2 MiB
     panel = html.unescape(app.modelled_html.value)
-    assert model.caption() in panel and "modelled, not measured" in panel and "measured on" not in panel
+    assert "modelled on a3 (Atlas A3" in panel and "modelled, not measured" in panel and "measured on" not in panel
+    # the assumed parameters listed once in the panel (in the figure's caption), and in the table
+    import re
+    counts = {n: len(re.findall(rf"(?<![a-z_]){n}(?![a-z_])", panel)) for n in model.assumed}
+    assert set(counts.values()) == {1}, counts
     assert f"data-floor='{floor}'" in app.modelled_html.value and "cl-current" in panel
     assert all(name in html.unescape(app.assumed_html.value) for name in model.assumed)
     # a small case: the curve over every floor is there at once, and its point at this floor is the marker
@@ -379,13 +434,13 @@ def test_modelled_panel_follows_the_inputs_and_says_modelled(nothing_launches):
     assert app.modelled["classic_us"] == pytest.approx(_model_truth(app, 0)[2]["classic"], rel=1e-12)
     app.model_select.value = "a2"
     a2, _, truth2 = _model_truth(app, 0, "a2")
-    assert app.modelled["model"] == "a2" and a2.caption() in html.unescape(app.modelled_html.value)
+    assert app.modelled["model"] == "a2" and "modelled on a2 (" in html.unescape(app.modelled_html.value)
     assert app.modelled["doubleplane_us"] == pytest.approx(truth2["doubleplane"], rel=1e-12)
 
 
 def test_suggest_names_the_best_floor_and_sets_it(nothing_launches, monkeypatch):
     monkeypatch.setattr(tuning, "AUTO_SUGGEST_SEGMENTS", 0)  # as for a large case: only the button computes it
-    app = TuningApp(targets=["cpu"], **{**SMALL, "min_sdma_bytes": 0})
+    app = TuningApp(targets=["cpu"], model="a2", **{**SMALL, "min_sdma_bytes": 0})  # a2: the floor matters
     assert app.suggestion is None and app.use_button.disabled and "press <b>Suggest</b>" in app.modelled_html.value
     seen = []
     real = tuning.model_suggest
@@ -396,20 +451,42 @@ def test_suggest_names_the_best_floor_and_sets_it(nothing_launches, monkeypatch)
     monkeypatch.setattr(tuning, "model_suggest", watched)
     s = app.suggest()
     assert seen == [(True, True, True)] and not app.suggest_button.disabled and not app.use_button.disabled
-    model, rows, _ = _model_truth(app, 0)
+    model, rows, _ = _model_truth(app, 0, "a2")
     from combine_lab.model.suggest import suggest
     want = suggest(rows, model)
     assert s.curve.equals(want.curve) and s.best.equals(want.best)
-    best = int(want.best["threshold_bytes"])
-    assert f"{best:,} B" in app.use_button.description or best == -1
-    assert "Suggested floor" in app.suggest_status.value and model.caption() in html.unescape(app.suggest_status.value)
-    assert "cl-best" in app.modelled_html.value
+    # issue 19 item 11: an interval of floors that reach the best, not one knife-edge value
+    c = app.state.floor_choice()
+    assert not c.never and c.lo <= int(want.best["threshold_bytes"]) == c.hi
+    status = html.unescape(app.suggest_status.value)
+    assert f"a floor from {tuning.format_bytes(c.lo)} to {tuning.format_bytes(c.hi)}" in status
+    assert "modelled, not measured" in status and "cl-best" in app.modelled_html.value
     floor = app.use_suggestion()
-    assert app.controls["min_sdma_bytes"].value == floor and app.plan.min_sdma_bytes == floor
+    assert c.lo <= floor <= c.hi and app.use_button.description == f"Use it: floor {app_mod.svg.floor_text(floor)}"
+    assert app.controls["min_sdma_bytes"].value == str(floor) and app.plan.min_sdma_bytes == floor
     assert app.modelled["doubleplane_us"] == pytest.approx(float(want.best["modelled_us"]), rel=1e-9)
     assert app.suggestion is s  # the floor changed, not the case: the curve still holds
     app.set(h=2 * SMALL["h"])   # the bytes changed: the curve is gone until asked for again
     assert app.suggestion is None and app.use_button.disabled and app.use_suggestion() is None
+
+
+def test_a_tie_with_never_sdma_is_called_a_tie(nothing_launches):
+    """Issue 20: on a3 every floor ties with never-SDMA, yet a "best floor" was printed; and "Use it:
+    never SDMA" set 16,777,217 B without a word (issue 19 item 11)."""
+    app = TuningApp(targets=["cpu"], model="a3", **{**SMALL, "min_sdma_bytes": 0})
+    s = app.suggest()
+    assert len(set(s.curve["modelled_us"].round(9))) == 1  # the premise: one time at every floor
+    c = app.state.floor_choice()
+    assert c.never and c.all_tie
+    status = html.unescape(app.suggest_status.value)
+    assert "no floor is suggested" in status and "every floor ties with never SDMA" in status
+    assert "Suggested floor" not in status and "best floor" not in status
+    largest = c.largest_segment
+    assert f"{largest + 1:,} B: one byte above the largest segment the rule could pick" in status
+    assert app.use_button.description == "Use it: never SDMA"
+    assert "never SDMA ties for best: no floor is faster" in html.unescape(app.modelled_html.value)
+    assert app.use_suggestion() == largest + 1 and app.sdma_table.empty
+    assert "a tie" in html.unescape(app.modelled_html.value)
 
 
 def test_suggest_without_a_plan_says_so(nothing_launches):

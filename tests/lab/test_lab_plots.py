@@ -64,8 +64,8 @@ def test_segment_map_panels_outline_exactly_the_sdma_segments(skewed_plan):
         assert sum(r.get("data-pe") == str(pe) for r in outlined) == len(skewed_plan.sdma_segments(pe))
     assert "src_rank" in words and "local_expert" in words and "payload (" in words  # colour bar with a byte unit
     # row counts readable (8 cells a panel), the empty-segment swatch outlined so that it shows
-    counts = [t for t in root.iter(f"{NS}text") if t.get("font-weight") == "bold"]
-    assert counts and min(float(t.get("font-size")) for t in counts) >= 12
+    counts = [t for t in root.iter(f"{NS}text") if t.get("class") == "cl-count"]
+    assert counts and min(float(t.get("font-size")) for t in counts) >= 11
     assert "empty segment (0 rows)" in words and "stroke='#8c8c8c'" in fig.svg
 
 

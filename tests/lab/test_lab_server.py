@@ -164,10 +164,13 @@ def test_app_notebook_is_the_app_alone(tmp_path):
     path = app_notebook(tmp_path)
     assert path == tmp_path / APP_NOTEBOOK
     nb = nbformat.read(path, as_version=4)
-    # one code cell that shows the app: no text for voila to show beside it, no twin run at load
-    assert [c.cell_type for c in nb.cells] == ["code"]
-    assert nb.cells[0].source.splitlines()[-1] == "TuningApp()" and "run(" not in nb.cells[0].source
+    # one line of context (issue 19 item 10), then one code cell that shows the app, no twin run at load
+    assert [c.cell_type for c in nb.cells] == ["markdown", "code"]
+    assert "tuning app" in nb.cells[0].source and "reload the page" in nb.cells[0].source
+    assert nb.cells[1].source.splitlines()[-1] == "TuningApp(keep_across_reload=True)"
+    assert "run(" not in nb.cells[1].source
     assert nb.metadata["kernelspec"]["name"] == notebooks.KERNEL_NAME
+    assert nb.metadata["title"] == "combine_lab: tuning app"  # the browser tab's title
 
 
 def test_app_command_culls_closed_pages_and_loads_only_the_widgets():
@@ -213,3 +216,117 @@ def test_the_servers_refuse_a_bad_port_naming_it():
         LabServer.start(port=99999)
     with pytest.raises(ParameterError, match="port=99999"):
         AppServer.start(port=99999)
+
+
+# ---- issue 20 item 4: a URL only for our own server; a port another process holds is refused ----
+
+class _OtherServer:
+    """Another HTTP server on a port of 127.0.0.1 (as the field report had: it answers 404 to all)."""
+
+    def __init__(self):
+        import http.server
+        import socketserver
+
+        class Quiet(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - the stdlib's name
+                self.send_error(404)
+
+            def log_message(self, *a):
+                pass
+        self.httpd = socketserver.TCPServer(("127.0.0.1", 0), Quiet)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _app_folders() -> set[str]:
+    import glob
+    import tempfile
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "combine_lab_app_*")))
+
+
+@pytest.mark.parametrize("command", ["lab", "app"])
+def test_a_port_another_server_holds_is_refused_naming_it_and_nothing_is_left(command, capsys):
+    """The field report: `combine-lab app --port P` beside another HTTP server printed a URL for a
+    server it never started (its probe took the other's 404 for an answer), and a refused start
+    left a /tmp/combine_lab_app_* folder behind (one per suite run)."""
+    other = _OtherServer()
+    before = _app_folders()
+    try:
+        t0 = time.monotonic()
+        code = cli.main([command, "--port", str(other.port)])
+        out, err = capsys.readouterr()
+        assert code == 2, (out, err)
+        assert "http://" not in out and "token=" not in out  # no URL for a server we did not start
+        assert f"port {other.port} on 127.0.0.1 is in use by pid {os.getpid()}" in err, err
+        assert "Nothing was started" in err
+        assert time.monotonic() - t0 < 10  # refused before JupyterLab or voila was started
+        assert not [p for p in psutil.Process().children(recursive=True)
+                    if "jupyter" in " ".join(p.cmdline()) or "voila" in " ".join(p.cmdline())]
+    finally:
+        other.close()
+    assert _app_folders() == before  # nothing created before the port was checked
+
+
+def test_the_readiness_probe_wants_our_own_process_listening(tmp_path):
+    """A server that answers on the port is ours only when the process we started listens there."""
+    from combine_lab.lab.server import AppServer, LabServer, listens
+    other = _OtherServer()
+    try:
+        assert listens(os.getpid(), other.port)  # this process holds it
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            assert not listens(child.pid, other.port)
+            for cls in (LabServer, AppServer):
+                probe = cls(child, other.port, "tok", tmp_path)
+                assert not probe._answers()  # the other server's 404 is not our server answering
+        finally:
+            child.kill()
+            child.wait()
+    finally:
+        other.close()
+
+
+def test_refused_starts_leave_no_app_folder():
+    """AppServer.start refused for a bad port or a held one creates nothing."""
+    from combine_lab.errors import LabError, ParameterError
+    from combine_lab.lab.server import AppServer
+    before = _app_folders()
+    with pytest.raises(ParameterError):
+        AppServer.start(port=99999)
+    other = _OtherServer()
+    try:
+        with pytest.raises(LabError, match=f"port {other.port} on 127.0.0.1 is in use by pid"):
+            AppServer.start(port=other.port)
+    finally:
+        other.close()
+    assert _app_folders() == before
+
+
+def test_a_saved_notebook_keeps_no_outputs_or_widget_state():
+    """Issue 19 item 6: using the app left 02_tuning.ipynb as a +477-line diff of widget outputs,
+    and reopening it said "Error displaying widget: model not found"."""
+    import copy
+    import nbformat
+    from combine_lab.lab.server import STRIP_HOOK, lab_command, strip_outputs_on_save
+    nb = nbformat.read(ROOT / "notebooks" / "02_tuning.ipynb", as_version=4)
+    used = copy.deepcopy(nb)
+    for cell in used.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [nbformat.v4.new_output(
+                "display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": "ab", "version_major": 2,
+                                                                                    "version_minor": 0}})]
+            cell.execution_count = 7
+    used.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    model = {"type": "notebook", "content": json.loads(nbformat.writes(used))}
+    strip_outputs_on_save(model, path="02_tuning.ipynb", contents_manager=None)
+    assert model["content"] == json.loads(nbformat.writes(nb))  # as committed
+    other = {"type": "file", "content": "x"}
+    strip_outputs_on_save(other)
+    assert other == {"type": "file", "content": "x"}
+    assert f"--ContentsManager.pre_save_hook={STRIP_HOOK}" in lab_command(Path("/nb"), 1, "t")
+    assert not [c for c in lab_command(Path("/nb"), 1, "t", keep_outputs=True) if "pre_save_hook" in c]

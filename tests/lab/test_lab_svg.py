@@ -70,7 +70,7 @@ def test_segment_map_panels_show_the_plan(small):
     assert "PE 0" in words and "PE 1" in words and "src_rank" in words and "local_expert" in words
     assert "payload (MiB)" in words  # the colour bar's unit
     rows = p.segments["token_count"].to_numpy()
-    cells = [t for t in root.iter(f"{NS}text") if t.get("font-weight") == "bold"]
+    cells = [t for t in root.iter(f"{NS}text") if t.get("class") == "cl-count"]
     assert sorted(int(t.text) for t in cells) == sorted(int(r) for r in rows if r)
     outlined = [r for r in root.iter(f"{NS}rect") if r.get("class") == "cl-sdma-cell"]
     assert len(outlined) == int((p.segments["plane"] == "SDMA").sum()) == int(root.get("data-sdma-segments")) > 0

@@ -214,9 +214,10 @@ def test_modelled_panel_and_suggest(nothing_launches, monkeypatch):
 def test_run_on_twin_rows_history_and_staleness(tmp_path, no_leaks):
     s = TuningState(targets=["cpu"], **SMALL)
     steps = []
-    runs = s.run(progress=lambda step, text: steps.append(step))
+    runs = s.run(progress=lambda done, total, text: steps.append((done, total)))
     assert runs is not None, s.message
-    assert steps == [0, 1, 3] and not s.running and s.message == ""
+    # the bar counts the launches of all PEs: build, 2 variants x 2 profiled PEs, check
+    assert steps == [(v, 6) for v in range(6)] + [(5, 6)] and not s.running and s.message == ""
     assert set(runs) == {"classic", "doubleplane"} and all(r.ok for r in runs.values())
     assert runs["doubleplane"].plane_bytes()["sdma_bytes"].sum() == s.plan.totals["sdma_bytes"].sum() > 0
     h = s.history
@@ -234,7 +235,7 @@ def test_run_on_twin_rows_history_and_staleness(tmp_path, no_leaks):
 
     s.set(h=4096)  # a valid change: the run views no longer describe the inputs
     assert s.stale_views == list(RUN_VIEWS) and s.changed_since_run() == ["h"]
-    assert s.stale_reason() == "the inputs changed since (h)" and "compare" not in s.figures
+    assert s.stale_reason() == "changed since: h" and "compare" not in s.figures
     assert s.verdict()["run"] == 1 and s.compare_figure is not None  # still there, to show dimmed
     s.set(model="a2")  # the model only prices the plan: nothing more goes stale
     assert s.changed_since_run() == ["h"]
@@ -271,7 +272,7 @@ def test_run_goes_through_execute_once_and_failures_clear_the_run_views(monkeypa
     assert s.run_error == "LaunchError: PE 1 exited with status 3" and not s.running
     assert calls == [("build", "cpu"), ("compare", {"warmup": 0, "loops": 1, "target": "cpu",
                                                     "min_sdma_bytes": 2 << 20, "prof_pe": "all",
-                                                    "timeout_s": s.timeout_s})]
+                                                    "timeout_s": s.timeout_s, "on_launch": calls[1][1]["on_launch"]})]
     assert s.history.empty and s.verdict() is None and s.counters() is None and "compare" not in s.figures
     # the harness is one method: another one is swapped in there
     request = s.prepare_run()

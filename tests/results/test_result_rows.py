@@ -7,15 +7,16 @@ import math
 import warnings
 
 import pytest
-from conftest import LAB_EXTRA
+from conftest import LAB_EXTRA, run_table, speedup_table
 
 from combine_lab import cli
 from combine_lab.case.spec import CaseSpec
 from combine_lab.errors import ParameterError
+from combine_lab.formats.perf_csv import gib_per_s
 from combine_lab.lab import sweep
 from combine_lab.results import tables
 from combine_lab.results.rows import (COMPARISON_COLUMNS, ERROR, FAIL, NO_SDMA, PASS, REFUSED, ROW_COLUMNS, NotRun,
-                                      ResultRow, compare_rows, result_row, speedup, verdict)
+                                      ResultRow, compare_rows, result_row, speedup, spread, verdict)
 from combine_lab.run import runner
 from combine_lab import harness
 from combine_lab.harness import Comparison
@@ -47,7 +48,7 @@ def two_runs(twin_binary):
     return {v: run_case(SPEC, v, min_sdma_bytes=0, warmup=0, loops=1) for v in ("classic", "doubleplane")}
 
 
-def test_the_same_run_gives_identical_values_in_cli_sweep_and_app(two_runs, monkeypatch, capsys, no_leaks):
+def test_the_same_run_gives_identical_values_in_cli_sweep_and_app(two_runs, monkeypatch, capsys, tmp_path, no_leaks):
     pytest.importorskip("ipywidgets", reason=LAB_EXTRA)
     from combine_lab.lab.app import TuningApp
 
@@ -55,16 +56,25 @@ def test_the_same_run_gives_identical_values_in_cli_sweep_and_app(two_runs, monk
     assert want["doubleplane"]["sdma_bytes"] > 0 and want["classic"]["sdma_bytes"] == 0
     fake_run = lambda prepared, variant, **kw: two_runs[variant]  # noqa: E731
 
-    # the CLI table: every printed value is the row's, as the table formats it
+    # the CLI table: every printed value is the row's, as the table formats it; three repeats of the same
+    # run: the median is the row's time and the spread is that time to itself
     monkeypatch.setattr(runner, "run_case", fake_run)
-    assert cli.main(["compare", *FLAGS]) == 0
-    printed = [line.split() for line in capsys.readouterr().out.splitlines()[1:3]]
-    for line, variant in zip(printed, ("classic", "doubleplane")):
+    assert cli.main(["compare", *FLAGS, "--perf", "--repeats", "3", "--output-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for line, variant in zip(run_table(out), ("classic", "doubleplane")):
         w = want[variant]
         assert line[:4] == [w["case_id"], w["routing"], variant, w["check"]], variant
-        assert [float(v) for v in line[4:6]] == [round(w["comm_only_us"], 3), round(w["full_op_us"], 3)], variant
-        assert line[6:] == [str(w["mte_bytes"]), str(w["sdma_bytes"]), str(w["planned_sdma_bytes"]), "yes",
+        co, fo = round(w["comm_only_us"], 3), round(w["full_op_us"], 3)
+        assert [float(line[4]), line[5], float(line[6]), line[7]] == [
+            co, f"{w['comm_only_us']:.3f}-{w['comm_only_us']:.3f}", fo, f"{w['full_op_us']:.3f}-{w['full_op_us']:.3f}"]
+        # the reference's Bandwidth: GlobalDataSize (pes * bs * topk * h * 4 B) / CoreMaxTime
+        assert float(line[8]) == round(gib_per_s(2 * 8 * 2 * 64 * 4, w["comm_only_us"]), 3), variant
+        assert line[9:] == [str(w["mte_bytes"]), str(w["sdma_bytes"]), str(w["planned_sdma_bytes"]), "yes",
                             str(w["violations"])], variant
+    sp = speedup(want["classic"]["comm_only_us"], want["doubleplane"]["comm_only_us"])
+    [line] = speedup_table(out)
+    assert line[:3] == [SPEC.case_id, "zipf:1.2", "3"] and float(line[3]) == round(sp, 3)
+    assert line[4] == f"{sp:.3f}-{sp:.3f}" and line[5] == ("faster" if sp > 1 else "slower")
 
     # the sweep CSV: every tidy row of a run carries the run's row
     monkeypatch.setattr(sweep.runner, "run_case", fake_run)
@@ -152,8 +162,10 @@ def test_row_of_a_variant_that_did_not_run():
 def test_speedup_and_verdict_are_computed_in_one_place():
     assert speedup(10.0, 5.0) == 2.0 and math.isnan(speedup(10.0, 0.0)) and math.isnan(speedup(float("nan"), 5.0))
     assert speedup([10.0, 12.0], [5.0, 0.0])[0] == 2.0
-    assert verdict([2.0, 1.5], 100) == "faster in all 2 repeats"
-    assert verdict([2.0, 0.5, float("nan")], 100) == "mixed: faster in 1 of 2 repeats"
+    assert verdict([2.0, 1.5], 100) == "faster" and verdict([0.9, 0.5], 100) == "slower"
+    assert verdict([2.0, 0.5, float("nan")], 100) == "within noise"  # the spread 0.5-2.0 covers 1
+    assert verdict([1.0, 1.2], 100) == "within noise"  # a repeat at exactly 1 is not faster
+    assert spread([3.0, float("nan"), 1.0, 2.0]) == (1.0, 3.0) and all(map(math.isnan, spread([])))
     assert verdict([2.0], 0) == NO_SDMA and verdict([], 100) == "no run" and verdict([0.5], 1) == \
         "slower (1 repeat: no spread)"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import BASELINE_EXTRA, require
+from conftest import BASELINE_EXTRA, require, run_table
 
 require("torch", reason=BASELINE_EXTRA)
 
@@ -61,9 +61,11 @@ def test_cli_compare_baseline_hccl_runs_gloo_on_the_twin(capsys, no_leaks):
                      "--warmup", "1", "--loops", "2", "--baseline", "hccl"])
     out = capsys.readouterr()
     assert code == 0, out.err
-    table = [line.split() for line in out.out.splitlines()[1:4]]
+    table = run_table(out.out)
     assert [t[2:4] for t in table] == [["classic", "PASS"], ["doubleplane", "PASS"], ["gloo-a2a", "PASS"]]
-    assert float(table[2][4]) > 0 and float(table[2][5]) > 0
+    # without --perf the variants are not timed; the baseline times its loops (one repeat: no spread)
+    assert [t[4:9] for t in table[:2]] == [["-"] * 5] * 2
+    assert float(table[2][4]) > 0 and float(table[2][6]) > 0 and table[2][5] == table[2][7] == "-"
     # integers where they apply, "-" where they do not (the baseline has no planes, plan or checker)
-    assert [t[6:] for t in table] == [[t[6], "0", "0", "yes", "0"] for t in table[:2]] + [["-"] * 5]
-    assert all(t[6].isdigit() for t in table[:2])
+    assert [t[9:] for t in table] == [[t[9], "0", "0", "yes", "0"] for t in table[:2]] + [["-"] * 5]
+    assert all(t[9].isdigit() for t in table[:2])

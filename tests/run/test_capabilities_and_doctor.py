@@ -18,6 +18,7 @@ from combine_lab.harness import compare
 from combine_lab.run.runner import run_case
 from combine_lab.case.spec import CaseSpec
 
+from conftest import run_table
 from npu_fakes import NPU_SMI_A2, make_cann, make_shmem, npu_env
 
 SDMA_FIX = "install CANN 9.0.0 or later (toolkit and ops-legacy packages for the board) and source its set_env.sh"
@@ -201,7 +202,7 @@ def test_cli_compare_and_run_on_old_cann(tmp_path, old_cann_npu, capsys, no_leak
             "--target", "npu"]
     assert cli.main(["compare", *args]) == 0
     out = capsys.readouterr()
-    table = [line.split() for line in out.out.splitlines()[1:3]]
+    table = run_table(out.out)
     assert [t[2:4] for t in table] == [["classic", "PASS"], ["doubleplane", "REFUSED"]]
     assert out.err.strip() == "combine-lab: " + REFUSED.format(tmp_path)
     assert cli.main(["run", *args, "--variant", "doubleplane"]) == 2

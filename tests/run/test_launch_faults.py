@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from combine_lab.errors import CaseFileError
+from combine_lab.formats.perf_csv import PERF_HEADER
 from combine_lab.run.launch import LaunchError, launch_pes
 from combine_lab.run.runner import prepare_case, run_case
 from combine_lab.case.case import make_case
@@ -313,8 +315,7 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path, twin_binary):
         _kill_all(proc, pes)
     assert proc.returncode == 143
     assert alive == []
-    assert err.endswith("combine-lab: terminated (SIGTERM); every PE was stopped, its shared memory and the run's "
-                        "case files removed\n"), err[-500:]
+    assert err.endswith(NOTHING_LEFT.format(what="terminated (SIGTERM)")), err[-500:]
     assert list(tmp_dir.iterdir()) == []
     assert not twin_segments() - segments_before
 
@@ -356,3 +357,176 @@ def test_remove_orphans_keeps_what_live_processes_own(tmp_path):
     other.mkdir()
     assert remove_orphans(tmp_path) == [gone]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, reused.name, other.name])
+
+
+#: What the CLI says after an interrupt that left nothing (combine_lab.cli; run.launch.leftovers checks).
+NOTHING_LEFT = ("combine-lab: {what}; nothing of the run is left: no PE running, no shared memory, no case files, "
+                "no partial result files\n")
+
+#: A command line run in a child process, with one function of the lab replaced by one that does
+#: part of its work and then is interrupted: the stage is hit every time, whatever the machine's speed.
+INTERRUPT_AT = {
+    # while the driver is being built: the build's command (a sleeper standing in for ninja) is running
+    # when the test sends SIGINT; its whole process group must go
+    "building": ("combine_lab.run.build", "_run",
+                 "def fake(cmd, cwd):\n"
+                 "    real([sys.executable, {sleeper!r}], cwd)\n"),
+    # while the case files are written: two files written, the third one interrupted (Ctrl-C raises
+    # KeyboardInterrupt where the process is)
+    "writing case files": ("combine_lab.formats.casefiles", "write_atomic",
+                           "count = [0]\n"
+                           "def fake(path, data):\n"
+                           "    count[0] += 1\n"
+                           "    if count[0] == 3:\n"
+                           "        raise KeyboardInterrupt\n"
+                           "    return real(path, data)\n"),
+    # while the results are written: the perf rows staged, the sidecar interrupted
+    "writing results": ("combine_lab.formats.sidecars", "write_sidecar",
+                        "def fake(path, data):\n"
+                        "    raise KeyboardInterrupt\n"),
+}
+
+
+@pytest.mark.parametrize("stage", list(INTERRUPT_AT))
+def test_ctrl_c_at_each_stage_leaves_nothing_and_says_so(stage, tmp_path, twin_binary):
+    """Ctrl-C while building, while writing the case files and while writing the results: no case
+    folder, no segment, no process (the build's own processes included), no half-written or staged
+    result file, the earlier run's files intact, and a message that says so (the field report: the
+    CLI said the case files were removed while a 1.7 GB case folder stayed)."""
+    module, name, body = INTERRUPT_AT[stage]
+    tmp_dir, out = tmp_path / "tmp", tmp_path / "perf"
+    tmp_dir.mkdir()
+    out.mkdir()
+    earlier = out / "combine_perf_rank0.csv"
+    earlier.write_text(",".join(PERF_HEADER) + "\n")  # an earlier run's file: must survive a failed run
+    pidfile, sleeper = tmp_path / "build.pid", tmp_path / "sleeper.py"
+    # the build's command starts a process of its own, as ninja starts compilers: that one writes its pid
+    grandchild = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    sleeper.write_text(f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {grandchild!r}])\n")
+    code = (f"import sys, importlib\nm = importlib.import_module({module!r})\nreal = getattr(m, {name!r})\n"
+            + body.format(sleeper=str(sleeper)) + f"setattr(m, {name!r}, fake)\n"
+            "from combine_lab import cli\n"
+            "sys.exit(cli.main(['run', '-pes', '2', '-bs', '4', '-h', '16', '-topk', '2', '-expertPerPe', '2', "
+            f"'--variant', 'classic', '--perf', '--loops', '1', '--output-dir', {str(out)!r}]))\n")
+    env = dict(os.environ, TMPDIR=str(tmp_dir))
+    if stage == "building":
+        env["COMBINE_LAB_BUILD_DIR"] = str(tmp_path / "build")  # a fresh folder: the build runs
+    segments_before = twin_segments()
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    if stage == "building":
+        deadline = time.monotonic() + 60
+        while not (pidfile.is_file() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.endswith(NOTHING_LEFT.format(what="interrupted")), err[-1000:]
+    assert list(tmp_dir.iterdir()) == []  # no case folder
+    assert not twin_segments() - segments_before and not host_processes()
+    assert sorted(p.name for p in out.iterdir()) == ["combine_perf_rank0.csv"]  # no staging folder, lock or part
+    assert earlier.read_text() == ",".join(PERF_HEADER) + "\n"
+    if stage == "building":
+        pid = int(pidfile.read_text())
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_second_run_into_a_folder_in_use_is_refused_and_the_first_keeps_every_row(tmp_path, twin_binary):
+    """Two --perf runs into one output folder (two terminals, the default output/perf): the second is
+    refused at once, exit 2, naming the folder and the first run's pid and command; the first, which
+    holds the folder, finishes with all its rows (the field report: the second removed the first's
+    files of its first case and both exited 0)."""
+    out, gate = tmp_path / "perf", tmp_path / "go"
+    # run A stops before writing its results until the test lets it go
+    code = ("import sys, time, pathlib\nfrom combine_lab.formats import sidecars\nreal = sidecars.write_sidecar\n"
+            f"gate = pathlib.Path({str(gate)!r})\n"
+            "def slow(path, data):\n    while not gate.exists():\n        time.sleep(0.05)\n"
+            "    return real(path, data)\n"
+            "sidecars.write_sidecar = slow\nfrom combine_lab import cli\n"
+            "sys.exit(cli.main(['run', '-pes', '2', '-bs', '4', '-h', '16', '-topk', '2', '-expertPerPe', '2', "
+            f"'--bs-list', '4,8', '--variant', 'classic', '--perf', '--loops', '1', '--output-dir', {str(out)!r}]))\n")
+    first = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / ".combine-lab.lock").is_file() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = subprocess.run([sys.executable, "-m", "combine_lab", "run", "-pes", "2", "-bs", "32", "-h", "16",
+                                 "-topk", "2", "-expertPerPe", "2", "--variant", "classic", "--perf", "--loops", "1",
+                                 "--output-dir", str(out)], capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2, second.stderr
+        assert re.search(rf"combine-lab: error: --output-dir {re.escape(str(out.absolute()))}: in use by another run: "
+                         rf"pid {first.pid} since \d\d:\d\d:\d\d: {re.escape(sys.executable)} -c .*; "
+                         r"wait for it to end, or choose another folder\n$", second.stderr), second.stderr
+    finally:
+        gate.touch()
+        _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    rows = (out / "combine_perf_rank0.csv").read_text().splitlines()
+    assert [r.split(",")[17] for r in rows[1:]] == ["shape_4_16_2_4_2"] * 2 + ["shape_8_16_2_4_2"] * 2
+    assert sorted(p.name for p in out.iterdir()) == [
+        "combine_counters_shape_4_16_2_4_2.json", "combine_counters_shape_8_16_2_4_2.json", "combine_lab_summary.json",
+        "combine_perf_rank0.csv"]
+
+
+def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path, twin_binary):
+    """A run killed with SIGKILL leaves its lock; its pid is gone, so the next run takes the folder."""
+    out = tmp_path / "perf"
+    out.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (out / ".combine-lab.lock").write_text(f'{{"pid": {dead.pid}, "started": {time.time() - 5}, "command": "x"}}')
+    proc = subprocess.run([sys.executable, "-m", "combine_lab", "run", "-pes", "2", "-bs", "4", "-h", "16", "-topk",
+                           "2", "-expertPerPe", "2", "--variant", "classic", "--perf", "--loops", "1", "--output-dir",
+                           str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["combine_counters_shape_4_16_2_4_2.json", "combine_lab_summary.json",
+                                                     "combine_perf_rank0.csv"]
+
+
+def test_a_work_dir_or_notebooks_folder_in_use_is_refused(tmp_path, twin_binary):
+    """--work-dir (case files) and notebooks --out are owned the same way: a live run's lock refuses."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = psutil.Process(holder.pid).create_time()
+        for folder in (tmp_path / "work", tmp_path / "lab"):
+            folder.mkdir()
+            (folder / ".combine-lab.lock").write_text(
+                f'{{"pid": {holder.pid}, "started": {started}, "command": "combine-lab notebooks"}}')
+        work = subprocess.run([sys.executable, "-m", "combine_lab", "run", "-pes", "2", "-bs", "4", "-h", "16",
+                               "-topk", "2", "-expertPerPe", "2", "--work-dir", str(tmp_path / "work")],
+                              capture_output=True, text=True, timeout=60)
+        assert work.returncode == 2 and f"--work-dir {tmp_path / 'work'}: in use by another run: pid {holder.pid}" \
+            in work.stderr, work.stderr
+        lab = subprocess.run([sys.executable, "-m", "combine_lab", "notebooks", "--only", "sweep", "--out",
+                              str(tmp_path / "lab")], capture_output=True, text=True, timeout=60)
+        assert lab.returncode == 2 and f"--out {tmp_path / 'lab'}: in use by another run: pid {holder.pid}" \
+            in lab.stderr, lab.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_full_disk_while_results_are_written_ends_with_exit_2_naming_the_file(tmp_path, twin_binary):
+    """The disk fills as the sidecar is written (fsync fails with ENOSPC, as on a small tmpfs): exit 2
+    (not 1, which means a check failed), no traceback, the file, bytes and errno named, nothing
+    half-written, and the earlier run's files still there (the field report: a traceback, exit 1, a
+    0-byte sidecar left)."""
+    out = tmp_path / "perf"
+    out.mkdir()
+    earlier = out / "combine_counters_shape_4_16_2_4_2.json"
+    earlier.write_text("{}")
+    # only the output folder's disk is full: the case files (in the temporary folder) are written
+    code = ("import errno, os, sys\nfrom combine_lab.formats import files\nreal = os.fsync\n"
+            "def full(fd):\n"
+            f"    if os.readlink(f'/proc/self/fd/{{fd}}').startswith({str(out)!r}):\n"
+            "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
+            "    return real(fd)\n"
+            "files.os.fsync = full\nfrom combine_lab import cli\n"
+            "sys.exit(cli.main(['run', '-pes', '2', '-bs', '4', '-h', '16', '-topk', '2', '-expertPerPe', '2', "
+            f"'--variant', 'classic', '--perf', '--loops', '1', '--output-dir', {str(out)!r}]))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert re.search(rf"combine-lab: error: {re.escape(str(out))}/combine_perf_rank0\.csv: cannot write "
+                     r"\d+ bytes: ENOSPC \(No space left on device\)\n$", proc.stderr), proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == [earlier.name] and earlier.read_text() == "{}"

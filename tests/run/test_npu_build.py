@@ -292,7 +292,7 @@ def test_build_npu_caches_per_soc_and_reconfigures_when_cann_changes(tmp_path, m
     use_env(monkeypatch, env)
     calls = []
 
-    def fake_run(cmd, cwd, log=None):  # stands in for cmake: configure writes a cache, build writes the binary
+    def fake_run(cmd, cwd):  # stands in for cmake: configure writes a cache, build writes the binary
         calls.append(cmd)
         bdir = Path(cmd[cmd.index("-B") + 1]) if "-B" in cmd else Path(cmd[cmd.index("--build") + 1])
         (bdir / ("CMakeCache.txt" if "-B" in cmd else "combine_host")).write_text("x")

@@ -19,6 +19,7 @@ import hashlib
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import tempfile
 from pathlib import Path
@@ -45,7 +46,10 @@ def examples_hash() -> dict[str, str]:
 
 
 def table(out: str) -> list[list[str]]:
-    return [ln.split() for ln in out.splitlines() if ln.startswith("shape_")]
+    """The run table's rows (not the speed-up table's): case, routing, variant, check, ..., MTE bytes,
+    SDMA bytes, planned SDMA, counters=plan, violations."""
+    rows = (ln.split() for ln in out.splitlines() if ln.startswith("shape_"))
+    return [r for r in rows if r[3] in ("PASS", "FAIL", "ERROR", "MODEL", "REFUSED")]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +68,7 @@ def test_doubleplane_at_8_pes_in_float16_passes_with_the_planned_bytes(unchanged
     assert [r[2] for r in rows] == ["classic", "doubleplane", "reference:doubleplane"]
     lab, ref = rows[1], rows[2]
     assert ref[3] == "PASS" and ref[-2] == "yes" and ref[-1] == "0", out   # bit-exact, counters = plan, 0 violations
-    assert ref[6:9] == lab[6:9]  # MTE, SDMA and planned SDMA bytes: the lab's kernel's, the plan's
+    assert ref[-5:-2] == lab[-5:-2]  # MTE, SDMA and planned SDMA bytes: the lab's kernel's, the plan's
 
 
 @pytest.mark.parametrize("dtype", ["int32_t", "float16_t"])
@@ -84,7 +88,7 @@ def test_the_planes_bytes_equal_the_plan_where_the_rule_sends_by_sdma(unchanged,
     out = capsys.readouterr().out
     assert status == 0, out
     lab, ref = table(out)[1:]
-    assert int(ref[7]) > 0 and ref[6:9] == lab[6:9] and ref[-2] == "yes" and ref[-1] == "0", out
+    assert int(ref[-4]) > 0 and ref[-5:-2] == lab[-5:-2] and ref[-2] == "yes" and ref[-1] == "0", out
 
 
 def test_a_masked_case_reports_the_reference_kernels_hang(unchanged, capsys, no_leaks, short_twin_timeout):
@@ -100,9 +104,10 @@ def test_a_masked_case_reports_the_reference_kernels_hang(unchanged, capsys, no_
     assert cases() <= before
 
 
-def test_its_modelled_price_comes_from_its_recorded_stream(unchanged, capsys, no_leaks):
+def test_its_modelled_price_comes_from_its_recorded_stream(unchanged, tmp_path, capsys, no_leaks):
     status = main(["compare", "--kernel-source", str(DOUBLEPLANE), "-pes", "4", "-bs", "64", "-h", "7168", "-topk",
-                   "8", "-expertPerPe", "8", "-type", "float16_t", "--clock", "model:a3"])
+                   "8", "-expertPerPe", "8", "-type", "float16_t", "--clock", "model:a3", "--perf", "--output-dir",
+                   str(tmp_path / "perf")])
     out = capsys.readouterr().out
     assert status == 0, out
     assert "reference:doubleplane: priced from the operation stream it recorded in one launch on the twin" in out
@@ -113,8 +118,9 @@ def test_its_modelled_price_comes_from_its_recorded_stream(unchanged, capsys, no
 
 
 def _full_op_us(folder: Path) -> float:
+    """The median full_op CoreMaxTime/us of PE 0's perf CSV in ``folder`` (its rows: one per repeat)."""
     with open(next(folder.glob("*_perf_rank0.csv"))) as f:
-        return next(float(r["CoreMaxTime/us"]) for r in csv.DictReader(f) if r["Metric"] == "full_op")
+        return statistics.median(float(r["CoreMaxTime/us"]) for r in csv.DictReader(f) if r["Metric"] == "full_op")
 
 
 def test_its_run_sh_runs_end_to_end_on_the_twin(unchanged, tmp_path, capsys, no_leaks):
@@ -136,6 +142,7 @@ def test_its_run_sh_runs_end_to_end_on_the_twin(unchanged, tmp_path, capsys, no_
     assert "[Combine] check passed" in proc.stdout
     theirs = _full_op_us(example / "output" / "perf")
     capsys.readouterr()
-    assert main(["run", "--kernel-source", str(DOUBLEPLANE), *case, *timed, "--output-dir", str(tmp_path / "lab")]) == 0
+    assert main(["run", "--kernel-source", str(DOUBLEPLANE), *case, *timed, "--repeats", "3", "--output-dir",
+                 str(tmp_path / "lab")]) == 0
     ours = _full_op_us(tmp_path / "lab")
     assert 0.5 <= theirs / ours <= 2.0, (theirs, ours)
