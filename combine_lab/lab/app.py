@@ -111,6 +111,9 @@ _CSS = """<style>
 .cl-app .cl-controls .widget-inline-hbox .widget-label { min-width: 0; }
 .cl-app h4.cl-h { margin: 12px 0 4px 0; font-size: 14px; }
 .cl-app .cl-note { color: #555; font-size: 12px; margin: 2px 0; }
+/* an HTML widget is a flex row whose content would take the table's whole width: it may shrink, so the
+   table's own box below is what scrolls */
+.cl-app .widget-html, .cl-app .widget-html-content { min-width: 0; max-width: 100%; }
 /* tables scroll inside their box, with a scrollbar that shows, and by keyboard once focused */
 .cl-app .cl-scroll { overflow-x: auto; max-width: 100%; scrollbar-width: auto; scrollbar-color: #888 #eee; }
 .cl-app .cl-scroll::-webkit-scrollbar { height: 12px; }
@@ -152,6 +155,13 @@ function render({ model, el }) {
     if (!root) return false;
     // JupyterLab's notebook shortcuts (arrows, A, B, D D ...) must not act on keys pressed in the app
     root.setAttribute('data-lm-suppress-shortcuts', 'true');
+    // and the notebook's own keydown handling (JupyterLab 4.6 moves the active cell on ArrowDown even in a
+    // <select>): keys pressed in the app stay in the app, their default actions kept; Escape and
+    // Shift/Ctrl+Enter still reach the notebook (leave the app, run the cell)
+    root.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape' || (e.key === 'Enter' && (e.shiftKey || e.ctrlKey || e.metaKey || e.altKey))) return;
+      e.stopPropagation();
+    });
     // the width the figures have: they are drawn to fill it
     const ro = new ResizeObserver(() => {
       const w = Math.round(root.clientWidth);

@@ -115,6 +115,7 @@ class Session:
         self.shots: list[Path] = []
         self.errors: list[str] = []
         self.console: list[str] = []
+        self.bad_responses: list[tuple[int, str]] = []
         self.failed_requests: list[str] = []
         self.requests: list[str] = []
         self.pages: list = []
@@ -126,8 +127,16 @@ class Session:
         page.on("console", self._console)
         page.on("requestfailed", lambda r: self.failed_requests.append(r.url))
         page.on("request", lambda r: self.requests.append(r.url))
+        # a "Failed to load resource" console line does not say which: the log does
+        page.on("response", self._response)
         self.pages.append(page)
         return page
+
+    def _response(self, r) -> None:
+        # a "Failed to load resource" console line does not say which: the log and bad_responses do
+        if r.status >= 400:
+            self.bad_responses.append((r.status, r.url))
+            self.console.append(f"response {r.status}: {r.url}")
 
     def _console(self, msg) -> None:
         self.console.append(f"{msg.type}: {msg.text}")
@@ -161,8 +170,15 @@ class Session:
     def js_errors(self) -> list[str]:
         """The pages' JavaScript errors; a resource of another host that failed to load (offline) is not one."""
         offline = all(urlparse(u).hostname not in ("127.0.0.1", "localhost") for u in self.failed_requests)
+        # voila's own beacon on a page's unload, POST /voila/api/shutdown/<kernel>, carries no XSRF token
+        # and is refused (403) on a server with a token; the culler ends that kernel instead (the tests wait
+        # for it). Any other refused request stays an error.
+        beacons = [u for st, u in self.bad_responses if st == 403 and "/voila/api/shutdown/" in urlparse(u).path]
+        only_beacons = len(beacons) == len(self.bad_responses)
         return [e for e in self.errors
-                if not (offline and self.failed_requests and e.startswith("console.error: Failed to load resource"))]
+                if not (offline and self.failed_requests and e.startswith("console.error: Failed to load resource"))
+                and not (only_beacons and beacons and e.startswith("console.error: Failed to load resource")
+                         and "status of 403" in e)]
 
 
 @contextlib.contextmanager
@@ -587,8 +603,9 @@ def test_tuning_notebook_in_jupyterlab_by_keyboard_and_saved_clean(chromium_path
             page.reload()
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=LONG)
             s.dismiss_popups()
+            # JupyterLab renders a reopened notebook's cells one after another: wait for the hint's
+            wait_app(page, "() => document.querySelector('.jp-Notebook').innerText.includes('Press Run All')", SHORT)
             assert "Error displaying widget" not in page.inner_text(".jp-Notebook")
-            assert "Press Run All" in page.inner_text(".jp-Notebook")
             s.shot("reopened_clean")
             assert s.js_errors() == [], s.js_errors()
         assert_screenshots(s.shots, ["run_all", "dropdown_by_keyboard", "history_by_keyboard", "double_press_one_run",

@@ -101,7 +101,9 @@ def test_walkthrough_exercises_and_checks_pass(lab_out):
     assert busiest["doubleplane"] < busiest["classic"]
     timing = r["skewed_speedup"]  # times with their spread; speed-up classic / doubleplane
     assert timing["speedup_lo"] <= timing["speedup"] <= timing["speedup_hi"]
-    assert timing["verdict"].endswith("2 repeats") or timing["verdict"].startswith("mixed")
+    # the verdict is the one its spread gives (the twin's times are noise-dominated: any of the three)
+    expected = "faster" if timing["speedup_lo"] > 1.0 else "slower" if timing["speedup_hi"] < 1.0 else "within noise"
+    assert timing["verdict"] == expected, timing
 
 
 @pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 03 below
