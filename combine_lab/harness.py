@@ -37,6 +37,7 @@ from .model.modelled import ModelledResult
 from .model.machines import NpuModel
 from .planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
 from .results.rows import ERROR, REFUSED, NotRun, ResultRow, result_row
+from .results.tables import TIDY_COLUMNS, tidy_rows
 from .run.launch import LaunchError
 from .formats.sidecars import write_run_files
 from .run import runner
@@ -332,12 +333,23 @@ class Comparison(dict):
     """What :func:`compare` returns: label -> result (RunResult, or ModelledResult on a model) for
     each run that ran: the variants in :data:`~combine_lab.planning.planner.VARIANTS` order, then
     each of your kernels by its label (``reference:doubleplane``); ``refused``: label -> reason for
-    each one the target refused; ``failed``: label -> what your kernel did (it failed or hung)."""
+    each one the target refused; ``failed``: label -> what your kernel did (it failed or hung);
+    ``outcomes``: every repeat's :class:`Outcome`, in the order they ran (the mapping holds each
+    label's last repeat), for a summary over repeats (:meth:`tidy`)."""
 
-    def __init__(self, runs=(), refused: dict[str, str] | None = None, failed: dict[str, str] | None = None):
+    def __init__(self, runs=(), refused: dict[str, str] | None = None, failed: dict[str, str] | None = None,
+                 outcomes: list[Outcome] | None = None):
         super().__init__(runs)
         self.refused: dict[str, str] = dict(refused or {})
         self.failed: dict[str, str] = dict(failed or {})
+        self.outcomes: list[Outcome] = list(outcomes or [])
+
+    def tidy(self) -> pd.DataFrame:
+        """Every repeat's rows as the tidy table (:data:`combine_lab.results.tables.TIDY_COLUMNS`):
+        what :func:`combine_lab.results.tables.summarize` turns into medians, spreads and a verdict."""
+        rows = [r for o in self.outcomes for r in tidy_rows(o.row, o.spec, o.perf if o.result is not None else None,
+                                                          o.repeat)]
+        return pd.DataFrame(rows, columns=TIDY_COLUMNS)
 
 
 def compare(case: CaseLike, *, clock: Union[str, NpuModel] = WALL, work_dir: str | os.PathLike | None = None,
@@ -363,6 +375,7 @@ def compare(case: CaseLike, *, clock: Union[str, NpuModel] = WALL, work_dir: str
     runs += [Run(case, clock=clock, kernel=k, **fields) for k in kernels]
     out = Comparison()
     for o in execute(runs, ipport=ipport, work_dir=work_dir, outputs=outputs, keep_files=keep_files):
+        out.outcomes.append(o)
         if o.result is None and o.row.check == ERROR:
             out.failed[o.run.label] = o.row.reason
         elif o.result is None:
@@ -370,4 +383,4 @@ def compare(case: CaseLike, *, clock: Union[str, NpuModel] = WALL, work_dir: str
         else:
             out[o.run.label] = o.result
     order = [v for v in VARIANTS if v in out] + [r.label for r in runs[len(VARIANTS):] if r.label in out]
-    return Comparison({k: out[k] for k in order}, out.refused, out.failed)
+    return Comparison({k: out[k] for k in order}, out.refused, out.failed, out.outcomes)

@@ -32,7 +32,11 @@
 #
 # **Run** builds the target if needed, runs classic (MTE only) and doubleplane on the same case
 # files, checks x_out on every PE, compares the twin's per-plane counters with the plan, and
-# plots comm_only and full_op per PE. Runs accumulate in the table and history plot below it.
+# plots comm_only and full_op per PE, `repeats` times with the two variants alternating. Runs
+# accumulate in the table and history plot below it: the times are medians over the repeats
+# (the slowest profiled PE's), the speed-up the median of each repeat's own classic /
+# doubleplane with its min-max, and the verdict (faster, slower, within noise) the one the CLI's
+# compare and 03_sweep give (combine_lab.results.tables.summarize).
 # A bad value (say `topk` larger than the number of experts with a distinct routing) shows a
 # message, with every problem of the inputs at once, and launches nothing.
 #
@@ -56,6 +60,7 @@ skew: float = 1.2                   # S for zipf, F for hot-expert / hot-rank
 min_sdma_bytes: int = 2 * 1024 * 1024
 warmup: int = 1
 loops: int = 3
+repeats: int = 3                    # paired runs of both variants per Run: the spread of the times
 target: str = "cpu"
 
 # %%
@@ -86,7 +91,7 @@ print("targets here:", detect().targets())
 # %%
 app = TuningApp(pes=pes, bs=bs, h=h, topk=topk, expert_per_pe=expert_per_pe, dtype=dtype,
                 routing_model=routing_model, skew=skew, min_sdma_bytes=min_sdma_bytes, warmup=warmup,
-                loops=loops, target=target)
+                loops=loops, repeats=repeats, target=target)
 app
 
 # %% [markdown]
@@ -164,6 +169,9 @@ for name in ("segment_map", "plane_bytes", "modelled", "compare", "history"):
 # %%
 record = {"runs": len(app.history), "checks": app.history["check"].tolist(),
           "counters_ok": [bool(v) for v in app.history["counters_ok"]],
+          "repeats": app.history["repeats"].tolist(), "verdicts": app.history["comm_only_verdict"].tolist(),
+          "speedup_spread": app.history[["comm_only_speedup_lo", "comm_only_speedup", "comm_only_speedup_hi"]]
+          .to_numpy().tolist(),
           "sdma_segments": int(len(app.sdma_table)), "plan_ms": app.plan_seconds * 1e3,
           "modelled": {"caption": app.modelled["caption"], "suggested_floor": best_floor,
                        "floor_interval": [choice.lo, choice.hi], "tie_with_never_sdma": choice.never,

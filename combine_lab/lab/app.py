@@ -84,9 +84,10 @@ __all__ = ["ROUTING_MODELS", "routing_string", "TuningApp", "HISTORY_COLUMNS", "
 
 #: The history columns the app shows in its table (column -> heading); the others are one click
 #: away ("all columns"), so that the table fits a JupyterLab column.
-HISTORY_SHOWN = {"run": "run", "case_id": "case (bs, h, topk, E, pes)", "routing": "routing", "target": "target",
-                 "min_sdma_bytes": "SDMA floor", "comm_only_classic_us": "classic comm_only (us)",
-                 "comm_only_doubleplane_us": "doubleplane comm_only (us)", "comm_only_speedup": "speed-up",
+HISTORY_SHOWN = {"run": "run", "case_id": "case (bs, h, topk, E, pes)", "routing": "routing",
+                 "min_sdma_bytes": "SDMA floor", "comm_only_classic_us": "classic comm_only, median (us)",
+                 "comm_only_doubleplane_us": "doubleplane comm_only, median (us)",
+                 "comm_only_speedup_spread": "speed-up [min-max]", "comm_only_verdict": "verdict",
                  "sdma_share": "SDMA share", "check": "check", "counters_ok": "counters = plan"}
 #: How the shown history writes its values (short, so that the table fits; "all columns" has them exact).
 _HISTORY_FORMAT = {"case_id": lambda v: html.escape(str(v).removeprefix("shape_")),
@@ -313,6 +314,16 @@ def _table(df: pd.DataFrame, headings: dict[str, str], cls: str, fmt: dict | Non
             f"<table class='cl-table {cls}'><tr>{head}</tr>{body}</table></div>")
 
 
+def _speedup_spread(mid: float, lo: float, hi: float, repeats) -> str:
+    """A Run's speed-up as the history shows it: "1.234 [1.10-1.31]" (median [min-max] over its
+    repeats), the median alone after one repeat, "-" when nothing was compared."""
+    if not np.isfinite(mid):
+        return "-"
+    if int(repeats) < 2 or not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{mid:.3f}"
+    return f"{mid:.3f} [{lo:.2f}-{hi:.2f}]"
+
+
 def _note(text_html: str) -> str:
     return f"<div class='cl-note'>{text_html}</div>"
 
@@ -480,6 +491,7 @@ class TuningApp:
             "min_sdma_bytes": number_box("min_sdma_bytes", "SDMA floor, bytes"),
             "warmup": number_box("warmup", "launches before profiling"),
             "loops": number_box("loops", "profiled launches"),
+            "repeats": number_box("repeats", "paired runs of both variants: the spread"),
             "target": widgets.Dropdown(options=self.targets, value=self.targets[0], description="target",
                                        style=style, layout=lay),
         }
@@ -859,6 +871,13 @@ class TuningApp:
                          + ("; counters = plan" if not mism else
                             "; counters differ from the plan: " + html.escape("; ".join(mism[:4])))
                          + "</li>")
+        h = self.state.history.iloc[-1] if len(self.state.history) else None
+        if h is not None and np.isfinite(h["comm_only_speedup"]):
+            n = int(h["repeats"])
+            spread = _speedup_spread(h["comm_only_speedup"], h["comm_only_speedup_lo"], h["comm_only_speedup_hi"], n)
+            lines.append(f"<li class='cl-verdict-speedup'><b>comm_only speed-up</b> (classic / doubleplane, "
+                         f"median [min-max] of {n} paired repeat{'s' if n > 1 else ''}): {spread}: "
+                         f"<b>{html.escape(str(h['comm_only_verdict']))}</b></li>")
         return (f"<p><b>{v['case_id']}</b> {html.escape(v['routing'])} on {v['target']} "
                 f"(run {v['run']}):</p><ul>{''.join(lines)}</ul>")
 
@@ -902,7 +921,10 @@ class TuningApp:
 
     def _render_history(self) -> None:
         st = self.state
-        self.history_html.value = _table(st.history, HISTORY_SHOWN, "cl-history-table", _HISTORY_FORMAT,
+        shown = st.history.assign(comm_only_speedup_spread=[
+            _speedup_spread(r["comm_only_speedup"], r["comm_only_speedup_lo"], r["comm_only_speedup_hi"], r["repeats"])
+            for _, r in st.history.iterrows()])
+        self.history_html.value = _table(shown, HISTORY_SHOWN, "cl-history-table", _HISTORY_FORMAT,
                                          label="history")
         self.history_all_html.value = _table(st.history, {c: c for c in HISTORY_COLUMNS}, "cl-history-all",
                                              label="history, all columns")

@@ -68,7 +68,9 @@ from ..model.suggest import NEVER, Suggestion
 from ..model.suggest import suggest as model_suggest
 from ..planning.capacity import window_geometry
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan, plan_counts
-from ..results.rows import COMPARISON_COLUMNS, REFUSED, ROW_COLUMNS, NotRun, ResultRow, compare_rows, result_row
+from ..results.rows import (COMPARISON_COLUMNS, FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, NotRun, ResultRow,
+                            compare_rows, result_row)
+from ..results.tables import summarize
 from ..run import build as build_mod
 from ..run.capabilities import detect
 from ..run.launch import LaunchError
@@ -92,12 +94,15 @@ ROUTING_MODELS: dict[str, tuple[str, float] | None] = {
 #: Machines of the modelled time (data/npu_models/<name>.toml).
 MODELS = ("a2", "a3")
 
-#: Columns of ``TuningState.history``, one row per Run: the case and settings, then
-#: :func:`combine_lab.results.rows.compare_rows` of the run's rows: times in us (CoreMaxTime,
-#: mean over profiled PEs), ``<metric>_speedup`` = classic time / doubleplane time (above 1:
-#: doubleplane faster), sdma_share, check, counters_ok and the reason of a variant that did not run.
-HISTORY_COLUMNS = ["run", "case_id", "routing", "dtype", "target", "min_sdma_bytes", "warmup", "loops",
-                   *COMPARISON_COLUMNS]
+#: Columns of ``TuningState.history``, one row per Run: the case and settings, then the Run's
+#: repeats summarized as the CLI and 03_sweep summarize them (:func:`combine_lab.results.tables.summarize`):
+#: times in us, the median over repeats of the slowest profiled PE's CoreMaxTime;
+#: ``<metric>_speedup`` the median of each repeat's classic / doubleplane (above 1: doubleplane
+#: faster), ``..._speedup_lo`` / ``..._hi`` its min and max, ``..._verdict`` faster / slower /
+#: within noise; sdma_share, check (FAIL when any repeat failed), counters_ok (every repeat) and
+#: the reason of a variant that did not run.
+HISTORY_COLUMNS = ["run", "case_id", "routing", "dtype", "target", "min_sdma_bytes", "warmup", "loops", "repeats",
+                   *COMPARISON_COLUMNS, *[f"{m}_{k}" for m in METRICS for k in ("speedup_lo", "speedup_hi", "verdict")]]
 #: Columns of ``TuningState.rows``: the Run number, then one :class:`~combine_lab.results.rows.ResultRow`
 #: per variant (the schema of the CLI table and the sweep CSV).
 ROWS_COLUMNS = ["run", *ROW_COLUMNS]
@@ -236,6 +241,7 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
     Field("min_sdma_bytes", "int", DEFAULT_MIN_SDMA_BYTES, minimum=0, unit="B", help="SDMA floor"),
     Field("warmup", "int", 1, minimum=0, help="launches before profiling"),
     Field("loops", "int", 3, minimum=1, help="profiled launches"),
+    Field("repeats", "int", 3, minimum=1, help="paired runs of both variants: the spread of the times"),
     Field("target", "choice", "cpu", help="where Run runs"),
     Field("model", "choice", "a3", options=MODELS, help="machine of the modelled time"),
 )}
@@ -790,7 +796,7 @@ class TuningState:
             return None
         spec, v = self.spec, self.run_inputs()
         prof_pe = "all" if spec.pes <= self.prof_all_max_pes else 0
-        launches = 2 * (spec.pes if prof_pe == "all" else 1)
+        launches = 2 * (spec.pes if prof_pe == "all" else 1) * v["repeats"]
         return RunRequest(Case(spec, self._case.expert_ids, self._case.expert_scales), v, prof_pe, launches,
                           launches * (v["warmup"] + v["loops"]))
 
@@ -825,7 +831,7 @@ class TuningState:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a refusal is recorded as a row with its reason, not a warning
             runs = harness.compare(request.case, warmup=v["warmup"], loops=v["loops"], target=v["target"],
-                                  min_sdma_bytes=v["min_sdma_bytes"], prof_pe=request.prof_pe,
+                                  min_sdma_bytes=v["min_sdma_bytes"], prof_pe=request.prof_pe, repeats=v["repeats"],
                                   timeout_s=self.timeout_s, on_launch=launched)
         say(total - 1, total, "checking x_out and counters...")
         return runs
@@ -877,6 +883,28 @@ class TuningState:
                                                  v["min_sdma_bytes"])))
         return rows
 
+    @staticmethod
+    def _over_repeats(runs, rows: list[ResultRow]) -> dict:
+        """The history's comparison of a Run: :func:`compare_rows` of its last repeat's rows (the
+        SDMA share, the reason of a variant that did not run), its times, speed-ups and verdicts
+        replaced by the summary over every repeat (:func:`combine_lab.results.tables.summarize`), its
+        check FAIL and counters_ok False when any repeat's were."""
+        out = compare_rows(rows)
+        for m in METRICS:
+            out.update({f"{m}_speedup_lo": float("nan"), f"{m}_speedup_hi": float("nan"), f"{m}_verdict": "no run"})
+        outcomes = getattr(runs, "outcomes", [])
+        summary = summarize(runs.tidy()) if outcomes else None
+        if summary is None or not len(summary):
+            return out
+        s = summary.iloc[0]
+        for m in METRICS:
+            for k in ("classic_us", "doubleplane_us", "speedup", "speedup_lo", "speedup_hi", "verdict"):
+                out[f"{m}_{k}"] = s[f"{m}_{k}"]
+        if out["check"] == PASS and not s["check_ok"]:
+            out["check"] = FAIL
+        out["counters_ok"] = bool(out["counters_ok"]) and bool(s["counters_ok"])
+        return out
+
     def finish_run(self, request: RunRequest, runs) -> None:
         """Record ``request``'s completed Run: result rows, a history row, the verdict, counters
         and comparison (current while the inputs stay those it ran with)."""
@@ -893,7 +921,7 @@ class TuningState:
         self._history_rows.append({"run": number, "case_id": first.case_id, "routing": first.routing,
                                    "dtype": first.dtype, "target": first.target,
                                    "min_sdma_bytes": v["min_sdma_bytes"], "warmup": v["warmup"], "loops": v["loops"],
-                                   **compare_rows(rows)})
+                                   "repeats": v["repeats"], **self._over_repeats(runs, rows)})
         self.history = pd.DataFrame(self._history_rows, columns=HISTORY_COLUMNS)
         self.run_values = dict(v)
         history = self.history

@@ -21,7 +21,8 @@ from combine_lab.run import launch, runner  # noqa: E402
 from combine_lab.run.capabilities import detect  # noqa: E402
 from combine_lab.run.launch import LaunchError  # noqa: E402
 
-SMALL = dict(pes=2, bs=64, h=8192, topk=2, expert_per_pe=2, routing_model="hot-expert", skew=0.5, warmup=0, loops=1)
+SMALL = dict(pes=2, bs=64, h=8192, topk=2, expert_per_pe=2, routing_model="hot-expert", skew=0.5, warmup=0, loops=1,
+             repeats=1)
 
 
 def listed(app) -> dict[int, list[int]]:

@@ -41,6 +41,7 @@ walkthrough:
   h: 8192
   routing_model: hot-expert
   skew: 0.5
+  repeats: 2
 03_sweep:
   pes_list: [2]
   bs_list: "[16, 64]"
@@ -110,6 +111,9 @@ def test_walkthrough_exercises_and_checks_pass(lab_out):
 def test_tuning_notebook_ran_the_app_twice(lab_out):
     r = records.read_record(lab_out, "02_tuning")
     assert r["runs"] == 2 and r["checks"] == ["PASS", "PASS"] and r["counters_ok"] == [True, True]
+    assert r["repeats"] == [2, 2]  # each Run's speed-up: median within its min-max, and the verdict it gives
+    for (lo, mid, hi), word in zip(r["speedup_spread"], r["verdicts"]):
+        assert lo <= mid <= hi and word == ("faster" if lo > 1 else "slower" if hi < 1 else "within noise")
     assert r["sdma_segments"] > 0
 
 

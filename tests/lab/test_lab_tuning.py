@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import host_processes
 
@@ -29,7 +30,8 @@ from combine_lab.run import build as build_mod
 from combine_lab.run.launch import LaunchError
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = dict(pes=2, bs=64, h=8192, topk=2, expert_per_pe=2, routing_model="hot-expert", skew=0.5, warmup=0, loops=1)
+SMALL = dict(pes=2, bs=64, h=8192, topk=2, expert_per_pe=2, routing_model="hot-expert", skew=0.5, warmup=0, loops=1,
+             repeats=1)
 WIDGETS = ("ipywidgets", "IPython")
 #: What the lab extra installs (pyproject's ``lab``), by module: none of it is needed to plan and draw
 LAB_MODULES = ("ipywidgets", "IPython", "ipykernel", "jupyterlab", "traitlets", "papermill", "nbclient", "nbformat",
@@ -213,17 +215,30 @@ def test_modelled_panel_and_suggest(nothing_launches, monkeypatch):
 
 def test_run_on_twin_rows_history_and_staleness(tmp_path, no_leaks):
     s = TuningState(targets=["cpu"], **SMALL)
+    s.set(repeats=2)
     steps = []
     runs = s.run(progress=lambda done, total, text: steps.append((done, total)))
     assert runs is not None, s.message
-    # the bar counts the launches of all PEs: build, 2 variants x 2 profiled PEs, check
-    assert steps == [(v, 6) for v in range(6)] + [(5, 6)] and not s.running and s.message == ""
+    # the bar counts the launches of all PEs: build, 2 repeats x 2 variants x 2 profiled PEs, check
+    assert steps == [(v, 10) for v in range(10)] + [(9, 10)] and not s.running and s.message == ""
+    assert [(o.run.variant, o.repeat) for o in runs.outcomes] == [
+        ("classic", 0), ("doubleplane", 0), ("doubleplane", 1), ("classic", 1)]  # interleaved, the order flipped
     assert set(runs) == {"classic", "doubleplane"} and all(r.ok for r in runs.values())
     assert runs["doubleplane"].plane_bytes()["sdma_bytes"].sum() == s.plan.totals["sdma_bytes"].sum() > 0
     h = s.history
     assert list(h["run"]) == [1] and list(h["check"]) == ["PASS"] and bool(h["counters_ok"].iloc[0])
-    assert h["comm_only_speedup"].iloc[0] == pytest.approx(
-        h["comm_only_classic_us"].iloc[0] / h["comm_only_doubleplane_us"].iloc[0])
+    # the history's numbers are the summary over repeats, as the CLI and 03_sweep give them: per
+    # repeat the slowest profiled PE's comm_only; the speed-up of each repeat's own pair
+    per = {(o.run.variant, o.repeat): o.perf.loc[o.perf["Metric"] == "comm_only", "CoreMaxTime/us"].max()
+           for o in runs.outcomes}
+    ratios = [per[("classic", k)] / per[("doubleplane", k)] for k in (0, 1)]
+    assert h["repeats"].iloc[0] == 2
+    assert h["comm_only_classic_us"].iloc[0] == pytest.approx(np.median([per[("classic", k)] for k in (0, 1)]))
+    assert h["comm_only_speedup"].iloc[0] == pytest.approx(np.median(ratios))
+    assert (h["comm_only_speedup_lo"].iloc[0], h["comm_only_speedup_hi"].iloc[0]) == pytest.approx(
+        (min(ratios), max(ratios)))
+    assert h["comm_only_verdict"].iloc[0] == ("faster" if min(ratios) > 1 else "slower" if max(ratios) < 1
+                                              else "within noise")
     assert list(s.rows["run"]) == [1, 1] and list(s.rows["variant"]) == ["classic", "doubleplane"]
     v = s.verdict()
     assert v["run"] == 1 and v["target"] == "cpu" and v["case_id"] == s.spec.case_id
@@ -271,7 +286,7 @@ def test_run_goes_through_execute_once_and_failures_clear_the_run_views(monkeypa
     assert s.run() is None and s.message == "Run failed: LaunchError: PE 1 exited with status 3"
     assert s.run_error == "LaunchError: PE 1 exited with status 3" and not s.running
     assert calls == [("build", "cpu"), ("compare", {"warmup": 0, "loops": 1, "target": "cpu",
-                                                    "min_sdma_bytes": 2 << 20, "prof_pe": "all",
+                                                    "min_sdma_bytes": 2 << 20, "prof_pe": "all", "repeats": 1,
                                                     "timeout_s": s.timeout_s, "on_launch": calls[1][1]["on_launch"]})]
     assert s.history.empty and s.verdict() is None and s.counters() is None and "compare" not in s.figures
     # the harness is one method: another one is swapped in there
