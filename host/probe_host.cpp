@@ -2,7 +2,8 @@
 // combine's driver. Runs every measurement of a plan file, each `warmup` + `repeats` launches of
 // the probe kernel (kernels/probe_kernel.cpp), and PE 0 prints one line per measurement with
 // the time of each repeated launch, microseconds (the PE's span: the last core's end minus
-// the first core's start, from the system cycles the cores recorded):
+// the first core's start, from the system cycles the cores recorded), after the SoC line:
+//     probe_soc <soc name> <AIV cores>
 //     probe_row <index> <us> <us> ...
 // PE 0 is the sender of every measurement; PE 1 answers the flag round trips; the others take
 // part in the barriers only (their windows receive).
@@ -190,6 +191,7 @@ int main(int argc, char** argv) {
     const uint64_t wait_budget = uint64_t(timeout_s * 1e6 * cyc_per_us);
     const int32_t stream_timeout_ms = int32_t(std::min(2.0 * timeout_s + 30.0, 2.0e6) * 1000.0);
     const uint64_t flags_off = probe::flags_offset(max_bytes);
+    if (pe == 0) printf("probe_soc %s %lld\n", aclrtGetSocName(), (long long)aiv_cores);
     host_guard::timed_barrier_all(kProgram, pe, 1.25 * timeout_s, "before the first measurement");
 
     for (size_t i = 0; i < rows.size(); ++i) {
