@@ -67,14 +67,21 @@ def _positive_ints(name: str, values, low: int, high: int, multiple: int = 1) ->
     return tuple(sorted(set(int(v) for v in vals)))
 
 
-def probe_plan(pes: int, *, cores=DEFAULT_CORES, sdma_bytes=DEFAULT_SDMA_BYTES, row_bytes=DEFAULT_ROW_BYTES,
+def _one(name: str, value, low: int, high: int) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not low <= value <= high:
+        raise ParameterError(f"{name}={value!r}: must be an integer in {low}..{high}", parameter=name, value=value)
+    return int(value)
+
+
+def probe_plan(pes: int, *, cores=None, sdma_bytes=DEFAULT_SDMA_BYTES, row_bytes=DEFAULT_ROW_BYTES,
                repeats: int = 5, warmup: int = 1, sdma_puts: int = 8, mte_puts: int = 32, ops: int = 32,
                rtt: int = 16, aiv_cores: int = MAX_CORES) -> list[Measurement]:
     """The measurements of one probe run, in the order they run.
 
     Args:
         pes: PEs of the run, >= 2 (PE 0 sends; PE 1 answers the round trips; peers are PEs 1..pes-1).
-        cores: the k of the SDMA rows (each of the k cores issues ``sdma_puts`` puts), each 1..min(aiv_cores, 48).
+        cores: the k of the SDMA rows (each of the k cores issues ``sdma_puts`` puts), each 1..min(aiv_cores, 48);
+            default 1, 2, 8, 48, each capped at that.
         sdma_bytes: bytes per SDMA put, multiples of 32.
         row_bytes: bytes of one MTE row (mte_put and the round trip's row), multiples of 32, at most 64 KiB.
         repeats: timed launches per measurement (>= 2, for a spread); warmup: untimed ones first (>= 0).
@@ -90,15 +97,12 @@ def probe_plan(pes: int, *, cores=DEFAULT_CORES, sdma_bytes=DEFAULT_SDMA_BYTES, 
         raise ParameterError(f"pes={pes!r}: the probe needs at least 2 PEs (PE 0 sends, the others receive)",
                              parameter="pes", value=pes)
     top = min(int(aiv_cores), MAX_CORES)
-    cores = _positive_ints("cores", cores, 1, top)
+    cores = _positive_ints("cores", sorted({min(k, top) for k in DEFAULT_CORES}) if cores is None else cores, 1, top)
     sdma_bytes = _positive_ints("sdma_bytes", sdma_bytes, 32, 1 << 30, 32)
     row_bytes = _positive_ints("row_bytes", row_bytes, 32, MAX_ROW_BYTES, 32)
-    (repeats,) = _positive_ints("repeats", [repeats], 2, 1000)
-    (warmup,) = _positive_ints("warmup", [warmup], 0, 1000)
-    (sdma_puts,) = _positive_ints("sdma_puts", [sdma_puts], 1, 4096)
-    (mte_puts,) = _positive_ints("mte_puts", [mte_puts], 2, 4096)
-    (ops,) = _positive_ints("ops", [ops], 1, MAX_SDMA_ISSUE_PUTS)
-    (rtt,) = _positive_ints("rtt", [rtt], 1, 4096)
+    repeats, warmup = _one("repeats", repeats, 2, 1000), _one("warmup", warmup, 0, 1000)
+    sdma_puts, mte_puts = _one("sdma_puts", sdma_puts, 1, 4096), _one("mte_puts", mte_puts, 2, 4096)
+    ops, rtt = _one("ops", ops, 1, MAX_SDMA_ISSUE_PUTS), _one("rtt", rtt, 1, 4096)
     rw = dict(repeats=repeats, warmup=warmup)
     plan = []
     peer_counts = sorted({1, pes - 1})
@@ -156,10 +160,7 @@ def run_probe(pes: int = 2, out: str | os.PathLike = "output/probe/combine_probe
     aiv = plan_kw.pop("aiv_cores", None)
     if aiv is None:
         aiv = MAX_CORES if target == "npu" else _twin_aiv(env)
-    cores = plan_kw.get("cores", DEFAULT_CORES)
-    if "cores" not in plan_kw:  # the issue's k, up to this SoC's cores
-        cores = sorted({min(k, aiv, MAX_CORES) for k in DEFAULT_CORES})
-    plan = probe_plan(pes, aiv_cores=aiv, **{**plan_kw, "cores": cores})
+    plan = probe_plan(pes, aiv_cores=aiv, **plan_kw)
     binary = build_mod.build(target, build_dir=build_dir, program=PROBE_BINARY)
     work = owned_temp_dir("probe")
     try:
