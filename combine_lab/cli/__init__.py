@@ -4,12 +4,13 @@
     combine-lab compare -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 --routing trace:mixtral/arxiv/15
     combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 8 --routing deepseek --model a3
     combine-lab calibrate output/perf/combine_perf_rank0.csv --model a3 --out fitted.toml
+    combine-lab probe [-pes 2] [--target npu]      # then calibrate its CSV (docs/probe.md)
     combine-lab build [--kernel-source DIR [--main]]
     combine-lab doctor | selftest | notebooks | docs | lab | app
     combine-lab --version
 
 Sub-commands: :mod:`.run`, :mod:`.compare` (both on :mod:`.cases`), :mod:`.suggest`,
-:mod:`.calibrate`, :mod:`.build`, :mod:`.doctor`, :mod:`.selftest`, :mod:`.notebooks`, :mod:`.docs`, :mod:`.lab`, :mod:`.app`. Each registers its parser and a handler
+:mod:`.calibrate`, :mod:`.probe`, :mod:`.build`, :mod:`.doctor`, :mod:`.selftest`, :mod:`.notebooks`, :mod:`.docs`, :mod:`.lab`, :mod:`.app`. Each registers its parser and a handler
 ``args.handler(args) -> exit status``; :func:`main` turns the lab's errors into exit status 2.
 """
 
@@ -23,7 +24,7 @@ import sys
 from .. import __version__
 from ..errors import CombineLabError, Terminated
 from ..run.launch import leftovers
-from . import app, build, calibrate, compare, diff, docs, doctor, lab, notebooks, run, selftest, suggest
+from . import app, build, calibrate, compare, diff, docs, doctor, lab, notebooks, probe, run, selftest, suggest
 
 
 def version_text() -> str:
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_text(),
                         help="show the version of combine_lab and where it is installed from, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, compare, diff, suggest, calibrate, build, selftest, doctor, notebooks, docs, lab, app):
+    for module in (run, compare, diff, suggest, calibrate, probe, build, selftest, doctor, notebooks, docs, lab, app):
         module.register(sub)
     return parser
 

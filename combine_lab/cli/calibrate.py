@@ -2,18 +2,23 @@
 
     combine-lab calibrate output/perf/*_perf_rank*.csv --model a3 --out params.toml \\
         [--routing R] [--seed N] [--min-sdma-bytes B] [--free a,b] [--cores all|max]
+    combine-lab calibrate output/probe/combine_probe.csv --model a3 --out params.toml [--free a,b]   # docs/probe.md
 """
 
 from __future__ import annotations
 
 import argparse
 
+from ..formats.probe_csv import is_probe_csv
 from ..model.calibrate import calibrate, measurements_from_csvs
 from ..model.machines import load_model
 from ..values import as_list
 
 
 def _calibrate(a: argparse.Namespace) -> int:
+    if any(is_probe_csv(p) for p in a.csv):  # a probe CSV (by its header): its own fit, cli/probe.py
+        from .probe import calibrate_probe
+        return calibrate_probe(a)
     model = load_model(a.model)
     meas = measurements_from_csvs(a.csv, routing=a.routing, seed=a.seed, min_sdma_bytes=a.min_sdma_bytes)
     free = as_list(a.free, str, "--free") if a.free else None
@@ -32,7 +37,8 @@ def register(sub) -> None:
                                    "the reference format (docs/formats.md#3-perf-csv), per-rank files of ours or of the "
                                    "reference's run script. The CSVs do not say the routing: it is the reference's "
                                    "uniform recipe unless the lab's sidecar beside a CSV (combine[_doubleplane]_counters_<case>.json) or --routing says otherwise.")
-    p.add_argument("csv", nargs="+", help="per-rank perf CSVs (combine[_doubleplane]_perf_rank<r>.csv)")
+    p.add_argument("csv", nargs="+", help="per-rank perf CSVs (combine[_doubleplane]_perf_rank<r>.csv), or one probe CSV "
+                                          "(combine-lab probe, docs/probe.md)")
     p.add_argument("--model", default="a3", help="the model to start from: a2, a3, host, or a .toml file")
     p.add_argument("--out", default=None, help="write the fitted model here (.toml)")
     p.add_argument("--routing", default=None, help="routing of the cases (default: each run's sidecar beside its CSV, else uniform, the reference's recipe)")

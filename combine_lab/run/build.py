@@ -27,6 +27,8 @@ from . import toolchain
 
 TARGETS = ("cpu", "npu")
 BINARY_NAME = "combine_host"
+#: What :func:`build` can be asked for: the driver, or the probe's driver (docs/probe.md).
+PROGRAMS = (BINARY_NAME, "probe_host")
 _SOURCE_DIRS = ("kernels", "host", "cmake")
 _SOURCE_SUFFIXES = {".cpp", ".h", ".hpp", ".cmake", ".txt"}
 
@@ -198,7 +200,8 @@ def kernel_build_dir(kernel, target: str = "cpu", soc: str | None = None, main: 
 
 
 def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force: bool = False,
-          faults: list[str] | None = None, soc: str | None = None, kernel=None, main: str | None = None) -> Path:
+          faults: list[str] | None = None, soc: str | None = None, kernel=None, main: str | None = None,
+          program: str = BINARY_NAME) -> Path:
     """Configure and build the host driver for ``target``; return the binary's path.
 
     The build folder is reused while the fingerprint of every file under ``kernels/``,
@@ -226,6 +229,9 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
             (e.g. ``combine_doubleplane``) instead of the lab's driver, against the twin; SHMEM's
             examples' ``examples/utils`` goes on its include path when the folder has one two levels
             up. Returns that executable.
+        program: the lab's executable to build and return: ``combine_host`` (the driver, built
+            with everything else) or ``probe_host`` (the probe, docs/probe.md, built only when asked:
+            ``--target all probe_host``). Same folder, same fingerprint.
 
     Raises:
         ParameterError: ``target`` is not one of :data:`TARGETS`.
@@ -246,6 +252,9 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
         why = "needs kernel=" if kernel is None else f"{kernel.path} has no main.cpp" if kernel.main is None else \
             "an executable name: letters, digits, _ . -"
         raise ParameterError(f"main={main!r}: {why}", parameter="main", value=main)
+    if program not in PROGRAMS or (program != BINARY_NAME and (kernel is not None or faults)):
+        raise ParameterError(f"program={program!r}: one of {', '.join(PROGRAMS)} (probe_host: the lab's own build, "
+                             "without kernel= or faults=)", parameter="program", value=program)
     for fault in faults or []:
         if target != "cpu" or not fault.replace("_", "").isalnum() or fault.upper() != fault:
             raise ParameterError(f"fault={fault!r}: an upper-case COMBINE_FAULT_<name> switch of the kernel, "
@@ -280,7 +289,7 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
     root = source_root()
     bdir = Path(build_dir) if build_dir is not None else default_build_dir(target)
     bdir.mkdir(parents=True, exist_ok=True)
-    binary = bdir / (main or BINARY_NAME)
+    binary = bdir / (main or program)
     stamp = bdir / "combine_lab_stamp.json"
     log = bdir / BUILD_LOG
     with open(bdir / ".build.lock", "w") as lock:
@@ -314,7 +323,9 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
             gen = ["-G", "Ninja"] if shutil.which("ninja") and not (bdir / "CMakeCache.txt").is_file() else []
             _logged([cmake, "-S", str(root), "-B", str(bdir), *gen, f"-DCOMBINE_TARGET={target}",
                      "-DCMAKE_BUILD_TYPE=Release", *config_args], root, log)
-        _logged([cmake, "--build", str(bdir), "--parallel", str(os.cpu_count() or 2)], root, log)
+        # The probe with everything else, so the stamp never vouches for a stale driver.
+        only = ["--target", "all", program] if program != BINARY_NAME else []
+        _logged([cmake, "--build", str(bdir), "--parallel", str(os.cpu_count() or 2), *only], root, log)
         if not binary.is_file():
             raise BuildError(f"build finished but {binary} is missing")
         stamp.write_text(json.dumps({"fingerprint": fp, "target": target, "config": config}))

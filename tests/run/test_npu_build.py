@@ -66,7 +66,11 @@ def test_configure_generates_bisheng_commands_with_arch_includes_and_libraries(t
     cann, shmem_root = tmp_path / "cann", tmp_path / "shmem" / "shmem"
     compiles, link = configure(env, tmp_path / "b", soc=soc)
     bisheng = str(cann / "compiler" / "ccec_compiler" / "bin" / "bisheng")
-    assert sorted(compiles) == sorted(["combine_kernel.cpp", *HOST_SOURCES])
+    # the probe's kernel and driver (cmake/probe.cmake, built only when asked) compile as the combine's do
+    assert sorted(compiles) == sorted(["combine_kernel.cpp", "probe_kernel.cpp", "probe_host.cpp", *HOST_SOURCES])
+    norm = lambda cmd, name: [a for a in shlex.split(cmd) if name not in a]  # noqa: E731
+    assert norm(compiles["probe_kernel.cpp"], "probe_kernel") == norm(compiles["combine_kernel.cpp"], "combine_kernel")
+    assert norm(compiles["probe_host.cpp"], "probe_host") == norm(compiles["combine_host.cpp"], "combine_host")
 
     kernel = shlex.split(compiles["combine_kernel.cpp"])
     joined = " ".join(kernel)

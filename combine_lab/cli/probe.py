@@ -1,0 +1,83 @@
+"""``combine-lab probe``: the microbenchmarks of the model's unknowns, one probe CSV (docs/probe.md).
+
+    combine-lab probe [-pes 2] [--target cpu|npu] [--fnpu 0] [--cores 1,2,8,48] [--sdma-bytes 14336,1048576,2097152]
+        [--row-bytes 14336,57344] [--repeats 5] [--out output/probe/combine_probe.csv]
+    combine-lab calibrate output/probe/combine_probe.csv --model a3 --out a3-measured.toml   # the fit
+
+Also :func:`calibrate_probe`, what ``combine-lab calibrate`` runs for a probe CSV (it tells one by
+its header, combine_lab/formats/probe_csv.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import ParameterError
+from ..formats.probe_csv import is_probe_csv
+from ..model.machines import load_model
+from ..model.probe_fit import fit_probe_csv
+from ..run.probe import DEFAULT_ROW_BYTES, DEFAULT_SDMA_BYTES, run_probe
+from ..values import as_list
+
+
+def _probe(a: argparse.Namespace) -> int:
+    kw = {"sdma_bytes": as_list(a.sdma_bytes, int, "--sdma-bytes"), "row_bytes": as_list(a.row_bytes, int, "--row-bytes"),
+          "repeats": a.repeats}
+    if a.cores:
+        kw["cores"] = as_list(a.cores, int, "--cores")
+    path, rows = run_probe(a.pes, a.out, target=a.target, fnpu=a.fnpu, timeout_s=a.timeout, **kw)
+    first = rows[0]
+    what = f"measured on the CPU twin ({first.note})" if first.target == "cpu" else f"measured on the NPU {first.soc}"
+    print(f"probe: {len(rows)} measurements on {a.pes} PEs, {what}; time of one launch: the median of "
+          f"{first.times_us.size} repeats, spread min-max")
+    w = max(len(r.label()) for r in rows)
+    for r in rows:
+        gb = f"  {r.gbps:9.3f} GB/s" if r.gbps is not None else ""
+        print(f"  {r.label():<{w}}  {r.time_us:10.3f} us  spread {r.spread_us:9.3f}{gb}")
+    print(f"probe CSV: {path}\nnext: combine-lab calibrate {path} --model {'host' if a.target == 'cpu' else 'a3'} "
+          "--out fitted.toml, then combine-lab suggest ... --model fitted.toml")
+    return 0
+
+
+def calibrate_probe(a: argparse.Namespace) -> int:
+    """``combine-lab calibrate`` of one probe CSV (``a.csv``, ``a.model``, ``a.free``, ``a.out``):
+    prints the fit; exit 0 and the fitted model written to ``a.out`` when every parameter asked
+    for is identified, else exit 1, nothing written, the ones the data cannot identify named."""
+    if len(a.csv) != 1 or not all(is_probe_csv(p) for p in a.csv):
+        raise ParameterError(f"csv={a.csv!r}: a probe CSV is fitted alone (one file, not with perf CSVs)",
+                             parameter="csv", value=a.csv)
+    model = load_model(a.model)
+    free = as_list(a.free, str, "--free") if a.free else None
+    fit = fit_probe_csv(a.csv[0], model, free)
+    print(fit.report())
+    if not fit.usable:
+        print("calibrate: not usable, nothing written (exit 1)")
+        return 1
+    if a.out:
+        path = fit.fitted_model().to_toml(a.out, note=f"calibrated by combine-lab calibrate from the probe CSV "
+                                                      f"{a.csv[0]}, starting from {model.name}")
+        print(f"model: {path} (use --clock model:{path} or --model {path})")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("probe", help="microbenchmarks of the timing model's unknowns: one probe CSV for calibrate",
+                       description="Time what the timing model assumes (docs/probe.md): SDMA puts from k cores "
+                                   "(14 KiB and 1-2 MiB, to one peer and to all), the MTE put of one row single- and "
+                                   "double-buffered, flag puts and their round trip, quiet and SDMA quiet, polling a "
+                                   "ready slot. Writes one CSV that combine-lab calibrate fits from. The first hour "
+                                   "on an NPU: probe, then calibrate, then suggest with the fitted machine.")
+    p.add_argument("-pes", type=int, default=2, help="PEs (processes; on the NPU devices --fnpu..): at least 2; "
+                   "peers to 'many' are all but PE 0 (default 2)")
+    p.add_argument("--target", choices=["cpu", "npu"], default="cpu", help="cpu: the CPU twin (default); npu: bisheng")
+    p.add_argument("--fnpu", type=int, default=0, help="first NPU device (npu)")
+    p.add_argument("--cores", nargs="+", default=None, help="k of the SDMA rows (default 1,2,8,48, capped at the "
+                                                             "SoC's AIV cores)")
+    p.add_argument("--sdma-bytes", nargs="+", default=[",".join(map(str, DEFAULT_SDMA_BYTES))],
+                   help="bytes per SDMA put (default 14336,1048576,2097152)")
+    p.add_argument("--row-bytes", nargs="+", default=[",".join(map(str, DEFAULT_ROW_BYTES))],
+                   help="bytes of one MTE row, at most 65536 (default 14336,57344)")
+    p.add_argument("--repeats", type=int, default=5, help="timed launches per measurement (default 5)")
+    p.add_argument("--timeout", type=float, default=300.0, help="limit for the whole run, seconds (default 300)")
+    p.add_argument("--out", default="output/probe/combine_probe.csv", help="the probe CSV (written whole or not at all)")
+    p.set_defaults(handler=_probe)

@@ -1,0 +1,189 @@
+"""``combine-lab probe``: microbenchmarks of the timing model's unknowns, on the twin or an NPU
+(docs/probe.md). It builds the probe's driver (host/probe_host.cpp, kernels/probe_kernel.cpp),
+launches one process per PE through the lab's one launcher (:func:`~.launch.launch_pes`: fresh
+session, every PE's process group and the twin's segment removed whatever happens) and writes
+one probe CSV (:mod:`combine_lab.formats.probe_csv`) that ``combine-lab calibrate`` fits from.
+
+The plan (:func:`probe_plan`), per docs/probe.md#2-what-each-measurement-times: SDMA puts from
+k = 1, 2, 8, 48 cores (or the ``cores`` given) of 14 KiB, 1 MiB and 2 MiB each (``sdma_bytes``), to
+one peer and to all the others; the issue of SDMA puts alone; MTE puts of one row (``row_bytes``),
+single- and double-buffered; flag puts; the flag round trip; aclshmem_quiet and the SDMA quiet
+with nothing outstanding; polls of a ready slot.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ParameterError
+from ..formats.probe_csv import PROBE_KINDS, ProbeRow, write_probe_csv
+from . import build as build_mod
+from .launch import LaunchError, bootstrap_ipport, launch_pes, owned_temp_dir
+
+PROBE_BINARY = "probe_host"
+#: Defaults: the issue's k, the SDMA sizes (one 14 KiB row: h 7168 at 2 B; whole segments), MTE rows.
+DEFAULT_CORES = (1, 2, 8, 48)
+DEFAULT_SDMA_BYTES = (14336, 1 << 20, 2 << 20)
+DEFAULT_ROW_BYTES = (14336, 57344)
+MAX_CORES = 48            # SHMEM's SDMA streams: one per AIV block 0..47 (kernels/probe_kernel.h)
+MAX_ROW_BYTES = 65536     # an MTE row fits one staging buffer
+MAX_SDMA_ISSUE_PUTS = 256  # the issue alone: below the quiet every 256
+#: What the twin's times are, on every row it writes (as the lab labels twin times elsewhere).
+#: The buffering column of mte_put rows, by staging buffers used.
+BUFFERING = {1: "single", 2: "double"}
+TWIN_NOTE = "twin: CPU threads copying memory on this machine, not an NPU's time"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One line of the plan (host/probe_host.cpp reads ``kind cores puts bytes peers buffers repeats warmup``)."""
+
+    kind: str
+    cores: int
+    puts: int
+    bytes: int
+    peers: int
+    buffers: int
+    repeats: int
+    warmup: int
+
+    def line(self) -> str:
+        return f"{self.kind} {self.cores} {self.puts} {self.bytes} {self.peers} {self.buffers} {self.repeats} " \
+               f"{self.warmup}"
+
+
+def _positive_ints(name: str, values, low: int, high: int, multiple: int = 1) -> tuple[int, ...]:
+    vals = tuple(values)
+    bad = [v for v in vals if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not low <= v <= high
+           or v % multiple]
+    if not vals or bad:
+        what = f"integers in {low}..{high}" + (f", multiples of {multiple}" if multiple > 1 else "")
+        raise ParameterError(f"{name}={list(vals)!r}: must be one or more {what}", parameter=name, value=list(vals))
+    return tuple(sorted(set(int(v) for v in vals)))
+
+
+def _one(name: str, value, low: int, high: int) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not low <= value <= high:
+        raise ParameterError(f"{name}={value!r}: must be an integer in {low}..{high}", parameter=name, value=value)
+    return int(value)
+
+
+def probe_plan(pes: int, *, cores=None, sdma_bytes=DEFAULT_SDMA_BYTES, row_bytes=DEFAULT_ROW_BYTES,
+               repeats: int = 5, warmup: int = 1, sdma_puts: int = 8, mte_puts: int = 32, ops: int = 32,
+               rtt: int = 16, aiv_cores: int = MAX_CORES) -> list[Measurement]:
+    """The measurements of one probe run, in the order they run.
+
+    Args:
+        pes: PEs of the run, >= 2 (PE 0 sends; PE 1 answers the round trips; peers are PEs 1..pes-1).
+        cores: the k of the SDMA rows (each of the k cores issues ``sdma_puts`` puts), each 1..min(aiv_cores, 48);
+            default 1, 2, 8, 48, each capped at that.
+        sdma_bytes: bytes per SDMA put, multiples of 32.
+        row_bytes: bytes of one MTE row (mte_put and the round trip's row), multiples of 32, at most 64 KiB.
+        repeats: timed launches per measurement (>= 2, for a spread); warmup: untimed ones first (>= 0).
+        sdma_puts: SDMA puts per core per launch (2 MiB puts: a quarter of it, at least 1).
+        mte_puts: MTE rows per launch; ops: quiets, SDMA quiets, flag puts, polls and SDMA issues per launch (<= 256);
+        rtt: round trips per launch.
+        aiv_cores: the SoC's AIV cores (a k above it is refused).
+
+    Returns a list of :class:`Measurement`. Raises ParameterError naming the parameter, its value
+    and what is allowed, before anything is built or launched.
+    """
+    if not isinstance(pes, int) or isinstance(pes, bool) or pes < 2:
+        raise ParameterError(f"pes={pes!r}: the probe needs at least 2 PEs (PE 0 sends, the others receive)",
+                             parameter="pes", value=pes)
+    top = min(int(aiv_cores), MAX_CORES)
+    cores = _positive_ints("cores", sorted({min(k, top) for k in DEFAULT_CORES}) if cores is None else cores, 1, top)
+    sdma_bytes = _positive_ints("sdma_bytes", sdma_bytes, 32, 1 << 30, 32)
+    row_bytes = _positive_ints("row_bytes", row_bytes, 32, MAX_ROW_BYTES, 32)
+    repeats, warmup = _one("repeats", repeats, 2, 1000), _one("warmup", warmup, 0, 1000)
+    sdma_puts, mte_puts = _one("sdma_puts", sdma_puts, 1, 4096), _one("mte_puts", mte_puts, 2, 4096)
+    ops, rtt = _one("ops", ops, 1, MAX_SDMA_ISSUE_PUTS), _one("rtt", rtt, 1, 4096)
+    rw = dict(repeats=repeats, warmup=warmup)
+    plan = []
+    peer_counts = sorted({1, pes - 1})
+    for b in sdma_bytes:
+        n = sdma_puts if b < (1 << 20) else max(1, sdma_puts // 4)
+        for k in cores:
+            for p in peer_counts:
+                plan.append(Measurement("sdma", k, n, b, p, 1, **rw))
+    plan.append(Measurement("sdma_issue", 1, ops, min(sdma_bytes), 1, 1, **rw))
+    for b in row_bytes:
+        for buffers in (1, 2):
+            plan.append(Measurement("mte_put", 1, mte_puts, b, 1, buffers, **rw))
+    plan.append(Measurement("flag", 1, ops, 32, 1, 1, **rw))
+    plan.append(Measurement("flag_rtt", 1, rtt, min(row_bytes), 1, 1, **rw))
+    plan.append(Measurement("quiet", 1, ops, 0, 1, 1, **rw))
+    plan.append(Measurement("sdma_quiet", 1, ops, 0, 1, 1, **rw))
+    plan.append(Measurement("wait", 1, ops, 0, 1, 1, **rw))
+    assert all(m.kind in PROBE_KINDS for m in plan)
+    return plan
+
+
+def _parse_stdout(text: str, plan: list[Measurement]) -> tuple[str, int, list[np.ndarray]]:
+    """(soc, AIV cores, times per measurement) from PE 0's lines (host/probe_host.cpp)."""
+    soc, aiv, times = "", 0, {}
+    for line in text.splitlines():
+        parts = line.split()
+        if parts[:1] == ["probe_soc"] and len(parts) == 3:
+            soc, aiv = parts[1], int(parts[2])
+        elif parts[:1] == ["probe_row"] and len(parts) >= 2:
+            times[int(parts[1])] = np.array([float(t) for t in parts[2:]], dtype=np.float64)
+    missing = [i for i in range(len(plan)) if i not in times or len(times[i]) != plan[i].repeats]
+    if missing:
+        raise LaunchError(f"probe_host: PE 0 printed no (or too few) times for measurement(s) {missing} of "
+                          f"{len(plan)}; its output:\n{text[-2000:]}")
+    return soc, aiv, [times[i] for i in range(len(plan))]
+
+
+def run_probe(pes: int = 2, out: str | os.PathLike = "output/probe/combine_probe.csv", *, target: str = "cpu",
+              fnpu: int = 0, timeout_s: float = 300.0, build_dir: str | os.PathLike | None = None,
+              env: dict[str, str] | None = None, **plan_kw) -> tuple[Path, list[ProbeRow]]:
+    """Build the probe for ``target``, run the plan (:func:`probe_plan` with ``plan_kw``) on ``pes``
+    PEs (on the NPU: devices ``fnpu`` .. ``fnpu + pes - 1``) and write the probe CSV to ``out``
+    (whole or not at all; its folder is made).
+
+    Returns (the CSV's path, its rows). Raises ParameterError (a bad plan parameter, before
+    anything is built), TargetUnavailable / BuildError (the build), LaunchError (a PE failed or
+    timed out: the message names the PE, core and slot of a wait that gave up; every PE's process
+    and the twin's segment are gone), ResultFileError (the CSV cannot be written).
+    """
+    if target not in build_mod.TARGETS:
+        raise ParameterError(f"target={target!r}: one of {', '.join(build_mod.TARGETS)}", parameter="target",
+                             value=target)
+    if not (timeout_s > 0):
+        raise ParameterError(f"timeout_s={timeout_s!r}: must be > 0 seconds", parameter="timeout_s", value=timeout_s)
+    aiv = plan_kw.pop("aiv_cores", None)
+    if aiv is None:
+        aiv = MAX_CORES if target == "npu" else _twin_aiv(env)
+    plan = probe_plan(pes, aiv_cores=aiv, **plan_kw)
+    binary = build_mod.build(target, build_dir=build_dir, program=PROBE_BINARY)
+    work = owned_temp_dir("probe")
+    try:
+        plan_file = work / "plan.txt"
+        plan_file.write_text("".join(m.line() + "\n" for m in plan))
+        port = bootstrap_ipport()
+        argv = lambda r: [pes, r, port, pes, 0 if target == "cpu" else fnpu, plan_file]  # noqa: E731
+        outcomes = launch_pes(binary, pes, argv, cwd=work, log_dir=work / "logs", timeout_s=timeout_s, env=env,
+                              unnoticed_codes=(1,))
+        soc, _, times = _parse_stdout(outcomes[0].stdout, plan)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    note = TWIN_NOTE if target == "cpu" else ""
+    rows = [ProbeRow(m.kind, pes, 0, None if m.kind in ("quiet", "sdma_quiet", "wait") else 1, m.peers, m.cores,
+                     m.puts, m.bytes, BUFFERING[m.buffers] if m.kind == "mte_put" else "", t, target, soc, note)
+            for m, t in zip(plan, times)]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return write_probe_csv(out, rows), rows
+
+
+def _twin_aiv(env: dict[str, str] | None) -> int:
+    """The AIV cores of the SoC the twin will model (COMBINE_TWIN_SOC, else its default)."""
+    from ..planning.cores import TWIN_DEFAULT_SOC, aiv_cores
+    soc = (env or {}).get("COMBINE_TWIN_SOC") or os.environ.get("COMBINE_TWIN_SOC") or TWIN_DEFAULT_SOC
+    return aiv_cores(soc)

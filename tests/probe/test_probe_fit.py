@@ -1,0 +1,131 @@
+"""The probe fit (combine_lab/model/probe_fit.py) on probe CSVs made from known parameters by the
+fit's own formulas (docs/probe.md#4-the-fit): every parameter comes back exactly; rows that cannot
+identify a parameter make calibrate exit 1 naming it and the rows that would; noise likewise."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+
+import numpy as np
+import pytest
+
+from combine_lab.cli import main
+from combine_lab.errors import ParameterError, ResultFileError
+from combine_lab.formats.probe_csv import PROBE_HEADER, ProbeRow, is_probe_csv, read_probe_csv, write_probe_csv
+from combine_lab.model.machines import load_model
+from combine_lab.model.probe_fit import PROBE_PARAMETERS, fit_probe
+
+TRUE = {"quiet_us": 1.5, "sdma_quiet_us": 3.0, "wait_us": 0.5, "flag_us": 0.25, "sdma_issue_us": 0.75,
+        "mte_put_us": 1.25, "mte_remote_GBps": 20.0, "flag_latency_us": 2.0, "sdma_sqe_us": 0.9, "sdma_GBps": 50.0,
+        "sdma_engines": 4.0}
+CORE_GM = 40.0  # a3's core_gm_GBps, which the MTE estimate takes from the model
+MiB = 1 << 20
+
+
+def synthetic(cores=(1, 2, 8, 48), sdma_bytes=(14336, MiB, 2 * MiB), row_bytes=(14336, 57344), jitter=()):
+    """Rows whose times follow the fit's formulas with TRUE; ``jitter``: a factor per repeat."""
+    p = TRUE
+    reps = np.array(jitter or (1.0, 1.0, 1.0))
+    rows = []
+
+    def row(kind, cores, puts, nbytes, t, peers=1, buffering=""):
+        rows.append(ProbeRow(kind, 4, 0, 1, peers, cores, puts, nbytes, buffering, t * reps, "npu", "Ascend910_9391"))
+
+    for b in sdma_bytes:
+        w = math.ceil(b / MiB) * p["sdma_sqe_us"] + b / (p["sdma_GBps"] * 1e3)
+        for k in cores:
+            for peers in (1, 3):
+                n = 8
+                row("sdma", k, n, b, p["sdma_issue_us"] + n * w * max(1, k / p["sdma_engines"]) + p["sdma_quiet_us"],
+                    peers)
+    row("sdma_issue", 1, 32, 14336, 32 * p["sdma_issue_us"])
+    for b in row_bytes:
+        a, bb = b / (CORE_GM * 1e3), p["mte_put_us"] + b / (p["mte_remote_GBps"] * 1e3)
+        row("mte_put", 1, 32, b, 32 * (a + bb) + p["quiet_us"], buffering="single")
+        row("mte_put", 1, 32, b, a + bb + 31 * max(a, bb) + p["quiet_us"], buffering="double")
+    row("flag", 1, 32, 32, 32 * p["flag_us"] + p["quiet_us"])
+    b = min(row_bytes)
+    trip = b / (CORE_GM * 1e3) + p["mte_put_us"] + b / (p["mte_remote_GBps"] * 1e3) + p["quiet_us"] + p["flag_us"] + \
+        p["flag_latency_us"] + p["wait_us"]
+    row("flag_rtt", 1, 16, b, 16 * 2 * trip)
+    for kind, name in (("quiet", "quiet_us"), ("sdma_quiet", "sdma_quiet_us"), ("wait", "wait_us")):
+        row(kind, 1, 32, 0, 32 * p[name])
+    return rows
+
+
+def test_every_parameter_comes_back_from_rows_made_by_its_formula():
+    fit = fit_probe(synthetic(), load_model("a3"), source="synthetic.csv")
+    assert fit.usable and fit.unidentified == []
+    for n in PROBE_PARAMETERS:
+        assert fit.params[n].identified, (n, fit.params[n].how)
+        assert fit.params[n].value == pytest.approx(TRUE[n], rel=1e-9), n
+    # the held-out rows (double-buffered MTE, several peers, k > 1 at the other sizes) predicted exactly
+    assert len(fit.held_out) == 2 + 12 * 2 - 3 - 3
+    assert max(abs(h.error) for h in fit.held_out) < 1e-9
+    assert "sdma_engines" in fit.params and fit.params["sdma_engines"].how == \
+        "3 sdma row(s) of 48 cores: 4 of their streams at once"
+
+
+def test_one_row_size_cannot_split_the_mte_put_and_calibrate_exits_1_naming_it(tmp_path, capsys):
+    path = write_probe_csv(tmp_path / "p.csv", synthetic(row_bytes=(14336,)))
+    rc = main(["calibrate", str(path), "--model", "a3", "--out", str(tmp_path / "m.toml")])
+    out = capsys.readouterr().out
+    assert rc == 1 and not (tmp_path / "m.toml").exists()
+    assert "NOT usable: the data cannot identify mte_put_us, mte_remote_GBps\n" in out
+    assert ("  mte_put_us: identified by single-buffered mte_put rows of one core at two or more row sizes "
+            "(--row-bytes), and quiet_us") in out
+    assert ("NOT identified: single-buffered rows at 1 row size(s): it and mte_remote_GBps are one sum at one "
+            "size") in out
+    assert "calibrate: not usable, nothing written (exit 1)" in out
+    # the identified ones alone: exit 0, the model written with their values, sourced to the probe
+    ok = "quiet_us,sdma_quiet_us,wait_us,flag_us,sdma_issue_us,flag_latency_us,sdma_sqe_us,sdma_GBps,sdma_engines"
+    assert f"(--free {ok} fits only the identified ones)" in out
+    rc = main(["calibrate", str(path), "--model", "a3", "--free", ok, "--out", str(tmp_path / "m.toml")])
+    assert rc == 0
+    doc = tomllib.loads((tmp_path / "m.toml").read_text())
+    for n in ok.split(","):
+        assert doc["params"][n]["value"] == pytest.approx(TRUE[n], rel=1e-4)  # the CSV keeps 4 decimals
+        assert "assumed" not in doc["params"][n]
+        assert doc["params"][n]["source"].startswith(f"P: measured by combine-lab probe ({path}; NPU Ascend910_9391")
+    assert doc["params"]["mte_put_us"]["value"] == load_model("a3")["mte_put_us"]  # untouched
+    assert doc["params"]["mte_put_us"]["assumed"] is True
+    load_model(tmp_path / "m.toml")  # a model suggest can use
+
+
+def test_engines_not_saturated_are_only_a_lower_bound():
+    fit = fit_probe(synthetic(cores=(1, 2)), load_model("a3"))
+    e = fit.params["sdma_engines"]
+    assert not e.identified and e.value is None
+    assert e.how == "the 2 cores' puts ran 2 at once (over 80% of 2): the engines are at least that many, not saturated"
+    assert fit.unidentified == ["sdma_engines"]
+
+
+def test_noise_is_not_identified():
+    """Repeats that differ by 3x: the per-repeat estimates spread past the limit."""
+    fit = fit_probe(synthetic(jitter=(1.0, 3.0, 1.0, 3.0)), load_model("a3"))
+    q = fit.params["quiet_us"]
+    assert not q.identified and q.how.startswith("its per-repeat estimates spread 100% (IQR / median, limit 50%): noise")
+
+
+def test_a_parameter_a_probe_cannot_fit_is_refused():
+    with pytest.raises(ParameterError, match=r"^free=\['link_GBps'\]: a probe CSV fits quiet_us, "):
+        fit_probe(synthetic(), load_model("a3"), free=["link_GBps"])
+
+
+def test_csv_round_trip_and_its_header(tmp_path):
+    rows = synthetic()
+    path = write_probe_csv(tmp_path / "p.csv", rows)
+    assert path.read_text().splitlines()[0] == ",".join(PROBE_HEADER) == \
+        "kind,pes,src,dst,peers,cores,puts,bytes,buffering,time_us,repeats,spread_us,times_us,GBps,target,soc,note"
+    back = read_probe_csv(path)
+    assert [r.label() for r in back] == [r.label() for r in rows]
+    assert all(np.allclose(a.times_us, b.times_us, rtol=0, atol=5e-5) for a, b in zip(back, rows))  # 4 decimals
+    assert is_probe_csv(path) and not is_probe_csv(tmp_path / "missing.csv")
+    line = path.read_text().splitlines()[1].split(",")
+    assert line[:9] == ["sdma", "4", "0", "1", "1", "1", "8", "14336", ""]
+    assert float(line[13]) == pytest.approx(8 * 14336 / float(line[9]) / 1e3, rel=1e-3)  # GBps of the median
+    bad = tmp_path / "bad.csv"
+    bad.write_text(path.read_text().replace("sdma,4,0,1,1,1,8,14336", "sdma,4,0,1,1,1,8,lots", 1))
+    with pytest.raises(ResultFileError, match=r"bad.csv: line 2, column bytes: invalid literal"):
+        read_probe_csv(bad)

@@ -1,0 +1,83 @@
+"""combine-lab probe on the twin: the CSV it writes parses, has one row per planned measurement
+with a time per repeat, and calibrate fits from it (exit 0 exactly when every parameter asked for
+is identified, else 1 naming them); nothing is left behind. Bad plans are refused before anything
+builds. The probe's NPU branch compiles against the public declarations (tests/npu_decls)."""
+
+from __future__ import annotations
+
+import importlib.util
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from combine_lab.cli import main
+from combine_lab.errors import ParameterError
+from combine_lab.formats.probe_csv import read_probe_csv
+from combine_lab.model.machines import load_model
+from combine_lab.model.probe_fit import PROBE_PARAMETERS, fit_probe_csv
+from combine_lab.run.probe import TWIN_NOTE, probe_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_probe_runs_on_the_twin_and_calibrate_fits_from_its_csv(tmp_path, capsys, no_leaks):
+    out = tmp_path / "probe.csv"
+    rc = main(["probe", "-pes", "3", "--cores", "1,2", "--sdma-bytes", "4096,65536", "--row-bytes", "4096,16384",
+               "--repeats", "3", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    rows = read_probe_csv(out)
+    plan = probe_plan(3, cores=(1, 2), sdma_bytes=(4096, 65536), row_bytes=(4096, 16384), repeats=3)
+    assert [r.label() for r in rows] == [
+        f"{m.kind} cores={m.cores} puts={m.puts} bytes={m.bytes} peers={m.peers}"
+        + ({1: " single", 2: " double"}[m.buffers] if m.kind == "mte_put" else "") for m in plan]
+    assert len(rows) == 2 * 2 * 2 + 1 + 4 + 5
+    assert all(len(r.times_us) == 3 and (r.times_us > 0).all() for r in rows)
+    assert {(r.target, r.soc, r.note, r.pes) for r in rows} == {("cpu", "Ascend910B3", TWIN_NOTE, 3)}
+    assert f"probe CSV: {out}" in text and "measured on the CPU twin" in text
+    fit = fit_probe_csv(out, load_model("host"))
+    rc = main(["calibrate", str(out), "--model", "host", "--out", str(tmp_path / "m.toml")])
+    report = capsys.readouterr().out
+    assert rc == (0 if fit.usable else 1)
+    for n in PROBE_PARAMETERS:
+        assert f"  {n} " in report
+    ok = [n for n in PROBE_PARAMETERS if fit.params[n].identified]
+    if ok:  # the ones this run identified, alone: usable, written
+        rc = main(["calibrate", str(out), "--model", "host", "--free", ",".join(ok), "--out", str(tmp_path / "m.toml")])
+        assert rc == 0
+        doc = tomllib.loads((tmp_path / "m.toml").read_text())
+        assert {n: round(doc["params"][n]["value"], 9) for n in ok} == {n: round(fit.params[n].value, 9) for n in ok}
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"pes": 1}, "pes=1: the probe needs at least 2 PEs (PE 0 sends, the others receive)"),
+    ({"pes": 2, "cores": (1, 41)}, "cores=[1, 41]: must be one or more integers in 1..40"),
+    ({"pes": 2, "row_bytes": (70000,)}, "row_bytes=[70000]: must be one or more integers in 32..65536, multiples of 32"),
+    ({"pes": 2, "repeats": 1}, "repeats=1: must be an integer in 2..1000"),
+])
+def test_bad_plans_are_refused_before_anything_builds(kw, msg):
+    assert [m.cores for m in probe_plan(2, aiv_cores=40) if m.kind == "sdma"][:4] == [1, 2, 8, 40]  # k capped
+    with pytest.raises(ParameterError) as e:
+        probe_plan(aiv_cores=40, **kw)
+    assert str(e.value) == msg
+
+
+def _syntax_check():
+    spec = importlib.util.spec_from_file_location("npu_syntax_helpers", ROOT / "tests" / "run" / "test_npu_syntax.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("sdma", [True, False], ids=["cann9-sdma", "mte-only"])
+def test_probe_npu_branch_compiles_against_the_public_declarations(sdma):
+    syn = _syntax_check()
+    if syn.CLANG is None:
+        pytest.skip("needs clang++")
+    jobs = syn.kernel_jobs(source="kernels/probe_kernel.cpp") + [("host/probe_host.cpp", ["-x", "c++",
+                                                                                          "host/probe_host.cpp"])]
+    results = syn.run_compiles(ROOT, jobs, sdma)
+    assert len(results) == 5
+    for what, rc, err in results:
+        assert rc == 0 and err == "", f"{what}:\n{err}"
