@@ -141,11 +141,11 @@ def test_diff_calls_a_difference_beyond_noise_only_when_the_spreads_do_not_overl
 
 def test_diff_on_two_runs_folders(three_repeats, tmp_path, capsys):
     _, folder, _ = three_repeats
-    # the same run against itself is within noise everywhere; a copy 10x slower everywhere is beyond it
+    # the same run against itself is within noise everywhere; a copy 1000x slower (beyond any spread two twin repeats can have) everywhere is beyond it
     slower = copy.deepcopy(read_run_summary(folder))
     for v in slower["cases"][0]["variants"].values():
         for m in ("comm_only_us", "full_op_us"):
-            v[m] = {k: (x * 10 if k != "each" else [y * 10 for y in x]) for k, x in v[m].items()}
+            v[m] = {k: (x * 1000 if k != "each" else [y * 1000 for y in x]) for k, x in v[m].items()}
     (tmp_path / SUMMARY_NAME).write_text(json.dumps(slower))
     code, out, err = run_cli(["diff", str(folder), str(folder)], capsys)
     assert code == 0, err
