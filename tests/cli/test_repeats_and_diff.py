@@ -141,7 +141,7 @@ def test_diff_calls_a_difference_beyond_noise_only_when_the_spreads_do_not_overl
 
 def test_diff_on_two_runs_folders(three_repeats, tmp_path, capsys):
     _, folder, _ = three_repeats
-    # the same run against itself is within noise everywhere; a copy 1000x slower (beyond any spread two twin repeats can have) everywhere is beyond it
+    # the same run against itself is within noise everywhere; a copy 1000x slower everywhere is beyond it
     slower = copy.deepcopy(read_run_summary(folder))
     for v in slower["cases"][0]["variants"].values():
         for m in ("comm_only_us", "full_op_us"):
