@@ -415,10 +415,11 @@ void check_layout_put(const void* dst_sym, int pe, size_t bytes, const char* op,
     const uint32_t w = tl_inbox_core == core && size_t(pe) < tl_inbox_waited.size() ? tl_inbox_waited[pe] : 0;
     if ((w >> 8) == g_epoch && (w & 0xFFu) == 0xFFu) return;
     char buf[480];
-    snprintf(buf, sizeof buf, "PE %d core %d: %s %s of %zu bytes into PE %d's layout by expert before this core "
-             "waited for PE %d's segment bases in this launch (inbox slot %d, word mask 0x%02x of 8): the rows may "
-             "land where PE %d does not read them (docs/variants.md#1-one-sdma-call-per-segment)", pe_state().my_pe,
-             core, op, site_text(site).c_str(), bytes, pe, pe, pe, (w >> 8) == g_epoch ? w & 0xFFu : 0u, pe);
+    snprintf(buf, sizeof buf, "PE %d core %d: a put of %zu bytes (%s) %s into PE %d's layout by expert before this "
+             "core waited for PE %d's segment bases in this launch (inbox slot %d, word mask 0x%02x of 8): the rows "
+             "may land where PE %d does not read them (docs/variants.md#1-one-sdma-call-per-segment)",
+             pe_state().my_pe, core, bytes, op, site_text(site).c_str(), pe, pe, pe,
+             (w >> 8) == g_epoch ? w & 0xFFu : 0u, pe);
     report_violation(buf);
 }
 
