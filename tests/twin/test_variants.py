@@ -43,3 +43,15 @@ def test_settings_refused_before_anything_runs():
         run_case(spec, "classic", settings="c41")
     with pytest.raises(ParameterError, match=r"^segment with variant='classic'"):
         run_case(spec, "classic", settings="segment")
+
+
+def test_the_model_refuses_settings_it_does_not_price():
+    from combine_lab.harness import Run
+    from combine_lab.model.machines import load_model
+
+    run = Run(SPECS[0], "doubleplane", clock=load_model("a3"), settings="segment-c6")
+    assert run.label == "doubleplane-segment-c6" and run.group == "segment-c6"
+    with pytest.raises(ParameterError, match=r"^settings='segment-c6': the timing model a3 prices the reference's "
+                                             r"settings only"):
+        run.check()
+    Run(SPECS[0], "doubleplane", clock=load_model("a3")).check()  # the reference's: priced
