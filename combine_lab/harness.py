@@ -36,6 +36,7 @@ from .model import modelled
 from .model.modelled import ModelledResult
 from .model.machines import NpuModel
 from .planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
+from .planning.settings import parse_settings, variant_label
 from .results.rows import ERROR, REFUSED, NotRun, ResultRow, result_row
 from .results.tables import TIDY_COLUMNS, tidy_rows
 from .run.launch import LaunchError
@@ -79,6 +80,11 @@ class Run:
             whose plan its counters are compared with (default: the kernel's), and results call it by
             its label (``reference:doubleplane``). On a timing model it runs once on the twin and its
             recorded operation stream is priced (:func:`combine_lab.model.recorded.replay_recorded`).
+        settings: the lab kernel's settings (KernelSettings or a label: ``reference``, ``segment``,
+            ``c6``, ``segment-c6``; docs/variants.md); results call the run by its variant label
+            (``doubleplane-segment-c6``). The timing model prices the reference's settings only.
+        group: the settings group its row belongs to, for summaries that compare classic and
+            doubleplane within one group (default: its own settings label).
     """
 
     case: CaseLike
@@ -99,8 +105,13 @@ class Run:
     binary: str | os.PathLike | None = None
     on_launch: Callable[[int], None] | None = None
     kernel: object = None
+    settings: object = None
+    group: str = ""
 
     def __post_init__(self):
+        object.__setattr__(self, "settings", parse_settings(self.settings))
+        if not self.group:
+            object.__setattr__(self, "group", self.settings.label)
         if self.kernel is not None:  # a folder becomes its KernelSource: refused here when it breaks the contract
             from .run.kernel_source import kernel_source
             object.__setattr__(self, "kernel", kernel_source(self.kernel))
@@ -109,8 +120,11 @@ class Run:
 
     @property
     def label(self) -> str:
-        """What results call this run: your kernel's label (``reference:doubleplane``), else the variant."""
-        return self.kernel.label if self.kernel is not None else self.variant
+        """What results call this run: your kernel's label (``reference:doubleplane``), else the variant
+        with its settings (``doubleplane-segment-c6``)."""
+        if self.kernel is not None:
+            return self.kernel.label
+        return self.variant if self.variant == BASELINE else variant_label(self.variant, self.settings)
 
     @property
     def modelled(self) -> bool:
@@ -126,6 +140,15 @@ class Run:
             raise ParameterError(f"variant={BASELINE!r}: the baseline runs no kernel; kernel= names one")
         if self.variant == BASELINE and self.modelled:
             raise ParameterError(f"variant={BASELINE!r}: runs torch.distributed; a timing model prices the kernel only")
+        if not self.settings.is_reference:
+            if self.kernel is not None or self.variant == BASELINE:
+                raise ParameterError(f"settings={self.settings.label!r}: kernel settings are the lab kernel's "
+                                     f"(not {self.label}'s)", parameter="settings", value=self.settings.label)
+            if self.modelled:
+                raise ParameterError(f"settings={self.settings.label!r}: the timing model {self.clock.name} prices the "
+                                     "reference's settings only (one core per source rank, one SDMA call per row); "
+                                     "run these settings on the twin or an NPU (docs/variants.md#5-what-the-twin-proves)",
+                                     parameter="settings", value=self.settings.label)
         if not self.modelled and self.clock != WALL:
             raise ParameterError(f"clock={self.clock!r}: {WALL!r} or an NpuModel (combine_lab.model.load_model)")
         for name in ("repeats", "loops", "warmup"):
@@ -237,7 +260,8 @@ def _not_run(run: Run, spec: CaseSpec, check: str, reason: str, repeat: int) -> 
     target = f"model:{run.clock.name}" if run.modelled else run.target
     kernel = str(run.kernel.path) if run.kernel is not None else ""
     return Outcome(run, repeat, spec, result_row(NotRun.of(spec, run.label, target, check, reason,
-                                                           run.min_sdma_bytes, kernel)))
+                                                           run.min_sdma_bytes, kernel, run.group,
+                                                           None if run.kernel is not None else run.settings.cores_per_rank)))
 
 
 def _execute_case(group: list[Run], ipport, work_dir, outputs, keep_files: bool, on_error: str) -> Iterator[Outcome]:
@@ -322,11 +346,11 @@ def _one(r: Run, rep: int, prepared: PreparedCase | None, the_case: Case, ipport
                        perf=r.perf, prof_pe=r.prof_pe, target=r.target, timeout_s=r.timeout_s, ipport=ipport,
                        chaos_seed=r.chaos_seed, fnpu=r.fnpu, fpe=r.fpe, binary=r.binary,
                        env=dict(r.env) if r.env else None, on_launch=r.on_launch,
-                       kernel_source=r.kernel)
+                       kernel_source=r.kernel, settings=r.settings)
         perf = res.perf
     if folder is not None:
         write_run_files(folder, res, perf if r.perf else None)
-    return Outcome(r, rep, the_case.spec, result_row(res), res, perf)
+    return Outcome(r, rep, the_case.spec, result_row(res, r.group), res, perf)
 
 
 class Comparison(dict):

@@ -88,17 +88,23 @@ bool watch_launcher() {
 // its own scalar cache line) or your kernel's (the reference's: 32 B slots right after the payload).
 struct DriverWindow {
     uint64_t total, payload_bytes, stride, status_off, status_slot, flag_bytes;
+    uint64_t positions_off = 0, inbox_off = 0, inbox_stride = 0;  // the segment variant's area (0: none)
+    uint64_t row_bytes = 0;  // what a payload slot receives, for the twin's checker (0: your kernel's, any put)
 };
 
 DriverWindow driver_window(const HostArgs& a) {
 #if COMBINE_USER_KERNEL
     const combine::UserWindow w = combine::user_window(a.bs, a.topk, a.h, a.elem_bytes());
     return DriverWindow{w.total_bytes, w.status_off, w.stride, w.status_off, combine::kUserStatusSlotBytes,
-                        combine::kUserStatusSlotBytes};
+                        combine::kUserStatusSlotBytes, 0, 0, 0, 0};
 #else
-    const combine::WindowLayout w = combine::window_layout(a.bs, a.topk, a.h, a.elem_bytes());
+    const combine::WindowLayout w =
+        a.policy == combine::Policy::DualPlaneSegment
+            ? combine::window_layout(a.bs, a.topk, a.h, a.elem_bytes(), uint32_t(a.pe_size), a.expert_per_pe)
+            : combine::window_layout(a.bs, a.topk, a.h, a.elem_bytes());
     return DriverWindow{w.total_bytes, w.status_off - w.payload_off, w.stride, w.status_off, combine::kStatusStride,
-                        combine::kStatusFlagBytes};
+                        combine::kStatusFlagBytes, w.positions_off, w.inbox_off, w.inbox_stride,
+                        uint64_t(a.h) * a.elem_bytes()};
 #endif
 }
 
@@ -151,6 +157,13 @@ int report_wait_timeouts(const uint8_t* diag, uint32_t block_dim, const HostArgs
         memcpy(&rec, diag + uint64_t(b) * combine::kDiagRecordBytes, sizeof rec);
         if (rec.kind == int32_t(combine::WaitKind::None)) continue;
         ++n;
+        if (rec.kind == int32_t(combine::WaitKind::Bases)) {
+            fprintf(stderr, "combine_host: PE %d core %d: timed out after %.1f s waiting for the segment bases of PE %d "
+                            "(inbox slot %d, word %d of %u is %d): PE %d never published its layout\n", a.pe_id, rec.core,
+                    double(rec.waited) / cyc_per_us * 1e-6, rec.slot, rec.slot, rec.word, combine::kStatusWords,
+                    rec.seen, rec.slot);
+            continue;
+        }
         const int32_t token = rec.slot / int32_t(a.topk), k = rec.slot % int32_t(a.topk);
         const int32_t owner = rec.expert >= 0 ? rec.expert / int32_t(a.expert_per_pe) : -1;
         char wave[256] = "";
@@ -173,9 +186,10 @@ int main(int argc, char** argv) {
     HostArgs a;
     if (!parse_host_args(argc, argv, &a)) return 1;
     g_pe = a.pe_id;
-    if (a.policy == combine::Policy::DualPlane && !kPlatformHasSdma) {
-        fprintf(stderr, "combine_host: policy=dual_plane: refused: this %s build has no SDMA (CANN older than "
-                        "9.0.0); use mte_only\n", kPlatformName);
+    if (a.policy != combine::Policy::MteOnly && !kPlatformHasSdma) {
+        fprintf(stderr, "combine_host: policy=%s: refused: this %s build has no SDMA (CANN older than "
+                        "9.0.0); use mte_only\n", a.policy == combine::Policy::DualPlaneSegment ? "dual_plane_segment" : "dual_plane",
+                kPlatformName);
         return 1;
     }
 
@@ -212,8 +226,12 @@ int main(int argc, char** argv) {
         return 5;
     }
     CHECK_ACL(aclrtMemset(window, w.total, 0, w.total));
-    platform_label_window(window, w.payload_bytes, w.stride, window + w.status_off, w.total - w.status_off,
-                          w.status_slot, w.flag_bytes);
+    const uint64_t status_bytes = (w.positions_off ? w.positions_off : w.total) - w.status_off;
+    platform_label_window(window, w.payload_bytes, w.stride, window + w.status_off, status_bytes, w.status_slot,
+                          w.flag_bytes, w.row_bytes);
+    if (w.positions_off)  // the layout by expert: status slot -> payload row, and the bases' inbox
+        platform_label_layout(window + w.positions_off, window + w.inbox_off, uint64_t(a.pe_size) * w.inbox_stride,
+                              w.inbox_stride);
 
     const size_t x_out_bytes = size_t(a.bs) * a.h * a.elem_bytes();
     // expand_x keeps its full [pe_size*bs*topk, h] shape on the device; only the used rows are filled.
@@ -251,7 +269,13 @@ int main(int argc, char** argv) {
     const uint32_t block_dim = uint32_t(a.pe_size);
     a.ub_kb = combine::kUserUbKb;
 #else
-    const uint32_t block_dim = combine::launch_block_dim(uint32_t(a.pe_size), uint32_t(aiv_cores));
+    if (a.cores_per_rank > uint64_t(aiv_cores)) {
+        fprintf(stderr, "combine_host: cores_per_rank=%u: must be in [1, %lld] (the AIV cores of %s)\n",
+                a.cores_per_rank, (long long)aiv_cores, aclrtGetSocName());
+        platform_abort_peers();
+        return 1;
+    }
+    const uint32_t block_dim = combine::launch_block_dim(uint32_t(a.pe_size), uint32_t(aiv_cores), a.cores_per_rank);
 #endif
     // Every wait is bounded: a core's wait for one flag word (in system cycles, at the SoC's
     // rate), the stream (twice that, plus the kernel's own work), the barrier of all PEs.
@@ -278,7 +302,7 @@ int main(int argc, char** argv) {
         (void)timed;
         combine::launch_combine(a.dtype, block_dim, stream, d_expand_x, d_assist, d_counts, d_ids, d_scales, d_x_out,
                                 window, d_diag, a.bs, a.h, a.topk, a.expert_per_pe, a.policy, a.min_sdma_bytes,
-                                wait_budget);
+                                wait_budget, a.cores_per_rank);
 #endif
         aclError e = aclrtSynchronizeStreamWithTimeout(stream, stream_timeout_ms);
         if (e == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) {

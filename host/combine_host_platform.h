@@ -11,9 +11,14 @@
 #if defined(COMBINE_TARGET_TWIN)
 #include "twin_platform.h"
 inline void platform_label_window(uint8_t* payload, size_t payload_bytes, uint64_t stride, uint8_t* status,
-                                  size_t status_bytes, uint64_t status_slot, uint64_t flag_bytes) {
-    twin::label_region(payload, payload_bytes, twin::kRegionPayload, stride);
+                                  size_t status_bytes, uint64_t status_slot, uint64_t flag_bytes, uint64_t row_bytes = 0) {
+    twin::label_region(payload, payload_bytes, twin::kRegionPayload, stride, row_bytes);
     twin::label_region(status, status_bytes, twin::kRegionStatus, status_slot, flag_bytes);
+}
+// The segment variant: `positions` maps a status slot to its payload row (int32 per slot, the
+// receiver's own table), `inbox` holds the bases receivers publish (one slot of `inbox_slot` B each).
+inline void platform_label_layout(uint8_t* positions, uint8_t* inbox, size_t inbox_bytes, uint64_t inbox_slot) {
+    twin::label_layout(positions, inbox, inbox_bytes, inbox_slot);
 }
 // x_out, one slot per token row: the operation stream names the rows stage 2 stores (twin_ops.cpp).
 inline void platform_label_output(uint8_t* x_out, size_t bytes, uint64_t row_bytes) {
@@ -26,8 +31,9 @@ constexpr const char* kPlatformName = "twin";
 // The twin has both data planes.
 constexpr bool kPlatformHasSdma = true;
 #else
-inline void platform_label_window(uint8_t*, size_t, uint64_t, uint8_t*, size_t, uint64_t, uint64_t) {}
+inline void platform_label_window(uint8_t*, size_t, uint64_t, uint8_t*, size_t, uint64_t, uint64_t, uint64_t = 0) {}
 inline void platform_label_output(uint8_t*, size_t, uint64_t) {}
+inline void platform_label_layout(uint8_t*, uint8_t*, size_t, uint64_t) {}
 inline bool platform_dump_counters(const std::string&) { return true; }
 // No way to tell the other PEs on the NPU: they end by their own bounded waits (the kernel's
 // flag waits, the timed stream sync, the barrier watchdog: combine_host.cpp), not by SHMEM's.

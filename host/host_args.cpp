@@ -7,9 +7,11 @@
 
 const char* kHostUsage =
     "usage: combine_host pe_size pe_id ipport g_npus first_pe first_npu dtype bs h topk expert_per_pe "
-    "perf warmup loops csv case_id [policy [min_sdma_bytes [case_root]]]\n"
-    "  dtype: int32_t | float16_t; perf: 0 | 1; policy: mte_only | dual_plane (default dual_plane);\n"
-    "  min_sdma_bytes: default 2097152; case_root: folder holding golden/<case_id>/ and output/ (default .)\n";
+    "perf warmup loops csv case_id [policy [min_sdma_bytes [case_root [cores_per_rank]]]]\n"
+    "  dtype: int32_t | float16_t; perf: 0 | 1;\n"
+    "  policy: mte_only | dual_plane | dual_plane_segment (default dual_plane; docs/variants.md);\n"
+    "  min_sdma_bytes: default 2097152; case_root: folder holding golden/<case_id>/ and output/ (default .);\n"
+    "  cores_per_rank: AIV cores per source rank, 1 (default) to the SoC's AIV cores, at most 48\n";
 
 static bool parse_u64(const char* name, const char* text, uint64_t lo, uint64_t hi, uint64_t* out) {
     errno = 0;
@@ -33,8 +35,8 @@ static bool parse_int(const char* name, const char* text, uint64_t lo, uint64_t 
 }
 
 bool parse_host_args(int argc, char** argv, HostArgs* a) {
-    if (argc < 17 || argc > 20) {
-        fprintf(stderr, "combine_host: got %d arguments, need 16 to 19\n%s", argc - 1, kHostUsage);
+    if (argc < 17 || argc > 21) {
+        fprintf(stderr, "combine_host: got %d arguments, need 16 to 20\n%s", argc - 1, kHostUsage);
         return false;
     }
     const uint64_t k32 = 0x7fffffff;
@@ -74,13 +76,17 @@ bool parse_host_args(int argc, char** argv, HostArgs* a) {
             a->policy = combine::Policy::MteOnly;
         } else if (p == "dual_plane" || p == "doubleplane") {
             a->policy = combine::Policy::DualPlane;
+        } else if (p == "dual_plane_segment") {
+            a->policy = combine::Policy::DualPlaneSegment;
         } else {
-            fprintf(stderr, "combine_host: policy=%s: must be mte_only or dual_plane\n", argv[17]);
+            fprintf(stderr, "combine_host: policy=%s: must be mte_only, dual_plane or dual_plane_segment\n", argv[17]);
             return false;
         }
     }
     if (argc > 18 && !parse_u64("min_sdma_bytes", argv[18], 0, ~0ull, &a->min_sdma_bytes)) return false;
     if (argc > 19) a->case_root = argv[19];
+    // The SoC's own bound (its AIV cores) is checked once the device is known (combine_host.cpp).
+    if (argc > 20 && !parse_int("cores_per_rank", argv[20], 1, combine::kMaxSdmaBlocks, &a->cores_per_rank)) return false;
     const uint64_t rows = a->capacity_rows();
     if (rows > k32 || rows * a->h > (1ull << 40)) {
         fprintf(stderr, "combine_host: pe_size*bs*topk=%llu rows of h=%u: too large (rows must fit int32)\n",

@@ -19,6 +19,7 @@ struct HostArgs {
     combine::Policy policy = combine::Policy::DualPlane;
     uint64_t min_sdma_bytes = 2ull * 1024 * 1024;
     std::string case_root = ".";
+    uint32_t cores_per_rank = 1;  // AIV cores per source rank (docs/variants.md#2-cores-per-source-rank)
     uint32_t ub_kb = combine::kUbMteStageBytes / 1024;  // UBsize/KB of the perf rows
 
     uint32_t elem_bytes() const { return dtype == combine::Dtype::Int32 ? 4u : 2u; }

@@ -38,6 +38,10 @@ namespace fault {
 // Stage 1 (SendSegments): order of payload, quiet and flag.
 constexpr bool kMteFlagBeforeQuiet = COMBINE_FAULT_ON(MTE_FLAG_BEFORE_QUIET);         // MTE flags before the quiet
 constexpr bool kSdmaFlagBeforeSdmaQuiet = COMBINE_FAULT_ON(SDMA_FLAG_BEFORE_SDMA_QUIET);  // SDMA flags, then quiet
+// The variants (docs/variants.md): the segment layout and cores per source rank.
+constexpr bool kNoBasesWait = COMBINE_FAULT_ON(NO_BASES_WAIT);          // puts into the layout, bases not waited for
+constexpr bool kSegmentFlagBeforeSdmaQuiet = COMBINE_FAULT_ON(SEGMENT_FLAG_BEFORE_SDMA_QUIET);  // segment's flags right after its call
+constexpr bool kOtherGroupFlag = COMBINE_FAULT_ON(OTHER_GROUP_FLAG);    // a core writes the next core's chunk's flags
 // Stage 1: UB staging, sync ids, SDMA streams.
 constexpr bool kUbReuse = COMBINE_FAULT_ON(UB_REUSE);                  // one staging buffer, no "free again" flag
 constexpr bool kUbOverlap = COMBINE_FAULT_ON(UB_OVERLAP);              // SDMA scratch inside staging buffer 0

@@ -2,13 +2,22 @@
 // Protocol: docs/protocol.md#5-kernel-protocol; plane rule: docs/decision-rule.md#1-the-rule; the hardware
 // rules it keeps (UB staging, pipe flags, SDMA streams, core counts): docs/hardware-rules.md.
 //
-// Stage 1 (communication), core c serves every segment whose src_rank is c, c + B, ...
-// (B = block_dim, launch_block_dim):
+// Stage 1 (communication): the cores form groups of cores_per_rank (launch_block_dim); group g
+// serves every segment whose src_rank is g, g + G, ... (G groups), core j of the group the j-th
+// chunk of each segment's rows (ChunkBegin/ChunkEnd; with cores_per_rank 1 a core serves whole
+// segments, the reference's structure):
 //   1. SDMA puts of the rows of its SDMA segments (SDMA-quiet every 256 issues);
 //   2. per MTE segment: payload puts through two UB staging buffers in turn (an MTE3->MTE2
 //      flag before a buffer is filled again), quiet, then the status-ready flags;
 //   3. SDMA-quiet, then the status flags of the SDMA rows by MTE, quiet.
-//   A flag is only ever written by MTE and only after its payload is complete.
+//   A flag is only ever written by MTE, only after its payload is complete, and only by the core
+//   that put that payload.
+// The segment variant (Policy::DualPlaneSegment, docs/variants.md#1-one-sdma-call-per-segment)
+//   first lays out the receiving side by expert: core 0 of every PE places its own valid slots
+//   (PlaceRows: positions, bases) and publishes each destination PE's bases to it by MTE, then a
+//   ready flag; all cores meet in the core barrier. A sender waits for a receiver's bases
+//   (HaveLayout, bounded) before it puts anything into that receiver's layout, where the rows of
+//   a segment are contiguous: one SDMA call per chunk of an SDMA segment.
 // Stage 2 (reduction), each PE, as Ascend C vector code (ReduceTokens): per local token wait
 //   for all 8 words of every valid slot's flag (each wait bounded: a core that gives up tells
 //   the host which slot in its diagnostics line), reduce in float32 in topk order (DataCopy,
@@ -48,7 +57,8 @@ public:
     __aicore__ inline CombineKernel(GM_ADDR expand_x, GM_ADDR assist_info, GM_ADDR ep_recv_count,
                                     GM_ADDR expert_ids, GM_ADDR expert_scales, GM_ADDR x_out, GM_ADDR window,
                                     GM_ADDR diag, uint32_t bs, uint32_t h, uint32_t topk, uint32_t expert_per_pe,
-                                    uint32_t policy, uint64_t min_sdma_bytes, uint64_t wait_budget)
+                                    uint32_t policy, uint64_t min_sdma_bytes, uint64_t wait_budget,
+                                    uint32_t cores_per_rank)
         : expand_x_((__gm__ T*)expand_x), assist_((__gm__ int32_t*)assist_info),
           counts_((__gm__ int32_t*)ep_recv_count), expert_ids_((__gm__ int32_t*)expert_ids),
           scales_((__gm__ float*)expert_scales), x_out_((__gm__ T*)x_out), diag_(diag), bs_(bs), h_(h), topk_(topk),
@@ -57,10 +67,21 @@ public:
         pes_ = aclshmem_n_pes();
         core_ = uint32_t(AscendC::GetBlockIdx());
         cores_ = uint32_t(AscendC::GetBlockNum());
-        const WindowLayout w = window_layout(bs, topk, h, sizeof(T));
+        cpr_ = cores_per_rank < 1 ? 1u : cores_per_rank;
+        groups_ = cores_ / cpr_ > 0 ? cores_ / cpr_ : 1u;
+        group_ = core_ / cpr_;
+        chunk_ = core_ % cpr_;
+        layout_ = policy == uint32_t(Policy::DualPlaneSegment);
+        const WindowLayout w = layout_ ? window_layout(bs, topk, h, sizeof(T), uint32_t(pes_), expert_per_pe)
+                                       : window_layout(bs, topk, h, sizeof(T));
         stride_ = w.stride;
         payload_ = window + w.payload_off;
         status_ = window + w.status_off;
+        positions_ = (__gm__ int32_t*)(window + w.positions_off);
+        bases_ = (__gm__ int32_t*)(window + w.bases_off);
+        cursor_ = (__gm__ int32_t*)(window + w.cursor_off);
+        inbox_ = window + w.inbox_off;
+        inbox_stride_ = w.inbox_stride;
         row_bytes_ = uint64_t(h) * sizeof(T);
     }
 
@@ -70,6 +91,10 @@ public:
         FillStatusBlock();
         SHMEMI_PROF_START(kProfFrameFullOp);
         SHMEMI_PROF_START(kProfFrameCommOnly);
+        if (layout_) {
+            if (core_ == 0) PlaceRows();
+            aclshmemi_barrier_core_soft();  // positions written before any core reads them
+        }
         SendSegments();
         SHMEMI_PROF_END(kProfFrameCommOnly);
         ReduceTokens();
@@ -78,16 +103,24 @@ public:
         // SyncAll (that needs a MIX kernel): SHMEM's own core barrier on GM flags, as its AIV
         // examples end (docs/hardware-rules.md#9-cores-waves-and-barriers).
         if constexpr (!fault::kNoCoreBarrier) aclshmemi_barrier_core_soft();
+        if (layout_ && core_ == 0) ResetInbox();  // every core of this PE is done with the bases
         SHMEMI_PROF_END(kProfFrameFullOp);
     }
 
 private:
     __aicore__ inline uint32_t SegBegin(uint32_t seg) const { return seg == 0 ? 0u : uint32_t(counts_[seg - 1]); }
     __aicore__ inline uint32_t SegEnd(uint32_t seg) const { return uint32_t(counts_[seg]); }
+    // This core's chunk of the segment's rows: the rows split evenly over the group's cores.
+    __aicore__ inline uint32_t ChunkAt(uint32_t seg, uint32_t j) const {
+        const uint32_t b = SegBegin(seg);
+        return b + uint32_t(uint64_t(SegEnd(seg) - b) * j / cpr_);
+    }
+    __aicore__ inline uint32_t ChunkBegin(uint32_t seg) const { return ChunkAt(seg, chunk_); }
+    __aicore__ inline uint32_t ChunkEnd(uint32_t seg) const { return ChunkAt(seg, chunk_ + 1); }
 
     // Decision rule, docs/decision-rule.md#1-the-rule, in integers (no division).
     __aicore__ inline bool UseSdma(uint32_t seg) const {
-        if (policy_ != uint32_t(Policy::DualPlane)) return false;
+        if (policy_ != uint32_t(Policy::DualPlane) && policy_ != uint32_t(Policy::DualPlaneSegment)) return false;
         const uint32_t src_rank = seg % uint32_t(pes_);
         const uint64_t token_count = SegEnd(seg) - SegBegin(seg);
         const uint64_t segment_bytes = token_count * row_bytes_;
@@ -95,7 +128,19 @@ private:
                segment_bytes * threshold_den_ > threshold_num_;
     }
 
-    __aicore__ inline __gm__ T* SlotPayload(uint32_t slot) const { return (__gm__ T*)(payload_ + uint64_t(slot) * stride_); }
+    // Where the payload of status slot `slot` lies in this PE's window: slot `slot`, or in the
+    // segment variant the slot's row of the layout by expert.
+    __aicore__ inline __gm__ T* SlotPayload(uint32_t slot) const {
+        const uint64_t row = layout_ ? uint64_t(positions_[slot]) : uint64_t(slot);
+        return (__gm__ T*)(payload_ + row * stride_);
+    }
+    // Where row `row` of segment `seg` goes in the receiver's window: its slot, or in the segment
+    // variant the receiver's layout row (the bases it published, HaveLayout first).
+    __aicore__ inline __gm__ T* DstPayload(uint32_t seg, uint32_t row) const {
+        const uint64_t at = layout_ ? uint64_t(InboxBase(seg % uint32_t(pes_), seg / uint32_t(pes_))) + (row - SegBegin(seg))
+                                    : uint64_t(RowSlot(row));
+        return (__gm__ T*)(payload_ + at * stride_);
+    }
     __aicore__ inline __gm__ int32_t* SlotStatus(uint32_t slot) const {
         return (__gm__ int32_t*)(status_ + uint64_t(slot) * kStatusStride);
     }
@@ -121,12 +166,17 @@ private:
     // One payload row by MTE through the next staging buffer. Its UB -> GM leg stays in
     // flight after the call, so the buffer is filled again only after the MTE3->MTE2 flag
     // set behind that leg.
-    __aicore__ inline void PutRowMte(uint32_t row, int dst_pe) {
+    __aicore__ inline void PutRowMte(uint32_t seg, uint32_t row, int dst_pe) {
+        PutMte(DstPayload(seg, row), expand_x_ + uint64_t(row) * h_, h_, dst_pe);
+    }
+
+    // GM -> GM by MTE through the next staging buffer (`n` elements of T).
+    template <typename U>
+    __aicore__ inline void PutMte(__gm__ U* dst, __gm__ U* src, uint32_t n, int dst_pe) {
         const uint32_t buf = next_stage_;
         next_stage_ = fault::NextStage((next_stage_ + 1) % kUbMteBuffers);
         if (stage_busy_[buf]) AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(kStageEvent0 + buf));
-        aclshmemx_mte_put_nbi<T>(SlotPayload(RowSlot(row)), expand_x_ + uint64_t(row) * h_, ub_at<T>(StageOff(buf)),
-                                 kUbMteStageBytes, h_, dst_pe, StageSyncId(buf));
+        aclshmemx_mte_put_nbi<U>(dst, src, ub_at<U>(StageOff(buf)), kUbMteStageBytes, n, dst_pe, StageSyncId(buf));
         if constexpr (!fault::kUbReuse) StageInFlight(buf);
     }
 
@@ -179,7 +229,86 @@ private:
         __aicore__ inline SegmentsEnd end() const { return SegmentsEnd{}; }
     };
     __aicore__ inline SegmentRange MySegments() const {
-        return SegmentRange{SegmentWalk{core_, 0, cores_, uint32_t(pes_), epp_}};
+        return SegmentRange{SegmentWalk{group_, 0, groups_, uint32_t(pes_), epp_}};
+    }
+
+    // ---- the segment variant's layout (docs/variants.md#1-one-sdma-call-per-segment) ----
+
+    // Core 0: place this PE's valid slots by expert, in (token, k) order within an expert, which
+    // is the order of the rows of the matching segment on the expert's PE (docs/protocol.md#2-dispatch-layout):
+    // bases[e] = valid slots of experts before e, positions[slot] = bases[e] + its rank; then
+    // each destination PE d gets bases[d*epp, (d+1)*epp) in inbox slot my_pe, by MTE, and after
+    // a quiet its ready flag. Scalar GM stores are cleaned before MTE or another core reads them.
+    __aicore__ inline void PlaceRows() {
+        const uint32_t experts = epp_ * uint32_t(pes_);
+        for (uint32_t e = 0; e < experts; ++e) cursor_[e] = 0;
+        for (uint32_t s = 0; s < bs_ * topk_; ++s) {
+            const int32_t e = expert_ids_[s];
+            if (SlotValid(s / topk_, s % topk_)) cursor_[e] = cursor_[e] + 1;
+        }
+        int32_t next = 0;
+        for (uint32_t e = 0; e < experts; ++e) {
+            const int32_t n = cursor_[e];
+            bases_[e] = next;
+            cursor_[e] = next;
+            next += n;
+        }
+        for (uint32_t s = 0; s < bs_ * topk_; ++s) {
+            if (!SlotValid(s / topk_, s % topk_)) {
+                positions_[s] = -1;  // masked: nobody sends it, stage 2 never reads it
+                continue;
+            }
+            const int32_t e = expert_ids_[s];
+            positions_[s] = cursor_[e];
+            cursor_[e] = cursor_[e] + 1;
+        }
+        gm_flush(positions_, bs_ * topk_ * 4);
+        gm_flush(bases_, experts * 4);
+        gm_flush(cursor_, experts * 4);
+        for (int d = 0; d < pes_; ++d)
+            PutMte<int32_t>(InboxBases(uint32_t(my_pe_)), bases_ + uint32_t(d) * epp_, epp_, d);
+        aclshmem_quiet();  // the bases are complete before their ready flags
+        ReleaseStaging();
+        __ubuf__ int32_t* block = ub_at<int32_t>(kUbStatusOff);
+        for (int d = 0; d < pes_; ++d)
+            aclshmemx_mte_put_nbi<int32_t>(InboxReady(uint32_t(my_pe_)), block, kStatusWords, d, kMteSyncId);
+        aclshmem_quiet();
+    }
+
+    __aicore__ inline __gm__ int32_t* InboxReady(uint32_t receiver) const {
+        return (__gm__ int32_t*)(inbox_ + uint64_t(receiver) * inbox_stride_);
+    }
+    __aicore__ inline __gm__ int32_t* InboxBases(uint32_t receiver) const {
+        return (__gm__ int32_t*)(inbox_ + uint64_t(receiver) * inbox_stride_ + kStatusSlotBytes);
+    }
+    // The first layout row of local expert `e` at receiver `receiver` (after HaveLayout).
+    __aicore__ inline int32_t InboxBase(uint32_t receiver, uint32_t e) const { return InboxBases(receiver)[e]; }
+
+    // Waits (bounded) until receiver `receiver` has published its bases to this PE, then makes
+    // them visible to this core's scalar loads. False when the wait gave up.
+    __aicore__ inline bool HaveLayout(uint32_t receiver) {
+        if constexpr (!fault::kNoBasesWait) {
+            if (!WaitFlag(InboxReady(receiver), WaitKind::Bases, receiver, 0)) return false;
+        }
+        gm_invalidate(InboxBases(receiver), epp_ * 4);
+        return true;
+    }
+
+    // After the last core barrier: the inbox's ready flags back to 0 for the next launch.
+    __aicore__ inline void ResetInbox() {
+        for (uint32_t r = 0; r < uint32_t(pes_); ++r) {
+            __gm__ int32_t* flag = InboxReady(r);
+            for (uint32_t w = 0; w < kStatusWords; ++w) flag[w] = 0;
+            gm_flush(flag, kStatusFlagBytes);
+        }
+    }
+
+    // The chunk whose flags this core writes: its own (OTHER_GROUP_FLAG: the next core's).
+    __aicore__ inline uint32_t FlagChunkBegin(uint32_t seg) const {
+        return fault::kOtherGroupFlag ? ChunkAt(seg, (chunk_ + 1) % cpr_) : ChunkBegin(seg);
+    }
+    __aicore__ inline uint32_t FlagChunkEnd(uint32_t seg) const {
+        return fault::kOtherGroupFlag ? ChunkAt(seg, (chunk_ + 1) % cpr_ + 1) : ChunkEnd(seg);
     }
 
     __aicore__ inline void SendSegments() {
@@ -193,28 +322,35 @@ private:
 
         // 1. SDMA payload first, so the copy engine runs while the core drives MTE.
         uint32_t sdma_rows = 0, outstanding = 0;
+        const bool one_call = layout_ && stride_ == row_bytes_;  // the chunk's rows back to back at both ends
         for (const Segment s : MySegments()) {
             if (!UseSdma(s.seg)) continue;
-            for (uint32_t row = SegBegin(s.seg); row < SegEnd(s.seg); ++row) {
-                aclshmemx_sdma_put_nbi<T>(SlotPayload(RowSlot(row)), expand_x_ + uint64_t(row) * h_, sdma_ub,
-                                          kUbSdmaBytes, h_, s.src_rank, SdmaSyncId());
-                ++sdma_rows;
+            const uint32_t begin = ChunkBegin(s.seg), end = ChunkEnd(s.seg);
+            if (begin == end) continue;
+            if (layout_ && !HaveLayout(uint32_t(s.src_rank))) continue;
+            for (uint32_t row = begin; row < end; row = one_call ? end : row + 1) {
+                const uint32_t n = one_call ? (end - begin) * h_ : h_;
+                aclshmemx_sdma_put_nbi<T>(DstPayload(s.seg, row), expand_x_ + uint64_t(row) * h_, sdma_ub,
+                                          kUbSdmaBytes, n, s.src_rank, SdmaSyncId());
                 if (++outstanding == kSdmaQuietEvery) {
                     aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
                     outstanding = 0;
                 }
             }
+            sdma_rows += end - begin;
+            if constexpr (fault::kSegmentFlagBeforeSdmaQuiet) PutFlags(begin, end, s.src_rank);  // its SQEs in flight
         }
         // 2. MTE segments: payload, quiet, then their flags.
         bool any_mte = false;
         for (const Segment s : MySegments()) {
-            const uint32_t begin = SegBegin(s.seg), end = SegEnd(s.seg);
+            const uint32_t begin = ChunkBegin(s.seg), end = ChunkEnd(s.seg);
             if (begin == end || UseSdma(s.seg)) continue;
-            for (uint32_t row = begin; row < end; ++row) PutRowMte(row, s.src_rank);
+            if (layout_ && !HaveLayout(uint32_t(s.src_rank))) continue;
+            for (uint32_t row = begin; row < end; ++row) PutRowMte(s.seg, row, s.src_rank);
             if constexpr (fault::kMteFlagBeforeQuiet) PutFlags(begin, end, s.src_rank);  // before their payload's quiet
             aclshmem_quiet();
             ReleaseStaging();
-            if constexpr (!fault::kMteFlagBeforeQuiet) PutFlags(begin, end, s.src_rank);
+            if constexpr (!fault::kMteFlagBeforeQuiet) PutFlags(FlagChunkBegin(s.seg), FlagChunkEnd(s.seg), s.src_rank);
             any_mte = true;
         }
         if (any_mte) aclshmem_quiet();
@@ -222,8 +358,10 @@ private:
         if (sdma_rows > 0) {
             if constexpr (!fault::kSdmaFlagBeforeSdmaQuiet)
                 aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
-            for (const Segment s : MySegments()) {
-                if (UseSdma(s.seg)) PutFlags(SegBegin(s.seg), SegEnd(s.seg), s.src_rank);
+            if constexpr (!fault::kSegmentFlagBeforeSdmaQuiet) {
+                for (const Segment s : MySegments()) {
+                    if (UseSdma(s.seg)) PutFlags(FlagChunkBegin(s.seg), FlagChunkEnd(s.seg), s.src_rank);
+                }
             }
             aclshmem_quiet();
             if constexpr (fault::kSdmaFlagBeforeSdmaQuiet)  // the flags went before it
@@ -240,16 +378,21 @@ private:
     // once), each for at most wait_budget_ cycles: SHMEM's waits are unbounded, a dead PE would
     // hold this core forever. A core that gives up tells the host what it waited for; false then.
     __aicore__ inline bool WaitSlot(uint32_t token, uint32_t k) {
+        return WaitFlag(SlotStatus(token * topk_ + k), WaitKind::StatusSlot, token * topk_ + k,
+                        expert_ids_[token * topk_ + k]);
+    }
+
+    // Waits for the ready block at `flag`, word by word, each word for at most wait_budget_
+    // cycles; a core that gives up records `kind`, `slot` and `expert` in its diagnostics line.
+    __aicore__ inline bool WaitFlag(__gm__ int32_t* flag, WaitKind kind, uint32_t slot, int32_t expert) {
         if (gave_up_) return false;
-        const uint32_t slot = token * topk_ + k;
-        __gm__ int32_t* flag = SlotStatus(slot);
-        const uint32_t words = fault::StatusWaitWords(kStatusWords);
+        const uint32_t words = kind == WaitKind::StatusSlot ? fault::StatusWaitWords(kStatusWords) : kStatusWords;
         for (uint32_t w = 0; w < words; ++w) {
             const int64_t start = AscendC::GetSystemCycle();
             while (!aclshmem_int32_test(flag + w, ACLSHMEM_CMP_EQ, kStatusReady)) {
                 const int64_t waited = AscendC::GetSystemCycle() - start;
                 if (waited > int64_t(wait_budget_)) {
-                    ReportWaitTimeout(token, k, w, flag[w], waited);
+                    ReportWaitTimeout(kind, slot, expert, w, flag[w], waited);
                     return false;
                 }
             }
@@ -258,16 +401,17 @@ private:
     }
 
     // This core's line of the diagnostics buffer: what it gave up waiting for (WaitTimeout).
-    __aicore__ inline void ReportWaitTimeout(uint32_t token, uint32_t k, uint32_t word, int32_t seen, int64_t waited) {
+    __aicore__ inline void ReportWaitTimeout(WaitKind kind, uint32_t slot, int32_t expert, uint32_t word, int32_t seen,
+                                             int64_t waited) {
         gave_up_ = true;
         __gm__ WaitTimeout* rec = (__gm__ WaitTimeout*)(diag_ + uint64_t(core_) * kDiagRecordBytes);
         rec->core = int32_t(core_);
-        rec->slot = int32_t(token * topk_ + k);
+        rec->slot = int32_t(slot);
         rec->word = int32_t(word);
         rec->seen = seen;
-        rec->expert = expert_ids_[token * topk_ + k];
+        rec->expert = expert;
         rec->waited = waited;
-        rec->kind = int32_t(WaitKind::StatusSlot);
+        rec->kind = int32_t(kind);
         gm_flush(rec, sizeof(WaitTimeout));
     }
 
@@ -383,6 +527,8 @@ private:
         const uint32_t t_begin = core_ * per_core;
         const uint32_t t_end = t_begin + per_core < bs_ ? t_begin + per_core : bs_;
         if (t_begin >= t_end) return;
+        // The segment variant: core 0's positions of these tokens (written before the core barrier).
+        if (layout_) gm_invalidate(positions_ + t_begin * topk_, (t_end - t_begin) * topk_ * 4);
         using AscendC::LocalTensor;
         using AscendC::TPosition;
         const LocalTensor<T> in[kReduceBuffers] = {
@@ -454,6 +600,13 @@ private:
     uint64_t threshold_num_ = 0, threshold_den_ = 1;
     int my_pe_ = 0, pes_ = 1;
     uint32_t core_ = 0, cores_ = 1;
+    uint32_t cpr_ = 1, groups_ = 1, group_ = 0, chunk_ = 0;  // cores per source rank, this core's group and chunk
+    bool layout_ = false;                                      // the segment variant's layout by expert
+    __gm__ int32_t* positions_ = nullptr;
+    __gm__ int32_t* bases_ = nullptr;
+    __gm__ int32_t* cursor_ = nullptr;
+    GM_ADDR inbox_ = nullptr;
+    uint64_t inbox_stride_ = 0;
     uint32_t next_stage_ = 0;
     uint32_t waited_token_ = 0;  // stage 2: the last token whose flags this core waited for
     bool stage_busy_[kUbMteBuffers] = {false, false};
@@ -466,10 +619,12 @@ private:
     extern "C" COMBINE_KERNEL_ATTRS __global__ __aicore__ void NAME(                                            \
         uint64_t ffts_addr, GM_ADDR expand_x, GM_ADDR assist_info, GM_ADDR ep_recv_count, GM_ADDR expert_ids,  \
         GM_ADDR expert_scales, GM_ADDR x_out, GM_ADDR window, GM_ADDR diag, uint32_t bs, uint32_t h,           \
-        uint32_t topk, uint32_t expert_per_pe, uint32_t policy, uint64_t min_sdma, uint64_t wait_budget) {     \
+        uint32_t topk, uint32_t expert_per_pe, uint32_t policy, uint64_t min_sdma, uint64_t wait_budget,       \
+        uint32_t cores_per_rank) {                                                                             \
         util_set_ffts_config(ffts_addr); /* first thing, as SHMEM's kernels do */                              \
         combine::CombineKernel<T> op(expand_x, assist_info, ep_recv_count, expert_ids, expert_scales, x_out,  \
-                                     window, diag, bs, h, topk, expert_per_pe, policy, min_sdma, wait_budget); \
+                                     window, diag, bs, h, topk, expert_per_pe, policy, min_sdma, wait_budget,  \
+                                     cores_per_rank);                                                          \
         op.Process();                                                                                          \
     }
 
@@ -481,17 +636,17 @@ namespace combine {
 void launch_combine(Dtype dtype, uint32_t block_dim, void* stream, uint8_t* expand_x, uint8_t* assist_info,
                     uint8_t* ep_recv_count, uint8_t* expert_ids, uint8_t* expert_scales, uint8_t* x_out,
                     uint8_t* window, uint8_t* diag, uint32_t bs, uint32_t h, uint32_t topk, uint32_t expert_per_pe,
-                    Policy policy, uint64_t min_sdma_bytes, uint64_t wait_budget) {
+                    Policy policy, uint64_t min_sdma_bytes, uint64_t wait_budget, uint32_t cores_per_rank) {
     const uint32_t pol = uint32_t(policy);
     const uint64_t ffts = util_get_ffts_config();
     if (dtype == Dtype::Int32) {
         combine_int32<<<block_dim, nullptr, stream>>>(ffts, expand_x, assist_info, ep_recv_count, expert_ids,
                                                       expert_scales, x_out, window, diag, bs, h, topk, expert_per_pe,
-                                                      pol, min_sdma_bytes, wait_budget);
+                                                      pol, min_sdma_bytes, wait_budget, cores_per_rank);
     } else {
         combine_float16<<<block_dim, nullptr, stream>>>(ffts, expand_x, assist_info, ep_recv_count, expert_ids,
                                                         expert_scales, x_out, window, diag, bs, h, topk,
-                                                        expert_per_pe, pol, min_sdma_bytes, wait_budget);
+                                                        expert_per_pe, pol, min_sdma_bytes, wait_budget, cores_per_rank);
     }
 }
 

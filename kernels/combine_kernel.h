@@ -15,7 +15,10 @@
 namespace combine {
 
 enum class Dtype : uint32_t { Int32 = 0, Float16 = 1 };
-enum class Policy : uint32_t { MteOnly = 0, DualPlane = 1 };
+// MteOnly: classic. DualPlane: doubleplane, one SDMA call per row into the token's slot.
+// DualPlaneSegment: doubleplane with the receiver's layout by expert (docs/variants.md#1-one-sdma-call-per-segment):
+// every row of a segment lands contiguously, so an SDMA segment goes in one call per core's chunk.
+enum class Policy : uint32_t { MteOnly = 0, DualPlane = 1, DualPlaneSegment = 2 };
 
 // A status slot: the ready value in 8 int32 words (32 B: what a status put writes and a wait
 // checks, word by word), alone on a 64 B slot. The AI core's scalar data cache works on 64 B
@@ -99,37 +102,66 @@ __host_aicore__ inline uint64_t payload_stride(uint32_t h, uint32_t elem_bytes) 
 }
 
 // Symmetric window of one PE: bs*topk payload slots, then bs*topk status slots of
-// kStatusStride bytes (each on its own 64 B line).
+// kStatusStride bytes (each on its own 64 B line). With `pes` > 0 (the segment variant,
+// Policy::DualPlaneSegment) the segment area follows (docs/variants.md#3-extra-memory-and-steps):
+//   positions [bs*topk] int32: where slot token*topk + k's row lies in the layout by expert;
+//   bases [pes*epp] int32: the first layout row of each expert, by expert id (contiguous per
+//     destination PE d: bases[d*epp, (d+1)*epp), the part d is sent);
+//   cursor [pes*epp] int32: core 0's scratch while it places the rows;
+//   inbox [pes] slots of inbox_stride bytes: slot r holds what receiver PE r published to this PE,
+//     a 64 B ready line (the 32 B ready block, written by MTE after the bases) then its epp bases.
+// The payload slots themselves are then indexed by layout row instead of by token*topk + k.
 struct WindowLayout {
     uint64_t slots, stride, payload_off, status_off, total_bytes;
+    uint64_t positions_off = 0, bases_off = 0, cursor_off = 0, inbox_off = 0, inbox_stride = 0;
 };
 
-__host_aicore__ inline WindowLayout window_layout(uint32_t bs, uint32_t topk, uint32_t h, uint32_t elem_bytes) {
+__host_aicore__ inline uint64_t align_line(uint64_t n) { return (n + kStatusSlotBytes - 1) / kStatusSlotBytes * kStatusSlotBytes; }
+
+__host_aicore__ inline WindowLayout window_layout(uint32_t bs, uint32_t topk, uint32_t h, uint32_t elem_bytes,
+                                                  uint32_t pes = 0, uint32_t expert_per_pe = 0) {
     WindowLayout w{};
     w.slots = uint64_t(bs) * topk;
     w.stride = payload_stride(h, elem_bytes);
     w.payload_off = 0;
-    w.status_off = (w.slots * w.stride + kStatusSlotBytes - 1) / kStatusSlotBytes * kStatusSlotBytes;  // on a line
+    w.status_off = align_line(w.slots * w.stride);  // on a line
     w.total_bytes = w.status_off + w.slots * kStatusStride;
+    if (pes > 0) {
+        const uint64_t experts = uint64_t(pes) * expert_per_pe;
+        w.positions_off = w.total_bytes;
+        w.bases_off = w.positions_off + align_line(w.slots * 4);
+        w.cursor_off = w.bases_off + align_line(experts * 4);
+        w.inbox_off = w.cursor_off + align_line(experts * 4);
+        w.inbox_stride = kStatusSlotBytes + align_line(uint64_t(expert_per_pe) * 4);
+        w.total_bytes = w.inbox_off + uint64_t(pes) * w.inbox_stride;
+    }
     return w;
 }
 
-// Blocks of one launch: one per source rank, but never more than the SoC's AIV cores (more
-// would run in waves, and blocks wait on each other) nor SHMEM's 48 SDMA streams. Core c then
-// serves source ranks c, c + block_dim, c + 2*block_dim, ...
-inline uint32_t launch_block_dim(uint32_t pes, uint32_t aiv_cores) {
-    const uint32_t b = pes < aiv_cores ? pes : aiv_cores;
-    return fault::LaunchBlocks(b < kMaxSdmaBlocks ? b : kMaxSdmaBlocks, pes);
+// Blocks of one launch: `cores_per_rank` per source rank (1: the reference's structure), but
+// never more than the SoC's AIV cores (more would run in waves, and blocks wait on each other)
+// nor SHMEM's 48 SDMA streams. The blocks form groups of cores_per_rank; group g serves source
+// ranks g, g + G, g + 2*G, ... (G = block_dim / cores_per_rank), core j of a group the j-th chunk
+// of each of those segments' rows (docs/variants.md#2-cores-per-source-rank). The host checks
+// 1 <= cores_per_rank <= min(AIV cores, 48) before it launches.
+inline uint32_t launch_block_dim(uint32_t pes, uint32_t aiv_cores, uint32_t cores_per_rank = 1) {
+    const uint32_t cap0 = aiv_cores < kMaxSdmaBlocks ? aiv_cores : kMaxSdmaBlocks;
+    const uint32_t cpr = cores_per_rank < 1 ? 1 : cores_per_rank;
+    const uint32_t groups_cap = cap0 / cpr > 0 ? cap0 / cpr : 1;
+    const uint32_t groups = pes < groups_cap ? pes : groups_cap;
+    return fault::LaunchBlocks(groups * cpr, pes);
 }
 
 // What a core of the kernel leaves for the host when one of its waits gives up (no device
 // wait of SHMEM's is bounded, so the kernel bounds its own: docs/hardware-rules.md#8-bounded-waits). One
 // record per core, each on its own 64 B line of the diagnostics buffer, zero while all is well.
-enum class WaitKind : int32_t { None = 0, StatusSlot = 1 };
+// StatusSlot: a status slot's flag; Bases: the segment variant's inbox (slot = the receiver PE whose
+// bases never came).
+enum class WaitKind : int32_t { None = 0, StatusSlot = 1, Bases = 2 };
 struct WaitTimeout {
     int32_t kind;     // WaitKind
     int32_t core;     // the core that gave up
-    int32_t slot;     // status slot token * topk + k
+    int32_t slot;     // status slot token * topk + k (Bases: the receiver PE)
     int32_t word;     // the word of the slot's ready block that never became ready
     int32_t seen;     // the value it held at the end
     int32_t expert;   // expert_ids[token, k]: the slot is sent by the PE that owns it
@@ -138,13 +170,14 @@ struct WaitTimeout {
 constexpr uint32_t kDiagRecordBytes = 64;
 static_assert(sizeof(WaitTimeout) <= kDiagRecordBytes, "a core's wait record fits its line");
 
-// Launch one combine on `stream` with `block_dim` AIV cores (launch_block_dim).
+// Launch one combine on `stream` with `block_dim` AIV cores (launch_block_dim with the same
+// `cores_per_rank`).
 // All pointers are device (GM) addresses; `window` is the symmetric window of this PE; `diag`
 // holds block_dim records of kDiagRecordBytes (zeroed by the host) and `wait_budget` is how
 // long a core waits for one flag word, in system cycles (AscendC::GetSystemCycle).
 void launch_combine(Dtype dtype, uint32_t block_dim, void* stream, uint8_t* expand_x, uint8_t* assist_info,
                     uint8_t* ep_recv_count, uint8_t* expert_ids, uint8_t* expert_scales, uint8_t* x_out,
                     uint8_t* window, uint8_t* diag, uint32_t bs, uint32_t h, uint32_t topk, uint32_t expert_per_pe,
-                    Policy policy, uint64_t min_sdma_bytes, uint64_t wait_budget);
+                    Policy policy, uint64_t min_sdma_bytes, uint64_t wait_budget, uint32_t cores_per_rank = 1);
 
 }  // namespace combine

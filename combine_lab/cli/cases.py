@@ -31,6 +31,7 @@ from ..folders import own_folders, usable_folder
 from ..values import as_list
 from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
+from ..planning.settings import parse_settings, parse_variant_label, variant_label
 from ..harness import BASELINE, WALL, Outcome, Run, execute
 from ..results.rows import ERROR, FAIL, ResultRow
 from ..results.tables import summarize, tidy_rows
@@ -299,7 +300,7 @@ def repeated_rows(outcomes: list[Outcome], summary: pd.DataFrame) -> list[Repeat
     groups: dict[tuple, list[Outcome]] = {}
     for o in outcomes:
         groups.setdefault((o.row.case_id, o.row.variant), []).append(o)
-    by_case = {r["case_id"]: r for _, r in summary.iterrows()} if len(summary) else {}
+    by_case = _summary_by_case(summary)
     out = []
     for (case_id, variant), os_ in groups.items():
         first = os_[0].row
@@ -308,12 +309,13 @@ def repeated_rows(outcomes: list[Outcome], summary: pd.DataFrame) -> list[Repeat
         violations = sum(r.violations or 0 for r in ran) if first.violations is not None else None
         row = dataclasses.replace(first, check=check, violations=violations,
                                   counters_ok=None if first.counters_ok is None else all(r.counters_ok for r in ran))
-        s = by_case.get(case_id)
+        s = by_case.get((case_id, first.settings))
+        base = variant.split("-")[0]  # a variant label's combine (doubleplane-segment-c6)
         times = {}
-        if s is not None and variant in VARIANTS:
+        if s is not None and base in VARIANTS and not first.kernel:
             for m in ("comm_only", "full_op"):
-                times[m] = (float(s[f"{m}_{variant}_us"]), float(s[f"{m}_{variant}_lo_us"]),
-                            float(s[f"{m}_{variant}_hi_us"]))
+                times[m] = (float(s[f"{m}_{base}_us"]), float(s[f"{m}_{base}_lo_us"]),
+                            float(s[f"{m}_{base}_hi_us"]))
         elif first.kernel and ran:  # your kernel: the median and spread of its own repeats
             for m in ("comm_only", "full_op"):
                 t = [r.time_us(m) for r in ran if math.isfinite(r.time_us(m))]
@@ -327,14 +329,24 @@ def repeated_rows(outcomes: list[Outcome], summary: pd.DataFrame) -> list[Repeat
     return out
 
 
+def _summary_by_case(summary: pd.DataFrame) -> dict:
+    """(case_id, settings group) -> the summary row."""
+    if not len(summary):
+        return {}
+    return {(r["case_id"], r.get("settings", "reference")): r for _, r in summary.iterrows()}
+
+
 def table(rows: list) -> pd.DataFrame:
     """The rows (:class:`RepeatedRow`, or ResultRows: one repeat each) as the run table shows them
     (:data:`TABLE_COLUMNS`): times rounded to 3 decimals (us; NaN when not timed), bytes and
     violations as integers, counters=plan 'yes' or 'NO' ('differs' for your kernel: compared with its
     rule's plan, not required); a value a row does not have (a refused variant, the baseline) is '-'."""
     rows = [r if isinstance(r, RepeatedRow) else RepeatedRow(r, 1 if r.ran else 0, {}, math.nan) for r in rows]
+    columns = dict(TABLE_COLUMNS)
+    if any(r.settings != "reference" for r in rows):  # kernel settings ran (docs/variants.md): what changed
+        columns.update({"cores/rank": "cores_per_rank", "SDMA calls": "sdma_calls"})
     data = {}
-    for title, name in TABLE_COLUMNS.items():
+    for title, name in columns.items():
         values = [getattr(r, name) for r in rows]
         if name in ("comm_only_us", "full_op_us"):
             data[title] = [round(v, 3) if not math.isnan(v) else float("nan") for v in values]
@@ -343,11 +355,11 @@ def table(rows: list) -> pd.DataFrame:
         elif name == "counters_ok":  # your kernel's are compared with its rule's plan, not required
             data[title] = ["-" if v is None else ("yes" if v else "differs" if r.kernel else "NO")
                            for v, r in zip(values, rows)]
-        elif name in _INT_FIELDS and any(v is None for v in values):
+        elif name in _INT_FIELDS + ("cores_per_rank", "sdma_calls") and any(v is None for v in values):
             data[title] = pd.Series(["-" if v is None else int(v) for v in values], dtype=object)
         else:
             data[title] = values
-    return pd.DataFrame(data, columns=list(TABLE_COLUMNS))
+    return pd.DataFrame(data, columns=list(columns))
 
 
 def table_text(rows: list) -> str:
@@ -361,18 +373,22 @@ def speedup_table(summary: pd.DataFrame) -> pd.DataFrame:
     1: doubleplane faster), its spread ("min-max" over the paired repeats) and the verdict (faster,
     slower, within noise, or no SDMA: identical traffic)."""
     rows = []
+    grouped = "settings" in summary.columns and set(summary["settings"]) != {"reference"}
     for _, r in summary.iterrows():
         if not math.isfinite(r["comm_only_speedup"]):
             continue
-        rec = {"case_id": r["case_id"], "routing": r["routing"], "repeats": int(r["repeats"])}
+        rec = {"case_id": r["case_id"], "routing": r["routing"], "repeats": int(r["repeats"]),
+               "settings": r.get("settings", "reference")}
         for m in ("comm_only", "full_op"):
             rec[f"{m}_speedup"] = f"{float(r[f'{m}_speedup']):.3f}"
             rec[f"{m}_speedup_spread"] = "-" if r["repeats"] < 2 else \
                 f"{r[f'{m}_speedup_lo']:.3f}-{r[f'{m}_speedup_hi']:.3f}"
             rec[f"{m}_verdict"] = r[f"{m}_verdict"]
         rows.append(rec)
-    return pd.DataFrame([{t: rec[n] for t, n in SPEEDUP_COLUMNS.items()} for rec in rows],
-                        columns=list(SPEEDUP_COLUMNS))
+    cols = dict(SPEEDUP_COLUMNS)
+    if grouped:  # compare --settings: one row per case and settings group (docs/variants.md)
+        cols = {"case": "case_id", "settings": "settings", **{k: v for k, v in cols.items() if k != "case"}}
+    return pd.DataFrame([{t: rec[n] for t, n in cols.items()} for rec in rows], columns=list(cols))
 
 
 def _report(o: Outcome) -> None:
@@ -416,6 +432,9 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     kernels = [kernel_source(d) for d in getattr(a, "kernel_source", None) or []]  # each checked before anything
     if getattr(a, "only_kernels", False) and kernels:
         variants = []  # run --kernel-source: your kernels instead of the lab's
+    # the lab's runs: label -> (variant, settings, settings groups whose summary it belongs to)
+    entries = _entries(variants, getattr(a, "settings", None))
+    variants = list(entries)
     specs = _specs(a, payload=model is None or bool(kernels))
     prof_pe = _prof_pe(a.prof_pe, specs)
     _check_run_flags(a, specs)
@@ -426,7 +445,8 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
                 raise ParameterError(f"{flag}: runs the kernel; --clock model:{model.name} prices it without running")
         base, refused = Path(f"{a.output_dir}-model-{model.name}"), {}
     else:
-        base, refused = Path(a.output_dir), refusals(a.target, variants)
+        base, refused = Path(a.output_dir), {v: why for v, (b, _, _) in entries.items()
+                                             for why in [refusals(a.target, [b]).get(b)] if why}
         refused.update({k.label: why for k in kernels for why in [refusals(a.target, [k.rule]).get(k.rule)] if why})
         if refused and len(refused) == len(variants) + len(kernels):  # nothing would run: say why, exit 2
             raise VariantRefused(next(iter(refused.values())))
@@ -439,7 +459,7 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     separate = len(variants) + len(kernels) > 1
     folders = {v: variant_dir(base, v, separate) for v in variants}
     folders.update({k.label: variant_dir(base, k.slug, separate) for k in kernels})
-    rules = {**{v: v for v in variants}, **{k.label: k.rule for k in kernels}}
+    rules = {**{v: v for v in variants}, **{k.label: k.rule for k in kernels}}  # what names each one's files
     written = {v: f for v, f in folders.items() if v not in refused} if a.perf else {}
     for folder in written.values():
         usable_folder(folder, "--output-dir")
@@ -450,9 +470,10 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     clock = model if model is not None else WALL
     runs = []
     for spec in specs:
-        runs += [Run(spec, v, clock=clock, repeats=repeats, warmup=warmup, loops=loops, perf=a.perf,
+        runs += [Run(spec, b, clock=clock, repeats=repeats, warmup=warmup, loops=loops, perf=a.perf,
                      prof_pe=prof_pe, min_sdma_bytes=a.min_sdma_bytes, target=a.target, timeout_s=a.timeout,
-                     chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe) for v in variants]
+                     chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, settings=st, group=groups[0])
+                 for b, st, groups in entries.values()]
         runs += [Run(spec, getattr(a, "rule", None) or k.rule, clock=clock, repeats=repeats, warmup=warmup,
                      loops=loops, perf=a.perf, prof_pe=prof_pe, min_sdma_bytes=a.min_sdma_bytes, target=a.target,
                      timeout_s=a.timeout, chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, kernel=k) for k in kernels]
@@ -476,8 +497,10 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
             if gone and model is None:
                 print(f"combine-lab: replaced an earlier {variant} run's files in {folders[variant]} ({len(gone)} of "
                       "its files, not this run's, removed)", file=sys.stderr)
-        tidy = pd.DataFrame([t for o in outcomes for t in tidy_rows(o.row, o.spec, o.perf if o.result is not None
-                                                                          else None, o.repeat)])
+        # a run shared by several settings groups (classic in reference and segment) counts in each
+        tidy = pd.DataFrame([t for o in outcomes for g in entries.get(o.row.variant, (0, 0, [o.row.settings]))[2]
+                             for t in tidy_rows(dataclasses.replace(o.row, settings=g), o.spec,
+                                                o.perf if o.result is not None else None, o.repeat)])
         summary = summarize(tidy) if a.perf or model is not None else pd.DataFrame()
         rows = repeated_rows(outcomes, summary) if len(summary) else [o.row for o in outcomes]
         print(model.caption() if model is not None else _measured_caption(a, repeats))
@@ -509,6 +532,28 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     return 0 if all(r.ok for r in ran) and not failed else 1
 
 
+def _entries(variants: list[str], settings: list | None) -> dict[str, tuple]:
+    """The lab's runs of ``variants`` (classic, doubleplane) under each settings group of
+    ``settings`` (labels; None: the reference's, or for ``run --variant LABEL`` the label's own):
+    variant label -> (variant, KernelSettings, [groups]). In a group with the segment layout classic
+    runs without it (classic sends nothing by SDMA), so one classic run can serve several groups."""
+    out: dict[str, tuple] = {}
+    for group in settings or [None]:
+        for v in variants:
+            base, st = parse_variant_label(v)
+            if group is not None:
+                st = parse_settings(group)
+                if base == "classic":
+                    st = dataclasses.replace(st, segment=False)
+            g = st.label if group is None else parse_settings(group).label
+            label = variant_label(base, st)
+            if label not in out:
+                out[label] = (base, st, [])
+            if g not in out[label][2]:
+                out[label][2].append(g)
+    return out
+
+
 def write_run_summary(folder: Path, a: argparse.Namespace, outcomes: list[Outcome], summary: pd.DataFrame,
                       rows: list) -> Path:
     """The run's summary (:mod:`combine_lab.formats.summaries`) in ``folder``: per case and variant
@@ -520,7 +565,7 @@ def write_run_summary(folder: Path, a: argparse.Namespace, outcomes: list[Outcom
             t = each.setdefault((o.row.case_id, o.row.variant), {"comm_only": [], "full_op": []})
             for m in t:
                 t[m].append(o.row.time_us(m))
-    by_case = {r["case_id"]: r for _, r in summary.iterrows()} if len(summary) else {}
+    by_case = _summary_by_case(summary)
     cases: dict[str, dict] = {}
     for r in rows:
         c = cases.setdefault(r.case_id, {"case_id": r.case_id, "routing": r.routing, "dtype": r.dtype,
@@ -533,8 +578,9 @@ def write_run_summary(folder: Path, a: argparse.Namespace, outcomes: list[Outcom
             rec[f"{m}_us"] = {"median": _num(med), "min": _num(lo), "max": _num(hi),
                               "each": [_num(v) for v in each.get((r.case_id, r.variant), {}).get(m, [])]}
         c["variants"][r.variant] = rec
-        srow = by_case.get(r.case_id)
-        if srow is not None and math.isfinite(srow["comm_only_speedup"]):
+        srow = by_case.get((r.case_id, r.settings))
+        if srow is not None and math.isfinite(srow["comm_only_speedup"]) and (not c["speedup"] or
+                                                                               r.settings == "reference"):
             c["speedup"] = {m: {"median": _num(srow[f"{m}_speedup"]), "min": _num(srow[f"{m}_speedup_lo"]),
                                 "max": _num(srow[f"{m}_speedup_hi"]), "verdict": srow[f"{m}_verdict"]}
                             for m in ("comm_only", "full_op")}

@@ -3,6 +3,7 @@
     combine-lab compare -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 --routing trace:mixtral/arxiv/15
     combine-lab compare ... --baseline hccl   # + torch.distributed all_to_all (HCCL; gloo on the twin)
     combine-lab compare ... --kernel-source ~/shmem/examples/combine/combine_doubleplane   # + your kernel
+    combine-lab compare ... --settings reference,segment-c6   # classic and doubleplane under each (docs/variants.md)
 
 With ``--perf`` each variant's files go to their own folder, ``<output-dir>/classic/`` and
 ``<output-dir>/doubleplane/`` (a kernel of yours: ``<output-dir>/reference-doubleplane/``, ...), so
@@ -13,8 +14,22 @@ from __future__ import annotations
 
 import argparse
 
+from ..planning.settings import SETTINGS_LABEL_FORM, parse_settings
 from ..run.runner import VARIANTS
 from .cases import add_case_flags, run_variants
+
+
+def _settings_flag(text: str) -> list[str]:
+    """--settings: comma-separated settings labels, each checked (argparse refuses a bad one)."""
+    labels = [t.strip().lower() for t in text.split(",") if t.strip()]
+    if not labels:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be one or more of {SETTINGS_LABEL_FORM}, comma-separated")
+    for t in labels:
+        try:
+            parse_settings(t)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{t!r}: must be {SETTINGS_LABEL_FORM}") from None
+    return list(dict.fromkeys(labels))
 
 
 def _compare(a: argparse.Namespace) -> int:
@@ -27,6 +42,11 @@ def register(sub) -> None:
                        help="run classic and doubleplane (and each --kernel-source) on the same case(s); --perf files "
                             "in <output-dir>/classic, <output-dir>/doubleplane, <output-dir>/<kernel label>")
     add_case_flags(p)
+    p.add_argument("--settings", type=_settings_flag, default=None, metavar="LABELS",
+                   help="kernel settings to compare under, comma-separated: reference (default), segment (doubleplane's "
+                        "one SDMA call per contiguous segment), c<N> (N AIV cores per source rank), segment-c<N>; "
+                        "classic and doubleplane run under each, the speed-up per case and settings "
+                        "(docs/variants.md)")
     p.add_argument("--baseline", choices=["hccl"], default=None,
                    help="also run torch.distributed all_to_all + weighted sum (HCCL on npu; gloo, CPU tensors, on cpu)")
     p.set_defaults(handler=_compare)

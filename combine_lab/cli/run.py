@@ -2,19 +2,35 @@
 
     combine-lab run -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 -type int32_t --routing trace:mixtral/arxiv/15
     combine-lab run --kernel-source ~/shmem/examples/combine/combine_doubleplane -pes 4 -bs 64   # your kernel
+    combine-lab run --variant doubleplane-segment-c6 -pes 8 -bs 64 -h 7168   # kernel settings (docs/variants.md)
 """
 
 from __future__ import annotations
 
 import argparse
 
-from ..run.runner import VARIANTS
+from ..errors import ParameterError
+
+from ..planning.settings import parse_variant_label
 from .cases import add_case_flags, run_variants
+
+
+def _variant_flag(text: str) -> str:
+    """--variant: a variant label (classic, doubleplane, doubleplane-segment-c6, ...), refused by argparse
+    with the allowed forms."""
+    try:
+        parse_variant_label(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("variant=")) from None
+    return text.strip().lower()
 
 
 def _run(a: argparse.Namespace) -> int:
     # with --kernel-source: your kernel instead of the lab's; --variant then names the rule whose plan
     # its counters are compared with (default: the kernel's own, docs/own-kernel.md)
+    if a.kernel_source and a.variant and a.variant not in ("classic", "doubleplane"):
+        raise ParameterError(f"--variant {a.variant}: with --kernel-source, --variant names the rule its counters are "
+                             "compared with (classic or doubleplane); kernel settings are the lab kernel's")
     a.only_kernels, a.rule = bool(a.kernel_source), a.variant
     return run_variants(a, [a.variant or "doubleplane"])
 
@@ -23,7 +39,9 @@ def register(sub) -> None:
     """Add ``run`` to ``sub`` (argparse sub-parsers)."""
     p = sub.add_parser("run", add_help=False, help="run one variant on a case or a sweep, check x_out, profile")
     add_case_flags(p)
-    p.add_argument("--variant", choices=list(VARIANTS), default=None,
-                   help="default doubleplane; with --kernel-source the rule its counters are compared with (default: "
-                        "classic for a folder named so, else doubleplane)")
+    p.add_argument("--variant", type=_variant_flag, default=None, metavar="LABEL",
+                   help="classic or doubleplane (default), with kernel settings after it: -segment (doubleplane: one "
+                        "SDMA call per contiguous segment) and -c<N> (N AIV cores per source rank), e.g. "
+                        "doubleplane-segment-c6 (docs/variants.md); with --kernel-source the rule its counters are "
+                        "compared with (default: classic for a folder named so, else doubleplane)")
     p.set_defaults(handler=_run)

@@ -66,11 +66,18 @@ _FLOAT_COLUMNS = ["Bandwidth/GB/s", "CoreMaxTime/us", "PerPeBandwidth/GB/s"]
 # ----------------------------------------------------------------------------------------- names
 
 def file_prefix(variant: str) -> str:
-    """``combine`` (classic) or ``combine_doubleplane``: the start of every file name of ``variant``."""
-    try:
+    """``combine`` (classic) or ``combine_doubleplane``: the start of every file name of ``variant``;
+    a variant label with kernel settings (docs/variants.md) adds them, ``-`` as ``_``:
+    ``doubleplane-segment-c6`` -> ``combine_doubleplane_segment_c6``, ``classic-c4`` -> ``combine_c4``."""
+    if variant in FILE_PREFIX:
         return FILE_PREFIX[variant]
-    except KeyError:
-        raise ResultFileError(f"variant={variant!r}: must be one of {', '.join(map(repr, FILE_PREFIX))}") from None
+    from ..planning.settings import parse_variant_label
+    try:
+        base, settings = parse_variant_label(variant)
+    except ValueError:
+        raise ResultFileError(f"variant={variant!r}: must be one of {', '.join(map(repr, FILE_PREFIX))}, or one "
+                              "with kernel settings such as 'doubleplane-segment-c6'") from None
+    return f"{FILE_PREFIX[base]}_{settings.label.replace('-', '_')}" if not settings.is_reference else FILE_PREFIX[base]
 
 
 def perf_csv_name(variant: str, rank: int) -> str:

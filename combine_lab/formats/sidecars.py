@@ -18,7 +18,10 @@ from .files import write_atomic
 from .perf_csv import append_perf_rows, counters_name, perf_csv_name
 
 #: The counters of each plane in the twin's counters files (host/twin/twin_engines.cpp dump_counters).
-COUNTER_FIELDS = ["puts", "bytes", "quiets", "status_writes", "status_bytes"]
+COUNTER_FIELDS = ["puts", "bytes", "quiets", "status_writes", "status_bytes", "control_writes", "control_bytes", "sqes"]
+#: The fields every counters file has; the later ones (control writes of the segment variant, SDMA
+#: SQEs) read as 0 from a file written before they were counted.
+_REQUIRED_COUNTER_FIELDS = COUNTER_FIELDS[:5]
 
 
 def read_counters(path: str | Path) -> dict:
@@ -27,7 +30,9 @@ def read_counters(path: str | Path) -> dict:
     Returns:
         ``{"pe": int, "launches": int, "last": {"MTE": {...}, "SDMA": {...}}, "total": {...}}``
         where each plane holds ``puts``, ``bytes`` (payload, bytes), ``quiets``,
-        ``status_writes`` and ``status_bytes``; also ``violations`` and ``violation_examples``.
+        ``status_writes`` and ``status_bytes``, ``control_writes`` and ``control_bytes`` (the segment
+        variant's bases and their flags), ``sqes`` (SDMA descriptors); also ``violations`` and
+        ``violation_examples``.
 
     Raises:
         ResultFileError: missing or malformed file.
@@ -37,7 +42,7 @@ def read_counters(path: str | Path) -> dict:
         data = json.loads(path.read_text())
         for which in ("last", "total"):
             for plane in ("MTE", "SDMA"):
-                for field in COUNTER_FIELDS:
+                for field in _REQUIRED_COUNTER_FIELDS:
                     int(data[which][plane][field])
         return data
     except OSError as e:
@@ -51,14 +56,14 @@ def counters_frame(counters: list[dict], which: str = "last") -> pd.DataFrame:
     rows = []
     for c in counters:
         for plane in ("MTE", "SDMA"):
-            rows.append({"pe": c["pe"], "plane": plane, **{k: int(c[which][plane][k]) for k in COUNTER_FIELDS}})
+            rows.append({"pe": c["pe"], "plane": plane, **{k: int(c[which][plane].get(k, 0)) for k in COUNTER_FIELDS}})
     return pd.DataFrame(rows, columns=["pe", "plane", *COUNTER_FIELDS])
 
 
 #: Keys of a sidecar (:func:`write_sidecar`), in order.
 SIDECAR_KEYS = ["case_id", "variant", "routing", "dtype", "seed", "target", "min_sdma_bytes", "warmup", "loops",
                 "launches", "prof_pes", "check", "counters_ok", "counter_mismatches", "violations",
-                "violation_examples", "planned", "counted", "ranks", "kernel"]
+                "violation_examples", "planned", "counted", "ranks", "kernel", "settings"]
 
 
 def plane_records(df: pd.DataFrame, columns: list[str]) -> list[dict]:
@@ -71,14 +76,17 @@ def sidecar_record(*, spec, variant: str, target: str, min_sdma_bytes: int, warm
                    counter_mismatches: list[str] | None = None,
                    violations: int = 0, violation_examples: list[str] | None = None,
                    counted: pd.DataFrame | None = None, ranks: list[dict] | None = None,
-                   kernel: str = "lab", kernel_source: str | None = None) -> dict:
+                   kernel: str = "lab", kernel_source: str | None = None, settings: str = "reference",
+                   cores_per_rank: int = 1) -> dict:
     """The sidecar of one run (:data:`SIDECAR_KEYS`), for :func:`write_sidecar`: the case (``spec``: a
     CaseSpec) and how it ran, the verdicts, the planned bytes per PE (``plan_totals``: a Plan's
     totals) and, where something counted them, the counted bytes and the twin's counters
     (``counted``: a RunResult's plane_bytes; ``ranks``: its counters files). A run nothing counted
     (NPU, or a timing model) has ``counters_ok`` None when ``counter_mismatches`` is None. ``kernel``:
     which kernel ran, ``{"name": "lab"}`` for the lab's own, else your kernel's label and folder
-    (``{"name": "reference:doubleplane", "source": "/.../combine_doubleplane"}``; docs/own-kernel.md)."""
+    (``{"name": "reference:doubleplane", "source": "/.../combine_doubleplane"}``; docs/own-kernel.md).
+    ``settings``: the lab kernel's settings label and cores per source rank (docs/variants.md),
+    ``{"label": "segment-c6", "cores_per_rank": 6}``."""
     return {"case_id": spec.case_id, "variant": variant, "routing": spec.routing, "dtype": spec.dtype,
             "seed": int(spec.seed), "target": target, "min_sdma_bytes": int(min_sdma_bytes), "warmup": int(warmup),
             "loops": int(loops), "launches": int(launches), "prof_pes": [int(p) for p in prof_pes], "check": check,
@@ -89,7 +97,8 @@ def sidecar_record(*, spec, variant: str, target: str, min_sdma_bytes: int, warm
             "counted": [] if counted is None else plane_records(counted, ["mte_bytes", "sdma_bytes", "mte_puts",
                                                                             "sdma_puts", "status_writes"]),
             "ranks": list(ranks or []),
-            "kernel": {"name": kernel} if kernel_source is None else {"name": kernel, "source": str(kernel_source)}}
+            "kernel": {"name": kernel} if kernel_source is None else {"name": kernel, "source": str(kernel_source)},
+            "settings": {"label": settings, "cores_per_rank": int(cores_per_rank)}}
 
 
 def write_run_files(folder: str | Path, result, perf: pd.DataFrame | None) -> list[Path]:
@@ -99,11 +108,12 @@ def write_run_files(folder: str | Path, result, perf: pd.DataFrame | None) -> li
     The one writer of run files (the CLI, the sweep, run_case(output_dir=...)). Returns the paths."""
     folder = Path(folder)
     paths = []
+    name = getattr(result, "variant_label", result.variant)  # files per variant label (docs/variants.md)
     if perf is not None and len(perf):
         for pe, rows in perf.groupby("ProfPe", sort=False):
-            paths.append(append_perf_rows(rows, folder / perf_csv_name(result.variant, int(pe))))
+            paths.append(append_perf_rows(rows, folder / perf_csv_name(name, int(pe))))
     data = result.sidecar()
-    paths.append(write_sidecar(folder / counters_name(result.variant, data["case_id"]), data))
+    paths.append(write_sidecar(folder / counters_name(name, data["case_id"]), data))
     return paths
 
 
@@ -135,6 +145,7 @@ def read_sidecar(path: str | Path) -> dict:
         raise ResultFileError(f"{path}: not JSON ({e})") from None
     if isinstance(data, dict):
         data.setdefault("kernel", {"name": "lab"})  # written before kernels were named: the lab's
+        data.setdefault("settings", {"label": "reference", "cores_per_rank": 1})  # before settings: the reference's
     missing = [k for k in SIDECAR_KEYS if not isinstance(data, dict) or k not in data]
     if missing:
         raise ResultFileError(f"{path}: not a combine-lab sidecar (no {', '.join(missing)})")

@@ -2,7 +2,7 @@
 
 The twin's symmetric heap per PE mirrors host/combine_host.cpp (local_mem_size: the
 window plus 1 MiB, in 2 MiB units; kernels/combine_kernel.h window_layout) and
-host/twin/twin_heap.cpp (a quarter more for the protocol checker's shadows).
+host/twin/twin_heap.cpp (half as much again for the protocol checker's shadows).
 """
 
 from __future__ import annotations
@@ -34,7 +34,23 @@ STATUS_SLOT_BYTES = kernel_constant("kStatusSlotBytes")
 STATUS_FLAG_BYTES = 4 * kernel_constant("kStatusWords")
 
 
-def window_geometry(spec: CaseSpec) -> dict:
+def _line(n: int) -> int:
+    return -(-n // STATUS_SLOT_BYTES) * STATUS_SLOT_BYTES
+
+
+def segment_area(spec: CaseSpec) -> dict:
+    """The segment variant's extra window area (kernels/combine_kernel.h window_layout with pes;
+    docs/variants.md#3-extra-memory-and-steps), bytes: positions (int32 per slot), bases and
+    cursor (int32 per expert), each on whole 64 B lines, and ``pes`` inbox slots of a 64 B ready
+    line plus the line-rounded bases of one PE's experts. ``bytes``: all of it."""
+    experts = spec.pes * spec.expert_per_pe
+    positions, bases = _line(spec.bs * spec.topk * 4), _line(experts * 4)
+    inbox_slot = STATUS_SLOT_BYTES + _line(spec.expert_per_pe * 4)
+    return {"positions_bytes": positions, "bases_bytes": bases, "cursor_bytes": bases, "inbox_slot_bytes": inbox_slot,
+            "inbox_bytes": spec.pes * inbox_slot, "bytes": positions + 2 * bases + spec.pes * inbox_slot}
+
+
+def window_geometry(spec: CaseSpec, segment: bool = False) -> dict:
     """The symmetric window of one PE (docs/protocol.md#4-the-symmetric-window; kernels/combine_kernel.h
     window_layout), all sizes in bytes.
 
@@ -43,27 +59,30 @@ def window_geometry(spec: CaseSpec) -> dict:
     "status_slot_bytes": 64, "status_flag_bytes": 32, "window_bytes": status_offset + slots*64}``.
     Slot ``token_id*topk + topk_id`` holds that (token, choice)'s expert output at
     ``slot*slot_stride`` and its ready flag (32 B) at ``status_offset + slot*64``, alone on its
-    64 B cache line.
+    64 B cache line. With ``segment`` (the segment variant) the window also holds
+    :func:`segment_area` after the status slots: ``segment_area_bytes`` is added to the window.
     """
     slots = spec.bs * spec.topk
     stride = -(-spec.row_bytes // 32) * 32
     payload = slots * stride
     status = -(-payload // STATUS_SLOT_BYTES) * STATUS_SLOT_BYTES
+    extra = segment_area(spec)["bytes"] if segment else 0
     return {"slots": slots, "row_bytes": spec.row_bytes, "slot_stride": stride, "payload_bytes": payload,
             "status_offset": status, "status_slot_bytes": STATUS_SLOT_BYTES, "status_flag_bytes": STATUS_FLAG_BYTES,
-            "window_bytes": status + slots * STATUS_SLOT_BYTES}
+            "segment_area_bytes": extra, "window_bytes": status + slots * STATUS_SLOT_BYTES + extra}
 
 
-def window_bytes(spec: CaseSpec) -> int:
+def window_bytes(spec: CaseSpec, segment: bool = False) -> int:
     """One PE's symmetric window as the driver allocates it, bytes: the payload and status
-    slots of :func:`window_geometry` (kernels/combine_kernel.h window_layout)."""
-    return window_geometry(spec)["window_bytes"]
+    slots of :func:`window_geometry` (kernels/combine_kernel.h window_layout), and with
+    ``segment`` the segment variant's area."""
+    return window_geometry(spec, segment)["window_bytes"]
 
 
-def twin_heap_bytes(spec: CaseSpec) -> int:
-    """One PE's share of the twin's shared-memory segment, bytes."""
-    user = (window_bytes(spec) + MiB + 2 * MiB - 1) // (2 * MiB) * (2 * MiB)
-    return user + (user // 4 + 64 * 1024 + 4095) // 4096 * 4096
+def twin_heap_bytes(spec: CaseSpec, segment: bool = False) -> int:
+    """One PE's share of the twin's shared-memory segment, bytes (``segment``: the segment variant's window)."""
+    user = (window_bytes(spec, segment) + MiB + 2 * MiB - 1) // (2 * MiB) * (2 * MiB)
+    return user + (user // 2 + 64 * 1024 + 4095) // 4096 * 4096
 
 
 @dataclass(frozen=True)
@@ -76,11 +95,11 @@ class Needs:
     disk: int
 
 
-def needs(spec: CaseSpec, rows_per_pe: list[int] | None = None) -> Needs:
+def needs(spec: CaseSpec, rows_per_pe: list[int] | None = None, segment: bool = False) -> Needs:
     """Estimate what running ``spec`` takes. ``rows_per_pe``: received rows per PE (default:
-    the worst case, capacity_rows for every PE)."""
+    the worst case, capacity_rows for every PE); ``segment``: the segment variant's window."""
     rows = rows_per_pe if rows_per_pe is not None else [spec.capacity_rows] * spec.pes
-    shm = 4096 + spec.pes * twin_heap_bytes(spec)
+    shm = 4096 + spec.pes * twin_heap_bytes(spec, segment)
     # Each PE holds its used expand_x rows twice (host copy, device copy) and x_out twice.
     memory = sum(2 * r * spec.row_bytes + 2 * spec.bs * spec.row_bytes for r in rows)
     small = spec.capacity_rows * 12 + spec.bs * spec.topk * 8 + spec.bs * spec.row_bytes
@@ -94,7 +113,7 @@ def mem_available() -> int:
 
 
 def check_capacity(spec: CaseSpec, work_dir: str | os.PathLike | None, rows_per_pe: list[int] | None = None,
-                   target: str = "cpu", draws_x: bool = False) -> Needs:
+                   target: str = "cpu", draws_x: bool = False, segment: bool = False) -> Needs:
     """Refuse a case that cannot fit, before anything is drawn, written or launched.
 
     Args:
@@ -102,6 +121,7 @@ def check_capacity(spec: CaseSpec, work_dir: str | os.PathLike | None, rows_per_
             pes*bs*topk slots spread evenly (the total is what the memory and disk need).
         draws_x: the case is still to be made in this process, so x (T [pes, bs, h]) and
             one rank's arrays must fit in memory too.
+        segment: the segment variant's window (docs/variants.md#3-extra-memory-and-steps).
 
     Raises:
         CapacityError: /dev/shm (twin), memory or the work folder's disk is too small; the
@@ -109,7 +129,7 @@ def check_capacity(spec: CaseSpec, work_dir: str | os.PathLike | None, rows_per_
     """
     if rows_per_pe is None:
         rows_per_pe = [spec.bs * spec.topk] * spec.pes
-    n = needs(spec, rows_per_pe)
+    n = needs(spec, rows_per_pe, segment)
     if draws_x:
         x_bytes = spec.pes * spec.bs * spec.row_bytes
         mem = mem_available()
@@ -121,7 +141,7 @@ def check_capacity(spec: CaseSpec, work_dir: str | os.PathLike | None, rows_per_
         shm_free = shutil.disk_usage("/dev/shm").free
         if n.shm > shm_free:
             raise CapacityError(f"{spec.case_id}: the twin's symmetric heaps need {n.shm} bytes "
-                                f"({n.shm / GiB:.2f} GiB: {spec.pes} PEs x {twin_heap_bytes(spec)} bytes) in /dev/shm, "
+                                f"({n.shm / GiB:.2f} GiB: {spec.pes} PEs x {twin_heap_bytes(spec, segment)} bytes) in /dev/shm, "
                                 f"{shm_free} bytes ({shm_free / GiB:.2f} GiB) available")
         mem = mem_available()
         if n.shm + n.memory > mem:

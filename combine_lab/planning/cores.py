@@ -117,7 +117,18 @@ def aiv_cores(soc: str) -> int:
     return twin_soc(soc).aiv
 
 
-def launch_block_dim(pes: int, soc: str = TWIN_DEFAULT_SOC) -> int:
-    """AIV blocks of one combine launch: min(pes, AIV cores of ``soc``, 48); core ``c`` serves the
-    source ranks ``c, c + block_dim, ...`` (kernels/combine_kernel.h launch_block_dim)."""
-    return min(int(pes), aiv_cores(soc), MAX_SDMA_BLOCKS)
+def launch_block_dim(pes: int, soc: str = TWIN_DEFAULT_SOC, cores_per_rank: int = 1) -> int:
+    """AIV blocks of one combine launch (kernels/combine_kernel.h launch_block_dim): groups of
+    ``cores_per_rank`` cores, one group per source rank but never more groups than fit in
+    min(AIV cores of ``soc``, 48); with 1: min(pes, AIV cores, 48), core ``c`` serving the source
+    ranks ``c, c + block_dim, ...`` (docs/variants.md#2-cores-per-source-rank)."""
+    cap = min(aiv_cores(soc), MAX_SDMA_BLOCKS)
+    cpr = max(int(cores_per_rank), 1)
+    return min(int(pes), max(cap // cpr, 1)) * cpr
+
+
+def chunk_bounds(begin: int, end: int, cores_per_rank: int) -> list[tuple[int, int]]:
+    """The rows [begin, end) of one segment split over a group's cores, as the kernel's
+    ChunkBegin/ChunkEnd: chunk j is [begin + n*j // c, begin + n*(j+1) // c), n = end - begin."""
+    n, c = end - begin, max(int(cores_per_rank), 1)
+    return [(begin + n * j // c, begin + n * (j + 1) // c) for j in range(c)]

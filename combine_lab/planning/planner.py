@@ -9,7 +9,10 @@ Per destination PE and segment, in integers (no division)::
                and segment_bytes * threshold_den > threshold_num        # strict
 
 Everything else goes by MTE. Two variants (the reference's names): ``doubleplane`` applies
-the rule, ``classic`` sends everything by MTE.
+the rule, ``classic`` sends everything by MTE. Kernel settings (:mod:`.settings`,
+docs/variants.md) change how the rows are sent, never which plane: the plan's totals say how many
+SDMA calls and SQEs, and how many control writes (the segment variant's published bases), the
+twin must count.
 """
 
 from __future__ import annotations
@@ -20,13 +23,19 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ParameterError
+from .cores import chunk_bounds, kernel_constant
+from .settings import REFERENCE, KernelSettings, check_kernel_settings, parse_settings
 
-__all__ = ["VARIANTS", "DEFAULT_MIN_SDMA_BYTES", "Plan", "plan", "plan_counts"]
+__all__ = ["VARIANTS", "DEFAULT_MIN_SDMA_BYTES", "SDMA_SQE_BYTES", "Plan", "plan", "plan_counts", "sdma_calls"]
 
 #: The two combines, by the reference's names: MTE only, and MTE + SDMA by the decision rule.
 VARIANTS = ("classic", "doubleplane")
 #: The default SDMA floor: 2 MiB (docs/decision-rule.md#6-the-floor).
 DEFAULT_MIN_SDMA_BYTES = 2 * 1024 * 1024
+#: SHMEM cuts one aclshmemx_sdma_put_nbi into SQEs of at most 1 MiB (the twin does the same).
+SDMA_SQE_BYTES = 1 << 20
+#: The ready block of a status or inbox flag, bytes (kernels/combine_kernel.h kStatusWords x int32).
+_FLAG_BYTES = 4 * kernel_constant("kStatusWords")
 
 
 @dataclass(frozen=True)
@@ -37,8 +46,10 @@ class Plan:
     columns pe, segment, local_expert, src_rank, token_count, bytes (int64), plane
     ('MTE' or 'SDMA'). ``totals``: DataFrame indexed by pe with mte_rows, mte_bytes,
     sdma_rows, sdma_bytes, remote_rows (int64) and remote_avg_segment_bytes (float,
-    threshold_num / threshold_den). Also pes, expert_per_pe, h, itemsize, variant
-    ('classic' or 'doubleplane'), min_sdma_bytes.
+    threshold_num / threshold_den), sdma_calls and sdma_sqes (aclshmemx_sdma_put_nbi calls and
+    the 1 MiB SQEs they become), control_writes and control_bytes (the segment variant's
+    published bases and their ready flags; 0 otherwise). Also pes, expert_per_pe, h, itemsize,
+    variant ('classic' or 'doubleplane'), min_sdma_bytes and settings (KernelSettings).
     """
 
     segments: pd.DataFrame
@@ -49,6 +60,7 @@ class Plan:
     itemsize: int
     variant: str
     min_sdma_bytes: int
+    settings: KernelSettings = REFERENCE
 
     def sdma_segments(self, pe: int) -> np.ndarray:
         """int64 [n]: segment indices (local_expert*pes + src_rank) of PE ``pe`` sent by SDMA, ascending.
@@ -89,14 +101,41 @@ def sdma_mask(counts: np.ndarray, row_bytes: int, min_sdma_bytes: int) -> np.nda
                       dtype=bool)
 
 
+def sdma_calls(counts: np.ndarray, sdma: np.ndarray, row_bytes: int, settings: KernelSettings) -> tuple:
+    """SDMA calls and SQEs per PE, as the kernel issues them (kernels/combine_kernel.cpp SendSegments).
+
+    ``counts``: int [pes, S] rows per segment; ``sdma``: bool [pes, S] (the rule's choice). One
+    call per row, except in the segment variant with rows that are back to back in the window
+    (``row_bytes`` a multiple of 32): one call per non-empty chunk of a segment (its rows split over
+    ``cores_per_rank`` cores). Each call is cut into ceil(bytes / 1 MiB) SQEs. Returns (calls, sqes),
+    int64 [pes] each.
+    """
+    pes = counts.shape[0]
+    calls, sqes = np.zeros(pes, dtype=np.int64), np.zeros(pes, dtype=np.int64)
+    per_row = -(-row_bytes // SDMA_SQE_BYTES)
+    one_call = settings.segment and row_bytes % 32 == 0
+    for d, s in zip(*np.nonzero(sdma)):
+        n = int(counts[d, s])
+        if not one_call:
+            calls[d] += n
+            sqes[d] += n * per_row
+            continue
+        for b, e in chunk_bounds(0, n, settings.cores_per_rank):
+            if e > b:
+                calls[d] += 1
+                sqes[d] += -(-(e - b) * row_bytes // SDMA_SQE_BYTES)
+    return calls, sqes
+
+
 def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str = "doubleplane",
-                min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> Plan:
+                min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES, settings: KernelSettings | str | None = None) -> Plan:
     """Plan from cumulative receive counts.
 
     ``ep_recv_count``: int [pes, expert_per_pe*pes], row d = PE d's cumulative counts
     (docs/protocol.md#2-dispatch-layout); ``h``: elements per row; ``itemsize``: bytes per element;
     ``variant``: 'doubleplane' (the rule of docs/decision-rule.md#1-the-rule) or 'classic' (all MTE); ``min_sdma_bytes``:
-    SDMA floor in bytes (2 MiB by default, docs/decision-rule.md#6-the-floor).
+    SDMA floor in bytes (2 MiB by default, docs/decision-rule.md#6-the-floor); ``settings``: the kernel's
+    settings (KernelSettings or a settings label, docs/variants.md; default the reference's).
 
     Returns a Plan. Raises ParameterError for a variant not in VARIANTS, h/itemsize < 1,
     min_sdma_bytes < 0, an array that is not 2-D integer with a column count divisible
@@ -105,6 +144,9 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str =
     """
     if variant not in VARIANTS:
         raise ParameterError(f"variant={variant!r}: must be one of {', '.join(map(repr, VARIANTS))}")
+    settings = parse_settings(settings)
+    if settings.segment and variant != "doubleplane":
+        check_kernel_settings(settings, variant)  # raises: segment is a doubleplane setting
     h = _check_int("h", h, 1)
     itemsize = _check_int("itemsize", itemsize, 1)
     min_sdma_bytes = _check_int("min_sdma_bytes", min_sdma_bytes, 0)
@@ -147,6 +189,10 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str =
     })
     sdma_rows = (counts * sdma).sum(axis=1)
     all_rows = counts.sum(axis=1)
+    calls, sqes = sdma_calls(counts, sdma, row_bytes, settings)
+    # The segment variant: every PE publishes to every PE its bases (epp int32) and a ready flag.
+    control_writes = 2 * pes if settings.segment else 0
+    control_bytes = pes * (4 * epp + _FLAG_BYTES) if settings.segment else 0
     totals = pd.DataFrame({
         "mte_rows": all_rows - sdma_rows,
         "mte_bytes": (all_rows - sdma_rows) * row_bytes,
@@ -154,12 +200,17 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str =
         "sdma_bytes": sdma_rows * row_bytes,
         "remote_rows": remote_rows,
         "remote_avg_segment_bytes": np.asarray(num, dtype=np.float64) / den,
+        "sdma_calls": calls,
+        "sdma_sqes": sqes,
+        "control_writes": np.full(pes, control_writes, dtype=np.int64),
+        "control_bytes": np.full(pes, control_bytes, dtype=np.int64),
     }, index=pd.Index(np.arange(pes), name="pe"))
-    return Plan(seg_df, totals, pes, epp, h, itemsize, variant, min_sdma_bytes)
+    return Plan(seg_df, totals, pes, epp, h, itemsize, variant, min_sdma_bytes, settings)
 
 
-def plan(case, variant: str = "doubleplane", min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> Plan:
+def plan(case, variant: str = "doubleplane", min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
+         settings: KernelSettings | str | None = None) -> Plan:
     """Plan the planes of a Case (docs/decision-rule.md#1-the-rule) for ``variant`` ('doubleplane' or
-    'classic'): ``plan_counts(case.ep_recv_count, case.spec.h, case.spec.itemsize, variant,
-    min_sdma_bytes)``. Same errors."""
-    return plan_counts(case.ep_recv_count, case.spec.h, case.spec.itemsize, variant, min_sdma_bytes)
+    'classic') with the kernel's ``settings`` (docs/variants.md): ``plan_counts(case.ep_recv_count,
+    case.spec.h, case.spec.itemsize, variant, min_sdma_bytes, settings)``. Same errors."""
+    return plan_counts(case.ep_recv_count, case.spec.h, case.spec.itemsize, variant, min_sdma_bytes, settings)

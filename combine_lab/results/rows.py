@@ -61,15 +61,19 @@ class NotRun:
     reason: str
     min_sdma_bytes: int | None = None
     kernel: str = ""
+    settings: str = "reference"
+    cores_per_rank: int | None = None
 
     @classmethod
     def of(cls, spec: CaseSpec, variant: str, target: str, check: str, reason: str,
-           min_sdma_bytes: int | None = None, kernel: str = "") -> "NotRun":
+           min_sdma_bytes: int | None = None, kernel: str = "", settings: str = "reference",
+           cores_per_rank: int | None = None) -> "NotRun":
         """The NotRun of ``variant`` (your kernel's label, with ``kernel`` its folder) on the case
         ``spec``. Raises ParameterError for a check other than REFUSED or ERROR."""
         if check not in (REFUSED, ERROR):
             raise ParameterError(f"check={check!r}: a variant that did not run is {REFUSED!r} or {ERROR!r}")
-        return cls(spec.case_id, spec.routing, spec.dtype, target, variant, check, reason, min_sdma_bytes, kernel)
+        return cls(spec.case_id, spec.routing, spec.dtype, target, variant, check, reason, min_sdma_bytes, kernel,
+                   settings, cores_per_rank)
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,13 @@ class ResultRow:
         kernel: the folder of your kernel ('' for the lab's): its counters are compared with the
             plan of its rule, not required to equal it (a kernel with another rule shows how it
             differs: ``counters_ok`` False, ``ok`` still True when x_out and the checker pass).
+        settings: the settings group the row belongs to (docs/variants.md: ``reference``,
+            ``segment``, ``c6``, ``segment-c6``): summaries compare classic and doubleplane within
+            one group; ``variant`` then names the run's own settings (``doubleplane-segment-c6``,
+            and ``classic-c6`` in group ``segment-c6``, classic having no segment layout).
+        cores_per_rank: AIV cores per source rank it ran with (None for the baseline and your kernel).
+        sdma_calls: aclshmemx_sdma_put_nbi calls of one launch summed over PEs: the twin's count,
+            else the plan's (None when it did not run and for the baseline).
     """
 
     case_id: str
@@ -120,6 +131,9 @@ class ResultRow:
     max_abs_err: float
     reason: str = ""
     kernel: str = ""
+    settings: str = "reference"
+    cores_per_rank: int | None = None
+    sdma_calls: int | None = None
 
     @property
     def ran(self) -> bool:
@@ -153,13 +167,16 @@ def _max_err(checks) -> float:
     return max((c.max_abs_err for c in checks), default=float("nan"))
 
 
-def result_row(outcome: Outcome) -> ResultRow:
-    """The :class:`ResultRow` of a run, a variant that did not run, or a baseline run.
+def result_row(outcome: Outcome, settings: str | None = None) -> ResultRow:
+    """The :class:`ResultRow` of a run, a variant that did not run, or a baseline run;
+    ``settings``: its settings group (default: the run's own settings label).
 
     Raises ParameterError for anything else.
     """
     if isinstance(outcome, RunResult):
         mte, sdma = outcome.sent_bytes()
+        pb = outcome.plane_bytes()
+        calls = int(pb["sdma_puts"].sum()) if len(pb) else int(outcome.plan.totals["sdma_calls"].sum())
         return ResultRow(
             case_id=outcome.case_id, routing=outcome.routing, dtype=outcome.dtype, target=outcome.target,
             variant=outcome.label, check=PASS if outcome.check_ok else FAIL,
@@ -167,7 +184,9 @@ def result_row(outcome: Outcome) -> ResultRow:
             min_sdma_bytes=int(outcome.min_sdma_bytes), mte_bytes=mte, sdma_bytes=sdma, payload_bytes=mte + sdma,
             planned_sdma_bytes=int(outcome.plan.totals["sdma_bytes"].sum()), sdma_share=outcome.sdma_share(),
             counters_ok=not outcome.counter_mismatches(), violations=int(outcome.violation_count),
-            max_abs_err=_max_err(outcome.checks), kernel=str(outcome.kernel_source or ""))
+            max_abs_err=_max_err(outcome.checks), kernel=str(outcome.kernel_source or ""),
+            settings=settings or outcome.settings.label,
+            cores_per_rank=None if outcome.kernel else outcome.settings.cores_per_rank, sdma_calls=calls)
     if isinstance(outcome, NotRun):
         nan = float("nan")
         return ResultRow(
@@ -175,7 +194,8 @@ def result_row(outcome: Outcome) -> ResultRow:
             variant=outcome.variant, check=outcome.check, comm_only_us=nan, full_op_us=nan,
             min_sdma_bytes=outcome.min_sdma_bytes, mte_bytes=None, sdma_bytes=None, payload_bytes=None,
             planned_sdma_bytes=None, sdma_share=nan, counters_ok=None, violations=None, max_abs_err=nan,
-            reason=outcome.reason, kernel=outcome.kernel)
+            reason=outcome.reason, kernel=outcome.kernel, settings=settings or outcome.settings,
+            cores_per_rank=outcome.cores_per_rank)
     if isinstance(outcome, BaselineResult):
         return ResultRow(
             case_id=outcome.case_id, routing=outcome.routing, dtype=outcome.dtype, target=outcome.target,
@@ -192,7 +212,9 @@ def result_row(outcome: Outcome) -> ResultRow:
             comm_only_us=outcome.time_us("comm_only"), full_op_us=outcome.time_us("full_op"),
             min_sdma_bytes=outcome.min_sdma_bytes, mte_bytes=mte, sdma_bytes=sdma, payload_bytes=mte + sdma,
             planned_sdma_bytes=sdma, sdma_share=sdma / (mte + sdma) if mte + sdma else 0.0, counters_ok=None,
-            violations=None, max_abs_err=float("nan"), reason=outcome.caption, kernel=str(outcome.kernel_source or ""))
+            violations=None, max_abs_err=float("nan"), reason=outcome.caption, kernel=str(outcome.kernel_source or ""),
+            settings=settings or "reference", cores_per_rank=None if outcome.kernel_source else 1,
+            sdma_calls=int(outcome.plan.totals["sdma_calls"].sum()))
     raise ParameterError(f"outcome={type(outcome).__name__}: must be a RunResult, NotRun, BaselineResult or "
                          "ModelledResult")
 

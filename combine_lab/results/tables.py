@@ -38,7 +38,9 @@ __all__ = ["TIDY_COLUMNS", "SUMMARY_COLUMNS", "tidy_rows", "write_sweep_csv", "r
 #: times, us with 4 decimals as in the perf CSV, joined by ';'), the sweep's ``repeat`` (0, 1, ...)
 #: and case ``seed``, then the row's.
 TIDY_COLUMNS = PERF_COLUMNS + ["core_times_us", "repeat", "seed"] + ROW_COLUMNS
-_CASE_KEYS = ["CaseId", "routing", "Dtype", "seed", "target", "min_sdma_bytes"]
+_CASE_KEYS = ["CaseId", "routing", "Dtype", "seed", "target", "min_sdma_bytes", "settings"]
+#: Row columns a sweep CSV written before kernel settings lacks (read as the reference's).
+_SETTINGS_COLUMNS = {"settings": "reference", "cores_per_rank": 1, "sdma_calls": np.nan}
 
 
 def tidy_rows(row: ResultRow, spec: CaseSpec, perf: pd.DataFrame | None = None, repeat: int = 0) -> list[dict]:
@@ -71,8 +73,12 @@ def read_sweep_csv(path: str | os.PathLike) -> pd.DataFrame:
     """Read a tidy sweep CSV. Raises ResultFileError when the header is not :data:`TIDY_COLUMNS`."""
     df = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"reason": str, "core_times_us": str,
                                                                           "kernel": str})
-    if list(df.columns) == TIDY_COLUMNS[:-1]:  # written before rows named their kernel: the lab's
+    n = len(_SETTINGS_COLUMNS)
+    if list(df.columns) == TIDY_COLUMNS[:-1 - n]:  # written before rows named their kernel: the lab's
         df["kernel"] = ""
+    if list(df.columns) == TIDY_COLUMNS[:-n]:  # written before kernel settings: the reference's
+        for k, v in _SETTINGS_COLUMNS.items():
+            df[k] = v
     if list(df.columns) != TIDY_COLUMNS:
         raise ResultFileError(f"{path}: not a sweep CSV (columns {list(df.columns)[:5]}...)")
     df["reason"] = df["reason"].fillna("")
@@ -87,7 +93,7 @@ def _summary_columns() -> list[str]:
         for v in VARIANTS:
             cols += [f"{m}_{v}_us", f"{m}_{v}_lo_us", f"{m}_{v}_hi_us"]
         cols += [f"{m}_speedup", f"{m}_speedup_lo", f"{m}_speedup_hi", f"{m}_verdict"]
-    return cols + ["sdma_share", "sdma_bytes", "check_ok", "counters_ok"]
+    return cols + ["sdma_share", "sdma_bytes", "check_ok", "counters_ok", "settings"]
 
 
 #: Columns of :func:`summarize`, in order.
@@ -115,16 +121,23 @@ def summarize(tidy: pd.DataFrame) -> pd.DataFrame:
     ERROR; a refused variant is not a failure), counters_ok (every run that ran). Columns:
     :data:`SUMMARY_COLUMNS`. Variants that did not run (check REFUSED or ERROR) are left out
     of the times. Rows of your own kernels (a non-empty ``kernel``) are the tidy table's, not the
-    summary's: it compares the lab's two variants.
+    summary's: it compares the lab's two variants. Cases are grouped by kernel settings too
+    (``settings``, docs/variants.md): one summary row per case and settings group, comparing the
+    group's classic and doubleplane runs (``classic-c6`` and ``doubleplane-segment-c6`` in group
+    ``segment-c6``).
     """
     if "kernel" in tidy.columns:
         tidy = tidy[tidy["kernel"].isna() | (tidy["kernel"].astype(str) == "")]
     if tidy.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    if "settings" not in tidy.columns:
+        tidy = tidy.assign(settings="reference")
+    # the group's runs by their combine: a variant label's first word (doubleplane-segment-c6)
+    tidy = tidy.assign(variant=tidy["variant"].astype(str).str.split("-").str[0])
     out = []
     for key, g in tidy.groupby(_CASE_KEYS, sort=False, dropna=False):
         first = g.iloc[0]
-        row = dict(zip(["case_id", "routing", "dtype", "seed", "target", "min_sdma_bytes"], key))
+        row = dict(zip(["case_id", "routing", "dtype", "seed", "target", "min_sdma_bytes", "settings"], key))
         row.update(pes=int(first["Npus"]), bs=int(first["BS"]), h=int(first["H"]), topk=int(first["TopK"]),
                    expert_per_pe=int(first["ExpertPerPe"]))
         ran = g[g["check"].isin([PASS, FAIL, MODELLED])]  # a priced run has times too

@@ -252,19 +252,22 @@ def bootstrap_ipport(port: int | None = None) -> str:
 def host_argv(*, pe_size: int, pe_id: int, ipport: str, g_npus: int, first_pe: int = 0, first_npu: int = 0,
               dtype: str, bs: int, h: int, topk: int, expert_per_pe: int, perf: bool, warmup: int, loops: int,
               csv: str | os.PathLike, case_id: str, variant: str, min_sdma_bytes: int,
-              case_root: str | os.PathLike) -> list[str]:
+              case_root: str | os.PathLike, policy: str | None = None, cores_per_rank: int = 1) -> list[str]:
     """The host driver's arguments for one PE (host/host_args.cpp ``kHostUsage``), as strings.
 
     The same on both targets: on the NPU, PE ``pe_id`` takes device ``pe_id % g_npus + first_npu``
     (``-fnpu``) and every PE bootstraps SHMEM at ``ipport`` (``-ipport``, one free 127.0.0.1 port
     per run). ``variant``: ``classic`` or ``doubleplane``, passed as the driver's policy
-    (:data:`DRIVER_POLICY`); ``perf``: write the perf row.
+    (:data:`DRIVER_POLICY`), unless ``policy`` names it (``dual_plane_segment``: the segment
+    variant, docs/variants.md); ``cores_per_rank``: AIV cores per source rank (passed when not 1);
+    ``perf``: write the perf row.
 
     Raises KeyError for a variant not in :data:`DRIVER_POLICY` (run_case checks it first).
     """
-    return [str(v) for v in (pe_size, pe_id, ipport, g_npus, first_pe, first_npu, dtype, bs, h, topk, expert_per_pe,
-                             int(bool(perf)), warmup, loops, csv, case_id, DRIVER_POLICY[variant], min_sdma_bytes,
-                             case_root)]
+    args = [str(v) for v in (pe_size, pe_id, ipport, g_npus, first_pe, first_npu, dtype, bs, h, topk, expert_per_pe,
+                             int(bool(perf)), warmup, loops, csv, case_id, policy or DRIVER_POLICY[variant],
+                             min_sdma_bytes, case_root)]
+    return args + ([str(int(cores_per_rank))] if int(cores_per_rank) != 1 else [])
 
 
 def shm_path(session: str) -> Path:

@@ -24,9 +24,10 @@ from ..case.spec import CaseSpec
 from ..errors import CaseFileError, ParameterError
 from ..folders import usable_folder
 from ..planning.capacity import check_capacity
-from ..planning.cores import TWIN_SOCS, aiv_cores
+from ..planning.cores import TWIN_DEFAULT_SOC, TWIN_SOCS, aiv_cores
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, Plan
 from ..planning.planner import plan as make_plan
+from ..planning.settings import REFERENCE, KernelSettings, check_kernel_settings, driver_policy, parse_settings, variant_label
 from . import build as build_mod
 from .capabilities import npu_variant_refusal
 from .launch import (LaunchError, bootstrap_ipport, check_ipport, host_argv, launch_pes, owned_temp_dir,
@@ -124,6 +125,7 @@ class RunResult:
             ('int32_t' or 'float16_t').
         variant: ``classic`` or ``doubleplane``: the lab's kernel's policy, or for your kernel the rule
             whose plan its counters are compared with; min_sdma_bytes: the SDMA floor it ran with; target.
+        settings: the lab kernel's settings (docs/variants.md; the reference's by default).
         kernel, kernel_source: your kernel's label and folder (``reference:doubleplane``, ...), or ""
             and None for the lab's (:attr:`label` is what results call the run).
         x_out: per rank, ``[bs, h]`` arrays of T.
@@ -163,11 +165,23 @@ class RunResult:
     ranks: list[dict] = field(default_factory=list)  # the twin's counters file of every PE (empty on an NPU)
     kernel: str = ""  # your kernel's label (reference:doubleplane), or "" for the lab's (docs/own-kernel.md)
     kernel_source: Path | None = None  # its folder
+    settings: KernelSettings = REFERENCE
+
+    @property
+    def variant_label(self) -> str:
+        """The variant with its settings (``doubleplane-segment-c6``; ``doubleplane`` for the reference's):
+        what names this run's files (docs/variants.md)."""
+        return variant_label(self.variant, self.settings)
+
+    @property
+    def cores_per_rank(self) -> int:
+        return self.settings.cores_per_rank
 
     @property
     def label(self) -> str:
-        """What results call this run: your kernel's label (``reference:doubleplane``), else the variant."""
-        return self.kernel or self.variant
+        """What results call this run: your kernel's label (``reference:doubleplane``), else the
+        variant with its settings (``doubleplane-segment-c6``)."""
+        return self.kernel or self.variant_label
 
     @property
     def check_ok(self) -> bool:
@@ -188,7 +202,8 @@ class RunResult:
         ``mte_bytes``, ``sdma_bytes`` (bytes), payload ``mte_puts``, ``sdma_puts`` (one put per
         row) and ``status_writes`` (both planes; all must be MTE's). Empty without counters (NPU)."""
         if self.counters.empty:
-            return pd.DataFrame(columns=["mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts", "status_writes"])
+            return pd.DataFrame(columns=["mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts", "status_writes",
+                                         "sdma_sqes", "control_writes", "control_bytes"])
         c = self.counters.set_index(["pe", "plane"])
         pes = sorted(self.counters["pe"].unique())
         return pd.DataFrame({
@@ -197,6 +212,11 @@ class RunResult:
             "mte_puts": [int(c.loc[(p, "MTE"), "puts"]) for p in pes],
             "sdma_puts": [int(c.loc[(p, "SDMA"), "puts"]) for p in pes],
             "status_writes": [int(c.loc[(p, "MTE"), "status_writes"] + c.loc[(p, "SDMA"), "status_writes"])
+                              for p in pes],
+            "sdma_sqes": [int(c.loc[(p, "SDMA"), "sqes"]) for p in pes],
+            "control_writes": [int(c.loc[(p, "MTE"), "control_writes"] + c.loc[(p, "SDMA"), "control_writes"])
+                               for p in pes],
+            "control_bytes": [int(c.loc[(p, "MTE"), "control_bytes"] + c.loc[(p, "SDMA"), "control_bytes"])
                               for p in pes],
         }, index=pd.Index(pes, name="pe"))
 
@@ -215,9 +235,10 @@ class RunResult:
     def counter_mismatches(self) -> list[str]:
         """Differences between what the twin counted and what the plan says, one line each.
 
-        Per PE: MTE and SDMA payload bytes equal the plan's, and the payload puts its rows (one
-        put per row); every row gets one status write, all by MTE. Empty when there are no
-        counters (NPU target).
+        Per PE: MTE and SDMA payload bytes equal the plan's, MTE puts its rows (one put per row),
+        SDMA puts and SQEs its sdma_calls and sdma_sqes (one call per row, or per chunk of a
+        segment in the segment variant), control writes and bytes its own; every row gets one
+        status write, all by MTE. Empty when there are no counters (NPU target).
         """
         if self.counters.empty:
             return []
@@ -228,7 +249,9 @@ class RunResult:
         for pe in got.index:
             w = want.loc[pe]
             expect = {"mte_bytes": w["mte_bytes"], "sdma_bytes": w["sdma_bytes"], "mte_puts": w["mte_rows"],
-                      "sdma_puts": w["sdma_rows"], "status_writes": w["mte_rows"] + w["sdma_rows"]}
+                      "sdma_puts": w["sdma_calls"], "status_writes": w["mte_rows"] + w["sdma_rows"],
+                      "sdma_sqes": w["sdma_sqes"], "control_writes": w["control_writes"],
+                      "control_bytes": w["control_bytes"]}
             for k, v in expect.items():
                 if int(got.loc[pe, k]) != int(v):
                     out.append(f"PE {pe}: {k} counted {int(got.loc[pe, k])}, planned {int(v)}")
@@ -253,7 +276,8 @@ class RunResult:
                               check="PASS" if self.check_ok else "FAIL", plan_totals=self.plan.totals,
                               counter_mismatches=self.counter_mismatches(), violations=self.violation_count,
                               violation_examples=self.violations, counted=self.plane_bytes(), ranks=self.ranks,
-                              kernel=self.kernel or "lab", kernel_source=self.kernel_source)
+                              kernel=self.kernel or "lab", kernel_source=self.kernel_source,
+                              settings=self.settings.label, cores_per_rank=self.settings.cores_per_rank)
 
 
 class KernelFailed(LaunchError):
@@ -291,7 +315,8 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
              output_dir: str | os.PathLike | None = None, fnpu: int = 0, fpe: int = 0,
              ipport: str | Callable[[], str] | None = None, keep_files: bool = False, chaos_seed: int | None = None,
              binary: str | os.PathLike | None = None, env: dict[str, str] | None = None,
-             on_launch: Callable[[int], None] | None = None, kernel_source=None) -> RunResult:
+             on_launch: Callable[[int], None] | None = None, kernel_source=None,
+             settings: KernelSettings | str | None = None) -> RunResult:
     """Run ``case`` with one ``variant`` on ``target`` and check it.
 
     Args:
@@ -325,6 +350,8 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
             against SHMEM and Ascend C (``<shmem>/examples/combine/combine_doubleplane``), or a
             :class:`~combine_lab.run.kernel_source.KernelSource`; checked against the entry contract,
             built unchanged, launched by the lab's driver with every check (docs/own-kernel.md).
+        settings: the lab kernel's settings (KernelSettings or a label: ``reference``, ``segment``,
+            ``c6``, ``segment-c6``; docs/variants.md), checked against the SoC before anything runs.
 
     Returns:
         A :class:`RunResult`; x_out mismatches are reported in ``checks``, not raised.
@@ -348,6 +375,10 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
         variant = ks.rule if ks is not None else "doubleplane"
     if variant not in VARIANTS:
         raise ParameterError(f"variant={variant!r}: must be one of {', '.join(map(repr, VARIANTS))}")
+    settings = parse_settings(settings)
+    if ks is not None and not settings.is_reference:
+        raise ParameterError(f"settings={settings.label!r}: kernel settings are the lab kernel's; your kernel "
+                             f"({ks.label}) runs as it is written", parameter="settings", value=settings.label)
     for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("min_sdma_bytes", min_sdma_bytes, 0),
                          ("fpe", fpe, 0)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
@@ -371,6 +402,10 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
             aiv_cores(twin_soc)
         except ValueError:
             raise ParameterError(f"COMBINE_TWIN_SOC={twin_soc!r}: {TWIN_SOCS}") from None
+    if target == "cpu":
+        check_kernel_settings(settings, variant, twin_soc or TWIN_DEFAULT_SOC)
+    elif settings.segment and variant != "doubleplane":
+        check_kernel_settings(settings, variant)
     if binary is None:
         why = refusals(target, [variant]).get(variant)
         if why:
@@ -386,15 +421,16 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
                              parameter="prof_pe", value=prof_pe)
     if not perf:
         prof_pes = prof_pes[:1]  # nothing is profiled: one run
-    check_capacity(spec, prepared.case_root, _rows_per_pe(prepared.case), target)
-    the_plan = make_plan(prepared.case, variant, min_sdma_bytes=min_sdma_bytes)
+    check_capacity(spec, prepared.case_root, _rows_per_pe(prepared.case), target, segment=settings.segment)
+    the_plan = make_plan(prepared.case, variant, min_sdma_bytes=min_sdma_bytes, settings=settings)
     try:
         binary = Path(binary) if binary is not None else build_mod.build(target, kernel=ks)
         env = dict(env or {})
         if chaos_seed is not None:
             env["COMBINE_TWIN_CHAOS"] = str(int(chaos_seed))
-        run_dir = Path(tempfile.mkdtemp(prefix=f"combine_{variant}_", dir=prepared.case_root))
-        csv_of = lambda r: run_dir / perf_csv_name(variant, r)  # noqa: E731
+        label = variant_label(variant, settings)
+        run_dir = Path(tempfile.mkdtemp(prefix=f"combine_{label}_", dir=prepared.case_root))
+        csv_of = lambda r: run_dir / perf_csv_name(label, r)  # noqa: E731
         perf_frames, status = [], [0] * spec.pes
         for ppe in prof_pes:
             port = (check_ipport(ipport(), "ipport") if callable(ipport) else ipport) or bootstrap_ipport()
@@ -402,7 +438,9 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
                                        first_pe=fpe, first_npu=fnpu, dtype=spec.dtype, bs=spec.bs, h=spec.h,
                                        topk=spec.topk, expert_per_pe=spec.expert_per_pe, perf=perf, warmup=warmup,
                                        loops=loops, csv=csv_of(r), case_id=spec.case_id, variant=variant,
-                                       min_sdma_bytes=min_sdma_bytes, case_root=prepared.case_root)
+                                       min_sdma_bytes=min_sdma_bytes, case_root=prepared.case_root,
+                                       policy=driver_policy(variant, settings),
+                                       cores_per_rank=settings.cores_per_rank)
             try:
                 outcomes = launch_pes(binary, spec.pes, argv, cwd=prepared.case_root,
                                       log_dir=run_dir / f"logs_pe{ppe}", timeout_s=timeout_s,
@@ -435,7 +473,8 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
                            violations=[m for c in counters for m in c.get("violation_examples", [])],
                            violation_count=sum(int(c.get("violations", 0)) for c in counters), spec=spec,
                            warmup=int(warmup), loops=int(loops), prof_pes=prof_pes, ranks=counters,
-                           kernel=ks.label if ks is not None else "", kernel_source=ks.path if ks is not None else None)
+                           kernel=ks.label if ks is not None else "", kernel_source=ks.path if ks is not None else None,
+                           settings=settings)
         if output_dir is not None:  # only once every launch succeeded: a failed run adds no rows
             write_run_files(output_dir, result, perf_df if perf else None)
         return result

@@ -47,27 +47,47 @@ def sdma_from_core_48_case():
     return case_from_arrays(spec, np.ones((pes, bs, h)), ids, np.ones((pes, bs, 1)))
 
 
+#: A case whose rows go by SDMA in contiguous chunks in the segment variant (rows of 64 B, back to
+#: back in the window) at min_sdma_bytes=0.
+SEGMENT_SPEC = CaseSpec(pes=3, bs=12, h=32, topk=3, expert_per_pe=2, routing="zipf:1.2", dtype="float16_t")
+
+
+def two_row_segments_case():
+    """2 PEs, every token routed to expert 0 and expert 1: every segment holds 4 rows, so with 2
+    cores per source rank each core's chunk of every segment is non-empty (2 rows each)."""
+    spec = CaseSpec(pes=2, bs=4, h=16, topk=2, expert_per_pe=1, routing="external", dtype="float16_t")
+    ids = np.tile(np.array([0, 1], dtype=np.int32), (2, 4, 1))
+    return case_from_arrays(spec, np.ones((2, 4, 16)), ids, np.full((2, 4, 2), .5))
+
+
 @dataclass(frozen=True)
 class BrokenKernel:
     """One deliberately broken kernel and how the twin must catch it.
 
     ``fault``: the kernel's COMBINE_FAULT_<fault> switch; ``rule``: what it breaks;
-    ``case``: the case (a CaseSpec, or a function making one); ``variant``, ``min_sdma_bytes``,
-    ``chaos_seed`` and ``env`` (e.g. COMBINE_TWIN_SOC) of the run; ``evidence``: text that a
-    violation must contain, or with ``fatal``, the error that stops the run (a fatal rule,
-    or a hang and its timeout); ``corrupts``: x_out must also differ from golden.
+    ``case``: the case (a CaseSpec, or a function making one); ``variant``, ``settings`` (the
+    kernel settings label, docs/variants.md), ``min_sdma_bytes``, ``chaos_seed`` and ``env`` (e.g.
+    COMBINE_TWIN_SOC) of the run; ``evidence``: text that a violation must contain (or a tuple:
+    one of them, where the order the cores happen to run in decides which report comes first),
+    or with ``fatal``, the error that stops the run (a fatal rule, or a hang and its timeout);
+    ``corrupts``: x_out must also differ from golden.
     """
 
     fault: str
     rule: str
     case: CaseSpec | Callable
     variant: str
-    evidence: str
+    evidence: str | tuple[str, ...]
     min_sdma_bytes: int = 0
     chaos_seed: int | None = 1
     env: dict = field(default_factory=dict)
     fatal: bool = False
     corrupts: bool = False
+    settings: str = "reference"
+
+    def seen_in(self, text: str) -> bool:
+        """The evidence (or one of its texts) is in ``text``."""
+        return any(e in text for e in ((self.evidence,) if isinstance(self.evidence, str) else self.evidence))
 
 
 BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
@@ -132,7 +152,23 @@ BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
                  "classic", "DataCopyPad (GM -> UB) before AscendC::InitSocState(): a kernel with LocalTensors at fixed "
                  "addresses (no TPipe) must set the core's mask mode and atomic state first", min_sdma_bytes=2 << 20,
                  chaos_seed=None),
+    # The variants beyond the reference (docs/variants.md).
+    BrokenKernel("SEGMENT_FLAG_BEFORE_SDMA_QUIET", "segment variant: a segment's flags written right after its SDMA "
+                 "call, before the SDMA quiet that completes its last SQE", SEGMENT_SPEC, "doubleplane",
+                 "(SDMA payload put issued, not yet landed)", settings="segment"),
+    BrokenKernel("NO_BASES_WAIT", "segment variant: rows put into a receiver's layout without waiting for the bases "
+                 "it publishes", SEGMENT_SPEC, "doubleplane", "layout by expert before this core waited for PE",
+                 settings="segment", chaos_seed=None),
+    BrokenKernel("OTHER_GROUP_FLAG", "2 cores per source rank: each core writes the flags of the other core's chunk "
+                 "(no core barrier orders that core's payload before them)", two_row_segments_case, "classic",
+                 ("with no core barrier between them", "with no payload put issued for it in this launch",
+                  "before its payload was complete"), min_sdma_bytes=2 << 20, settings="c2", chaos_seed=None),
 ]}
+
+
+#: The real kernel's runs of the self-test per case: (variant, settings label, min_sdma_bytes).
+REAL_KERNEL_RUNS = (("classic", "reference", 2 << 20), ("doubleplane", "reference", 0),
+                    ("doubleplane", "segment-c2", 0), ("classic", "c3", 2 << 20))
 
 
 def build_broken_kernels(build_dir: str | os.PathLike | None = None) -> dict[str, Path]:
@@ -168,12 +204,12 @@ def try_broken_kernel(name: str, binary: Path) -> tuple[bool, str]:
     case = k.case() if callable(k.case) else k.case
     try:
         res = run_case(case, k.variant, min_sdma_bytes=k.min_sdma_bytes, chaos_seed=k.chaos_seed, binary=binary,
-                       env=dict(k.env), timeout_s=60)
+                       env=dict(k.env), timeout_s=60, settings=k.settings)
     except LaunchError as e:
         lines = str(e).splitlines()
-        hit = [ln.strip() for ln in lines if k.evidence in ln]
+        hit = [ln.strip() for ln in lines if k.seen_in(ln)]
         return (k.fatal and bool(hit)), (hit[0] if hit else lines[0])
-    seen = [v for v in res.violations if k.evidence in v]
+    seen = [v for v in res.violations if k.seen_in(v)]
     caught = not k.fatal and bool(seen) and (res.check_ok is False if k.corrupts else True)
     return caught, (seen[0] if seen else f"{res.violation_count} violations, x_out {'ok' if res.check_ok else 'wrong'}")
 
@@ -209,7 +245,7 @@ def run_selftest(seeds: int = 5) -> Report:
     else runs on the machine.
 
     Args:
-        seeds: chaos seeds for the real kernel (each case x both variants x seeds runs).
+        seeds: chaos seeds for the real kernel (each case x :data:`REAL_KERNEL_RUNS` x seeds runs).
     """
     old_tag = os.environ.get("COMBINE_LAB_SESSION_TAG")
     tag = f"st{os.getpid()}x"
@@ -246,18 +282,19 @@ def _run_selftest(seeds: int, tag: str) -> Report:
              CaseSpec(pes=2, bs=16, h=16, topk=4, expert_per_pe=2, routing="hot-expert:0.25", dtype="float16_t")]
     before = rep.violations + rep.mismatches
     for spec in specs:
-        for variant, min_sdma in (("classic", 2 << 20), ("doubleplane", 0)):
+        for variant, settings, min_sdma in REAL_KERNEL_RUNS:
             for seed in range(seeds):
                 rep.cases += 1
                 try:
-                    res = run_case(spec, variant, min_sdma_bytes=min_sdma, chaos_seed=seed, timeout_s=60)
+                    res = run_case(spec, variant, min_sdma_bytes=min_sdma, chaos_seed=seed, timeout_s=60,
+                                   settings=settings)
                 except LaunchError as e:
                     rep.hangs += "timed out" in str(e)
-                    rep.failures.append(f"{spec.case_id} {variant} seed {seed}: {str(e).splitlines()[0]}")
+                    rep.failures.append(f"{spec.case_id} {variant}/{settings} seed {seed}: {str(e).splitlines()[0]}")
                     continue
                 rep.violations += res.violation_count
                 rep.mismatches += (not res.check_ok) + len(res.counter_mismatches())
-    rep.lines.append(f"  real kernel  {len(specs)} cases x 2 variants x {seeds} chaos seeds: "
+    rep.lines.append(f"  real kernel  {len(specs)} cases x {len(REAL_KERNEL_RUNS)} variants x {seeds} chaos seeds: "
                      f"{rep.violations + rep.mismatches - before} violations or mismatches")
 
     # 3. Faults: fully masked token and PE, repeated calls, a slot nobody sends (must end, naming it).

@@ -34,14 +34,27 @@ constexpr int kMaxCores = 256;
 const char* const kPlaneName[2] = {"MTE", "SDMA"};
 constexpr size_t kMaxViolationExamples = 8;
 
+// puts: calls that carry payload (an SDMA call is one put however many SQEs it is cut into);
+// control_*: writes into the segment variant's inbox (bases and their ready flags); sqes: the
+// SDMA descriptors those calls became (SHMEM cuts a call into SQEs of at most 1 MiB).
+constexpr int kCounterFields = 8;
 struct PlaneCounters {
-    std::atomic<uint64_t> puts{0}, bytes{0}, quiets{0}, status_writes{0}, status_bytes{0};
+    std::atomic<uint64_t> puts{0}, bytes{0}, quiets{0}, status_writes{0}, status_bytes{0}, control_writes{0},
+        control_bytes{0}, sqes{0};
+    std::atomic<uint64_t>* field(int i) {
+        std::atomic<uint64_t>* f[kCounterFields] = {&puts, &bytes, &quiets, &status_writes, &status_bytes,
+                                                   &control_writes, &control_bytes, &sqes};
+        return f[i];
+    }
 };
+const char* const kCounterNames[kCounterFields] = {"puts", "bytes", "quiets", "status_writes", "status_bytes",
+                                                   "control_writes", "control_bytes", "sqes"};
+constexpr uint64_t kSdmaSqeBytes = 1u << 20;  // SHMEM cuts an SDMA call into SQEs of at most 1 MiB
 struct Counters {
     PlaneCounters mte, sdma;
 };
 struct Totals {
-    uint64_t v[2][5] = {};
+    uint64_t v[2][kCounterFields] = {};
 };
 
 Counters g_last;
@@ -65,6 +78,10 @@ struct Region {
     RegionKind kind;
     uint64_t slot_bytes;
     uint64_t landed_off = 0, issued_off = 0;  // heap offsets of the shadows (payload regions)
+    uint64_t row_bytes = 0;                   // payload regions: a slot is complete once this many landed (0: at once)
+    uint64_t landed_bytes_off = 0;            // (launch << 40 | bytes landed) per slot, uint64 (row_bytes > 0)
+    uint64_t issuer_off = 0;                  // (launch << 16 | core barriers done & 0xFF << 8 | core) per slot
+    int64_t map_off = -1;                     // payload regions of the segment variant: heap offset of positions
     int payload_region = -1;                  // status regions
     uint64_t flag_bytes = 0;                  // status regions: the ready block at each slot's start
     uint64_t waited_off = 0;                  // (launch << 8 | words waited) per slot
@@ -79,6 +96,9 @@ struct Region {
 std::vector<Region> g_regions;
 
 thread_local std::vector<Put> tl_sdma_pending;  // chaos: land at the next SDMA quiet
+// The segment variant: per receiver PE, (launch << 8 | words) this core waited on of its inbox slot.
+thread_local std::vector<uint32_t> tl_inbox_waited;
+thread_local int tl_inbox_core = -1;
 
 struct SdmaEngine {
     std::mutex mu;
@@ -106,14 +126,38 @@ int find_region(const void* sym, uint64_t* slot) {
 uint32_t* shadow(uint64_t off, int pe, uint64_t slot) {
     return reinterpret_cast<uint32_t*>(heap_base(pe) + off) + slot;
 }
+uint64_t* shadow64(uint64_t off, int pe, uint64_t slot) {
+    return reinterpret_cast<uint64_t*>(heap_base(pe) + off) + slot;
+}
 
-// Called when the payload put for `slot` is issued: remembers its plane for the report.
+// The payload row of status slot `slot` on PE `pe`: the slot itself, or in the segment variant
+// what that PE's positions table says (-1: none).
+int64_t payload_row(const Region& payload, int pe, uint64_t slot) {
+    if (payload.map_off < 0) return int64_t(slot);
+    return int64_t(*reinterpret_cast<const int32_t*>(heap_base(pe) + payload.map_off + slot * 4));
+}
+
+// The slots [*first, *last] of payload region `r` that `bytes` at `sym` touch.
+void slots_touched(const Region& r, const void* sym, size_t bytes, uint64_t* first, uint64_t* last) {
+    const uint64_t off = uint64_t(static_cast<const uint8_t*>(sym) - r.begin);
+    *first = off / r.slot_bytes;
+    *last = std::min<uint64_t>((off + (bytes ? bytes : 1) - 1) / r.slot_bytes, r.slots ? r.slots - 1 : 0);
+}
+
+// Called when a payload put is issued: remembers, for every slot it writes, its plane for the
+// report and the issuing core (with the core barriers done so far) for the flag-writer rule.
 void note_issue(const Put& p) {
     uint64_t slot = 0;
     const int ri = find_region(p.dst_sym, &slot);
     if (ri < 0 || g_regions[ri].kind != kRegionPayload) return;
-    __atomic_store_n(shadow(g_regions[ri].issued_off, p.pe, slot), (g_epoch << 1) | uint32_t(p.plane),
-                     __ATOMIC_RELAXED);
+    const Region& r = g_regions[ri];
+    uint64_t first, last;
+    slots_touched(r, p.dst_sym, p.bytes, &first, &last);
+    const uint32_t who = (g_epoch << 16) | ((core_barriers_done() & 0xFFu) << 8) | (uint32_t(current_core()) & 0xFFu);
+    for (uint64_t s = first; s <= last; ++s) {
+        __atomic_store_n(shadow(r.issued_off, p.pe, s), (g_epoch << 1) | uint32_t(p.plane), __ATOMIC_RELAXED);
+        __atomic_store_n(shadow(r.issuer_off, p.pe, s), who, __ATOMIC_RELAXED);
+    }
 }
 
 void sdma_main(SdmaEngine* e) {
@@ -132,7 +176,11 @@ void sdma_main(SdmaEngine* e) {
 }
 
 void count_put(PlaneCounters& c, const void* dst_sym, size_t bytes) {
-    if (region_kind(dst_sym, nullptr) == kRegionStatus) {
+    const int kind = region_kind(dst_sym, nullptr);
+    if (kind == kRegionControl) {
+        c.control_writes.fetch_add(1, std::memory_order_relaxed);
+        c.control_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    } else if (kind == kRegionStatus) {
         c.status_writes.fetch_add(1, std::memory_order_relaxed);
         c.status_bytes.fetch_add(bytes, std::memory_order_relaxed);
     } else {
@@ -238,9 +286,11 @@ void land(const Put& p) {
     if (ri >= 0 && g_regions[ri].kind == kRegionStatus) {
         const Region& status = g_regions[ri];
         const Region& payload = g_regions[status.payload_region];
-        const uint32_t landed = __atomic_load_n(shadow(payload.landed_off, p.pe, slot), __ATOMIC_ACQUIRE);
+        const int64_t row = payload_row(payload, p.pe, slot);
+        const bool in_range = row >= 0 && uint64_t(row) < payload.slots;
+        const uint32_t landed = in_range ? __atomic_load_n(shadow(payload.landed_off, p.pe, uint64_t(row)), __ATOMIC_ACQUIRE) : 0;
         if (landed != g_epoch) {
-            const uint32_t issued = __atomic_load_n(shadow(payload.issued_off, p.pe, slot), __ATOMIC_RELAXED);
+            const uint32_t issued = in_range ? __atomic_load_n(shadow(payload.issued_off, p.pe, uint64_t(row)), __ATOMIC_RELAXED) : 0;
             char buf[400];
             if ((issued >> 1) == g_epoch)
                 snprintf(buf, sizeof buf, "PE %d core %d: status slot %llu on PE %d became ready (%s status put) "
@@ -258,8 +308,28 @@ void land(const Put& p) {
         return;
     }
     memcpy(p.dst, p.src, p.bytes);
-    if (ri >= 0 && g_regions[ri].kind == kRegionPayload)
-        __atomic_store_n(shadow(g_regions[ri].landed_off, p.pe, slot), g_epoch, __ATOMIC_RELEASE);
+    if (ri < 0 || g_regions[ri].kind != kRegionPayload) return;
+    const Region& r = g_regions[ri];
+    if (r.row_bytes == 0) {  // complete at its first put
+        __atomic_store_n(shadow(r.landed_off, p.pe, slot), g_epoch, __ATOMIC_RELEASE);
+        return;
+    }
+    // Complete once the slot's whole row has landed, whatever puts (or SQEs of one) carried it.
+    uint64_t first, last;
+    slots_touched(r, p.dst_sym, p.bytes, &first, &last);
+    const uint64_t lo = uint64_t(static_cast<const uint8_t*>(p.dst_sym) - r.begin), hi = lo + p.bytes;
+    for (uint64_t s = first; s <= last; ++s) {
+        const uint64_t a = std::max(lo, s * r.slot_bytes), b = std::min(hi, s * r.slot_bytes + r.row_bytes);
+        if (b <= a) continue;  // only the slot's padding
+        uint64_t* acc = shadow64(r.landed_bytes_off, p.pe, s);
+        uint64_t old = __atomic_load_n(acc, __ATOMIC_ACQUIRE), now;
+        do {
+            const uint64_t have = (old >> 40) == g_epoch ? (old & ((1ull << 40) - 1)) : 0;
+            now = (uint64_t(g_epoch) << 40) | (have + (b - a));
+        } while (!__atomic_compare_exchange_n(acc, &old, now, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+        if ((now & ((1ull << 40) - 1)) >= r.row_bytes)
+            __atomic_store_n(shadow(r.landed_off, p.pe, s), g_epoch, __ATOMIC_RELEASE);
+    }
 }
 
 void land_shuffled(std::vector<Put>& puts, uint64_t salt) {
@@ -294,11 +364,22 @@ void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes,
         return;
     }
     uint8_t* mine = heap_base(pe_state().my_pe);
+    if (kind == kRegionControl) {  // the segment variant's inbox: waits noted per core, nothing else
+        g_regions.push_back(r);
+        return;
+    }
     if (kind == kRegionPayload) {
+        r.row_bytes = std::min<uint64_t>(flag_bytes, r.slot_bytes);
         r.landed_off = reserve_alloc(r.slots * 4, "payload-landed shadow");
         r.issued_off = reserve_alloc(r.slots * 4, "payload-issued shadow");
+        r.issuer_off = reserve_alloc(r.slots * 4, "payload-issuer shadow");
         memset(mine + r.landed_off, 0, r.slots * 4);
         memset(mine + r.issued_off, 0, r.slots * 4);
+        memset(mine + r.issuer_off, 0, r.slots * 4);
+        if (r.row_bytes) {
+            r.landed_bytes_off = reserve_alloc(r.slots * 8, "payload-bytes shadow");
+            memset(mine + r.landed_bytes_off, 0, r.slots * 8);
+        }
     } else {
         for (int i = int(g_regions.size()) - 1; i >= 0 && r.payload_region < 0; --i)
             if (g_regions[i].kind == kRegionPayload) r.payload_region = i;
@@ -315,9 +396,71 @@ void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes,
     g_regions.push_back(r);
 }
 
+void label_layout(void* positions, void* inbox, size_t inbox_bytes, uint64_t inbox_slot) {
+    int payload = -1;
+    for (int i = int(g_regions.size()) - 1; i >= 0 && payload < 0; --i)
+        if (g_regions[i].kind == kRegionPayload) payload = i;
+    if (payload < 0) fatal("label the payload region before the layout");
+    g_regions[payload].map_off = int64_t(static_cast<uint8_t*>(positions) - heap_base(pe_state().my_pe));
+    label_region(inbox, inbox_bytes, kRegionControl, inbox_slot, 32);
+}
+
+namespace {
+// The segment variant's rule: a core puts into PE `pe`'s layout only after it waited on all 8
+// words of PE `pe`'s inbox slot in this launch (the bases it uses are PE pe's of this launch).
+void check_layout_put(const void* dst_sym, int pe, size_t bytes, const char* op, const Site& site) {
+    const int ri = find_region(dst_sym, nullptr);
+    if (ri < 0 || g_regions[ri].kind != kRegionPayload || g_regions[ri].map_off < 0) return;
+    const int core = current_core();
+    const uint32_t w = tl_inbox_core == core && size_t(pe) < tl_inbox_waited.size() ? tl_inbox_waited[pe] : 0;
+    if ((w >> 8) == g_epoch && (w & 0xFFu) == 0xFFu) return;
+    char buf[480];
+    snprintf(buf, sizeof buf, "PE %d core %d: a put of %zu bytes (%s) %s into PE %d's layout by expert before this "
+             "core waited for PE %d's segment bases in this launch (inbox slot %d, word mask 0x%02x of 8): the rows "
+             "may land where PE %d does not read them (docs/variants.md#1-one-sdma-call-per-segment)",
+             pe_state().my_pe, core, bytes, op, site_text(site).c_str(), pe, pe, pe,
+             (w >> 8) == g_epoch ? w & 0xFFu : 0u, pe);
+    report_violation(buf);
+}
+
+// Every status flag is written by the core that put its payload, or after a core barrier that
+// orders that core's quiet before this write: a core's quiet completes its own puts only.
+void check_flag_writer(const void* dst_sym, int pe, const Site& site) {
+    uint64_t slot = 0;
+    const int ri = find_region(dst_sym, &slot);
+    if (ri < 0 || g_regions[ri].kind != kRegionStatus) return;
+    const Region& payload = g_regions[g_regions[ri].payload_region];
+    const int64_t row = payload_row(payload, pe, slot);
+    if (row < 0 || uint64_t(row) >= payload.slots) return;  // reported when it lands
+    const uint32_t who = __atomic_load_n(shadow(payload.issuer_off, pe, uint64_t(row)), __ATOMIC_RELAXED);
+    if ((who >> 16) != (g_epoch & 0xFFFFu)) return;  // no payload issued in this launch: reported when it lands
+    const uint32_t core = who & 0xFFu, barriers = (who >> 8) & 0xFFu;
+    if (core == (uint32_t(current_core()) & 0xFFu) || barriers != (core_barriers_done() & 0xFFu)) return;
+    char buf[480];
+    snprintf(buf, sizeof buf, "PE %d core %d: status put %s to slot %llu on PE %d, whose payload core %u of this PE "
+             "put, with no core barrier between them: this core's quiet does not complete another core's puts, so "
+             "the flag can land before its payload (each core writes the flags of its own chunk, "
+             "docs/variants.md#2-cores-per-source-rank)", pe_state().my_pe, current_core(), site_text(site).c_str(),
+             (unsigned long long)slot, pe, core);
+    report_violation(buf);
+}
+}  // namespace
+
 void note_wait(const void* sig) {
     uint64_t slot = 0;
     const int ri = find_region(sig, &slot);
+    if (ri >= 0 && g_regions[ri].kind == kRegionControl) {
+        const uint32_t word = uint32_t((static_cast<const uint8_t*>(sig) - g_regions[ri].begin) % g_regions[ri].slot_bytes) / 4;
+        if (tl_inbox_core != current_core()) {
+            tl_inbox_waited.assign(size_t(pe_state().n_pes), 0);
+            tl_inbox_core = current_core();
+        }
+        if (slot < tl_inbox_waited.size() && word < 8) {
+            uint32_t& w = tl_inbox_waited[slot];
+            w = ((w >> 8) == g_epoch ? w : (g_epoch << 8)) | (1u << word);
+        }
+        return;
+    }
     if (ri < 0 || g_regions[ri].kind != kRegionStatus) return;
     const uint32_t word = uint32_t((static_cast<const uint8_t*>(sig) - g_regions[ri].begin) % g_regions[ri].slot_bytes) / 4;
     uint32_t* w = shadow(g_regions[ri].waited_off, pe_state().my_pe, slot);
@@ -400,25 +543,15 @@ void engines_stop() {
 }
 
 void counters_begin_launch() {
-    for (PlaneCounters* c : {&g_last.mte, &g_last.sdma}) {
-        c->puts = 0;
-        c->bytes = 0;
-        c->quiets = 0;
-        c->status_writes = 0;
-        c->status_bytes = 0;
-    }
+    for (PlaneCounters* c : {&g_last.mte, &g_last.sdma})
+        for (int i = 0; i < kCounterFields; ++i) c->field(i)->store(0);
     g_epoch = uint32_t(g_launches + 1);
 }
 
 void counters_end_launch() {
-    const PlaneCounters* planes[2] = {&g_last.mte, &g_last.sdma};
-    for (int p = 0; p < 2; ++p) {
-        g_total.v[p][0] += planes[p]->puts;
-        g_total.v[p][1] += planes[p]->bytes;
-        g_total.v[p][2] += planes[p]->quiets;
-        g_total.v[p][3] += planes[p]->status_writes;
-        g_total.v[p][4] += planes[p]->status_bytes;
-    }
+    PlaneCounters* planes[2] = {&g_last.mte, &g_last.sdma};
+    for (int p = 0; p < 2; ++p)
+        for (int i = 0; i < kCounterFields; ++i) g_total.v[p][i] += planes[p]->field(i)->load();
     // A status slot is 8 words; the reference waits on every one of them (a 32 B MTE write
     // need not become visible all at once), so a wait on fewer is a violation.
     const int me = pe_state().my_pe;
@@ -457,9 +590,10 @@ void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size
     const uint32_t off = ub_use(ub, ub_size, UbRole::MteStaging, op);
     sync_id_use(sync_id, kPlaneMte, op);
     uint8_t* dst = remote(dst_sym, pe, bytes, "MTE");
+    check_layout_put(dst_sym, pe, bytes, op, site);
     Put whole{dst, dst_sym, src, bytes, pe, kPlaneMte};
     note_issue(whole);
-    record_op("mte_put", pe, (long long)bytes, -1, off);
+    record_op(region_kind(dst_sym, nullptr) == kRegionControl ? "control" : "mte_put", pe, (long long)bytes, -1, off);
     count_put(g_last.mte, dst_sym, bytes);
     uint8_t* staging = static_cast<uint8_t*>(ub);
     for (uint64_t done = 0; done < bytes; done += block) {
@@ -492,18 +626,22 @@ void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size
     }
 }
 
-void mte_put_ub(void* dst_sym, const void* ub_src, size_t bytes, int pe, uint32_t sync_id, const Site&) {
+void mte_put_ub(void* dst_sym, const void* ub_src, size_t bytes, int pe, uint32_t sync_id, const Site& site) {
     static const char* const op = "aclshmemx_mte_put_nbi (UB -> GM)";
     core_or_die(op);
     const uint32_t padded = uint32_t((bytes + 31) / 32 * 32);
     const uint32_t off = ub_use(ub_src, padded, UbRole::MteSource, op);
     sync_id_use(sync_id, kPlaneMte, op);
     const Put p{remote(dst_sym, pe, bytes, "MTE"), dst_sym, ub_src, bytes, pe, kPlaneMte};
+    check_layout_put(dst_sym, pe, bytes, op, site);
+    check_flag_writer(dst_sym, pe, site);
     note_issue(p);
     count_put(g_last.mte, dst_sym, bytes);
     uint64_t slot = 0;
-    const bool status = region_kind(dst_sym, &slot) == kRegionStatus;
-    record_op(status ? "flag" : "mte_put_ub", pe, (long long)bytes, status ? (long long)slot : -1, off);
+    const int kind = region_kind(dst_sym, &slot);
+    const bool status = kind == kRegionStatus;
+    record_op(status ? "flag" : kind == kRegionControl ? "control" : "mte_put_ub", pe, (long long)bytes,
+              status ? (long long)slot : -1, off);
     PipeOp leg;
     leg.kind = OpKind::ShmemLeg;
     leg.pipe = kPipeMte3;
@@ -545,19 +683,29 @@ void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t
         pipes_drain();  // SHMEM's early return for such a block is a PipeBarrier<PIPE_ALL>
         return;
     }
+    check_layout_put(dst_sym, pe, bytes, op, site);
     sdma_internal_flags(sync_id, site, true);
     const Put p{dst, dst_sym, src, bytes, pe, kPlaneSdma};
     note_issue(p);
     count_put(g_last.sdma, dst_sym, bytes);
     record_op("sdma_put", pe, (long long)bytes);
+    // SHMEM cuts the call into SQEs of at most 1 MiB; each lands on its own (chaos: in any order).
+    std::vector<Put> sqes;
+    for (size_t done = 0; done < bytes || (bytes == 0 && done == 0); done += kSdmaSqeBytes) {
+        const size_t n = std::min<size_t>(kSdmaSqeBytes, bytes - done);
+        sqes.push_back(Put{dst + done, static_cast<uint8_t*>(dst_sym) + done, static_cast<const uint8_t*>(src) + done,
+                           n, pe, kPlaneSdma});
+        if (bytes == 0) break;
+    }
+    g_last.sdma.sqes.fetch_add(sqes.size(), std::memory_order_relaxed);
     if (chaos_seed()) {
-        tl_sdma_pending.push_back(p);
+        tl_sdma_pending.insert(tl_sdma_pending.end(), sqes.begin(), sqes.end());
         return;
     }
-    g_sdma->issued[core].fetch_add(1, std::memory_order_relaxed);
+    g_sdma->issued[core].fetch_add(sqes.size(), std::memory_order_relaxed);
     {
         std::lock_guard<std::mutex> lk(g_sdma->mu);
-        g_sdma->queue.emplace_back(p, core);
+        for (const Put& q : sqes) g_sdma->queue.emplace_back(q, core);
     }
     g_sdma->cv.notify_one();
 }
@@ -606,23 +754,18 @@ void mte_quiet() {
 bool dump_counters(const char* path) {
     FILE* f = fopen(path, "w");
     if (!f) return false;
-    const PlaneCounters* last[2] = {&g_last.mte, &g_last.sdma};
+    PlaneCounters* last[2] = {&g_last.mte, &g_last.sdma};
     fprintf(f, "{\"pe\": %d, \"launches\": %llu, \"chaos_seed\": %lld", pe_state().my_pe,
             (unsigned long long)g_launches, chaos_seed() ? (long long)(chaos_seed() - 1) : -1LL);
     for (int which = 0; which < 2; ++which) {
         fprintf(f, ", \"%s\": {", which == 0 ? "last" : "total");
         for (int p = 0; p < 2; ++p) {
-            uint64_t v[5];
-            if (which == 0) {
-                v[0] = last[p]->puts; v[1] = last[p]->bytes; v[2] = last[p]->quiets;
-                v[3] = last[p]->status_writes; v[4] = last[p]->status_bytes;
-            } else {
-                for (int i = 0; i < 5; ++i) v[i] = g_total.v[p][i];
+            fprintf(f, "%s\"%s\": {", p ? ", " : "", kPlaneName[p]);
+            for (int i = 0; i < kCounterFields; ++i) {
+                const uint64_t v = which == 0 ? last[p]->field(i)->load() : g_total.v[p][i];
+                fprintf(f, "%s\"%s\": %llu", i ? ", " : "", kCounterNames[i], (unsigned long long)v);
             }
-            fprintf(f, "%s\"%s\": {\"puts\": %llu, \"bytes\": %llu, \"quiets\": %llu, \"status_writes\": %llu, "
-                       "\"status_bytes\": %llu}", p ? ", " : "", kPlaneName[p], (unsigned long long)v[0],
-                    (unsigned long long)v[1], (unsigned long long)v[2], (unsigned long long)v[3],
-                    (unsigned long long)v[4]);
+            fprintf(f, "}");
         }
         fprintf(f, "}");
     }

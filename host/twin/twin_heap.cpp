@@ -142,8 +142,9 @@ int aclshmemx_init_attr(aclshmemx_bootstrap_t flags, aclshmemx_init_attr_t* attr
     s.my_pe = attr->my_pe;
     s.n_pes = attr->n_pes;
     s.user_heap_bytes = (attr->local_mem_size + 4095) / 4096 * 4096;
-    // The protocol checker keeps 8 bytes per window slot (>= 32 B each): a quarter more is ample.
-    s.heap_bytes = s.user_heap_bytes + (s.user_heap_bytes / 4 + (64u << 10) + 4095) / 4096 * 4096;
+    // The protocol checker keeps at most 44 bytes per window slot (a payload slot of >= 32 B and a
+    // status slot of 64 B): half as much again is ample.
+    s.heap_bytes = s.user_heap_bytes + (s.user_heap_bytes / 2 + (64u << 10) + 4095) / 4096 * 4096;
     s.shm_name = session_name(attr->ip_port);
     s.segment_bytes = kControlBytes + size_t(s.n_pes) * s.heap_bytes;
 

@@ -37,6 +37,7 @@ struct Launch {
     std::atomic<uint32_t> sync_generation{0};
 };
 Launch* g_launch = nullptr;
+std::atomic<uint32_t> g_core_barriers{0};  // core barriers this PE's cores completed, all launches
 
 bool prof_enabled() {
     if (g_prof_state < 0) {
@@ -117,6 +118,8 @@ void sync_all_cores() {
     cross_core_barrier("AscendC::SyncAll");
 }
 
+uint32_t core_barriers_done() { return g_core_barriers.load(std::memory_order_acquire); }
+
 void core_barrier_soft() {
     if (current_core() < 0 || g_launch == nullptr) fatal("aclshmemi_barrier_core_soft called outside a kernel core");
     // GM flags between the blocks, set and polled by the scalar unit: no pipe is drained.
@@ -129,6 +132,7 @@ static void cross_core_barrier(const char* what) {
     const uint32_t gen = l.sync_generation.load(std::memory_order_acquire);
     if (l.sync_arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == l.block_dim) {
         l.sync_arrived.store(0, std::memory_order_relaxed);
+        g_core_barriers.fetch_add(1, std::memory_order_acq_rel);  // before anyone leaves it
         l.sync_generation.fetch_add(1, std::memory_order_acq_rel);
         return;
     }

@@ -187,6 +187,8 @@ void counters_begin_launch();
 void counters_end_launch();
 // SHMEM's soft core barrier (twin_kernel.cpp).
 void core_barrier_soft();
+// How many core barriers (soft or SyncAll) this PE's cores have completed so far.
+uint32_t core_barriers_done();
 // Lands whatever the calling core left outstanding when its kernel body returned.
 void core_finish();
 // A core waited on the word at `sig` (status slots must be waited on word by word).

@@ -54,7 +54,8 @@ def test_variant_dir_separates_variants_only_when_they_share_a_folder(tmp_path):
 
 
 def test_unknown_variant_is_refused_by_name():
-    with pytest.raises(ResultFileError, match=r"^variant='mte': must be one of 'classic', 'doubleplane'$"):
+    with pytest.raises(ResultFileError, match=r"^variant='mte': must be one of 'classic', 'doubleplane', or one with kernel settings such as "
+                       r"'doubleplane-segment-c6'$"):
         perf_csv_name("mte", 0)
 
 
@@ -227,7 +228,8 @@ def test_reader_refuses_short_rows_and_bad_numbers(tmp_path):
 def test_sidecar_round_trip_and_missing_keys(tmp_path):
     data = {k: None for k in ["case_id", "variant", "routing", "dtype", "seed", "target", "min_sdma_bytes", "warmup",
                               "loops", "launches", "prof_pes", "check", "counters_ok", "counter_mismatches",
-                              "violations", "violation_examples", "planned", "counted", "ranks", "kernel"]}
+                              "violations", "violation_examples", "planned", "counted", "ranks", "kernel",
+                              "settings"]}
     data.update(case_id="shape_8_16_2_4_2", variant="classic")
     path = write_sidecar(tmp_path / counters_name("classic", "shape_8_16_2_4_2"), data)
     assert read_sidecar(path) == data
@@ -239,6 +241,10 @@ def test_sidecar_round_trip_and_missing_keys(tmp_path):
     del old["kernel"]
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert read_sidecar(tmp_path / "old.json")["kernel"] == {"name": "lab"}
+    # and one written before kernel settings as the reference's (docs/variants.md)
+    del old["settings"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert read_sidecar(tmp_path / "old.json")["settings"] == {"label": "reference", "cores_per_rank": 1}
 
 
 def test_analysis_figures_and_tables_from_hand_made_files(tmp_path):

@@ -28,7 +28,9 @@ def test_exactly_2_mib_above_average_goes_sdma():
     assert planes(p, 0) == ["MTE", "SDMA", "MTE"]
     assert p.sdma_segments(0).tolist() == [1]
     assert p.totals.loc[0].to_dict() == {"mte_rows": 0, "mte_bytes": 0, "sdma_rows": MiB2, "sdma_bytes": MiB2,
-                                         "remote_rows": MiB2, "remote_avg_segment_bytes": MiB2 / 2}
+                                         "remote_rows": MiB2, "remote_avg_segment_bytes": MiB2 / 2,
+                                         "sdma_calls": MiB2, "sdma_sqes": MiB2, "control_writes": 0,
+                                         "control_bytes": 0}
 
 
 def test_one_byte_under_2_mib_goes_mte():
@@ -74,7 +76,8 @@ def test_single_pe_has_nothing_remote():
     p = plan_counts(counts, h=1, itemsize=1)
     assert p.segments.plane.tolist() == ["MTE", "MTE"]
     assert p.totals.loc[0].to_dict() == {"mte_rows": 14 * MiB2, "mte_bytes": 14 * MiB2, "sdma_rows": 0,
-                                         "sdma_bytes": 0, "remote_rows": 0, "remote_avg_segment_bytes": 0.0}
+                                         "sdma_bytes": 0, "remote_rows": 0, "remote_avg_segment_bytes": 0.0,
+                                         "sdma_calls": 0, "sdma_sqes": 0, "control_writes": 0, "control_bytes": 0}
     assert p.sdma_segments(0).tolist() == []
 
 
@@ -95,7 +98,8 @@ def test_segments_frame_layout():
     # PE 0: remote rows 1300 over den = 1 * 2 -> average 650 rows; 700 > 650 > 600
     assert p.totals.loc[0, "remote_avg_segment_bytes"] == 650 * 4096
     assert p.totals.index.name == "pe" and list(p.totals.columns) == [
-        "mte_rows", "mte_bytes", "sdma_rows", "sdma_bytes", "remote_rows", "remote_avg_segment_bytes"]
+        "mte_rows", "mte_bytes", "sdma_rows", "sdma_bytes", "remote_rows", "remote_avg_segment_bytes", "sdma_calls",
+        "sdma_sqes", "control_writes", "control_bytes"]
     assert p.sdma_segments(0).tolist() == [3] and p.sdma_segments(1).tolist() == []
 
 

@@ -24,7 +24,7 @@ def test_window_and_heap_bytes_match_the_driver():
     # 16 slots of align_up(26, 32) = 32 B, then (from a 64 B line) 16 status slots of 64 B: one
     # scalar cache line each (the 32 B ready values come from UB)
     assert window_bytes(spec) == 16 * 32 + 16 * 64
-    assert twin_heap_bytes(spec) == 2 * 1024 * 1024 + (512 * 1024 + 64 * 1024)
+    assert twin_heap_bytes(spec) == 2 * 1024 * 1024 + (1024 * 1024 + 64 * 1024)
 
 
 def test_shape_too_big_for_dev_shm_refused_before_writing(tmp_path, no_leaks):
@@ -32,8 +32,8 @@ def test_shape_too_big_for_dev_shm_refused_before_writing(tmp_path, no_leaks):
     with pytest.raises(CapacityError) as e:
         run_case(spec, "doubleplane", work_dir=tmp_path)
     assert str(e.value).startswith(
-        "shape_65536_7168_8_64_8: the twin's symmetric heaps need 150680899584 bytes (140.33 GiB: 8 PEs x "
-        "18835111936 bytes) in /dev/shm, ")
+        "shape_65536_7168_8_64_8: the twin's symmetric heaps need 180816973824 bytes (168.40 GiB: 8 PEs x "
+        "22602121216 bytes) in /dev/shm, ")
     assert re.search(r"in /dev/shm, \d+ bytes \(\d+\.\d\d GiB\) available$", str(e.value))
     assert list(tmp_path.iterdir()) == []  # nothing written
 

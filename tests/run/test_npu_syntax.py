@@ -176,7 +176,7 @@ def test_entry_body_is_checked_as_aicore_code(tmp_path):
 
 
 def test_gm_pointer_where_shmem_wants_a_ub_buffer_is_refused(tmp_path):
-    root = _mutated_tree(tmp_path, KERNEL, "ub_at<T>(StageOff(buf))", "(__gm__ T*)(expand_x_ + uint64_t(row) * h_)")
+    root = _mutated_tree(tmp_path, KERNEL, "ub_at<U>(StageOff(buf))", "(__gm__ U*)(src)")
     failed = _failures(compile_npu_branch(root, archs=A2A3, host_only=False))
     assert set(failed) == {"kernel A2/A3 (AI core)"}
     err = failed["kernel A2/A3 (AI core)"]

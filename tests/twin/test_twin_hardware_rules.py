@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_each_broken_kernel_is_caught(broken_kernels, name, no_leaks):
     caught, seen = try_broken_kernel(name, broken_kernels[name])
     assert caught, seen
-    assert BROKEN_KERNELS[name].evidence in seen
+    assert BROKEN_KERNELS[name].seen_in(seen)
 
 
 # A missing flag or buffer also leaves later event bits unordered: the pipes may then set a bit

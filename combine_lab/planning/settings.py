@@ -1,0 +1,132 @@
+"""Kernel settings beyond the reference (docs/variants.md): the segment layout (one SDMA call per
+contiguous chunk of a segment) and cores per source rank, their labels and their checks.
+
+A *settings label* names the settings alone: ``reference`` (the reference's structure),
+``segment``, ``c6`` (6 cores per source rank), ``segment-c6``. A *variant label* puts the
+combine in front: ``classic``, ``doubleplane``, ``classic-c6``, ``doubleplane-segment``,
+``doubleplane-segment-c6``. ``segment`` is a doubleplane setting only (classic sends no SDMA).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import ParameterError
+from .cores import MAX_SDMA_BLOCKS, TWIN_DEFAULT_SOC, aiv_cores
+
+__all__ = ["KernelSettings", "REFERENCE", "parse_settings", "parse_variant_label", "variant_label",
+           "check_kernel_settings", "driver_policy", "SETTINGS_LABEL_FORM", "VARIANT_LABEL_FORM"]
+
+#: What a settings label looks like, for error messages.
+SETTINGS_LABEL_FORM = "'reference', 'segment', 'c<N>' or 'segment-c<N>' (N: cores per source rank)"
+#: What a variant label looks like, for error messages.
+VARIANT_LABEL_FORM = ("'classic', 'doubleplane', then optionally '-segment' (doubleplane only) and '-c<N>' "
+                      "(N: cores per source rank), e.g. 'doubleplane-segment-c6'")
+
+_SETTINGS_RE = re.compile(r"^(?:(segment)(?:-c(\d+))?|c(\d+)|reference)$")
+
+
+@dataclass(frozen=True)
+class KernelSettings:
+    """How the lab's kernel is built to run (docs/variants.md).
+
+    ``segment``: the receiver's layout by expert, one SDMA call per contiguous chunk of an SDMA
+    segment (the driver's policy ``dual_plane_segment``; doubleplane only). ``cores_per_rank``:
+    AIV cores per source rank, 1 (the reference's structure) to the SoC's AIV cores.
+    """
+
+    segment: bool = False
+    cores_per_rank: int = 1
+
+    @property
+    def label(self) -> str:
+        """``reference``, ``segment``, ``c<N>`` or ``segment-c<N>``."""
+        parts = (["segment"] if self.segment else []) + ([f"c{self.cores_per_rank}"] if self.cores_per_rank != 1 else [])
+        return "-".join(parts) or "reference"
+
+    @property
+    def is_reference(self) -> bool:
+        return not self.segment and self.cores_per_rank == 1
+
+
+#: The reference's structure: one core per source rank, one SDMA call per row.
+REFERENCE = KernelSettings()
+
+
+def parse_settings(label: str | KernelSettings | None) -> KernelSettings:
+    """A settings label (``reference``, ``segment``, ``c6``, ``segment-c6``) as KernelSettings; None
+    and KernelSettings pass through (None: the reference).
+
+    Raises:
+        ParameterError: not a settings label (the message shows the allowed forms); c0.
+    """
+    if label is None:
+        return REFERENCE
+    if isinstance(label, KernelSettings):
+        return label
+    m = _SETTINGS_RE.match(str(label).strip().lower())
+    if not m or (m[2] or m[3] or "1") == "0" or int(m[2] or m[3] or 1) < 1:
+        raise ParameterError(f"settings={label!r}: must be {SETTINGS_LABEL_FORM}", parameter="settings", value=label)
+    return KernelSettings(segment=bool(m[1]), cores_per_rank=int(m[2] or m[3] or 1))
+
+
+def variant_label(variant: str, settings: KernelSettings | str | None = None) -> str:
+    """``classic`` / ``doubleplane`` with its settings: ``doubleplane-segment-c6``; the reference
+    settings add nothing (``doubleplane``)."""
+    s = parse_settings(settings)
+    return variant if s.is_reference else f"{variant}-{s.label}"
+
+
+def parse_variant_label(label: str) -> tuple[str, KernelSettings]:
+    """A variant label (``classic``, ``doubleplane-segment``, ``classic-c4``,
+    ``doubleplane-segment-c6``) as (variant, KernelSettings).
+
+    Raises:
+        ParameterError: not a variant label, or ``segment`` with classic (it sends no SDMA).
+    """
+    text = str(label).strip().lower()
+    variant, _, rest = text.partition("-")
+    if variant not in ("classic", "doubleplane"):
+        raise ParameterError(f"variant={label!r}: must be {VARIANT_LABEL_FORM}", parameter="variant", value=label)
+    try:
+        settings = parse_settings(rest or None)
+    except ParameterError:
+        raise ParameterError(f"variant={label!r}: must be {VARIANT_LABEL_FORM}", parameter="variant",
+                             value=label) from None
+    if rest == "reference":
+        raise ParameterError(f"variant={label!r}: must be {VARIANT_LABEL_FORM}", parameter="variant", value=label)
+    if settings.segment and variant == "classic":
+        raise ParameterError(f"variant={label!r}: 'segment' is a doubleplane setting (classic sends nothing by "
+                             "SDMA); use doubleplane-segment", parameter="variant", value=label)
+    return variant, settings
+
+
+def check_kernel_settings(settings: KernelSettings, variant: str, soc: str = TWIN_DEFAULT_SOC) -> KernelSettings:
+    """Refuse settings the kernel cannot run, before anything launches (docs/variants.md#4-limits).
+
+    ``cores_per_rank`` must be an int in [1, AIV cores of ``soc``] and, since only AIV blocks
+    0..47 have an SDMA stream, no launch may have more than 48 blocks issuing SDMA (the kernel's
+    launch_block_dim keeps whole groups within min(AIV, 48)); ``segment`` needs doubleplane.
+
+    Raises:
+        ParameterError: naming the parameter, its value and the allowed range.
+        ValueError: a SoC the twin does not model.
+    """
+    cpr = settings.cores_per_rank
+    aiv = aiv_cores(soc)
+    limit = min(aiv, MAX_SDMA_BLOCKS)
+    if not isinstance(cpr, int) or isinstance(cpr, bool) or not 1 <= cpr <= limit:
+        raise ParameterError(f"cores_per_rank={cpr!r}: must be an int in [1, {limit}] (the {aiv} AIV cores of {soc}; "
+                             f"at most {MAX_SDMA_BLOCKS} cores issue SDMA)", parameter="cores_per_rank", value=cpr)
+    if settings.segment and variant != "doubleplane":
+        raise ParameterError(f"segment with variant={variant!r}: the segment layout is a doubleplane setting (classic "
+                             "sends nothing by SDMA)", parameter="variant", value=variant)
+    return settings
+
+
+def driver_policy(variant: str, settings: KernelSettings) -> str:
+    """The host driver's policy argument (host/host_args.cpp): mte_only, dual_plane or dual_plane_segment."""
+    if variant == "classic":
+        return "mte_only"
+    return "dual_plane_segment" if settings.segment else "dual_plane"
