@@ -65,19 +65,26 @@ _FLOAT_COLUMNS = ["Bandwidth/GB/s", "CoreMaxTime/us", "PerPeBandwidth/GB/s"]
 
 # ----------------------------------------------------------------------------------------- names
 
+#: A variant label as the planner writes it (combine_lab.planning.settings: the variant, then its kernel
+#: settings, docs/variants.md); only its spelling matters here, the planner has checked what it means.
+_LABEL = re.compile(r"(classic|doubleplane)((?:-segment)?(?:-c[1-9][0-9]*)?)")
+
+
 def file_prefix(variant: str) -> str:
     """``combine`` (classic) or ``combine_doubleplane``: the start of every file name of ``variant``;
     a variant label with kernel settings (docs/variants.md) adds them, ``-`` as ``_``:
-    ``doubleplane-segment-c6`` -> ``combine_doubleplane_segment_c6``, ``classic-c4`` -> ``combine_c4``."""
+    ``doubleplane-segment-c6`` -> ``combine_doubleplane_segment_c6``, ``classic-c4`` -> ``combine_c4``.
+
+    Raises:
+        ResultFileError: ``variant`` is neither a variant nor a label of one with kernel settings.
+    """
     if variant in FILE_PREFIX:
         return FILE_PREFIX[variant]
-    from ..planning.settings import parse_variant_label
-    try:
-        base, settings = parse_variant_label(variant)
-    except ValueError:
+    m = _LABEL.fullmatch(str(variant))
+    if m is None:
         raise ResultFileError(f"variant={variant!r}: must be one of {', '.join(map(repr, FILE_PREFIX))}, or one "
-                              "with kernel settings such as 'doubleplane-segment-c6'") from None
-    return f"{FILE_PREFIX[base]}_{settings.label.replace('-', '_')}" if not settings.is_reference else FILE_PREFIX[base]
+                              "with kernel settings such as 'doubleplane-segment-c6'")
+    return FILE_PREFIX[m.group(1)] + m.group(2).replace("-", "_")
 
 
 def perf_csv_name(variant: str, rank: int) -> str:

@@ -85,9 +85,21 @@ def test_your_kernel_runs_unchanged_with_every_check(tmp_path, no_leaks):
     assert set(res.perf["Blocks"]) == {3} and set(res.perf["UBsize/KB"]) == {190}  # block_dim = PEs, as the reference
     sidecar = json.loads((tmp_path / "out" / f"combine_counters_{spec.case_id}.json").read_text())
     assert sidecar["kernel"] == {"name": "user:refstyle", "source": str(REFSTYLE)}
-    log = (build_mod.build("cpu", kernel=REFSTYLE).parent / build_mod.BUILD_LOG).read_text()
+    bdir = build_mod.build("cpu", kernel=REFSTYLE).parent
     src = (REFSTYLE / "combine_refstyle_kernel.cpp").read_text().splitlines()
     line = next(i for i, ln in enumerate(src, 1) if "RefstyleCombine_int32_t<<<" in ln)
+    # the copy compiled: the launch rewritten on the source's own line (#line 1 after two lines), nothing else
+    (copy,) = bdir.glob("twin_src/*/combine_refstyle_kernel.cpp")
+    body = copy.read_text().splitlines()
+    assert body[:2] == ['#include "twin_launch.h"', f'#line 1 "{REFSTYLE / "combine_refstyle_kernel.cpp"}"']
+    fp16 = next(i for i, ln in enumerate(src, 1) if "RefstyleCombine_float16_t<<<" in ln)
+    # (the float16 launch's configuration runs over two lines, kept as two)
+    assert [i for i, (a, b) in enumerate(zip(src, body[2:]), 1) if a != b] == [line, fp16, fp16 + 1]
+    assert len(body) == len(src) + 2
+    assert "::twin::kernel_launch(RefstyleCombine_int32_t, block_dim, nullptr, stream)" in body[line + 1]
+    # and the build log says so whenever the copy is made (the copy step's own line; a cached copy is not remade)
+    copy.unlink()
+    log = (build_mod.build("cpu", kernel=REFSTYLE, force=True).parent / build_mod.BUILD_LOG).read_text()
     assert f"twin launch: {REFSTYLE}/combine_refstyle_kernel.cpp:{line}: RefstyleCombine_int32_t<<<block_dim, " \
            "nullptr, stream>>>  ->  ::twin::kernel_launch(RefstyleCombine_int32_t, block_dim, nullptr, stream)" in log
     # its rule's plan has SDMA, this kernel sends everything by MTE: it differs, and that is no failure
