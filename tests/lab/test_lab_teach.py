@@ -53,10 +53,11 @@ def test_kernel_source_leaves_the_fault_injection_out(tmp_path):
     assert (plain.first, plain.last) == (1, 20)
     faulty = teach.kernel_source("Step", k, faults=True).text
     assert "bad();" in faulty and "bad_block();" in faulty and "fault::Off(" in faulty
-    for name in ("SendSegments", "Process", "WaitSlot"):
+    for name in ("SendSegments", "Process", "WaitSlot", "WaitFlag"):
         assert "fault::" not in teach.kernel_source(name).text, name
     assert "aclshmem_barrier_all" not in teach.kernel_source("Process").text  # the DEVICE_BARRIER kernel's
-    assert "const uint32_t words = kStatusWords;" in teach.kernel_source("WaitSlot").text
+    assert "WaitFlag(SlotStatus(" in teach.kernel_source("WaitSlot").text  # a slot's wait is the flag wait:
+    assert "for (uint32_t w = 0; w < words; ++w)" in teach.kernel_source("WaitFlag").text  # every word
 
 
 @pytest.mark.parametrize("name", ["SegBegin", "SegEnd", "RowSlot", "SlotPayload", "SlotStatus", "UseSdma",
@@ -70,8 +71,9 @@ def test_every_step_the_walkthrough_shows_is_in_the_kernel(name):
 def test_process_holds_both_profiling_frames_around_the_stages():
     text = teach.kernel_source("Process").text
     order = [text.index(s) for s in ("SHMEMI_PROF_START(kProfFrameFullOp)", "SHMEMI_PROF_START(kProfFrameCommOnly)",
-                                     "SendSegments()", "SHMEMI_PROF_END(kProfFrameCommOnly)", "ReduceTokens()",
-                                     "aclshmemi_barrier_core_soft()", "SHMEMI_PROF_END(kProfFrameFullOp)")]
+                                     "SendSegments()", "SHMEMI_PROF_END(kProfFrameCommOnly)", "ReduceTokens()")]
+    # the core barrier that ends full_op: after the reduction (the segment layout has one before the sends too)
+    order += [text.index("aclshmemi_barrier_core_soft()", order[-1]), text.index("SHMEMI_PROF_END(kProfFrameFullOp)")]
     assert order == sorted(order)
 
 
