@@ -92,18 +92,20 @@ def test_suggest_prints_the_curve_and_the_best_floor(tmp_path, capsys):
 
 
 def test_calibrate_fits_a_model_file_to_modelled_csvs(tmp_path, capsys):
-    code, _, err = run_cli(["compare", *CASE, "--min-sdma-bytes", "0", "--clock", "model:a3", "--perf",
+    truth = load_model("a3").with_values(sdma_engines=1.0)  # one engine: its descriptor cost shows in the times
+    truth_file = truth.to_toml(tmp_path / "truth.toml")
+    code, _, err = run_cli(["compare", *CASE, "--min-sdma-bytes", "0", "--clock", f"model:{truth_file}", "--perf",
                             "--prof-pe", "all", "--output-dir", str(tmp_path / "p")], capsys)
     assert code == 0, err
-    start = load_model("a3").with_values(sdma_sqe_us=3.0, mte_put_us=0.3).to_toml(tmp_path / "start.toml")
+    start = truth.with_values(**{"die_pair.sdma_sqe_us": 3.0, "mte_put_us": 0.3}).to_toml(tmp_path / "start.toml")
     csvs = sorted(str(p) for p in (tmp_path / "p-model-a3").rglob("*_perf_rank*.csv"))
     assert len(csvs) == 8
     code, out, err = run_cli(["calibrate", *csvs, "--model", str(start), "--routing", "zipf:1.5",
-                              "--min-sdma-bytes", "0", "--free", "sdma_sqe_us", "mte_put_us",
+                              "--min-sdma-bytes", "0", "--free", "die_pair.sdma_sqe_us", "mte_put_us",
                               "--out", str(tmp_path / "fit.toml")], capsys)
     assert code == 0, err
     fit = load_model(tmp_path / "fit.toml")
-    assert fit["sdma_sqe_us"] == pytest.approx(0.91, rel=1e-4) and fit["mte_put_us"] == pytest.approx(1.0, rel=1e-4)
+    assert fit["die_pair.sdma_sqe_us"] == pytest.approx(0.967, rel=1e-4) and fit["mte_put_us"] == pytest.approx(1.0, rel=1e-4)
     assert "fitted parameters:" in out and f"model: {tmp_path / 'fit.toml'}" in out
 
 
@@ -112,7 +114,7 @@ def test_a_long_curve_is_thinned_on_screen_and_whole_with_all(capsys):
     from combine_lab.model.suggest import suggest
 
     case = make_case(CaseSpec(pes=16, bs=256, h=2048, topk=4, expert_per_pe=2, routing="zipf:1.2"))
-    s = suggest(case_rows(case, load_model("a2").soc), load_model("a2"))
+    s = suggest(case_rows(case, load_model("a3").soc), load_model("a3"))
     n = len(s.curve)
     assert n > 40
     short = s.text(40).splitlines()
@@ -124,6 +126,6 @@ def test_a_long_curve_is_thinned_on_screen_and_whole_with_all(capsys):
     assert ("never" if best == -1 else str(int(best))) in firsts
     assert len(s.text(None).splitlines()) == 3 + n + 1
     code, out, err = run_cli(["suggest", "-pes", "16", "-bs", "256", "-h", "2048", "-topk", "4", "-expertPerPe", "2",
-                              "--routing", "zipf:1.2", "--model", "a2", "--all"], capsys)
+                              "--routing", "zipf:1.2", "--model", "a3", "--all"], capsys)
     assert code == 0, err
     assert len(out.splitlines()) == 1 + 3 + n + 1  # the case line, then the whole curve

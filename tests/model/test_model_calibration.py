@@ -70,11 +70,12 @@ def test_synthetic_noisy_times_give_back_every_fitted_parameter_within_5_percent
 
 
 def test_exact_times_give_back_the_parameters():
-    meas = synthetic(A3, 0.0, design=SMALL)
-    start = A3.with_values(sdma_sqe_us=2.0, mte_put_us=0.5, quiet_us=2.0)
-    cal = calibrate(start, meas, free=["sdma_sqe_us", "mte_put_us", "quiet_us"])
-    for name in ("sdma_sqe_us", "mte_put_us", "quiet_us"):
-        assert cal.model[name] == pytest.approx(A3[name], rel=1e-4)
+    truth = A3.with_values(sdma_engines=1.0)  # one engine: its descriptor cost shows in the times
+    meas = synthetic(truth, 0.0, design=SMALL)
+    start = truth.with_values(**{"die_pair.sdma_sqe_us": 2.0, "mte_put_us": 0.5, "quiet_us": 2.0})
+    cal = calibrate(start, meas, free=["die_pair.sdma_sqe_us", "mte_put_us", "quiet_us"])
+    for name in ("die_pair.sdma_sqe_us", "mte_put_us", "quiet_us"):
+        assert cal.model[name] == pytest.approx(truth[name], rel=1e-4)
     assert cal.cases["error_pct"].abs().max() < 1e-3
 
 
