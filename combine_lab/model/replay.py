@@ -101,10 +101,11 @@ def _fair_moved(owner: np.ndarray, totals: np.ndarray, x: np.ndarray) -> np.ndar
     return pre[owner, below] + (K - below) * x
 
 
-def _fair_work(owner: np.ndarray, calls: np.ndarray, per_call: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """For each query i: sum over the senders k of PE ``owner[i]`` of ``min(calls[owner, k], x[i]) *
-    per_call[owner, k]``: the engines' work when every core has had up to x of its calls served,
-    each core's calls counted at their average cost (``per_call``: float [pes, senders])."""
+def _fair_work(owner: np.ndarray, calls: np.ndarray, per_call: np.ndarray):
+    """A function of queries x: for each i, the sum over the senders k of PE ``owner[i]`` of
+    ``min(calls[owner, k], x[i]) * per_call[owner, k]``: the engines' work when every core has had
+    up to x of its calls served, each core's calls counted at their average cost (``per_call``:
+    float [pes, senders]). Sorted once, asked at every SDMA quiet."""
     P, K = calls.shape
     order = np.argsort(calls, axis=1, kind="stable")
     srt = np.take_along_axis(calls, order, axis=1)
@@ -113,8 +114,11 @@ def _fair_work(owner: np.ndarray, calls: np.ndarray, per_call: np.ndarray, x: np
     suf = np.concatenate([np.cumsum(w[:, ::-1], axis=1)[:, ::-1], np.zeros((P, 1))], axis=1)
     span = float(srt.max(initial=0.0)) + 1.0
     flat = (np.arange(P)[:, None] * span + srt).ravel()
-    below = np.searchsorted(flat, owner * span + x, side="right") - owner * K
-    return pre[owner, below] + x * suf[owner, below]
+
+    def at(x: np.ndarray) -> np.ndarray:
+        below = np.searchsorted(flat, owner * span + x, side="right") - owner * K
+        return pre[owner, below] + x * suf[owner, below]
+    return at
 
 
 def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, block_dim: int, epp: int,
@@ -162,12 +166,14 @@ def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, bl
     if sdma_mode == "row":  # one call per row; its cost is its link class's
         ops = np.where(sd, n, 0.0)
         n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
-        work_c = np.bincount(core, weights=ops * np.where(sd, sdma_call_us(m, cls, row), 0.0), minlength=V * B)
+        per_class = sdma_call_us(m, np.arange(len(m.links)), row)   # a row's call costs its class's
+        work_c = np.bincount(core, weights=ops * np.where(sd, per_class[cls], 0.0), minlength=V * B)
         avg_c = np.divide(work_c.reshape(V, B), n_c, out=np.zeros((V, B)), where=n_c > 0)
 
         # [V, B]: the engines' work (bytes) when core c's first k[v, c] calls are done: every core c'
         # of the PE contributes min(n_c', k) calls, at its calls' average cost (bytes: one row each).
-        work_done = lambda k: _fair_work(owner, n_c, avg_c, k.ravel()).reshape(V, B)   # noqa: E731
+        fair_work = _fair_work(owner, n_c, avg_c)
+        work_done = lambda k: fair_work(k.ravel()).reshape(V, B)                         # noqa: E731
         bytes_done = lambda k: _fair_moved(owner, n_c, k.ravel()).reshape(V, B) * row  # noqa: E731
     else:  # one call per segment, of its own size
         ops = np.where(sd & (n > 0), 1.0, 0.0)
