@@ -678,7 +678,8 @@ display(pd.DataFrame([{"parameter": p.name, "value": p.value, "unit": p.unit,
 #   (`b = row / min(mte_remote, link) + mte_put_us`), through its two staging buffers in turn:
 #   `a + b + (n - 1) * max(a, b)`, then a quiet, `n` flags, a quiet;
 # * **by SDMA**, the core only issues `n` calls (`sdma_issue_us` each); the engine serves each in
-#   `ceil(row / 1 MiB) * sdma_sqe_us + row / min(sdma, link)`; the core waits at the SDMA quiet,
+#   `sdma_sqe_us + row / sdma_GBps` (or their max, on a link class whose tables say the fixed cost
+#   overlaps the bytes: the A3 die pair); the core waits at the SDMA quiet,
 #   then writes the `n` flags by MTE and quiets.
 #
 # So SDMA pays a fixed cost up front (issue, the SDMA quiet) and wins per row only where the

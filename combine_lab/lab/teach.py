@@ -253,7 +253,7 @@ def segment_formula(model: NpuModel, n: int, row_bytes: int, plane: str) -> floa
     - SDMA (n < 256: no SDMA quiet in between): the core issues ``n`` calls (``sdma_issue_us`` each); the
       PE's engines serve them, each call priced by the link class of PE 0 -> PE 1
       (:func:`combine_lab.model.costs.sdma_call_us`: ``ceil(row / 1 MiB)`` descriptors of ``sdma_sqe_us``
-      and the bytes at ``min(sdma, link)``, added or overlapped by the class's form); the payload also
+      and the bytes at ``sdma_GBps``, added or overlapped by the class's form); the payload also
       needs its link and the PE's egress; then the SDMA quiet, ``n`` flags by MTE and a quiet.
     """
     m, row = model, float(row_bytes)
@@ -315,7 +315,7 @@ def segment_per_row(model: NpuModel, row_bytes: int) -> dict:
     """What one more row of a lone remote segment costs its core on each plane, as
     :func:`segment_formula` prices it (us): ``mte`` = ``max(a, b)`` (the busier of GM -> UB and
     UB -> the other PE), ``sdma`` = the largest of the core's issue (``sdma_issue_us``), the engines'
-    service (``ceil(row / 1 MiB) * sdma_sqe_us`` per descriptor plus the bytes at ``min(sdma, link)``,
+    service (``ceil(row / 1 MiB) * sdma_sqe_us`` per descriptor plus the bytes at ``sdma_GBps``, by the class's form,
     shared by ``sdma_engines``) and the wire (``row / min(link, egress)``); ``sdma_bound`` names which
     of the three; ``sdma_fixed`` = what SDMA pays once and MTE does not (``sdma_quiet_us`` -
     ``quiet_us``). Both planes write the same flags, so they cancel."""

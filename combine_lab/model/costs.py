@@ -31,21 +31,26 @@ def mte_remote_rate(model: NpuModel, cls) -> np.ndarray:
 
 
 def sdma_rate(model: NpuModel, cls) -> np.ndarray:
-    """One SDMA stream's byte rate over class ``cls`` (bytes/us): ``min(<class>.sdma_GBps, link)``."""
-    return np.minimum(rate(model.link_values("sdma_GBps")), rate(model.link_values("link_GBps")))[cls]
+    """One SDMA stream's byte rate over class ``cls`` (bytes/us): ``<class>.sdma_GBps``, its table's
+    fit. The link's capacity bounds all streams and cores on it together (the fair-share bound of
+    :mod:`.replay`), not one call."""
+    return rate(model.link_values("sdma_GBps"))[cls]
+
+
+def call_us(nbytes, c_us, bw, is_max) -> np.ndarray:
+    """One SDMA call of ``nbytes`` (us): ``ceil(nbytes / 1 MiB)`` descriptors, each of b bytes
+    costing ``c_us + b / bw`` or, where ``is_max``, ``max(c_us, b / bw)`` (``bw`` in bytes/us).
+    The one formula of the SDMA plane: :func:`sdma_call_us` and the published tables' fits use it."""
+    nbytes = np.asarray(nbytes, dtype=np.float64)
+    full = np.floor(nbytes / SQE_BYTES)
+    rem = nbytes - full * SQE_BYTES
+    additive = np.ceil(nbytes / SQE_BYTES) * c_us + nbytes / bw
+    overlapped = full * np.maximum(c_us, SQE_BYTES / bw) + np.where(rem > 0, np.maximum(c_us, rem / bw), 0.0)
+    return np.where(is_max, overlapped, additive)
 
 
 def sdma_call_us(model: NpuModel, cls, nbytes) -> np.ndarray:
     """Engine time of one SDMA call of ``nbytes`` over class ``cls`` (us, float64 like
-    ``nbytes``): the call is ``ceil(nbytes / 1 MiB)`` descriptors (SQEs), each of b bytes costing
-    ``c + b / BW`` (the class's form ``additive``) or ``max(c, b / BW)`` (form ``max``), with
-    ``c = <class>.sdma_sqe_us`` and ``BW`` = :func:`sdma_rate`. Zero bytes cost nothing."""
-    nbytes = np.asarray(nbytes, dtype=np.float64)
-    c = model.link_values("sdma_sqe_us")[cls]
-    bw = sdma_rate(model, cls)
-    is_max = model.max_form[cls]
-    full = np.floor(nbytes / SQE_BYTES)
-    rem = nbytes - full * SQE_BYTES
-    additive = np.ceil(nbytes / SQE_BYTES) * c + nbytes / bw
-    overlapped = full * np.maximum(c, SQE_BYTES / bw) + np.where(rem > 0, np.maximum(c, rem / bw), 0.0)
-    return np.where(is_max, overlapped, additive)
+    ``nbytes``): :func:`call_us` with the class's ``c = <class>.sdma_sqe_us``, ``BW`` =
+    :func:`sdma_rate` and its form (``max`` or ``additive``). Zero bytes cost nothing."""
+    return call_us(nbytes, model.link_values("sdma_sqe_us")[cls], sdma_rate(model, cls), model.max_form[cls])

@@ -22,8 +22,9 @@ KIB, MIB = 1024, 1024 * 1024
 class Table:
     """One published table: ``rows`` ((block bytes, GB/s), ...), ``source`` (repository and file,
     graded M), ``chip``, ``link`` (the class it measures), ``use``: "fit" (a model value comes from
-    it) or "check" (it validates, never fits); ``rows_used``: the smallest block the fit takes
-    (0: all; a host-driven table's small blocks measure the host, not the link)."""
+    it) or "check" (it validates, never fits); ``min_block``, ``max_block``: the blocks the fit and
+    the check take (a host-driven table's small blocks measure the host, not the link; above 2 MiB
+    only one table has rows, which set ``link_GBps`` instead)."""
 
     name: str
     chip: str
@@ -32,14 +33,13 @@ class Table:
     rows: tuple[tuple[int, float], ...]
     use: str
     min_block: int = 0
+    max_block: int = 2 * MIB
 
 
 TABLES = {t.name: t for t in [
     Table("hixl_a2_write", "a2", "hccs", "M: hicann/hixl benchmarks/performance_en.md, A2 one server, hixl_cs D2rD "
           "write", ((16 * KIB, 8.903), (32 * KIB, 12.778), (64 * KIB, 15.780), (128 * KIB, 17.787),
                     (256 * KIB, 19.018), (512 * KIB, 19.680), (1 * MIB, 20.031), (2 * MIB, 20.284)), "fit"),
-    Table("hixl_a2_read", "a2", "hccs", "M: hicann/hixl benchmarks/performance_en.md, A2 one server, hixl_cs rD2D "
-          "read", ((16 * KIB, 10.265), (256 * KIB, 24.75), (2 * MIB, 26.814)), "check"),
     Table("fabricmem_a3_die_pair", "a3", "die_pair", "M: hicann/hixl benchmarks/performance_en.md, A3 one server "
           "(devices 0, 1), FabricMem AICPU unfold D2rD: SDMA, one stream, one SQE per descriptor",
           ((16 * KIB, 16.113), (32 * KIB, 37.012), (64 * KIB, 70.338), (128 * KIB, 125.744), (256 * KIB, 162.611),
@@ -52,7 +52,7 @@ TABLES = {t.name: t for t in [
           "SDMA host-driven, 32 blocks per batch, device 0 -> 1", ((32 * KIB, 9.70), (128 * KIB, 39.98),
                                                                    (512 * KIB, 151.83), (1 * MIB, 179.72),
                                                                    (4 * MIB, 184.24), (16 * MIB, 186.61)),
-          "check", 1 * MIB),
+          "check", 1 * MIB, 16 * MIB),
     Table("memfabric_a3_card", "a3", "card", "M: Ascend/memfabric_hybrid example/trans/perf/README.md, BM SDMA "
           "host-driven, 32 blocks per batch, device 0 -> 2 (two cards of one server)",
           ((32 * KIB, 9.79), (128 * KIB, 37.72), (512 * KIB, 93.10), (1 * MIB, 110.23), (2 * MIB, 122.04),
@@ -80,11 +80,12 @@ class Fit:
 
 
 def block_us(form: str, c_us: float, bw_GBps: float, nbytes) -> np.ndarray:
-    """One block's time by a fit's form (us): ``c + B / BW`` or ``max(c, B / BW)``, B below 1 MiB
-    or not: the tables' blocks are one descriptor each up to 1 MiB (the model splits larger calls,
-    :func:`combine_lab.model.costs.sdma_call_us`)."""
-    b = np.asarray(nbytes, dtype=np.float64) / (bw_GBps * 1e3)
-    return c_us + b if form == "additive" else np.maximum(c_us, b)
+    """One block's time by a fit's form (us), as the model prices an SDMA call of that size
+    (:func:`combine_lab.model.costs.call_us`: one descriptor per MiB, each ``c + b / BW`` or
+    ``max(c, b / BW)``)."""
+    from .costs import call_us
+
+    return call_us(nbytes, c_us, bw_GBps * 1e3, form == "max")
 
 
 def fit_table(name: str, form: str) -> Fit:
@@ -93,7 +94,7 @@ def fit_table(name: str, form: str) -> Fit:
     from scipy.optimize import least_squares  # slow to import: only where a fit is made
 
     t = TABLES[name]
-    rows = [(b, r) for b, r in t.rows if b >= t.min_block]
+    rows = [(b, r) for b, r in t.rows if t.min_block <= b <= t.max_block]
     B = np.array([b for b, _ in rows], dtype=np.float64)
     T = B / (np.array([r for _, r in rows]) * 1e3)
 

@@ -8,7 +8,8 @@ The prices are :mod:`.replay`'s, applied to each operation in issue order, core 
 (microseconds; rates from the model):
 
 - ``sdma_put``: ``sdma_issue_us`` of core time; the PE's ``sdma_engines`` serve every core's calls
-  round-robin (per call ``ceil(bytes / 1 MiB) * sdma_sqe_us + bytes / min(sdma, link)``).
+  round-robin, each core's calls at their average cost (per call :func:`.costs.sdma_call_us`, of the
+  pair's link class).
   ``sdma_quiet``: waits for this core's calls so far (their round-robin share of the engines'
   work), the core's last one also for the fair share of its links and of the PE's egress; then
   ``sdma_quiet_us``.

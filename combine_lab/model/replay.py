@@ -11,12 +11,15 @@ The model, run by run (times in microseconds; bytes per microsecond = GB/s * 1e3
 - **quiet**: waits for the payload, then ``quiet_us``. **Status flags**: ``flag_us`` each at the
   core; flag i lands at its owner ``flag_latency_us`` after it is issued.
 - **SDMA put**: ``sdma_issue_us`` of core time; the PE's ``sdma_engines`` serve the calls
-  (``ceil(bytes / 1 MiB)`` SQEs of ``sdma_sqe_us`` each, plus bytes at
-  ``min(sdma_GBps, link_GBps)``), round-robin across the cores that issued them. An SDMA quiet
+  (:func:`.costs.sdma_call_us`: ``ceil(bytes / 1 MiB)`` SQEs, each ``sdma_sqe_us`` plus its bytes at
+  ``sdma_GBps``, or their max, by the link class's form), round-robin across the cores that
+  issued them, each core's calls at their average cost. An SDMA quiet
   (after every 256 issues, and before the SDMA rows' flags) waits for this core's calls, plus
   ``sdma_quiet_us``.
-- **Links and egress** are shared fairly: one link per ordered PE pair at ``link_GBps`` one way,
-  all usable at once (a full mesh), each PE sending at most ``egress_GBps`` in all. Senders (a
+- **Link classes**: every parameter named ``<class>.<name>`` is that of the PE pair's class
+  (:meth:`.machines.NpuModel.pair_class`: on A3 the die pair, the cards of a server, the servers).
+- **Links and egress** are shared fairly: one link per ordered PE pair at its class's
+  ``link_GBps`` one way, all usable at once, each PE sending at most ``egress_GBps`` in all. Senders (a
   core's MTE writes, the engines' SDMA) progress at equal shares, so a sender that has moved X
   bytes cannot be done before the link (or egress) moved X of its own and up to X of every
   other sender's bytes: ``sum(min(bytes_k, X)) / bandwidth``, a bound on its completion.
