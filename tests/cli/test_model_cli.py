@@ -15,6 +15,7 @@ from combine_lab.model.modelled import model_case
 from combine_lab.model.machines import load_model
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows
+from combine_lab.model.suggest import suggest
 from combine_lab.formats.perf_csv import read_perf_csv
 
 CASE = ["-pes", "4", "-bs", "64", "-h", "2048", "-topk", "2", "-expertPerPe", "2", "--routing", "zipf:1.5"]
@@ -85,9 +86,20 @@ def test_suggest_prints_the_curve_and_the_best_floor(tmp_path, capsys):
         assert r["sdma_segments"] == int(mask.sum())
     floors = list(curve["threshold_bytes"])
     assert floors[-1] == -1 and 2097152 in floors and floors[:-1] == sorted(floors[:-1], reverse=True)
-    best = curve.loc[curve["modelled_us"].idxmin()]
-    pick = "never SDMA (classic)" if best["threshold_bytes"] == -1 else f"min_sdma_bytes={int(best['threshold_bytes'])}"
-    assert out.splitlines()[-2] == f"best: {pick}: {best['modelled_us']:.3f} us, {best['speedup']:.3f}x classic"
+    # the verdict over the unknowns at the best SDMA floor: each engine count is the model's speed-up there
+    a2 = load_model("a2")
+    s = suggest(rows, a2)
+    v = s.verdict
+    sdma_floors = curve[(curve["threshold_bytes"] != -1) & (curve["sdma_segments"] > 0)]
+    assert v.floor == int(sdma_floors.loc[sdma_floors["modelled_us"].idxmin(), "threshold_bytes"])
+    for e, sp in zip(v.engines["engines"], v.engines["speedup"]):
+        m = a2.with_values(sdma_engines=float(e))
+        classic = replay(rows, rows.sdma("classic", 0), m).core_max("comm_only").max()
+        dual = replay(rows, rows.sdma("doubleplane", v.floor), m).core_max("comm_only").max()
+        assert sp == pytest.approx(classic / dual, rel=1e-12)
+    assert v.engines_line() in out and "what moves the verdict most (measure first):" in out
+    assert out.splitlines()[-2] == s.pick_text()
+    assert s.pick_text().startswith("best: " if v.low > 1.05 else "no floor beats MTE-only under these assumptions")
     assert out.splitlines()[1] == load_model("a2").caption()
 
 
@@ -118,14 +130,15 @@ def test_a_long_curve_is_thinned_on_screen_and_whole_with_all(capsys):
     n = len(s.curve)
     assert n > 40
     short = s.text(40).splitlines()
-    table = short[3:-2]  # caption, metric, header ... note, best
-    assert len(table) <= 40 and short[-2] == f"({len(table)} of {n} floors shown: the best, 2 MiB, never SDMA and an even spread; --all or --csv for every one)"
+    tail = len(s.verdict.text().splitlines()) + (s.at_default is not None) + 1  # the verdict, then the pick
+    table = short[3:-1 - tail]  # caption, metric, header ... note, verdict, pick
+    assert len(table) <= 40 and short[-1 - tail] == f"({len(table)} of {n} floors shown: the best, 2 MiB, never SDMA and an even spread; --all or --csv for every one)"
     firsts = [ln.split()[0] for ln in table]
     assert firsts[-1] == "never" and "2097152" in firsts and firsts[0] == str(int(s.curve["threshold_bytes"].iloc[0]))
     best = s.best["threshold_bytes"]
     assert ("never" if best == -1 else str(int(best))) in firsts
-    assert len(s.text(None).splitlines()) == 3 + n + 1
+    assert len(s.text(None).splitlines()) == 3 + n + tail
     code, out, err = run_cli(["suggest", "-pes", "16", "-bs", "256", "-h", "2048", "-topk", "4", "-expertPerPe", "2",
                               "--routing", "zipf:1.2", "--model", "a3", "--all"], capsys)
     assert code == 0, err
-    assert len(out.splitlines()) == 1 + 3 + n + 1  # the case line, then the whole curve
+    assert len(out.splitlines()) == 1 + 3 + n + tail  # the case line, then the whole curve and the verdict
