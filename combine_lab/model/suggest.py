@@ -25,7 +25,7 @@ from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 from .machines import NpuModel
 from .replay import SDMA_MODES, replay, stage1
 from .stream import CaseRows
-from .unknowns import RESOLUTION, Verdict, verdict as unknowns_verdict
+from .unknowns import RESOLUTION, Verdict, engines_curve, engines_line, verdict as unknowns_verdict
 
 NEVER = -1  # the floor of the classic plan in the curve's threshold column
 
@@ -47,7 +47,7 @@ class Suggestion:
     metric: str
     caption: str
     verdict: Verdict | None = None
-    at_default: Verdict | None = None  # the same at the default 2 MiB floor, where that is another floor
+    at_default: pd.DataFrame | None = None  # the engines curve at the default 2 MiB floor, where that is another
 
     @property
     def beats(self) -> bool:
@@ -94,7 +94,7 @@ class Suggestion:
         table = shown[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")
         unknown = f"{self.verdict.text()}\n" if self.verdict is not None else ""
         if self.at_default is not None:
-            unknown = f"{self.at_default.engines_line()} (the default floor)\n{unknown}"
+            unknown = f"{engines_line(DEFAULT_MIN_SDMA_BYTES, self.at_default)} (the default floor)\n{unknown}"
         return (f"{self.caption}\nmetric: {self.metric} (the slowest PE's CoreMaxTime/us)\n{table}{note}\n"
                 f"{unknown}{self.pick_text()}")
 
@@ -153,7 +153,7 @@ def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if:
         v = unknowns_verdict(rows, model, int(with_sdma.loc[with_sdma["modelled_us"].idxmin(), "threshold_bytes"]))
     d = None
     if v is not None and v.floor != DEFAULT_MIN_SDMA_BYTES and rows.sdma("doubleplane", DEFAULT_MIN_SDMA_BYTES).any():
-        d = unknowns_verdict(rows, model, DEFAULT_MIN_SDMA_BYTES)
+        d = engines_curve(rows, model, DEFAULT_MIN_SDMA_BYTES)
     return Suggestion(curve, best, metric, model.caption(), v, d)
 
 

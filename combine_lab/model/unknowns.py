@@ -68,12 +68,8 @@ class Verdict:
         return self.low > 1 + RESOLUTION
 
     def engines_line(self) -> str:
-        """'doubleplane at 2 MiB: 10.3x slower with 1 SDMA engine, ..., parity at 48: it pays only if
-        N or more run at once' (or: at none of them)."""
-        parts = [f"{word(s)} with {int(e)}" for e, s in zip(self.engines["engines"], self.engines["speedup"])]
-        pays = (f"it pays only if {self.pays_from} or more run at once" if self.pays_from is not None else
-                f"it does not pay with any of {ENGINES[0]}-{ENGINES[-1]} running at once")
-        return f"doubleplane at floor {self.floor} B: " + ", ".join(parts) + f" SDMA engines: {pays}"
+        """:func:`engines_line` of this verdict."""
+        return engines_line(self.floor, self.engines)
 
     def text(self) -> str:
         """The verdict and the ranking, for the terminal."""
@@ -89,18 +85,43 @@ class Verdict:
         return "\n".join(lines)
 
 
-def _speedups(rows: CaseRows, mask: np.ndarray, models: list[NpuModel]) -> np.ndarray:
-    """classic / doubleplane comm_only of the slowest PE under each model, plan ``mask``."""
+#: Parameters the classic plan (no SDMA) never reads: its time is shared by models that differ only there.
+_SDMA_ONLY = ("sdma_engines", "sdma_issue_us", "sdma_quiet_us", ".sdma_sqe_us", ".sdma_GBps")
+
+
+def engines_line(floor: int, engines: pd.DataFrame) -> str:
+    """'doubleplane at floor F B: 10.3x slower with 1, ..., parity with 48 SDMA engines: it pays only
+    if N or more run at once' (or: with none of them), from an :func:`engines_curve`."""
+    parts = [f"{word(s)} with {int(e)}" for e, s in zip(engines["engines"], engines["speedup"])]
+    pays = next((int(e) for e, x in zip(engines["engines"], engines["speedup"]) if x > 1 + RESOLUTION), None)
+    tail = (f"it pays only if {pays} or more run at once" if pays is not None else
+            f"it does not pay with any of {ENGINES[0]}-{ENGINES[-1]} running at once")
+    return f"doubleplane at floor {int(floor)} B: " + ", ".join(parts) + f" SDMA engines: {tail}"
+
+
+def _speedups(rows: CaseRows, mask: np.ndarray, models: list[NpuModel], cache: dict | None = None) -> np.ndarray:
+    """classic / doubleplane comm_only of the slowest PE under each model, plan ``mask``; the
+    classic times in ``cache``, by the values the classic plan reads."""
     P = rows.pes
-    counts = np.concatenate([rows.counts, rows.counts])
-    sd = np.concatenate([np.zeros_like(mask), mask])
-    pe_of = np.r_[np.arange(P), np.arange(P)]
+    cache = {} if cache is None else cache
+    pe_of = np.arange(P)
     out = []
     for m in models:
-        comm, _ = stage1(counts, sd, pe_of, P, rows.block_dim, rows.epp, rows.row_bytes, m)
-        slowest = comm.max(axis=1)
-        out.append(slowest[:P].max() / max(slowest[P:].max(), 1e-12))
+        key = tuple((n, p.value) for n, p in m.params.items() if not n.endswith(_SDMA_ONLY))
+        if key not in cache:
+            comm, _ = stage1(rows.counts, np.zeros_like(mask), pe_of, P, rows.block_dim, rows.epp, rows.row_bytes, m)
+            cache[key] = float(comm.max())
+        comm, _ = stage1(rows.counts, mask, pe_of, P, rows.block_dim, rows.epp, rows.row_bytes, m)
+        out.append(cache[key] / max(float(comm.max()), 1e-12))
     return np.array(out)
+
+
+def engines_curve(rows: CaseRows, model: NpuModel, floor: int, cache: dict | None = None) -> pd.DataFrame:
+    """The speed-up of doubleplane at ``floor`` at each engine count of :data:`ENGINES` (DataFrame:
+    engines, speedup), the rest nominal."""
+    mask = rows.sdma("doubleplane", int(floor))
+    s = _speedups(rows, mask, [model.with_values(sdma_engines=float(e)) for e in ENGINES], cache)
+    return pd.DataFrame({"engines": ENGINES, "speedup": s})
 
 
 def verdict(rows: CaseRows, model: NpuModel, floor: int) -> Verdict:
@@ -110,13 +131,14 @@ def verdict(rows: CaseRows, model: NpuModel, floor: int) -> Verdict:
         ParameterError: as the model's :meth:`~.machines.NpuModel.pair_class` (too many PEs).
     """
     mask = rows.sdma("doubleplane", int(floor))
+    cache: dict = {}
     ranged = [n for n in model.assumed if n != "sdma_engines" and n not in STAGE2_ONLY]
     trials = [model]
     trials += [model.with_values(sdma_engines=float(e)) for e in ENGINES]
     for n in ranged:
         lo, hi = model.params[n].range
         trials += [model.with_values(**{n: lo}), model.with_values(**{n: hi})]
-    s = _speedups(rows, mask, trials)
+    s = _speedups(rows, mask, trials, cache)
     nominal, eng = float(s[0]), s[1:1 + len(ENGINES)]
     ends = s[1 + len(ENGINES):].reshape(-1, 2)
     # the corners: each parameter at the end that favours doubleplane (then the other)
@@ -124,7 +146,7 @@ def verdict(rows: CaseRows, model: NpuModel, floor: int) -> Verdict:
     hurt = {n: model.params[n].range[int(np.argmin(e))] for n, e in zip(ranged, ends)}
     lo_e, hi_e = ENGINES[int(np.argmin(eng))], ENGINES[int(np.argmax(eng))]
     corners = _speedups(rows, mask, [model.with_values(**hurt, sdma_engines=float(lo_e)),
-                                     model.with_values(**favour, sdma_engines=float(hi_e))])
+                                     model.with_values(**favour, sdma_engines=float(hi_e))], cache)
     sens = [{"parameter": "sdma_engines", "low": float(ENGINES[0]), "high": float(ENGINES[-1]),
              "speedup_at_low": float(eng[0]), "speedup_at_high": float(eng[-1]),
              "spread": abs(math.log(eng.max() / eng.min()))}]
