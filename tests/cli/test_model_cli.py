@@ -142,3 +142,17 @@ def test_a_long_curve_is_thinned_on_screen_and_whole_with_all(capsys):
                               "--routing", "zipf:1.2", "--model", "a3", "--all"], capsys)
     assert code == 0, err
     assert len(out.splitlines()) == 1 + 3 + n + tail  # the case line, then the whole curve and the verdict
+
+
+def test_calibrate_refuses_a_fit_it_cannot_identify_and_exits_1(tmp_path, capsys):
+    code, _, err = run_cli(["compare", *CASE, "--min-sdma-bytes", "0", "--clock", "model:a3", "--perf",
+                            "--prof-pe", "all", "--output-dir", str(tmp_path / "p")], capsys)
+    assert code == 0, err
+    csvs = sorted(str(p) for p in (tmp_path / "p-model-a3").rglob("*_perf_rank*.csv"))
+    code, out, err = run_cli(["calibrate", *csvs, "--model", "a3", "--routing", "zipf:1.5", "--min-sdma-bytes", "0",
+                              "--free", "server.sdma_GBps", "mte_put_us", "--out", str(tmp_path / "fit.toml")], capsys)
+    assert code == 1, err
+    assert ("NOT USABLE:\n  - server.sdma_GBps: not identified (no effect on these measurements); would be by probe: "
+            "SDMA puts of 1-2 MiB to one peer of this link class; or doubleplane with wide rows") in out
+    assert out.splitlines()[-1] == f"model: not written to {tmp_path / 'fit.toml'}: the fit is not usable"
+    assert not (tmp_path / "fit.toml").exists() and "use --clock" not in out
