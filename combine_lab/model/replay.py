@@ -118,9 +118,11 @@ def _fair_work(owner: np.ndarray, calls: np.ndarray, per_call: np.ndarray):
     span = float(srt.max(initial=0.0)) + 1.0
     flat = (np.arange(P)[:, None] * span + srt).ravel()
 
-    def at(x: np.ndarray) -> np.ndarray:
-        below = np.searchsorted(flat, owner * span + x, side="right") - owner * K
-        return pre[owner, below] + x * suf[owner, below]
+    def at(x: np.ndarray, who: np.ndarray | None = None) -> np.ndarray:
+        """``who``: the PE of each query (default ``owner``, one query per sender)."""
+        who = owner if who is None else who
+        below = np.searchsorted(flat, who * span + x, side="right") - who * K
+        return pre[who, below] + x * suf[who, below]
     return at
 
 
@@ -202,7 +204,16 @@ def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, bl
 
     t = np.zeros((V, B))
     gates = (n_c // SDMA_QUIET_EVERY).astype(np.int64)
-    for j in range(1, int(gates.max(initial=0)) + 1):
+    if sdma_mode == "row":  # SDMA quiet j of each core that has one: only those cores are asked
+        tflat, gflat = t.ravel(), gates.ravel()
+        by_gates = np.argsort(-gflat, kind="stable")
+        desc = -gflat[by_gates]
+        for j in range(1, int(gates.max(initial=0)) + 1):
+            act = by_gates[:np.searchsorted(desc, -j, side="right")]   # the cores with at least j quiets
+            done = m["sdma_issue_us"] + fair_work(np.full(len(act), float(j * SDMA_QUIET_EVERY)), owner[act]) / engines
+            tflat[act] = np.maximum(tflat[act] + SDMA_QUIET_EVERY * m["sdma_issue_us"], done) + m["sdma_quiet_us"]
+        t = tflat.reshape(V, B)
+    for j in range(1, int(gates.max(initial=0)) + 1) if sdma_mode != "row" else ():
         done = m["sdma_issue_us"] + work_done(np.full((V, B), float(j * SDMA_QUIET_EVERY))) / engines
         t = np.where(gates >= j, np.maximum(t + SDMA_QUIET_EVERY * m["sdma_issue_us"], done) + m["sdma_quiet_us"], t)
     t = t + (n_c - gates * SDMA_QUIET_EVERY) * m["sdma_issue_us"]
