@@ -6,7 +6,9 @@ case), measured side by side in one run (the machine is shared and noisy):
 1. the plan-view redraw (plan_counts + the segment map and plane bytes as the app's SVG), the
    unit of "live";
 2. modelled comm_only and full_op from the plan (one replay of both variants on ``a3``);
-3. ``suggest`` over every floor where the plan changes (comm_only).
+3. ``suggest`` over every floor where the plan changes (comm_only), with the verdict over the
+   model's unknowns it prints (combine_lab/model/unknowns.py: the SDMA engine count 1-48, each
+   assumed parameter at its range's ends, the corners; at the best floor and at 2 MiB).
 
 Targets: a replay under 300 ms (so the app shows it live), suggest under 3 s; both printed as
 ratios to the plan-view redraw, which is what the targets mean on another machine.

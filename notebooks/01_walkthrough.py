@@ -678,7 +678,8 @@ display(pd.DataFrame([{"parameter": p.name, "value": p.value, "unit": p.unit,
 #   (`b = row / min(mte_remote, link) + mte_put_us`), through its two staging buffers in turn:
 #   `a + b + (n - 1) * max(a, b)`, then a quiet, `n` flags, a quiet;
 # * **by SDMA**, the core only issues `n` calls (`sdma_issue_us` each); the engine serves each in
-#   `ceil(row / 1 MiB) * sdma_sqe_us + row / min(sdma, link)`; the core waits at the SDMA quiet,
+#   `sdma_sqe_us + row / sdma_GBps` (or their max, on a link class whose tables say the fixed cost
+#   overlaps the bytes: the A3 die pair); the core waits at the SDMA quiet,
 #   then writes the `n` flags by MTE and quiets.
 #
 # So SDMA pays a fixed cost up front (issue, the SDMA quiet) and wins per row only where the
@@ -714,7 +715,10 @@ for name in dict.fromkeys([model, "a3" if model == "a2" else "a2"]):
     print(s.caption)
     display(s.curve)
     choice = floor_choice(s)  # a tie with never SDMA is called a tie, not a best floor
-    print(f"on {name}: {choice.text()} (modelled)\n")
+    print(f"on {name}: {choice.text()} (modelled)")
+    if s.verdict is not None:  # over the unknowns' ranges: a floor is best only above the resolution throughout
+        print(s.verdict.text())
+        print(s.pick_text(), "\n")
 s = curves[model]
 plots.show(plots.modelled_floors(s.curve, s.caption, floor=DEFAULT_MIN_SDMA_BYTES, what_if="segment"), out,
            "01_modelled_floors_skewed")
@@ -764,10 +768,14 @@ record["modelled"]["slowest_core"] = slowest
 # all and why (when the engine's cost per row, descriptors included, is above MTE's). In a whole case that is not
 # the question: `comm_only` is the slowest core's stage 1, and SDMA pays when it takes enough
 # bytes off *that* core while the engine copies them beside it. The lines above say which core
-# that is. With this notebook's parameters: where links are slow (a2), it is a remote core, driving
-# the hot expert's rows across the link, and handing its big segment to the engine shortens it;
-# where links are fast (a3), it is the local core (local rows go by MTE, always), and no floor
-# changes `comm_only`, whatever SDMA takes off the remote core. So the best
+# that is. With this notebook's parameters: where links are slow (a2), classic's slowest core is a
+# remote one, driving the hot expert's rows across the link, and handing its big segment to the
+# engines shortens it until the local core (local rows go by MTE, always) sets `comm_only`; where
+# links are fast (a3), the local core is the slowest from the start, and no floor changes
+# `comm_only`, whatever SDMA takes off the remote core. Neither is a verdict on its own: the lines
+# under each curve give the speed-up over the unknowns' ranges (how many SDMA engines run at once
+# first), and a floor is called best only when it wins by more than the model's resolution over all
+# of them (docs/timing-model.md#8-choosing-the-floor). So the best
 # floor is a property of the machine and the routing, not a constant: the default 2 MiB (docs/decision-rule.md#6-the-floor)
 # is a rule of thumb. `02_tuning` shows this curve live for any case, with a Suggest button;
 # `03_sweep` draws it over a grid of cases.

@@ -191,9 +191,12 @@ display(tables.readable(lost))
 #
 # The same grid priced on the model instead of run (`sweep.model_grid`): classic and doubleplane
 # at the same floor, from the operations the kernel issues, in milliseconds per case and without
-# launching anything. One deterministic value per case (no repeats): modelled, not measured.
-# Same axes as the twin's heatmaps above; then the same grid at `model_pes` PEs, where the PE count
-# of an NPU server makes each PE's one copy engine serve many cores.
+# launching anything. One deterministic value per case (no repeats): modelled, not measured. Its
+# uncertainty is the model's unknowns: `comm_only_speedup_lo` and `_hi` are the speed-up's range
+# when every assumed parameter moves over its range (how many SDMA engines run at once, 1 to 48,
+# first), and the outcome line says how many cases win or lose throughout that range and how many
+# turn on it (a win needs more than the model's resolution, 5 %). Same axes as the twin's heatmaps
+# above; then the same grid at `model_pes` PEs, where a PE's engines serve many cores.
 
 # %%
 machine = load_model(model)
@@ -202,7 +205,7 @@ modelled = sweep.model_grid(grid, machine, int(min_sdma_bytes))
 modelled_path = out / (csv_path.stem + f"_modelled_{machine.name}.csv")
 modelled.to_csv(modelled_path, index=False)
 display(modelled[["case_id", "routing", "sdma_share", "comm_only_classic_us", "comm_only_doubleplane_us",
-                  "comm_only_speedup", "full_op_speedup"]].round(3))
+                  "comm_only_speedup", "comm_only_speedup_lo", "comm_only_speedup_hi", "full_op_speedup"]].round(3))
 print(sweep.modelled_outcomes(modelled, machine.name))  # ties are called ties
 plots.show(plots.sweep_heatmaps(modelled, where=machine.caption()), out, "03_comm_only_speedup_heatmaps_modelled")
 grids = {"cases": (grid, modelled)}

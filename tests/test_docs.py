@@ -16,7 +16,7 @@ from conftest import LAB_EXTRA, host_processes, require, twin_segments
 
 from combine_lab import CaseSpec, cli, make_case, plan
 from combine_lab.lab.pages import heading_anchor, page_anchors
-from combine_lab.model.machines import PARAMETERS
+from combine_lab.model.machines import LINK_PARAMETERS, PARAMETERS, load_model
 from combine_lab.planning.cores import kernel_constant
 from combine_lab.formats.perf_csv import PERF_HEADER
 from combine_lab.formats.sidecars import SIDECAR_KEYS
@@ -198,14 +198,18 @@ def test_timing_model_table_gives_the_values_of_the_model_files():
     table = _section("timing-model.md", "4-machines-and-parameters")
     rows = {m.group(1): m for m in re.finditer(r"^\| `(\w+)` \| ([\w/]+) \| ([\d.]+) \| ([\d.]+) \|", table, re.M)}
     assert sorted(rows) == sorted(PARAMETERS)
-    a2, a3 = ({k: v for k, v in tomllib.loads((ROOT / "data" / "npu_models" / f"{m}.toml").read_text())["params"].items()}
-              for m in ("a2", "a3"))
+    a2, a3 = (load_model(m) for m in ("a2", "a3"))
     for name, m in rows.items():
         assert m.group(2) == PARAMETERS[name], name
-        assert float(m.group(3)) == a2[name]["value"] and float(m.group(4)) == a3[name]["value"], name
+        assert float(m.group(3)) == a2[name] and float(m.group(4)) == a3[name], name
         row = table[m.start():table.index("\n", m.start())]
-        assumed = bool(a2[name].get("assumed")) or bool(a3[name].get("assumed"))
+        assumed = a2.params[name].assumed or a3.params[name].assumed
         assert ("| assumed" in row) == assumed, (name, row)
+    links = re.findall(r"^\| `(\w+)` \| (a2|a3) \| [^|]+ \| (additive|max) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|",
+                       table, re.M)
+    want = [(c.name, m.name, c.form, *(f"{m[f'{c.name}.{p}']:g}" for p in LINK_PARAMETERS))
+            for m in (a2, a3) for c in m.links]
+    assert [(n, mach, form, *(f"{float(v):g}" for v in vals)) for n, mach, form, *vals in links] == want
 
 
 def test_decision_rule_example_is_what_the_planner_plans():

@@ -24,6 +24,10 @@ def _calibrate(a: argparse.Namespace) -> int:
     free = as_list(a.free, str, "--free") if a.free else None
     fit = calibrate(model, meas, free=free, cores=a.cores)
     print(fit.report())
+    if not fit.usable:
+        if a.out:
+            print(f"model: not written to {a.out}: the fit is not usable")
+        return 1
     if a.out:
         path = fit.model.to_toml(a.out, note=f"calibrated by combine-lab calibrate from {len(a.csv)} perf CSV(s), "
                                               f"{len(meas)} measurements, starting from {model.name}")

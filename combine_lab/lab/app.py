@@ -826,12 +826,20 @@ class TuningApp:
             self._shown_suggestion = None
             self.use_button.disabled = True
             self.suggest_status.value = ""
+        if m.get("refused"):  # the machine has fewer PEs than the case
+            self.modelled_html.value = _note(f"Modelled time: not priced on {html.escape(m['model'])}: "
+                                             f"{html.escape(m['refused'])}.")
+            self.assumed_html.value = self._assumed_table(st.model())
+            return
         sp = m["speedup"]
         faster = ("a tie: SDMA changes nothing here, modelled" if abs(sp - 1) < 1e-9 else
                   "doubleplane faster" if sp > 1 else "doubleplane slower")
         line = (f"<div class='cl-modelled-line' style='font-size:13px'>At floor {m['floor']:,} B: modelled comm_only "
                 f"<b>{m['doubleplane_us']:,.1f} us</b> with doubleplane, {m['classic_us']:,.1f} us with classic: "
                 f"speed-up {sp:.3f} ({faster}); <i>{html.escape(self._model_line(st.model()))}</i>.</div>")
+        if m.get("engines_line"):  # the verdict over the unknown that moves it most
+            line += (f"<div class='cl-modelled-engines' style='font-size:13px'>Over the unknown SDMA engine count: "
+                     f"{html.escape(m['engines_line'])} (modelled; nobody has published how many run at once)</div>")
         if s is None:
             line += _note("The curve over every floor is not computed for this size at each change: "
                           "press <b>Suggest</b> (about 1-3 s at 64 PEs).")
@@ -962,6 +970,10 @@ class TuningApp:
         c = st.floor_choice()
         floor = st.suggested_floor()
         head = f"({len(s.curve)} floors modelled in {st.suggest_seconds:.2f} s; modelled, not measured)"
+        unknowns = ""
+        if s.verdict is not None:  # a tie is a tie: best only above the resolution over every unknown's range
+            unknowns = (" " + html.escape(s.pick_text()) + ". What moves it most (measure first): "
+                        + html.escape(", ".join(s.verdict.sensitivity["parameter"].head(3))) + ".")
         if c.never:
             pick = ("<b>no floor is suggested</b>: " + html.escape(c.text()) if c.all_tie else
                     "<b>keep never SDMA</b>: " + html.escape(c.text()))
@@ -978,8 +990,10 @@ class TuningApp:
             self.use_button.description = f"Use it: floor {svg.floor_text(floor)}"
             self.use_button.tooltip = f"sets min_sdma_bytes to {floor:,} B, inside the interval"
             extra = ""
+        if s.verdict is not None and not s.beats and not c.never:
+            pick = "<b>no floor beats MTE-only under these assumptions</b>; at the nominal values " + pick
         self.suggest_status.value = (f"<div class='cl-suggestion' style='font-size:13px'>Suggested: {pick} {head}."
-                                     f"{extra}</div>")
+                                     f"{extra}{unknowns}</div>")
         self.use_button.disabled = False
 
     def use_suggestion(self) -> int | None:

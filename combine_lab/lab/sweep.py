@@ -26,6 +26,7 @@ from ..errors import ParameterError
 from ..model.machines import NpuModel
 from ..model.replay import replay
 from ..model.stream import case_rows
+from ..model.unknowns import RESOLUTION, verdict
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, plan
 from ..run.kernel_source import kernel_source as kernel_source_of
 from ..harness import Run, execute, progress_bar
@@ -146,7 +147,10 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
 
     Returns a DataFrame of :data:`MODELLED_COLUMNS`, one row per case, in the order of ``specs``
     (CaseSpecs or a :class:`Grid`). Every time in it is modelled, never measured: its ``caption``
-    says on what, with the assumed parameters.
+    says on what, with the assumed parameters. ``comm_only_speedup_lo`` / ``_hi``: the speed-up's
+    range over the model's unknowns (:func:`combine_lab.model.unknowns.verdict`: every assumed
+    parameter over its range, the SDMA engine count 1-48 among them) for a case with SDMA traffic;
+    full_op's are its point.
     """
     if isinstance(specs, Grid):
         specs = specs.specs
@@ -163,6 +167,9 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
             c, d = (float(t[v].core_max(metric).max()) for v in ("classic", "doubleplane"))
             rec.update({f"{metric}_classic_us": c, f"{metric}_doubleplane_us": d, f"{metric}_speedup": c / d,
                         f"{metric}_speedup_lo": c / d, f"{metric}_speedup_hi": c / d})
+        if masks["doubleplane"].any():  # the verdict over the unknowns
+            v = verdict(rows, model, int(min_sdma_bytes))
+            rec.update({"comm_only_speedup_lo": v.low, "comm_only_speedup_hi": v.high})
         sdma_bytes = int((rows.counts * masks["doubleplane"]).sum() * rows.row_bytes)
         total = int(rows.counts.sum() * rows.row_bytes)
         dual = rec["comm_only_doubleplane_us"]
@@ -192,6 +199,12 @@ def modelled_outcomes(modelled: pd.DataFrame, machine: str, metric: str = "comm_
     if tie.any():
         out += (f". A tie: SDMA takes bytes off a core that does not set {metric} (the slowest core keeps its "
                 "time), so no floor helps there")
+    if metric == "comm_only" and sends.any():
+        lo, hi = (modelled[f"{metric}_speedup_{k}"].to_numpy(dtype=float) for k in ("lo", "hi"))
+        win, loss = sends & (lo > 1 + RESOLUTION), sends & (hi < 1 - RESOLUTION)
+        out += (f". Over the unknowns' ranges (the SDMA engine count 1-48 first): {int(win.sum())} faster throughout, "
+                f"{int(loss.sum())} slower throughout, {int((sends & ~win & ~loss).sum())} turn on the unknowns "
+                f"(a win needs more than the model's resolution, {RESOLUTION:.0%})")
     return out + "."
 
 

@@ -26,6 +26,7 @@ from ..case.case import Case, case_from_arrays
 from ..formats.casefiles import rank_file
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
+from ..model.costs import link_rate, mte_remote_rate, sdma_call_us
 from ..model.machines import NpuModel
 from ..model.replay import replay
 from ..model.stream import SQE_BYTES, case_rows
@@ -250,21 +251,24 @@ def segment_formula(model: NpuModel, n: int, row_bytes: int, plane: str) -> floa
       link) + mte_put_us``), through two staging buffers in turn: ``a + b + (n - 1) * max(a, b)``; then a
       quiet, ``n`` status flags, and the closing quiet.
     - SDMA (n < 256: no SDMA quiet in between): the core issues ``n`` calls (``sdma_issue_us`` each); the
-      PE's engines serve them, ``ceil(row / 1 MiB)`` descriptors of ``sdma_sqe_us`` plus the bytes at
-      ``min(sdma, link)`` each; the payload also needs its link and the PE's egress; then the SDMA
-      quiet, ``n`` flags by MTE and a quiet.
+      PE's engines serve them, each call priced by the link class of PE 0 -> PE 1
+      (:func:`combine_lab.model.costs.sdma_call_us`: ``ceil(row / 1 MiB)`` descriptors of ``sdma_sqe_us``
+      and the bytes at ``sdma_GBps``, added or overlapped by the class's form); the payload also
+      needs its link and the PE's egress; then the SDMA quiet, ``n`` flags by MTE and a quiet.
     """
     m, row = model, float(row_bytes)
+    cls = int(m.pair_class(2)[0, 1])
+    link = float(link_rate(m, cls))
     if plane == "MTE":
         a = row / (m["core_gm_GBps"] * 1e3)
-        b = row / (min(m["mte_remote_GBps"], m["link_GBps"]) * 1e3) + m["mte_put_us"]
+        b = row / float(mte_remote_rate(m, cls)) + m["mte_put_us"]
         return a + b + (n - 1) * max(a, b) + m["quiet_us"] + n * m["flag_us"] + m["quiet_us"]
     if plane == "SDMA":
         if n >= 256:
             raise ParameterError(f"n={n}: the formula is written for fewer than 256 rows (one SDMA quiet, at the end)")
-        service = math.ceil(row / SQE_BYTES) * m["sdma_sqe_us"] + row / (min(m["sdma_GBps"], m["link_GBps"]) * 1e3)
+        service = float(sdma_call_us(m, cls, row))
         engines = m["sdma_issue_us"] + n * service / m["sdma_engines"]
-        wire = n * row / (min(m["link_GBps"], m["egress_GBps"]) * 1e3)
+        wire = n * row / min(link, m["egress_GBps"] * 1e3)
         return max(n * m["sdma_issue_us"], engines, wire) + m["sdma_quiet_us"] + n * m["flag_us"] + m["quiet_us"]
     raise ParameterError(f"plane={plane!r}: MTE or SDMA")
 
@@ -311,17 +315,19 @@ def segment_per_row(model: NpuModel, row_bytes: int) -> dict:
     """What one more row of a lone remote segment costs its core on each plane, as
     :func:`segment_formula` prices it (us): ``mte`` = ``max(a, b)`` (the busier of GM -> UB and
     UB -> the other PE), ``sdma`` = the largest of the core's issue (``sdma_issue_us``), the engines'
-    service (``ceil(row / 1 MiB) * sdma_sqe_us`` per descriptor plus the bytes at ``min(sdma, link)``,
+    service (``ceil(row / 1 MiB) * sdma_sqe_us`` per descriptor plus the bytes at ``sdma_GBps``, by the class's form,
     shared by ``sdma_engines``) and the wire (``row / min(link, egress)``); ``sdma_bound`` names which
     of the three; ``sdma_fixed`` = what SDMA pays once and MTE does not (``sdma_quiet_us`` -
     ``quiet_us``). Both planes write the same flags, so they cancel."""
     m, row = model, float(row_bytes)
+    cls = int(m.pair_class(2)[0, 1])
+    link = float(link_rate(m, cls))
     a = row / (m["core_gm_GBps"] * 1e3)
-    b = row / (min(m["mte_remote_GBps"], m["link_GBps"]) * 1e3) + m["mte_put_us"]
-    descriptors = math.ceil(row / SQE_BYTES) * m["sdma_sqe_us"]
-    service = (descriptors + row / (min(m["sdma_GBps"], m["link_GBps"]) * 1e3)) / m["sdma_engines"]
+    b = row / float(mte_remote_rate(m, cls)) + m["mte_put_us"]
+    descriptors = math.ceil(row / SQE_BYTES) * m.link_values("sdma_sqe_us")[cls]
+    service = float(sdma_call_us(m, cls, row)) / m["sdma_engines"]
     parts = {"issue": m["sdma_issue_us"], "engine service": service,
-             "wire": row / (min(m["link_GBps"], m["egress_GBps"]) * 1e3)}
+             "wire": row / min(link, m["egress_GBps"] * 1e3)}
     bound = max(parts, key=parts.get)
     return {"mte": max(a, b), "sdma": parts[bound], "sdma_bound": bound, "sdma_parts": parts,
             "descriptor_us": descriptors, "sdma_fixed": m["sdma_quiet_us"] - m["quiet_us"]}

@@ -66,6 +66,7 @@ from ..model.replay import stage1
 from ..model.stream import CaseRows, case_rows
 from ..model.suggest import NEVER, Suggestion
 from ..model.suggest import suggest as model_suggest
+from ..model.unknowns import engines_curve, engines_line
 from ..planning.capacity import window_geometry
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan, plan_counts
 from ..results.rows import (COMPARISON_COLUMNS, FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, NotRun, ResultRow,
@@ -614,7 +615,7 @@ class TuningState:
         self.figure_width = w
         if self.plan is not None:
             self._set_plan_figures()
-            if self.modelled:
+            if self.modelled and not self.modelled.get("refused"):
                 self._set_modelled_figure()
         return True
 
@@ -650,6 +651,13 @@ class TuningState:
 
     def _update_modelled(self) -> None:
         model = self.model()
+        try:
+            model.pair_class(self.spec.pes)
+        except ParameterError as e:  # the machine has fewer PEs than the case: say why, price nothing
+            self.suggestion, self._suggestion_key = None, None
+            self.modelled = {"model": model.name, "caption": model.caption(), "refused": str(e)}
+            self.figures.pop("modelled")
+            return
         rows = self._model_rows(model)
         floor = int(self._values["min_sdma_bytes"])
         ckey = (self._curve_key(model), "classic")
@@ -662,9 +670,12 @@ class TuningState:
             self.suggestion, self._suggestion_key = None, None
             if rows.pes * rows.counts.shape[1] <= AUTO_SUGGEST_SEGMENTS:
                 self.suggestion, self._suggestion_key = model_suggest(rows, model, "comm_only"), key
+        small = rows.pes * rows.counts.shape[1] <= AUTO_SUGGEST_SEGMENTS
+        engines = (engines_line(floor, engines_curve(rows, model, floor))
+                   if small and rows.sdma("doubleplane", floor).any() else "")
         self.modelled = {"model": model.name, "caption": model.caption(), "floor": floor, "classic_us": classic,
                          "doubleplane_us": dual, "speedup": classic / dual if dual > 0 else float("nan"),
-                         "curve": self.suggestion is not None}
+                         "curve": self.suggestion is not None, "engines_line": engines}
         self._set_modelled_figure()
 
     def _set_modelled_figure(self) -> None:
@@ -687,8 +698,15 @@ class TuningState:
             self.message = "Cannot suggest a floor: the current inputs cannot be planned. Nothing was modelled."
             return None
         model = self.model()
+        if self.modelled.get("refused"):
+            self.message = f"Cannot suggest a floor on {model.name}: {self.modelled['refused']}"
+            return None
         t0 = time.perf_counter()
-        s = model_suggest(self._model_rows(model), model, "comm_only")
+        rows = self._model_rows(model)
+        s = model_suggest(rows, model, "comm_only")
+        floor = int(self._values["min_sdma_bytes"])
+        if not self.modelled.get("engines_line") and rows.sdma("doubleplane", floor).any():
+            self.modelled["engines_line"] = engines_line(floor, engines_curve(rows, model, floor))
         self.suggest_seconds = time.perf_counter() - t0
         self.suggestion, self._suggestion_key = s, self._curve_key(model)
         self.modelled["curve"] = True

@@ -7,6 +7,14 @@ the profiled PE and one time per core that recorded the frame. The model replays
 and the fit minimises the relative error of every core's time, in log space, with
 ``scipy.optimize.least_squares`` within each free parameter's plausible range. The confidence of
 each fitted value is its standard error from the Jacobian at the optimum (relative, in %).
+
+A fit is refused as unusable (:attr:`Calibration.usable` false, ``combine-lab calibrate`` exits 1)
+when a fitted parameter ends on a bound of its range, its standard error is above
+:data:`STD_ERR_LIMIT_PCT`, the median error on the held-out measurements (every fifth case, or
+every fifth measurement with fewer than :data:`MIN_CASES_TO_HOLD_OUT` cases; never fitted) is
+above :data:`HELD_OUT_LIMIT_PCT`, or there are no more measured times than free parameters; the
+report names the parameters the data cannot identify and the measurements that would
+(:data:`IDENTIFIED_BY`; docs/timing-model.md#7-calibration).
 """
 
 from __future__ import annotations
@@ -47,6 +55,37 @@ class Measurement:
 
 
 _DTYPES = {"int32_t": "int32_t", "float16_t": "float16_t"}
+
+#: A fitted value whose standard error is above this (relative, %) is not identified.
+STD_ERR_LIMIT_PCT = 25.0
+#: A fit whose median |error| on the held-out measurements is above this (%) is refused.
+HELD_OUT_LIMIT_PCT = 20.0
+#: With fewer cases, every fifth measurement is held out instead of every fifth case.
+MIN_CASES_TO_HOLD_OUT = 3
+#: What would identify each parameter: the probe rows (``combine-lab probe``) and case shapes.
+IDENTIFIED_BY = {
+    "mte_put_us": "probe: the MTE put of one row to a remote PE per core; or tiny cases (bs 1-8, h 8-64)",
+    "mte_remote_GBps": "probe: MTE puts of wide rows to one remote PE, single- and double-buffered; or h >= 16384",
+    "flag_us": "probe: the flag round trip; or cases of many 1-row segments (bs 1-4, pes 8+)",
+    "flag_latency_us": "probe: the flag round trip; or full_op of tiny cases",
+    "quiet_us": "probe: the quiet cost; or cases of many small segments (pes 8+, bs 1-2)",
+    "sdma_issue_us": "probe: SDMA puts of 14 KiB by 48 cores at once (the issue, not the engine, bounds them)",
+    "sdma_quiet_us": "probe: the SDMA-quiet cost; or doubleplane cases with more than 256 SDMA rows per core",
+    "sdma_sqe_us": "probe: SDMA puts of 14 KiB by k = 1, 2, 8, 48 cores to one peer of this link class; or "
+                   "doubleplane at floor 0 with small rows",
+    "sdma_GBps": "probe: SDMA puts of 1-2 MiB to one peer of this link class; or doubleplane with wide rows",
+    "link_GBps": "probe: puts from many cores to one peer of this link class; or classic with wide rows",
+    "egress_GBps": "probe: puts from many cores to many peers; or classic at pes 8+ with wide rows",
+    "core_gm_GBps": "probe: the MTE put of one row to the core's own PE; or wide rows kept local",
+    "vec_elems_per_us": "full_op of cases with many valid slots per token (topk 8, h 7168)",
+    "wait_us": "full_op of cases with topk 8 and small h",
+    "barrier_us": "full_op of tiny cases (bs 1)",
+}
+
+
+def identified_by(name: str) -> str:
+    """The measurements that would identify parameter ``name`` (a link one by its bare name)."""
+    return IDENTIFIED_BY.get(name.split(".")[-1], "cases that vary what it prices")
 
 
 def variant_of_csv(path: str | Path) -> str:
@@ -131,15 +170,27 @@ class Calibration:
     cases: pd.DataFrame
     cost: float
     warnings: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+    held_out_error_pct: float = float("nan")
+
+    @property
+    def usable(self) -> bool:
+        """No problem: every parameter identified, the held-out measurements within the limit."""
+        return not self.problems
 
     def report(self) -> str:
-        """The fit as text: one line per parameter, then per measurement."""
+        """The fit as text: one line per parameter, then per measurement, then whether it is usable."""
         p = self.params.to_string(index=False, formatters={"start": "{:.4g}".format, "value": "{:.4g}".format,
                                                            "std_err_pct": lambda v: "n/a" if not np.isfinite(v)
                                                            else f"{v:.2f}"})
         c = self.cases.to_string(index=False, float_format=lambda v: f"{v:.3f}")
         warn = "".join(f"\nWARNING: {w}" for w in self.warnings)
-        return f"{self.model.caption()}{warn}\n\nfitted parameters:\n{p}\n\nper measurement:\n{c}"
+        held = (f"held-out measurements (never fitted): median |error| {self.held_out_error_pct:.1f} % "
+                f"(limit {HELD_OUT_LIMIT_PCT:g} %)" if np.isfinite(self.held_out_error_pct) else
+                "held-out measurements: none")
+        verdict = ("the fit is usable" if self.usable else
+                   "NOT USABLE:" + "".join(f"\n  - {q}" for q in self.problems))
+        return f"{self.model.caption()}{warn}\n\nfitted parameters:\n{p}\n\nper measurement:\n{c}\n\n{held}\n{verdict}"
 
 
 def _pairs(model: NpuModel, rows: dict[int, CaseRows], meas: list[Measurement], cores: str = "all"):
@@ -190,6 +241,14 @@ def calibrate(model: NpuModel, meas: list[Measurement], free: list[str] | None =
     for m in meas:
         if id(m.case) not in rows:
             rows[id(m.case)] = case_rows(m.case, model.soc)
+    all_meas = meas
+    case_ids = list(dict.fromkeys(id(m.case) for m in meas))
+    if len(case_ids) >= MIN_CASES_TO_HOLD_OUT:
+        out_cases = set(case_ids[4::5]) or {case_ids[-1]}
+        held = [id(m.case) in out_cases for m in meas]
+    else:
+        held = [i % 5 == 4 for i in range(len(meas))] if len(meas) >= 5 else [False] * len(meas)
+    meas = [m for m, h in zip(all_meas, held) if not h]
     lo, hi, x0 = [], [], []
     for f in free:
         p = model.params[f]
@@ -240,10 +299,35 @@ def calibrate(model: NpuModel, meas: list[Measurement], free: list[str] | None =
     params = pd.DataFrame({"name": free, "start": [model[f] for f in free], "value": [fitted[f] for f in free],
                            "unit": [model.params[f].unit for f in free], "std_err_pct": 100 * std, "note": notes})
     recs = []
-    for (p, g), m in zip(_pairs(fitted, rows, meas, cores), meas):
+    for (p, g), m, h in zip(_pairs(fitted, rows, all_meas, cores), all_meas, held):
         mx, px = float(np.max(g, initial=0.0)), float(np.max(p, initial=0.0))
         core_err = np.log(p / np.maximum(g, 1e-9))
         recs.append({"source": m.source, "case_id": m.case.spec.case_id, "variant": m.variant, "metric": m.metric,
                      "pe": m.pe, "measured_us": mx, "modelled_us": px, "error_pct": 100 * (px - mx) / max(mx, 1e-9),
-                     "rms_core_error_pct": 100 * float(np.sqrt(np.mean(core_err ** 2))) if len(core_err) else 0.0})
-    return Calibration(fitted, params, pd.DataFrame(recs), cost / 2, tuple(warnings))
+                     "rms_core_error_pct": 100 * float(np.sqrt(np.mean(core_err ** 2))) if len(core_err) else 0.0,
+                     "held_out": h})
+    cases = pd.DataFrame(recs)
+    out = cases[cases["held_out"]]
+    held_err = float(out["error_pct"].abs().median()) if len(out) else float("nan")
+    problems = []
+    if n_res <= len(free):
+        problems.append(f"{n_res} measured time(s) for {len(free)} free parameters: none of "
+                        f"{', '.join(free)} is identified; measure more (" +
+                        "; ".join(f"{f}: {identified_by(f)}" for f in free) + ") or fit fewer (--free)")
+    else:
+        for j, f in enumerate(free):
+            why = []
+            if min(abs(x[j] - lo[j]), abs(x[j] - hi[j])) < 1e-3 and not kept[j]:
+                why.append(f"ends on a bound of its range [{math.exp(lo[j]):g}, {math.exp(hi[j]):g}]")
+            if not np.isfinite(std[j]):
+                why.append("no effect on these measurements")
+            elif 100 * std[j] > STD_ERR_LIMIT_PCT:
+                why.append(f"standard error {100 * std[j]:.3g} % (limit {STD_ERR_LIMIT_PCT:g} %)")
+            if why:
+                problems.append(f"{f}: not identified ({'; '.join(why)}); would be by {identified_by(f)}")
+    if not np.isfinite(held_err):
+        problems.append("no measurement could be held out to check the fit: give at least 5 measurements")
+    elif held_err > HELD_OUT_LIMIT_PCT:
+        problems.append(f"the held-out measurements' median |error| is {held_err:.1f} % (limit "
+                        f"{HELD_OUT_LIMIT_PCT:g} %): the model's form does not fit these times")
+    return Calibration(fitted, params, cases, cost / 2, tuple(warnings), tuple(problems), held_err)

@@ -1,19 +1,28 @@
 """The machines of the timing model: one TOML file per machine in ``data/npu_models/``, each a set
-of parameters (an :class:`NpuModel`).
+of parameters (an :class:`NpuModel`) and the link classes its PE pairs fall into.
 
-Each parameter has a value, a unit and either a source (a row of
-docs/timing-model.md#4-machines-and-parameters, with its grade) or ``assumed = true`` with a rationale and
-a plausible range, where nothing is published. Whatever shows a modelled time says which
-machine it was modelled on and which parameters are assumed (:meth:`NpuModel.caption`);
-``combine-lab calibrate`` fits the assumed ones to measured perf CSVs.
+Each parameter has a value, a unit and either a source (a published table, graded, with the fit
+that gives the value: form, fitted values, error) or an ``assumed = [low, high]`` range with the
+reason, where nothing is published (docs/timing-model.md#4-machines-and-parameters). The link
+parameters (``link_GBps``, ``sdma_sqe_us``, ``sdma_GBps``) and the SDMA cost form are per link
+class: on A3 the two dies of a card (SIO), the cards of one server (HCCS), the servers of a
+SuperPoD; each PE pair's class comes from the file's stated rank -> die/card/server map
+(:meth:`NpuModel.pair_class`). A link parameter is named ``<class>.<name>``
+(``die_pair.sdma_GBps``); a model with one class also answers to the bare name.
+
+Whatever shows a modelled time says which machine it was modelled on and which parameters are
+assumed (:meth:`NpuModel.caption`); ``combine-lab calibrate`` fits the assumed ones to measured
+perf CSVs.
 """
 
 from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import tomli_w
 
 from ..errors import ParameterError
@@ -21,22 +30,32 @@ from ..formats.files import write_atomic
 
 MODELS_DIR = Path(__file__).resolve().parents[2] / "data" / "npu_models"
 
-#: Every parameter the model reads, with its unit (the files must give exactly these).
+#: Every chip-wide parameter the model reads, with its unit (the files must give exactly these).
 PARAMETERS = {
-    "link_GBps": "GB/s", "egress_GBps": "GB/s", "core_gm_GBps": "GB/s", "mte_remote_GBps": "GB/s",
+    "egress_GBps": "GB/s", "core_gm_GBps": "GB/s", "mte_remote_GBps": "GB/s",
     "mte_put_us": "us", "flag_us": "us", "flag_latency_us": "us", "quiet_us": "us", "sdma_engines": "engines",
-    "sdma_GBps": "GB/s", "sdma_sqe_us": "us", "sdma_issue_us": "us", "sdma_quiet_us": "us",
-    "vec_elems_per_us": "elements/us", "wait_us": "us", "barrier_us": "us",
+    "sdma_issue_us": "us", "sdma_quiet_us": "us", "vec_elems_per_us": "elements/us", "wait_us": "us",
+    "barrier_us": "us",
 }
+#: The parameters of each link class, with their unit.
+LINK_PARAMETERS = {"link_GBps": "GB/s", "sdma_sqe_us": "us", "sdma_GBps": "GB/s"}
+#: SDMA cost forms of one descriptor of b bytes: c + b / BW (additive) or max(c, b / BW) (max:
+#: the descriptor's fixed cost overlapped with its bytes).
+SDMA_FORMS = ("additive", "max")
+#: Which PE pairs a link class takes (the rank map: die = rank % dies_per_card, card = rank //
+#: dies_per_card % cards_per_server, server = rank // (dies_per_card * cards_per_server)).
+PAIRS = ("same_card", "same_server", "other_server", "any")
 #: Counts are not fitted.
 NOT_FITTED = ("sdma_engines",)
 
 
 @dataclass(frozen=True)
 class Param:
-    """One parameter: ``value`` in ``unit``; ``source`` (published, with grade) or ``assumed``
-    with ``rationale`` and ``range`` (low, high); ``fit``: calibration fits it by default (an
-    assumed parameter that per-core times cannot tell apart from another says ``fit = false``)."""
+    """One parameter: ``value`` in ``unit``; ``source`` (published, with grade) and ``fit`` (the
+    fit that gives the value from the source's table: a dict with form, fitted values, error), or
+    ``assumed`` with ``rationale`` (the reason) and ``range`` (low, high); ``calibrate``:
+    calibration fits it by default (an assumed parameter that per-core times cannot tell apart
+    from another says ``calibrate = false``)."""
 
     name: str
     value: float
@@ -46,12 +65,55 @@ class Param:
     rationale: str = ""
     range: tuple[float, float] | None = None
     fit: bool = True
+    derivation: dict | None = None
+
+    @property
+    def cost(self) -> bool:
+        """Whether a larger value makes everything slower (a time), else faster (a rate, a count)."""
+        return self.unit == "us"
+
+
+@dataclass(frozen=True)
+class LinkClass:
+    """A link class: ``name``, the PE ``pair`` it takes (:data:`PAIRS`), ``what`` (words) and the
+    SDMA cost ``form`` (:data:`SDMA_FORMS`, with ``form_source``: why that form)."""
+
+    name: str
+    pair: str
+    what: str
+    form: str
+    form_source: str = ""
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The rank map: rank r is die ``r % dies_per_card`` of card ``r // dies_per_card %
+    cards_per_server`` of server ``r // (dies_per_card * cards_per_server)``; at most
+    ``servers`` servers (``why`` says what limits them)."""
+
+    dies_per_card: int = 1
+    cards_per_server: int = 1 << 30
+    servers: int = 1
+    why: str = ""
+
+    @property
+    def max_pes(self) -> int:
+        return self.dies_per_card * self.cards_per_server * self.servers
+
+    def text(self) -> str:
+        d, c = self.dies_per_card, self.cards_per_server
+        if c >= 1 << 30:
+            return "every PE pair one link class"
+        die = f"die r % {d} of card r // {d} % {c}" if d > 1 else f"card r % {c}"
+        return f"rank r is {die} of server r // {d * c} (at most {self.servers} server(s))"
 
 
 @dataclass(frozen=True)
 class NpuModel:
     """A machine the model prices: ``name`` (a2, a3, host, or a calibrated file's name),
-    ``machine`` (words), ``soc`` (whose AIV count sets block_dim), ``aiv_cores``, ``params``."""
+    ``machine`` (words), ``soc`` (whose AIV count sets block_dim), ``aiv_cores``, ``params``
+    (chip-wide ones by name, link ones as ``<class>.<name>``), ``links`` (the link classes, in
+    file order) and ``topology``."""
 
     name: str
     machine: str
@@ -59,9 +121,46 @@ class NpuModel:
     aiv_cores: int
     params: dict[str, Param] = field(default_factory=dict)
     path: str = ""
+    links: tuple[LinkClass, ...] = ()
+    topology: Topology = Topology()
+
+    def _key(self, name: str) -> str:
+        if name in self.params:
+            return name
+        if name in LINK_PARAMETERS and len(self.links) == 1:
+            return f"{self.links[0].name}.{name}"
+        return name
 
     def __getitem__(self, name: str) -> float:
-        return self.params[name].value
+        key = self._key(name)
+        if key not in self.params:
+            raise KeyError(f"{name}: not a parameter of {self.name} (one of {', '.join(self.params)})")
+        return self.params[key].value
+
+    def param(self, name: str) -> Param:
+        """The :class:`Param` of ``name`` (a link one as ``<class>.<name>``, bare with one class)."""
+        return self.params[self._key(name)]
+
+    def link_values(self, name: str) -> np.ndarray:
+        """float64 [classes]: link parameter ``name`` of each class, in :attr:`links` order."""
+        return np.array([self.params[f"{c.name}.{name}"].value for c in self.links], dtype=np.float64)
+
+    @property
+    def max_form(self) -> np.ndarray:
+        """bool [classes]: the classes whose SDMA cost has the max form."""
+        return np.array([c.form == "max" for c in self.links], dtype=bool)
+
+    def pair_class(self, pes: int) -> np.ndarray:
+        """int64 [pes, pes]: the link class (index into :attr:`links`) of each PE pair (sender,
+        receiver), from the rank map (:class:`Topology`); a PE and itself: its own die's class.
+
+        Raises:
+            ParameterError: more PEs than the machine has (the topology's ``why`` says why).
+        """
+        if pes > self.topology.max_pes:
+            raise ParameterError(f"pes={pes}: {self.name} models at most {self.topology.max_pes} PEs "
+                                 f"({self.topology.why or self.topology.text()})", parameter="pes", value=pes)
+        return _pair_class(self.topology, tuple(c.pair for c in self.links), int(pes))
 
     @property
     def assumed(self) -> list[str]:
@@ -70,16 +169,18 @@ class NpuModel:
 
     @property
     def fittable(self) -> list[str]:
-        """The assumed parameters calibration fits by default (counts and ``fit = false`` excluded)."""
+        """The assumed parameters calibration fits by default (counts and ``calibrate = false`` excluded)."""
         return [n for n in self.assumed if n not in NOT_FITTED and self.params[n].fit]
 
     def with_values(self, **values: float) -> "NpuModel":
-        """A copy with some values replaced (same units, sources and flags)."""
-        unknown = sorted(set(values) - set(self.params))
+        """A copy with some values replaced (same units, sources and flags); link parameters as
+        ``**{"die_pair.sdma_GBps": 120.0}`` (bare names with one class)."""
+        keyed = {self._key(k): v for k, v in values.items()}
+        unknown = sorted(set(keyed) - set(self.params))
         if unknown:
             raise ParameterError(f"unknown model parameter(s) {unknown}: one of {sorted(self.params)}")
         params = dict(self.params)
-        for k, v in values.items():
+        for k, v in keyed.items():
             params[k] = replace(params[k], value=float(v))
         return replace(self, params=params)
 
@@ -90,24 +191,58 @@ class NpuModel:
 
     def to_toml(self, path: str | Path, note: str = "") -> Path:
         """Write this model as a TOML file that :func:`load_model` reads back."""
-        doc = {"name": self.name, "machine": self.machine, "soc": self.soc, "aiv_cores": self.aiv_cores,
-               "params": {}}
+        doc = {"name": self.name, "machine": self.machine, "soc": self.soc, "aiv_cores": self.aiv_cores}
         if note:
             doc["note"] = note
-        for n, p in self.params.items():
-            entry = {"value": float(p.value), "unit": p.unit}
-            if p.source:
-                entry["source"] = p.source
-            if p.assumed:
-                entry["assumed"] = True
-            if p.rationale:
-                entry["rationale"] = p.rationale
-            if p.range is not None:
-                entry["range"] = [float(p.range[0]), float(p.range[1])]
-            if not p.fit:
-                entry["fit"] = False
-            doc["params"][n] = entry
+        t = self.topology
+        if self.links and self.links[0].pair != "any":
+            doc["topology"] = {"dies_per_card": t.dies_per_card, "cards_per_server": t.cards_per_server,
+                               "servers": t.servers, "why": t.why}
+        doc["params"] = {n: _entry(p) for n, p in self.params.items() if "." not in n}
+        doc["links"] = {}
+        for c in self.links:
+            link = {"pair": c.pair, "what": c.what, "sdma_form": c.form}
+            if c.form_source:
+                link["sdma_form_source"] = c.form_source
+            for n in LINK_PARAMETERS:
+                link[n] = _entry(self.params[f"{c.name}.{n}"])
+            doc["links"][c.name] = link
         return write_atomic(Path(path), tomli_w.dumps(doc))
+
+
+def _entry(p: Param) -> dict:
+    entry = {"value": float(p.value), "unit": p.unit}
+    if p.source:
+        entry["source"] = p.source
+    if p.derivation:
+        entry["fit"] = dict(p.derivation)
+    if p.assumed:
+        entry["assumed"] = [float(p.range[0]), float(p.range[1])]
+        entry["reason"] = p.rationale
+    if not p.fit:
+        entry["calibrate"] = False
+    return entry
+
+
+@lru_cache(maxsize=64)
+def _pair_class(t: Topology, pairs: tuple[str, ...], pes: int) -> np.ndarray:
+    r = np.arange(pes)
+    card = r // t.dies_per_card
+    server = card // t.cards_per_server
+    kind = np.where(card[:, None] == card[None, :], 0, np.where(server[:, None] == server[None, :], 1, 2))
+    out = np.zeros((pes, pes), dtype=np.int64)
+    for i, pair in enumerate(pairs):
+        if pair == "any":
+            out[:] = i
+        else:
+            out[kind == PAIRS.index(pair)] = i
+    for k, pair in enumerate(("same_card", "same_server", "other_server")):  # a kind with no class of its own:
+        if pair not in pairs and (kind == k).any():                            # the next wider one that has one
+            wider = next((pairs.index(w) for w in PAIRS[k + 1:3] if w in pairs), None)
+            narrower = next((pairs.index(w) for w in reversed(PAIRS[:k]) if w in pairs), 0)
+            out[kind == k] = wider if wider is not None else narrower
+    out.flags.writeable = False
+    return out
 
 
 def model_names() -> list[str]:
@@ -115,12 +250,44 @@ def model_names() -> list[str]:
     return sorted(p.stem for p in MODELS_DIR.glob("*.toml"))
 
 
+def _param(p: Path, n: str, e: dict, unit: str) -> Param:
+    if not isinstance(e, dict):
+        raise ParameterError(f"{p}: {n}: a table with value and unit")
+    if e.get("unit") != unit:
+        raise ParameterError(f"{p}: {n}.unit={e.get('unit')!r}: must be {unit!r}")
+    assumed = e.get("assumed", False)
+    rng = e.get("range")
+    if isinstance(assumed, list):  # assumed = [low, high]
+        if len(assumed) != 2:
+            raise ParameterError(f"{p}: {n}.assumed={assumed!r}: [low, high]")
+        rng, assumed = assumed, True
+    reason = e.get("reason", e.get("rationale", ""))
+    if not assumed and not e.get("source"):
+        raise ParameterError(f"{p}: {n} has neither a source nor an assumed range")
+    if assumed and not (rng and reason):
+        raise ParameterError(f"{p}: {n} is assumed without a range [low, high] and a reason")
+    fit = e.get("fit")
+    par = Param(n, float(e["value"]), unit, e.get("source", ""), bool(assumed), reason,
+                (float(rng[0]), float(rng[1])) if rng else None,
+                bool(e.get("calibrate", fit if isinstance(fit, bool) else True)),
+                dict(fit) if isinstance(fit, dict) else None)
+    if par.value <= 0:
+        raise ParameterError(f"{p}: {n}={par.value}: must be > 0")
+    return par
+
+
 def load_model(name: str | Path) -> NpuModel:
     """The model called ``name`` in data/npu_models/, or the TOML file at path ``name``.
 
+    The file (docs/formats.md#10-model-files): ``[params.<name>]`` for every chip-wide parameter
+    of :data:`PARAMETERS`; ``[links.<class>]`` with ``pair``, ``what``, ``sdma_form`` and a table
+    per parameter of :data:`LINK_PARAMETERS`; ``[topology]`` (the rank map). A file of the older
+    form, the link parameters among ``params``, is one class taking every pair.
+
     Raises:
         ParameterError: unknown name (listing the known ones), a file that is not TOML, or
-            parameters missing, unknown, without unit/source or with the wrong unit.
+            parameters missing, unknown, without unit/source or with the wrong unit, a link class
+            without a pair or form the model knows.
     """
     p = Path(name)
     if p.suffix != ".toml":
@@ -131,22 +298,30 @@ def load_model(name: str | Path) -> NpuModel:
         doc = tomllib.loads(p.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ParameterError(f"{p}: not a readable TOML model file ({e})") from None
-    raw = doc.get("params", {})
+    raw = dict(doc.get("params", {}))
+    links_raw = dict(doc.get("links", {}))
+    if not links_raw:  # the older form: one class for every pair
+        links_raw = {"all": {"pair": "any", "what": "every PE pair", "sdma_form": "additive",
+                             **{n: raw.pop(n) for n in LINK_PARAMETERS if n in raw}}}
     missing, unknown = sorted(set(PARAMETERS) - set(raw)), sorted(set(raw) - set(PARAMETERS))
     if missing or unknown:
         raise ParameterError(f"{p}: parameters missing {missing} / unknown {unknown}")
-    params = {}
-    for n in PARAMETERS:  # one canonical order
-        e = raw[n]
-        if e.get("unit") != PARAMETERS[n]:
-            raise ParameterError(f"{p}: {n}.unit={e.get('unit')!r}: must be {PARAMETERS[n]!r}")
-        if not e.get("assumed") and not e.get("source"):
-            raise ParameterError(f"{p}: {n} has neither a source nor assumed = true")
-        rng = e.get("range")
-        params[n] = Param(n, float(e["value"]), e["unit"], e.get("source", ""), bool(e.get("assumed", False)),
-                          e.get("rationale", ""), (float(rng[0]), float(rng[1])) if rng else None,
-                          bool(e.get("fit", True)))
-        if params[n].value <= 0:
-            raise ParameterError(f"{p}: {n}={params[n].value}: must be > 0")
+    params = {n: _param(p, n, raw[n], PARAMETERS[n]) for n in PARAMETERS}  # one canonical order
+    links = []
+    for cname, e in links_raw.items():
+        pair, form = e.get("pair"), e.get("sdma_form")
+        if pair not in PAIRS:
+            raise ParameterError(f"{p}: links.{cname}.pair={pair!r}: one of {', '.join(PAIRS)}")
+        if form not in SDMA_FORMS:
+            raise ParameterError(f"{p}: links.{cname}.sdma_form={form!r}: one of {', '.join(SDMA_FORMS)}")
+        miss = sorted(set(LINK_PARAMETERS) - set(e))
+        if miss:
+            raise ParameterError(f"{p}: links.{cname}: parameters missing {miss}")
+        links.append(LinkClass(cname, pair, str(e.get("what", "")), form, str(e.get("sdma_form_source", ""))))
+        for n, unit in LINK_PARAMETERS.items():
+            params[f"{cname}.{n}"] = _param(p, f"{cname}.{n}", e[n], unit)
+    t = doc.get("topology")
+    topo = Topology(int(t.get("dies_per_card", 1)), int(t.get("cards_per_server", 1 << 30)),
+                    int(t.get("servers", 1)), str(t.get("why", ""))) if t else Topology(1, 1 << 30, 1)
     return NpuModel(str(doc.get("name", p.stem)), str(doc.get("machine", "")), str(doc.get("soc", "")),
-                    int(doc.get("aiv_cores", 40)), params, str(p))
+                    int(doc.get("aiv_cores", 40)), params, str(p), tuple(links), topo)

@@ -8,7 +8,8 @@ The prices are :mod:`.replay`'s, applied to each operation in issue order, core 
 (microseconds; rates from the model):
 
 - ``sdma_put``: ``sdma_issue_us`` of core time; the PE's ``sdma_engines`` serve every core's calls
-  round-robin (per call ``ceil(bytes / 1 MiB) * sdma_sqe_us + bytes / min(sdma, link)``).
+  round-robin, each core's calls at their average cost (per call :func:`.costs.sdma_call_us`, of the
+  pair's link class).
   ``sdma_quiet``: waits for this core's calls so far (their round-robin share of the engines'
   work), the core's last one also for the fair share of its links and of the PE's egress; then
   ``sdma_quiet_us``.
@@ -43,8 +44,8 @@ import numpy as np
 from ..case.case import Case
 from ..errors import ParameterError
 from .machines import NpuModel
+from .costs import link_rate, mte_remote_rate, sdma_call_us
 from .replay import ModelledTimes
-from .stream import SQE_BYTES
 
 __all__ = ["Op", "RecordedStream", "read_stream", "replay_recorded", "model_kernel"]
 
@@ -107,10 +108,11 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel) -> Mode
     if P != s.pes:
         raise ParameterError(f"stream: {P} PEs recorded, the case has {s.pes}", parameter="stream", value=P)
     row = float(s.h * s.itemsize)
-    link, egress = _rate(m["link_GBps"]), _rate(m["egress_GBps"])
+    egress = _rate(m["egress_GBps"])
     core_gm = _rate(m["core_gm_GBps"])
-    remote_rate = min(_rate(m["mte_remote_GBps"]), link)
-    sdma_rate = min(_rate(m["sdma_GBps"]), link)
+    classes = m.pair_class(P)
+    link = link_rate(m, classes)                  # [pe, dst], bytes/us
+    remote_rate = mte_remote_rate(m, classes)
     engines = m["sdma_engines"]
     valid = (case.expert_ids >= 0) & (case.expert_ids < s.moe_expert_num)
 
@@ -122,30 +124,31 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel) -> Mode
         link_mte: dict[int, float] = {}
         link_sdma: dict[int, float] = {}
         core_remote = np.zeros(B)
-        works: list[list[float]] = []
-        sent: list[list[float]] = []
+        calls = np.zeros(B)
+        work = np.zeros(B)
+        sent = np.zeros(B)
         for c, ops in enumerate(cores):
-            w, b = [0.0], [0.0]
             for o in ops:
                 if o.kind == "mte_put" and o.dst != pe:
                     core_remote[c] += o.nbytes
                     link_mte[o.dst] = link_mte.get(o.dst, 0.0) + o.nbytes
                 elif o.kind == "sdma_put":
                     link_sdma[o.dst] = link_sdma.get(o.dst, 0.0) + o.nbytes
-                    w.append(w[-1] + math.ceil(o.nbytes / SQE_BYTES) * m["sdma_sqe_us"] + o.nbytes / sdma_rate)
-                    b.append(b[-1] + o.nbytes)
-            works.append(w)
-            sent.append(b)
+                    calls[c] += 1
+                    work[c] += float(sdma_call_us(m, classes[pe, o.dst], o.nbytes))
+                    sent[c] += o.nbytes
+        per_call = np.divide(work, calls, out=np.zeros(B), where=calls > 0)
+        per_byte = np.divide(sent, calls, out=np.zeros(B), where=calls > 0)
         senders = np.append(core_remote, sum(link_sdma.values()))
 
         def fair(x: float) -> float:  # bytes the PE's senders moved when each has moved up to x of its own
             return float(np.minimum(senders, x).sum())
 
-        def served(k: int, prefix: list[list[float]]) -> float:  # round robin: every core's first k calls
-            return sum(p[min(len(p) - 1, k)] for p in prefix)
+        def served(k: int, per: np.ndarray) -> float:  # round robin: every core's first k calls, at their average
+            return float((np.minimum(calls, k) * per).sum())
 
         for c, ops in enumerate(cores):
-            t, calls, stage1 = 0.0, 0, True
+            t, issued = 0.0, 0
             last_sdma_quiet = max((i for i, o in enumerate(ops) if o.kind == "sdma_quiet"), default=-1)
             mte_start = None
             pipe_a = pipe_b = None  # the pipeline of the puts since the last quiet: GM -> UB, UB -> dst ends
@@ -158,20 +161,20 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel) -> Mode
                     break
                 if o.kind == "sdma_put":
                     t += m["sdma_issue_us"]
-                    calls += 1
+                    issued += 1
                     sdma_dsts.add(o.dst)
                 elif o.kind == "sdma_quiet":
-                    done = m["sdma_issue_us"] + served(calls, works) / engines
-                    if i == last_sdma_quiet and calls:
-                        links = max(((link_sdma[d] + min(link_sdma[d], link_mte.get(d, 0.0))) / link
+                    done = m["sdma_issue_us"] + served(issued, per_call) / engines
+                    if i == last_sdma_quiet and issued:
+                        links = max(((link_sdma[d] + min(link_sdma[d], link_mte.get(d, 0.0))) / link[pe, d]
                                      for d in sdma_dsts), default=0.0)
-                        done = max(done, links, fair(served(calls, sent)) / egress)
+                        done = max(done, links, fair(served(issued, per_byte)) / egress)
                     t = max(t, done) + m["sdma_quiet_us"]
                 elif o.kind in ("mte_put", "mte_put_ub"):
                     if mte_start is None:
                         mte_start = t
                     a = o.nbytes / core_gm if o.kind == "mte_put" else 0.0
-                    b = o.nbytes / (remote_rate if o.dst != pe else core_gm) + m["mte_put_us"]
+                    b = o.nbytes / (remote_rate[pe, o.dst] if o.dst != pe else core_gm) + m["mte_put_us"]
                     pipe_a = (t if pipe_a is None else pipe_a) + a
                     pipe_b = max(pipe_a, pipe_b if pipe_b is not None else -math.inf) + b
                     if o.dst != pe and o.kind == "mte_put":
@@ -180,7 +183,7 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel) -> Mode
                         pending.add(o.dst)
                 elif o.kind == "quiet":
                     if pipe_b is not None:
-                        bound = max(((to_dst[d] + min(to_dst[d], link_sdma.get(d, 0.0))) / link for d in pending),
+                        bound = max(((to_dst[d] + min(to_dst[d], link_sdma.get(d, 0.0))) / link[pe, d] for d in pending),
                                     default=-math.inf)
                         if pending:
                             bound = max(bound, fair(so_far) / egress)

@@ -11,12 +11,15 @@ The model, run by run (times in microseconds; bytes per microsecond = GB/s * 1e3
 - **quiet**: waits for the payload, then ``quiet_us``. **Status flags**: ``flag_us`` each at the
   core; flag i lands at its owner ``flag_latency_us`` after it is issued.
 - **SDMA put**: ``sdma_issue_us`` of core time; the PE's ``sdma_engines`` serve the calls
-  (``ceil(bytes / 1 MiB)`` SQEs of ``sdma_sqe_us`` each, plus bytes at
-  ``min(sdma_GBps, link_GBps)``), round-robin across the cores that issued them. An SDMA quiet
+  (:func:`.costs.sdma_call_us`: ``ceil(bytes / 1 MiB)`` SQEs, each ``sdma_sqe_us`` plus its bytes at
+  ``sdma_GBps``, or their max, by the link class's form), round-robin across the cores that
+  issued them, each core's calls at their average cost. An SDMA quiet
   (after every 256 issues, and before the SDMA rows' flags) waits for this core's calls, plus
   ``sdma_quiet_us``.
-- **Links and egress** are shared fairly: one link per ordered PE pair at ``link_GBps`` one way,
-  all usable at once (a full mesh), each PE sending at most ``egress_GBps`` in all. Senders (a
+- **Link classes**: every parameter named ``<class>.<name>`` is that of the PE pair's class
+  (:meth:`.machines.NpuModel.pair_class`: on A3 the die pair, the cards of a server, the servers).
+- **Links and egress** are shared fairly: one link per ordered PE pair at its class's
+  ``link_GBps`` one way, all usable at once, each PE sending at most ``egress_GBps`` in all. Senders (a
   core's MTE writes, the engines' SDMA) progress at equal shares, so a sender that has moved X
   bytes cannot be done before the link (or egress) moved X of its own and up to X of every
   other sender's bytes: ``sum(min(bytes_k, X)) / bandwidth``, a bound on its completion.
@@ -37,8 +40,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .costs import link_rate, mte_remote_rate, sdma_call_us
 from .machines import NpuModel
-from .stream import SDMA_QUIET_EVERY, SQE_BYTES, CaseRows
+from .stream import SDMA_QUIET_EVERY, CaseRows
 
 #: What-if modes of the SDMA calls: one per row (the kernel today) or one per segment laid out
 #: contiguously, one SQE per MiB (a variant not built: ``combine-lab suggest --what-if``).
@@ -100,6 +104,28 @@ def _fair_moved(owner: np.ndarray, totals: np.ndarray, x: np.ndarray) -> np.ndar
     return pre[owner, below] + (K - below) * x
 
 
+def _fair_work(owner: np.ndarray, calls: np.ndarray, per_call: np.ndarray):
+    """A function of queries x: for each i, the sum over the senders k of PE ``owner[i]`` of
+    ``min(calls[owner, k], x[i]) * per_call[owner, k]``: the engines' work when every core has had
+    up to x of its calls served, each core's calls counted at their average cost (``per_call``:
+    float [pes, senders]). Sorted once, asked at every SDMA quiet."""
+    P, K = calls.shape
+    order = np.argsort(calls, axis=1, kind="stable")
+    srt = np.take_along_axis(calls, order, axis=1)
+    w = np.take_along_axis(per_call, order, axis=1)
+    pre = np.concatenate([np.zeros((P, 1)), np.cumsum(srt * w, axis=1)], axis=1)
+    suf = np.concatenate([np.cumsum(w[:, ::-1], axis=1)[:, ::-1], np.zeros((P, 1))], axis=1)
+    span = float(srt.max(initial=0.0)) + 1.0
+    flat = (np.arange(P)[:, None] * span + srt).ravel()
+
+    def at(x: np.ndarray, who: np.ndarray | None = None) -> np.ndarray:
+        """``who``: the PE of each query (default ``owner``, one query per sender)."""
+        who = owner if who is None else who
+        below = np.searchsorted(flat, who * span + x, side="right") - who * K
+        return pre[who, below] + x * suf[who, below]
+    return at
+
+
 def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, block_dim: int, epp: int,
            row_bytes: int, model: NpuModel, sdma_mode: str = "row") -> tuple[np.ndarray, np.ndarray]:
     """Stage 1 of the PEs whose segment counts are the rows of ``counts`` (float/int [V, epp*pes]),
@@ -113,7 +139,8 @@ def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, bl
         raise ValueError(f"sdma_mode={sdma_mode!r}: one of {SDMA_MODES}")
     V, S = counts.shape
     P, B, row, m = pes, block_dim, float(row_bytes), model
-    link, egress = _rate(m["link_GBps"]), _rate(m["egress_GBps"])
+    egress = _rate(m["egress_GBps"])
+    classes = m.pair_class(P)                    # link class of each (sender, receiver) pair
     n = counts.ravel().astype(np.float64)
     sd = sdma.ravel().astype(bool)
     v = np.repeat(np.arange(V), S)
@@ -123,6 +150,8 @@ def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, bl
     core = v * B + src % B                       # global core id of the segment's sender
     order = (src // B) * epp + seg // P          # the segment's place in its core's loops
     nbytes = n * row
+    cls = classes[np.asarray(pe_of)[v], src]     # the segment's link class
+    link_pair = link_rate(m, classes[np.repeat(np.asarray(pe_of), P), np.tile(np.arange(P), V)])  # [V * P]
     # Segments by core, then loop order: the same permutation within every row, rows in turn.
     local = np.lexsort(((np.arange(S) % P // B) * epp + np.arange(S) // P, np.arange(S) % P % B))
     key = (np.arange(V)[:, None] * S + local[None, :]).ravel()
@@ -138,24 +167,23 @@ def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, bl
     owner = np.repeat(np.arange(V), B)
 
     # ---- SDMA calls: per core, in loop order; the engines go round-robin across the PE's cores ----
-    sdma_rate = min(_rate(m["sdma_GBps"]), link)
     engines = m["sdma_engines"]
-    if sdma_mode == "row":  # every call the same: one row
+    if sdma_mode == "row":  # one call per row; its cost is its link class's
         ops = np.where(sd, n, 0.0)
         n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
-        per_op = np.ceil(row / SQE_BYTES) * m["sdma_sqe_us"] + row / sdma_rate
+        per_class = sdma_call_us(m, np.arange(len(m.links)), row)   # a row's call costs its class's
+        work_c = np.bincount(core, weights=ops * np.where(sd, per_class[cls], 0.0), minlength=V * B)
+        avg_c = np.divide(work_c.reshape(V, B), n_c, out=np.zeros((V, B)), where=n_c > 0)
 
-        def round_robin(k: np.ndarray, per: float) -> np.ndarray:
-            """[V, B]: the engines' work (or bytes, ``per`` of each call) when core c's first
-            k[v, c] calls are done: every core c' of the PE contributes min(n_c', k) calls."""
-            return _fair_moved(owner, n_c, k.ravel()).reshape(V, B) * per
-
-        work_done = lambda k: round_robin(k, per_op)   # noqa: E731
-        bytes_done = lambda k: round_robin(k, row)     # noqa: E731
+        # [V, B]: the engines' work (bytes) when core c's first k[v, c] calls are done: every core c'
+        # of the PE contributes min(n_c', k) calls, at its calls' average cost (bytes: one row each).
+        fair_work = _fair_work(owner, n_c, avg_c)
+        work_done = lambda k: fair_work(k.ravel()).reshape(V, B)                         # noqa: E731
+        bytes_done = lambda k: _fair_moved(owner, n_c, k.ravel()).reshape(V, B) * row  # noqa: E731
     else:  # one call per segment, of its own size
         ops = np.where(sd & (n > 0), 1.0, 0.0)
         n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
-        work = np.where(sd, np.ceil(nbytes / SQE_BYTES) * m["sdma_sqe_us"] + nbytes / sdma_rate, 0.0) * ops
+        work = np.where(sd, sdma_call_us(m, cls, nbytes), 0.0) * ops
         k_ops, k_work, k_bytes = ops[key], work[key], (nbytes * ops)[key]
         seg_end = _grouped_cumsum(ks_core, k_ops)
         work_end, bytes_end = _grouped_cumsum(ks_core, k_work), _grouped_cumsum(ks_core, k_bytes)
@@ -176,13 +204,22 @@ def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, bl
 
     t = np.zeros((V, B))
     gates = (n_c // SDMA_QUIET_EVERY).astype(np.int64)
-    for j in range(1, int(gates.max(initial=0)) + 1):
+    if sdma_mode == "row":  # SDMA quiet j of each core that has one: only those cores are asked
+        tflat, gflat = t.ravel(), gates.ravel()
+        by_gates = np.argsort(-gflat, kind="stable")
+        desc = -gflat[by_gates]
+        for j in range(1, int(gates.max(initial=0)) + 1):
+            act = by_gates[:np.searchsorted(desc, -j, side="right")]   # the cores with at least j quiets
+            done = m["sdma_issue_us"] + fair_work(np.full(len(act), float(j * SDMA_QUIET_EVERY)), owner[act]) / engines
+            tflat[act] = np.maximum(tflat[act] + SDMA_QUIET_EVERY * m["sdma_issue_us"], done) + m["sdma_quiet_us"]
+        t = tflat.reshape(V, B)
+    for j in range(1, int(gates.max(initial=0)) + 1) if sdma_mode != "row" else ():
         done = m["sdma_issue_us"] + work_done(np.full((V, B), float(j * SDMA_QUIET_EVERY))) / engines
         t = np.where(gates >= j, np.maximum(t + SDMA_QUIET_EVERY * m["sdma_issue_us"], done) + m["sdma_quiet_us"], t)
     t = t + (n_c - gates * SDMA_QUIET_EVERY) * m["sdma_issue_us"]
     engine_done = m["sdma_issue_us"] + work_done(n_c) / engines
     # Fair-share bounds of the SDMA calls: their links (each core's dsts) and the PE's egress.
-    sdma_link = np.where(sd, (link_sdma + np.minimum(link_sdma, link_mte))[pair] / link, 0.0)
+    sdma_link = np.where(sd, ((link_sdma + np.minimum(link_sdma, link_mte)) / link_pair)[pair], 0.0)
     link_bound = np.zeros(V * B)
     np.maximum.at(link_bound, core, sdma_link)
     egress_bound = np.where(n_c > 0, _fair_moved(owner, senders, bytes_done(n_c).ravel()).reshape(V, B) / egress, 0.0)
@@ -190,7 +227,7 @@ def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, bl
 
     # ---- MTE segments in loop order: pipeline, then (payload done, within the bounds) quiet, flags ----
     a = row / _rate(m["core_gm_GBps"])
-    b = row / np.where(remote, min(_rate(m["mte_remote_GBps"]), link), _rate(m["core_gm_GBps"])) + m["mte_put_us"]
+    b = row / np.where(remote, mte_remote_rate(m, cls), _rate(m["core_gm_GBps"])) + m["mte_put_us"]
     is_mte = ~sd & (n > 0)
     pipe = np.where(is_mte, a + b + (n - 1) * np.maximum(a, b), 0.0)
     tail = np.where(is_mte, m["quiet_us"] + n * m["flag_us"], 0.0)
@@ -199,7 +236,7 @@ def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, bl
     so_far = _grouped_cumsum(ks_core, k_mte_remote)                 # its remote MTE bytes so far
     k_pair = pair[key]
     bound = np.where(is_mte[key] & remote[key],
-                     np.maximum((to_dst + np.minimum(to_dst, link_sdma[k_pair])) / link,
+                     np.maximum((to_dst + np.minimum(to_dst, link_sdma[k_pair])) / link_pair[k_pair],
                                 _fair_moved(v[key], senders, so_far) / egress), -np.inf)
     start = t.ravel()[ks_core]                                      # after the SDMA issue phase
     D = pipe[key] + tail[key]

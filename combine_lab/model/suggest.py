@@ -7,6 +7,10 @@ of segments above average: each such size is a floor of the curve, plus the defa
 and "never SDMA" (the classic plan). ``comm_only`` is a PE's own stage 1, so each PE is priced
 at its own floors and the case's curve is their maximum: every floor is exact and cheap.
 ``full_op`` needs every PE at once (stage 2 waits for the others' flags): one replay per floor.
+
+A tie is a tie: the best floor is named "best" only when it beats never-SDMA by more than the
+model's resolution over the whole range of its unknowns (:mod:`.unknowns`); otherwise the text says
+that no floor beats MTE-only under these assumptions, and which assumption would change that.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 from .machines import NpuModel
 from .replay import SDMA_MODES, replay, stage1
 from .stream import CaseRows
+from .unknowns import RESOLUTION, Verdict, engines_curve, engines_line, verdict as unknowns_verdict
 
 NEVER = -1  # the floor of the classic plan in the curve's threshold column
 
@@ -33,12 +38,41 @@ class Suggestion:
     threshold_bytes (int; -1 = never SDMA), sdma_segments, sdma_bytes (int), modelled_us (the
     slowest PE's CoreMaxTime of ``metric``), speedup (classic / this, > 1: faster than MTE-only),
     and with a what-if, ``<mode>_us`` and ``<mode>_saving_us``. ``best``: the row with the least
-    modelled_us (ties: the larger floor, fewer SDMA segments)."""
+    modelled_us (ties: the larger floor, fewer SDMA segments). ``verdict``: the
+    :class:`~.unknowns.Verdict` at the best floor that sends anything by SDMA (None: no such floor,
+    or not asked for); :attr:`beats`: whether that floor is best under every assumption."""
 
     curve: pd.DataFrame
     best: pd.Series
     metric: str
     caption: str
+    verdict: Verdict | None = None
+    at_default: pd.DataFrame | None = None  # the engines curve at the default 2 MiB floor, where that is another
+
+    @property
+    def beats(self) -> bool:
+        """The best SDMA floor beats never-SDMA by more than the resolution over the unknowns' range."""
+        return self.verdict is not None and self.verdict.beats
+
+    def pick_text(self) -> str:
+        """The last line: the best floor, or that none beats MTE-only and what would change that."""
+        b = self.best
+        if self.verdict is None:
+            pick = "never SDMA (classic)" if b["threshold_bytes"] == NEVER else f"min_sdma_bytes={int(b['threshold_bytes'])}"
+            return f"best: {pick}: {b['modelled_us']:.3f} us, {b['speedup']:.3f}x classic"
+        v = self.verdict
+        row = self.curve.loc[self.curve["threshold_bytes"] == v.floor].iloc[0]
+        if v.beats:
+            return (f"best: min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us, {row['speedup']:.3f}x classic; "
+                    f"{v.low:.3f}x - {v.high:.3f}x over every unknown's range, above the model's resolution "
+                    f"({RESOLUTION:.0%}) throughout")
+        name, value, sp = v.best_change
+        would = (f"it would with {name} = {value:g} ({sp:.3f}x)" if sp > 1 + RESOLUTION else
+                 "no single unknown within its range changes that")
+        return (f"no floor beats MTE-only under these assumptions: the best, min_sdma_bytes={v.floor}, is "
+                f"{row['speedup']:.3f}x classic at the nominal values and {v.low:.3f}x - {v.high:.3f}x over the "
+                f"unknowns' range (best only above {1 + RESOLUTION:.2f}x throughout, the model's resolution); "
+                f"{would}")
 
     def text(self, most: int | None = 40) -> str:
         """The curve and the suggestion, for the terminal. With more than ``most`` floors (None:
@@ -58,10 +92,11 @@ class Suggestion:
             shown = shown.iloc[sorted(keep)]
             note = f"\n({len(shown)} of {n} floors shown: the best, 2 MiB, never SDMA and an even spread; --all or --csv for every one)"
         table = shown[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")
-        b = self.best
-        pick = "never SDMA (classic)" if b["threshold_bytes"] == NEVER else f"min_sdma_bytes={int(b['threshold_bytes'])}"
+        unknown = f"{self.verdict.text()}\n" if self.verdict is not None else ""
+        if self.at_default is not None:
+            unknown = f"{engines_line(DEFAULT_MIN_SDMA_BYTES, self.at_default)} (the default floor)\n{unknown}"
         return (f"{self.caption}\nmetric: {self.metric} (the slowest PE's CoreMaxTime/us)\n{table}{note}\n"
-                f"best: {pick}: {b['modelled_us']:.3f} us, {b['speedup']:.3f}x classic")
+                f"{unknown}{self.pick_text()}")
 
 
 def thresholds(rows: CaseRows) -> np.ndarray:
@@ -78,8 +113,11 @@ def thresholds(rows: CaseRows) -> np.ndarray:
     return np.array(out + [NEVER], dtype=np.int64)
 
 
-def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if: str | None = None) -> Suggestion:
-    """Modelled time of ``metric`` at every floor where the plan of ``rows``' case changes.
+def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if: str | None = None,
+            unknowns: bool = True) -> Suggestion:
+    """Modelled time of ``metric`` at every floor where the plan of ``rows``' case changes, and
+    (``unknowns``) the verdict over the unknowns at the best floor that sends anything by SDMA
+    (:func:`.unknowns.verdict`, on comm_only).
 
     ``what_if``: also price SDMA calls per segment (``"segment"``, one SQE per MiB) instead of
     per row, the kernel's way (:data:`.replay.SDMA_MODES`).
@@ -109,7 +147,14 @@ def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if:
     if what_if:
         curve[f"{what_if}_saving_us"] = curve["modelled_us"] - curve[f"{what_if}_us"]
     best = curve.loc[curve["modelled_us"].idxmin()]  # first minimum: the largest such floor
-    return Suggestion(curve, best, metric, model.caption())
+    v = None
+    with_sdma = curve[(curve["threshold_bytes"] != NEVER) & (curve["sdma_segments"] > 0)]
+    if unknowns and len(with_sdma):
+        v = unknowns_verdict(rows, model, int(with_sdma.loc[with_sdma["modelled_us"].idxmin(), "threshold_bytes"]))
+    d = None
+    if v is not None and v.floor != DEFAULT_MIN_SDMA_BYTES and rows.sdma("doubleplane", DEFAULT_MIN_SDMA_BYTES).any():
+        d = engines_curve(rows, model, DEFAULT_MIN_SDMA_BYTES)
+    return Suggestion(curve, best, metric, model.caption(), v, d)
 
 
 def _comm_only_curve(rows: CaseRows, model: NpuModel, mode: str) -> np.ndarray:

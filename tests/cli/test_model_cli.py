@@ -15,6 +15,7 @@ from combine_lab.model.modelled import model_case
 from combine_lab.model.machines import load_model
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows
+from combine_lab.model.suggest import suggest
 from combine_lab.formats.perf_csv import read_perf_csv
 
 CASE = ["-pes", "4", "-bs", "64", "-h", "2048", "-topk", "2", "-expertPerPe", "2", "--routing", "zipf:1.5"]
@@ -85,25 +86,38 @@ def test_suggest_prints_the_curve_and_the_best_floor(tmp_path, capsys):
         assert r["sdma_segments"] == int(mask.sum())
     floors = list(curve["threshold_bytes"])
     assert floors[-1] == -1 and 2097152 in floors and floors[:-1] == sorted(floors[:-1], reverse=True)
-    best = curve.loc[curve["modelled_us"].idxmin()]
-    pick = "never SDMA (classic)" if best["threshold_bytes"] == -1 else f"min_sdma_bytes={int(best['threshold_bytes'])}"
-    assert out.splitlines()[-2] == f"best: {pick}: {best['modelled_us']:.3f} us, {best['speedup']:.3f}x classic"
+    # the verdict over the unknowns at the best SDMA floor: each engine count is the model's speed-up there
+    a2 = load_model("a2")
+    s = suggest(rows, a2)
+    v = s.verdict
+    sdma_floors = curve[(curve["threshold_bytes"] != -1) & (curve["sdma_segments"] > 0)]
+    assert v.floor == int(sdma_floors.loc[sdma_floors["modelled_us"].idxmin(), "threshold_bytes"])
+    for e, sp in zip(v.engines["engines"], v.engines["speedup"]):
+        m = a2.with_values(sdma_engines=float(e))
+        classic = replay(rows, rows.sdma("classic", 0), m).core_max("comm_only").max()
+        dual = replay(rows, rows.sdma("doubleplane", v.floor), m).core_max("comm_only").max()
+        assert sp == pytest.approx(classic / dual, rel=1e-12)
+    assert v.engines_line() in out and "what moves the verdict most (measure first):" in out
+    assert out.splitlines()[-2] == s.pick_text()
+    assert s.pick_text().startswith("best: " if v.low > 1.05 else "no floor beats MTE-only under these assumptions")
     assert out.splitlines()[1] == load_model("a2").caption()
 
 
 def test_calibrate_fits_a_model_file_to_modelled_csvs(tmp_path, capsys):
-    code, _, err = run_cli(["compare", *CASE, "--min-sdma-bytes", "0", "--clock", "model:a3", "--perf",
+    truth = load_model("a3").with_values(sdma_engines=1.0)  # one engine: its descriptor cost shows in the times
+    truth_file = truth.to_toml(tmp_path / "truth.toml")
+    code, _, err = run_cli(["compare", *CASE, "--min-sdma-bytes", "0", "--clock", f"model:{truth_file}", "--perf",
                             "--prof-pe", "all", "--output-dir", str(tmp_path / "p")], capsys)
     assert code == 0, err
-    start = load_model("a3").with_values(sdma_sqe_us=3.0, mte_put_us=0.3).to_toml(tmp_path / "start.toml")
+    start = truth.with_values(**{"die_pair.sdma_sqe_us": 3.0, "mte_put_us": 0.3}).to_toml(tmp_path / "start.toml")
     csvs = sorted(str(p) for p in (tmp_path / "p-model-a3").rglob("*_perf_rank*.csv"))
     assert len(csvs) == 8
     code, out, err = run_cli(["calibrate", *csvs, "--model", str(start), "--routing", "zipf:1.5",
-                              "--min-sdma-bytes", "0", "--free", "sdma_sqe_us", "mte_put_us",
+                              "--min-sdma-bytes", "0", "--free", "die_pair.sdma_sqe_us", "mte_put_us",
                               "--out", str(tmp_path / "fit.toml")], capsys)
     assert code == 0, err
     fit = load_model(tmp_path / "fit.toml")
-    assert fit["sdma_sqe_us"] == pytest.approx(0.91, rel=1e-4) and fit["mte_put_us"] == pytest.approx(1.0, rel=1e-4)
+    assert fit["die_pair.sdma_sqe_us"] == pytest.approx(0.967, rel=1e-4) and fit["mte_put_us"] == pytest.approx(1.0, rel=1e-4)
     assert "fitted parameters:" in out and f"model: {tmp_path / 'fit.toml'}" in out
 
 
@@ -112,18 +126,33 @@ def test_a_long_curve_is_thinned_on_screen_and_whole_with_all(capsys):
     from combine_lab.model.suggest import suggest
 
     case = make_case(CaseSpec(pes=16, bs=256, h=2048, topk=4, expert_per_pe=2, routing="zipf:1.2"))
-    s = suggest(case_rows(case, load_model("a2").soc), load_model("a2"))
+    s = suggest(case_rows(case, load_model("a3").soc), load_model("a3"))
     n = len(s.curve)
     assert n > 40
     short = s.text(40).splitlines()
-    table = short[3:-2]  # caption, metric, header ... note, best
-    assert len(table) <= 40 and short[-2] == f"({len(table)} of {n} floors shown: the best, 2 MiB, never SDMA and an even spread; --all or --csv for every one)"
+    tail = len(s.verdict.text().splitlines()) + (s.at_default is not None) + 1  # the verdict, then the pick
+    table = short[3:-1 - tail]  # caption, metric, header ... note, verdict, pick
+    assert len(table) <= 40 and short[-1 - tail] == f"({len(table)} of {n} floors shown: the best, 2 MiB, never SDMA and an even spread; --all or --csv for every one)"
     firsts = [ln.split()[0] for ln in table]
     assert firsts[-1] == "never" and "2097152" in firsts and firsts[0] == str(int(s.curve["threshold_bytes"].iloc[0]))
     best = s.best["threshold_bytes"]
     assert ("never" if best == -1 else str(int(best))) in firsts
-    assert len(s.text(None).splitlines()) == 3 + n + 1
+    assert len(s.text(None).splitlines()) == 3 + n + tail
     code, out, err = run_cli(["suggest", "-pes", "16", "-bs", "256", "-h", "2048", "-topk", "4", "-expertPerPe", "2",
-                              "--routing", "zipf:1.2", "--model", "a2", "--all"], capsys)
+                              "--routing", "zipf:1.2", "--model", "a3", "--all"], capsys)
     assert code == 0, err
-    assert len(out.splitlines()) == 1 + 3 + n + 1  # the case line, then the whole curve
+    assert len(out.splitlines()) == 1 + 3 + n + tail  # the case line, then the whole curve and the verdict
+
+
+def test_calibrate_refuses_a_fit_it_cannot_identify_and_exits_1(tmp_path, capsys):
+    code, _, err = run_cli(["compare", *CASE, "--min-sdma-bytes", "0", "--clock", "model:a3", "--perf",
+                            "--prof-pe", "all", "--output-dir", str(tmp_path / "p")], capsys)
+    assert code == 0, err
+    csvs = sorted(str(p) for p in (tmp_path / "p-model-a3").rglob("*_perf_rank*.csv"))
+    code, out, err = run_cli(["calibrate", *csvs, "--model", "a3", "--routing", "zipf:1.5", "--min-sdma-bytes", "0",
+                              "--free", "server.sdma_GBps", "mte_put_us", "--out", str(tmp_path / "fit.toml")], capsys)
+    assert code == 1, err
+    assert ("NOT USABLE:\n  - server.sdma_GBps: not identified (no effect on these measurements); would be by probe: "
+            "SDMA puts of 1-2 MiB to one peer of this link class; or doubleplane with wide rows") in out
+    assert out.splitlines()[-1] == f"model: not written to {tmp_path / 'fit.toml'}: the fit is not usable"
+    assert not (tmp_path / "fit.toml").exists() and "use --clock" not in out

@@ -178,7 +178,7 @@ def test_model_grid_prices_every_case_and_the_segment_sdma_what_if():
     from combine_lab.case.case import make_case
     from combine_lab.model.stream import case_rows
     grid = sweep.make_grid([2, 4], [64], [8192], [2], [2], ["uniform", "hot-expert:0.5"])
-    model = load_model("a2")
+    model = load_model("a2").with_values(sdma_engines=1.0)  # one engine: one call per row is what costs
     m = sweep.model_grid(grid, model)
     assert list(m.columns) == sweep.MODELLED_COLUMNS and len(m) == len(grid.specs) == 4
     assert list(m["case_id"]) == [s.case_id for s in grid.specs]
@@ -186,9 +186,18 @@ def test_model_grid_prices_every_case_and_the_segment_sdma_what_if():
     assert m["caption"].iloc[0].startswith("modelled on a2") and "assumed" in m["caption"].iloc[0]
     for metric in ("comm_only", "full_op"):
         ratio = m[f"{metric}_classic_us"] / m[f"{metric}_doubleplane_us"]
-        assert np.allclose(m[f"{metric}_speedup"], ratio) and (m[f"{metric}_speedup_lo"] == m[f"{metric}_speedup"]).all()
+        assert np.allclose(m[f"{metric}_speedup"], ratio)
+    assert (m["full_op_speedup_lo"] == m["full_op_speedup"]).all()  # full_op: a point
     none = m[m["sdma_share"] == 0]
     some = m[m["sdma_share"] > 0]
+    # comm_only with SDMA traffic: its range over the unknowns (the verdict's), a point without
+    from combine_lab.model.unknowns import verdict
+    for _, r in some.iterrows():
+        spec = next(sp for sp in grid.specs if sp.case_id == r["case_id"] and sp.routing == r["routing"])
+        v = verdict(case_rows(make_case(spec), model.soc), model, 2 << 20)
+        assert (r["comm_only_speedup_lo"], r["comm_only_speedup_hi"]) == (v.low, v.high)
+        assert v.low <= r["comm_only_speedup"] <= v.high
+    assert (none["comm_only_speedup_lo"] == none["comm_only_speedup"]).all()
     assert len(none) and len(some)  # uniform sends nothing by SDMA at 2 MiB; hot-expert does
     # no SDMA segment: the two variants are the same stream, and the what-if has nothing to save
     assert (none["comm_only_speedup"] == 1.0).all() and (none["what_if_saving_us"] == 0).all()

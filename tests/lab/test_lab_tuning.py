@@ -293,3 +293,22 @@ def test_run_goes_through_execute_once_and_failures_clear_the_run_views(monkeypa
     request = s.prepare_run()
     assert request.values == s.run_inputs() and request.prof_pe == "all" and request.launches == 2 * 2 * 1
     assert request.case.spec == s.spec
+
+
+def test_the_modelled_panel_gives_the_verdict_over_engines_and_refuses_a_machine_too_small(nothing_launches):
+    from combine_lab.model.unknowns import engines_curve, engines_line
+
+    s = TuningState(targets=["cpu"], **{**SMALL, "min_sdma_bytes": 0})
+    model, rows, _ = _truth(s, 0)
+    assert s.modelled["engines_line"] == engines_line(0, engines_curve(rows, model, 0))
+    assert s.modelled["engines_line"].startswith("doubleplane at floor 0 B: ")
+    assert s.suggestion.verdict is not None  # small: the curve and its verdict at each replan
+    s.set(model="a2", pes=16)  # one A2 server has 8 NPUs: the model says so and prices nothing
+    assert s.plan is not None and s.modelled == {
+        "model": "a2", "caption": load_model("a2").caption(),
+        "refused": "pes=16: a2 models at most 8 PEs (one A2 server: 8 cards in an HCCS full mesh; between A2 "
+                   "servers (RoCE) no one-stream table is published, so the model stops at 8 PEs (a3 models more))"}
+    assert s.suggest() is None and s.message.startswith("Cannot suggest a floor on a2: pes=16: a2 models at most 8")
+    assert "modelled" not in s.figures
+    s.set(model="a3")
+    assert s.modelled["model"] == "a3" and "refused" not in s.modelled

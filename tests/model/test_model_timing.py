@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from combine_lab import CaseSpec, make_case
 from combine_lab.case.case import case_from_arrays
 from combine_lab.errors import ParameterError
-from combine_lab.model.machines import PARAMETERS, load_model, model_names
+from combine_lab.model.machines import LINK_PARAMETERS, PARAMETERS, load_model, model_names
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows, core_runs, Run
 
@@ -66,7 +66,7 @@ def test_one_sdma_segment_equals_its_closed_form():
                                                     Run("flag", 1, n1, 32, 1), Run("quiet")]
     t = replay(rows, sdma, A2)
     row = 4.0 * h
-    svc = math.ceil(row / (1 << 20)) * A2["sdma_sqe_us"] + row / (min(A2["sdma_GBps"], A2["link_GBps"]) * 1e3)
+    svc = math.ceil(row / (1 << 20)) * A2["sdma_sqe_us"] + row / (A2["sdma_GBps"] * 1e3)
     done = lambda k: A2["sdma_issue_us"] + k * svc / A2["sdma_engines"]  # noqa: E731 (one issuer)
     t1 = max(256 * A2["sdma_issue_us"], done(256)) + A2["sdma_quiet_us"]
     t1 += (n1 - 256) * A2["sdma_issue_us"]
@@ -151,20 +151,61 @@ def test_the_same_inputs_give_identical_times():
 @pytest.mark.parametrize("name", ["a2", "a3", "host"])
 def test_every_parameter_has_a_unit_and_a_source_or_is_assumed(name):
     m = load_model(name)
-    assert list(m.params) == list(PARAMETERS)
-    for p in m.params.values():
-        assert p.unit == PARAMETERS[p.name]
+    assert [n for n in m.params if "." not in n] == list(PARAMETERS)
+    assert [n for n in m.params if "." in n] == [f"{c.name}.{p}" for c in m.links for p in LINK_PARAMETERS]
+    for n, p in m.params.items():
+        assert p.unit == (PARAMETERS.get(n) or LINK_PARAMETERS[n.split(".")[1]])
         assert p.source or (p.assumed and p.rationale and p.range and p.range[0] <= p.value <= p.range[1]), p
     assert m.caption().startswith(f"modelled on {name} (")
     assert m.caption().endswith("assumed parameters: " + ", ".join(m.assumed))
 
 
-def test_published_values_carry_their_grade():
-    a2 = load_model("a2")
-    assert a2["link_GBps"] == 20.28 and a2.params["link_GBps"].source.startswith("M: hicann/hixl")
+def test_published_values_carry_their_grade_and_their_fit():
+    a2, a3 = load_model("a2"), load_model("a3")
+    assert a2["link_GBps"] == 26.81 and a2.param("link_GBps").source.startswith("M: hicann/hixl")
     assert a2.params["egress_GBps"].source.startswith("H: ")
-    assert {"mte_put_us", "sdma_GBps", "sdma_sqe_us", "flag_latency_us"} <= set(a2.assumed)
+    assert a2.param("sdma_sqe_us").derivation == {"table": "hixl_a2_write", "form": "additive", "c_us": 1.016,
+                                                  "BW_GBps": 20.6, "worst_error_pct": 1.7, "rows": 8}
+    assert [(c.name, c.pair, c.form) for c in a3.links] == [("die_pair", "same_card", "max"),
+                                                            ("card", "same_server", "additive"),
+                                                            ("server", "other_server", "additive")]
+    # nothing published: these stay assumed, each with its range
+    assert {"mte_put_us", "flag_latency_us", "quiet_us", "sdma_engines", "sdma_issue_us"} <= set(a2.assumed)
+    assert a3.params["sdma_engines"].range == (1.0, 48.0)
     assert model_names() == ["a2", "a3", "host"]
+
+
+def test_the_rank_map_gives_each_pe_pair_its_link_class():
+    a3 = load_model("a3")
+    cls = a3.pair_class(64)
+    names = [c.name for c in a3.links]
+    assert names[cls[0, 1]] == "die_pair" and names[cls[0, 2]] == "card" and names[cls[0, 15]] == "card"
+    assert names[cls[0, 16]] == "server" and names[cls[17, 16]] == "die_pair" and names[cls[63, 48]] == "card"
+    assert (cls == cls.T).all()
+    with pytest.raises(ParameterError) as e:
+        load_model("a2").pair_class(16)
+    assert str(e.value) == ("pes=16: a2 models at most 8 PEs (one A2 server: 8 cards in an HCCS full mesh; between "
+                            "A2 servers (RoCE) no one-stream table is published, so the model stops at 8 PEs (a3 "
+                            "models more))")
+
+
+def test_a_far_link_class_prices_its_own_parameters():
+    """One SDMA segment from PE 0 to PE 1 (the die pair) and to PE 16 (another server): each is
+    priced by its class's descriptor cost, bandwidth and form."""
+    a3 = load_model("a3").with_values(sdma_engines=1.0)
+    for dst, cls in ((1, "die_pair"), (16, "server")):
+        case = one_segment_case(17, {dst: 300, 2 if dst != 2 else 3: 10}, 2048)
+        rows = case_rows(case, a3.soc)
+        sdma = rows.sdma("doubleplane", 0)
+        assert sdma[0].tolist() == [d == dst for d in range(17)]
+        t = replay(rows, sdma, a3).comm_only[0, dst]
+        row = 4.0 * 2048
+        c, bw = a3[f"{cls}.sdma_sqe_us"], a3[f"{cls}.sdma_GBps"] * 1e3
+        svc = max(c, row / bw) if cls == "die_pair" else c + row / bw
+        engine = a3["sdma_issue_us"] + 300 * svc  # one core issues all 300: the engine's work is its
+        assert t >= engine + a3["sdma_quiet_us"]
+        assert t == pytest.approx(max(engine, 256 * a3["sdma_issue_us"] + a3["sdma_quiet_us"] + 44 * a3["sdma_issue_us"])
+                                  + a3["sdma_quiet_us"] + 300 * a3["flag_us"] + a3["quiet_us"], rel=1e-9)
 
 
 def test_an_unknown_model_is_refused():
@@ -174,6 +215,6 @@ def test_an_unknown_model_is_refused():
 
 
 def test_a_written_model_reads_back(tmp_path):
-    m = load_model("a3").with_values(sdma_GBps=77.0)
+    m = load_model("a3").with_values(**{"card.sdma_GBps": 77.0})
     back = load_model(m.to_toml(tmp_path / "fit.toml"))
-    assert back.params == m.params and back.name == "a3"
+    assert back.params == m.params and back.name == "a3" and back.links == m.links and back.topology == m.topology
