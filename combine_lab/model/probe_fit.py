@@ -34,7 +34,8 @@ import numpy as np
 
 from ..errors import ParameterError
 from ..formats.probe_csv import ProbeRow, read_probe_csv
-from .machines import NpuModel
+from . import costs
+from .machines import LINK_PARAMETERS, NpuModel
 
 #: The parameters a probe CSV can identify, in the order the fit reports them.
 PROBE_PARAMETERS = ("quiet_us", "sdma_quiet_us", "wait_us", "flag_us", "sdma_issue_us", "mte_put_us",
@@ -104,6 +105,8 @@ class ProbeFit:
     held_out: list[HeldOut] = field(default_factory=list)
     source: str = ""
     measured_on: str = ""
+    #: the link class (index into ``model.links``) whose SDMA parameters the one-peer rows fit
+    cls: int = 0
 
     @property
     def unidentified(self) -> list[str]:
@@ -124,7 +127,8 @@ class ProbeFit:
         for n in self.free:
             f = self.params[n]
             lo, hi = f.iqr
-            params[n] = replace(params[n], value=float(f.value), assumed=False, fit=True,
+            key = model_key(self.model, n, self.cls)
+            params[key] = replace(params[key], value=float(f.value), assumed=False, fit=True,
                                 source=f"P: measured by combine-lab probe ({self.source}; {self.measured_on}), "
                                        f"IQR of the repeats {lo:.4g}-{hi:.4g} {f.unit}; {f.how}")
         return replace(self.model, params=params, name=f"{self.model.name}-probe", path="")
@@ -162,6 +166,25 @@ class ProbeFit:
         return "\n".join(lines)
 
 
+def probed_class(rows: list[ProbeRow], model: NpuModel) -> int:
+    """The link class (index into ``model.links``) of the pair the one-peer SDMA rows measure (the
+    first such pair; the probe sends from PE 0 to PE 1): the class whose ``sdma_sqe_us`` and
+    ``sdma_GBps`` those rows fit (docs/probe.md#4-the-fit)."""
+    if len(model.links) <= 1:
+        return 0
+    pairs = sorted({(r.pes, r.src, r.dst) for r in rows if r.kind == "sdma" and r.peers == 1 and r.dst is not None})
+    pes, src, dst = pairs[0] if pairs else (2, 0, 1)
+    return int(model.pair_class(max(pes, src + 1, dst + 1))[src, dst])
+
+
+def model_key(model: NpuModel, name: str, cls: int) -> str:
+    """The name of probe parameter ``name`` in ``model``: a link parameter as ``<class>.<name>`` of
+    class ``cls``, the others as they are."""
+    if name in LINK_PARAMETERS and model.links:
+        return f"{model.links[cls].name}.{name}"
+    return name
+
+
 # ---- estimates from one view of the times (the medians, or one repeat of every row) ----
 
 class _Est:
@@ -171,6 +194,9 @@ class _Est:
         self.how: dict[str, str] = {}
         self.held: list[HeldOut] = []
         self.sdma_w1: dict[int, float] = {}
+        # the probed pair's class: its SDMA cost form (additive c + b / BW, or max(c, b / BW) per descriptor)
+        cls = probed_class(rows, model)
+        self.is_max = bool(model.links[cls].form == "max") if model.links else False
 
     def sel(self, kind: str, **kw) -> list[int]:
         return [i for i, r in enumerate(self.rows) if r.kind == kind and all(getattr(r, k) == v for k, v in kw.items())]
@@ -267,12 +293,21 @@ class _Est:
                 self.set(n, None, why)
             return
         B = np.array([self.rows[i].bytes for i in one], dtype=np.float64)
-        X = np.column_stack([np.ceil(B / SQE_BYTES), B / 1e3])
         w = np.array([self._w(i) for i in one])
-        (sqe, inv_rate), *_ = np.linalg.lstsq(X, w, rcond=None)
         how = f"{len(one)} sdma rows of one core to one peer at {len(sizes)} sizes"
+        if self.is_max:
+            # max(c, b / BW) per descriptor: the smallest size is the fixed cost's, the largest the bytes'
+            n = np.ceil(B / SQE_BYTES)
+            small, large = B == B.min(), B == B.max()
+            sqe = float(np.median(w[small] / n[small]))
+            gbps = float(np.median((B[large] / n[large]) / (w[large] / n[large]))) / 1e3
+            how += " (the probed class's max form: the fixed cost from the smallest, the rate from the largest)"
+        else:
+            X = np.column_stack([np.ceil(B / SQE_BYTES), B / 1e3])
+            (sqe, inv_rate), *_ = np.linalg.lstsq(X, w, rcond=None)
+            gbps = float(1.0 / inv_rate) if inv_rate > 0 else float(inv_rate)
         self.set("sdma_sqe_us", float(sqe), how)
-        self.set("sdma_GBps", float(1.0 / inv_rate) if inv_rate > 0 else float(inv_rate), how)
+        self.set("sdma_GBps", gbps, how)
         for i in one:
             self.sdma_w1[self.rows[i].bytes] = self._w(i)
         # engines: how many of the largest k's streams ran at once, at each size measured both ways
@@ -298,7 +333,7 @@ class _Est:
             r = self.rows[i]
             if i in used or (r.cores > 1 and e is None):
                 continue
-            wk = math.ceil(r.bytes / SQE_BYTES) * self.v["sdma_sqe_us"] + r.bytes / (self.v["sdma_GBps"] * 1e3)
+            wk = float(costs.call_us(r.bytes, self.v["sdma_sqe_us"], costs.rate(self.v["sdma_GBps"]), self.is_max))
             pred = self.v["sdma_issue_us"] + r.puts * wk * max(1.0, r.cores / (e or 1.0)) + self.v["sdma_quiet_us"]
             deps = ("sdma_sqe_us", "sdma_GBps") + (("sdma_engines",) if r.cores > 1 else ())
             self.held.append(HeldOut(r.label(), float(self.t[i]), pred, deps))
@@ -314,13 +349,14 @@ def fit_probe(rows: list[ProbeRow], model: NpuModel, free: list[str] | None = No
     if bad or not free:
         raise ParameterError(f"free={free!r}: a probe CSV fits {', '.join(PROBE_PARAMETERS)}", parameter="free",
                              value=free)
+    cls = probed_class(rows, model)
     med = np.array([r.time_us for r in rows])
     main = _Est(rows, med, model).run()
     reps = min(len(r.times_us) for r in rows)
     views = [_Est(rows, np.array([r.times_us[j] for r in rows]), model).run() for j in range(reps)]
     params = {}
     for n in PROBE_PARAMETERS:
-        f = FittedParam(n, model.params[n].unit, main.v[n], None, False, main.how[n])
+        f = FittedParam(n, model.params[model_key(model, n, cls)].unit, main.v[n], None, False, main.how[n])
         if f.value is not None:
             per = np.array([v.v[n] for v in views if v.v[n] is not None])
             if len(per) < (reps + 1) // 2:
@@ -350,7 +386,7 @@ def fit_probe(rows: list[ProbeRow], model: NpuModel, free: list[str] | None = No
                                     f"(limit {HELD_OUT_LIMIT:.0%}); {params[n].how}"
     r0 = rows[0]
     on = f"{'the CPU twin' if r0.target == 'cpu' else 'NPU'} {r0.soc}, {r0.pes} PEs" + (f" ({r0.note})" if r0.note else "")
-    return ProbeFit(model, params, free, main.held, source, on)
+    return ProbeFit(model, params, free, main.held, source, on, cls)
 
 
 def fit_probe_csv(path: str | Path, model: NpuModel, free: list[str] | None = None) -> ProbeFit:

@@ -4,8 +4,10 @@ identify a parameter make calibrate exit 1 naming it and the rows that would; no
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +16,8 @@ from combine_lab.cli import main
 from combine_lab.errors import ParameterError, ResultFileError
 from combine_lab.formats.probe_csv import PROBE_HEADER, ProbeRow, is_probe_csv, read_probe_csv, write_probe_csv
 from combine_lab.model.machines import load_model
-from combine_lab.model.probe_fit import PROBE_PARAMETERS, fit_probe
+from combine_lab.model import costs
+from combine_lab.model.probe_fit import PROBE_PARAMETERS, fit_probe, probed_class
 
 TRUE = {"quiet_us": 1.5, "sdma_quiet_us": 3.0, "wait_us": 0.5, "flag_us": 0.25, "sdma_issue_us": 0.75,
         "mte_put_us": 1.25, "mte_remote_GBps": 20.0, "flag_latency_us": 2.0, "sdma_sqe_us": 0.9, "sdma_GBps": 50.0,
@@ -23,8 +26,10 @@ CORE_GM = 40.0  # a3's core_gm_GBps, which the MTE estimate takes from the model
 MiB = 1 << 20
 
 
-def synthetic(cores=(1, 2, 8, 48), sdma_bytes=(14336, MiB, 2 * MiB), row_bytes=(14336, 57344), jitter=()):
-    """Rows whose times follow the fit's formulas with TRUE; ``jitter``: a factor per repeat."""
+def synthetic(cores=(1, 2, 8, 48), sdma_bytes=(14336, MiB, 2 * MiB), row_bytes=(14336, 57344), jitter=(),
+              is_max=True):
+    """Rows whose times follow the fit's formulas with TRUE; ``jitter``: a factor per repeat;
+    ``is_max``: the probed pair's SDMA cost form (a3's die pair: max(c, b / BW) per descriptor)."""
     p = TRUE
     reps = np.array(jitter or (1.0, 1.0, 1.0))
     rows = []
@@ -33,7 +38,7 @@ def synthetic(cores=(1, 2, 8, 48), sdma_bytes=(14336, MiB, 2 * MiB), row_bytes=(
         rows.append(ProbeRow(kind, 4, 0, 1, peers, cores, puts, nbytes, buffering, t * reps, "npu", "Ascend910_9391"))
 
     for b in sdma_bytes:
-        w = math.ceil(b / MiB) * p["sdma_sqe_us"] + b / (p["sdma_GBps"] * 1e3)
+        w = float(costs.call_us(b, p["sdma_sqe_us"], p["sdma_GBps"] * 1e3, is_max))
         for k in cores:
             for peers in (1, 3):
                 n = 8
@@ -54,8 +59,13 @@ def synthetic(cores=(1, 2, 8, 48), sdma_bytes=(14336, MiB, 2 * MiB), row_bytes=(
     return rows
 
 
-def test_every_parameter_comes_back_from_rows_made_by_its_formula():
-    fit = fit_probe(synthetic(), load_model("a3"), source="synthetic.csv")
+@pytest.mark.parametrize("is_max", [True, False], ids=["max-form", "additive"])
+def test_every_parameter_comes_back_from_rows_made_by_its_formula(is_max):
+    model = load_model("a3")
+    if not is_max:  # the die pair's SDMA cost in the additive form (a2's, and a3's between cards and servers)
+        model = dataclasses.replace(model, links=tuple(dataclasses.replace(c, form="additive") for c in model.links))
+    assert probed_class(synthetic(), model) == 0 and model.links[0].name == "die_pair"
+    fit = fit_probe(synthetic(is_max=is_max), model, source="synthetic.csv")
     assert fit.usable and fit.unidentified == []
     for n in PROBE_PARAMETERS:
         assert fit.params[n].identified, (n, fit.params[n].how)
@@ -85,11 +95,14 @@ def test_one_row_size_cannot_split_the_mte_put_and_calibrate_exits_1_naming_it(t
     assert rc == 0
     doc = tomllib.loads((tmp_path / "m.toml").read_text())
     for n in ok.split(","):
-        assert doc["params"][n]["value"] == pytest.approx(TRUE[n], rel=1e-4)  # the CSV keeps 4 decimals
-        assert "assumed" not in doc["params"][n]
-        assert doc["params"][n]["source"].startswith(f"P: measured by combine-lab probe ({path}; NPU Ascend910_9391")
+        # a link parameter is the probed pair's class's (PE 0 -> 1: a3's die pair)
+        entry = doc["links"]["die_pair"][n] if n in ("sdma_sqe_us", "sdma_GBps") else doc["params"][n]
+        assert entry["value"] == pytest.approx(TRUE[n], rel=1e-4)  # the CSV keeps 4 decimals
+        assert "assumed" not in entry
+        assert entry["source"].startswith(f"P: measured by combine-lab probe ({path}; NPU Ascend910_9391")
     assert doc["params"]["mte_put_us"]["value"] == load_model("a3")["mte_put_us"]  # untouched
-    assert doc["params"]["mte_put_us"]["assumed"] is True
+    a3 = tomllib.loads((Path(load_model("a3").path)).read_text())
+    assert doc["params"]["mte_put_us"]["assumed"] == a3["params"]["mte_put_us"]["assumed"]  # still its range
     load_model(tmp_path / "m.toml")  # a model suggest can use
 
 
