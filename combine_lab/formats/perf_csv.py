@@ -71,13 +71,15 @@ def file_prefix(variant: str) -> str:
     ``doubleplane-segment-c6`` -> ``combine_doubleplane_segment_c6``, ``classic-c4`` -> ``combine_c4``."""
     if variant in FILE_PREFIX:
         return FILE_PREFIX[variant]
-    from ..planning.settings import parse_variant_label
-    try:
-        base, settings = parse_variant_label(variant)
-    except ValueError:
+    # the labels of combine_lab.planning.settings.variant_label, read here without the planner
+    m = _LABEL.match(str(variant))
+    if not m or (m[1] == "classic" and m[2]) or not (m[2] or m[3]):
         raise ResultFileError(f"variant={variant!r}: must be one of {', '.join(map(repr, FILE_PREFIX))}, or one "
-                              "with kernel settings such as 'doubleplane-segment-c6'") from None
-    return f"{FILE_PREFIX[base]}_{settings.label.replace('-', '_')}" if not settings.is_reference else FILE_PREFIX[base]
+                              "with kernel settings such as 'doubleplane-segment-c6'")
+    return FILE_PREFIX[m[1]] + "".join(f"_{x[1:]}" for x in (m[2], m[3]) if x)
+
+
+_LABEL = re.compile(r"^(classic|doubleplane)(-segment)?(-c[1-9]\d*)?$")
 
 
 def perf_csv_name(variant: str, rank: int) -> str:
