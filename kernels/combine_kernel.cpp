@@ -91,10 +91,7 @@ public:
         FillStatusBlock();
         SHMEMI_PROF_START(kProfFrameFullOp);
         SHMEMI_PROF_START(kProfFrameCommOnly);
-        if (layout_) {
-            if (core_ == 0) PlaceRows();
-            aclshmemi_barrier_core_soft();  // positions written before any core reads them
-        }
+        if (layout_) LayOut();
         SendSegments();
         SHMEMI_PROF_END(kProfFrameCommOnly);
         ReduceTokens();
@@ -275,6 +272,13 @@ private:
         aclshmem_quiet();
     }
 
+    // The segment variant's first step: core 0 places and publishes, then every core waits in the
+    // core barrier (stage 2 reads the positions core 0 wrote).
+    __aicore__ inline void LayOut() {
+        if (core_ == 0) PlaceRows();
+        aclshmemi_barrier_core_soft();
+    }
+
     __aicore__ inline __gm__ int32_t* InboxReady(uint32_t receiver) const {
         return (__gm__ int32_t*)(inbox_ + uint64_t(receiver) * inbox_stride_);
     }
@@ -288,7 +292,7 @@ private:
     // them visible to this core's scalar loads. False when the wait gave up.
     __aicore__ inline bool HaveLayout(uint32_t receiver) {
         if constexpr (!fault::kNoBasesWait) {
-            if (!WaitFlag(InboxReady(receiver), WaitKind::Bases, receiver, 0)) return false;
+            if (!WaitSlot(InboxReady(receiver), WaitKind::Bases, receiver, 0)) return false;
         }
         gm_invalidate(InboxBases(receiver), epp_ * 4);
         return true;
@@ -374,19 +378,12 @@ private:
         return expert >= 0 && uint32_t(expert) < epp_ * uint32_t(pes_);  // else masked: nobody sends it
     }
 
-    // Waits for all 8 words of the slot's flag, as the reference (a 32 B write need not land at
-    // once), each for at most wait_budget_ cycles: SHMEM's waits are unbounded, a dead PE would
-    // hold this core forever. A core that gives up tells the host what it waited for; false then.
-    __aicore__ inline bool WaitSlot(uint32_t token, uint32_t k) {
-        return WaitFlag(SlotStatus(token * topk_ + k), WaitKind::StatusSlot, token * topk_ + k,
-                        expert_ids_[token * topk_ + k]);
-    }
-
-    // Waits for the ready block at `flag`, word by word, each word for at most wait_budget_
-    // cycles; a core that gives up records `kind`, `slot` and `expert` in its diagnostics line.
-    __aicore__ inline bool WaitFlag(__gm__ int32_t* flag, WaitKind kind, uint32_t slot, int32_t expert) {
+    // Waits for all 8 words of a ready block (a 32 B write need not land at once), each for at most
+    // wait_budget_ cycles (SHMEM's waits are unbounded); a core that gives up tells the host what it
+    // waited for (`kind`: status slot `slot` of `expert`, or receiver `slot`'s inbox); false then.
+    __aicore__ inline bool WaitSlot(__gm__ int32_t* flag, WaitKind kind, uint32_t slot, int32_t expert) {
         if (gave_up_) return false;
-        const uint32_t words = kind == WaitKind::StatusSlot ? fault::StatusWaitWords(kStatusWords) : kStatusWords;
+        const uint32_t words = fault::StatusWaitWords(kStatusWords, kind == WaitKind::StatusSlot);
         for (uint32_t w = 0; w < words; ++w) {
             const int64_t start = AscendC::GetSystemCycle();
             while (!aclshmem_int32_test(flag + w, ACLSHMEM_CMP_EQ, kStatusReady)) {
@@ -463,7 +460,9 @@ private:
     __aicore__ inline void IssueLoad(const Load& p, const AscendC::LocalTensor<T>& in, uint32_t side) {
         if (p.t != waited_token_) {
             for (uint32_t k = 0; k < topk_; ++k) {
-                if (SlotValid(p.t, k)) WaitSlot(p.t, k);  // masked slots: nobody sends them
+                const uint32_t slot = p.t * topk_ + k;
+                if (SlotValid(p.t, k))  // masked slots: nobody sends them
+                    WaitSlot(SlotStatus(slot), WaitKind::StatusSlot, slot, expert_ids_[slot]);
             }
             waited_token_ = p.t;
         }

@@ -65,11 +65,6 @@ _FLOAT_COLUMNS = ["Bandwidth/GB/s", "CoreMaxTime/us", "PerPeBandwidth/GB/s"]
 
 # ----------------------------------------------------------------------------------------- names
 
-#: A variant label as the planner writes it (combine_lab.planning.settings: the variant, then its kernel
-#: settings, docs/variants.md); only its spelling matters here, the planner has checked what it means.
-_LABEL = re.compile(r"(classic|doubleplane)((?:-segment)?(?:-c[1-9][0-9]*)?)")
-
-
 def file_prefix(variant: str) -> str:
     """``combine`` (classic) or ``combine_doubleplane``: the start of every file name of ``variant``;
     a variant label with kernel settings (docs/variants.md) adds them, ``-`` as ``_``:
@@ -80,11 +75,15 @@ def file_prefix(variant: str) -> str:
     """
     if variant in FILE_PREFIX:
         return FILE_PREFIX[variant]
-    m = _LABEL.fullmatch(str(variant))
-    if m is None:
+    # the labels of combine_lab.planning.settings.variant_label, read here without the planner
+    m = _LABEL.match(str(variant))
+    if not m or (m[1] == "classic" and m[2]) or not (m[2] or m[3]):
         raise ResultFileError(f"variant={variant!r}: must be one of {', '.join(map(repr, FILE_PREFIX))}, or one "
                               "with kernel settings such as 'doubleplane-segment-c6'")
-    return FILE_PREFIX[m.group(1)] + m.group(2).replace("-", "_")
+    return FILE_PREFIX[m[1]] + "".join(f"_{x[1:]}" for x in (m[2], m[3]) if x)
+
+
+_LABEL = re.compile(r"^(classic|doubleplane)(-segment)?(-c[1-9]\d*)?$")
 
 
 def perf_csv_name(variant: str, rank: int) -> str:
