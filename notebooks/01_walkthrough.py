@@ -452,7 +452,7 @@ display(teach.kernel_source("Process"))
 # Stage 2 waits for a slot's flag in all 8 of its words, and only for valid slots:
 
 # %%
-display(teach.kernel_source("SlotValid"), teach.kernel_source("WaitSlot"), teach.kernel_source("WaitFlag"))
+display(teach.kernel_source("SlotValid"), teach.kernel_source("WaitSlot"))
 
 # %% [markdown]
 # The same core as a timeline: its operations in the kernel's order, as the timing model derives
