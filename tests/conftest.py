@@ -142,9 +142,20 @@ def short_twin_timeout(monkeypatch):
     return 2.0
 
 
+#: Fixtures that cost tens of seconds once per process (all three notebooks run, every broken kernel
+#: built): the tests that use one run on one pytest-xdist worker (``--dist loadgroup``), not on each.
+GROUPED_FIXTURES = ("lab_out", "broken_kernels")
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``npu`` need an Ascend NPU with CANN and SHMEM: skipped, with the reason the
-    capability table gives, where the NPU target cannot run (combine_lab.capabilities)."""
+    capability table gives, where the NPU target cannot run (combine_lab.capabilities). Tests
+    that share a costly fixture (:data:`GROUPED_FIXTURES`) are one xdist group each."""
+    for item in items:
+        for name in GROUPED_FIXTURES:
+            if name in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(name))
+                break
     npu_items = [item for item in items if item.get_closest_marker("npu")]
     if not npu_items:
         return

@@ -134,7 +134,7 @@ def test_ci_installs_what_the_tests_need_and_fails_when_pytest_collects_nothing(
     status, out, calls = fake(".ci/run", FAKE_PYTEST_STATUS="0")
     assert status == 0, out
     # the whole suite, an extra that did not install failing its tests rather than skipping them
-    assert calls[-2:] == ["-m pytest -q -p no:cacheprovider -n 2", "pytest with COMBINE_LAB_REQUIRE_EXTRAS=1"]
+    assert calls[-2:] == ["-m pytest -q -p no:cacheprovider -n 2 --dist loadgroup", "pytest with COMBINE_LAB_REQUIRE_EXTRAS=1"]
     assert f"{PIP} -e .[lab,test,baseline]" in calls and KERNEL in calls
     status, out, calls = fake(".ci/run", FAKE_PYTEST_STATUS="5")  # exit 5: no tests collected
     assert status == 1 and "CI: pytest collected no tests" in out
