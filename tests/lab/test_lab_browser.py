@@ -387,7 +387,10 @@ def test_app_page_after_the_cull_keyboard_run_reload_and_kernel_death(chromium_p
             type_value(page, "h", "-64")
             type_value(page, "loops", "0")
             type_value(page, "min_sdma_bytes", "-1")
-            wait_app(page, "() => document.querySelectorAll('.cl-app .cl-bad').length === 3")
+            # the marks and the note beside Run come in separate widget updates: wait for both
+            wait_app(page, "() => document.querySelectorAll('.cl-app .cl-bad').length === 3 && "
+                           "document.querySelector('.cl-app .cl-run-note').innerText.includes('min_sdma_bytes=-1') && "
+                           "document.querySelector('.cl-app .cl-problems').innerText.includes('min_sdma_bytes=-1')")
             st = app_state(page)
             assert sorted(st["bad"]) == ["cl-control-h", "cl-control-loops", "cl-control-min_sdma_bytes"], st
             for fragment in ("h=-64: must be >= 1", "loops=0: must be >= 1", "min_sdma_bytes=-1: must be >= 0 B"):
