@@ -32,6 +32,7 @@
 #include "combine_host_platform.h"
 #include "combine_kernel.h"
 #include "host_args.h"
+#include "host_guard.h"
 #include "perf_csv.h"
 #if COMBINE_USER_KERNEL
 #include "user_kernel.h"
@@ -67,21 +68,17 @@ std::string counters_path(const std::string& csv) {
     return out;
 }
 
-// Dies with its launcher: the kernel kills this process when its parent dies, and when the
-// parent is already another process (the launcher died before the prctl) it does not start.
-// The launcher names itself in COMBINE_LAB_LAUNCHER_PID; without it only the prctl applies.
-bool watch_launcher() {
-#if defined(__linux__)
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-#endif
-    const char* env = getenv("COMBINE_LAB_LAUNCHER_PID");
-    const long want = env && *env ? strtol(env, nullptr, 10) : 0;
-    if (want > 0 && long(getppid()) != want) {
-        fprintf(stderr, "combine_host: launcher %ld is gone (parent is now %ld): not starting\n", want,
-                long(getppid()));
-        return false;
-    }
-    return true;
+// Dies with its launcher, the launcher's wait timeout, and SHMEM's host barrier behind a watchdog:
+// host/host_guard.h, shared with the probe's driver.
+using host_guard::kTimedOutExit;
+using host_guard::wait_timeout_s;
+
+bool watch_launcher() { return host_guard::watch_launcher("combine_host"); }
+
+// SHMEM's host barrier has no timeout (a device barrier, then a stream sync that waits forever):
+// a PE that died would leave the others in it for good; the watchdog ends this PE instead.
+void timed_barrier_all(double seconds, const char* when) {
+    host_guard::timed_barrier_all("combine_host", g_pe, seconds, when);
 }
 
 // The symmetric window of the kernel this driver launches: the lab's (64 B status slots, each on
@@ -111,40 +108,6 @@ DriverWindow driver_window(const HostArgs& a) {
 int prof_pe_from_env() {
     const char* env = getenv("SHMEM_CYCLE_PROF_PE");
     return env && *env ? atoi(env) : 0;
-}
-
-constexpr int kTimedOutExit = 7;
-
-// How long a core waits for one flag word, and this process for its stream and for the
-// barrier of all PEs, seconds (COMBINE_WAIT_TIMEOUT_S, set by the launcher; default 60).
-double wait_timeout_s() {
-    const char* env = getenv("COMBINE_WAIT_TIMEOUT_S");
-    const double v = env && *env ? atof(env) : 0.0;
-    return v > 0 ? v : 60.0;
-}
-
-// SHMEM's host barrier has no timeout (a device barrier, then a stream sync that waits
-// forever): a PE that died would leave the others in it for good. A watchdog ends this PE
-// instead, saying so, after `seconds`.
-void timed_barrier_all(double seconds, const char* when) {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    std::thread dog([&] {
-        std::unique_lock<std::mutex> lk(mu);
-        if (cv.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return done; })) return;
-        fprintf(stderr, "combine_host: PE %d: timed out after %.1f s in the barrier of all PEs %s "
-                        "(aclshmem_barrier_all): a PE did not arrive (it failed or was killed)\n", g_pe, seconds, when);
-        fflush(stderr);
-        _exit(kTimedOutExit);
-    });
-    aclshmem_barrier_all();
-    {
-        std::lock_guard<std::mutex> lk(mu);
-        done = true;
-    }
-    cv.notify_all();
-    dog.join();
 }
 
 // The cores' diagnostics lines after a launch: prints each core's wait that gave up and

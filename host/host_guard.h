@@ -1,7 +1,6 @@
 // What a driver process needs so that nothing hangs and nothing outlives its launcher: dying with
 // the launcher, the wait timeout the launcher sets, and SHMEM's host barrier behind a watchdog.
-// Header-only; the probe driver (host/probe_host.cpp) uses it. host/combine_host.cpp has its own
-// copy of the same three (older, left as it is).
+// Header-only; both drivers (host/combine_host.cpp, host/probe_host.cpp) use it.
 #pragma once
 
 #include <chrono>
