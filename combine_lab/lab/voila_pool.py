@@ -7,9 +7,12 @@ its wait: the culler, on its next round, found a kernel idle for longer than ``c
 with no page connected yet (the page was still loading) and shut it down; the page's websocket
 then hung and failed with "Kernel does not exist" (issue 19 item 1). :class:`HandOutKernelManager`
 is the base voila builds its manager on (``--VoilaConfiguration.multi_kernel_manager_class``): the
-first time the culler meets a kernel outside the pool, it counts that as activity, so a handed
-out kernel gets a whole ``cull_idle_timeout`` for its page to connect; a connected page's kernel
-is never culled (``cull_connected=False``), a kernel whose page went away is culled as before.
+first time the culler meets a kernel outside the pool, its idle clock starts then, and until a
+page has connected to it the kernel is given ``max(cull_idle_timeout, HANDOUT_GRACE_S)``: a
+page on a loaded machine can take longer than a short cull timeout to render and open its
+websocket (a 4 s cull lost the race in CI). A connected page's kernel is never culled
+(``cull_connected=False``); a kernel whose page went away is culled as before, and one whose page
+never connected is culled after the grace.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from __future__ import annotations
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 from jupyter_server.utils import ensure_async
 
-__all__ = ["HandOutKernelManager"]
+__all__ = ["HandOutKernelManager", "HANDOUT_GRACE_S"]
+
+HANDOUT_GRACE_S = 60.0  # s: the least a handed-out kernel waits for its page's first connection
 
 
 def _now():
@@ -31,7 +36,8 @@ class HandOutKernelManager(AsyncMappingKernelManager):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self._met: set[str] = set()  # kernels the culler has met outside the pool
+        self._met: dict[str, object] = {}  # kernel_id -> when the culler first met it outside the pool
+        self._connected: set[str] = set()  # handed-out kernels a page has connected to
 
     def _in_pool(self, kernel_id: str) -> bool:
         for pool in getattr(self, "_pools", {}).values():
@@ -44,18 +50,30 @@ class HandOutKernelManager(AsyncMappingKernelManager):
         return False
 
     async def cull_kernel_if_idle(self, kernel_id: str):
-        """Cull ``kernel_id`` as jupyter_server does, except the first time it is met outside the
-        pool: then its idle clock starts now (it was just handed to a page)."""
-        if kernel_id not in self._met and not self._in_pool(kernel_id):
-            self._met.add(kernel_id)
-            try:
-                self.get_kernel(kernel_id).last_activity = _now()
-            except KeyError:
-                return None
+        """Cull ``kernel_id`` as jupyter_server does, except for a kernel just handed out of the
+        pool: its idle clock starts when the culler first meets it, and until a page has connected
+        it is kept for ``max(cull_idle_timeout, HANDOUT_GRACE_S)`` seconds from then."""
+        if self._in_pool(kernel_id):
+            return await ensure_async(super().cull_kernel_if_idle(kernel_id))  # voila's own: left alone
+        try:
+            kernel = self.get_kernel(kernel_id)
+        except KeyError:
+            return None
+        now = _now()
+        if kernel_id not in self._met:
+            self._met[kernel_id] = now
+            kernel.last_activity = now
             self.log.debug("kernel %s handed out of the pool: its idle time starts now", kernel_id)
             return None
+        if self._kernel_connections.get(kernel_id, 0):
+            self._connected.add(kernel_id)
+        if kernel_id not in self._connected and getattr(kernel, "execution_state", None) != "dead":
+            grace = max(float(self.cull_idle_timeout), HANDOUT_GRACE_S)
+            if (now - self._met[kernel_id]).total_seconds() < grace:
+                return None  # its page may still be on its way
         return await ensure_async(super().cull_kernel_if_idle(kernel_id))
 
     async def shutdown_kernel(self, kernel_id: str, *args, **kwargs):
-        self._met.discard(kernel_id)
+        self._met.pop(kernel_id, None)
+        self._connected.discard(kernel_id)
         return await ensure_async(super().shutdown_kernel(kernel_id, *args, **kwargs))

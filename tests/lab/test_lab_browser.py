@@ -490,6 +490,10 @@ def test_app_page_after_the_cull_keyboard_run_reload_and_kernel_death(chromium_p
                                      "disclosures_open_focus_ring"] + (["planned_during_the_run"] if running else [])
                            + ["focus_back_on_run", "reload_kept_settings_and_history", "kernel_died_said"])
         _stop(proc, "combine-lab app")
+    except BaseException:
+        log.flush()
+        print("voila's log, its last 60 lines:\n" + "".join((tmp_path / "voila.log").read_text().splitlines(True)[-60:]))
+        raise
     finally:
         kill_tree(proc)
         log.close()
