@@ -147,6 +147,7 @@ def short_twin_timeout(monkeypatch):
 GROUPED_FIXTURES = ("lab_out", "broken_kernels")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the group marks into the node ids
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``npu`` need an Ascend NPU with CANN and SHMEM: skipped, with the reason the
     capability table gives, where the NPU target cannot run (combine_lab.capabilities). Tests

@@ -401,6 +401,7 @@ def test_app_page_after_the_cull_keyboard_run_reload_and_kernel_death(chromium_p
             type_value(page, "h", "8192")
             type_value(page, "loops", "3")
             type_value(page, "min_sdma_bytes", "2097152")
+            type_value(page, "repeats", "1")  # what is tested here is the page, not the spread (3 Runs follow)
             wait_app(page, "() => document.querySelectorAll('.cl-app .cl-bad').length === 0 && "
                            "!document.querySelector('.cl-app button.cl-run').disabled")
 

@@ -54,11 +54,11 @@ walkthrough:
 #: The tests that read ``lab_out`` run all three notebooks once (slow); the fast set still executes
 #: 03_sweep headless through papermill, and checks the walkthrough's exercises and answers
 #: without a kernel (test_explain_and_exercises.py).
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: its xdist group may interleave with other modules
 def lab_out(tmp_path_factory, twin_binary):
     """Runs all three notebooks once through the CLI; fails if a PE or segment is left behind.
 
-    The module-scoped run cannot use the function-scoped ``no_leaks``; it makes the same
+    The session-scoped run cannot use the function-scoped ``no_leaks``; it makes the same
     checks (conftest's helpers see only this test run's PEs and segments: the kernels and
     their PEs inherit the run's COMBINE_LAB_SESSION_TAG)."""
     out = tmp_path_factory.mktemp("lab")
