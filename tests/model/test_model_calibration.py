@@ -1,7 +1,7 @@
 """Calibration finds the parameters behind measured times: perf CSVs synthesised by the model
 from known a3 values plus 5% noise give back every fitted value within 5%, and the CSV path
 reads files in the reference's format; the twin check (a host model calibrated on the twin's
-own wall-clock runs predicts held-out cases) is in test_model_host_twin.py."""
+own wall-clock runs predicts held-out cases) is benchmarks/host_model_check.py (wall-clock times belong to benchmarks)."""
 
 from __future__ import annotations
 

@@ -2,6 +2,14 @@
 runs (wall-clock, each case the median of 5 repeats) predicts held-out twin cases' comm_only
 with a median error under 30% (issue 11 item 4b).
 
+A benchmark, not a test: it times the twin by the wall clock, and on a 2-CPU machine shared with
+another job (a second pytest worker, a build) the held-out errors went from a median of 14 % to
+39 % with the load alone. Run it on a machine left alone:
+
+    python3 benchmarks/host_model_check.py [--repeats 5]
+
+It prints each held-out error and the median, and exits 1 when the median is 30 % or more.
+
 The twin is a real machine with cores (threads) and a copy engine (a thread), but on a small
 host those threads share a few CPUs. So the cases use 2 PEs (2 processes of 2 core threads and
 an SDMA thread each: the least oversubscription that still has remote segments for SDMA), each
@@ -11,8 +19,10 @@ lands on every case alike instead of on one case's five repeats."""
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 import numpy as np
-import pytest
 
 from combine_lab import CaseSpec, make_case, run_case
 from combine_lab.model.calibrate import Measurement, calibrate
@@ -40,7 +50,8 @@ def measure(shapes, repeats: int = REPEATS) -> dict[tuple, Measurement]:
         for s, case in cases.items():
             for variant, floor in VARIANTS:
                 res = run_case(case, variant, min_sdma_bytes=floor, warmup=1, loops=5, perf=True, prof_pe=0)
-                assert res.ok, (res.checks, res.counter_mismatches())
+                if not res.ok:
+                    raise SystemExit(f"{s} {variant}: {res.checks} {res.counter_mismatches()}")
                 row = res.perf[res.perf["Metric"] == "comm_only"].iloc[0]
                 runs[s, variant].append(np.asarray(row["core_times_us"], dtype=np.float64))
     floors = dict(VARIANTS)
@@ -48,14 +59,27 @@ def measure(shapes, repeats: int = REPEATS) -> dict[tuple, Measurement]:
             for (s, v), r in runs.items()}
 
 
-@pytest.mark.slow
-def test_a_host_model_calibrated_on_the_twin_predicts_held_out_twin_cases(no_leaks):
-    meas = measure(CALIBRATE + HELD_OUT)
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=REPEATS, help="interleaved runs per case and variant (>= 1)")
+    args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error(f"--repeats={args.repeats}: must be >= 1")
+    meas = measure(CALIBRATE + HELD_OUT, args.repeats)
     fit = calibrate(load_model("host"), [meas[s, v] for s in CALIBRATE for v, _ in VARIANTS], cores="max")
     errors = []
-    for m in (meas[s, v] for s in HELD_OUT for v, _ in VARIANTS):
+    for s, v in ((s, v) for s in HELD_OUT for v, _ in VARIANTS):
+        m = meas[s, v]
         rows = case_rows(m.case, fit.model.soc)
         predicted = replay(rows, rows.sdma(m.variant, m.min_sdma_bytes), fit.model).time_us("comm_only", 0)
         errors.append(abs(predicted - m.times_us.max()) / m.times_us.max())
-    assert len(errors) == 6
-    assert np.median(errors) < 0.30, (errors, fit.report())
+        print(f"held out {s} {v}: measured {m.times_us.max():.1f} us, predicted {predicted:.1f} us, "
+              f"error {errors[-1]:.1%}")
+    print(fit.report())
+    median = float(np.median(errors))
+    print(f"median held-out error: {median:.1%} (target < 30 %)")
+    return 0 if median < 0.30 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
