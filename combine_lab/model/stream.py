@@ -65,6 +65,7 @@ class CaseRows:
     valid: np.ndarray
     settings: KernelSettings = REFERENCE
     expert_ids: np.ndarray | None = None  # int [pes, bs*topk]: the segment layout's order (layout_slots)
+    soc: str | None = None  # the SoC of the launch (block_dim of other settings: with_settings)
 
     @property
     def row_bytes(self) -> int:
@@ -86,6 +87,21 @@ class CaseRows:
         N = self.cores_per_rank
         j = core % N
         return n * j // N, n * (j + 1) // N
+
+    def with_settings(self, settings: KernelSettings | str | None) -> "CaseRows":
+        """These rows under other kernel ``settings`` (their block_dim on the same SoC).
+
+        Raises:
+            ParameterError: as :func:`case_rows`.
+        """
+        from dataclasses import replace
+
+        settings = parse_settings(settings)
+        if settings == self.settings:
+            return self
+        if settings.cores_per_rank != 1:
+            check_kernel_settings(settings, "doubleplane", self.soc)
+        return replace(self, settings=settings, block_dim=launch_block_dim(self.pes, self.soc, settings.cores_per_rank))
 
     def layout_slots(self, pe: int) -> np.ndarray:
         """int64 [valid slots of ``pe``]: the status slot whose row lies at each layout row of the
@@ -129,7 +145,7 @@ def case_rows(case: Case, soc: str, settings: KernelSettings | str | None = None
     valid = (case.expert_ids >= 0) & (case.expert_ids < E)
     rows = CaseRows(s.pes, s.expert_per_pe, s.bs, s.topk, s.h, s.itemsize,
                     launch_block_dim(s.pes, soc, settings.cores_per_rank), case.segment_counts.astype(np.int64), dest,
-                    seg, pos, owner, order % per_rank, valid, settings, case.expert_ids.reshape(s.pes, -1))
+                    seg, pos, owner, order % per_rank, valid, settings, case.expert_ids.reshape(s.pes, -1), soc)
     return rows
 
 
