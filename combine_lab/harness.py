@@ -36,7 +36,7 @@ from .model import modelled
 from .model.modelled import ModelledResult
 from .model.machines import NpuModel
 from .planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
-from .planning.settings import parse_settings, variant_label
+from .planning.settings import check_kernel_settings, parse_settings, variant_label
 from .results.rows import ERROR, REFUSED, NotRun, ResultRow, result_row
 from .results.tables import TIDY_COLUMNS, tidy_rows
 from .run.launch import LaunchError
@@ -82,7 +82,8 @@ class Run:
             recorded operation stream is priced (:func:`combine_lab.model.recorded.replay_recorded`).
         settings: the lab kernel's settings (KernelSettings or a label: ``reference``, ``segment``,
             ``c6``, ``segment-c6``; docs/variants.md); results call the run by its variant label
-            (``doubleplane-segment-c6``). The timing model prices the reference's settings only.
+            (``doubleplane-segment-c6``). A timing model prices them on its SoC (docs/variants.md#6-what-the-model-says),
+            refusing what that SoC cannot run.
         group: the settings group its row belongs to, for summaries that compare classic and
             doubleplane within one group (default: its own settings label).
     """
@@ -144,11 +145,8 @@ class Run:
             if self.kernel is not None or self.variant == BASELINE:
                 raise ParameterError(f"settings={self.settings.label!r}: kernel settings are the lab kernel's "
                                      f"(not {self.label}'s)", parameter="settings", value=self.settings.label)
-            if self.modelled:
-                raise ParameterError(f"settings={self.settings.label!r}: the timing model {self.clock.name} prices the "
-                                     "reference's settings only (one core per source rank, one SDMA call per row); "
-                                     "run these settings on the twin or an NPU (docs/variants.md#5-what-the-twin-proves)",
-                                     parameter="settings", value=self.settings.label)
+            if self.modelled:  # the model prices them on its SoC: refuse what that SoC cannot run
+                check_kernel_settings(self.settings, self.variant, self.clock.soc)
         if not self.modelled and self.clock != WALL:
             raise ParameterError(f"clock={self.clock!r}: {WALL!r} or an NpuModel (combine_lab.model.load_model)")
         for name in ("repeats", "loops", "warmup"):
@@ -339,7 +337,8 @@ def _one(r: Run, rep: int, prepared: PreparedCase | None, the_case: Case, ipport
                            binary=r.binary)
         perf = pd.concat([res.perf_rows(pe) for pe in res.prof_pes], ignore_index=True) if r.perf else pd.DataFrame()
     elif r.modelled:
-        res = modelled.model_case(the_case, r.variant, r.clock, r.min_sdma_bytes, r.prof_pe, r.warmup, r.loops)
+        res = modelled.model_case(the_case, r.variant, r.clock, r.min_sdma_bytes, r.prof_pe, r.warmup, r.loops,
+                                  settings=r.settings)
         perf = pd.concat([res.perf_rows(pe) for pe in res.prof_pes], ignore_index=True) if r.perf else pd.DataFrame()
     else:
         res = runner.run_case(prepared, r.variant, min_sdma_bytes=r.min_sdma_bytes, warmup=r.warmup, loops=r.loops,

@@ -1,7 +1,11 @@
 """``combine-lab suggest``: the modelled time at every SDMA floor where the plan changes, and the best.
 
     combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 8 -type float16_t --routing deepseek \\
-        [--model a3] [--metric comm_only|full_op] [--what-if segment-sdma] [--csv curve.csv] [--all]
+        [--model a3] [--metric comm_only|full_op] [--what-if segment-sdma] [--csv curve.csv] [--all] \\
+        [--variant doubleplane-segment[,classic,...]] [--cores-per-rank 6[,24,...]]
+
+With one variant label and one cores-per-rank it prints that setting's floor curve and verdict; with
+lists, every variant at every cores-per-rank side by side (docs/variants.md#6-what-the-model-says).
 """
 
 from __future__ import annotations
@@ -13,20 +17,77 @@ from ..errors import ParameterError
 from ..formats.files import write_atomic
 from ..model.machines import load_model
 from ..model.stream import case_rows
-from ..model.suggest import METRICS, suggest
+from ..model.suggest import METRICS, suggest, suggest_settings
+from ..planning.cores import MAX_SDMA_BLOCKS, aiv_cores
+from ..planning.settings import VARIANT_LABEL_FORM, KernelSettings, parse_variant_label, variant_label
 from .cases import _specs, add_shape_flags
 
 WHAT_IF = {"segment-sdma": "segment"}
 
 
+def settings_labels(variants: str | None, cores: str | None, soc: str) -> list[str]:
+    """The variant labels of ``--variant`` (comma list of variant labels) x ``--cores-per-rank``
+    (comma list of ints), checked against ``soc`` before anything is priced.
+
+    Raises:
+        ParameterError: naming the flag, the value and what is allowed.
+    """
+    names = [v.strip() for v in (variants or "doubleplane").split(",")]
+    parsed = []
+    for v in names:
+        try:
+            parsed.append(parse_variant_label(v))
+        except ParameterError as e:
+            raise ParameterError(f"--variant {v!r}: must be {VARIANT_LABEL_FORM}"
+                                 + (f" ({e})" if "segment" in str(e) and "classic" in v else ""),
+                                 parameter="--variant", value=v) from None
+    limit = min(aiv_cores(soc), MAX_SDMA_BLOCKS)
+    if cores is None:
+        counts = [None]
+    else:
+        counts = []
+        for c in str(cores).split(","):
+            c = c.strip()
+            if not c.isdigit() or not 1 <= int(c) <= limit:
+                raise ParameterError(f"--cores-per-rank {c!r}: must be an int in [1, {limit}] (the {aiv_cores(soc)} AIV "
+                                     f"cores of {soc}; at most {MAX_SDMA_BLOCKS} cores issue SDMA)",
+                                     parameter="--cores-per-rank", value=c)
+            counts.append(int(c))
+    labels = []
+    for name, (variant, st) in zip(names, parsed):
+        if st.cores_per_rank != 1 and cores is not None:
+            raise ParameterError(f"--variant {name!r} with --cores-per-rank {cores}: give cores per rank in one of "
+                                 "them", parameter="--variant", value=name)
+        if st.cores_per_rank > limit:
+            raise ParameterError(f"--variant {name!r}: cores_per_rank={st.cores_per_rank} must be an int in "
+                                 f"[1, {limit}] on {soc}", parameter="--variant", value=name)
+        for n in counts:
+            labels.append(variant_label(variant, st if n is None else KernelSettings(st.segment, n)))
+    return list(dict.fromkeys(labels))
+
+
 def _suggest(a: argparse.Namespace) -> int:
     model = load_model(a.model)
+    labels = settings_labels(a.variant, a.cores_per_rank, model.soc)
+    if a.what_if and labels != ["doubleplane"]:
+        raise ParameterError(f"--what-if {a.what_if} with --variant {','.join(labels)}: the what-if prices the "
+                             "reference's doubleplane (one SDMA call per segment, not built); doubleplane-segment is "
+                             "that variant as built", parameter="--what-if", value=a.what_if)
     specs = _specs(a, payload=False)
     if len(specs) != 1:
         raise ParameterError(f"suggest prices one case: the lists make {len(specs)}; give single values")
     case = make_case(specs[0])
-    s = suggest(case_rows(case, model.soc), model, a.metric, WHAT_IF.get(a.what_if))
+    rows = case_rows(case, model.soc)
     print(f"case: {specs[0].case_id} routing {specs[0].routing}")
+    if len(labels) > 1:
+        c = suggest_settings(rows, model, labels, a.metric)
+        print(c.text())
+        if a.csv:
+            write_atomic(a.csv, c.table.to_csv(index=False))
+            print(f"settings CSV: {a.csv}")
+        return 0
+    variant, settings = parse_variant_label(labels[0])
+    s = suggest(rows, model, a.metric, WHAT_IF.get(a.what_if), settings=settings, variant=variant)
     print(s.text(None if a.all else 40))
     if a.csv:
         write_atomic(a.csv, s.curve.to_csv(index=False))
@@ -47,7 +108,14 @@ def register(sub) -> None:
                    help="the slowest PE's CoreMaxTime of this metric (default comm_only)")
     m.add_argument("--what-if", choices=sorted(WHAT_IF), default=None,
                    help="segment-sdma: also price SDMA calls per segment (one SQE per MiB) instead of per row")
-    m.add_argument("--csv", default=None, help="also write the curve to this CSV (every floor)")
+    m.add_argument("--variant", default=None,
+                   help="variant label(s) to price, comma separated: doubleplane (default), doubleplane-segment, "
+                        "classic, doubleplane-c6, ... (docs/variants.md)")
+    m.add_argument("--cores-per-rank", default=None,
+                   help="AIV cores per source rank, comma separated (1 to min(AIV cores of the model's SoC, 48)); "
+                        "with --variant, every variant at every count")
+    m.add_argument("--csv", default=None, help="also write the curve (or, with several settings, the table) to "
+                                               "this CSV (every floor)")
     m.add_argument("--all", action="store_true", help="print every floor (default: at most 40, evenly spread, "
                                                        "with the best, 2 MiB and never SDMA)")
     p.add_argument("--help", action="help", help="show this help and exit")

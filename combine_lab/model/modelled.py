@@ -15,6 +15,7 @@ from ..errors import ParameterError
 from ..planning.cores import kernel_constant
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan
 from ..planning.planner import plan as make_plan
+from ..planning.settings import REFERENCE, KernelSettings, check_kernel_settings, parse_settings, variant_label
 from ..formats.perf_csv import PERF_COLUMNS, gib_per_s
 from ..formats.sidecars import sidecar_record
 from .machines import NpuModel
@@ -28,7 +29,8 @@ MODELLED = "MODEL"
 @dataclass
 class ModelledResult:
     """One variant of one case on a model: ``times`` (per PE and core, us), the ``plan``, the
-    ``model`` and the run parameters a perf row records (prof_pes, warmup, loops)."""
+    ``model``, the run parameters a perf row records (prof_pes, warmup, loops) and the kernel's
+    ``settings`` (docs/variants.md)."""
 
     case: Case
     variant: str
@@ -42,11 +44,17 @@ class ModelledResult:
     kernel: str = ""  # your kernel's label, priced from the operation stream it recorded on the twin
     kernel_source: object = None  # its folder
     ub_kb: int | None = None  # UBsize/KB of its perf rows (None: the lab's kernel's)
+    settings: KernelSettings = REFERENCE
+
+    @property
+    def variant_label(self) -> str:
+        """The variant with its settings (``doubleplane-segment-c6``): what names its files."""
+        return variant_label(self.variant, self.settings)
 
     @property
     def label(self) -> str:
-        """What results call it: your kernel's label, else the variant."""
-        return self.kernel or self.variant
+        """What results call it: your kernel's label, else :attr:`variant_label`."""
+        return self.kernel or self.variant_label
 
     @property
     def caption(self) -> str:
@@ -65,7 +73,8 @@ class ModelledResult:
                               min_sdma_bytes=self.min_sdma_bytes, warmup=self.warmup, loops=self.loops, launches=0,
                               prof_pes=self.prof_pes, check=MODELLED, plan_totals=self.plan.totals,
                               kernel=self.kernel or "lab",
-                              kernel_source=None if self.kernel_source is None else str(self.kernel_source))
+                              kernel_source=None if self.kernel_source is None else str(self.kernel_source),
+                              settings=self.settings.label, cores_per_rank=self.settings.cores_per_rank)
 
     def perf_rows(self, pe: int) -> pd.DataFrame:
         """The perf rows (full_op, comm_only) of profiled PE ``pe`` in :func:`read_perf_csv` form, as
@@ -86,14 +95,21 @@ class ModelledResult:
 
 
 def model_case(case: Case, variant: str, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
-               prof_pe: int | str = 0, warmup: int = 5, loops: int = 50) -> ModelledResult:
-    """Price ``variant`` of ``case`` on ``model`` (a run_case without the run).
+               prof_pe: int | str = 0, warmup: int = 5, loops: int = 50, *,
+               settings: KernelSettings | str | None = None) -> ModelledResult:
+    """Price ``variant`` of ``case`` on ``model`` (a run_case without the run) with the lab kernel's
+    ``settings`` (KernelSettings or a settings label, default the reference's; docs/variants.md):
+    the plan-derived stream of those settings (:func:`.stream.core_runs`) replayed by :func:`.replay.replay`.
 
     Raises:
-        ParameterError: a variant other than classic/doubleplane (the planner's), or a prof_pe
-            that is not 'all' or a PE of the case.
+        ParameterError: a variant other than classic/doubleplane (the planner's), a prof_pe
+            that is not 'all' or a PE of the case, settings that are no settings label or that the
+            model's SoC cannot run (``segment`` with classic; more cores per rank than
+            min(AIV cores, 48): :func:`~combine_lab.planning.settings.check_kernel_settings`).
     """
-    plan = make_plan(case, variant, min_sdma_bytes=min_sdma_bytes)
+    settings = parse_settings(settings)
+    check_kernel_settings(settings, variant if variant in ("classic", "doubleplane") else "doubleplane", model.soc)
+    plan = make_plan(case, variant, min_sdma_bytes=min_sdma_bytes, settings=settings)
     pes = case.spec.pes
     if prof_pe == "all":
         prof_pes = list(range(pes))
@@ -102,7 +118,7 @@ def model_case(case: Case, variant: str, model: NpuModel, min_sdma_bytes: int = 
     else:
         raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {pes - 1}]",
                              parameter="prof_pe", value=prof_pe)
-    rows = case_rows(case, model.soc)
+    rows = case_rows(case, model.soc, settings)
     sdma = (plan.segments["plane"].to_numpy() == "SDMA").reshape(pes, -1)
     return ModelledResult(case, variant, int(min_sdma_bytes), model, plan, replay(rows, sdma, model), prof_pes,
-                          warmup, loops)
+                          warmup, loops, settings=settings)

@@ -126,34 +126,83 @@ def _fair_work(owner: np.ndarray, calls: np.ndarray, per_call: np.ndarray):
     return at
 
 
+def chunk_counts(counts: np.ndarray, cores_per_rank: int) -> np.ndarray:
+    """Rows per chunk: [V, S] segment counts -> [V, S * N] (unit ``seg * N + j``: chunk ``j`` of
+    segment ``seg``, ``n*(j+1) // N - n*j // N`` rows, the kernel's ChunkBegin/ChunkEnd), N =
+    ``cores_per_rank``; N = 1 gives ``counts`` itself."""
+    N = max(int(cores_per_rank), 1)
+    if N == 1:
+        return counts
+    c = np.asarray(counts)[:, :, None]
+    j = np.arange(N)
+    return (c * (j + 1) // N - c * j // N).reshape(c.shape[0], -1)
+
+
+def layout_us(pe_of: np.ndarray, pes: int, epp: int, model: NpuModel) -> np.ndarray:
+    """float64 [V]: when the segment layout's step (docs/variants.md#1-one-sdma-call-per-segment)
+    lets stage 1 of PE ``pe_of[v]`` start sending (us after the launch). Core 0 puts ``4*epp`` B of
+    bases to each PE 0..pes-1 (the MTE pipeline of :func:`stage1`), quiets, puts a 32 B ready block to
+    each (``flag_us`` each), quiets; every core then meets in the core barrier (``barrier_us``). A
+    sender starts after that and after the last ready block to it has landed (``flag_latency_us``
+    after its issue): it waits for every receiver's bases before its first put to it (an
+    approximation: the kernel waits per receiver, at its first put there)."""
+    m, P = model, int(pes)
+    classes = m.pair_class(P)
+    nb = 4.0 * epp
+    a = nb / _rate(m["core_gm_GBps"])
+    pe_all = np.arange(P)
+    b = nb / np.where(pe_all[:, None] == pe_all[None, :], _rate(m["core_gm_GBps"]), mte_remote_rate(m, classes)) \
+        + m["mte_put_us"]                                                     # [sender, receiver]
+    pa, pb = np.zeros(P), np.full(P, -np.inf)
+    for d in range(P):  # the two-stage pipeline of the bases puts, in destination order
+        pa = pa + a
+        pb = np.maximum(pa, pb) + b[:, d]
+    ready = pb + m["quiet_us"]                                                # ready blocks start
+    own = ready + P * m["flag_us"] + m["quiet_us"] + m["barrier_us"]
+    landed = (ready[:, None] + (pe_all[None, :] + 1) * m["flag_us"] + m["flag_latency_us"]).max(axis=0)
+    return np.maximum(own, landed)[np.asarray(pe_of)]
+
+
 def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, block_dim: int, epp: int,
-           row_bytes: int, model: NpuModel, sdma_mode: str = "row") -> tuple[np.ndarray, np.ndarray]:
+           row_bytes: int, model: NpuModel, sdma_mode: str = "row", *, cores_per_rank: int = 1,
+           layout: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Stage 1 of the PEs whose segment counts are the rows of ``counts`` (float/int [V, epp*pes]),
     with SDMA segments ``sdma`` (bool [V, epp*pes]); row v stands for PE ``pe_of[v]`` of a launch of
     ``pes`` PEs. Stage 1 of a PE depends on nothing outside it, so rows may repeat a PE under
     other plans (``combine-lab suggest`` prices many thresholds at once this way).
 
-    Returns (comm_only float64 [V, block_dim] in us, flag_start float64 [V*epp*pes]: when each
-    segment's first status flag is issued)."""
+    Kernel settings (docs/variants.md): ``cores_per_rank`` N splits each segment into N chunks,
+    chunk j sent by core j of the group serving its source rank (groups ``block_dim / N``), each
+    chunk priced as a segment of its own on its own core; ``layout``: the segment layout's step
+    first (:func:`layout_us`); ``sdma_mode="segment"`` then prices one SDMA call per chunk.
+
+    Returns (comm_only float64 [V, block_dim] in us, flag_start float64 [V*epp*pes*N]: when each
+    chunk's first status flag is issued, chunk ``j`` of segment ``s`` of row ``v`` at
+    ``(v*epp*pes + s)*N + j``)."""
     if sdma_mode not in SDMA_MODES:
         raise ValueError(f"sdma_mode={sdma_mode!r}: one of {SDMA_MODES}")
-    V, S = counts.shape
+    N = max(int(cores_per_rank), 1)
     P, B, row, m = pes, block_dim, float(row_bytes), model
+    G = max(B // N, 1)                           # groups of N cores, one source rank each at a time
+    counts = chunk_counts(counts, N)
+    sdma = np.repeat(np.asarray(sdma, dtype=bool), N, axis=1)
+    V, S = counts.shape                          # S: chunks (segments when N = 1)
     egress = _rate(m["egress_GBps"])
     classes = m.pair_class(P)                    # link class of each (sender, receiver) pair
     n = counts.ravel().astype(np.float64)
     sd = sdma.ravel().astype(bool)
     v = np.repeat(np.arange(V), S)
-    seg = np.tile(np.arange(S), V)
+    unit = np.tile(np.arange(S), V)
+    seg = unit // N
     src = seg % P
     remote = src != np.asarray(pe_of)[v]
-    core = v * B + src % B                       # global core id of the segment's sender
-    order = (src // B) * epp + seg // P          # the segment's place in its core's loops
+    core = v * B + (src % G) * N + unit % N      # global core id of the chunk's sender
     nbytes = n * row
     cls = classes[np.asarray(pe_of)[v], src]     # the segment's link class
     link_pair = link_rate(m, classes[np.repeat(np.asarray(pe_of), P), np.tile(np.arange(P), V)])  # [V * P]
-    # Segments by core, then loop order: the same permutation within every row, rows in turn.
-    local = np.lexsort(((np.arange(S) % P // B) * epp + np.arange(S) // P, np.arange(S) % P % B))
+    # Chunks by core, then loop order: the same permutation within every row, rows in turn.
+    us_ = np.arange(S) // N
+    local = np.lexsort(((us_ % P // G) * epp + us_ // P, (us_ % P % G) * N + np.arange(S) % N))
     key = (np.arange(V)[:, None] * S + local[None, :]).ravel()
     ks_core = core[key]
 
@@ -260,20 +309,40 @@ def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, bl
     sdma_flag_start[key] = t.ravel()[ks_core] + before * m["flag_us"]
     rows_c = np.bincount(core, weights=np.where(sd, n, 0.0), minlength=V * B).reshape(V, B)
     comm_only = t + np.where(has_sdma, rows_c * m["flag_us"] + m["quiet_us"], 0.0)
-    return comm_only, np.where(sd, sdma_flag_start, flag_start)
+    flags = np.where(sd, sdma_flag_start, flag_start)
+    if layout:  # nothing moves before the layout step: the whole stage shifts by it
+        t0 = layout_us(pe_of, P, epp, m)
+        comm_only, flags = comm_only + t0[:, None], flags + t0[v]
+    return comm_only, flags
 
 
-def replay(rows: CaseRows, sdma: np.ndarray, model: NpuModel, sdma_mode: str = "row") -> ModelledTimes:
-    """Replay the kernel's stream for plan ``sdma`` (bool [pes, epp*pes]) on ``model``.
+def settings_args(rows: CaseRows, sdma_mode: str | None = None) -> dict:
+    """The keyword arguments of :func:`stage1` for ``rows``' kernel settings: ``sdma_mode``
+    (default: ``segment``, one call per chunk, where the segment layout puts rows back to back,
+    else ``row``), ``cores_per_rank`` and ``layout``."""
+    mode = sdma_mode if sdma_mode is not None else ("segment" if rows.one_call else "row")
+    return {"sdma_mode": mode, "cores_per_rank": rows.cores_per_rank, "layout": rows.settings.segment}
+
+
+def replay(rows: CaseRows, sdma: np.ndarray, model: NpuModel, sdma_mode: str | None = None) -> ModelledTimes:
+    """Replay the kernel's stream for plan ``sdma`` (bool [pes, epp*pes]) on ``model``, under
+    ``rows.settings`` (:func:`settings_args`; ``sdma_mode`` overrides how SDMA calls are priced:
+    ``segment`` with the reference's settings is the what-if of one call per segment).
 
     Returns :class:`ModelledTimes`. Raises ValueError for an unknown ``sdma_mode``.
     """
     P, S, B, m = rows.pes, rows.counts.shape[1], rows.block_dim, model
+    N = rows.cores_per_rank
     row = float(rows.row_bytes)
-    comm_only, flag_start = stage1(rows.counts, sdma, np.arange(P), P, B, rows.epp, rows.row_bytes, m, sdma_mode)
+    comm_only, flag_start = stage1(rows.counts, sdma, np.arange(P), P, B, rows.epp, rows.row_bytes, m,
+                                   **settings_args(rows, sdma_mode))
 
     # ---- Stage 2: every slot's flag landing, each token's last one, a scan per core ----
-    land = flag_start[rows.dest * S + rows.seg] + (rows.pos + 1) * m["flag_us"] + m["flag_latency_us"]
+    # the row's chunk j (n*j//N <= pos < n*(j+1)//N) and its place in it
+    n_seg = rows.counts[rows.dest, rows.seg]
+    j = ((rows.pos + 1) * N - 1) // np.maximum(n_seg, 1)
+    in_chunk = rows.pos - n_seg * j // N
+    land = flag_start[(rows.dest * S + rows.seg) * N + j] + (in_chunk + 1) * m["flag_us"] + m["flag_latency_us"]
     arrive = np.full(P * rows.bs * rows.topk, -np.inf)
     arrive[rows.owner * rows.bs * rows.topk + rows.slot] = land
     arrive = arrive.reshape(P, rows.bs, rows.topk).max(axis=2)

@@ -1,12 +1,19 @@
 """The operations the combine kernel issues, per PE and AIV core, derived from a case and its
 plan without running anything (kernels/combine_kernel.cpp; docs/protocol.md#2-dispatch-layout, docs/decision-rule.md#1-the-rule and docs/protocol.md#5-kernel-protocol).
 
-Stage 1, core ``c`` of PE ``d`` serves source ranks ``c, c + block_dim, ...``; for each of them,
-local experts in order: (1) the SDMA puts of its SDMA segments, an SDMA quiet after every
-256 issues; (2) per MTE segment: the payload puts, a quiet, the status flags; a quiet after
-the last; (3) an SDMA quiet, the status flags of the SDMA rows, a quiet. Stage 2, tokens in
-contiguous blocks per core: per token, wait for every valid slot, reduce, write x_out; then
-the core barrier. A *run* is consecutive identical operations (``n`` puts of ``nbytes`` to
+Stage 1, the cores form groups of ``cores_per_rank`` (``N``; docs/variants.md#2-cores-per-source-rank):
+group ``g`` serves source ranks ``g, g + G, ...`` (``G = block_dim / N`` groups), core ``j`` of the
+group the ``j``-th chunk of each segment's rows (``[n*j // N, n*(j+1) // N)``; with ``N = 1`` core
+``c`` serves whole segments of ranks ``c, c + block_dim, ...``, the reference's structure). For each
+rank, local experts in order: (1) the SDMA puts of its SDMA chunks, an SDMA quiet after every 256
+calls; (2) per MTE chunk: the payload puts, a quiet, the status flags; a quiet after the last;
+(3) an SDMA quiet, the status flags of the SDMA rows, a quiet. With the segment layout
+(docs/variants.md#1-one-sdma-call-per-segment) stage 1 starts with the layout step (core 0: one
+control put of the bases to each PE, a quiet, one 32 B ready put to each PE, a quiet; then every
+core's barrier), and an SDMA chunk whose rows lie back to back (``h * sizeof(T)`` a multiple of
+32) is one call of all its bytes (SHMEM cuts it into 1 MiB SQEs: :func:`sdma_sqes`). Stage 2,
+tokens in contiguous blocks per core: per token, wait for every valid slot, reduce, write x_out;
+then the core barrier. A *run* is consecutive identical operations (``n`` puts of ``nbytes`` to
 ``dst``); :func:`core_runs` lists them, and the twin's recorded stream compresses to the same
 runs (tests/model/test_model_stream.py).
 
@@ -23,6 +30,7 @@ import numpy as np
 from ..case.case import Case
 from ..planning.cores import kernel_constant, launch_block_dim
 from ..planning.planner import sdma_mask
+from ..planning.settings import REFERENCE, KernelSettings, check_kernel_settings, parse_settings
 
 SDMA_QUIET_EVERY = kernel_constant("kSdmaQuietEvery")
 SQE_BYTES = 1 << 20     # one SDMA descriptor carries up to 1 MiB (docs/hardware-rules.md#6-sdma)
@@ -36,7 +44,9 @@ class CaseRows:
     (all PEs, in receive order, int64 [n_rows] each): ``dest`` (the PE holding it: the expert's
     owner, which sends it back), ``seg`` (segment index on dest), ``pos`` (index within its
     segment), ``owner`` (src_rank: the PE whose token it is), ``slot`` (token*topk + k on owner).
-    ``valid``: bool [pes, bs, topk] (expert id in [0, E)). ``block_dim``: cores per launch.
+    ``valid``: bool [pes, bs, topk] (expert id in [0, E)). ``block_dim``: cores per launch
+    (:func:`~combine_lab.planning.cores.launch_block_dim` of the settings' cores per rank).
+    ``settings``: the kernel's :class:`~combine_lab.planning.settings.KernelSettings`.
     """
 
     pes: int
@@ -53,10 +63,52 @@ class CaseRows:
     owner: np.ndarray
     slot: np.ndarray
     valid: np.ndarray
+    settings: KernelSettings = REFERENCE
+    expert_ids: np.ndarray | None = None  # int [pes, bs*topk]: the segment layout's order (layout_slots)
+    soc: str | None = None  # the SoC of the launch (block_dim of other settings: with_settings)
 
     @property
     def row_bytes(self) -> int:
         return self.h * self.itemsize
+
+    @property
+    def cores_per_rank(self) -> int:
+        return self.settings.cores_per_rank
+
+    @property
+    def one_call(self) -> bool:
+        """An SDMA chunk is one call: the segment layout with rows back to back in the window
+        (``h * sizeof(T)`` a multiple of 32, so that the slot stride is the row)."""
+        return self.settings.segment and self.row_bytes % 32 == 0
+
+    def chunk(self, n, core: int):
+        """Rows ``[begin, end)`` of a segment of ``n`` rows that core ``core`` sends (its chunk
+        ``core % cores_per_rank``, the kernel's ChunkBegin/ChunkEnd); ``n`` int or int array."""
+        N = self.cores_per_rank
+        j = core % N
+        return n * j // N, n * (j + 1) // N
+
+    def with_settings(self, settings: KernelSettings | str | None) -> "CaseRows":
+        """These rows under other kernel ``settings`` (their block_dim on the same SoC).
+
+        Raises:
+            ParameterError: as :func:`case_rows`.
+        """
+        from dataclasses import replace
+
+        settings = parse_settings(settings)
+        if settings == self.settings:
+            return self
+        if settings.cores_per_rank != 1:
+            check_kernel_settings(settings, "doubleplane", self.soc)
+        return replace(self, settings=settings, block_dim=launch_block_dim(self.pes, self.soc, settings.cores_per_rank))
+
+    def layout_slots(self, pe: int) -> np.ndarray:
+        """int64 [valid slots of ``pe``]: the status slot whose row lies at each layout row of the
+        segment layout on ``pe`` (valid slots by expert, then slot: the kernel's PlaceRows)."""
+        ids = self.expert_ids[pe].reshape(-1)
+        slots = np.flatnonzero(self.valid[pe].reshape(-1))
+        return slots[np.lexsort((slots, ids[slots]))].astype(np.int64)
 
     def sdma(self, variant: str, min_sdma_bytes: int) -> np.ndarray:
         """bool [pes, epp*pes]: SDMA segments of ``variant`` (the planner's rule, one place)."""
@@ -65,8 +117,18 @@ class CaseRows:
         return sdma_mask(self.counts, self.row_bytes, min_sdma_bytes)
 
 
-def case_rows(case: Case, soc: str) -> CaseRows:
-    """:class:`CaseRows` of ``case`` for a launch on ``soc`` (block_dim = min(pes, AIV cores, 48))."""
+def case_rows(case: Case, soc: str, settings: KernelSettings | str | None = None) -> CaseRows:
+    """:class:`CaseRows` of ``case`` for a launch on ``soc`` with the kernel's ``settings``
+    (KernelSettings or a settings label; default the reference's): block_dim =
+    ``launch_block_dim(pes, soc, cores_per_rank)`` (min(pes, AIV cores, 48) for one core per rank).
+
+    Raises:
+        ParameterError: ``settings`` is not a settings label, or asks more cores per rank than
+            the SoC has (:func:`~combine_lab.planning.settings.check_kernel_settings`).
+    """
+    settings = parse_settings(settings)
+    if settings.cores_per_rank != 1:
+        check_kernel_settings(settings, "doubleplane", soc)
     s = case.spec
     order = case._receive_order()  # flat slots sorted by expert, then slot
     per_rank = s.bs * s.topk
@@ -81,14 +143,16 @@ def case_rows(case: Case, soc: str) -> CaseRows:
     pos = np.arange(n, dtype=np.int64) - (starts[group] if n else 0)
     E = s.moe_expert_num
     valid = (case.expert_ids >= 0) & (case.expert_ids < E)
-    return CaseRows(s.pes, s.expert_per_pe, s.bs, s.topk, s.h, s.itemsize, launch_block_dim(s.pes, soc),
-                    case.segment_counts.astype(np.int64), dest, seg, pos, owner, order % per_rank, valid)
+    rows = CaseRows(s.pes, s.expert_per_pe, s.bs, s.topk, s.h, s.itemsize,
+                    launch_block_dim(s.pes, soc, settings.cores_per_rank), case.segment_counts.astype(np.int64), dest,
+                    seg, pos, owner, order % per_rank, valid, settings, case.expert_ids.reshape(s.pes, -1), soc)
+    return rows
 
 
 @dataclass(frozen=True)
 class Run:
     """``n`` consecutive identical operations of one core: ``kind`` in sdma_put, sdma_quiet,
-    mte_put, quiet, flag, wait, reduce, barrier; ``dst`` PE (-1 when none), ``nbytes`` per
+    mte_put, quiet, flag, control, wait, reduce, barrier; ``dst`` PE (-1 when none), ``nbytes`` per
     operation (0 when none), ``seg`` (segment on this PE, or the token for wait/reduce, -1)."""
 
     kind: str
@@ -112,38 +176,55 @@ def _append(runs: list[Run], r: Run) -> None:
 
 def core_runs(rows: CaseRows, sdma: np.ndarray, pe: int, core: int, stage: int = 0) -> list[Run]:
     """The runs core ``core`` of PE ``pe`` issues: stage 1 (``stage=1``), stage 2 (``stage=2``)
-    or both (0), in the kernel's order. ``sdma``: bool [pes, epp*pes] (:meth:`CaseRows.sdma`).
+    or both (0), in the kernel's order, under ``rows.settings``. ``sdma``: bool [pes, epp*pes]
+    (:meth:`CaseRows.sdma`).
 
-    Status flags are 32 B puts (``flag``); waits are per valid slot (``wait``, seg = token);
-    ``reduce`` is one per token (n = its valid slots, nbytes = row bytes)."""
+    Status flags are 32 B puts (``flag``); the segment layout's bases and ready blocks are
+    ``control`` puts (``4*epp`` and 32 B, core 0); waits are per valid slot (``wait``, seg =
+    token); ``reduce`` is one per token (n = its valid slots, nbytes = row bytes)."""
     P, B, epp, row = rows.pes, rows.block_dim, rows.epp, rows.row_bytes
+    N = rows.cores_per_rank
+    G = B // N  # groups: one per source rank served at a time
     counts = rows.counts[pe]
-    ranks = range(core, P, B)
+    ranks = range(core // N, P, G)
     segs = [e * P + s for s in ranks for e in range(epp)]
+    mine = {g: rows.chunk(int(counts[g]), core) for g in segs}
+    take_n = {g: e - b for g, (b, e) in mine.items()}
     runs: list[Run] = []
     if stage in (0, 1):
+        if rows.settings.segment:  # the layout step (LayOut): core 0 publishes, every core meets
+            if core == 0:
+                for d in range(P):
+                    _append(runs, Run("control", d, 1, 4 * epp))
+                _append(runs, Run("quiet"))
+                for d in range(P):
+                    _append(runs, Run("control", d, 1, 32))
+                _append(runs, Run("quiet"))
+            _append(runs, Run("barrier"))
         outstanding = 0
         sdma_rows = 0
         for g in segs:
-            if not sdma[pe, g]:
+            k = take_n[g]
+            if not sdma[pe, g] or k == 0:
                 continue
-            left = int(counts[g])
-            sdma_rows += left
-            while left:
-                take = min(left, SDMA_QUIET_EVERY - outstanding)
-                _append(runs, Run("sdma_put", g % P, take, row, g))
-                left -= take
+            sdma_rows += k
+            calls, nbytes = (1, k * row) if rows.one_call else (k, row)
+            while calls:
+                take = min(calls, SDMA_QUIET_EVERY - outstanding)
+                _append(runs, Run("sdma_put", g % P, take, nbytes, g))
+                calls -= take
                 outstanding += take
                 if outstanding == SDMA_QUIET_EVERY:
                     _append(runs, Run("sdma_quiet"))
                     outstanding = 0
         any_mte = False
         for g in segs:
-            if sdma[pe, g] or counts[g] == 0:
+            k = take_n[g]
+            if sdma[pe, g] or k == 0:
                 continue
-            _append(runs, Run("mte_put", g % P, int(counts[g]), row, g))
+            _append(runs, Run("mte_put", g % P, k, row, g))
             _append(runs, Run("quiet"))
-            _append(runs, Run("flag", g % P, int(counts[g]), 32, g))
+            _append(runs, Run("flag", g % P, k, 32, g))
             any_mte = True
         if any_mte:
             _append(runs, Run("quiet"))
@@ -151,7 +232,7 @@ def core_runs(rows: CaseRows, sdma: np.ndarray, pe: int, core: int, stage: int =
             _append(runs, Run("sdma_quiet"))
             for g in segs:
                 if sdma[pe, g]:
-                    _append(runs, Run("flag", g % P, int(counts[g]), 32, g))
+                    _append(runs, Run("flag", g % P, take_n[g], 32, g))
             _append(runs, Run("quiet"))
     if stage in (0, 2):
         per = -(-rows.bs // B)
@@ -163,13 +244,20 @@ def core_runs(rows: CaseRows, sdma: np.ndarray, pe: int, core: int, stage: int =
     return runs
 
 
+def sdma_sqes(runs: list[Run]) -> int:
+    """The SQEs the SDMA calls of ``runs`` become: SHMEM cuts a call into ``ceil(bytes / 1 MiB)``
+    descriptors (docs/hardware-rules.md#6-sdma), as the twin counts them (``sdma_sqes``)."""
+    return sum(r.n * -(-r.nbytes // SQE_BYTES) for r in runs if r.kind == "sdma_put")
+
+
 def recorded_runs(folder, pe: int, rows: CaseRows) -> dict[int, list[Run]]:
     """The runs each core of PE ``pe`` issued in the twin's last launch, from the operation stream
     it records with ``COMBINE_TWIN_OPS=<folder>`` (host/twin/twin_ops.cpp: ``ops_pe<r>.txt``),
     in :func:`core_runs` form. Stage 1 puts and flags carry no segment (seg -1: the twin sees
     addresses, not segments); the 8 word waits of a status slot are one wait; a token's waits
     are one ``wait`` run (n = its slots) and its payload loads one ``reduce`` run (n = the slots
-    read, whatever the tiling), seg = the token.
+    read, whatever the tiling), seg = the token. With the segment layout a load names the layout
+    row it read; it counts as the slot whose row lies there (:meth:`CaseRows.layout_slots`).
 
     Raises:
         FileNotFoundError: no stream for ``pe`` in ``folder`` (the run did not record one).
@@ -177,6 +265,8 @@ def recorded_runs(folder, pe: int, rows: CaseRows) -> dict[int, list[Run]]:
     from pathlib import Path
 
     lines = (Path(folder) / f"ops_pe{pe}.txt").read_text().splitlines()
+    # the segment layout: a load names the layout row it reads, the model names the slot there
+    at_row = rows.layout_slots(pe) if rows.settings.segment else None
     per_core: dict[int, list[tuple]] = {c: [] for c in range(rows.block_dim)}
     for ln in lines:
         if ln.startswith("#"):  # "# block_dim <n>"
@@ -184,7 +274,10 @@ def recorded_runs(folder, pe: int, rows: CaseRows) -> dict[int, list[Run]]:
         core, kind, dst, nbytes, slot, _ub = ln.split()
         if kind == "store":  # x_out rows: the model's reduce already writes them
             continue
-        per_core.setdefault(int(core), []).append((kind, int(dst), int(nbytes), int(slot)))
+        slot = int(slot)
+        if kind == "load" and at_row is not None:
+            slot = int(at_row[slot])
+        per_core.setdefault(int(core), []).append((kind, int(dst), int(nbytes), slot))
     out = {}
     for core, ops in per_core.items():
         runs: list[Run] = []
@@ -203,7 +296,7 @@ def recorded_runs(folder, pe: int, rows: CaseRows) -> dict[int, list[Run]]:
                 else:
                     _append(runs, Run("reduce", -1, len(slots), rows.row_bytes, token))
                 continue
-            if kind in ("mte_put", "sdma_put", "flag"):
+            if kind in ("mte_put", "sdma_put", "flag", "control"):
                 _append(runs, Run(kind, dst, 1, nbytes))
             else:  # quiet, sdma_quiet, barrier
                 _append(runs, Run(kind))

@@ -22,8 +22,9 @@ import pandas as pd
 
 from ..errors import ParameterError
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
+from ..planning.settings import REFERENCE, KernelSettings, check_kernel_settings, parse_settings, variant_label
 from .machines import NpuModel
-from .replay import SDMA_MODES, replay, stage1
+from .replay import SDMA_MODES, replay, settings_args, stage1
 from .stream import CaseRows
 from .unknowns import RESOLUTION, Verdict, engines_curve, engines_line, verdict as unknowns_verdict
 
@@ -48,6 +49,7 @@ class Suggestion:
     caption: str
     verdict: Verdict | None = None
     at_default: pd.DataFrame | None = None  # the engines curve at the default 2 MiB floor, where that is another
+    label: str = "doubleplane"  # the variant label priced (docs/variants.md)
 
     @property
     def beats(self) -> bool:
@@ -57,10 +59,26 @@ class Suggestion:
     def pick_text(self) -> str:
         """The last line: the best floor, or that none beats MTE-only and what would change that."""
         b = self.best
+        never = f"never SDMA ({self._classic})"
         if self.verdict is None:
-            pick = "never SDMA (classic)" if b["threshold_bytes"] == NEVER else f"min_sdma_bytes={int(b['threshold_bytes'])}"
+            pick = never if b["threshold_bytes"] == NEVER else f"min_sdma_bytes={int(b['threshold_bytes'])}"
             return f"best: {pick}: {b['modelled_us']:.3f} us, {b['speedup']:.3f}x classic"
         v = self.verdict
+        if self.label != "doubleplane" and v.floor != NEVER:  # other settings: against both classics
+            row = self.curve.loc[self.curve["threshold_bytes"] == v.floor].iloc[0]
+            never = self.curve.iloc[-1]
+            sdma = float(never["modelled_us"]) / float(row["modelled_us"])
+            than = ("faster than" if sdma > 1 + RESOLUTION else "slower than" if sdma < 1 / (1 + RESOLUTION)
+                    else "a tie with")
+            return (f"{self.label} at min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us, {row['speedup']:.3f}x "
+                    f"the reference's classic at the nominal values, {v.low:.3f}x - {v.high:.3f}x over the "
+                    f"unknowns' range: {band_word(v.low, v.high)}; at the nominal values {than} "
+                    f"{self._classic} (MTE only, same cores: {never['modelled_us']:.3f} us, {sdma:.3f}x)")
+        if v.floor == NEVER:  # a classic setting: one point, against the reference's classic
+            band = "faster than" if v.beats else "slower than" if v.high < 1 / (1 + RESOLUTION) else "a tie with"
+            return (f"{v.label}: {b['modelled_us']:.3f} us, {v.nominal:.3f}x classic at the nominal values, "
+                    f"{v.low:.3f}x - {v.high:.3f}x over the unknowns' range: {band} the reference's classic "
+                    f"(the model's resolution {RESOLUTION:.0%})")
         row = self.curve.loc[self.curve["threshold_bytes"] == v.floor].iloc[0]
         if v.beats:
             return (f"best: min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us, {row['speedup']:.3f}x classic; "
@@ -74,12 +92,19 @@ class Suggestion:
                 f"unknowns' range (best only above {1 + RESOLUTION:.2f}x throughout, the model's resolution); "
                 f"{would}")
 
+    @property
+    def _classic(self) -> str:
+        """The plan of the never-SDMA row: classic with the same cores per source rank."""
+        cores = self.label.rpartition("-c")[2] if "-c" in self.label else ""
+        return f"classic-c{cores}" if cores.isdigit() else "classic"
+
     def text(self, most: int | None = 40) -> str:
         """The curve and the suggestion, for the terminal. With more than ``most`` floors (None:
         no limit) the table shows ``most`` of them, evenly spread, always with the best floor, 2 MiB
         and never SDMA, and says how many it left out."""
         shown = self.curve.copy()
-        shown["threshold"] = [("never SDMA" if t == NEVER else f"{t}") for t in shown["threshold_bytes"]]
+        shown["threshold"] = [(f"never SDMA ({self._classic})" if self._classic != "classic" else "never SDMA")
+                              if t == NEVER else f"{t}" for t in shown["threshold_bytes"]]
         cols = ["threshold", "sdma_segments", "sdma_bytes", "modelled_us", "speedup"] + \
             [c for c in shown.columns if c.endswith("_us") and c not in ("modelled_us",)]
         note = ""
@@ -94,8 +119,11 @@ class Suggestion:
         table = shown[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")
         unknown = f"{self.verdict.text()}\n" if self.verdict is not None else ""
         if self.at_default is not None:
-            unknown = f"{engines_line(DEFAULT_MIN_SDMA_BYTES, self.at_default)} (the default floor)\n{unknown}"
-        return (f"{self.caption}\nmetric: {self.metric} (the slowest PE's CoreMaxTime/us)\n{table}{note}\n"
+            unknown = f"{engines_line(DEFAULT_MIN_SDMA_BYTES, self.at_default, self.label)} (the default floor)\n{unknown}"
+        priced = "" if self.label == "doubleplane" else (
+            f"priced: {self.label} (docs/variants.md); speed-up = the reference's classic (one core per source rank) "
+            "/ this\n")
+        return (f"{self.caption}\n{priced}metric: {self.metric} (the slowest PE's CoreMaxTime/us)\n{table}{note}\n"
                 f"{unknown}{self.pick_text()}")
 
 
@@ -114,50 +142,89 @@ def thresholds(rows: CaseRows) -> np.ndarray:
 
 
 def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if: str | None = None,
-            unknowns: bool = True) -> Suggestion:
+            unknowns: bool = True, *, settings: KernelSettings | str | None = None,
+            variant: str = "doubleplane") -> Suggestion:
     """Modelled time of ``metric`` at every floor where the plan of ``rows``' case changes, and
     (``unknowns``) the verdict over the unknowns at the best floor that sends anything by SDMA
     (:func:`.unknowns.verdict`, on comm_only).
 
+    ``settings``: the kernel's settings priced (KernelSettings or a settings label; default
+    ``rows.settings``, docs/variants.md#6-what-the-model-says); the never-SDMA row is classic with the
+    same cores per source rank, and ``speedup`` is the reference's classic (one core per source rank)
+    over each row, so that settings compare on one scale. ``variant="classic"`` prices the classic
+    kernel under ``settings`` alone (one row: never SDMA), its verdict at that point.
     ``what_if``: also price SDMA calls per segment (``"segment"``, one SQE per MiB) instead of
-    per row, the kernel's way (:data:`.replay.SDMA_MODES`).
+    per row, the kernel's way (:data:`.replay.SDMA_MODES`; the reference's settings only: the
+    segment setting is the built variant of it).
 
     Raises:
-        ParameterError: ``metric`` not comm_only/full_op, or an unknown ``what_if``.
+        ParameterError: ``metric`` not comm_only/full_op, an unknown ``what_if`` or one with other
+            settings, a ``variant`` other than classic/doubleplane, settings the SoC cannot run.
     """
     if metric not in METRICS:
-        raise ParameterError(f"metric={metric!r}: one of {', '.join(METRICS)}")
+        raise ParameterError(f"metric={metric!r}: one of {', '.join(METRICS)}", parameter="metric", value=metric)
     if what_if is not None and (what_if not in SDMA_MODES or what_if == "row"):
-        raise ParameterError(f"what_if={what_if!r}: segment (SDMA calls per segment, one SQE per MiB)")
-    floors = thresholds(rows)
+        raise ParameterError(f"what_if={what_if!r}: segment (SDMA calls per segment, one SQE per MiB)",
+                             parameter="what_if", value=what_if)
+    if variant not in ("classic", "doubleplane"):
+        raise ParameterError(f"variant={variant!r}: must be 'classic' or 'doubleplane'", parameter="variant",
+                             value=variant)
+    settings = rows.settings if settings is None else parse_settings(settings)
+    check_kernel_settings(settings, variant, rows.soc)
+    if what_if is not None and not settings.is_reference:
+        raise ParameterError(f"what_if={what_if!r} with settings={settings.label!r}: the what-if is the reference's "
+                             "(one SDMA call per segment, not built); the segment setting is that variant as built",
+                             parameter="what_if", value=what_if)
+    rows = rows.with_settings(settings)
+    label = variant_label(variant, settings)
+    floors = thresholds(rows) if variant == "doubleplane" else np.array([NEVER], dtype=np.int64)
     # SDMA segments and bytes at each floor: the above-average segments of at least that size.
     sizes = np.sort((rows.counts * rows.row_bytes)[rows.sdma("doubleplane", 0)])
     at_least = len(sizes) - np.searchsorted(sizes, np.where(floors == NEVER, np.iinfo(np.int64).max, floors))
     total = np.concatenate([[0], np.cumsum(sizes[::-1])])
     curve = pd.DataFrame({"threshold_bytes": floors, "sdma_segments": at_least.astype(np.int64),
                           "sdma_bytes": total[at_least].astype(np.int64)})
-    modes = ["row"] + ([what_if] if what_if else [])
+    classic_rows = rows.with_settings(KernelSettings(False, settings.cores_per_rank))
+    modes = [None] + ([what_if] if what_if else [])
     for mode in modes:
-        times = _comm_only_curve(rows, model, mode) if metric == "comm_only" else np.array(
-            [replay(rows, rows.sdma("classic", 0) if f == NEVER else rows.sdma("doubleplane", int(f)), model,
-                    mode).core_max(metric).max() for f in floors])
-        curve["modelled_us" if mode == "row" else f"{mode}_us"] = times
-    classic = float(curve["modelled_us"].iloc[-1])
+        if metric == "comm_only":
+            times = _comm_only_curve(rows, model, mode) if variant == "doubleplane" else np.zeros(1)
+            classic_c, _ = stage1(classic_rows.counts, rows.sdma("classic", 0), np.arange(rows.pes), rows.pes,
+                                  classic_rows.block_dim, rows.epp, rows.row_bytes, model,
+                                  **settings_args(classic_rows))
+            times[floors == NEVER] = float(classic_c.max())  # never SDMA: the classic kernel, same cores
+        else:
+            times = np.array([replay(classic_rows, rows.sdma("classic", 0), model) if f == NEVER else
+                              replay(rows, rows.sdma("doubleplane", int(f)), model, mode) for f in floors])
+            times = np.array([t.core_max(metric).max() for t in times])
+        curve["modelled_us" if mode is None else f"{mode}_us"] = times
+    reference = rows.with_settings(REFERENCE)
+    if settings.is_reference:
+        classic = float(curve["modelled_us"].iloc[-1])
+    elif metric == "comm_only":
+        classic = float(stage1(reference.counts, rows.sdma("classic", 0), np.arange(rows.pes), rows.pes,
+                               reference.block_dim, rows.epp, rows.row_bytes, model)[0].max())
+    else:
+        classic = float(replay(reference, rows.sdma("classic", 0), model).core_max(metric).max())
     curve["speedup"] = classic / curve["modelled_us"]
     if what_if:
         curve[f"{what_if}_saving_us"] = curve["modelled_us"] - curve[f"{what_if}_us"]
     best = curve.loc[curve["modelled_us"].idxmin()]  # first minimum: the largest such floor
     v = None
     with_sdma = curve[(curve["threshold_bytes"] != NEVER) & (curve["sdma_segments"] > 0)]
-    if unknowns and len(with_sdma):
+    if unknowns and variant == "classic":
+        v = unknowns_verdict(rows, model, NEVER, "classic")
+    elif unknowns and len(with_sdma):
         v = unknowns_verdict(rows, model, int(with_sdma.loc[with_sdma["modelled_us"].idxmin(), "threshold_bytes"]))
     d = None
-    if v is not None and v.floor != DEFAULT_MIN_SDMA_BYTES and rows.sdma("doubleplane", DEFAULT_MIN_SDMA_BYTES).any():
+    if v is not None and variant == "doubleplane" and v.floor != DEFAULT_MIN_SDMA_BYTES and \
+            rows.sdma("doubleplane", DEFAULT_MIN_SDMA_BYTES).any():
         d = engines_curve(rows, model, DEFAULT_MIN_SDMA_BYTES)
-    return Suggestion(curve, best, metric, model.caption(), v, d)
+    caption = model.caption()
+    return Suggestion(curve, best, metric, caption, v, d, label)
 
 
-def _comm_only_curve(rows: CaseRows, model: NpuModel, mode: str) -> np.ndarray:
+def _comm_only_curve(rows: CaseRows, model: NpuModel, mode: str | None) -> np.ndarray:
     """The slowest PE's comm_only at each floor of :func:`thresholds`: each PE is priced once per
     plan of its own (no SDMA, then one more of its above-average sizes at a time), all in one
     batch, and each floor takes every PE's plan at that floor."""
@@ -170,7 +237,8 @@ def _comm_only_curve(rows: CaseRows, model: NpuModel, mode: str) -> np.ndarray:
     pe_of = np.repeat(np.arange(P), [len(u) + 1 for u in own])
     cut = np.concatenate([np.r_[np.inf, u] for u in own])              # plan j: sizes >= cut[j] by SDMA
     sdma = above[pe_of] & (seg_bytes[pe_of] >= cut[:, None])
-    comm, _ = stage1(rows.counts[pe_of], sdma, pe_of, P, rows.block_dim, rows.epp, rows.row_bytes, model, mode)
+    comm, _ = stage1(rows.counts[pe_of], sdma, pe_of, P, rows.block_dim, rows.epp, rows.row_bytes, model,
+                     **settings_args(rows, mode))
     slowest = comm.max(axis=1)
     # PE p's plan at floor f: as many of its sizes as are >= f (none for the classic plan).
     f = np.where(floors == NEVER, np.inf, floors.astype(np.float64))
@@ -179,3 +247,84 @@ def _comm_only_curve(rows: CaseRows, model: NpuModel, mode: str) -> np.ndarray:
         idx = len(u) - np.searchsorted(u[::-1], f, side="left")
         out = np.maximum(out, slowest[first[p] + idx])
     return out
+
+
+#: Verdict words of a setting's band over the unknowns (:func:`band_word`).
+FASTER, SLOWER, TIE, DEPENDS = "faster", "slower", "tie", "depends on the unknowns"
+
+
+def band_word(low: float, high: float) -> str:
+    """What a speed-up band over the unknowns says, by the tie rule (:data:`.unknowns.RESOLUTION`):
+    ``faster`` (above 1 + 5 % throughout), ``slower`` (below 1 / 1.05 throughout), ``tie`` (within
+    the resolution throughout), else ``depends on the unknowns``."""
+    if low > 1 + RESOLUTION:
+        return FASTER
+    if high < 1 / (1 + RESOLUTION):
+        return SLOWER
+    if low >= 1 / (1 + RESOLUTION) and high <= 1 + RESOLUTION:
+        return TIE
+    return DEPENDS
+
+
+@dataclass
+class SettingsComparison:
+    """Several kernel settings side by side (floors x variants x cores): ``table`` (DataFrame, one row
+    per variant label, in the order asked: variant, best_floor (-1: never SDMA), modelled_us, speedup
+    (the reference's classic / this, nominal), low, high (over the unknowns' range), verdict
+    (:func:`band_word`), pays_from (fewest SDMA engines at which it beats the reference's classic by
+    more than the resolution; None: at none, or no SDMA), measure_first (the unknown that moves it
+    most)); ``suggestions``: label -> its :class:`Suggestion`."""
+
+    table: pd.DataFrame
+    suggestions: dict[str, Suggestion]
+    metric: str
+    caption: str
+
+    def text(self) -> str:
+        """The table and how to read it, for the terminal."""
+        shown = self.table.copy()
+        shown["best_floor"] = ["never SDMA" if f == NEVER else str(int(f)) for f in shown["best_floor"]]
+        shown["band"] = [f"{lo:.3f}x - {hi:.3f}x" for lo, hi in zip(shown["low"], shown["high"])]
+        shown["pays_from"] = ["-" if p is None else f"{int(p)} engines" for p in shown["pays_from"]]
+        cols = ["variant", "best_floor", "modelled_us", "speedup", "band", "verdict", "pays_from", "measure_first"]
+        table = shown[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")
+        return (f"{self.caption}\nmetric: {self.metric} (the slowest PE's CoreMaxTime/us) at each setting's best "
+                f"floor; speed-up = the reference's classic (MTE only, one core per source rank) / the setting; "
+                f"band: the speed-up over every unknown's range (comm_only), verdict by the model's resolution "
+                f"({RESOLUTION:.0%}: within it, a tie)\n{table}")
+
+
+def suggest_settings(rows: CaseRows, model: NpuModel, labels, metric: str = "comm_only") -> SettingsComparison:
+    """:func:`suggest` for each variant label of ``labels`` (``doubleplane``, ``doubleplane-segment-c6``,
+    ``classic-c6``, ...; docs/variants.md#6-what-the-model-says), side by side: each at its best
+    floor, with its band over the unknowns against the reference's classic.
+
+    Raises:
+        ParameterError: a label that is no variant label, or settings the SoC cannot run.
+    """
+    from ..planning.settings import parse_variant_label
+
+    parsed = [(str(lb),) + parse_variant_label(lb) for lb in labels]
+    out, recs = {}, []
+    for _, variant, settings in parsed:
+        sg = suggest(rows, model, metric, settings=settings, variant=variant)
+        label = variant_label(variant, settings)
+        out[label] = sg
+        v = sg.verdict
+        if variant == "doubleplane" and v is not None:
+            floor = v.floor
+            us = float(sg.curve.loc[sg.curve["threshold_bytes"] == floor, "modelled_us"].iloc[0])
+            sp = float(sg.curve.loc[sg.curve["threshold_bytes"] == floor, "speedup"].iloc[0])
+        else:  # classic, or nothing goes by SDMA at any floor: the never-SDMA row
+            floor = NEVER
+            us = float(sg.curve["modelled_us"].iloc[-1])
+            sp = float(sg.curve["speedup"].iloc[-1])
+        recs.append({"variant": label, "best_floor": int(floor), "modelled_us": us, "speedup": sp,
+                     "low": v.low if v is not None else sp, "high": v.high if v is not None else sp,
+                     "verdict": band_word(v.low, v.high) if v is not None else band_word(sp, sp),
+                     "pays_from": v.pays_from if v is not None and variant == "doubleplane" else None,
+                     "measure_first": str(v.sensitivity["parameter"].iloc[0])
+                     if v is not None and v.sensitivity["spread"].iloc[0] > 0 else "-"})
+    table = pd.DataFrame(recs)
+    table["pays_from"] = pd.Series([r["pays_from"] for r in recs], dtype=object)  # None stays None
+    return SettingsComparison(table, out, metric, model.caption())

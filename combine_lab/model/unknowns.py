@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..planning.settings import REFERENCE, variant_label
 from .machines import NpuModel
-from .replay import stage1
+from .replay import settings_args, stage1
 from .stream import CaseRows
 
 #: Below this relative difference two modelled times are a tie (5 %).
@@ -61,7 +62,7 @@ class Verdict:
     no_effect: tuple[str, ...]
     pays_from: int | None
     best_change: tuple[str, float, float]
-
+    label: str = "doubleplane"  # the variant label priced (docs/variants.md): doubleplane-segment-c6, classic-c6
     @property
     def beats(self) -> bool:
         """Doubleplane beats classic by more than the resolution over the whole range."""
@@ -69,7 +70,7 @@ class Verdict:
 
     def engines_line(self) -> str:
         """:func:`engines_line` of this verdict."""
-        return engines_line(self.floor, self.engines)
+        return engines_line(self.floor, self.engines, self.label)
 
     def text(self) -> str:
         """The verdict and the ranking, for the terminal."""
@@ -89,48 +90,59 @@ class Verdict:
 _SDMA_ONLY = ("sdma_engines", "sdma_issue_us", "sdma_quiet_us", ".sdma_sqe_us", ".sdma_GBps")
 
 
-def engines_line(floor: int, engines: pd.DataFrame) -> str:
+def engines_line(floor: int, engines: pd.DataFrame, label: str = "doubleplane") -> str:
     """'doubleplane at floor F B: 10.3x slower with 1, ..., parity with 48 SDMA engines: it pays only
-    if N or more run at once' (or: with none of them), from an :func:`engines_curve`."""
+    if N or more run at once' (or: with none of them), from an :func:`engines_curve`; ``label``: the
+    variant label priced (``doubleplane-segment-c6``; a classic one sends no SDMA: 'classic-c6
+    (no SDMA): 1.6x faster with any number of SDMA engines')."""
+    if label.startswith("classic"):
+        return f"{label} (no SDMA): {word(float(engines['speedup'].iloc[0]))} with any number of SDMA engines"
     parts = [f"{word(s)} with {int(e)}" for e, s in zip(engines["engines"], engines["speedup"])]
     pays = next((int(e) for e, x in zip(engines["engines"], engines["speedup"]) if x > 1 + RESOLUTION), None)
     tail = (f"it pays only if {pays} or more run at once" if pays is not None else
             f"it does not pay with any of {ENGINES[0]}-{ENGINES[-1]} running at once")
-    return f"doubleplane at floor {int(floor)} B: " + ", ".join(parts) + f" SDMA engines: {tail}"
+    return f"{label} at floor {int(floor)} B: " + ", ".join(parts) + f" SDMA engines: {tail}"
 
 
 def _speedups(rows: CaseRows, mask: np.ndarray, models: list[NpuModel], cache: dict | None = None) -> np.ndarray:
     """classic / doubleplane comm_only of the slowest PE under each model, plan ``mask``; the
-    classic times in ``cache``, by the values the classic plan reads."""
+    classic times in ``cache``, by the values the classic plan reads. Classic is the reference's
+    (one core per source rank); doubleplane runs under ``rows.settings`` (a classic setting, such
+    as ``c6``, with an all-False ``mask``)."""
     P = rows.pes
     cache = {} if cache is None else cache
     pe_of = np.arange(P)
+    base = rows.with_settings(REFERENCE)
     out = []
     for m in models:
         key = tuple((n, p.value) for n, p in m.params.items() if not n.endswith(_SDMA_ONLY))
         if key not in cache:
-            comm, _ = stage1(rows.counts, np.zeros_like(mask), pe_of, P, rows.block_dim, rows.epp, rows.row_bytes, m)
+            comm, _ = stage1(base.counts, np.zeros_like(mask), pe_of, P, base.block_dim, base.epp, base.row_bytes, m)
             cache[key] = float(comm.max())
-        comm, _ = stage1(rows.counts, mask, pe_of, P, rows.block_dim, rows.epp, rows.row_bytes, m)
+        comm, _ = stage1(rows.counts, mask, pe_of, P, rows.block_dim, rows.epp, rows.row_bytes, m,
+                         **settings_args(rows))
         out.append(cache[key] / max(float(comm.max()), 1e-12))
     return np.array(out)
 
 
-def engines_curve(rows: CaseRows, model: NpuModel, floor: int, cache: dict | None = None) -> pd.DataFrame:
-    """The speed-up of doubleplane at ``floor`` at each engine count of :data:`ENGINES` (DataFrame:
-    engines, speedup), the rest nominal."""
-    mask = rows.sdma("doubleplane", int(floor))
+def engines_curve(rows: CaseRows, model: NpuModel, floor: int, cache: dict | None = None,
+                  variant: str = "doubleplane") -> pd.DataFrame:
+    """The speed-up of ``variant`` (under ``rows.settings``) at ``floor`` over the reference's classic
+    at each engine count of :data:`ENGINES` (DataFrame: engines, speedup), the rest nominal."""
+    mask = rows.sdma(variant, int(floor))
     s = _speedups(rows, mask, [model.with_values(sdma_engines=float(e)) for e in ENGINES], cache)
     return pd.DataFrame({"engines": ENGINES, "speedup": s})
 
 
-def verdict(rows: CaseRows, model: NpuModel, floor: int) -> Verdict:
-    """The :class:`Verdict` of doubleplane at ``floor`` (bytes) for ``rows``' case on ``model``.
+def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doubleplane") -> Verdict:
+    """The :class:`Verdict` of ``variant`` at ``floor`` (bytes) for ``rows``' case on ``model``, under
+    the kernel settings of ``rows`` (docs/variants.md), against the reference's classic (one core per
+    source rank, MTE only).
 
     Raises:
         ParameterError: as the model's :meth:`~.machines.NpuModel.pair_class` (too many PEs).
     """
-    mask = rows.sdma("doubleplane", int(floor))
+    mask = rows.sdma(variant, int(floor))
     cache: dict = {}
     ranged = [n for n in model.assumed if n != "sdma_engines" and n not in STAGE2_ONLY]
     trials = [model]
@@ -161,4 +173,5 @@ def verdict(rows: CaseRows, model: NpuModel, floor: int) -> Verdict:
     best_change = max(changes, key=lambda c: c[2])
     return Verdict(int(floor), nominal, float(min(corners.min(), s.min())), float(max(corners.max(), s.max())),
                    pd.DataFrame({"engines": ENGINES, "speedup": eng}), sens,
-                   tuple(n for n in model.assumed if n in STAGE2_ONLY), pays, best_change)
+                   tuple(n for n in model.assumed if n in STAGE2_ONLY), pays, best_change,
+                   variant_label(variant, rows.settings))

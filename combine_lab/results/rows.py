@@ -213,7 +213,8 @@ def result_row(outcome: Outcome, settings: str | None = None) -> ResultRow:
             min_sdma_bytes=outcome.min_sdma_bytes, mte_bytes=mte, sdma_bytes=sdma, payload_bytes=mte + sdma,
             planned_sdma_bytes=sdma, sdma_share=sdma / (mte + sdma) if mte + sdma else 0.0, counters_ok=None,
             violations=None, max_abs_err=float("nan"), reason=outcome.caption, kernel=str(outcome.kernel_source or ""),
-            settings=settings or "reference", cores_per_rank=None if outcome.kernel_source else 1,
+            settings=settings or outcome.settings.label,
+            cores_per_rank=None if outcome.kernel_source else outcome.settings.cores_per_rank,
             sdma_calls=int(outcome.plan.totals["sdma_calls"].sum()))
     raise ParameterError(f"outcome={type(outcome).__name__}: must be a RunResult, NotRun, BaselineResult or "
                          "ModelledResult")

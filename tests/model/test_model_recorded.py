@@ -68,3 +68,29 @@ def test_your_kernel_is_priced_from_the_stream_it_records(tmp_path, capsys, no_l
     row = next(r for r in (ln.split() for ln in out.splitlines() if ln.startswith(spec.case_id)) if r[3] == "MODEL")
     assert row[2:4] == ["user:refstyle", "MODEL"] and float(row[4]) == pytest.approx(mine.time_us("comm_only"),
                                                                                       rel=1e-3)
+
+
+SETTINGS_CASES = [
+    (CaseSpec(pes=4, bs=16, h=40, topk=3, expert_per_pe=2, routing="zipf:1.2"), "doubleplane", "c3"),
+    (CaseSpec(pes=8, bs=6, h=16, topk=2, expert_per_pe=1, routing="zipf:1.2"), "classic", "c6"),
+    # 1199 SDMA rows of PE 1 over 2 cores: SDMA quiets every 256 calls of each core
+    (CaseSpec(pes=3, bs=1500, h=8, topk=1, expert_per_pe=1, routing="hot-rank:0.8"), "doubleplane", "c2"),
+]
+
+
+@pytest.mark.parametrize("spec, variant, settings", SETTINGS_CASES,
+                         ids=[f"{c[0].case_id}-{c[1]}-{c[2]}" for c in SETTINGS_CASES])
+def test_cores_per_rank_recorded_stream_prices_as_its_plan(spec, variant, settings, tmp_path, no_leaks):
+    """Several cores per source rank: the chunks the plan-derived replay prices, core by core, are what
+    the kernel issued on the twin (a3's SoC: 48 cores per die, c6 at pes 8 is 8 groups of 6)."""
+    case = make_case(spec)
+    model = load_model("a3")
+    res = run_case(case, variant, settings=settings, min_sdma_bytes=0, perf=False,
+                   env={"COMBINE_TWIN_OPS": str(tmp_path), "COMBINE_TWIN_SOC": model.soc})
+    assert res.ok
+    recorded = replay_recorded(read_stream(tmp_path, spec.pes), case, model)
+    rows = case_rows(case, model.soc, settings)
+    planned = replay(rows, rows.sdma(variant, 0), model)
+    assert recorded.block_dim == planned.block_dim == {"c3": 12, "c6": 48, "c2": 6}[settings]
+    np.testing.assert_allclose(recorded.comm_only, planned.comm_only, rtol=1e-9, atol=0)
+    np.testing.assert_allclose(recorded.full_op, planned.full_op, rtol=1e-9, atol=0)

@@ -45,13 +45,21 @@ def test_settings_refused_before_anything_runs():
         run_case(spec, "classic", settings="segment")
 
 
-def test_the_model_refuses_settings_it_does_not_price():
-    from combine_lab.harness import Run
+def test_the_model_prices_settings_and_refuses_what_its_soc_cannot_run():
+    from combine_lab.harness import Run, execute
     from combine_lab.model.machines import load_model
 
-    run = Run(SPECS[0], "doubleplane", clock=load_model("a3"), settings="segment-c6")
+    a3 = load_model("a3")  # Ascend910_93: 48 AIV cores per die
+    run = Run(SPECS[0], "doubleplane", clock=a3, settings="segment-c6")
     assert run.label == "doubleplane-segment-c6" and run.group == "segment-c6"
-    with pytest.raises(ParameterError, match=r"^settings='segment-c6': the timing model a3 prices the reference's "
-                                             r"settings only"):
-        run.check()
-    Run(SPECS[0], "doubleplane", clock=load_model("a3")).check()  # the reference's: priced
+    run.check()
+    with pytest.raises(ParameterError, match=r"^cores_per_rank=49: must be an int in \[1, 48\]"):
+        Run(SPECS[0], "classic", clock=a3, settings="c49").check()
+    with pytest.raises(ParameterError, match=r"^segment with variant='classic'"):
+        Run(SPECS[0], "classic", clock=a3, settings="segment").check()
+    out = list(execute([run, Run(SPECS[0], "classic", clock=a3, settings="c6")]))
+    priced = out[0].result
+    assert priced.times.block_dim == 12 and priced.settings.label == "segment-c6"  # 2 ranks x 6 cores
+    assert (out[0].row.variant, out[0].row.check, out[0].row.settings, out[0].row.cores_per_rank) == \
+        ("doubleplane-segment-c6", "MODEL", "segment-c6", 6)
+    assert out[1].row.variant == "classic-c6" and out[1].result.plan.totals["sdma_calls"].sum() == 0
