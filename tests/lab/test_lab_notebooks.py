@@ -433,7 +433,8 @@ WALKTHROUGH_SECTIONS = ["Glossary", "1 · Case", "2 · The dispatch layout", "3 
                         "The remote average counts empty segments", "pes 2 with expert_per_pe 1 never uses SDMA",
                         "5 · The protocol", "6 · What `comm_only` and `full_op` time", "7 · Run",
                         "8 · Masked slots and the weights", "9 · A skewed case", "10 · Modelled NPU time",
-                        "One segment alone, by formula", "The skewed case", "Your exercises"]
+                        "One segment alone, by formula", "The skewed case", "11 · Beyond the reference",
+                        "Your exercises"]
 
 
 def _walkthrough_cells():
@@ -504,7 +505,7 @@ def test_reveal_answers_is_false_for_a_reader_and_true_headless():
 def test_walkthrough_sections_ran_their_checks(lab_out):
     r = records.read_record(lab_out, "01_walkthrough")
     assert r["sections"] == ["case", "dispatch layout", "window", "rule", "protocol", "frames", "run", "masked",
-                             "skewed", "modelled"]
+                             "skewed", "modelled", "settings"]
     # the integer rule: a tie stays on MTE; a float32 average would have sent it by SDMA
     assert r["rule"]["integer_above"] is False and r["rule"]["float32_above"] is True
     assert r["rule"]["small_tie_above"] is False and r["rule"]["tie_rows"][1] == 56 * r["rule"]["tie_rows"][0]
@@ -526,6 +527,17 @@ def test_walkthrough_sections_ran_their_checks(lab_out):
                                  "a3 doubleplane": "local"}
     assert m["speedup_at_2MiB"]["a2"] > 1 and m["speedup_at_2MiB"]["a3"] == 1.0
     assert (lab_out / "01_core_timeline.png").is_file() and (lab_out / "01_segment_crossover.png").is_file()
+    # section 11: each setting bit-identical to classic and counted as planned; the segment layout sends
+    # the skewed case's one SDMA segment (64 rows of 32 KiB) in one call, one per core's chunk with c2;
+    # its layout step: a bases put and a ready block from each PE to each PE (2 * pes * pes)
+    st = r["settings"]
+    assert st["labels"] == ["reference", "segment", "c2", "segment-c2"] and st["x_out_equal"] and st["counters_ok"]
+    assert st["sdma_calls"] == {"reference": 64, "segment": 1, "c2": 64, "segment-c2": 2}
+    assert st["control_writes"] == {"reference": 0, "segment": 8, "c2": 0, "segment-c2": 8}
+    # what its prose says: 6 cores per rank pay over every unknown's range on both machines
+    assert {name: t["classic-c6"]["verdict"] for name, t in st["modelled"].items()} == {"a2": "faster", "a3": "faster"}
+    for t in st["modelled"].values():
+        assert all(v["low"] <= v["speedup"] <= v["high"] for v in t.values())
 
 
 def test_a_bad_headless_value_is_refused_naming_the_parameter(tmp_path):
