@@ -154,6 +154,8 @@ def test_readme_is_a_front_page():
         assert f"(docs/{page.name}" in text, f"README does not link docs/{page.name}"
     for word in ("`classic`", "`doubleplane`", "**MTE**", "**SDMA**", "CPU twin"):
         assert word in text, word
+    from combine_lab.run.selftest import BROKEN_KERNELS
+    assert f"self-test ({len(BROKEN_KERNELS)} broken kernels, each caught)" in text  # the count is the code's
 
 
 def test_commands_the_readme_and_the_cli_page_show_parse():
