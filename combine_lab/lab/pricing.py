@@ -20,7 +20,10 @@ from typing import Any, Callable
 from ..errors import ParameterError
 from ..planning.settings import KernelSettings, parse_settings
 
-__all__ = ["NotModelled", "priced", "not_modelled_text"]
+__all__ = ["NotModelled", "priced", "not_modelled_text", "REFERENCE_ONLY"]
+
+#: Why a model function without a ``settings`` keyword prices no other settings.
+REFERENCE_ONLY = "the timing model prices the reference's settings only: one core per source rank, one SDMA call per row"
 
 
 def not_modelled_text(label: str, why: str = "") -> str:
@@ -30,13 +33,12 @@ def not_modelled_text(label: str, why: str = "") -> str:
 
 class NotModelled(ParameterError):
     """The timing model does not price these kernel settings (yet): ``label`` names them, ``why``
-    says what the model said ('' when its function takes no ``settings`` at all)."""
+    says what the model said (:data:`REFERENCE_ONLY` when its function takes no ``settings`` at all)."""
 
     def __init__(self, label: str, why: str = ""):
-        self.label, self.why = label, why
-        super().__init__(f"settings={label!r}: " + not_modelled_text(label, why or "the timing model prices the "
-                         "reference's settings only: one core per source rank, one SDMA call per row"),
-                         parameter="settings", value=label)
+        self.label, self.why = label, why or REFERENCE_ONLY
+        super().__init__(f"settings={label!r}: " + not_modelled_text(label, self.why), parameter="settings",
+                         value=label)
 
 
 def priced(fn: Callable[..., Any], settings: KernelSettings | str | None, *args, **kwargs) -> Any:

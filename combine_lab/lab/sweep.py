@@ -34,13 +34,13 @@ from ..planning.settings import SETTINGS_LABEL_FORM, check_kernel_settings, grou
 from ..values import as_list
 from ..run.kernel_source import kernel_source as kernel_source_of
 from ..harness import Run, execute, progress_bar
-from .pricing import NotModelled, priced
+from .pricing import NotModelled, not_modelled_text, priced
 from ..results.tables import TIDY_COLUMNS, tidy_rows, write_sweep_csv
 from ..run import build as build_mod
 from ..run import runner
 
 __all__ = ["Grid", "make_grid", "planned_shares", "check_settings", "run_sweep", "progress_bar", "model_grid", "MODELLED_COLUMNS",
-           "modelled_outcomes", "what_if_text"]
+           "modelled_outcomes", "what_if_text", "model_settings"]
 
 #: Columns of :func:`model_grid`: the case, then per metric the modelled classic and doubleplane
 #: times (the slowest PE's CoreMaxTime, us) and the speed-up (classic / doubleplane; the ``_lo`` /
@@ -253,6 +253,27 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
                     "model": model.name, "caption": model.caption()})
         out.append(rec)
     return pd.DataFrame(out, columns=MODELLED_COLUMNS)
+
+
+def model_settings(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
+                   settings=("reference",)) -> tuple[pd.DataFrame, dict[str, str]]:
+    """:func:`model_grid` for the reference's settings and each group of ``settings`` the model
+    prices (:func:`combine_lab.lab.pricing.priced`), one after the other in one DataFrame (its
+    ``settings`` column names the group); the reference's always, the baseline of every modelled
+    comparison. Returns (that DataFrame, {label: "not modelled for <label> yet (...)"} for each group
+    the model does not price yet).
+
+    Raises:
+        ParameterError: a bad settings label (:func:`check_settings`), before anything is priced.
+    """
+    labels = check_settings(settings, target="model")
+    frames, refused = [], {}
+    for label in ["reference"] + [g for g in labels if g != "reference"]:
+        try:
+            frames.append(model_grid(specs, model, min_sdma_bytes, settings=label))
+        except NotModelled as e:
+            refused[label] = not_modelled_text(label, e.why)
+    return pd.concat(frames, ignore_index=True), refused
 
 
 def modelled_outcomes(modelled: pd.DataFrame, machine: str, metric: str = "comm_only", rel: float = 1e-9) -> str:

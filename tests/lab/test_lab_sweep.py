@@ -317,3 +317,43 @@ def test_priced_says_why_a_model_refuses_settings():
                                                     "(settings='segment': the segment layout is not priced)")):
         priced(model_fn, "segment", 3)
     assert not_modelled_text("c4") == "not modelled for c4 yet"
+
+
+def test_sweep_figures_group_by_settings():
+    """Two settings groups: one row of heatmap panels each, titled by routing and group; the share
+    plot labels each (routing, group); the times figure has one row per case and group, in us."""
+    from combine_lab.lab import plots
+    ref = _fake_tidy([("b", "zipf:1", 8, 64, [10.0, 10.0], [5.0, 4.0], 0.5)])
+    c4 = _fake_tidy([("b", "zipf:1", 8, 64, [8.0, 8.0], [2.0, 2.0], 0.5)])
+    c4["variant"] = c4["variant"] + "-c4"
+    tidy = pd.concat([ref.assign(settings="reference"), c4.assign(settings="c4")], ignore_index=True)
+    s = tables.summarize(tidy)
+    assert list(s["settings"]) == ["reference", "c4"] and list(s["comm_only_speedup"]) == [2.25, 4.0]
+    fig = plots.sweep_heatmaps(s, where="measured on cpu (the twin)")
+    titles = [a.get_title() for a in fig.axes if a.get_title()]
+    assert titles == ["zipf:1, settings reference", "zipf:1, settings c4"]
+    assert "per kernel settings group (reference, c4: classic and doubleplane under the same settings)" in \
+        fig._suptitle.get_text().replace("\n", " ")
+    assert [a.get_title() for a in plots.sweep_heatmaps(s.iloc[:1]).axes if a.get_title()] == ["zipf:1"]
+    share = plots.sdma_share_plot(s).axes[0]
+    assert [t.get_text() for t in share.get_legend().get_texts()][-2:] == ["zipf:1, settings reference",
+                                                                          "zipf:1, settings c4"]
+    ax = plots.settings_times(s, where="measured on cpu (the twin)").axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["zipf:1 b\nsettings reference", "zipf:1 b\nsettings c4"]
+    assert ax.get_xlabel() == "comm_only time, CoreMaxTime of the slowest PE (us)"
+    widths = sorted(round(p.get_width(), 3) for p in ax.patches)
+    assert widths == [2.0, 4.5, 8.0, 10.0]  # medians: c4 doubleplane, reference doubleplane, c4 classic, classic
+
+
+def test_model_settings_prices_the_reference_and_says_which_settings_are_not_modelled():
+    from combine_lab.model.machines import load_model
+    grid = sweep.make_grid([2], [64], [8192], [2], [2], ["hot-expert:0.5"])
+    model = load_model("a2")
+    m, refused = sweep.model_settings(grid, model, settings=["segment-c4", "reference", "c2"])
+    pd.testing.assert_frame_equal(m, sweep.model_grid(grid, model))  # the reference's, always
+    assert refused == {"segment-c4": "not modelled for segment-c4 yet (the timing model prices the reference's "
+                                     "settings only: one core per source rank, one SDMA call per row)",
+                       "c2": "not modelled for c2 yet (the timing model prices the reference's settings only: one "
+                             "core per source rank, one SDMA call per row)"}
+    with pytest.raises(ParameterError, match="'segmnt' is not a settings label"):
+        sweep.model_settings(grid, model, settings="segmnt")
