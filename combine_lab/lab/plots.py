@@ -125,7 +125,8 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     """comm_only and full_op of doubleplane against classic, per profiled PE.
 
     ``runs``: ``{"classic": RunResult, "doubleplane": RunResult}`` as
-    :func:`combine_lab.harness.compare` returns. Bars are CoreMaxTime/us (the slowest
+    :func:`combine_lab.harness.compare` returns (keyed by label: with kernel settings
+    ``classic-c4``, ``doubleplane-segment-c4``, named so in the legend). Bars are CoreMaxTime/us (the slowest
     core's mean over the profiled loops, docs/formats.md#3-perf-csv) for each PE that was
     profiled; the title carries the x_out verdict of both runs, and says so when doubleplane sent
     nothing by SDMA (:data:`NO_SDMA_CASE`): then the two are the same traffic, not MTE against MTE + SDMA.
@@ -133,16 +134,20 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     fig = new_figure(8.8, 3.5, dpi)  # 845 px as SVG: a JupyterLab column beside the sidebar
     axes = fig.subplots(1, 2)
     any_run = next(iter(runs.values()))
-    dual = runs.get("doubleplane")
+    # keyed by label: a run's kernel settings follow its combine (doubleplane-segment-c4)
+    combine = {k: k.split("-")[0] for k in runs}
+    dual = next((r for k, r in runs.items() if combine[k] == "doubleplane"), None)
     no_sdma = dual is not None and not sends_sdma(dual)
-    label = dict(_VARIANT_LABEL, doubleplane="doubleplane (no SDMA here)") if no_sdma else _VARIANT_LABEL
+    names = dict(_VARIANT_LABEL, doubleplane="doubleplane (no SDMA here)") if no_sdma else _VARIANT_LABEL
+    label = {k: names.get(c, k) + ("" if k == c or c not in names else f", {k.removeprefix(c + '-')}")
+             for k, c in combine.items()}
     width = 0.8 / max(len(runs), 1)
     for ax, metric in zip(axes, ("comm_only", "full_op")):
         top = 0.0
         for i, (variant, res) in enumerate(runs.items()):
             s = _perf_by_pe(res, metric)
             ax.bar(s.index.to_numpy() + (i - (len(runs) - 1) / 2) * width, s.to_numpy(), width=width,
-                   color=VARIANT_COLORS.get(variant), label=label.get(variant, variant))
+                   color=VARIANT_COLORS.get(combine[variant]), label=label[variant])
             top = max(top, float(s.max()) if len(s) else 0.0)
         ax.set_ylim(0, top * 1.3 if top > 0 else 1.0)  # room for the legend
         ax.set_title(f"{metric}, measured", fontsize=10)

@@ -26,6 +26,7 @@ from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows
 from combine_lab.model.suggest import suggest
 from combine_lab.planning.planner import plan
+from combine_lab.planning.settings import KernelSettings
 from combine_lab.run import build as build_mod
 from combine_lab.run.launch import LaunchError
 
@@ -287,7 +288,8 @@ def test_run_goes_through_execute_once_and_failures_clear_the_run_views(monkeypa
     assert s.run_error == "LaunchError: PE 1 exited with status 3" and not s.running
     assert calls == [("build", "cpu"), ("compare", {"warmup": 0, "loops": 1, "target": "cpu",
                                                     "min_sdma_bytes": 2 << 20, "prof_pe": "all", "repeats": 1,
-                                                    "timeout_s": s.timeout_s, "on_launch": calls[1][1]["on_launch"]})]
+                                                    "timeout_s": s.timeout_s, "on_launch": calls[1][1]["on_launch"],
+                                                    "settings": KernelSettings()})]
     assert s.history.empty and s.verdict() is None and s.counters() is None and "compare" not in s.figures
     # the harness is one method: another one is swapped in there
     request = s.prepare_run()
