@@ -250,7 +250,7 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
     Field("segment", "choice", False, options=(False, True),
           help="doubleplane's segment layout: one SDMA call per contiguous segment (docs/variants.md)",
           label="segment layout"),
-    Field("cores_per_rank", "int", 1, minimum=1, unit="cores",
+    Field("cores_per_rank", "int", 1, minimum=1,
           help="AIV cores per source rank, 1 to the SoC's AIV cores (docs/variants.md)", label="cores per rank"),
     Field("warmup", "int", 1, minimum=0, help="launches before profiling"),
     Field("loops", "int", 3, minimum=1, help="profiled launches"),
