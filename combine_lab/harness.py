@@ -36,7 +36,7 @@ from .model import modelled
 from .model.modelled import ModelledResult
 from .model.machines import NpuModel
 from .planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
-from .planning.settings import check_kernel_settings, parse_settings, variant_label
+from .planning.settings import check_kernel_settings, group_variants, parse_settings, variant_label
 from .results.rows import ERROR, REFUSED, NotRun, ResultRow, result_row
 from .results.tables import TIDY_COLUMNS, tidy_rows
 from .run.launch import LaunchError
@@ -394,7 +394,11 @@ def compare(case: CaseLike, *, clock: Union[str, NpuModel] = WALL, work_dir: str
     """
     kernels = [] if kernel_source is None else list(kernel_source) if isinstance(kernel_source, (list, tuple)) \
         else [kernel_source]
-    runs = [Run(case, v, clock=clock, **fields) for v in VARIANTS]
+    # one settings group: classic without the segment layout (doubleplane's), both rows in the group
+    group = parse_settings(fields.pop("settings", None))
+    lab = {k: v for k, v in fields.items() if k != "group"}
+    runs = [Run(case, v, clock=clock, settings=st, group=group.label, **lab)
+            for v, st, _ in group_variants(list(VARIANTS), [group.label]).values()]
     runs += [Run(case, clock=clock, kernel=k, **fields) for k in kernels]
     out = Comparison()
     for o in execute(runs, ipport=ipport, work_dir=work_dir, outputs=outputs, keep_files=keep_files):
@@ -405,5 +409,5 @@ def compare(case: CaseLike, *, clock: Union[str, NpuModel] = WALL, work_dir: str
             out.refused[o.run.label] = o.row.reason
         else:
             out[o.run.label] = o.result
-    order = [v for v in VARIANTS if v in out] + [r.label for r in runs[len(VARIANTS):] if r.label in out]
+    order = [r.label for r in runs if r.label in out]
     return Comparison({k: out[k] for k in order}, out.refused, out.failed, out.outcomes)

@@ -16,8 +16,8 @@
 # %% [markdown]
 # # 03 · Sweep: where does doubleplane win?
 #
-# Runs every case of a grid (pes × bs × h × topk × expert_per_pe × routing) for both variants,
-# classic (MTE only) and doubleplane (MTE + SDMA), several times each on the chosen target; checks
+# Runs every case of a grid (pes × bs × h × topk × expert_per_pe × routing × kernel settings) for
+# both variants, classic (MTE only) and doubleplane (MTE + SDMA), several times each on the chosen target; checks
 # x_out and the per-plane counters of every run; writes **one tidy CSV** (the perf columns of
 # docs/formats.md#3-perf-csv plus the run's result row: variant, routing, plane bytes, check verdict,
 # and the repeat) and a per-case summary CSV; and draws the speed-up of doubleplane over bs × h
@@ -33,6 +33,14 @@
 # speed-ups on the same axes, and what one SDMA call per segment (a variant not built) would save,
 # case by case; every modelled figure says "modelled on ..." and which parameters it assumed.
 #
+# **Kernel settings** (`settings`, docs/variants.md) are one more dimension: `reference` (the
+# reference kernel's structure), `segment` (doubleplane's one SDMA call per contiguous segment),
+# `c<N>` (N AIV cores per source rank) and `segment-c<N>`. Classic and doubleplane run under each
+# group (`classic-c4` beside `doubleplane-segment-c4` in group `segment-c4`; classic has no segment
+# layout), every table and figure below is grouped by it, and speed-ups compare the two variants
+# of the same group. The model prices other settings only once it knows them; until then their
+# modelled figures say "not modelled for <label> yet".
+#
 # **Only cases with SDMA traffic say anything about doubleplane.** When the decision rule picks
 # no segment (all segments below `min_sdma_bytes`, or none above its PE's remote average), the
 # doubleplane run sends exactly the bytes of classic, so any difference between the two times
@@ -43,6 +51,7 @@
 #
 #     mkdir -p output/lab
 #     papermill notebooks/03_sweep.ipynb output/lab/03_sweep.ipynb -p bs_list "[64,128]" -p routings "uniform,hot-expert:0.5"
+#     papermill notebooks/03_sweep.ipynb output/lab/03_sweep.ipynb -p settings '["reference","segment-c4"]'
 #
 # (`-p` values may be JSON lists or comma-separated; `-y "bs_list: [64, 128]"` works too.)
 
@@ -55,6 +64,7 @@ h_list: list[int] = [8192, 16384]      # elements per row: 32 and 64 KiB rows of
 topk_list: list[int] = [2]
 expert_per_pe_list: list[int] = [2]
 routings: list[str] = ["uniform", "zipf:1.5", "hot-expert:0.5"]
+settings: list[str] = ["reference"]    # kernel settings groups: reference, segment, c<N>, segment-c<N>
 dtype: str = "int32_t"                 # int32_t | float16_t
 warmup: int = 2                        # launches before profiling, per run
 loops: int = 10                        # profiled launches per run (the time is their mean)
@@ -84,6 +94,7 @@ from combine_lab.results import rows, tables
 
 out = records.output_dir(output_dir)
 prof = prof_pe if prof_pe == "all" else int(prof_pe)
+groups = sweep.check_settings(settings, target)  # a bad label stops here, before anything is built or run
 print(f"{os.cpu_count()} CPUs here; {rows.SPEEDUP}")
 
 # %% [markdown]
@@ -102,7 +113,8 @@ print(f"{os.cpu_count()} CPUs here; {rows.SPEEDUP}")
 # %%
 grid = sweep.make_grid(pes_list, bs_list, h_list, topk_list, expert_per_pe_list, routings, dtype=dtype,
                        seed=int(seed), skip_invalid=True)
-print(f"{len(grid)} cases x 2 variants x {int(repeats)} repeats on {target}, SDMA floor {int(min_sdma_bytes):,} B")
+print(f"{len(grid)} cases x 2 variants x {len(groups)} settings ({', '.join(groups)}) x {int(repeats)} repeats on "
+      f"{target}, SDMA floor {int(min_sdma_bytes):,} B")
 for params, why in grid.skipped:
     print("skipped", params, "-", why)
 planned = sweep.planned_shares(grid, int(min_sdma_bytes))
@@ -117,14 +129,14 @@ if with_sdma == 0:
 # %% [markdown]
 # ## Plan, run and check
 #
-# `run_sweep` writes each case's files once, then runs both variants `repeats` times on them
-# (alternating which goes first), the planner's plan travelling with every result; it keeps
-# one row per (case, repeat, variant, profiled PE, metric).
+# `run_sweep` writes each case's files once, then runs both variants under each settings group
+# `repeats` times on them (alternating which goes first), the planner's plan travelling with every
+# result; it keeps one row per (case, settings group, repeat, variant, profiled PE, metric).
 
 # %%
 csv_path = out / csv_name
 tidy = sweep.run_sweep(grid, warmup=int(warmup), loops=int(loops), repeats=int(repeats), target=target,
-                       min_sdma_bytes=int(min_sdma_bytes), prof_pe=prof, csv_path=csv_path)
+                       min_sdma_bytes=int(min_sdma_bytes), prof_pe=prof, csv_path=csv_path, settings=groups)
 print(f"{len(tidy)} rows -> {csv_path}")
 display(tidy.head(4))
 
@@ -136,13 +148,13 @@ display(tidy.head(4))
 failed = tidy[(tidy["check"] != "PASS") | ~tidy["counters_ok"].astype(bool)]
 print(f"{len(tidy) - len(failed)} of {len(tidy)} rows passed the x_out check and the counter comparison")
 if len(failed):
-    display(failed[["CaseId", "routing", "repeat", "variant", "Metric", "check", "counters_ok", "reason"]])
+    display(failed[["CaseId", "routing", "settings", "repeat", "variant", "Metric", "check", "counters_ok", "reason"]])
 assert failed.empty, f"{len(failed)} rows failed the x_out check or the counter comparison"
 
 # %% [markdown]
 # ## Summary: times with their spread
 #
-# One row per case: both variants' comm_only times (CoreMaxTime of the slowest profiled PE,
+# One row per case and settings group: both variants' comm_only times (CoreMaxTime of the slowest profiled PE,
 # us) as median [min-max] over the repeats, the speed-up of the same repeat's pair likewise,
 # and a verdict: `no SDMA: identical traffic`, `faster` or `slower` (every repeat agrees), or
 # `within noise` (the spread covers 1).
@@ -160,13 +172,15 @@ print("summary ->", summary_path)
 #
 # Left: the comm_only speed-up over bs × h per routing (blue: doubleplane faster, red: slower;
 # hatched grey: no SDMA traffic, nothing to compare). Right: the speed-up against the SDMA
-# share, with min-max bars; the grey band spans the no-SDMA cases, i.e. how far two runs of
+# share, with min-max bars (one marker per settings group); the grey band spans the no-SDMA cases, i.e. how far two runs of
 # identical traffic drift apart on this machine. A point inside the band is not a result.
 
 # %%
 plots.show(plots.sweep_heatmaps(summary, where=f"measured on {target}" + (" (the twin)" if target == "cpu" else "")),
            out, "03_comm_only_speedup_heatmaps")
 plots.show(plots.sdma_share_plot(summary), out, "03_sdma_share_vs_speedup")
+if len(groups) > 1:  # what each setting changes on the same case files
+    plots.show(plots.settings_times(summary, where=f"measured on {target}"), out, "03_comm_only_per_settings")
 
 # %% [markdown]
 # ### Where doubleplane loses (comm_only speed-up below 1)
@@ -196,23 +210,28 @@ display(tables.readable(lost))
 # when every assumed parameter moves over its range (how many SDMA engines run at once, 1 to 48,
 # first), and the outcome line says how many cases win or lose throughout that range and how many
 # turn on it (a win needs more than the model's resolution, 5 %). Same axes as the twin's heatmaps
-# above; then the same grid at `model_pes` PEs, where a PE's engines serve many cores.
+# above; then the same grid at `model_pes` PEs, where a PE's engines serve many cores. The
+# reference's settings are always priced; each other settings group only once the model prices it
+# (`sweep.model_settings`), else it says "not modelled for <label> yet".
 
 # %%
 machine = load_model(model)
 print(machine.caption())
-modelled = sweep.model_grid(grid, machine, int(min_sdma_bytes))
+modelled, not_modelled = sweep.model_settings(grid, machine, int(min_sdma_bytes), groups)
+for why in not_modelled.values():
+    print(why)
 modelled_path = out / (csv_path.stem + f"_modelled_{machine.name}.csv")
 modelled.to_csv(modelled_path, index=False)
-display(modelled[["case_id", "routing", "sdma_share", "comm_only_classic_us", "comm_only_doubleplane_us",
+display(modelled[["case_id", "routing", "settings", "sdma_share", "comm_only_classic_us", "comm_only_doubleplane_us",
                   "comm_only_speedup", "comm_only_speedup_lo", "comm_only_speedup_hi", "full_op_speedup"]].round(3))
-print(sweep.modelled_outcomes(modelled, machine.name))  # ties are called ties
+for group, m in modelled.groupby("settings", sort=False):  # ties are called ties
+    print(f"settings {group}:", sweep.modelled_outcomes(m, machine.name))
 plots.show(plots.sweep_heatmaps(modelled, where=machine.caption()), out, "03_comm_only_speedup_heatmaps_modelled")
 grids = {"cases": (grid, modelled)}
 if int(model_pes) > 0:
     grid_n = sweep.make_grid([int(model_pes)], bs_list, h_list, topk_list, expert_per_pe_list, routings, dtype=dtype,
                              seed=int(seed), skip_invalid=True)
-    modelled_n = sweep.model_grid(grid_n, machine, int(min_sdma_bytes))
+    modelled_n, _ = sweep.model_settings(grid_n, machine, int(min_sdma_bytes), groups)
     modelled_n.to_csv(out / (csv_path.stem + f"_modelled_{machine.name}_pes{int(model_pes)}.csv"), index=False)
     plots.show(plots.sweep_heatmaps(modelled_n, where=f"{machine.caption()}; pes {int(model_pes)}"), out,
                f"03_comm_only_speedup_heatmaps_modelled_pes{int(model_pes)}")
@@ -222,14 +241,15 @@ print("modelled CSV ->", modelled_path)
 # %% [markdown]
 # ### What-if: one SDMA call per segment
 #
-# The kernel issues one SDMA call per row (one descriptor each). Laid out by segment, a window
-# would let one call (one descriptor per MiB) carry a whole segment. The model prices that
-# variant without building it: how much modelled comm_only it would save, per case, against the
-# kernel as it is. A case without SDMA traffic saves nothing. This is what decides whether a
-# segment-contiguous variant is worth building.
+# The reference kernel issues one SDMA call per row (one descriptor each). Laid out by segment, a
+# window lets one call (one descriptor per MiB) carry a whole segment: the `segment` setting, which
+# the twin runs above. The model prices it here as a what-if on the reference's stream: how much
+# modelled comm_only it would save, per case, against one call per row. A case without SDMA
+# traffic saves nothing.
 
 # %%
 for label, (_g, m) in grids.items():
+    m = m[m["settings"] == "reference"]  # the what-if is against the reference's one call per row
     display(m[["case_id", "routing", "sdma_share", "comm_only_doubleplane_us", "segment_sdma_comm_only_us",
                "what_if_saving_us", "what_if_saving_pct"]].round(3))
     name = "03_what_if_segment_sdma" + ("" if label == "cases" else "_" + label.replace(" ", ""))
@@ -247,10 +267,17 @@ for label, (_g, m) in grids.items():
 record = {"csv": csv_path, "summary_csv": summary_path, "cases": len(grid), "rows": len(tidy),
           "skipped": len(grid.skipped), "repeats": int(repeats), "cases_with_sdma": int((summary["sdma_share"] > 0).sum()),
           "all_pass": bool((tidy["check"] == "PASS").all()), "losses": len(lost),
-          "routings": sorted(set(summary["routing"])), "speedup": rows.SPEEDUP,
-          "modelled": {label: {"model": machine.name, "caption": machine.caption(), "cases": len(m),
-                               "speedup": [round(float(v), 4) for v in m["comm_only_speedup"]],
-                               "what_if_saving_us": [round(float(v), 3) for v in m["what_if_saving_us"]]}
+          "routings": sorted(set(summary["routing"])), "speedup": rows.SPEEDUP, "settings": groups,
+          "speedup_by_settings": {g: [round(float(v), 4) for v in summary.loc[summary["settings"] == g,
+                                                                              "comm_only_speedup"]] for g in groups},
+          "not_modelled": not_modelled,
+          "modelled": {label: {"model": machine.name, "caption": machine.caption(),
+                               "cases": int((m["settings"] == "reference").sum()),
+                               "settings": list(dict.fromkeys(m["settings"])),
+                               "speedup": [round(float(v), 4) for v in m.loc[m["settings"] == "reference",
+                                                                             "comm_only_speedup"]],
+                               "what_if_saving_us": [round(float(v), 3) for v in m.loc[m["settings"] == "reference",
+                                                                                       "what_if_saving_us"]]}
                        for label, (_g, m) in grids.items()},
           "modelled_csv": modelled_path}
 print("record:", records.write_record(out, "03_sweep", record))

@@ -31,7 +31,7 @@ from ..folders import own_folders, usable_folder
 from ..values import as_list
 from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
-from ..planning.settings import parse_settings, parse_variant_label, variant_label
+from ..planning.settings import group_variants
 from ..harness import BASELINE, WALL, Outcome, Run, execute
 from ..results.rows import ERROR, FAIL, ResultRow
 from ..results.tables import summarize, tidy_rows
@@ -433,7 +433,7 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     if getattr(a, "only_kernels", False) and kernels:
         variants = []  # run --kernel-source: your kernels instead of the lab's
     # the lab's runs: label -> (variant, settings, settings groups whose summary it belongs to)
-    entries = _entries(variants, getattr(a, "settings", None))
+    entries = group_variants(variants, getattr(a, "settings", None))
     variants = list(entries)
     specs = _specs(a, payload=model is None or bool(kernels))
     prof_pe = _prof_pe(a.prof_pe, specs)
@@ -530,28 +530,6 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     ran = [o.row for o in outcomes if o.row.ran]
     failed = [o.row for o in outcomes if o.row.check == ERROR]  # your kernel failed or hung (the lab's raise: exit 2)
     return 0 if all(r.ok for r in ran) and not failed else 1
-
-
-def _entries(variants: list[str], settings: list | None) -> dict[str, tuple]:
-    """The lab's runs of ``variants`` (classic, doubleplane) under each settings group of
-    ``settings`` (labels; None: the reference's, or for ``run --variant LABEL`` the label's own):
-    variant label -> (variant, KernelSettings, [groups]). In a group with the segment layout classic
-    runs without it (classic sends nothing by SDMA), so one classic run can serve several groups."""
-    out: dict[str, tuple] = {}
-    for group in settings or [None]:
-        for v in variants:
-            base, st = parse_variant_label(v)
-            if group is not None:
-                st = parse_settings(group)
-                if base == "classic":
-                    st = dataclasses.replace(st, segment=False)
-            g = st.label if group is None else parse_settings(group).label
-            label = variant_label(base, st)
-            if label not in out:
-                out[label] = (base, st, [])
-            if g not in out[label][2]:
-                out[label][2].append(g)
-    return out
 
 
 def write_run_summary(folder: Path, a: argparse.Namespace, outcomes: list[Outcome], summary: pd.DataFrame,

@@ -84,7 +84,7 @@ __all__ = ["ROUTING_MODELS", "routing_string", "TuningApp", "HISTORY_COLUMNS", "
 
 #: The history columns the app shows in its table (column -> heading); the others are one click
 #: away ("all columns"), so that the table fits a JupyterLab column.
-HISTORY_SHOWN = {"run": "run", "case_id": "case (bs, h, topk, E, pes)", "routing": "routing",
+HISTORY_SHOWN = {"run": "run", "case_id": "case (bs, h, topk, E, pes), kernel settings", "routing": "routing",
                  "min_sdma_bytes": "SDMA floor", "comm_only_classic_us": "classic comm_only, median (us)",
                  "comm_only_doubleplane_us": "doubleplane comm_only, median (us)",
                  "comm_only_speedup_spread": "speed-up [min-max]", "comm_only_verdict": "verdict",
@@ -492,6 +492,12 @@ class TuningApp:
             "warmup": number_box("warmup", "launches before profiling"),
             "loops": number_box("loops", "profiled launches"),
             "repeats": number_box("repeats", "paired runs of both variants: the spread"),
+            "segment": widgets.Checkbox(value=False, description=FIELDS["segment"].shown, indent=False,
+                                        tooltip="doubleplane only: the receiver's window laid out by expert, one "
+                                                "SDMA call per contiguous segment (docs/variants.md)",
+                                        layout=lay),
+            "cores_per_rank": number_box("cores_per_rank", f"AIV cores per source rank, 1 to "
+                                                           f"{self.state.cores_limit()} here (docs/variants.md)"),
             "target": widgets.Dropdown(options=self.targets, value=self.targets[0], description="target",
                                        style=style, layout=lay),
         }
@@ -791,13 +797,16 @@ class TuningApp:
         t = p.totals
         mte, sdma = int(t["mte_bytes"].sum()), int(t["sdma_bytes"].sum())
         avg = t["remote_avg_segment_bytes"]
+        calls = int(t["sdma_calls"].sum())
         share = (f"SDMA {format_bytes(sdma)} ({100 * sdma / max(mte + sdma, 1):.1f} %) in {len(st.sdma_table)} SDMA "
-                 "segments" if sdma else f"nothing by SDMA ({plots.NO_SDMA_CASE})")
+                 f"segments, {calls:,} SDMA call{'s' if calls != 1 else ''}" if sdma
+                 else f"nothing by SDMA ({plots.NO_SDMA_CASE})")
         self.plan_summary.value = (
             f"<div class='cl-note' style='font-size:13px;color:#222'><b>{spec.case_id}</b>, routing "
             f"<code>{html.escape(spec.routing)}</code>, {spec.dtype}: MTE would carry {format_bytes(mte)}, "
             f"{html.escape(share)}; remote average segment {format_bytes(avg.min())} to {format_bytes(avg.max())} per PE "
-            f"(SDMA floor {p.min_sdma_bytes:,} B).</div>")
+            f"(SDMA floor {p.min_sdma_bytes:,} B); kernel settings <code>{html.escape(p.settings.label)}</code>"
+            f"{self._settings_note(p.settings)}.</div>")
         limit = 40
         shown = st.sdma_table.head(limit)
         more = f"<p>... and {len(st.sdma_table) - limit} more</p>" if len(st.sdma_table) > limit else ""
@@ -806,6 +815,20 @@ class TuningApp:
         self.sdma_section.set_title(f"SDMA segments listed by the planner ({len(st.sdma_table)})")
         # both figures in one value: they change together in the page
         self.plan_figures.value = st.figures["segment_map"].svg + st.figures["plane_bytes"].svg
+
+    @staticmethod
+    def _settings_note(settings) -> str:
+        """What the kernel settings change, beside the plan (docs/variants.md): never which plane a segment takes."""
+        if settings.is_reference:
+            return " (one core per source rank, one SDMA call per row)"
+        parts = []
+        if settings.segment:
+            parts.append("doubleplane lays the receiver's window out by expert: one SDMA call per contiguous chunk of "
+                         "a segment")
+        if settings.cores_per_rank != 1:
+            parts.append(f"{settings.cores_per_rank} AIV cores per source rank, each sending a chunk of every segment")
+        return (": " + "; ".join(parts) + ". The planes (the segment map) are the rule's, the same for every setting; "
+                "classic runs without the segment layout")
 
     @staticmethod
     def _model_line(model: NpuModel) -> str:
@@ -831,12 +854,20 @@ class TuningApp:
                                              f"{html.escape(m['refused'])}.")
             self.assumed_html.value = self._assumed_table(st.model())
             return
+        if m.get("not_modelled"):  # kernel settings the model does not price (yet): no number shown as theirs
+            self.modelled_html.value = (
+                f"<div class='cl-not-modelled' style='font-size:13px'>Modelled time on {html.escape(m['model'])}: "
+                f"{html.escape(m['not_modelled'])}. Set segment layout off and cores per rank 1 for the reference's "
+                "modelled time and a suggested floor (the rule, and so the plan, is the same for every setting).</div>")
+            self.assumed_html.value = self._assumed_table(st.model())
+            return
         sp = m["speedup"]
         faster = ("a tie: SDMA changes nothing here, modelled" if abs(sp - 1) < 1e-9 else
                   "doubleplane faster" if sp > 1 else "doubleplane slower")
         line = (f"<div class='cl-modelled-line' style='font-size:13px'>At floor {m['floor']:,} B: modelled comm_only "
                 f"<b>{m['doubleplane_us']:,.1f} us</b> with doubleplane, {m['classic_us']:,.1f} us with classic: "
-                f"speed-up {sp:.3f} ({faster}); <i>{html.escape(self._model_line(st.model()))}</i>.</div>")
+                f"speed-up {sp:.3f} ({faster}); kernel settings {html.escape(m.get('settings', 'reference'))}; "
+                f"<i>{html.escape(self._model_line(st.model()))}</i>.</div>")
         if m.get("engines_line"):  # the verdict over the unknown that moves it most
             line += (f"<div class='cl-modelled-engines' style='font-size:13px'>Over the unknown SDMA engine count: "
                      f"{html.escape(m['engines_line'])} (modelled; nobody has published how many run at once)</div>")
@@ -866,8 +897,8 @@ class TuningApp:
         for item in v["variants"]:
             name = item["name"]
             res = runs.get(item["variant"])
-            if item["variant"] == "doubleplane" and res is not None and not plots.sends_sdma(res):
-                name = "doubleplane (no SDMA traffic in this case: = classic)"
+            if item["combine"] == "doubleplane" and res is not None and not plots.sends_sdma(res):
+                name = f"{item['variant']} (no SDMA traffic in this case: = classic)"
             if item["check"] not in ("PASS", "FAIL"):  # refused: its reason, no check
                 lines.append(f"<li><b>{name}</b>: <span style='color:#b35900'>{item['check']}</span>: "
                              f"{html.escape(item['reason'])}</li>")
@@ -886,8 +917,8 @@ class TuningApp:
             lines.append(f"<li class='cl-verdict-speedup'><b>comm_only speed-up</b> (classic / doubleplane, "
                          f"median [min-max] of {n} paired repeat{'s' if n > 1 else ''}): {spread}: "
                          f"<b>{html.escape(str(h['comm_only_verdict']))}</b></li>")
-        return (f"<p><b>{v['case_id']}</b> {html.escape(v['routing'])} on {v['target']} "
-                f"(run {v['run']}):</p><ul>{''.join(lines)}</ul>")
+        return (f"<p><b>{v['case_id']}</b> {html.escape(v['routing'])} on {v['target']}, kernel settings "
+                f"{html.escape(v['settings'])} (run {v['run']}):</p><ul>{''.join(lines)}</ul>")
 
     def _counters_html(self) -> str:
         c = self.state.counters()
@@ -929,7 +960,10 @@ class TuningApp:
 
     def _render_history(self) -> None:
         st = self.state
-        shown = st.history.assign(comm_only_speedup_spread=[
+        settings = st.history["settings"].fillna("reference").astype(str)
+        shown = st.history.assign(case_id=[c if g == "reference" else f"{c}, {g}"  # the settings beside the case
+                                           for c, g in zip(st.history["case_id"], settings)],
+                                  comm_only_speedup_spread=[
             _speedup_spread(r["comm_only_speedup"], r["comm_only_speedup_lo"], r["comm_only_speedup_hi"], r["repeats"])
             for _, r in st.history.iterrows()])
         self.history_html.value = _table(shown, HISTORY_SHOWN, "cl-history-table", _HISTORY_FORMAT,

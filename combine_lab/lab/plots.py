@@ -125,7 +125,8 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     """comm_only and full_op of doubleplane against classic, per profiled PE.
 
     ``runs``: ``{"classic": RunResult, "doubleplane": RunResult}`` as
-    :func:`combine_lab.harness.compare` returns. Bars are CoreMaxTime/us (the slowest
+    :func:`combine_lab.harness.compare` returns (keyed by label: with kernel settings
+    ``classic-c4``, ``doubleplane-segment-c4``, named so in the legend). Bars are CoreMaxTime/us (the slowest
     core's mean over the profiled loops, docs/formats.md#3-perf-csv) for each PE that was
     profiled; the title carries the x_out verdict of both runs, and says so when doubleplane sent
     nothing by SDMA (:data:`NO_SDMA_CASE`): then the two are the same traffic, not MTE against MTE + SDMA.
@@ -133,16 +134,20 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     fig = new_figure(8.8, 3.5, dpi)  # 845 px as SVG: a JupyterLab column beside the sidebar
     axes = fig.subplots(1, 2)
     any_run = next(iter(runs.values()))
-    dual = runs.get("doubleplane")
+    # keyed by label: a run's kernel settings follow its combine (doubleplane-segment-c4)
+    combine = {k: k.split("-")[0] for k in runs}
+    dual = next((r for k, r in runs.items() if combine[k] == "doubleplane"), None)
     no_sdma = dual is not None and not sends_sdma(dual)
-    label = dict(_VARIANT_LABEL, doubleplane="doubleplane (no SDMA here)") if no_sdma else _VARIANT_LABEL
+    names = dict(_VARIANT_LABEL, doubleplane="doubleplane (no SDMA here)") if no_sdma else _VARIANT_LABEL
+    label = {k: names.get(c, k) + ("" if k == c or c not in names else f", {k.removeprefix(c + '-')}")
+             for k, c in combine.items()}
     width = 0.8 / max(len(runs), 1)
     for ax, metric in zip(axes, ("comm_only", "full_op")):
         top = 0.0
         for i, (variant, res) in enumerate(runs.items()):
             s = _perf_by_pe(res, metric)
             ax.bar(s.index.to_numpy() + (i - (len(runs) - 1) / 2) * width, s.to_numpy(), width=width,
-                   color=VARIANT_COLORS.get(variant), label=label.get(variant, variant))
+                   color=VARIANT_COLORS.get(combine[variant]), label=label[variant])
             top = max(top, float(s.max()) if len(s) else 0.0)
         ax.set_ylim(0, top * 1.3 if top > 0 else 1.0)  # room for the legend
         ax.set_title(f"{metric}, measured", fontsize=10)
@@ -213,8 +218,63 @@ def _has_sdma(summary: pd.DataFrame) -> np.ndarray:
     return summary["sdma_share"].fillna(0.0).to_numpy(dtype=float) > 0
 
 
+def _settings_groups(summary: pd.DataFrame) -> list[str]:
+    """The kernel settings groups of a summary, in order (docs/variants.md; ``reference`` when it has none)."""
+    if "settings" not in summary.columns or summary.empty:
+        return ["reference"]
+    return [str(g) for g in dict.fromkeys(summary["settings"].fillna("reference"))]
+
+
+def _in_group(summary: pd.DataFrame, group: str) -> pd.DataFrame:
+    if "settings" not in summary.columns:
+        return summary
+    return summary[summary["settings"].fillna("reference").astype(str) == group]
+
+
+def _heat_panel(ax, sub: pd.DataFrame, col: str, norm, bs_all: list, h_all: list) -> None:
+    """One routing's (and settings group's) cells of :func:`sweep_heatmaps`."""
+    with_sdma = sub[_has_sdma(sub) & sub[col].notna()]
+    agg = with_sdma.groupby(["bs", "h"]).agg(mid=(col, "median"), lo=(f"{col}_lo", "min"),
+                                             hi=(f"{col}_hi", "max"), share=("sdma_share", "median"))
+    data = np.full((len(bs_all), len(h_all)), np.nan)
+    for (b, hh), r in agg.iterrows():
+        data[bs_all.index(b), h_all.index(hh)] = r["mid"]
+    ax.imshow(np.ma.masked_invalid(data), cmap="RdBu", norm=norm, aspect="auto", origin="lower",
+              interpolation="nearest")
+    ax.set_facecolor("white")
+    present = set(zip(sub["bs"], sub["h"]))
+    no_sdma = set(zip(sub.loc[~_has_sdma(sub), "bs"], sub.loc[~_has_sdma(sub), "h"]))
+    cells = len(bs_all) * len(h_all)
+    size = 9 if cells <= 6 else 8 if cells <= 12 else 7
+    for i, b in enumerate(bs_all):
+        for j, hh in enumerate(h_all):
+            if (b, hh) in agg.index:
+                r = agg.loc[(b, hh)]
+                strong = abs(float(norm(r["mid"])) - 0.5) > 0.3
+                spread = "" if r["lo"] == r["hi"] or not np.isfinite(r["lo"]) else f"\n[{r['lo']:.2f}-{r['hi']:.2f}]"
+                ax.text(j, i, f"{r['mid']:.2f}{spread}\nSDMA {100 * r['share']:.0f} %", ha="center",
+                        va="center", fontsize=size, color="white" if strong else "black")
+            elif (b, hh) in no_sdma:  # only cases without SDMA traffic here
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=EMPTY_COLOR, edgecolor=_EMPTY_EDGE,
+                                       hatch="//", linewidth=0.8))
+                ax.text(j, i, "no SDMA\n(same bytes)", ha="center", va="center", fontsize=size, color="#555555")
+            elif (b, hh) in present:  # its runs failed: no time
+                ax.text(j, i, "no run", ha="center", va="center", fontsize=size, color="#555555")
+    ax.set_xticks(range(len(h_all)))
+    ax.set_xticklabels([str(c) for c in h_all])
+    ax.set_yticks(range(len(bs_all)))
+    ax.set_yticklabels([str(i) for i in bs_all])
+    ax.set_xlim(-0.5, len(h_all) - 0.5)
+    ax.set_ylim(-0.5, len(bs_all) - 0.5)
+    ax.set_xlabel("h (elements per row)")
+    ax.set_ylabel("bs (tokens per PE)")
+
+
 def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 72, where: str | None = None) -> Figure:
-    """Speed-up of doubleplane (classic time / doubleplane time) over bs x h, one panel per routing.
+    """Speed-up of doubleplane (classic time / doubleplane time) over bs x h, one panel per routing
+    and, where the summary holds several kernel settings groups (its ``settings`` column,
+    docs/variants.md), one row of panels per group: classic and doubleplane of the same group
+    compared (``classic-c4`` with ``doubleplane-segment-c4`` in ``segment-c4``).
 
     ``where`` says where the times come from, in the title: "measured on cpu (the twin)", or the
     model's caption ("modelled on a3 (...); assumed parameters: ...") for a modelled summary
@@ -230,62 +290,73 @@ def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 
     """
     col = f"{metric}_speedup"
     routings = list(dict.fromkeys(summary["routing"]))
-    n = max(len(routings), 1)
-    fig = new_figure(min(4.4 * n + 1.6, 17), 4.4, dpi)
+    groups = _settings_groups(summary)
+    n, rows_n = max(len(routings), 1), len(groups)
+    fig = new_figure(min(4.4 * n + 1.6, 17), 4.4 + 3.6 * (rows_n - 1), dpi)
     fig.set_layout_engine("constrained")
-    axes = fig.subplots(1, n, squeeze=False)[0]
+    axes = fig.subplots(rows_n, n, squeeze=False)
     sdma = summary[_has_sdma(summary)]
     norm = _speedup_norm(sdma[col].to_numpy(dtype=float))
     bs_all = sorted(set(summary["bs"]))
     h_all = sorted(set(summary["h"]))
-    for ax, routing in zip(axes, routings):
-        sub = summary[summary["routing"] == routing]
-        with_sdma = sub[_has_sdma(sub) & sub[col].notna()]
-        agg = with_sdma.groupby(["bs", "h"]).agg(mid=(col, "median"), lo=(f"{col}_lo", "min"),
-                                                 hi=(f"{col}_hi", "max"), share=("sdma_share", "median"))
-        data = np.full((len(bs_all), len(h_all)), np.nan)
-        for (b, hh), r in agg.iterrows():
-            data[bs_all.index(b), h_all.index(hh)] = r["mid"]
-        ax.imshow(np.ma.masked_invalid(data), cmap="RdBu", norm=norm, aspect="auto", origin="lower",
-                  interpolation="nearest")
-        ax.set_facecolor("white")
-        present = set(zip(sub["bs"], sub["h"]))
-        no_sdma = set(zip(sub.loc[~_has_sdma(sub), "bs"], sub.loc[~_has_sdma(sub), "h"]))
-        cells = len(bs_all) * len(h_all)
-        size = 9 if cells <= 6 else 8 if cells <= 12 else 7
-        for i, b in enumerate(bs_all):
-            for j, hh in enumerate(h_all):
-                if (b, hh) in agg.index:
-                    r = agg.loc[(b, hh)]
-                    strong = abs(float(norm(r["mid"])) - 0.5) > 0.3
-                    spread = "" if r["lo"] == r["hi"] else f"\n[{r['lo']:.2f}-{r['hi']:.2f}]"
-                    ax.text(j, i, f"{r['mid']:.2f}{spread}\nSDMA {100 * r['share']:.0f} %", ha="center",
-                            va="center", fontsize=size, color="white" if strong else "black")
-                elif (b, hh) in no_sdma:  # only cases without SDMA traffic here
-                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=EMPTY_COLOR, edgecolor=_EMPTY_EDGE,
-                                           hatch="//", linewidth=0.8))
-                    ax.text(j, i, "no SDMA\n(same bytes)", ha="center", va="center", fontsize=size, color="#555555")
-                elif (b, hh) in present:  # its runs failed: no time
-                    ax.text(j, i, "no run", ha="center", va="center", fontsize=size, color="#555555")
-        ax.set_xticks(range(len(h_all)))
-        ax.set_xticklabels([str(c) for c in h_all])
-        ax.set_yticks(range(len(bs_all)))
-        ax.set_yticklabels([str(i) for i in bs_all])
-        ax.set_xlim(-0.5, len(h_all) - 0.5)
-        ax.set_ylim(-0.5, len(bs_all) - 0.5)
-        ax.set_xlabel("h (elements per row)")
-        ax.set_ylabel("bs (tokens per PE)")
-        ax.set_title(routing, fontsize=10)
-    cb = fig.colorbar(ScalarMappable(norm=norm, cmap="RdBu"), ax=list(axes), shrink=0.9)
+    for row, group in zip(axes, groups):
+        in_group = _in_group(summary, group)
+        for ax, routing in zip(row, routings):
+            _heat_panel(ax, in_group[in_group["routing"] == routing], col, norm, bs_all, h_all)
+            ax.set_title(routing if groups == ["reference"] else f"{routing}, settings {group}", fontsize=10)
+    cb = fig.colorbar(ScalarMappable(norm=norm, cmap="RdBu"), ax=list(axes.ravel()), shrink=0.9)
     cb.set_label(f"{metric} {_SPEEDUP_AXIS}\nabove 1: doubleplane faster")
+    within = "" if groups == ["reference"] else (
+        f" per kernel settings group ({', '.join(groups)}: classic and doubleplane under the same settings)")
     if where and where.startswith("modelled"):
-        head = f"{metric} speed-up of doubleplane over bs x h, MODELLED (not measured): one value per case"
+        head = f"{metric} speed-up of doubleplane over bs x h{within}, MODELLED (not measured): one value per case"
     else:
-        head = (f"{metric} speed-up of doubleplane over bs x h"
+        head = (f"{metric} speed-up of doubleplane over bs x h{within}"
                 f"{', ' + where if where else ''}: median [min-max] over {_repeats_text(summary)}")
-    lines = [head] + (textwrap.wrap(where, 120) if where and where.startswith("modelled") else [])
+    lines = textwrap.wrap(head, 120) + (textwrap.wrap(where, 120) if where and where.startswith("modelled") else [])
     fig.suptitle("\n".join(lines + ["above 1: doubleplane faster; hatched grey: no SDMA traffic (identical bytes, "
-                                     "nothing to compare)"]), fontsize=9 if len(lines) > 1 else 10)
+                                      "nothing to compare)"]), fontsize=9 if len(lines) > 1 else 10)
+    return fig
+
+
+def settings_times(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 72, where: str | None = None) -> Figure:
+    """Per case, the ``metric`` time of classic and doubleplane under each kernel settings group
+    (docs/variants.md), median with min-max bars over repeats, us: what each setting changes on
+    the same case files. ``summary``: :func:`combine_lab.results.tables.summarize` output with its
+    ``settings`` column; ``where``: where the times come from, for the title ("measured on cpu
+    (the twin)")."""
+    groups = _settings_groups(summary)
+    cases = list(dict.fromkeys(zip(summary["case_id"], summary["routing"])))
+    fig = new_figure(8.8, max(3.0, 0.5 * len(cases) * len(groups) + 1.8), dpi)
+    ax = fig.add_axes((0.34, 0.14, 0.5, 0.72))
+    colors = {"classic": "#1f77b4", "doubleplane": SDMA_COLOR}
+    labels, y = [], 0.0
+    for case, routing in cases:
+        for group in groups:
+            sel = summary[(summary["case_id"] == case) & (summary["routing"] == routing)]
+            sel = _in_group(sel, group)
+            if sel.empty:
+                continue
+            r = sel.iloc[0]
+            for k, v in enumerate(("classic", "doubleplane")):
+                mid, lo, hi = (float(r[f"{metric}_{v}{s}_us"]) for s in ("", "_lo", "_hi"))
+                if not np.isfinite(mid):
+                    continue
+                err = [[max(mid - lo, 0.0)], [max(hi - mid, 0.0)]] if np.isfinite(lo) and np.isfinite(hi) else None
+                ax.barh(y + 0.2 * (2 * k - 1), mid, height=0.38, color=colors[v], xerr=err, capsize=2,
+                        label=v if not labels else None)
+            labels.append((y, f"{routing} {str(case).removeprefix('shape_')}\nsettings {group}"))
+            y += 1.0
+        y += 0.4
+    ax.set_yticks([p for p, _ in labels])
+    ax.set_yticklabels([t for _, t in labels], fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"{metric} time, CoreMaxTime of the slowest PE (us)")
+    ax.set_ylabel("case and kernel settings group")
+    handles, names = ax.get_legend_handles_labels()
+    ax.legend(handles[:2], names[:2], fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    ax.set_title(f"{metric} time per kernel settings group{', ' + where if where else ''}\n(median, bars min-max "
+                 f"over {_repeats_text(summary)}; shorter is faster)", fontsize=9)
     return fig
 
 
@@ -306,7 +377,9 @@ def sdma_share_plot(summary: pd.DataFrame, metric: str = "comm_only", dpi: int =
     (:data:`NO_SDMA_NOTE`) instead of drawing a degenerate share axis.
 
     ``summary``: :func:`combine_lab.results.tables.summarize` output (columns routing, sdma_share in
-    [0, 1], ``<metric>_speedup`` and its spread (min-max) ``_lo`` / ``_hi``, repeats).
+    [0, 1], ``<metric>_speedup`` and its spread (min-max) ``_lo`` / ``_hi``, repeats; ``settings``
+    where several kernel settings groups ran: one marker each, classic and doubleplane of a group
+    compared).
     """
     col = f"{metric}_speedup"
     fig = new_figure(7.8, 4.4, dpi)
@@ -327,10 +400,16 @@ def sdma_share_plot(summary: pd.DataFrame, metric: str = "comm_only", dpi: int =
         mid, err = bars(zero)
         ax.errorbar(np.zeros(len(zero)), mid, yerr=err, fmt="o", mfc="white", mec="#7f7f7f", ecolor="#7f7f7f",
                     capsize=3, label=f"no SDMA, identical\ntraffic ({len(zero)} cases)")
-    for routing, sub in summary[has & summary[col].notna()].groupby("routing", sort=False):
-        mid, err = bars(sub)
-        ax.errorbar(100 * sub["sdma_share"].to_numpy(dtype=float), mid, yerr=err, fmt="o", capsize=3,
-                    alpha=0.85, label=str(routing))
+    groups = _settings_groups(summary)
+    markers = dict(zip(groups, "osD^vP*X"))
+    hues = {r: f"C{i % 10}" for i, r in enumerate(dict.fromkeys(summary["routing"]))}  # a routing keeps its colour
+    for group in groups:  # one marker per kernel settings group (docs/variants.md), one colour per routing
+        in_group = _in_group(summary, group)
+        for routing, sub in in_group[_has_sdma(in_group) & in_group[col].notna()].groupby("routing", sort=False):
+            mid, err = bars(sub)
+            ax.errorbar(100 * sub["sdma_share"].to_numpy(dtype=float), mid, yerr=err, fmt=markers.get(group, "o"),
+                        color=hues[routing], capsize=3, alpha=0.85,
+                        label=str(routing) if groups == ["reference"] else f"{routing}, settings {group}")
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="equal time")
     if has.any():
         top = float(100 * summary.loc[has, "sdma_share"].max())

@@ -14,6 +14,7 @@ row is a perf row with the run's :class:`~combine_lab.results.rows.ResultRow` be
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 
@@ -27,23 +28,28 @@ from ..model.machines import NpuModel
 from ..model.replay import replay
 from ..model.stream import case_rows
 from ..model.unknowns import RESOLUTION, verdict
+from ..planning.cores import TWIN_DEFAULT_SOC
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, plan
+from ..planning.settings import SETTINGS_LABEL_FORM, check_kernel_settings, group_variants, parse_settings
+from ..values import as_list
 from ..run.kernel_source import kernel_source as kernel_source_of
 from ..harness import Run, execute, progress_bar
+from .pricing import NotModelled, not_modelled_text, priced
 from ..results.tables import TIDY_COLUMNS, tidy_rows, write_sweep_csv
 from ..run import build as build_mod
 from ..run import runner
 
-__all__ = ["Grid", "make_grid", "planned_shares", "run_sweep", "progress_bar", "model_grid", "MODELLED_COLUMNS",
-           "modelled_outcomes", "what_if_text"]
+__all__ = ["Grid", "make_grid", "planned_shares", "check_settings", "run_sweep", "progress_bar", "model_grid", "MODELLED_COLUMNS",
+           "modelled_outcomes", "what_if_text", "model_settings"]
 
 #: Columns of :func:`model_grid`: the case, then per metric the modelled classic and doubleplane
 #: times (the slowest PE's CoreMaxTime, us) and the speed-up (classic / doubleplane; the ``_lo`` /
 #: ``_hi`` columns repeat it: one deterministic value, no spread), the SDMA share of the plan, the
 #: what-if of one SDMA call per segment (comm_only, us) and its saving against the kernel's one call
-#: per row (us and % of doubleplane's comm_only), and the model's name and caption.
+#: per row (us and % of doubleplane's comm_only), and the model's name and caption. ``settings``: the
+#: kernel settings group priced (docs/variants.md; :func:`model_grid`).
 MODELLED_COLUMNS = (["case_id", "routing", "dtype", "pes", "bs", "h", "topk", "expert_per_pe", "min_sdma_bytes",
-                     "repeats"]
+                     "settings", "repeats"]
                     + [c for m in ("comm_only", "full_op") for c in (f"{m}_classic_us", f"{m}_doubleplane_us",
                                                                      f"{m}_speedup", f"{m}_speedup_lo",
                                                                      f"{m}_speedup_hi")]
@@ -73,11 +79,42 @@ def planned_shares(specs, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> pd.Da
                                        "payload_bytes", "sdma_bytes", "sdma_share"])
 
 
+def check_settings(settings, target: str = "cpu") -> list[str]:
+    """The settings dimension of a sweep as settings labels (docs/variants.md), checked before anything
+    runs: a list of labels or one text (``"reference,segment-c4"``, ``'["reference", "c4"]'``), each
+    written as :func:`combine_lab.planning.settings.parse_settings` reads it, repeats dropped, in order.
+    On the twin (``target`` cpu) ``c<N>`` must also fit its SoC (``COMBINE_TWIN_SOC``, default
+    :data:`~combine_lab.planning.cores.TWIN_DEFAULT_SOC`; docs/variants.md#4-limits).
+
+    Raises:
+        ParameterError: naming ``settings``, the value given and the allowed form.
+    """
+    labels = as_list(settings, str, "settings")
+    soc = os.environ.get("COMBINE_TWIN_SOC") or TWIN_DEFAULT_SOC
+    out = []
+    for text in labels:
+        try:
+            st = parse_settings(text)
+        except ParameterError:
+            raise ParameterError(f"settings={settings!r}: {text!r} is not a settings label; each must be "
+                                 f"{SETTINGS_LABEL_FORM}", parameter="settings", value=settings) from None
+        if target == "cpu":
+            try:
+                check_kernel_settings(st, "doubleplane" if st.segment else "classic", soc)
+            except (ParameterError, ValueError) as e:
+                raise ParameterError(f"settings={settings!r}: {text!r}: {e}", parameter="settings",
+                                     value=settings) from None
+        if st.label not in out:
+            out.append(st.label)
+    return out
+
+
 def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, target: str = "cpu",
               min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES, prof_pe: int | str = 0, timeout_s: float = 120.0,
-              csv_path: str | os.PathLike | None = None, progress: bool = True, kernel_source=None) -> pd.DataFrame:
-    """Run classic and doubleplane on every spec, ``repeats`` times, and tidy the results; with
-    ``kernel_source``, your kernels beside them.
+              csv_path: str | os.PathLike | None = None, progress: bool = True, kernel_source=None,
+              settings=("reference",)) -> pd.DataFrame:
+    """Run classic and doubleplane on every spec under every kernel ``settings`` group, ``repeats``
+    times, and tidy the results; with ``kernel_source``, your kernels beside them.
 
     One :func:`combine_lab.harness.execute` of both variants of every spec: each case's files are
     written once; each repeat launches both variants on them, the order alternating between
@@ -100,16 +137,23 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
             (docs/own-kernel.md): each runs on the same case files in every repeat, its rows named by
             its label (``variant`` ``reference:doubleplane``, ``kernel`` its folder); one that fails or
             hangs gets ERROR rows saying what it did and is not run again for that case.
+        settings: the kernel settings to run under (:func:`check_settings`: labels ``reference``,
+            ``segment``, ``c<N>``, ``segment-c<N>``; docs/variants.md), one more grid dimension:
+            classic and doubleplane run under each (``classic-c4`` and ``doubleplane-segment-c4`` in
+            group ``segment-c4``; classic without the segment layout, which is doubleplane's, so one
+            classic run serves ``reference`` and ``segment`` alike). Each tidy row's ``settings``
+            names its group, ``variant`` the run (``doubleplane-segment-c4``); a run serving two
+            groups has rows in each. Your kernels run once per case, in group ``reference``.
 
     Returns:
         The tidy DataFrame (:data:`~combine_lab.results.tables.TIDY_COLUMNS`), one row per
-        (case, repeat, variant, profiled PE, metric). A case whose run fails gets rows with
+        (case, settings group, repeat, variant, profiled PE, metric). A case whose run fails gets rows with
         check ``ERROR`` for that repeat and the message in ``reason``, and no further repeats;
         the sweep goes on. A variant this target refuses (doubleplane on an NPU with CANN <
         9.0.0) gets rows with check ``REFUSED`` and the reason, once per case, and a warning.
 
     Raises:
-        ParameterError: bad warmup/loops/repeats/prof_pe (before anything runs).
+        ParameterError: bad warmup/loops/repeats/prof_pe/settings (before anything runs or is built).
         build.BuildError / TargetUnavailable: the target cannot be built.
     """
     if isinstance(specs, Grid):
@@ -117,6 +161,7 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
     for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("repeats", repeats, 1)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
             raise ParameterError(f"{label}={v!r}: must be an int >= {lo}", parameter=label, value=v)
+    entries = group_variants(list(VARIANTS), check_settings(settings, target))
     build_mod.build(target)
     for why in runner.refusals(target).values():  # said once; each case gets its REFUSED rows
         warnings.warn(why, stacklevel=2)
@@ -125,60 +170,110 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
     kernels = [kernel_source_of(k) for k in kernels]  # each checked before anything runs
     for k in kernels:
         build_mod.build(target, kernel=k)
-    runs = [Run(spec, v, repeats=int(repeats), warmup=int(warmup), loops=int(loops), target=target,
-                min_sdma_bytes=int(min_sdma_bytes), prof_pe=prof_pe, timeout_s=timeout_s, kernel=k)
-            for spec in specs for v, k in [*((v, None) for v in VARIANTS), *((k.rule, k) for k in kernels)]]
+    fixed = dict(repeats=int(repeats), warmup=int(warmup), loops=int(loops), target=target,
+                 min_sdma_bytes=int(min_sdma_bytes), prof_pe=prof_pe, timeout_s=timeout_s)
+    runs = []
+    for spec in specs:
+        runs += [Run(spec, v, settings=st, group=groups[0], **fixed) for v, st, groups in entries.values()]
+        runs += [Run(spec, k.rule, kernel=k, **fixed) for k in kernels]
     rows: list[dict] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for o in execute(runs, progress="sweep" if progress else None, on_error="row"):
-            rows += tidy_rows(o.row, o.spec, o.perf if o.result is not None else None, o.repeat)
+            groups = entries[o.run.label][2] if o.run.kernel is None else [o.row.settings]
+            perf = o.perf if o.result is not None else None
+            for g in groups:  # a run shared by several settings groups (classic in reference and segment)
+                rows += tidy_rows(dataclasses.replace(o.row, settings=g), o.spec, perf, o.repeat)
     tidy = pd.DataFrame(rows, columns=TIDY_COLUMNS)
     if csv_path is not None:
         write_sweep_csv(tidy, csv_path)
     return tidy
 
 
-def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> pd.DataFrame:
+def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
+               settings: str | None = None) -> pd.DataFrame:
     """The cases of a sweep priced on ``model`` instead of run (:mod:`combine_lab.model`): for each,
     classic and doubleplane (the rule at ``min_sdma_bytes``) replayed from the kernel's operation
     stream, and the what-if of one SDMA call per segment (one descriptor per MiB of a segment laid
     out contiguously) instead of one per row. Draws the routing only; no launch, no payload.
+
+    ``settings``: one settings group (a label, docs/variants.md; None: ``reference``), priced as
+    the sweep runs it (classic without the segment layout). Settings other than the reference's
+    are priced only where the model takes them (:func:`combine_lab.lab.pricing.priced`).
 
     Returns a DataFrame of :data:`MODELLED_COLUMNS`, one row per case, in the order of ``specs``
     (CaseSpecs or a :class:`Grid`). Every time in it is modelled, never measured: its ``caption``
     says on what, with the assumed parameters. ``comm_only_speedup_lo`` / ``_hi``: the speed-up's
     range over the model's unknowns (:func:`combine_lab.model.unknowns.verdict`: every assumed
     parameter over its range, the SDMA engine count 1-48 among them) for a case with SDMA traffic;
-    full_op's are its point.
+    full_op's are its point; NaN where the model gives no range for these settings (the what-if
+    columns likewise where it prices no what-if for them).
+
+    Raises:
+        ParameterError: a bad settings label; :class:`~combine_lab.lab.pricing.NotModelled` (one)
+            when the model does not price these settings yet.
     """
     if isinstance(specs, Grid):
         specs = specs.specs
+    group = check_settings([settings or "reference"], target="model")[0]
+    st = {v: s for v, s, _ in group_variants(list(VARIANTS), [group]).values()}
     out = []
+    nan = float("nan")
     for spec in specs:
         rows = case_rows(make_case(spec), model.soc)
         masks = {"classic": rows.sdma("classic", 0), "doubleplane": rows.sdma("doubleplane", int(min_sdma_bytes))}
-        t = {v: replay(rows, m, model) for v, m in masks.items()}
-        seg = replay(rows, masks["doubleplane"], model, sdma_mode="segment").core_max("comm_only").max()
+        try:
+            t = {v: priced(replay, st[v], rows, m, model) for v, m in masks.items()}
+        except NotModelled as e:  # said of the group asked for (its classic may be classic-c4)
+            raise NotModelled(group, e.why) from None
+        try:
+            seg = float(priced(replay, st["doubleplane"], rows, masks["doubleplane"], model,
+                               sdma_mode="segment").core_max("comm_only").max())
+        except ParameterError:  # no what-if for these settings
+            seg = nan
         rec = {"case_id": spec.case_id, "routing": spec.routing, "dtype": spec.dtype, "pes": spec.pes, "bs": spec.bs,
                "h": spec.h, "topk": spec.topk, "expert_per_pe": spec.expert_per_pe,
-               "min_sdma_bytes": int(min_sdma_bytes), "repeats": 1}
+               "min_sdma_bytes": int(min_sdma_bytes), "settings": group, "repeats": 1}
         for metric in ("comm_only", "full_op"):
             c, d = (float(t[v].core_max(metric).max()) for v in ("classic", "doubleplane"))
             rec.update({f"{metric}_classic_us": c, f"{metric}_doubleplane_us": d, f"{metric}_speedup": c / d,
                         f"{metric}_speedup_lo": c / d, f"{metric}_speedup_hi": c / d})
         if masks["doubleplane"].any():  # the verdict over the unknowns
-            v = verdict(rows, model, int(min_sdma_bytes))
-            rec.update({"comm_only_speedup_lo": v.low, "comm_only_speedup_hi": v.high})
+            try:
+                v = priced(verdict, st["doubleplane"], rows, model, int(min_sdma_bytes))
+                rec.update({"comm_only_speedup_lo": v.low, "comm_only_speedup_hi": v.high})
+            except ParameterError:  # no range over the unknowns for these settings: none shown
+                rec.update({"comm_only_speedup_lo": nan, "comm_only_speedup_hi": nan})
         sdma_bytes = int((rows.counts * masks["doubleplane"]).sum() * rows.row_bytes)
         total = int(rows.counts.sum() * rows.row_bytes)
         dual = rec["comm_only_doubleplane_us"]
         rec.update({"sdma_share": sdma_bytes / total if total else 0.0, "sdma_bytes": sdma_bytes,
-                    "segment_sdma_comm_only_us": float(seg), "what_if_saving_us": dual - float(seg),
-                    "what_if_saving_pct": 100 * (dual - float(seg)) / dual if dual > 0 else 0.0,
+                    "segment_sdma_comm_only_us": seg, "what_if_saving_us": dual - seg,
+                    "what_if_saving_pct": 100 * (dual - seg) / dual if dual > 0 else 0.0,
                     "model": model.name, "caption": model.caption()})
         out.append(rec)
     return pd.DataFrame(out, columns=MODELLED_COLUMNS)
+
+
+def model_settings(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
+                   settings=("reference",)) -> tuple[pd.DataFrame, dict[str, str]]:
+    """:func:`model_grid` for the reference's settings and each group of ``settings`` the model
+    prices (:func:`combine_lab.lab.pricing.priced`), one after the other in one DataFrame (its
+    ``settings`` column names the group); the reference's always, the baseline of every modelled
+    comparison. Returns (that DataFrame, {label: "not modelled for <label> yet (...)"} for each group
+    the model does not price yet).
+
+    Raises:
+        ParameterError: a bad settings label (:func:`check_settings`), before anything is priced.
+    """
+    labels = check_settings(settings, target="model")
+    frames, refused = [], {}
+    for label in ["reference"] + [g for g in labels if g != "reference"]:
+        try:
+            frames.append(model_grid(specs, model, min_sdma_bytes, settings=label))
+        except NotModelled as e:
+            refused[label] = not_modelled_text(label, e.why)
+    return pd.concat(frames, ignore_index=True), refused
 
 
 def modelled_outcomes(modelled: pd.DataFrame, machine: str, metric: str = "comm_only", rel: float = 1e-9) -> str:
@@ -201,10 +296,14 @@ def modelled_outcomes(modelled: pd.DataFrame, machine: str, metric: str = "comm_
                 "time), so no floor helps there")
     if metric == "comm_only" and sends.any():
         lo, hi = (modelled[f"{metric}_speedup_{k}"].to_numpy(dtype=float) for k in ("lo", "hi"))
-        win, loss = sends & (lo > 1 + RESOLUTION), sends & (hi < 1 - RESOLUTION)
-        out += (f". Over the unknowns' ranges (the SDMA engine count 1-48 first): {int(win.sum())} faster throughout, "
-                f"{int(loss.sum())} slower throughout, {int((sends & ~win & ~loss).sum())} turn on the unknowns "
-                f"(a win needs more than the model's resolution, {RESOLUTION:.0%})")
+        ranged = sends & np.isfinite(lo) & np.isfinite(hi)
+        win, loss = ranged & (lo > 1 + RESOLUTION), ranged & (hi < 1 - RESOLUTION)
+        if ranged.any():
+            out += (f". Over the unknowns' ranges (the SDMA engine count 1-48 first): {int(win.sum())} faster "
+                    f"throughout, {int(loss.sum())} slower throughout, {int((ranged & ~win & ~loss).sum())} turn on "
+                    f"the unknowns (a win needs more than the model's resolution, {RESOLUTION:.0%})")
+        if (sends & ~ranged).any():
+            out += f"; {int((sends & ~ranged).sum())} without a range over the unknowns (not modelled for them)"
     return out + "."
 
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 import warnings
 from collections.abc import Mapping
@@ -68,7 +69,11 @@ from ..model.suggest import NEVER, Suggestion
 from ..model.suggest import suggest as model_suggest
 from ..model.unknowns import engines_curve, engines_line
 from ..planning.capacity import window_geometry
+from ..planning.cores import MAX_SDMA_BLOCKS, TWIN_DEFAULT_SOC, aiv_cores
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan, plan_counts
+from ..planning.settings import KernelSettings, group_variants, variant_label
+from ..model.replay import replay
+from .pricing import NotModelled, not_modelled_text, priced
 from ..results.rows import (COMPARISON_COLUMNS, FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, NotRun, ResultRow,
                             compare_rows, result_row)
 from ..results.tables import summarize
@@ -95,14 +100,16 @@ ROUTING_MODELS: dict[str, tuple[str, float] | None] = {
 #: Machines of the modelled time (data/npu_models/<name>.toml).
 MODELS = ("a2", "a3")
 
-#: Columns of ``TuningState.history``, one row per Run: the case and settings, then the Run's
+#: Columns of ``TuningState.history``, one row per Run: the case, its run values and its kernel
+#: ``settings`` label (docs/variants.md: ``reference``, ``segment-c4``, ...), then the Run's
 #: repeats summarized as the CLI and 03_sweep summarize them (:func:`combine_lab.results.tables.summarize`):
 #: times in us, the median over repeats of the slowest profiled PE's CoreMaxTime;
 #: ``<metric>_speedup`` the median of each repeat's classic / doubleplane (above 1: doubleplane
 #: faster), ``..._speedup_lo`` / ``..._hi`` its min and max, ``..._verdict`` faster / slower /
 #: within noise; sdma_share, check (FAIL when any repeat failed), counters_ok (every repeat) and
 #: the reason of a variant that did not run.
-HISTORY_COLUMNS = ["run", "case_id", "routing", "dtype", "target", "min_sdma_bytes", "warmup", "loops", "repeats",
+HISTORY_COLUMNS = ["run", "case_id", "routing", "dtype", "target", "min_sdma_bytes", "settings", "warmup", "loops",
+                   "repeats",
                    *COMPARISON_COLUMNS, *[f"{m}_{k}" for m in METRICS for k in ("speedup_lo", "speedup_hi", "verdict")]]
 #: Columns of ``TuningState.rows``: the Run number, then one :class:`~combine_lab.results.rows.ResultRow`
 #: per variant (the schema of the CLI table and the sweep CSV).
@@ -240,6 +247,11 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
     Field("trace", "choice", None, help="MODEL/DOMAIN/LAYER of a routing trace"),
     Field("seed", "int", 42, minimum=0, help="case seed"),
     Field("min_sdma_bytes", "int", DEFAULT_MIN_SDMA_BYTES, minimum=0, unit="B", help="SDMA floor"),
+    Field("segment", "choice", False, options=(False, True),
+          help="doubleplane's segment layout: one SDMA call per contiguous segment (docs/variants.md)",
+          label="segment layout"),
+    Field("cores_per_rank", "int", 1, minimum=1,
+          help="AIV cores per source rank, 1 to the SoC's AIV cores (docs/variants.md)", label="cores per rank"),
     Field("warmup", "int", 1, minimum=0, help="launches before profiling"),
     Field("loops", "int", 3, minimum=1, help="profiled launches"),
     Field("repeats", "int", 3, minimum=1, help="paired runs of both variants: the spread of the times"),
@@ -256,14 +268,15 @@ _CASE_FIELDS = ("pes", "bs", "h", "topk", "expert_per_pe", "dtype", "seed")
 class RunRequest:
     """What one Run will do, fixed when it was asked for: the case (its drawn routing), the
     values, ``prof_pe`` ("all" or 0), ``launches``: launches of all PEs (one per variant and
-    profiled PE, each ``warmup + loops`` kernel launches: what the progress bar counts) and
-    ``kernel_launches`` (their total)."""
+    profiled PE, each ``warmup + loops`` kernel launches: what the progress bar counts),
+    ``kernel_launches`` (their total) and the kernel ``settings`` (docs/variants.md)."""
 
     case: Case
     values: dict
     prof_pe: Any
     launches: int
     kernel_launches: int = 0
+    settings: KernelSettings = KernelSettings()
 
 
 @dataclass(frozen=True)
@@ -430,6 +443,7 @@ class TuningState:
         self._values = {n: f.default for n, f in FIELDS.items()}
         self._values["trace"] = default_trace(self.traces)
         self._values["target"] = self.targets[0]
+        self._npu_soc: str | None = None
         self.spec: CaseSpec | None = None
         self.plan: Plan | None = None
         self.problems: list[Problem] = []
@@ -496,6 +510,41 @@ class TuningState:
         self._values.update(values)
         return self.refresh()
 
+    def soc(self) -> str:
+        """The SoC whose AIV cores bound ``cores_per_rank``: the twin's (``COMBINE_TWIN_SOC``, default
+        :data:`~combine_lab.planning.cores.TWIN_DEFAULT_SOC`) on cpu, the NPU's (``COMBINE_NPU_SOC`` or the
+        one found) on npu, the twin's where none is known."""
+        if self._values.get("target") == "npu":
+            if self._npu_soc is None:  # found once: npu-smi is slow
+                caps = detect()
+                self._npu_soc = os.environ.get("COMBINE_NPU_SOC") or (caps.npus.soc if caps.npus else "") or ""
+            try:
+                aiv_cores(self._npu_soc)
+                return self._npu_soc
+            except ValueError:
+                pass
+        return os.environ.get("COMBINE_TWIN_SOC") or TWIN_DEFAULT_SOC
+
+    def cores_limit(self) -> int:
+        """The most cores per source rank allowed here: min(AIV cores of :meth:`soc`, 48)
+        (docs/variants.md#4-limits)."""
+        return min(aiv_cores(self.soc()), MAX_SDMA_BLOCKS)
+
+    def _cores_reason(self) -> str:
+        soc = self.soc()
+        return (f"must be <= {self.cores_limit()} cores (the {aiv_cores(soc)} AIV cores of {soc}; at most "
+                f"{MAX_SDMA_BLOCKS} cores issue SDMA)")
+
+    @property
+    def settings(self) -> KernelSettings | None:
+        """The kernel settings of the current values (docs/variants.md), or None while ``segment`` or
+        ``cores_per_rank`` cannot be used. Doubleplane runs with them, classic without the segment
+        layout (classic sends nothing by SDMA)."""
+        seg, cpr = self._values["segment"], self._values["cores_per_rank"]
+        if seg not in (False, True) or not _is_int(cpr) or not 1 <= cpr <= self.cores_limit():
+            return None
+        return KernelSettings(segment=bool(seg), cores_per_rank=int(cpr))
+
     def skew_name(self) -> str | None:
         """What ``skew`` means for the current routing model ("S", "F"), or None when it takes none."""
         param = ROUTING_MODELS.get(self._values["routing_model"]) if isinstance(self._values["routing_model"], str) \
@@ -517,6 +566,9 @@ class TuningState:
             if name == "trace" and v["routing_model"] != "trace":
                 continue
             problems += f.check(v[name], self.options(name))
+        cpr = v["cores_per_rank"]
+        if _is_int(cpr) and cpr >= 1 and cpr > self.cores_limit():
+            problems.append(Problem("cores_per_rank", cpr, self._cores_reason()))
         bad = {p.name for p in problems}
         if bad & {"pes", "topk", "expert_per_pe", "routing_model", "skew", "trace"}:
             return None, problems  # what the routing's limits are checked against is itself wrong
@@ -588,7 +640,8 @@ class TuningState:
             self._sync_run_views()
             return None
         case = self._case_for(spec)
-        p = plan_counts(case.ep_recv_count, spec.h, spec.itemsize, "doubleplane", int(self._values["min_sdma_bytes"]))
+        p = plan_counts(case.ep_recv_count, spec.h, spec.itemsize, "doubleplane", int(self._values["min_sdma_bytes"]),
+                        self.settings)
         self.spec, self.plan = spec, p
         self.message = ""
         seg = p.segments
@@ -615,7 +668,7 @@ class TuningState:
         self.figure_width = w
         if self.plan is not None:
             self._set_plan_figures()
-            if self.modelled and not self.modelled.get("refused"):
+            if self.modelled and not self.modelled.get("refused") and not self.modelled.get("not_modelled"):
                 self._set_modelled_figure()
         return True
 
@@ -643,7 +696,8 @@ class TuningState:
         return float(comm.max())
 
     def _curve_key(self, model: NpuModel):
-        return (self._rows_key, self.spec.h, self.spec.itemsize, model.name)
+        st = self.settings
+        return (self._rows_key, self.spec.h, self.spec.itemsize, model.name, st.label if st else None)
 
     def _clear_modelled(self) -> None:
         self.modelled = {}
@@ -657,6 +711,16 @@ class TuningState:
             self.suggestion, self._suggestion_key = None, None
             self.modelled = {"model": model.name, "caption": model.caption(), "refused": str(e)}
             self.figures.pop("modelled")
+            return
+        st = self.settings
+        if st is not None and not st.is_reference:
+            try:
+                self._update_modelled_settings(model, st)
+            except NotModelled as e:  # never the reference's numbers under these settings' name
+                self.suggestion, self._suggestion_key = None, None
+                self.modelled = {"model": model.name, "caption": model.caption(), "settings": st.label,
+                                 "not_modelled": not_modelled_text(st.label, e.why)}
+                self.figures.pop("modelled")
             return
         rows = self._model_rows(model)
         floor = int(self._values["min_sdma_bytes"])
@@ -675,7 +739,33 @@ class TuningState:
                    if small and rows.sdma("doubleplane", floor).any() else "")
         self.modelled = {"model": model.name, "caption": model.caption(), "floor": floor, "classic_us": classic,
                          "doubleplane_us": dual, "speedup": classic / dual if dual > 0 else float("nan"),
-                         "curve": self.suggestion is not None, "engines_line": engines}
+                         "curve": self.suggestion is not None, "engines_line": engines, "settings": "reference"}
+        self._set_modelled_figure()
+
+    def _variant_settings(self, st: KernelSettings) -> dict[str, KernelSettings]:
+        """classic's and doubleplane's settings under the group ``st`` (classic without the segment layout)."""
+        return {v: s for v, s, _ in group_variants(["classic", "doubleplane"], [st.label]).values()}
+
+    def _update_modelled_settings(self, model: NpuModel, st: KernelSettings) -> None:
+        """The modelled panel for settings other than the reference's, where the model prices them
+        (:func:`combine_lab.lab.pricing.priced`: ``replay`` and ``suggest`` with ``settings=``).
+        Raises NotModelled when it does not (yet)."""
+        rows = self._model_rows(model)
+        floor = int(self._values["min_sdma_bytes"])
+        vs = self._variant_settings(st)
+        classic = float(priced(replay, vs["classic"], rows, rows.sdma("classic", 0), model)
+                        .core_max("comm_only").max())
+        dual = float(priced(replay, vs["doubleplane"], rows, rows.sdma("doubleplane", floor), model)
+                     .core_max("comm_only").max())
+        key = self._curve_key(model)
+        if self._suggestion_key != key:
+            self.suggestion, self._suggestion_key = None, None
+            if rows.pes * rows.counts.shape[1] <= AUTO_SUGGEST_SEGMENTS:
+                self.suggestion = priced(model_suggest, vs["doubleplane"], rows, model, "comm_only")
+                self._suggestion_key = key
+        self.modelled = {"model": model.name, "caption": model.caption(), "floor": floor, "classic_us": classic,
+                         "doubleplane_us": dual, "speedup": classic / dual if dual > 0 else float("nan"),
+                         "curve": self.suggestion is not None, "engines_line": "", "settings": st.label}
         self._set_modelled_figure()
 
     def _set_modelled_figure(self) -> None:
@@ -701,11 +791,19 @@ class TuningState:
         if self.modelled.get("refused"):
             self.message = f"Cannot suggest a floor on {model.name}: {self.modelled['refused']}"
             return None
+        if self.modelled.get("not_modelled"):
+            self.message = f"Cannot suggest a floor on {model.name}: {self.modelled['not_modelled']}"
+            return None
         t0 = time.perf_counter()
         rows = self._model_rows(model)
-        s = model_suggest(rows, model, "comm_only")
+        st = self.settings
+        try:
+            s = priced(model_suggest, self._variant_settings(st)["doubleplane"], rows, model, "comm_only")
+        except NotModelled as e:
+            self.message = f"Cannot suggest a floor on {model.name}: {not_modelled_text(st.label, e.why)}"
+            return None
         floor = int(self._values["min_sdma_bytes"])
-        if not self.modelled.get("engines_line") and rows.sdma("doubleplane", floor).any():
+        if st.is_reference and not self.modelled.get("engines_line") and rows.sdma("doubleplane", floor).any():
             self.modelled["engines_line"] = engines_line(floor, engines_curve(rows, model, floor))
         self.suggest_seconds = time.perf_counter() - t0
         self.suggestion, self._suggestion_key = s, self._curve_key(model)
@@ -816,7 +914,7 @@ class TuningState:
         prof_pe = "all" if spec.pes <= self.prof_all_max_pes else 0
         launches = 2 * (spec.pes if prof_pe == "all" else 1) * v["repeats"]
         return RunRequest(Case(spec, self._case.expert_ids, self._case.expert_scales), v, prof_pe, launches,
-                          launches * (v["warmup"] + v["loops"]))
+                          launches * (v["warmup"] + v["loops"]), self.settings)
 
     @staticmethod
     def progress_steps(request: RunRequest) -> int:
@@ -824,7 +922,9 @@ class TuningState:
         return request.launches + 2
 
     def execute(self, request: RunRequest, progress: Callable[[int, int, str], None] | None = None):
-        """Build the target if needed and run classic and doubleplane on the request's case:
+        """Build the target if needed and run classic and doubleplane on the request's case, with
+        its kernel settings (classic without the segment layout; results keyed by their labels,
+        ``classic-c4``, ``doubleplane-segment-c4``):
         the one place that launches anything (:func:`combine_lab.harness.compare`). Changes
         no state and reads only ``request``, so a view may call it from another thread while the
         inputs change. ``progress(done, total, text)`` is told after the build, after each launch
@@ -850,7 +950,7 @@ class TuningState:
             warnings.simplefilter("ignore")  # a refusal is recorded as a row with its reason, not a warning
             runs = harness.compare(request.case, warmup=v["warmup"], loops=v["loops"], target=v["target"],
                                   min_sdma_bytes=v["min_sdma_bytes"], prof_pe=request.prof_pe, repeats=v["repeats"],
-                                  timeout_s=self.timeout_s, on_launch=launched)
+                                  timeout_s=self.timeout_s, on_launch=launched, settings=request.settings)
         say(total - 1, total, "checking x_out and counters...")
         return runs
 
@@ -890,15 +990,17 @@ class TuningState:
     @staticmethod
     def _result_rows(runs, request: RunRequest) -> list[ResultRow]:
         """The run's rows, in variant order: one per RunResult, one per refused variant (of the
-        request's case: the inputs may have changed while it ran)."""
-        refused, v = getattr(runs, "refused", {}), request.values
+        request's case: the inputs may have changed while it ran), each in the request's settings group."""
+        refused, v, group = getattr(runs, "refused", {}), request.values, request.settings.label
         rows = []
-        for variant in ("classic", "doubleplane"):
-            if variant in runs:
-                rows.append(result_row(runs[variant]))
-            elif variant in refused:
-                rows.append(result_row(NotRun.of(request.case.spec, variant, v["target"], REFUSED, refused[variant],
-                                                 v["min_sdma_bytes"])))
+        for variant, st, _ in group_variants(["classic", "doubleplane"], [group]).values():
+            label = variant_label(variant, st)
+            if label in runs:
+                rows.append(result_row(runs[label], group))
+            elif label in refused:
+                rows.append(result_row(NotRun.of(request.case.spec, label, v["target"], REFUSED, refused[label],
+                                                 v["min_sdma_bytes"], settings=group,
+                                                 cores_per_rank=st.cores_per_rank)))
         return rows
 
     @staticmethod
@@ -938,7 +1040,8 @@ class TuningState:
         first = rows[0]
         self._history_rows.append({"run": number, "case_id": first.case_id, "routing": first.routing,
                                    "dtype": first.dtype, "target": first.target,
-                                   "min_sdma_bytes": v["min_sdma_bytes"], "warmup": v["warmup"], "loops": v["loops"],
+                                   "min_sdma_bytes": v["min_sdma_bytes"], "settings": request.settings.label,
+                                   "warmup": v["warmup"], "loops": v["loops"],
                                    "repeats": v["repeats"], **self._over_repeats(runs, rows)})
         self.history = pd.DataFrame(self._history_rows, columns=HISTORY_COLUMNS)
         self.run_values = dict(v)
@@ -948,14 +1051,18 @@ class TuningState:
 
     def verdict(self) -> dict | None:
         """The last completed Run's verdict, or None: run (its number), case_id, routing, target, and
-        ``variants``: per variant name, variant, check (PASS, FAIL, REFUSED), reason (of a refusal),
-        bad_pes (PEs whose x_out differs from golden) and mismatches (counters that differ from the plan)."""
+        settings (the Run's settings label), and ``variants``: per variant its label (``variant``:
+        ``doubleplane-segment-c4``), ``combine`` (classic or doubleplane), name, check (PASS, FAIL, REFUSED),
+        reason (of a refusal), bad_pes (PEs whose x_out differs from golden) and mismatches (counters
+        that differ from the plan)."""
         if self.run_values is None or not self._run_rows:
             return None
         runs, out = self.last_runs, []
         for row in self._run_rows:
             res = runs.get(row.variant)
-            item = {"variant": row.variant, "name": _VARIANT_NAME[row.variant], "check": row.check,
+            base = row.variant.split("-")[0]
+            name = _VARIANT_NAME[base] + ("" if row.variant == base else f", {row.variant.removeprefix(base + '-')}")
+            item = {"variant": row.variant, "combine": base, "name": name, "check": row.check,
                     "reason": row.reason, "bad_pes": [], "mismatches": []}
             if res is not None:
                 item["bad_pes"] = [r for r, chk in enumerate(res.checks) if not chk.ok]
@@ -963,7 +1070,7 @@ class TuningState:
             out.append(item)
         first = self._run_rows[0]
         return {"run": len(self.history), "case_id": first.case_id, "routing": first.routing,
-                "target": first.target, "variants": out}
+                "target": first.target, "settings": first.settings, "variants": out}
 
     def counters(self) -> pd.DataFrame | None:
         """Per-plane counters of the last completed Run's last launch, one row per variant and PE
@@ -975,7 +1082,7 @@ class TuningState:
         for res in self.last_runs.values():
             pb = res.plane_bytes()
             if len(pb):
-                frames.append(pb.reset_index().assign(variant=res.variant))
+                frames.append(pb.reset_index().assign(variant=res.label))
         cols = ["variant", "pe", "mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts", "status_writes"]
         return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
 

@@ -9,6 +9,7 @@ combine in front: ``classic``, ``doubleplane``, ``classic-c6``, ``doubleplane-se
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ from ..errors import ParameterError
 from .cores import MAX_SDMA_BLOCKS, TWIN_DEFAULT_SOC, aiv_cores
 
 __all__ = ["KernelSettings", "REFERENCE", "parse_settings", "parse_variant_label", "variant_label",
-           "check_kernel_settings", "driver_policy", "SETTINGS_LABEL_FORM", "VARIANT_LABEL_FORM"]
+           "check_kernel_settings", "driver_policy", "group_variants", "SETTINGS_LABEL_FORM", "VARIANT_LABEL_FORM"]
 
 #: What a settings label looks like, for error messages.
 SETTINGS_LABEL_FORM = "'reference', 'segment', 'c<N>' or 'segment-c<N>' (N: cores per source rank)"
@@ -130,3 +131,30 @@ def driver_policy(variant: str, settings: KernelSettings) -> str:
     if variant == "classic":
         return "mte_only"
     return "dual_plane_segment" if settings.segment else "dual_plane"
+
+
+def group_variants(variants: list[str], groups: list | None) -> dict[str, tuple]:
+    """The lab's runs of ``variants`` (variant labels: ``classic``, ``doubleplane``, ...) under each
+    settings group of ``groups`` (settings labels; None: the reference's, or for a variant label with
+    settings, the label's own): variant label -> (variant, KernelSettings, [groups it serves]), in
+    order. In a group with the segment layout classic runs without it (classic sends nothing by
+    SDMA), so one classic run can serve several groups (``reference`` and ``segment``).
+
+    Raises:
+        ParameterError: a bad variant or settings label (the allowed forms in the message).
+    """
+    out: dict[str, tuple] = {}
+    for group in groups or [None]:
+        for v in variants:
+            base, st = parse_variant_label(v)
+            if group is not None:
+                st = parse_settings(group)
+                if base == "classic":
+                    st = dataclasses.replace(st, segment=False)
+            g = st.label if group is None else parse_settings(group).label
+            label = variant_label(base, st)
+            if label not in out:
+                out[label] = (base, st, [])
+            if g not in out[label][2]:
+                out[label][2].append(g)
+    return out

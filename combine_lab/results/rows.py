@@ -278,7 +278,8 @@ COMPARISON_COLUMNS = [c for m in METRICS for c in (f"{m}_classic_us", f"{m}_doub
 
 
 def compare_rows(rows: Iterable[ResultRow]) -> dict:
-    """One comparison of classic and doubleplane on the same case, from their rows.
+    """One comparison of classic and doubleplane on the same case, from their rows (a row's variant
+    label may carry its kernel settings, ``doubleplane-segment-c4``: docs/variants.md).
 
     Returns a dict with :data:`COMPARISON_COLUMNS`: per metric (comm_only, full_op) both
     variants' times (us; NaN for a variant without a row or that did not run) and the
@@ -287,7 +288,7 @@ def compare_rows(rows: Iterable[ResultRow]) -> dict:
     own (REFUSED, ERROR); ``counters_ok``: every run's counters equal its plan; ``reason``:
     "<variant>: <reason>" of each variant that did not run, joined by "; " ('' when none).
     """
-    by_variant = {r.variant: r for r in rows}
+    by_variant = {r.variant.split("-")[0]: r for r in rows}  # by its combine: classic-c4 is classic's
     nan = float("nan")
 
     def t(variant: str, metric: str) -> float:

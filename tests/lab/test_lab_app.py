@@ -494,3 +494,32 @@ def test_suggest_without_a_plan_says_so(nothing_launches):
     app = TuningApp(targets=["cpu"], **SMALL)
     app.set(topk=99)
     assert app.suggest() is None and "Cannot suggest" in app.message
+
+
+# ---- issue 24 item 4: kernel settings controls ----
+
+def test_settings_controls_mark_bad_values_and_a_run_uses_them(monkeypatch, no_leaks):
+    monkeypatch.delenv("COMBINE_TWIN_SOC", raising=False)
+    app = TuningApp(["cpu"], pes=2, bs=16, h=64, topk=2, expert_per_pe=2, routing_model="hot-expert", skew=0.5,
+                    warmup=0, loops=1, repeats=1, min_sdma_bytes=0)
+    seg, cores = app.controls["segment"], app.controls["cores_per_rank"]
+    assert type(seg).__name__ == "Checkbox" and seg.value is False and cores.value == "1"
+    assert "22 SDMA calls" in app.plan_summary.value and "kernel settings <code>reference</code>" in app.plan_summary.value
+    cores.value = "41"
+    assert "cl-bad" in cores._dom_classes and app.run_button.disabled and app.plan is None
+    assert cores.tooltip == "must be <= 40 cores (the 40 AIV cores of Ascend910B3; at most 48 cores issue SDMA)"
+    assert app.message == ("Cannot plan this case: cores per rank=41: must be <= 40 cores (the 40 AIV cores of "
+                           "Ascend910B3; at most 48 cores issue SDMA). Nothing was run.")
+    cores.value = "4"
+    seg.value = True
+    assert "cl-bad" not in cores._dom_classes and not app.run_button.disabled
+    assert "8 SDMA calls" in app.plan_summary.value and "kernel settings <code>segment-c4</code>" in \
+        app.plan_summary.value
+    assert "not modelled for segment-c4 yet" in app.modelled_html.value and "<svg" not in app.modelled_html.value
+    assert app.run() is not None
+    assert list(app.rows["variant"]) == ["classic-c4", "doubleplane-segment-c4"]
+    assert "<td>16_64_2_4_2, segment-c4</td>" in app.history_html.value
+    assert "kernel settings segment-c4 (run 1)" in app.verdict_html.value
+    assert "<b>doubleplane (MTE + SDMA), segment-c4</b>: x_out" in app.verdict_html.value
+    seg.value = False
+    assert "changed since: segment layout" in app.verdict_html.value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -212,3 +214,146 @@ def test_model_grid_prices_every_case_and_the_segment_sdma_what_if():
     assert at["segment_us"] == pytest.approx(spec["segment_sdma_comm_only_us"])
     # deterministic: the same grid prices the same
     pd.testing.assert_frame_equal(m, sweep.model_grid(grid.specs, model))
+
+
+# ---- issue 24 item 4: kernel settings as one more grid dimension ----
+
+def test_run_sweep_runs_both_variants_under_each_settings_group(monkeypatch, no_leaks):
+    """settings=[reference, segment, c2]: classic runs once for reference and segment (classic has no
+    segment layout) and its rows count in both groups; each run's counters equal its plan's (22 SDMA
+    rows of 256 B: 22 calls per row, 2 with one call per segment); the summary has one row per group."""
+    calls = []
+    real = sweep.runner.run_case
+
+    def spy(prepared, variant, **kw):
+        calls.append((variant, kw["settings"].label))
+        return real(prepared, variant, **kw)
+    monkeypatch.setattr(sweep.runner, "run_case", spy)
+    g = sweep.make_grid([2], [16], [64], [2], [2], ["hot-expert:0.5"])
+    tidy = sweep.run_sweep(g, loops=1, repeats=1, progress=False, settings=["reference", "segment", "c2"],
+                           min_sdma_bytes=0)
+    assert calls == [("classic", "reference"), ("doubleplane", "reference"), ("doubleplane", "segment"),
+                     ("classic", "c2"), ("doubleplane", "c2")]
+    assert list(tidy.columns) == tables.TIDY_COLUMNS and len(tidy) == 6 * 2  # 6 (run, group) pairs x 2 metrics
+    assert (tidy["check"] == "PASS").all() and tidy["counters_ok"].all()
+    comm = tidy[tidy["Metric"] == "comm_only"]
+    got = [(r.variant, r.settings, r.cores_per_rank, r.sdma_bytes, r.sdma_calls) for r in comm.itertuples()]
+    assert got == [("classic", "reference", 1, 0, 0), ("classic", "segment", 1, 0, 0),
+                   ("doubleplane", "reference", 1, 5632, 22), ("doubleplane-segment", "segment", 1, 5632, 2),
+                   ("classic-c2", "c2", 2, 0, 0), ("doubleplane-c2", "c2", 2, 5632, 22)]
+    assert [len(s.split(";")) for s in comm["core_times_us"]] == [2, 2, 2, 2, 4, 4]  # block_dim = pes * cores
+    s = tables.summarize(tidy)
+    assert list(s["settings"]) == ["reference", "segment", "c2"]
+    assert (s["sdma_bytes"] == 5632).all() and s["check_ok"].all() and (s["repeats"] == 1).all()
+    # classic serves reference and segment: the same time in both groups
+    assert s["comm_only_classic_us"].iloc[0] == s["comm_only_classic_us"].iloc[1]
+
+
+def test_sweep_settings_are_checked_before_anything_is_built(monkeypatch):
+    monkeypatch.setattr(sweep.build_mod, "build", lambda *a, **k: pytest.fail("built"))
+    g = sweep.make_grid([2], [8], [64], [2], [2], ["uniform"])
+    allowed = "'reference', 'segment', 'c<N>' or 'segment-c<N>' (N: cores per source rank)"
+    with pytest.raises(ParameterError, match=r"^settings=\['reference', 'segmnt'\]: 'segmnt' is not a settings "
+                                             r"label; each must be " + re.escape(allowed) + "$") as e:
+        sweep.run_sweep(g, settings=["reference", "segmnt"])
+    assert e.value.parameter == "settings"
+    with pytest.raises(ParameterError, match=r"^settings='c0': 'c0' is not a settings label"):
+        sweep.run_sweep(g, settings="c0")
+    monkeypatch.delenv("COMBINE_TWIN_SOC", raising=False)
+    with pytest.raises(ParameterError, match=re.escape(
+            "settings='segment-c41': 'segment-c41': cores_per_rank=41: must be an int in [1, 40] (the 40 AIV "
+            "cores of Ascend910B3; at most 48 cores issue SDMA)")):
+        sweep.run_sweep(g, settings="segment-c41")
+    assert sweep.check_settings('["reference", "segment-c4", "reference"]') == ["reference", "segment-c4"]
+    assert sweep.check_settings("SEGMENT-c1") == ["segment"]
+    monkeypatch.setenv("COMBINE_TWIN_SOC", "Ascend910B2")
+    assert sweep.check_settings("c48") == ["c48"]
+
+
+def test_model_grid_prices_other_settings_only_where_the_model_takes_them(monkeypatch):
+    """The reference's settings price as before, in group 'reference'; others raise NotModelled (the
+    model's replay has no settings= keyword yet), and once a replay takes it, it is called with them:
+    classic without the segment layout, doubleplane with it."""
+    from combine_lab.lab import pricing
+    from combine_lab.model.machines import load_model
+    from combine_lab.planning.settings import KernelSettings
+    grid = sweep.make_grid([2], [64], [8192], [2], [2], ["hot-expert:0.5"])
+    model = load_model("a2")
+    ref = sweep.model_grid(grid, model)
+    assert list(ref["settings"]) == ["reference"]
+    pd.testing.assert_frame_equal(ref, sweep.model_grid(grid, model, settings="reference"))
+    with pytest.raises(pricing.NotModelled, match=r"^settings='segment-c4': not modelled for segment-c4 yet \(the "
+                                                  r"timing model prices the reference's settings only") as e:
+        sweep.model_grid(grid, model, settings="segment-c4")
+    assert e.value.parameter == "settings" and e.value.label == "segment-c4"
+    with pytest.raises(ParameterError, match="settings=\\['c0'\\]: 'c0' is not a settings label"):
+        sweep.model_grid(grid, model, settings="c0")
+    seen = []
+    real = sweep.replay
+
+    def replay_with_settings(rows, sdma, model, sdma_mode="row", settings=None):
+        seen.append((settings, sdma_mode))
+        return real(rows, sdma, model, sdma_mode)
+    monkeypatch.setattr(sweep, "replay", replay_with_settings)
+    m = sweep.model_grid(grid, model, settings="segment-c4")
+    assert seen == [(KernelSettings(False, 4), "row"), (KernelSettings(True, 4), "row"),
+                    (KernelSettings(True, 4), "segment")]
+    assert list(m["settings"]) == ["segment-c4"] and m["comm_only_speedup"].iloc[0] == ref["comm_only_speedup"].iloc[0]
+    # the verdict takes no settings: no range over the unknowns is shown for them, and the outcome says so
+    assert np.isnan(m["comm_only_speedup_lo"].iloc[0]) and np.isnan(m["comm_only_speedup_hi"].iloc[0])
+    assert sweep.modelled_outcomes(m, "a2").endswith("; 1 without a range over the unknowns (not modelled for them).")
+
+
+def test_priced_says_why_a_model_refuses_settings():
+    from combine_lab.lab.pricing import NotModelled, not_modelled_text, priced
+
+    def model_fn(x, settings=None):
+        if settings is not None and settings.segment:
+            raise ParameterError(f"settings={settings.label!r}: the segment layout is not priced", parameter="settings")
+        return (x, settings.label if settings else None)
+    assert priced(model_fn, "reference", 3) == (3, None)  # the reference's: called as the model has it
+    assert priced(model_fn, "c6", 3) == (3, "c6")
+    with pytest.raises(NotModelled, match=re.escape("settings='segment': not modelled for segment yet "
+                                                    "(settings='segment': the segment layout is not priced)")):
+        priced(model_fn, "segment", 3)
+    assert not_modelled_text("c4") == "not modelled for c4 yet"
+
+
+def test_sweep_figures_group_by_settings():
+    """Two settings groups: one row of heatmap panels each, titled by routing and group; the share
+    plot labels each (routing, group); the times figure has one row per case and group, in us."""
+    from combine_lab.lab import plots
+    ref = _fake_tidy([("b", "zipf:1", 8, 64, [10.0, 10.0], [5.0, 4.0], 0.5)])
+    c4 = _fake_tidy([("b", "zipf:1", 8, 64, [8.0, 8.0], [2.0, 2.0], 0.5)])
+    c4["variant"] = c4["variant"] + "-c4"
+    tidy = pd.concat([ref.assign(settings="reference"), c4.assign(settings="c4")], ignore_index=True)
+    s = tables.summarize(tidy)
+    assert list(s["settings"]) == ["reference", "c4"] and list(s["comm_only_speedup"]) == [2.25, 4.0]
+    fig = plots.sweep_heatmaps(s, where="measured on cpu (the twin)")
+    titles = [a.get_title() for a in fig.axes if a.get_title()]
+    assert titles == ["zipf:1, settings reference", "zipf:1, settings c4"]
+    assert "per kernel settings group (reference, c4: classic and doubleplane under the same settings)" in \
+        fig._suptitle.get_text().replace("\n", " ")
+    assert [a.get_title() for a in plots.sweep_heatmaps(s.iloc[:1]).axes if a.get_title()] == ["zipf:1"]
+    share = plots.sdma_share_plot(s).axes[0]
+    assert [t.get_text() for t in share.get_legend().get_texts()][-2:] == ["zipf:1, settings reference",
+                                                                          "zipf:1, settings c4"]
+    ax = plots.settings_times(s, where="measured on cpu (the twin)").axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["zipf:1 b\nsettings reference", "zipf:1 b\nsettings c4"]
+    assert ax.get_xlabel() == "comm_only time, CoreMaxTime of the slowest PE (us)"
+    widths = sorted(round(p.get_width(), 3) for p in ax.patches)
+    assert widths == [2.0, 4.5, 8.0, 10.0]  # medians: c4 doubleplane, reference doubleplane, c4 classic, classic
+
+
+def test_model_settings_prices_the_reference_and_says_which_settings_are_not_modelled():
+    from combine_lab.model.machines import load_model
+    grid = sweep.make_grid([2], [64], [8192], [2], [2], ["hot-expert:0.5"])
+    model = load_model("a2")
+    m, refused = sweep.model_settings(grid, model, settings=["segment-c4", "reference", "c2"])
+    pd.testing.assert_frame_equal(m, sweep.model_grid(grid, model))  # the reference's, always
+    assert refused == {"segment-c4": "not modelled for segment-c4 yet (the timing model prices the reference's "
+                                     "settings only: one core per source rank, one SDMA call per row)",
+                       "c2": "not modelled for c2 yet (the timing model prices the reference's settings only: one "
+                             "core per source rank, one SDMA call per row)"}
+    with pytest.raises(ParameterError, match="'segmnt' is not a settings label"):
+        sweep.model_settings(grid, model, settings="segmnt")

@@ -26,6 +26,7 @@ from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows
 from combine_lab.model.suggest import suggest
 from combine_lab.planning.planner import plan
+from combine_lab.planning.settings import KernelSettings
 from combine_lab.run import build as build_mod
 from combine_lab.run.launch import LaunchError
 
@@ -287,7 +288,8 @@ def test_run_goes_through_execute_once_and_failures_clear_the_run_views(monkeypa
     assert s.run_error == "LaunchError: PE 1 exited with status 3" and not s.running
     assert calls == [("build", "cpu"), ("compare", {"warmup": 0, "loops": 1, "target": "cpu",
                                                     "min_sdma_bytes": 2 << 20, "prof_pe": "all", "repeats": 1,
-                                                    "timeout_s": s.timeout_s, "on_launch": calls[1][1]["on_launch"]})]
+                                                    "timeout_s": s.timeout_s, "on_launch": calls[1][1]["on_launch"],
+                                                    "settings": KernelSettings()})]
     assert s.history.empty and s.verdict() is None and s.counters() is None and "compare" not in s.figures
     # the harness is one method: another one is swapped in there
     request = s.prepare_run()
@@ -312,3 +314,83 @@ def test_the_modelled_panel_gives_the_verdict_over_engines_and_refuses_a_machine
     assert "modelled" not in s.figures
     s.set(model="a3")
     assert s.modelled["model"] == "a3" and "refused" not in s.modelled
+
+
+# ---- issue 24 item 4: kernel settings in the tuning app ----
+
+def _settings_state(**kw):
+    return TuningState(["cpu"], pes=2, bs=16, h=64, topk=2, expert_per_pe=2, routing_model="hot-expert", skew=0.5,
+                       warmup=0, loops=1, repeats=1, min_sdma_bytes=0, **kw)
+
+
+def test_settings_are_values_checked_like_the_others(monkeypatch):
+    monkeypatch.delenv("COMBINE_TWIN_SOC", raising=False)
+    s = _settings_state()
+    assert s.settings == KernelSettings() and int(s.plan.totals["sdma_calls"].sum()) == 22  # one call per SDMA row
+    assert s.modelled["settings"] == "reference" and s.modelled["classic_us"] > 0
+    s.set(cores_per_rank=41, segment="on")
+    assert s.plan is None and s.settings is None and s.run_refusal().startswith("2 values cannot be used")
+    assert [str(p) for p in s.problems] == [
+        "segment layout='on': not offered here (offered: False, True)",
+        "cores per rank=41: must be <= 40 cores (the 40 AIV cores of Ascend910B3; at most 48 cores issue SDMA)"]
+    s.set(cores_per_rank=0, segment=True)
+    assert [str(p) for p in s.problems] == ["cores per rank=0: must be >= 1"]
+    monkeypatch.setenv("COMBINE_TWIN_SOC", "Ascend910B2")
+    s.set(cores_per_rank=48)
+    assert s.problems == [] and s.settings == KernelSettings(True, 48) and s.cores_limit() == 48
+    s.set(cores_per_rank=4)
+    # the rule's planes stay; the calls are the segment variant's: one per non-empty chunk of each SDMA segment
+    assert len(s.sdma_table) == 2 and int(s.plan.totals["sdma_calls"].sum()) == 8
+    assert s.plan.settings.label == "segment-c4"
+    assert s.modelled["not_modelled"] == ("not modelled for segment-c4 yet (the timing model prices the reference's "
+                                          "settings only: one core per source rank, one SDMA call per row)")
+    assert "classic_us" not in s.modelled and "modelled" not in s.figures and s.suggestion is None
+    assert s.suggest() is None and s.message == "Cannot suggest a floor on a3: " + s.modelled["not_modelled"]
+
+
+def test_a_run_uses_the_settings_and_history_carries_their_label(no_leaks):
+    s = _settings_state(segment=True, cores_per_rank=4)
+    runs = s.run()
+    assert list(runs) == ["classic-c4", "doubleplane-segment-c4"]
+    assert list(s.rows["variant"]) == ["classic-c4", "doubleplane-segment-c4"]
+    assert list(s.rows["settings"]) == ["segment-c4"] * 2 and list(s.rows["cores_per_rank"]) == [4, 4]
+    assert list(s.rows["sdma_calls"]) == [0, 8] and list(s.rows["sdma_bytes"]) == [0, 5632]
+    h = s.history.iloc[-1]
+    assert h["settings"] == "segment-c4" and h["check"] == "PASS" and h["counters_ok"]
+    assert np.isfinite(h["comm_only_speedup"]) and h["sdma_share"] == pytest.approx(5632 / 16384)
+    v = s.verdict()
+    assert v["settings"] == "segment-c4"
+    assert [(i["variant"], i["combine"], i["name"]) for i in v["variants"]] == [
+        ("classic-c4", "classic", "classic (MTE only), c4"),
+        ("doubleplane-segment-c4", "doubleplane", "doubleplane (MTE + SDMA), segment-c4")]
+    c = s.counters()
+    assert list(c["variant"]) == ["classic-c4"] * 2 + ["doubleplane-segment-c4"] * 2
+    assert list(c["sdma_puts"]) == [0, 0, 4, 4]
+    s.set(segment=False)
+    assert s.stale_views == list(RUN_VIEWS) and s.stale_reason() == "changed since: segment layout"
+    snap = s.snapshot()
+    assert snap["values"]["segment"] is False and snap["values"]["cores_per_rank"] == 4
+    assert snap["history"][0]["settings"] == "segment-c4"
+
+
+def test_modelled_panel_prices_settings_once_the_model_takes_them(monkeypatch):
+    """Where replay and suggest take settings=, the panel shows their numbers under the settings' label."""
+    seen = []
+
+    def replay_with(rows, sdma, model, sdma_mode="row", settings=None):
+        seen.append(settings)
+        return replay(rows, sdma, model, sdma_mode)
+
+    def suggest_with(rows, model, metric="comm_only", what_if=None, unknowns=True, settings=None):
+        seen.append(("suggest", settings))
+        return suggest(rows, model, metric, what_if, unknowns)
+    monkeypatch.setattr(tuning, "replay", replay_with)
+    monkeypatch.setattr(tuning, "model_suggest", suggest_with)
+    ref = _settings_state()
+    assert seen == [("suggest", None)]  # the reference's: as the model has it (stage 1 for its two numbers)
+    seen.clear()
+    s = _settings_state(cores_per_rank=2)
+    assert seen == [KernelSettings(False, 2), KernelSettings(False, 2), ("suggest", KernelSettings(False, 2))]
+    assert s.modelled["settings"] == "c2" and s.modelled["engines_line"] == ""
+    assert s.modelled["classic_us"] == pytest.approx(ref.modelled["classic_us"])  # the stand-in prices the reference
+    assert s.suggestion is not None and "modelled" in s.figures
