@@ -38,8 +38,9 @@
 # `c<N>` (N AIV cores per source rank) and `segment-c<N>`. Classic and doubleplane run under each
 # group (`classic-c4` beside `doubleplane-segment-c4` in group `segment-c4`; classic has no segment
 # layout), every table and figure below is grouped by it, and speed-ups compare the two variants
-# of the same group. The model prices other settings only once it knows them; until then their
-# modelled figures say "not modelled for <label> yet".
+# of the same group. The model prices each group the same way, against the group's own classic;
+# settings the model's SoC cannot run (more cores per rank than it has) say "not modelled for
+# <label>" and why.
 #
 # **Only cases with SDMA traffic say anything about doubleplane.** When the decision rule picks
 # no segment (all segments below `min_sdma_bytes`, or none above its PE's remote average), the
@@ -211,8 +212,9 @@ display(tables.readable(lost))
 # first), and the outcome line says how many cases win or lose throughout that range and how many
 # turn on it (a win needs more than the model's resolution, 5 %). Same axes as the twin's heatmaps
 # above; then the same grid at `model_pes` PEs, where a PE's engines serve many cores. The
-# reference's settings are always priced; each other settings group only once the model prices it
-# (`sweep.model_settings`), else it says "not modelled for <label> yet".
+# reference's settings are always priced, and each other settings group its SoC can run
+# (`sweep.model_settings`; the what-if of one SDMA call per segment is the reference's only); a
+# group it cannot run says "not modelled for <label> yet" and why.
 
 # %%
 machine = load_model(model)

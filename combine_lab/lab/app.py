@@ -74,6 +74,7 @@ from traitlets import Int, TraitError, Unicode
 from ..errors import ParameterError, SpecError
 from ..model.machines import NpuModel
 from ..model.suggest import Suggestion
+from ..model.unknowns import RESOLUTION
 from ..run.capabilities import detect
 from . import plots, svg, tuning
 from .tuning import (FIELDS, HISTORY_COLUMNS, MODELS, ROUTING_MODELS, ROWS_COLUMNS, RUN_ERRORS, RUN_INPUTS,
@@ -862,10 +863,13 @@ class TuningApp:
             self.assumed_html.value = self._assumed_table(st.model())
             return
         sp = m["speedup"]
+        names = m.get("labels", {"classic": "classic", "doubleplane": "doubleplane"})
         faster = ("a tie: SDMA changes nothing here, modelled" if abs(sp - 1) < 1e-9 else
-                  "doubleplane faster" if sp > 1 else "doubleplane slower")
+                  f"a tie: within the model's resolution ({RESOLUTION:.0%})" if abs(sp - 1) <= RESOLUTION else
+                  f"{names['doubleplane']} faster" if sp > 1 else f"{names['doubleplane']} slower")
         line = (f"<div class='cl-modelled-line' style='font-size:13px'>At floor {m['floor']:,} B: modelled comm_only "
-                f"<b>{m['doubleplane_us']:,.1f} us</b> with doubleplane, {m['classic_us']:,.1f} us with classic: "
+                f"<b>{m['doubleplane_us']:,.1f} us</b> with {html.escape(names['doubleplane'])}, "
+                f"{m['classic_us']:,.1f} us with {html.escape(names['classic'])}: "
                 f"speed-up {sp:.3f} ({faster}); kernel settings {html.escape(m.get('settings', 'reference'))}; "
                 f"<i>{html.escape(self._model_line(st.model()))}</i>.</div>")
         if m.get("engines_line"):  # the verdict over the unknown that moves it most

@@ -44,21 +44,26 @@ class NotModelled(ParameterError):
 def priced(fn: Callable[..., Any], settings: KernelSettings | str | None, *args, **kwargs) -> Any:
     """``fn(*args, **kwargs)`` of the model for kernel ``settings``: for the reference's exactly as
     the model has it; for other settings with ``settings=`` (a KernelSettings) when ``fn`` takes
-    that keyword.
+    that keyword, else with its first argument, the case's CaseRows, under those settings
+    (``CaseRows.with_settings``: ``replay`` and ``verdict`` price the settings their rows carry).
 
     Raises:
-        NotModelled: ``fn`` takes no ``settings`` keyword, or raised a ParameterError for these
-            settings (its message kept as ``why``).
+        NotModelled: ``fn`` takes neither, or the model raised a ParameterError for these settings
+            (its message kept as ``why``).
         ParameterError: a settings label that is not one (docs/variants.md).
     """
+    from ..model.stream import CaseRows
+
     st = parse_settings(settings)
     if st.is_reference:
         return fn(*args, **kwargs)
-    if "settings" not in inspect.signature(fn).parameters:
-        raise NotModelled(st.label)
     try:
-        return fn(*args, settings=st, **kwargs)
+        if "settings" in inspect.signature(fn).parameters:
+            return fn(*args, settings=st, **kwargs)
+        if args and isinstance(args[0], CaseRows):
+            return fn(args[0].with_settings(st), *args[1:], **kwargs)
     except NotModelled:
         raise
     except ParameterError as e:  # the model refuses these settings: said, never priced as the reference
         raise NotModelled(st.label, str(e)) from e
+    raise NotModelled(st.label)

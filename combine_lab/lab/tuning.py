@@ -763,9 +763,15 @@ class TuningState:
             if rows.pes * rows.counts.shape[1] <= AUTO_SUGGEST_SEGMENTS:
                 self.suggestion = priced(model_suggest, vs["doubleplane"], rows, model, "comm_only")
                 self._suggestion_key = key
+        small = rows.pes * rows.counts.shape[1] <= AUTO_SUGGEST_SEGMENTS
+        # against this group's own classic (classic-c4 for segment-c4), as the speed-up beside it
+        engines = (engines_line(floor, priced(engines_curve, vs["doubleplane"], rows, model, floor,
+                                              baseline=vs["classic"]), variant_label("doubleplane", vs["doubleplane"]))
+                   if small and rows.sdma("doubleplane", floor).any() else "")
         self.modelled = {"model": model.name, "caption": model.caption(), "floor": floor, "classic_us": classic,
                          "doubleplane_us": dual, "speedup": classic / dual if dual > 0 else float("nan"),
-                         "curve": self.suggestion is not None, "engines_line": "", "settings": st.label}
+                         "curve": self.suggestion is not None, "engines_line": engines, "settings": st.label,
+                         "labels": {v: variant_label(v, s) for v, s in vs.items()}}
         self._set_modelled_figure()
 
     def _set_modelled_figure(self) -> None:

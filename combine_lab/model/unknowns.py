@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..planning.settings import REFERENCE, variant_label
+from ..errors import ParameterError
+from ..planning.settings import REFERENCE, KernelSettings, parse_settings, variant_label
 from .machines import NpuModel
 from .replay import settings_args, stage1
 from .stream import CaseRows
@@ -104,20 +105,22 @@ def engines_line(floor: int, engines: pd.DataFrame, label: str = "doubleplane") 
     return f"{label} at floor {int(floor)} B: " + ", ".join(parts) + f" SDMA engines: {tail}"
 
 
-def _speedups(rows: CaseRows, mask: np.ndarray, models: list[NpuModel], cache: dict | None = None) -> np.ndarray:
+def _speedups(rows: CaseRows, mask: np.ndarray, models: list[NpuModel], cache: dict | None = None,
+              baseline: KernelSettings = REFERENCE) -> np.ndarray:
     """classic / doubleplane comm_only of the slowest PE under each model, plan ``mask``; the
-    classic times in ``cache``, by the values the classic plan reads. Classic is the reference's
-    (one core per source rank); doubleplane runs under ``rows.settings`` (a classic setting, such
-    as ``c6``, with an all-False ``mask``)."""
+    classic times in ``cache``, by the values the classic plan reads. Classic runs under
+    ``baseline`` (default the reference's: one core per source rank); doubleplane under
+    ``rows.settings`` (a classic setting, such as ``c6``, with an all-False ``mask``)."""
     P = rows.pes
     cache = {} if cache is None else cache
     pe_of = np.arange(P)
-    base = rows.with_settings(REFERENCE)
+    base = rows.with_settings(baseline)
     out = []
     for m in models:
-        key = tuple((n, p.value) for n, p in m.params.items() if not n.endswith(_SDMA_ONLY))
+        key = (baseline.label,) + tuple((n, p.value) for n, p in m.params.items() if not n.endswith(_SDMA_ONLY))
         if key not in cache:
-            comm, _ = stage1(base.counts, np.zeros_like(mask), pe_of, P, base.block_dim, base.epp, base.row_bytes, m)
+            comm, _ = stage1(base.counts, np.zeros_like(mask), pe_of, P, base.block_dim, base.epp, base.row_bytes, m,
+                             **settings_args(base))
             cache[key] = float(comm.max())
         comm, _ = stage1(rows.counts, mask, pe_of, P, rows.block_dim, rows.epp, rows.row_bytes, m,
                          **settings_args(rows))
@@ -126,22 +129,31 @@ def _speedups(rows: CaseRows, mask: np.ndarray, models: list[NpuModel], cache: d
 
 
 def engines_curve(rows: CaseRows, model: NpuModel, floor: int, cache: dict | None = None,
-                  variant: str = "doubleplane") -> pd.DataFrame:
-    """The speed-up of ``variant`` (under ``rows.settings``) at ``floor`` over the reference's classic
-    at each engine count of :data:`ENGINES` (DataFrame: engines, speedup), the rest nominal."""
+                  variant: str = "doubleplane", *, baseline: KernelSettings | str | None = None) -> pd.DataFrame:
+    """The speed-up of ``variant`` (under ``rows.settings``) at ``floor`` over classic under
+    ``baseline`` (default the reference's) at each engine count of :data:`ENGINES` (DataFrame:
+    engines, speedup), the rest nominal."""
     mask = rows.sdma(variant, int(floor))
-    s = _speedups(rows, mask, [model.with_values(sdma_engines=float(e)) for e in ENGINES], cache)
+    s = _speedups(rows, mask, [model.with_values(sdma_engines=float(e)) for e in ENGINES], cache,
+                  parse_settings(baseline))
     return pd.DataFrame({"engines": ENGINES, "speedup": s})
 
 
-def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doubleplane") -> Verdict:
+def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doubleplane", *,
+            baseline: KernelSettings | str | None = None) -> Verdict:
     """The :class:`Verdict` of ``variant`` at ``floor`` (bytes) for ``rows``' case on ``model``, under
-    the kernel settings of ``rows`` (docs/variants.md), against the reference's classic (one core per
-    source rank, MTE only).
+    the kernel settings of ``rows`` (docs/variants.md), against classic under ``baseline`` (default
+    the reference's: one core per source rank, MTE only; a sweep's settings group compares with its
+    own classic, e.g. ``c4`` for ``segment-c4``).
 
     Raises:
-        ParameterError: as the model's :meth:`~.machines.NpuModel.pair_class` (too many PEs).
+        ParameterError: as the model's :meth:`~.machines.NpuModel.pair_class` (too many PEs); a
+            ``baseline`` that is no settings label, or a segment layout (classic has none).
     """
+    baseline = parse_settings(baseline)
+    if baseline.segment:
+        raise ParameterError(f"baseline={baseline.label!r}: classic has no segment layout; one of 'reference', 'c<N>'",
+                             parameter="baseline", value=baseline.label)
     mask = rows.sdma(variant, int(floor))
     cache: dict = {}
     ranged = [n for n in model.assumed if n != "sdma_engines" and n not in STAGE2_ONLY]
@@ -150,7 +162,7 @@ def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doublep
     for n in ranged:
         lo, hi = model.params[n].range
         trials += [model.with_values(**{n: lo}), model.with_values(**{n: hi})]
-    s = _speedups(rows, mask, trials, cache)
+    s = _speedups(rows, mask, trials, cache, baseline)
     nominal, eng = float(s[0]), s[1:1 + len(ENGINES)]
     ends = s[1 + len(ENGINES):].reshape(-1, 2)
     # the corners: each parameter at the end that favours doubleplane (then the other)
@@ -158,7 +170,7 @@ def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doublep
     hurt = {n: model.params[n].range[int(np.argmin(e))] for n, e in zip(ranged, ends)}
     lo_e, hi_e = ENGINES[int(np.argmin(eng))], ENGINES[int(np.argmax(eng))]
     corners = _speedups(rows, mask, [model.with_values(**hurt, sdma_engines=float(lo_e)),
-                                     model.with_values(**favour, sdma_engines=float(hi_e))], cache)
+                                     model.with_values(**favour, sdma_engines=float(hi_e))], cache, baseline)
     sens = [{"parameter": "sdma_engines", "low": float(ENGINES[0]), "high": float(ENGINES[-1]),
              "speedup_at_low": float(eng[0]), "speedup_at_high": float(eng[-1]),
              "spread": abs(math.log(eng.max() / eng.min()))}]

@@ -14,6 +14,8 @@ from combine_lab.errors import ParameterError, SpecError  # noqa: E402
 from combine_lab.lab import app as app_mod  # noqa: E402
 from combine_lab.lab import tuning  # noqa: E402
 from combine_lab.lab.app import TuningApp, routing_string  # noqa: E402
+from combine_lab.model.replay import replay  # noqa: E402
+from combine_lab.model.stream import case_rows  # noqa: E402
 from combine_lab.planning.planner import plan  # noqa: E402
 from combine_lab.run import build as build_mod  # noqa: E402
 from combine_lab import harness  # noqa: E402
@@ -515,7 +517,18 @@ def test_settings_controls_mark_bad_values_and_a_run_uses_them(monkeypatch, no_l
     assert "cl-bad" not in cores._dom_classes and not app.run_button.disabled
     assert "8 SDMA calls" in app.plan_summary.value and "kernel settings <code>segment-c4</code>" in \
         app.plan_summary.value
-    assert "not modelled for segment-c4 yet" in app.modelled_html.value and "<svg" not in app.modelled_html.value
+    # modelled under the settings, against the group's own classic, named so; the engine line likewise
+    m = app.state.modelled
+    assert m["settings"] == "segment-c4" and m["labels"] == {"classic": "classic-c4",
+                                                              "doubleplane": "doubleplane-segment-c4"}
+    rows = case_rows(app.state.case, app.state.model().soc)
+    dual = replay(rows.with_settings("segment-c4"), rows.sdma("doubleplane", 0), app.state.model())
+    classic = replay(rows.with_settings("c4"), rows.sdma("classic", 0), app.state.model())
+    assert m["doubleplane_us"] == pytest.approx(float(dual.core_max("comm_only").max()), rel=1e-12)
+    assert m["classic_us"] == pytest.approx(float(classic.core_max("comm_only").max()), rel=1e-12)
+    shown = html.unescape(app.modelled_html.value)
+    assert f"{m['doubleplane_us']:,.1f} us</b> with doubleplane-segment-c4, {m['classic_us']:,.1f} us with classic-c4" in shown
+    assert "doubleplane-segment-c4 at floor 0 B: " in shown
     assert app.run() is not None
     assert list(app.rows["variant"]) == ["classic-c4", "doubleplane-segment-c4"]
     assert "<td>16_64_2_4_2, segment-c4</td>" in app.history_html.value

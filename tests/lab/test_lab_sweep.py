@@ -270,38 +270,40 @@ def test_sweep_settings_are_checked_before_anything_is_built(monkeypatch):
     assert sweep.check_settings("c48") == ["c48"]
 
 
-def test_model_grid_prices_other_settings_only_where_the_model_takes_them(monkeypatch):
-    """The reference's settings price as before, in group 'reference'; others raise NotModelled (the
-    model's replay has no settings= keyword yet), and once a replay takes it, it is called with them:
-    classic without the segment layout, doubleplane with it."""
+def test_model_grid_prices_other_settings_only_where_the_model_takes_them():
+    """The reference's settings price as before, in group 'reference'; a group's classic runs without
+    the segment layout and its doubleplane with it, both priced on the model under those settings
+    (the model's own replay of rows with those settings), the band over the unknowns against the
+    group's own classic; settings the model's SoC cannot run are NotModelled, said with its reason."""
     from combine_lab.lab import pricing
     from combine_lab.model.machines import load_model
-    from combine_lab.planning.settings import KernelSettings
+    from combine_lab.model.replay import replay
+    from combine_lab.model.stream import case_rows
+    from combine_lab.model.unknowns import verdict
     grid = sweep.make_grid([2], [64], [8192], [2], [2], ["hot-expert:0.5"])
     model = load_model("a2")
     ref = sweep.model_grid(grid, model)
     assert list(ref["settings"]) == ["reference"]
     pd.testing.assert_frame_equal(ref, sweep.model_grid(grid, model, settings="reference"))
-    with pytest.raises(pricing.NotModelled, match=r"^settings='segment-c4': not modelled for segment-c4 yet \(the "
-                                                  r"timing model prices the reference's settings only") as e:
-        sweep.model_grid(grid, model, settings="segment-c4")
-    assert e.value.parameter == "settings" and e.value.label == "segment-c4"
+    m = sweep.model_grid(grid, model, settings="segment-c4")
+    rows = case_rows(sweep.make_case(grid.specs[0]), model.soc)
+    classic = float(replay(rows.with_settings("c4"), rows.sdma("classic", 0), model).core_max("comm_only").max())
+    dual = float(replay(rows.with_settings("segment-c4"), rows.sdma("doubleplane", 2 << 20), model)
+                 .core_max("comm_only").max())
+    assert list(m["settings"]) == ["segment-c4"]
+    assert m["comm_only_classic_us"].iloc[0] == pytest.approx(classic, rel=1e-12)
+    assert m["comm_only_doubleplane_us"].iloc[0] == pytest.approx(dual, rel=1e-12)
+    assert m["comm_only_speedup"].iloc[0] == pytest.approx(classic / dual, rel=1e-12)
+    band = verdict(rows.with_settings("segment-c4"), model, 2 << 20, baseline="c4")
+    assert (m["comm_only_speedup_lo"].iloc[0], m["comm_only_speedup_hi"].iloc[0]) == (band.low, band.high)
+    assert band.low <= classic / dual <= band.high and band.nominal == pytest.approx(classic / dual, rel=1e-12)
+    assert np.isnan(m["segment_sdma_comm_only_us"].iloc[0])  # the what-if is the reference's, not a group's
+    with pytest.raises(pricing.NotModelled, match=r"^settings='c41': not modelled for c41 yet \(cores_per_rank=41: "
+                                                  r"must be an int in \[1, 40\] \(the 40 AIV cores of Ascend910B3") as e:
+        sweep.model_grid(grid, model, settings="c41")
+    assert e.value.parameter == "settings" and e.value.label == "c41"
     with pytest.raises(ParameterError, match="settings=\\['c0'\\]: 'c0' is not a settings label"):
         sweep.model_grid(grid, model, settings="c0")
-    seen = []
-    real = sweep.replay
-
-    def replay_with_settings(rows, sdma, model, sdma_mode="row", settings=None):
-        seen.append((settings, sdma_mode))
-        return real(rows, sdma, model, sdma_mode)
-    monkeypatch.setattr(sweep, "replay", replay_with_settings)
-    m = sweep.model_grid(grid, model, settings="segment-c4")
-    assert seen == [(KernelSettings(False, 4), "row"), (KernelSettings(True, 4), "row"),
-                    (KernelSettings(True, 4), "segment")]
-    assert list(m["settings"]) == ["segment-c4"] and m["comm_only_speedup"].iloc[0] == ref["comm_only_speedup"].iloc[0]
-    # the verdict takes no settings: no range over the unknowns is shown for them, and the outcome says so
-    assert np.isnan(m["comm_only_speedup_lo"].iloc[0]) and np.isnan(m["comm_only_speedup_hi"].iloc[0])
-    assert sweep.modelled_outcomes(m, "a2").endswith("; 1 without a range over the unknowns (not modelled for them).")
 
 
 def test_priced_says_why_a_model_refuses_settings():
@@ -349,11 +351,12 @@ def test_model_settings_prices_the_reference_and_says_which_settings_are_not_mod
     from combine_lab.model.machines import load_model
     grid = sweep.make_grid([2], [64], [8192], [2], [2], ["hot-expert:0.5"])
     model = load_model("a2")
-    m, refused = sweep.model_settings(grid, model, settings=["segment-c4", "reference", "c2"])
-    pd.testing.assert_frame_equal(m, sweep.model_grid(grid, model))  # the reference's, always
-    assert refused == {"segment-c4": "not modelled for segment-c4 yet (the timing model prices the reference's "
-                                     "settings only: one core per source rank, one SDMA call per row)",
-                       "c2": "not modelled for c2 yet (the timing model prices the reference's settings only: one "
-                             "core per source rank, one SDMA call per row)"}
+    m, refused = sweep.model_settings(grid, model, settings=["segment-c4", "reference", "c2", "c41"])
+    assert list(m["settings"]) == ["reference", "segment-c4", "c2"]  # the reference's first, always
+    pd.testing.assert_frame_equal(m[m["settings"] == "reference"], sweep.model_grid(grid, model))
+    pd.testing.assert_frame_equal(m[m["settings"] == "c2"].reset_index(drop=True),
+                                  sweep.model_grid(grid, model, settings="c2"))
+    assert refused == {"c41": "not modelled for c41 yet (cores_per_rank=41: must be an int in [1, 40] (the 40 AIV "
+                              "cores of Ascend910B3; at most 48 cores issue SDMA))"}
     with pytest.raises(ParameterError, match="'segmnt' is not a settings label"):
         sweep.model_settings(grid, model, settings="segmnt")

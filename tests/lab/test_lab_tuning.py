@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import host_processes
 
@@ -25,6 +26,7 @@ from combine_lab.model.machines import load_model
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows
 from combine_lab.model.suggest import suggest
+from combine_lab.model.unknowns import engines_curve, engines_line
 from combine_lab.planning.planner import plan
 from combine_lab.planning.settings import KernelSettings
 from combine_lab.run import build as build_mod
@@ -342,10 +344,14 @@ def test_settings_are_values_checked_like_the_others(monkeypatch):
     # the rule's planes stay; the calls are the segment variant's: one per non-empty chunk of each SDMA segment
     assert len(s.sdma_table) == 2 and int(s.plan.totals["sdma_calls"].sum()) == 8
     assert s.plan.settings.label == "segment-c4"
-    assert s.modelled["not_modelled"] == ("not modelled for segment-c4 yet (the timing model prices the reference's "
-                                          "settings only: one core per source rank, one SDMA call per row)")
+    assert s.modelled["settings"] == "segment-c4" and "modelled" in s.figures  # a3 prices them (48 AIV cores a die)
+    # 48 cores per rank on a2's Ascend910B3 (40 AIV cores): the twin here can run it, a2 cannot; said, no number
+    s.set(model="a2", cores_per_rank=48)
+    assert s.problems == [] and s.plan is not None
+    assert s.modelled["not_modelled"] == ("not modelled for segment-c48 yet (cores_per_rank=48: must be an int in "
+                                          "[1, 40] (the 40 AIV cores of Ascend910B3; at most 48 cores issue SDMA))")
     assert "classic_us" not in s.modelled and "modelled" not in s.figures and s.suggestion is None
-    assert s.suggest() is None and s.message == "Cannot suggest a floor on a3: " + s.modelled["not_modelled"]
+    assert s.suggest() is None and s.message == "Cannot suggest a floor on a2: " + s.modelled["not_modelled"]
 
 
 def test_a_run_uses_the_settings_and_history_carries_their_label(no_leaks):
@@ -373,24 +379,20 @@ def test_a_run_uses_the_settings_and_history_carries_their_label(no_leaks):
     assert snap["history"][0]["settings"] == "segment-c4"
 
 
-def test_modelled_panel_prices_settings_once_the_model_takes_them(monkeypatch):
-    """Where replay and suggest take settings=, the panel shows their numbers under the settings' label."""
-    seen = []
-
-    def replay_with(rows, sdma, model, sdma_mode="row", settings=None):
-        seen.append(settings)
-        return replay(rows, sdma, model, sdma_mode)
-
-    def suggest_with(rows, model, metric="comm_only", what_if=None, unknowns=True, settings=None):
-        seen.append(("suggest", settings))
-        return suggest(rows, model, metric, what_if, unknowns)
-    monkeypatch.setattr(tuning, "replay", replay_with)
-    monkeypatch.setattr(tuning, "model_suggest", suggest_with)
-    ref = _settings_state()
-    assert seen == [("suggest", None)]  # the reference's: as the model has it (stage 1 for its two numbers)
-    seen.clear()
+def test_modelled_panel_prices_settings_against_their_own_classic():
+    """Under settings c2 the panel's two numbers are the model's replay of classic-c2 and
+    doubleplane-c2, its engine line against classic-c2, its curve suggest's under c2."""
     s = _settings_state(cores_per_rank=2)
-    assert seen == [KernelSettings(False, 2), KernelSettings(False, 2), ("suggest", KernelSettings(False, 2))]
-    assert s.modelled["settings"] == "c2" and s.modelled["engines_line"] == ""
-    assert s.modelled["classic_us"] == pytest.approx(ref.modelled["classic_us"])  # the stand-in prices the reference
-    assert s.suggestion is not None and "modelled" in s.figures
+    model = s.model()
+    rows = case_rows(s.case, model.soc)
+    classic = float(replay(rows.with_settings("c2"), rows.sdma("classic", 0), model).core_max("comm_only").max())
+    dual = float(replay(rows.with_settings("c2"), rows.sdma("doubleplane", 0), model).core_max("comm_only").max())
+    m = s.modelled
+    assert m["settings"] == "c2" and m["labels"] == {"classic": "classic-c2", "doubleplane": "doubleplane-c2"}
+    assert m["classic_us"] == pytest.approx(classic, rel=1e-12) and m["doubleplane_us"] == pytest.approx(dual, rel=1e-12)
+    curve = engines_curve(rows.with_settings("c2"), model, 0, baseline="c2")
+    assert m["engines_line"] == engines_line(0, curve, "doubleplane-c2")
+    assert m["engines_line"].startswith("doubleplane-c2 at floor 0 B: ")
+    expected = suggest(rows, model, "comm_only", settings="c2")
+    pd.testing.assert_frame_equal(s.suggestion.curve, expected.curve)
+    assert "modelled" in s.figures
