@@ -657,7 +657,8 @@ record["sections"].append("skewed")
 # On an NPU the copy engine is separate hardware running beside the cores. Whether that pays off
 # there is measured there (`03_sweep` with `target = "npu"`), and estimated without one by the
 # timing model, next.
-#
+
+# %% [markdown]
 # ## 10 · Modelled NPU time: where the crossover comes from
 #
 # The timing model (`combine_lab.model`) replays the operations the kernel issues, the ones of
@@ -706,7 +707,8 @@ print(f"{machine.caption()}:\n" + teach.crossover_text(seg, machine, spec2.row_b
 # `comm_only`. Below, section 9's case priced at every floor where its plan changes
 # (`combine-lab suggest`), on the model chosen above and on the other machine: the crossover is a
 # property of the machine (its links, its engine), not of the rule. The what-if column prices one
-# SDMA call per segment instead of one per row, a variant not built.
+# SDMA call per segment instead of one per row, as if it came free: section 11 builds that idea,
+# with the layout step it needs.
 
 # %%
 curves = {}
@@ -781,7 +783,8 @@ record["modelled"]["slowest_core"] = slowest
 # floor is a property of the machine and the routing, not a constant: the default 2 MiB (docs/decision-rule.md#6-the-floor)
 # is a rule of thumb. `02_tuning` shows this curve live for any case, with a Suggest button;
 # `03_sweep` draws it over a grid of cases.
-#
+
+# %% [markdown]
 # ## 11 · Beyond the reference: one SDMA call per segment, more cores per source rank
 #
 # The kernel so far has the reference's structure: every SDMA row goes in its own SDMA put
@@ -859,6 +862,8 @@ record["settings"]["modelled"] = {
 for name, t in by_setting.items():
     sp = t["speedup"]
     layout = t.loc["doubleplane-segment", "modelled_us"] - t.loc["doubleplane", "modelled_us"]
+    cores = launch_block_dim(spec8.pes, load_model(name).soc, 6)
+    print(f"{name}: 6 cores per source rank make {cores} AIV cores per PE at pes {spec8.pes} (1 per rank: {spec8.pes})")
     print(f"{name} (modelled, not measured): classic-c6 alone {sp['classic-c6']:.2f}x, doubleplane-segment alone "
           f"{sp['doubleplane-segment']:.2f}x, both {sp['doubleplane-segment-c6']:.2f}x the reference's classic; "
           f"doubleplane-segment vs doubleplane at the same floor: {layout:+.1f} us (its layout step against the "
@@ -869,13 +874,14 @@ record["sections"].append("settings")
 
 # %% [markdown]
 # Read it with its bands, not its nominal column. On this case the model's largest gain comes from
-# the cores, not from SDMA: with 6 cores per source rank the MTE rows spread over 48 cores instead
-# of 8, and `classic-c6` alone is faster over every unknown's range, on both machines. The segment
-# layout saves the per-row SDMA cost but pays for its layout step (a bases exchange and a barrier;
-# the line above gives the balance at this size), and whether SDMA pays at all still hinges on how
-# many SDMA engines run at once (`sdma_engines`, the first parameter to measure wherever the
-# verdict says "depends on the unknowns"); combined with 6 cores it is faster or depends on the
-# unknowns by machine, so no verdict on the planes holds without measuring.
+# the cores, not from SDMA: with 6 cores per source rank the MTE rows spread over more cores than 8
+# (the lines above say how many on each SoC), and `classic-c6` alone is faster over every unknown's
+# range, on both machines. The segment layout saves the per-row SDMA cost but pays for its layout
+# step (a bases exchange and a barrier; the lines above give the balance at this size), and
+# whether SDMA pays at all hinges on what nobody has published: the `measure_first` column names
+# the parameter that moves each verdict most (how many SDMA engines run at once, for most rows).
+# Combined with 6 cores the verdict differs by machine, so no verdict on the planes holds without
+# measuring.
 #
 # **What only hardware can show.** The model assumes what nobody has published: how many SDMA
 # engines serve one PE's calls at once, the cost of one MTE put from a core and how far `N`
@@ -884,7 +890,8 @@ record["sections"].append("settings")
 # status after its own payload, no two cores sharing a UB range or a flag, the bounded waits), not
 # the speed. `combine-lab probe --target npu` measures the unknowns on an NPU, and `03_sweep` with
 # `target = "npu"` measures the settings themselves (docs/probe.md).
-#
+
+# %% [markdown]
 # ## Your exercises
 
 # %%

@@ -30,7 +30,8 @@
 # **Measured and modelled, side by side, never mixed.** The twin measures CPU threads copying
 # memory; the timing model (`combine_lab.model`) prices the same cases on a named NPU (`model`,
 # default an Atlas A2) from the kernel's own operation stream. The last section draws the modelled
-# speed-ups on the same axes, and what one SDMA call per segment (a variant not built) would save,
+# speed-ups on the same axes, and what one SDMA call per segment would save if it came free (a
+# what-if without the segment setting's layout step; `settings` below runs that setting itself),
 # case by case; every modelled figure says "modelled on ..." and which parameters it assumed.
 #
 # **Kernel settings** (`settings`, docs/variants.md) are one more dimension: `reference` (the

@@ -681,7 +681,7 @@ def modelled_floors_svg(curve, classic_us: float, floor: int | None, floor_us: f
         items.insert(0, ("line", colour, "doubleplane at each floor (the kernel: one SDMA call per row)"
                          + (" (other inputs)" if stale else "")))
     if alt:
-        items.insert(1, ("dashdot", "#9467bd", "what-if: one SDMA call per segment (not built)"))
+        items.insert(1, ("dashdot", "#9467bd", "what-if: one SDMA call per segment, no layout step"))
     if best is not None and not stale:
         items.append(("star", "#e6a100", "never SDMA ties for best: no floor is faster" if best < 0
                       else "suggested floor"))

@@ -173,7 +173,8 @@ def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if:
     check_kernel_settings(settings, variant, rows.soc)
     if what_if is not None and not settings.is_reference:
         raise ParameterError(f"what_if={what_if!r} with settings={settings.label!r}: the what-if is the reference's "
-                             "(one SDMA call per segment, not built); the segment setting is that variant as built",
+                             "(one SDMA call per segment without the layout step that makes it possible); the segment "
+                             "setting is that idea built, its layout step priced: --variant doubleplane-segment",
                              parameter="what_if", value=what_if)
     rows = rows.with_settings(settings)
     label = variant_label(variant, settings)

@@ -199,14 +199,17 @@ def _spread(mid: float, lo: float, hi: float, fmt: str) -> str:
 
 
 def readable(summary: pd.DataFrame, metric: str = "comm_only") -> pd.DataFrame:
-    """:func:`summarize` (or :func:`losses`) rows as a table to read: per case the SDMA
-    share (%), both variants' times "median [min-max]" (us, over repeats), the speed-up likewise
-    (classic / doubleplane, above 1: doubleplane faster) and the verdict."""
+    """:func:`summarize` (or :func:`losses`) rows as a table to read: per case (and settings group,
+    where any is not the reference's: docs/variants.md) the SDMA share (%), both variants' times
+    "median [min-max]" (us, over repeats), the speed-up likewise (classic / doubleplane, above 1:
+    doubleplane faster) and the verdict."""
     metric = _check_metric(metric)
+    groups = "settings" in summary.columns and set(summary["settings"].dropna()) - {"reference"}
     rows = []
     for _, r in summary.iterrows():
         rows.append({
-            "case": r["case_id"], "routing": r["routing"], "SDMA share (%)": f"{100 * r['sdma_share']:.1f}",
+            "case": r["case_id"], "routing": r["routing"], **({"settings": r["settings"]} if groups else {}),
+            "SDMA share (%)": f"{100 * r['sdma_share']:.1f}",
             f"{metric} classic (us)": _spread(r[f"{metric}_classic_us"], r[f"{metric}_classic_lo_us"],
                                              r[f"{metric}_classic_hi_us"], ".0f"),
             f"{metric} doubleplane (us)": _spread(r[f"{metric}_doubleplane_us"], r[f"{metric}_doubleplane_lo_us"],
@@ -215,5 +218,6 @@ def readable(summary: pd.DataFrame, metric: str = "comm_only") -> pd.DataFrame:
                                                         r[f"{metric}_speedup_hi"], ".2f"),
             "verdict": r[f"{metric}_verdict"],
         })
-    return pd.DataFrame(rows, columns=["case", "routing", "SDMA share (%)", f"{metric} classic (us)",
-                                       f"{metric} doubleplane (us)", "speed-up classic/doubleplane (1)", "verdict"])
+    return pd.DataFrame(rows, columns=["case", "routing"] + (["settings"] if groups else []) + [
+        "SDMA share (%)", f"{metric} classic (us)", f"{metric} doubleplane (us)", "speed-up classic/doubleplane (1)",
+        "verdict"])

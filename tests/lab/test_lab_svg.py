@@ -124,4 +124,4 @@ def test_modelled_floors_marks_the_floor_and_says_modelled(small):
     root = parse(svg.modelled_floors_svg(s.curve, classic, None, None, model.caption(), what_if="segment"))
     assert not [c for c in root.iter(f"{NS}circle") if c.get("class") == "cl-current"]
     assert [pth.get("class") for pth in root.iter(f"{NS}path")] == ["cl-what-if", "cl-curve"]
-    assert "what-if: one SDMA call per segment (not built)" in texts(root) and "current floor" not in texts(root)
+    assert "what-if: one SDMA call per segment, no layout step" in texts(root) and "current floor" not in texts(root)

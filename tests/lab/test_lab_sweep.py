@@ -170,6 +170,12 @@ def test_summarize_speedup_spread_verdicts_and_losses():
     one = tables.summarize(_fake_tidy([("e", "zipf:1", 8, 64, [10.0], [20.0], 0.5)]))
     assert one["comm_only_verdict"].iloc[0] == "slower (1 repeat: no spread)"
     assert tables.readable(one)["speed-up classic/doubleplane (1)"].iloc[0] == "0.50"
+    assert "settings" not in tables.readable(s.reset_index()).columns  # the reference's only: no column for it
+    two = s.reset_index()
+    two["settings"] = ["reference", "segment-c2", "reference", "segment-c2"]
+    table = tables.readable(two)
+    assert list(table.columns[:3]) == ["case", "routing", "settings"]  # two rows of one case told apart
+    assert list(table["settings"]) == ["reference", "segment-c2", "reference", "segment-c2"]
 
 
 # ---- issue 11 items 5 and 7: the sweep's cases priced on the model, and the segment-sdma what-if ----
