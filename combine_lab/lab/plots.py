@@ -292,7 +292,8 @@ def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 
     routings = list(dict.fromkeys(summary["routing"]))
     groups = _settings_groups(summary)
     n, rows_n = max(len(routings), 1), len(groups)
-    fig = new_figure(min(4.4 * n + 1.6, 17), 4.4 + 3.6 * (rows_n - 1), dpi)
+    width_in = min(4.4 * n + 1.6, 17)
+    fig = new_figure(width_in, 4.4 + 3.6 * (rows_n - 1), dpi)
     fig.set_layout_engine("constrained")
     axes = fig.subplots(rows_n, n, squeeze=False)
     sdma = summary[_has_sdma(summary)]
@@ -313,9 +314,11 @@ def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 
     else:
         head = (f"{metric} speed-up of doubleplane over bs x h{within}"
                 f"{', ' + where if where else ''}: median [min-max] over {_repeats_text(summary)}")
-    lines = textwrap.wrap(head, 120) + (textwrap.wrap(where, 120) if where and where.startswith("modelled") else [])
-    fig.suptitle("\n".join(lines + ["above 1: doubleplane faster; hatched grey: no SDMA traffic (identical bytes, "
-                                      "nothing to compare)"]), fontsize=9 if len(lines) > 1 else 10)
+    wrap = max(int(width_in * 12.5), 60)  # characters of a 9-10 pt title line that fit the figure's width
+    lines = textwrap.wrap(head, wrap) + (textwrap.wrap(where, wrap) if where and where.startswith("modelled") else [])
+    lines += textwrap.wrap("above 1: doubleplane faster; hatched grey: no SDMA traffic (identical bytes, nothing to "
+                           "compare)", wrap)
+    fig.suptitle("\n".join(lines), fontsize=9 if len(lines) > 2 else 10)
     return fig
 
 
