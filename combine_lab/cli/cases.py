@@ -33,7 +33,7 @@ from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
 from ..planning.settings import group_variants
 from ..harness import BASELINE, WALL, Outcome, Run, execute
-from ..results.rows import ERROR, FAIL, ResultRow
+from ..results.rows import ERROR, FAIL, METRICS, ResultRow, modelled_verdict
 from ..results.tables import summarize, tidy_rows
 from ..run.build import VariantRefused
 from ..run.kernel_source import kernel_source
@@ -502,17 +502,18 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
                              for t in tidy_rows(dataclasses.replace(o.row, settings=g), o.spec,
                                                 o.perf if o.result is not None else None, o.repeat)])
         summary = summarize(tidy) if a.perf or model is not None else pd.DataFrame()
+        if model is not None and len(summary):
+            # a model is deterministic: one point per case, judged by the model's tie rule (its resolution)
+            for m in METRICS:
+                summary[f"{m}_verdict"] = [modelled_verdict(x, b) for x, b in
+                                           zip(summary[f"{m}_speedup"], summary["sdma_bytes"])]
         rows = repeated_rows(outcomes, summary) if len(summary) else [o.row for o in outcomes]
         print(model.caption() if model is not None else _measured_caption(a, repeats))
         for k in kernels if model is not None else []:
             print(f"{k.label}: priced from the operation stream it recorded in one launch on the twin")
         print(table_text(rows))
         speedups = speedup_table(summary) if len(summary) and len(variants) > 1 else pd.DataFrame()
-        if len(speedups) and model is not None:
-            # a model is deterministic: one point per case, whose uncertainty is its unknown parameters
-            for m in ("comm_only", "full_op"):
-                speedups[f"{m} verdict"] = [v.replace("(1 repeat: no spread)", "(modelled point)")
-                                            for v in speedups[f"{m} verdict"]]
+        if len(speedups) and model is not None:  # one point per case: its uncertainty is the unknown parameters
             print(f"speed-up = classic time / doubleplane time (above 1: doubleplane faster), modelled on {model.name}: "
                   "a point, no spread; how it moves over the unknown parameters: combine-lab suggest")
             print(speedups.drop(columns=["repeats", "comm_only spread", "full_op spread"]).to_string(index=False))
@@ -522,7 +523,8 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
                   "spread covers 1")
             print(speedups.to_string(index=False))
         if a.perf:
-            path = write_run_summary(base, a, outcomes, summary, rows)
+            path = write_run_summary(base, a, outcomes, summary, rows,
+                                     model.caption() if model is not None else None)
             print(f"run summary: {path}")
         for label in written:
             _finish_perf(folders[label], rules[label], [s.case_id for s in specs], prof_pe == "all", a.analyse,
@@ -533,40 +535,47 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
 
 
 def write_run_summary(folder: Path, a: argparse.Namespace, outcomes: list[Outcome], summary: pd.DataFrame,
-                      rows: list) -> Path:
-    """The run's summary (:mod:`combine_lab.formats.summaries`) in ``folder``: per case and variant
-    the check, every repeat's times and their median and spread, the planned and counted bytes, and
-    per case the speed-up with its spread and verdict; what ``combine-lab diff`` compares."""
+                      rows: list, modelled: str | None = None) -> Path:
+    """The run's summary (:mod:`combine_lab.formats.summaries`, docs/formats.md#11-run-summary) in
+    ``folder``: per case and variant the check, every repeat's times and their median and spread, the
+    planned and counted bytes, and per case and settings group the speed-up with its spread and
+    verdict (``speedup_by_settings``; ``speedup``: the reference group's, else the first group's);
+    what ``combine-lab diff`` compares. ``modelled``: the model's caption ("modelled on ...") of a
+    ``--clock model:NAME`` run, which then says so in ``measured``."""
     each: dict[tuple, dict[str, list[float]]] = {}
     for o in outcomes:
         if o.row.ran:
             t = each.setdefault((o.row.case_id, o.row.variant), {"comm_only": [], "full_op": []})
             for m in t:
                 t[m].append(o.row.time_us(m))
-    by_case = _summary_by_case(summary)
     cases: dict[str, dict] = {}
     for r in rows:
         c = cases.setdefault(r.case_id, {"case_id": r.case_id, "routing": r.routing, "dtype": r.dtype,
-                                         "variants": {}, "speedup": {}})
+                                         "variants": {}, "speedup": {}, "speedup_by_settings": {}})
         rec = {"check": r.check, "repeats": r.repeats if isinstance(r, RepeatedRow) else int(r.ran),
                "mte_bytes": r.mte_bytes, "sdma_bytes": r.sdma_bytes, "planned_sdma_bytes": r.planned_sdma_bytes,
                "counters_ok": r.counters_ok, "violations": r.violations, "reason": r.reason}
-        for m in ("comm_only", "full_op"):
+        for m in METRICS:
             med, lo, hi = r.times[m] if isinstance(r, RepeatedRow) and m in r.times else (getattr(r, f"{m}_us"),) * 3
             rec[f"{m}_us"] = {"median": _num(med), "min": _num(lo), "max": _num(hi),
                               "each": [_num(v) for v in each.get((r.case_id, r.variant), {}).get(m, [])]}
         c["variants"][r.variant] = rec
-        srow = by_case.get((r.case_id, r.settings))
-        if srow is not None and math.isfinite(srow["comm_only_speedup"]) and (not c["speedup"] or
-                                                                               r.settings == "reference"):
-            c["speedup"] = {m: {"median": _num(srow[f"{m}_speedup"]), "min": _num(srow[f"{m}_speedup_lo"]),
-                                "max": _num(srow[f"{m}_speedup_hi"]), "verdict": srow[f"{m}_verdict"]}
-                            for m in ("comm_only", "full_op")}
-    model = getattr(a, "clock", "wall")
+    # one speed-up per case and settings group (compare --settings: docs/variants.md)
+    for (case_id, group), srow in _summary_by_case(summary).items():
+        c = cases.get(case_id)
+        if c is None or not math.isfinite(srow["comm_only_speedup"]):
+            continue
+        c["speedup_by_settings"][group] = {
+            m: {"median": _num(srow[f"{m}_speedup"]), "min": _num(srow[f"{m}_speedup_lo"]),
+                "max": _num(srow[f"{m}_speedup_hi"]), "verdict": srow[f"{m}_verdict"]} for m in METRICS}
+    for c in cases.values():
+        groups = c["speedup_by_settings"]
+        c["speedup"] = groups.get("reference", next(iter(groups.values()), {}))
+    repeats = outcomes[0].run.repeats if outcomes else 1
     return summaries.write_run_summary(folder, {
         "command": " ".join(["combine-lab", *sys.argv[1:]]) if sys.argv else "combine-lab", "target": a.target,
-        "clock": model, "measured": _measured_caption(a, outcomes[0].run.repeats if outcomes else 1),
-        "repeats": outcomes[0].run.repeats if outcomes else 0, "warmup": a.warmup, "loops": a.loops,
+        "clock": getattr(a, "clock", "wall"), "measured": modelled or _measured_caption(a, repeats),
+        "repeats": repeats if outcomes else 0, "warmup": a.warmup, "loops": a.loops,
         "cases": list(cases.values())})
 
 

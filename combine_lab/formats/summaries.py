@@ -1,7 +1,7 @@
 """The summary of a run: one JSON file a later run can be compared with (``combine-lab diff``).
 
 ``<output-dir>/combine_lab_summary.json`` (:data:`SUMMARY_NAME`), written by ``combine-lab run`` and
-``compare`` with ``--perf`` when every case has run::
+``compare`` with ``--perf`` when every case has run (docs/formats.md#11-run-summary)::
 
     {"format": "combine_lab run summary 1", "command": "...", "target": "cpu", "clock": "wall",
      "measured": "measured on the CPU twin: ...", "repeats": 5, "warmup": 5, "loops": 50,
@@ -11,10 +11,15 @@
                                                           "each": [...]},
                                          "full_op_us": {...}, "mte_bytes": ..., "sdma_bytes": ...}, ...},
                 "speedup": {"comm_only": {"median": 0.76, "min": 0.70, "max": 0.81, "verdict": "slower"},
-                            "full_op": {...}}}]}
+                            "full_op": {...}},
+                "speedup_by_settings": {"reference": {"comm_only": {...}, "full_op": {...}},
+                                        "segment-c2": {...}}}]}
 
 Times are microseconds (CoreMaxTime of the profiled PE; with every PE profiled, the slowest);
-the spread is min-max over the repeats; a speed-up is classic / doubleplane of the same repeat.
+the spread is min-max over the repeats; a speed-up is classic / doubleplane of the same repeat,
+one per settings group (``speedup_by_settings``; ``speedup`` is the reference group's, else the
+first group's). With ``"clock": "model:NAME"`` nothing was measured: ``measured`` is the model's
+caption ("modelled on NAME (...); assumed parameters: ...").
 """
 
 from __future__ import annotations

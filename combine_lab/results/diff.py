@@ -5,6 +5,11 @@ time of its repeats and their spread (min-max). A difference is beyond noise onl
 spreads do not overlap (every repeat of B faster than every repeat of A, or slower); otherwise it
 is within noise, whatever the medians say. A run of one repeat has no spread: its difference is
 reported as a difference of single measurements, never called beyond noise.
+
+The speed-up (classic / doubleplane) is compared per settings group (``compare --settings``:
+``speedup_by_settings`` of the summary, docs/formats.md#11-run-summary); a summary written before
+the groups were kept holds one ``speedup``, read as the reference group's. A case, variant or
+settings group in one run only is said so ("only in A" / "only in B").
 """
 
 from __future__ import annotations
@@ -13,13 +18,15 @@ import math
 
 import pandas as pd
 
-__all__ = ["DIFF_COLUMNS", "diff_runs", "BEYOND_FASTER", "BEYOND_SLOWER", "WITHIN_NOISE", "ONE_REPEAT"]
+__all__ = ["DIFF_COLUMNS", "diff_runs", "speedup_groups", "BEYOND_FASTER", "BEYOND_SLOWER", "WITHIN_NOISE",
+           "ONE_REPEAT", "ONLY_IN_A", "ONLY_IN_B"]
 
 #: Columns of :func:`diff_runs`.
 DIFF_COLUMNS = ["case_id", "routing", "variant", "metric", "a", "a_spread", "b", "b_spread", "b_over_a", "verdict"]
 BEYOND_FASTER, BEYOND_SLOWER = "B faster, beyond noise", "B slower, beyond noise"
 WITHIN_NOISE = "within noise"
 ONE_REPEAT = "1 repeat: no spread to judge"
+ONLY_IN_A, ONLY_IN_B = "only in A", "only in B"
 
 
 def _spread_text(d: dict) -> str:
@@ -44,33 +51,58 @@ def _compare(a: dict, b: dict, lower_is_better: bool) -> tuple[float, str]:
     return ratio, WITHIN_NOISE
 
 
+def speedup_groups(case: dict) -> dict:
+    """settings group -> {metric: {median, min, max, verdict}} of one case of a run summary:
+    its ``speedup_by_settings``, else (an older summary) its one ``speedup`` as the reference
+    group's; {} when it has none."""
+    groups = case.get("speedup_by_settings")
+    if groups:
+        return groups
+    return {"reference": case["speedup"]} if case.get("speedup") else {}
+
+
+def _row(k: tuple, variant: str, metric: str, p: dict | None, q: dict | None, ratio: float, word: str) -> dict:
+    return {"case_id": k[0], "routing": k[1], "variant": variant, "metric": metric,
+            "a": p["median"] if p else None, "a_spread": _spread_text(p) if p else "-",
+            "b": q["median"] if q else None, "b_spread": _spread_text(q) if q else "-", "b_over_a": ratio,
+            "verdict": word}
+
+
 def diff_runs(a: dict, b: dict) -> pd.DataFrame:
     """Case by case, the runs ``a`` and ``b`` (run summaries): per variant and metric (comm_only,
     full_op) both medians (us) with their spreads, B / A, and the verdict (:data:`BEYOND_FASTER`,
-    :data:`BEYOND_SLOWER`, :data:`WITHIN_NOISE`, :data:`ONE_REPEAT`); per case also the speed-up
-    (classic / doubleplane: higher is better, "B faster" meaning doubleplane gained on classic).
-    Cases in one run only get one row with verdict "only in A" / "only in B". Columns: :data:`DIFF_COLUMNS`."""
+    :data:`BEYOND_SLOWER`, :data:`WITHIN_NOISE`, :data:`ONE_REPEAT`); per case and settings group
+    (:func:`speedup_groups`) also the speed-up (classic / doubleplane: higher is better, "B faster"
+    meaning doubleplane gained on classic), variant ``speed-up`` when both runs have the reference
+    group only, else ``speed-up <group>`` (``speed-up segment-c2``). Cases in one run only get one
+    row with verdict :data:`ONLY_IN_A` / :data:`ONLY_IN_B`; a variant in one run only likewise
+    (metric '-'); a settings group's speed-up in one run only one row per metric with that run's
+    value. Columns: :data:`DIFF_COLUMNS`."""
     key = lambda c: (c["case_id"], c.get("routing"), c.get("dtype"))  # noqa: E731
     ca, cb = {key(c): c for c in a["cases"]}, {key(c): c for c in b["cases"]}
     rows = []
     for k in [*ca, *(k for k in cb if k not in ca)]:
         if k not in ca or k not in cb:
-            rows.append(dict(zip(DIFF_COLUMNS, [k[0], k[1], "-", "-", None, "-", None, "-", math.nan,
-                                                "only in B" if k not in ca else "only in A"])))
+            rows.append(_row(k, "-", "-", None, None, math.nan, ONLY_IN_B if k not in ca else ONLY_IN_A))
             continue
         x, y = ca[k], cb[k]
-        for v in [v for v in x["variants"] if v in y["variants"]]:
+        for v in [*x["variants"], *(v for v in y["variants"] if v not in x["variants"])]:
+            if v not in x["variants"] or v not in y["variants"]:
+                rows.append(_row(k, v, "-", None, None, math.nan, ONLY_IN_B if v not in x["variants"] else ONLY_IN_A))
+                continue
             for m in ("comm_only", "full_op"):
                 p, q = x["variants"][v][f"{m}_us"], y["variants"][v][f"{m}_us"]
                 ratio, word = _compare(p, q, lower_is_better=True)
-                rows.append({"case_id": k[0], "routing": k[1], "variant": v, "metric": f"{m}/us", "a": p["median"],
-                             "a_spread": _spread_text(p), "b": q["median"], "b_spread": _spread_text(q),
-                             "b_over_a": ratio, "verdict": word})
-        for m in ("comm_only", "full_op"):
-            p, q = x.get("speedup", {}).get(m), y.get("speedup", {}).get(m)
-            if p and q:
-                ratio, word = _compare(p, q, lower_is_better=False)
-                rows.append({"case_id": k[0], "routing": k[1], "variant": "speed-up", "metric": m, "a": p["median"],
-                             "a_spread": _spread_text(p), "b": q["median"], "b_spread": _spread_text(q),
-                             "b_over_a": ratio, "verdict": word})
+                rows.append(_row(k, v, f"{m}/us", p, q, ratio, word))
+        gx, gy = speedup_groups(x), speedup_groups(y)
+        labelled = set(gx) | set(gy) != {"reference"}
+        for g in [*gx, *(g for g in gy if g not in gx)]:
+            label = f"speed-up {g}" if labelled else "speed-up"
+            for m in ("comm_only", "full_op"):
+                p, q = gx.get(g, {}).get(m), gy.get(g, {}).get(m)
+                if p and q:
+                    ratio, word = _compare(p, q, lower_is_better=False)
+                    rows.append(_row(k, label, m, p, q, ratio, word))
+                elif p or q:
+                    rows.append(_row(k, label, m, p, q, math.nan, ONLY_IN_A if p else ONLY_IN_B))
     return pd.DataFrame(rows, columns=DIFF_COLUMNS)

@@ -13,8 +13,9 @@ from any of:
   (check MODEL, target ``model:<name>``, the "modelled on ..." caption as its reason).
 
 Comparing the variants happens here too, once: :func:`speedup` (classic time / doubleplane
-time, above 1 when doubleplane is faster), :func:`verdict` over repeats, and
-:func:`compare_rows` for one comparison of the two rows of a case.
+time, above 1 when doubleplane is faster), :func:`verdict` over repeats, :func:`modelled_verdict`
+for the one point a timing model gives, and :func:`compare_rows` for one comparison of the two
+rows of a case.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from ..case.spec import CaseSpec
 from ..errors import ParameterError
 from ..run.baseline import BaselineResult
 from ..model.modelled import MODELLED, ModelledResult
+from ..model.unknowns import RESOLUTION
 from ..run.runner import RunResult
 
 __all__ = ["PASS", "FAIL", "REFUSED", "ERROR", "METRICS", "SPEEDUP", "NO_SDMA", "NotRun", "ResultRow", "ROW_COLUMNS",
-           "result_row", "speedup", "spread", "verdict", "FASTER", "SLOWER", "WITHIN_NOISE", "compare_rows",
-           "COMPARISON_COLUMNS"]
+           "result_row", "speedup", "spread", "verdict", "modelled_verdict", "FASTER", "SLOWER", "TIE", "WITHIN_NOISE",
+           "compare_rows", "COMPARISON_COLUMNS"]
 
 #: Values of ``ResultRow.check``: x_out matched golden on every PE, or not; the variant was
 #: refused on this target; the run failed (a PE failed or timed out).
@@ -233,8 +235,8 @@ def speedup(classic_us, doubleplane_us):
     return float(out) if out.ndim == 0 else out
 
 
-#: The verdict words of :func:`verdict`.
-FASTER, SLOWER, WITHIN_NOISE = "faster", "slower", "within noise"
+#: The verdict words of :func:`verdict` and :func:`modelled_verdict`.
+FASTER, SLOWER, TIE, WITHIN_NOISE = "faster", "slower", "tie", "within noise"
 
 
 def spread(values) -> tuple[float, float]:
@@ -247,14 +249,16 @@ def spread(values) -> tuple[float, float]:
 
 
 def verdict(speedups, sdma_bytes: float) -> str:
-    """What the speed-ups of a case's repeats say, in one word or phrase.
+    """What the measured speed-ups of a case's repeats say, in one word or phrase
+    (docs/cli.md#9-repeats-spread-and-verdicts).
 
     ``speedups``: one per repeat (:func:`speedup` of the same repeat's pair, classic /
     doubleplane; NaN left out); ``sdma_bytes``: what the doubleplane run sent by SDMA. Returns
     "no run" (nothing to compare), :data:`NO_SDMA` (identical traffic: the speed-up is timing
     noise), :data:`FASTER` (every repeat above 1), :data:`SLOWER` (every repeat below 1) or
     :data:`WITHIN_NOISE` (the spread, min to max, covers 1.0); with one repeat there is no spread
-    to judge: "faster (1 repeat: no spread)" / "slower (...)".
+    to judge: "faster (1 repeat: no spread)", "slower (...)", or "tie (...)" at exactly 1.
+    A timing model's point is judged by :func:`modelled_verdict` instead.
     """
     s = np.asarray(speedups, dtype=np.float64)
     s = s[~np.isnan(s)]
@@ -263,13 +267,32 @@ def verdict(speedups, sdma_bytes: float) -> str:
     if sdma_bytes == 0:
         return NO_SDMA
     if s.size == 1:
-        return f"{FASTER if s[0] > 1.0 else SLOWER} (1 repeat: no spread)"
+        return f"{FASTER if s[0] > 1.0 else SLOWER if s[0] < 1.0 else TIE} (1 repeat: no spread)"
     lo, hi = spread(s)
     if lo > 1.0:
         return FASTER
     if hi < 1.0:
         return SLOWER
     return WITHIN_NOISE
+
+
+def modelled_verdict(speedup_point: float, sdma_bytes: float) -> str:
+    """What a timing model's speed-up of a case says (``--clock model:NAME``: one deterministic point,
+    no repeats; docs/cli.md#9-repeats-spread-and-verdicts).
+
+    ``speedup_point``: classic / doubleplane modelled time; ``sdma_bytes``: what the doubleplane
+    plan sends by SDMA. Returns "no run" (NaN), :data:`NO_SDMA`, "tie (modelled point, within 5 %)"
+    when it is within the model's resolution of 1 (:data:`combine_lab.model.unknowns.RESOLUTION`, the
+    model's "parity"), else "faster (modelled point)" / "slower (modelled point)".
+    """
+    s = float(speedup_point)
+    if not np.isfinite(s):
+        return "no run"
+    if sdma_bytes == 0:
+        return NO_SDMA
+    if abs(s - 1.0) <= RESOLUTION:  # the model's tie rule (unknowns.word: "parity")
+        return f"{TIE} (modelled point, within {RESOLUTION * 100:g} %)"
+    return f"{FASTER if s > 1.0 else SLOWER} (modelled point)"
 
 
 #: Keys of :func:`compare_rows`, in order.

@@ -17,6 +17,7 @@ from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows
 from combine_lab.model.suggest import suggest
 from combine_lab.formats.perf_csv import read_perf_csv
+from combine_lab.formats.summaries import read_run_summary
 
 CASE = ["-pes", "4", "-bs", "64", "-h", "2048", "-topk", "2", "-expertPerPe", "2", "--routing", "zipf:1.5"]
 
@@ -58,7 +59,37 @@ def test_compare_on_a_model_prices_both_variants_and_launches_nothing(tmp_path, 
     sp = priced["classic"].time_us("comm_only") / priced["doubleplane"].time_us("comm_only")
     row = lines[at + 2].split()
     assert row[:2] == [spec.case_id, "zipf:1.5"] and float(row[2]) == round(sp, 3)
-    assert row[3:6] == (["faster", "(modelled", "point)"] if sp > 1 else ["slower", "(modelled", "point)"])
+    # the model's tie rule: within its resolution (5 %) of 1 a tie, never "faster" or "slower"
+    want = "tie (modelled point, within 5 %)" if abs(sp - 1) <= 0.05 else \
+        "faster (modelled point)" if sp > 1 else "slower (modelled point)"
+    assert " ".join(row[3:3 + len(want.split())]) == want
+    # the summary says modelled, with the model's verdict, nothing measured
+    summary = read_run_summary(tmp_path / "perf-model-a3")
+    assert summary["clock"] == "model:a3" and summary["measured"] == load_model("a3").caption()
+    assert summary["cases"][0]["speedup"]["comm_only"]["verdict"] == want
+    assert list(summary["cases"][0]["speedup_by_settings"]) == ["reference"]
+
+
+def test_a_modelled_speedup_of_exactly_one_is_a_tie_in_the_table_and_the_summary(tmp_path, capsys):
+    # classic and doubleplane both 195.950 us comm_only on a3: the SDMA share is off the critical path
+    code, out, err = run_cli(["compare", "-pes", "16", "-bs", "256", "-h", "7168", "-topk", "8", "-expertPerPe", "8",
+                              "-type", "float16_t", "--routing", "zipf:1.2", "--settings", "reference,segment-c6",
+                              "--clock", "model:a3", "--perf", "--output-dir", str(tmp_path / "p")], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["case", "settings"])
+    assert [ln.split()[1:4] + [" ".join(ln.split()[4:-4])] for ln in lines[at + 1:at + 3]] == [
+        ["reference", "zipf:1.2", "1.000", "tie (modelled point, within 5 %)"],
+        ["segment-c6", "zipf:1.2", "0.833", "slower (modelled point)"]]
+    [case] = read_run_summary(tmp_path / "p-model-a3")["cases"]
+    assert case["variants"]["classic"]["comm_only_us"]["median"] == pytest.approx(195.950, abs=5e-4)
+    assert case["variants"]["doubleplane"]["comm_only_us"]["median"] == pytest.approx(195.950, abs=5e-4)
+    groups = case["speedup_by_settings"]
+    assert list(groups) == ["reference", "segment-c6"] and case["speedup"] == groups["reference"]
+    assert {g: (round(r["comm_only"]["median"], 3), r["comm_only"]["verdict"], r["full_op"]["verdict"])
+            for g, r in groups.items()} == {
+        "reference": (1.0, "tie (modelled point, within 5 %)", "slower (modelled point)"),
+        "segment-c6": (0.833, "slower (modelled point)", "slower (modelled point)")}
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -92,6 +92,7 @@ def test_the_table_the_speedups_and_the_summary_are_the_csvs_numbers(three_repea
     for m, col in (("comm_only", 3), ("full_op", 6)):
         paired = each["classic"][m] / each["doubleplane"][m]  # same repeat's pair
         sp = case["speedup"][m]
+        assert case["speedup_by_settings"] == {"reference": case["speedup"]}  # one settings group
         assert sp["median"] == pytest.approx(float(np.median(paired)), rel=1e-9)
         assert (sp["min"], sp["max"]) == pytest.approx((paired.min(), paired.max()), rel=1e-9)
         assert sp["verdict"] == verdict(paired, 1) in ("faster", "slower", "within noise")
@@ -132,11 +133,38 @@ def test_diff_calls_a_difference_beyond_noise_only_when_the_spreads_do_not_overl
     }
     assert d[d["variant"] == "classic"]["a_spread"].tolist() == ["10.000-12.000", "20.000-24.000"]
     one = _summary({"classic": [5.0]})
-    assert diff_mod.diff_runs(a, one)["verdict"].tolist() == ["1 repeat: no spread to judge"] * 2
+    d = diff_mod.diff_runs(a, one)
+    assert [(r.variant, r.metric, r.verdict) for r in d.itertuples()] == [
+        ("classic", "comm_only/us", "1 repeat: no spread to judge"), ("classic", "full_op/us",
+                                                                       "1 repeat: no spread to judge"),
+        ("doubleplane", "-", "only in A"), ("speed-up", "comm_only", "only in A")]  # what B lacks is said so
     other = _summary({"classic": [1.0, 2.0]}, case_id="shape_4_16_2_4_2")
     d = diff_mod.diff_runs(a, other)
     assert [(r.case_id, r.verdict) for r in d.itertuples()] == [("shape_8_16_2_4_2", "only in A"),
                                                                  ("shape_4_16_2_4_2", "only in B")]
+
+
+def test_diff_compares_and_labels_each_settings_groups_speedup():
+    times = {"classic": [10.0, 11.0, 12.0], "doubleplane": [8.0, 9.0, 10.0], "classic-c2": [9.0, 9.5, 10.0],
+             "doubleplane-segment-c2": [20.0, 30.0, 40.0]}
+    fast = {"comm_only": {"median": 1.2, "min": 1.1, "max": 1.3, "verdict": "faster"}}
+    slow = {"comm_only": {"median": 0.3, "min": 0.25, "max": 0.35, "verdict": "slower"}}
+    a = _summary(times)
+    a["cases"][0].update(speedup=fast, speedup_by_settings={"reference": fast, "segment-c2": slow})
+    b = _summary({v: times[v] for v in ("classic", "doubleplane")}, fast)  # an older summary: `speedup` only
+    shown = lambda x: None if x != x else x  # noqa: E731  (a value the run does not have is NaN)
+    got = [(r.variant, r.metric, shown(r.a), shown(r.b), r.verdict) for r in diff_mod.diff_runs(a, b).itertuples()
+           if r.metric in ("-", "comm_only")]
+    assert got == [("classic-c2", "-", None, None, "only in A"),
+                   ("doubleplane-segment-c2", "-", None, None, "only in A"),
+                   ("speed-up reference", "comm_only", 1.2, 1.2, "within noise"),
+                   ("speed-up segment-c2", "comm_only", 0.3, None, "only in A")]
+    b["cases"][0]["speedup_by_settings"] = {"reference": fast, "segment-c2": fast}
+    got = {r.variant: (r.a, r.b, round(r.b_over_a, 4), r.verdict) for r in diff_mod.diff_runs(a, b).itertuples()
+           if r.variant.startswith("speed-up")}
+    assert got == {"speed-up reference": (1.2, 1.2, 1.0, "within noise"),
+                   "speed-up segment-c2": (0.3, 1.2, 4.0, "B faster, beyond noise")}  # 1.1-1.3 above 0.25-0.35
+    assert diff_mod.speedup_groups(_summary(times)["cases"][0]) == {}
 
 
 def test_diff_on_two_runs_folders(three_repeats, tmp_path, capsys):

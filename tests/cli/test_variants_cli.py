@@ -47,6 +47,23 @@ def test_compare_settings_one_speedup_row_per_group_and_files_per_label(tmp_path
         next(ln for ln in out.splitlines() if ln.split()[:2] == ["case", "settings"])) + 1:]
         if ln.strip().startswith("shape_")]
     assert groups == ["reference", "segment"]  # one classic run serves both groups
+    # the summary keeps each group's speed-up (`speedup`: the reference group's), as the table shows it
+    at = out.splitlines().index(next(ln for ln in out.splitlines() if ln.split()[:2] == ["case", "settings"]))
+    shown = {ln.split()[1]: ln.split() for ln in out.splitlines()[at + 1:at + 3]}
+    [case] = json.loads((out_dir / "combine_lab_summary.json").read_text())["cases"]
+    by_group = case["speedup_by_settings"]
+    assert list(by_group) == ["reference", "segment"] and case["speedup"] == by_group["reference"]
+    for g, row in shown.items():
+        sp = by_group[g]["comm_only"]
+        assert row[4] == f"{sp['median']:.3f}" and " ".join(row[6:11]) == sp["verdict"] == \
+            f"{'faster' if sp['median'] > 1 else 'slower' if sp['median'] < 1 else 'tie'} (1 repeat: no spread)"
+    # diff compares each group's speed-up, labelled
+    assert cli.main(["diff", str(out_dir), str(out_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[2:4] + [ln.split()[4]] for ln in lines if "speed-up" in ln.split()] == [
+        ["speed-up", "reference", m] for m in ("comm_only", "full_op")] + [
+        ["speed-up", "segment", m] for m in ("comm_only", "full_op")]
+    assert lines[-1] == "0 of 10 differences beyond noise"  # 3 variants x 2 metrics, 2 groups x 2 metrics
     side = json.loads((out_dir / "doubleplane-segment" /
                        "combine_doubleplane_segment_counters_shape_16_128_1_4_2.json").read_text())
     assert side["settings"] == {"label": "segment", "cores_per_rank": 1} and side["counters_ok"] is True

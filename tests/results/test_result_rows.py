@@ -16,7 +16,8 @@ from combine_lab.formats.perf_csv import gib_per_s
 from combine_lab.lab import sweep
 from combine_lab.results import tables
 from combine_lab.results.rows import (COMPARISON_COLUMNS, ERROR, FAIL, NO_SDMA, PASS, REFUSED, ROW_COLUMNS, NotRun,
-                                      ResultRow, compare_rows, result_row, speedup, spread, verdict)
+                                      ResultRow, compare_rows, modelled_verdict, result_row, speedup, spread,
+                                      verdict)
 from combine_lab.run import runner
 from combine_lab import harness
 from combine_lab.harness import Comparison
@@ -168,6 +169,11 @@ def test_speedup_and_verdict_are_computed_in_one_place():
     assert spread([3.0, float("nan"), 1.0, 2.0]) == (1.0, 3.0) and all(map(math.isnan, spread([])))
     assert verdict([2.0], 0) == NO_SDMA and verdict([], 100) == "no run" and verdict([0.5], 1) == \
         "slower (1 repeat: no spread)"
+    assert verdict([1.0], 1) == "tie (1 repeat: no spread)"  # one repeat at exactly 1 is neither way
+    # a timing model's point: within the model's resolution (5 %) of 1 it is a tie (the model's "parity")
+    assert [modelled_verdict(x, 1) for x in (1.0, 1.049, 0.951, 1.06, 0.94)] == [
+        "tie (modelled point, within 5 %)"] * 3 + ["faster (modelled point)", "slower (modelled point)"]
+    assert modelled_verdict(2.0, 0) == NO_SDMA and modelled_verdict(float("nan"), 1) == "no run"
 
 
 def test_compare_rows_of_a_failed_and_an_errored_run():
