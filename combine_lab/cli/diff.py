@@ -22,7 +22,10 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     for c in ("a", "b"):
         shown[c] = [f"{v:.3f}" if isinstance(v, float) and v == v else "-" for v in shown[c]]
     shown["b_over_a"] = [f"{v:.3f}" if v == v else "-" for v in shown["b_over_a"]]
-    print("times in us (median of the repeats, spread min-max); beyond noise: the two spreads do not overlap")
+    if all(str(r.get("clock", "")).startswith("model") for r in (a, b)):
+        print("times in us, modelled points (no spread); within the model's resolution (5 %): a tie")
+    else:
+        print("times in us (median of the repeats, spread min-max); beyond noise: the two spreads do not overlap")
     print(shown.to_string(index=False))
     beyond = table["verdict"].str.contains("beyond noise").sum()
     print(f"{beyond} of {len(table)} differences beyond noise")

@@ -10,6 +10,11 @@ The speed-up (classic / doubleplane) is compared per settings group (``compare -
 ``speedup_by_settings`` of the summary, docs/formats.md#11-run-summary); a summary written before
 the groups were kept holds one ``speedup``, read as the reference group's. A case, variant or
 settings group in one run only is said so ("only in A" / "only in B").
+
+Two modelled runs (``clock`` ``model:...``) are points without spread: a difference within the
+model's resolution (5 %, docs/timing-model.md#8-choosing-the-floor) is a tie, else B is faster or
+slower "(modelled points)". A modelled run and a measured one are never compared: their rows keep
+both values and say so.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import math
 import pandas as pd
 
 __all__ = ["DIFF_COLUMNS", "diff_runs", "speedup_groups", "BEYOND_FASTER", "BEYOND_SLOWER", "WITHIN_NOISE",
-           "ONE_REPEAT", "ONLY_IN_A", "ONLY_IN_B"]
+           "ONE_REPEAT", "ONLY_IN_A", "ONLY_IN_B", "MODELLED_TIE", "NOT_COMPARED"]
 
 #: Columns of :func:`diff_runs`.
 DIFF_COLUMNS = ["case_id", "routing", "variant", "metric", "a", "a_spread", "b", "b_spread", "b_over_a", "verdict"]
@@ -27,6 +32,8 @@ BEYOND_FASTER, BEYOND_SLOWER = "B faster, beyond noise", "B slower, beyond noise
 WITHIN_NOISE = "within noise"
 ONE_REPEAT = "1 repeat: no spread to judge"
 ONLY_IN_A, ONLY_IN_B = "only in A", "only in B"
+MODELLED_TIE = "tie: within the model's resolution (5 %)"
+NOT_COMPARED = "not compared: one run modelled, the other measured"
 
 
 def _spread_text(d: dict) -> str:
@@ -35,13 +42,21 @@ def _spread_text(d: dict) -> str:
     return f"{d['min']:.3f}-{d['max']:.3f}"
 
 
-def _compare(a: dict, b: dict, lower_is_better: bool) -> tuple[float, str]:
+def _compare(a: dict, b: dict, lower_is_better: bool, clocks: str = "measured") -> tuple[float, str]:
     """(b median / a median, verdict) of two {median, min, max} records (times: lower is better;
-    speed-ups: higher is better)."""
+    speed-ups: higher is better). ``clocks``: ``measured`` (both), ``modelled`` (both: points,
+    the model's tie rule) or ``mixed`` (never compared)."""
     am, bm = a.get("median"), b.get("median")
     if am is None or bm is None or not am:
         return math.nan, "not timed in both"
+    if clocks == "mixed":
+        return math.nan, NOT_COMPARED
     ratio = bm / am
+    if clocks == "modelled":
+        from ..model.unknowns import RESOLUTION
+        if abs(ratio - 1) <= RESOLUTION:
+            return ratio, MODELLED_TIE
+        return ratio, ("B faster" if (ratio < 1) == lower_is_better else "B slower") + " (modelled points)"
     if a.get("min") == a.get("max") or b.get("min") == b.get("max"):
         return ratio, ONE_REPEAT
     if b["max"] < a["min"]:
@@ -79,6 +94,8 @@ def diff_runs(a: dict, b: dict) -> pd.DataFrame:
     (metric '-'); a settings group's speed-up in one run only one row per metric with that run's
     value. Columns: :data:`DIFF_COLUMNS`."""
     key = lambda c: (c["case_id"], c.get("routing"), c.get("dtype"))  # noqa: E731
+    modelled = [str(r.get("clock", "wall")).startswith("model") for r in (a, b)]
+    clocks = "modelled" if all(modelled) else "mixed" if any(modelled) else "measured"
     ca, cb = {key(c): c for c in a["cases"]}, {key(c): c for c in b["cases"]}
     rows = []
     for k in [*ca, *(k for k in cb if k not in ca)]:
@@ -92,7 +109,7 @@ def diff_runs(a: dict, b: dict) -> pd.DataFrame:
                 continue
             for m in ("comm_only", "full_op"):
                 p, q = x["variants"][v][f"{m}_us"], y["variants"][v][f"{m}_us"]
-                ratio, word = _compare(p, q, lower_is_better=True)
+                ratio, word = _compare(p, q, lower_is_better=True, clocks=clocks)
                 rows.append(_row(k, v, f"{m}/us", p, q, ratio, word))
         gx, gy = speedup_groups(x), speedup_groups(y)
         labelled = set(gx) | set(gy) != {"reference"}
@@ -101,7 +118,7 @@ def diff_runs(a: dict, b: dict) -> pd.DataFrame:
             for m in ("comm_only", "full_op"):
                 p, q = gx.get(g, {}).get(m), gy.get(g, {}).get(m)
                 if p and q:
-                    ratio, word = _compare(p, q, lower_is_better=False)
+                    ratio, word = _compare(p, q, lower_is_better=False, clocks=clocks)
                     rows.append(_row(k, label, m, p, q, ratio, word))
                 elif p or q:
                     rows.append(_row(k, label, m, p, q, math.nan, ONLY_IN_A if p else ONLY_IN_B))

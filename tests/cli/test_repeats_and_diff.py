@@ -167,6 +167,19 @@ def test_diff_compares_and_labels_each_settings_groups_speedup():
     assert diff_mod.speedup_groups(_summary(times)["cases"][0]) == {}
 
 
+def test_diff_of_modelled_runs_uses_the_models_tie_rule_and_never_mixes_clocks():
+    a = _summary({"classic": [10.0], "doubleplane": [8.0]})
+    b = _summary({"classic": [10.3], "doubleplane": [9.6]})
+    a["clock"] = b["clock"] = "model:a3"
+    got = {(r.variant, r.metric): (round(r.b_over_a, 4), r.verdict) for r in diff_mod.diff_runs(a, b).itertuples()}
+    assert got[("classic", "comm_only/us")] == (1.03, "tie: within the model's resolution (5 %)")  # 3 % apart
+    assert got[("doubleplane", "comm_only/us")] == (1.2, "B slower (modelled points)")
+    b["clock"] = "wall"  # one modelled, one measured: both values kept, never a verdict between them
+    d = diff_mod.diff_runs(a, b)
+    assert set(d["verdict"]) == {diff_mod.NOT_COMPARED} and d["b_over_a"].isna().all()
+    assert list(d["a"][:2]) == [10.0, 20.0] and list(d["b"][:2]) == [10.3, 20.6]
+
+
 def test_diff_on_two_runs_folders(three_repeats, tmp_path, capsys):
     _, folder, _ = three_repeats
     # the same run against itself is within noise everywhere; a copy 1000x slower everywhere is beyond it
