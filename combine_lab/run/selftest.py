@@ -25,6 +25,7 @@ from ..formats.casefiles import rank_file
 from ..case.spec import CaseSpec
 from .build import build, default_build_dir, fault_binary
 from .launch import LaunchError, tagged_host_pids, tagged_segments
+from ..planning.settings import variant_label
 from .runner import prepare_case, run_case
 
 #: A small case with SDMA segments at min_sdma_bytes=0 (zipf skew puts some above average).
@@ -274,8 +275,9 @@ def _run_selftest(seeds: int, tag: str) -> Report:
         else:
             rep.failures.append(f"broken kernel {name} was not caught: {seen}")
     rep.lines.append(f"  checker      broken kernels caught: {len(caught)}/{len(BROKEN_KERNELS)}")
+    width = max((len(n) for n in caught), default=0)  # one column for the rules, whatever the longest name
     for name in caught:
-        rep.lines.append(f"    {name:28s} {BROKEN_KERNELS[name].rule}")
+        rep.lines.append(f"    {name:{width}s}  {BROKEN_KERNELS[name].rule}")
 
     # 2. The real kernel under chaos: no violation, x_out = golden, counters = plan.
     specs = [CHECKER_SPEC, CaseSpec(pes=4, bs=8, h=33, topk=2, expert_per_pe=2, masked_fraction=0.25),
@@ -294,7 +296,8 @@ def _run_selftest(seeds: int, tag: str) -> Report:
                     continue
                 rep.violations += res.violation_count
                 rep.mismatches += (not res.check_ok) + len(res.counter_mismatches())
-    rep.lines.append(f"  real kernel  {len(specs)} cases x {len(REAL_KERNEL_RUNS)} variants x {seeds} chaos seeds: "
+    labels = ", ".join(variant_label(v, st) for v, st, _ in REAL_KERNEL_RUNS)
+    rep.lines.append(f"  real kernel  {len(specs)} cases x {len(REAL_KERNEL_RUNS)} variants ({labels}) x {seeds} chaos seeds: "
                      f"{rep.violations + rep.mismatches - before} violations or mismatches")
 
     # 3. Faults: fully masked token and PE, repeated calls, a slot nobody sends (must end, naming it).

@@ -9,6 +9,7 @@ import pytest
 
 from combine_lab import cli
 from combine_lab.run.runner import run_case
+from combine_lab.run.selftest import BROKEN_KERNELS
 from combine_lab.run.selftest import CHECKER_SPEC as SPEC
 
 VIOLATION = re.compile(r"^PE \d core \d: status slot \d+ on PE \d became ready \(MTE status put\) before its payload "
@@ -75,12 +76,14 @@ def test_selftest_reports_healthy(broken_kernels, capsys, no_leaks):
         "device_barrier", "blocks_over_aiv", "no_mte2_v_wait", "no_v_mte2_wait", "no_pipe_v_barrier",
         "no_v_mte3_wait", "no_mte3_v_wait", "datacopy_unaligned", "no_init_soc_state",
         "segment_flag_before_sdma_quiet", "no_bases_wait", "other_group_flag"]
-    assert lines[4] == "    ub_reuse                     one MTE staging buffer refilled while its last UB -> GM leg is in flight"
-    assert lines[7] == ("    shared_mte_sync_id           both MTE staging buffers' puts on one sync_id: MTE2 may set its "
+    assert lines[4] == "    ub_reuse                        one MTE staging buffer refilled while its last UB -> GM leg is in flight"
+    assert lines[7] == ("    shared_mte_sync_id              both MTE staging buffers' puts on one sync_id: MTE2 may set its "
                         "bit again before MTE3 waited")
-    assert lines[14] == ("    no_mte2_v_wait               stage 2 casts an input tile without waiting (MTE2_V) for its "
+    assert lines[14] == ("    no_mte2_v_wait                  stage 2 casts an input tile without waiting (MTE2_V) for its "
                          "DataCopy")
-    assert lines[24] == "  real kernel  3 cases x 4 variants x 1 chaos seeds: 0 violations or mismatches"
+    assert lines[24] == ("  real kernel  3 cases x 4 variants (classic, doubleplane, doubleplane-segment-c2, classic-c3) "
+                         "x 1 chaos seeds: 0 violations or mismatches")
+    assert len({ln.index(BROKEN_KERNELS[ln.split()[0]].rule) for ln in lines[2:24]}) == 1  # the rules in one column
     assert lines[25] == "  faults       masked slots, repeated calls, a slot nobody sends: 3/3 as expected"
     assert lines[26] == "  leaks        shared-memory segments 0, PE processes 0, open files 0"
     assert lines[27] == "cases tried: 37, violations: 0, mismatches: 0, hangs: 0, leaks: 0 -- healthy"
