@@ -3,24 +3,15 @@
 # probe_host`; combine_lab/run/probe.py), so the combine's builds cost nothing more.
 # Included from CMakeLists.txt after the combine's targets, in the same scope: on the twin it
 # uses combine_twin_kernel_copy and combine_twin; on the NPU the kernel flags, definitions and
-# link set cmake/npu.cmake chose for the combine kernel.
+# link set cmake/npu.cmake chose for the combine kernel (combine_npu_kernel_library).
 if(COMBINE_TARGET STREQUAL "cpu")
   combine_twin_kernel_copy("${CMAKE_CURRENT_SOURCE_DIR}/kernels/probe_kernel.cpp" _probe_kernel_copy)
   add_executable(probe_host EXCLUDE_FROM_ALL host/probe_host.cpp host/perf_csv.cpp "${_probe_kernel_copy}")
   target_include_directories(probe_host PRIVATE kernels host)
   target_link_libraries(probe_host PRIVATE combine_twin)
 else()
-  add_library(combine_probe_kernel SHARED EXCLUDE_FROM_ALL kernels/probe_kernel.cpp)
-  target_include_directories(combine_probe_kernel PRIVATE kernels host ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
-  target_compile_definitions(combine_probe_kernel PRIVATE ${_npu_defs})
-  target_compile_options(combine_probe_kernel PRIVATE ${_kernel_flags} -O2 -Wno-macro-redefined -Wno-ignored-attributes)
-  target_link_options(combine_probe_kernel PRIVATE ${_link_flags})
-  target_link_directories(combine_probe_kernel PRIVATE "${COMBINE_CANN_LIBDIR}")
-  target_link_libraries(combine_probe_kernel PRIVATE ${COMBINE_NPU_LINK_LIBS} "${COMBINE_SHMEM_LIB}")
-  if(COMBINE_UNIFIED_DLOG)
-    target_link_libraries(combine_probe_kernel PRIVATE unified_dlog)
-  endif()
-  set_target_properties(combine_probe_kernel PROPERTIES BUILD_RPATH "${_npu_rpath}")
+  combine_npu_kernel_library(combine_probe_kernel EXCLUDE_FROM_ALL INCLUDES kernels host
+                             SOURCES kernels/probe_kernel.cpp)
   add_executable(probe_host EXCLUDE_FROM_ALL host/probe_host.cpp host/perf_csv.cpp)
   target_include_directories(probe_host PRIVATE kernels host ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
   target_compile_definitions(probe_host PRIVATE ${_npu_defs})

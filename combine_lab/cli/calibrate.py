@@ -23,14 +23,23 @@ def _calibrate(a: argparse.Namespace) -> int:
     meas = measurements_from_csvs(a.csv, routing=a.routing, seed=a.seed, min_sdma_bytes=a.min_sdma_bytes)
     free = as_list(a.free, str, "--free") if a.free else None
     fit = calibrate(model, meas, free=free, cores=a.cores)
-    print(fit.report())
-    if not fit.usable:
-        if a.out:
-            print(f"model: not written to {a.out}: the fit is not usable")
+    return finish_fit(fit.report(), fit.usable, lambda: fit.model, a.out,
+                      f"calibrated by combine-lab calibrate from {len(a.csv)} perf CSV(s), {len(meas)} measurements, "
+                      f"starting from {model.name}")
+
+
+def finish_fit(report: str, usable: bool, fitted, out: str | None, note: str) -> int:
+    """What ``combine-lab calibrate`` does with a fit, of perf CSVs or of a probe CSV: print its
+    report; exit 1 and write nothing when it is not usable; else write ``fitted()`` (an NpuModel)
+    to ``out`` (a .toml, with ``note``) when asked, and exit 0."""
+    print(report)
+    if not usable:
+        print("calibrate: not usable, nothing written (exit 1)")
+        if out:
+            print(f"model: not written to {out}: the fit is not usable")
         return 1
-    if a.out:
-        path = fit.model.to_toml(a.out, note=f"calibrated by combine-lab calibrate from {len(a.csv)} perf CSV(s), "
-                                              f"{len(meas)} measurements, starting from {model.name}")
+    if out:
+        path = fitted().to_toml(out, note=note)
         print(f"model: {path} (use --clock model:{path} or --model {path})")
     return 0
 

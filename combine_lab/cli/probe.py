@@ -49,15 +49,9 @@ def calibrate_probe(a: argparse.Namespace) -> int:
     model = load_model(a.model)
     free = as_list(a.free, str, "--free") if a.free else None
     fit = fit_probe_csv(a.csv[0], model, free)
-    print(fit.report())
-    if not fit.usable:
-        print("calibrate: not usable, nothing written (exit 1)")
-        return 1
-    if a.out:
-        path = fit.fitted_model().to_toml(a.out, note=f"calibrated by combine-lab calibrate from the probe CSV "
-                                                      f"{a.csv[0]}, starting from {model.name}")
-        print(f"model: {path} (use --clock model:{path} or --model {path})")
-    return 0
+    from .calibrate import finish_fit  # cli/calibrate.py imports this module on a probe CSV
+    return finish_fit(fit.report(), fit.usable, fit.fitted_model, a.out,
+                      f"calibrated by combine-lab calibrate from the probe CSV {a.csv[0]}, starting from {model.name}")
 
 
 def register(sub) -> None:
