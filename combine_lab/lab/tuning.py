@@ -63,7 +63,7 @@ from ..case.traces import list_traces
 from .. import harness
 from ..errors import CaseFileError, ParameterError, ResultFileError, SpecError
 from ..model.machines import NpuModel, load_model
-from ..model.replay import stage1
+from ..model.replay import settings_args, stage1
 from ..model.stream import CaseRows, case_rows
 from ..model.suggest import NEVER, Suggestion
 from ..model.suggest import suggest as model_suggest
@@ -71,8 +71,7 @@ from ..model.unknowns import engines_curve, engines_line
 from ..planning.capacity import window_geometry
 from ..planning.cores import MAX_SDMA_BLOCKS, TWIN_DEFAULT_SOC, aiv_cores
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan, plan_counts
-from ..planning.settings import KernelSettings, group_variants, variant_label
-from ..model.replay import replay
+from ..planning.settings import REFERENCE, KernelSettings, group_variants, variant_label
 from .pricing import NotModelled, not_modelled_text, priced
 from ..results.rows import (COMPARISON_COLUMNS, FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, NotRun, ResultRow,
                             compare_rows, result_row)
@@ -690,9 +689,10 @@ class TuningState:
 
     @staticmethod
     def _comm_only(rows: CaseRows, mask: np.ndarray, model: NpuModel) -> float:
-        """Modelled comm_only of the slowest PE (us): stage 1 only, which is all comm_only holds."""
+        """Modelled comm_only of the slowest PE (us) under ``rows.settings``: stage 1 only, which is
+        all comm_only holds (the panel redraws at every change: no stage 2 priced for it)."""
         comm, _ = stage1(rows.counts, mask, np.arange(rows.pes), rows.pes, rows.block_dim, rows.epp,
-                         rows.row_bytes, model)
+                         rows.row_bytes, model, **settings_args(rows))
         return float(comm.max())
 
     def _curve_key(self, model: NpuModel):
@@ -712,67 +712,43 @@ class TuningState:
             self.modelled = {"model": model.name, "caption": model.caption(), "refused": str(e)}
             self.figures.pop("modelled")
             return
-        st = self.settings
-        if st is not None and not st.is_reference:
-            try:
-                self._update_modelled_settings(model, st)
-            except NotModelled as e:  # never the reference's numbers under these settings' name
-                self.suggestion, self._suggestion_key = None, None
-                self.modelled = {"model": model.name, "caption": model.caption(), "settings": st.label,
-                                 "not_modelled": not_modelled_text(st.label, e.why)}
-                self.figures.pop("modelled")
+        st = self.settings or REFERENCE
+        vs = self._variant_settings(st)
+        try:  # the case's rows under each variant's settings (classic without the segment layout)
+            rows = self._model_rows(model)
+            under = {v: rows.with_settings(s) for v, s in vs.items()}
+        except ParameterError as e:  # settings the model's SoC cannot run: never the reference's numbers instead
+            self.suggestion, self._suggestion_key = None, None
+            self.modelled = {"model": model.name, "caption": model.caption(), "settings": st.label,
+                             "not_modelled": not_modelled_text(st.label, str(e))}
+            self.figures.pop("modelled")
             return
-        rows = self._model_rows(model)
         floor = int(self._values["min_sdma_bytes"])
         ckey = (self._curve_key(model), "classic")
         if ckey not in self._classic_cache:
-            self._classic_cache = {ckey: self._comm_only(rows, rows.sdma("classic", 0), model)}
+            self._classic_cache = {ckey: self._comm_only(under["classic"], rows.sdma("classic", 0), model)}
         classic = self._classic_cache[ckey]
-        dual = self._comm_only(rows, rows.sdma("doubleplane", floor), model)
+        dual = self._comm_only(under["doubleplane"], rows.sdma("doubleplane", floor), model)
         key = self._curve_key(model)
+        small = rows.pes * rows.counts.shape[1] <= AUTO_SUGGEST_SEGMENTS
         if self._suggestion_key != key:
             self.suggestion, self._suggestion_key = None, None
-            if rows.pes * rows.counts.shape[1] <= AUTO_SUGGEST_SEGMENTS:
-                self.suggestion, self._suggestion_key = model_suggest(rows, model, "comm_only"), key
-        small = rows.pes * rows.counts.shape[1] <= AUTO_SUGGEST_SEGMENTS
-        engines = (engines_line(floor, engines_curve(rows, model, floor))
+            if small:
+                self.suggestion, self._suggestion_key = model_suggest(under["doubleplane"], model, "comm_only"), key
+        labels = {v: variant_label(v, s) for v, s in vs.items()}
+        # against this group's own classic (classic-c4 for segment-c4), as the speed-up beside it
+        engines = (engines_line(floor, engines_curve(under["doubleplane"], model, floor, baseline=vs["classic"]),
+                                labels["doubleplane"])
                    if small and rows.sdma("doubleplane", floor).any() else "")
         self.modelled = {"model": model.name, "caption": model.caption(), "floor": floor, "classic_us": classic,
                          "doubleplane_us": dual, "speedup": classic / dual if dual > 0 else float("nan"),
-                         "curve": self.suggestion is not None, "engines_line": engines, "settings": "reference"}
+                         "curve": self.suggestion is not None, "engines_line": engines, "settings": st.label,
+                         "labels": labels}
         self._set_modelled_figure()
 
     def _variant_settings(self, st: KernelSettings) -> dict[str, KernelSettings]:
         """classic's and doubleplane's settings under the group ``st`` (classic without the segment layout)."""
         return {v: s for v, s, _ in group_variants(["classic", "doubleplane"], [st.label]).values()}
-
-    def _update_modelled_settings(self, model: NpuModel, st: KernelSettings) -> None:
-        """The modelled panel for settings other than the reference's, where the model prices them
-        (:func:`combine_lab.lab.pricing.priced`: ``replay`` and ``suggest`` with ``settings=``).
-        Raises NotModelled when it does not (yet)."""
-        rows = self._model_rows(model)
-        floor = int(self._values["min_sdma_bytes"])
-        vs = self._variant_settings(st)
-        classic = float(priced(replay, vs["classic"], rows, rows.sdma("classic", 0), model)
-                        .core_max("comm_only").max())
-        dual = float(priced(replay, vs["doubleplane"], rows, rows.sdma("doubleplane", floor), model)
-                     .core_max("comm_only").max())
-        key = self._curve_key(model)
-        if self._suggestion_key != key:
-            self.suggestion, self._suggestion_key = None, None
-            if rows.pes * rows.counts.shape[1] <= AUTO_SUGGEST_SEGMENTS:
-                self.suggestion = priced(model_suggest, vs["doubleplane"], rows, model, "comm_only")
-                self._suggestion_key = key
-        small = rows.pes * rows.counts.shape[1] <= AUTO_SUGGEST_SEGMENTS
-        # against this group's own classic (classic-c4 for segment-c4), as the speed-up beside it
-        engines = (engines_line(floor, priced(engines_curve, vs["doubleplane"], rows, model, floor,
-                                              baseline=vs["classic"]), variant_label("doubleplane", vs["doubleplane"]))
-                   if small and rows.sdma("doubleplane", floor).any() else "")
-        self.modelled = {"model": model.name, "caption": model.caption(), "floor": floor, "classic_us": classic,
-                         "doubleplane_us": dual, "speedup": classic / dual if dual > 0 else float("nan"),
-                         "curve": self.suggestion is not None, "engines_line": engines, "settings": st.label,
-                         "labels": {v: variant_label(v, s) for v, s in vs.items()}}
-        self._set_modelled_figure()
 
     def _set_modelled_figure(self) -> None:
         m, s, w = dict(self.modelled), self.suggestion, self.figure_width
