@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import ParameterError
 from ..formats.probe_csv import is_probe_csv
 from ..model.calibrate import calibrate, measurements_from_csvs
 from ..model.machines import load_model
+from ..model.probe_fit import fit_probe_csv
 from ..values import as_list
 
 
 def _calibrate(a: argparse.Namespace) -> int:
-    if any(is_probe_csv(p) for p in a.csv):  # a probe CSV (by its header): its own fit, cli/probe.py
-        from .probe import calibrate_probe
+    if any(is_probe_csv(p) for p in a.csv):  # a probe CSV (by its header): its own fit
         return calibrate_probe(a)
     model = load_model(a.model)
     meas = measurements_from_csvs(a.csv, routing=a.routing, seed=a.seed, min_sdma_bytes=a.min_sdma_bytes)
@@ -42,6 +43,20 @@ def finish_fit(report: str, usable: bool, fitted, out: str | None, note: str) ->
         path = fitted().to_toml(out, note=note)
         print(f"model: {path} (use --clock model:{path} or --model {path})")
     return 0
+
+
+def calibrate_probe(a: argparse.Namespace) -> int:
+    """``combine-lab calibrate`` of one probe CSV (``a.csv``, ``a.model``, ``a.free``, ``a.out``):
+    prints the fit; exit 0 and the fitted model written to ``a.out`` when every parameter asked
+    for is identified, else exit 1, nothing written, the ones the data cannot identify named."""
+    if len(a.csv) != 1 or not all(is_probe_csv(p) for p in a.csv):
+        raise ParameterError(f"csv={a.csv!r}: a probe CSV is fitted alone (one file, not with perf CSVs)",
+                             parameter="csv", value=a.csv)
+    model = load_model(a.model)
+    free = as_list(a.free, str, "--free") if a.free else None
+    fit = fit_probe_csv(a.csv[0], model, free)
+    return finish_fit(fit.report(), fit.usable, fit.fitted_model, a.out,
+                      f"calibrated by combine-lab calibrate from the probe CSV {a.csv[0]}, starting from {model.name}")
 
 
 def register(sub) -> None:

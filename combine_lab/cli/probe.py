@@ -4,18 +4,14 @@
         [--row-bytes 14336,57344] [--repeats 5] [--out output/probe/combine_probe.csv]
     combine-lab calibrate output/probe/combine_probe.csv --model a3 --out a3-measured.toml   # the fit
 
-Also :func:`calibrate_probe`, what ``combine-lab calibrate`` runs for a probe CSV (it tells one by
-its header, combine_lab/formats/probe_csv.py).
+``combine-lab calibrate`` of a probe CSV is in cli/calibrate.py (it tells one by its header,
+combine_lab/formats/probe_csv.py).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from ..errors import ParameterError
-from ..formats.probe_csv import is_probe_csv
-from ..model.machines import load_model
-from ..model.probe_fit import fit_probe_csv
 from ..run.probe import DEFAULT_ROW_BYTES, DEFAULT_SDMA_BYTES, run_probe
 from ..values import as_list
 
@@ -37,21 +33,6 @@ def _probe(a: argparse.Namespace) -> int:
     print(f"probe CSV: {path}\nnext: combine-lab calibrate {path} --model {'host' if a.target == 'cpu' else 'a3'} "
           "--out fitted.toml, then combine-lab suggest ... --model fitted.toml")
     return 0
-
-
-def calibrate_probe(a: argparse.Namespace) -> int:
-    """``combine-lab calibrate`` of one probe CSV (``a.csv``, ``a.model``, ``a.free``, ``a.out``):
-    prints the fit; exit 0 and the fitted model written to ``a.out`` when every parameter asked
-    for is identified, else exit 1, nothing written, the ones the data cannot identify named."""
-    if len(a.csv) != 1 or not all(is_probe_csv(p) for p in a.csv):
-        raise ParameterError(f"csv={a.csv!r}: a probe CSV is fitted alone (one file, not with perf CSVs)",
-                             parameter="csv", value=a.csv)
-    model = load_model(a.model)
-    free = as_list(a.free, str, "--free") if a.free else None
-    fit = fit_probe_csv(a.csv[0], model, free)
-    from .calibrate import finish_fit  # cli/calibrate.py imports this module on a probe CSV
-    return finish_fit(fit.report(), fit.usable, fit.fitted_model, a.out,
-                      f"calibrated by combine-lab calibrate from the probe CSV {a.csv[0]}, starting from {model.name}")
 
 
 def register(sub) -> None:
