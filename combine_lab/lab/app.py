@@ -30,7 +30,8 @@ says which values changed since it was pressed. The progress bar counts the laun
 (one per variant and profiled PE). A Run the app would refuse (a value that cannot be used, a
 case over ``max_run_bytes``) is refused before any click: the button is disabled with the reason
 beside it, and every message of a Run (refusal, failure, done) appears beside the button. A click
-while a Run goes on, or the second click of a double-click, starts nothing.
+while a Run goes on starts nothing and says so beside the button; the second click of a
+double-click (within ``click_guard_s`` of the first) starts nothing.
 
 Keyboard: every control, disclosure (the SDMA segments, the model's parameters, the counters,
 the whole history) and table is reachable with Tab; disclosures are buttons (Enter or Space
@@ -55,6 +56,7 @@ problem is listed in one readable message (``app.message``) and nothing is plann
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import html
 import json
@@ -368,8 +370,8 @@ class TuningApp:
         max_uniform_x_bytes, max_run_bytes, prof_all_max_pes, timeout_s: the state's limits
             (:class:`~combine_lab.lab.tuning.TuningState`).
         model: the machine of the modelled-time panel (:data:`MODELS`).
-        click_guard_s: a Run click handled this soon after the last Run's results were shown is
-            the rest of a double-click, not a new request: ignored.
+        click_guard_s: a Run click this soon (s) after the click before it is the rest of a
+            double-click, not a new request: ignored (the usual double-click interval, 0.5 s).
         keep_across_reload: keep the settings and history in the browser tab (sessionStorage,
             :data:`STORAGE_KEY`) and take them back when the page is reloaded (``combine-lab app``:
             each page has its own kernel); the new page's kernel then stops a Run the old one was
@@ -388,6 +390,10 @@ class TuningApp:
         run_note: what the Run button would do, or why not, or what the last Run came to: beside the button.
         plan_seconds: the last replan's time (s): plan, both plan figures and the modelled panel.
         ignored_clicks: Run clicks that started nothing (a Run going on, or a double-click).
+        events: the app's event log, the newest 1,000 as ``(monotonic s, kind, details)``: controls
+            changed, Run clicks (and why one started nothing), Runs started and done, the Run
+            button's state. With ``COMBINE_LAB_APP_EVENTS=FILE`` in the kernel's environment each
+            event is also appended to FILE as a line (the browser tests print it when they fail).
         restored: what the last restore from the browser said ('' when nothing was restored).
     """
 
@@ -404,11 +410,14 @@ class TuningApp:
                                  model=model, **initial)  # a model not offered is said, like any bad value
         self.click_guard_s = click_guard_s
         self.ignored_clicks = 0
+        self.events: collections.deque = collections.deque(maxlen=1000)
+        self._events_file = os.environ.get("COMBINE_LAB_APP_EVENTS", "")
         self.plan_seconds = float("nan")
         self.keep_across_reload = keep_across_reload
         self.restored = ""
         self.instance = uuid.uuid4().hex
-        self._run_done_at = -float("inf")
+        self._last_click_at = -float("inf")
+        self._click_note = ""
         self._shown_suggestion: Suggestion | None = None  # the one Suggest named (Use it applies to it)
         self._compare_svg: tuple[int, str] | None = None  # (id of the compare figure, its SVG)
         self._hold = 0
@@ -646,6 +655,7 @@ class TuningApp:
         self._changed(name, value)
 
     def _changed(self, name: str, value) -> None:
+        self._event("change", name=name, value=value, hold=self._hold)
         if not self._hold:
             self._apply({name: value})
 
@@ -770,12 +780,14 @@ class TuningApp:
         which values changed since it was pressed, or what the last Run came to."""
         st = self.state
         why = st.run_refusal()
+        self._event("run-state", disabled=bool(why), running=st.running)
         self.run_button.disabled = bool(why)
         if st.running and self._request is not None:
             changed = [FIELDS[k].shown for k, v in self._request.values.items() if st.values().get(k) != v]
             text = ("Running with the values as they were when Run was pressed"
                     + (f"; changed since: {', '.join(changed)} (planned above; its results will show as stale: "
-                       "press Run again when it ends)" if changed else "") + ".")
+                       "press Run again when it ends)" if changed else "") + "."
+                    + (f" {self._click_note}." if self._click_note else ""))
             self.run_note.value = f"<div class='cl-note cl-pending'>{html.escape(text)}</div>"
             return
         if why:
@@ -1046,11 +1058,35 @@ class TuningApp:
         return floor
 
     # ------------------------------------------------------------------ run
+    def _event(self, kind: str, **detail: Any) -> None:
+        t = time.monotonic()
+        self.events.append((t, kind, detail))
+        if self._events_file:
+            with open(self._events_file, "a") as f:
+                f.write(f"{t:.3f} {threading.current_thread().name} {kind} {detail}\n")
+
     def _on_run_click(self, _button) -> None:
-        """A click on Run. One Run per request: a click while a Run goes on starts nothing, nor
-        does one within ``click_guard_s`` of the last Run's results (the rest of a double-click)."""
-        if self.state.running or time.monotonic() - self._run_done_at < self.click_guard_s:
+        """A click on Run (the browser's Enter or Space on it too). The kernel handles messages in
+        the order the page sent them, so a click always meets the plan of every value typed before
+        it. One Run per request: a click within ``click_guard_s`` of the click before it is the rest
+        of a double-click and starts nothing; any other click starts a Run, or, while a Run goes
+        on, says beside the button that it was not queued. No click is dropped without a word
+        (issue 27: a guard timed from the last Run's results dropped a deliberate keyboard Run that
+        came 0.37 s after a short Run ended)."""
+        now = time.monotonic()
+        gap, self._last_click_at = now - self._last_click_at, now
+        self._event("click", running=self.state.running, gap=round(gap, 3), disabled=self.run_button.disabled)
+        if gap < self.click_guard_s:
             self.ignored_clicks += 1
+            self._event("ignored", why="double-click")
+            return
+        if self.state.running:
+            self.ignored_clicks += 1
+            self._event("ignored", why="running")
+            with self._lock:
+                self._click_note = ("Run was pressed again while this Run goes on: not queued (press it once this "
+                                    "one ends)")
+                self._render_run_state()
             return
         self.start_run()
 
@@ -1069,6 +1105,7 @@ class TuningApp:
             if st.running:
                 return False
             request = st.prepare_run()
+            self._event("start", started=request is not None, message=st.message, h=st.values().get("h"))
             if request is None:
                 self._last_run_text = (f"<div class='cl-run-off' style='color:#b00020'>{html.escape(st.message)}</div>"
                                        if st.message else "")
@@ -1121,7 +1158,8 @@ class TuningApp:
             finally:
                 st.running = False
                 self._request = None
-                self._run_done_at = time.monotonic()
+                self._click_note = ""
+                self._event("done", history=len(st.history))
                 self._render_run_views()
                 self._render_run_state()
                 self._save()

@@ -281,6 +281,48 @@ def test_a_double_click_runs_once_and_a_later_click_runs_again(quick_runs, no_le
     assert len(app.history) == 2 and app.ignored_clicks == 1
 
 
+def test_a_keyboard_run_right_after_a_short_run_and_a_change_runs(quick_runs, monkeypatch, no_leaks):
+    """Issue 27: a Run of 1.1 s, then h typed and Enter on Run 0.37 s after its results: the guard,
+    timed from the results, dropped the click without a word. A double-click is two clicks close
+    together, so the guard is timed from the click before."""
+    import time
+    app = quick_runs.app = TuningApp(targets=["cpu"], click_guard_s=0.3, **SMALL)
+    fake = harness.compare
+
+    def short(*a, **k):
+        time.sleep(0.4)  # longer than the guard: the next click is not the rest of a double-click
+        return fake(*a, **k)
+    monkeypatch.setattr(harness, "compare", short)
+    app.run_button.click()
+    assert app.wait(60) and len(app.history) == 1
+    app.controls["h"].value = "4096"  # planned before the click is handled, as the page sends them
+    app.run_button.click()  # at once: well within the guard of the results, not of the click before
+    assert app.wait(60)
+    assert len(app.history) == 2 and app.ignored_clicks == 0 and len(quick_runs.calls) == 2
+    assert [e[2]["h"] for e in app.events if e[1] == "start"] == [8192, 4096]
+
+
+def test_a_click_while_a_run_goes_on_is_said_beside_the_button(monkeypatch, quick_runs, no_leaks):
+    import threading
+    app = quick_runs.app = TuningApp(targets=["cpu"], click_guard_s=0.0, **SMALL)
+    fake, go, inside = harness.compare, threading.Event(), threading.Event()
+
+    def held(*a, **k):
+        inside.set()
+        assert go.wait(60)
+        return fake(*a, **k)
+    monkeypatch.setattr(harness, "compare", held)
+    app.run_button.click()
+    assert inside.wait(60)
+    app.run_button.click()  # the page sent it before it saw the button disabled
+    note = html.unescape(app.run_note.value)
+    assert "Run was pressed again while this Run goes on: not queued (press it once this one ends)." in note
+    assert app.ignored_clicks == 1 and [e[2]["why"] for e in app.events if e[1] == "ignored"] == ["running"]
+    go.set()
+    assert app.wait(60) and len(app.history) == 1
+    assert "not queued" not in app.run_note.value and "Run 1 done" in app.run_note.value
+
+
 def test_the_plan_marks_and_stale_marking_follow_changes_made_during_a_run(quick_runs, monkeypatch, no_leaks):
     """Issue 19 item 4: during a Run the kernel was busy, so h typed 1.7 s into it was planned 8.7 s
     later and a bad value got its error 8 s late. The Run now goes on a thread of its own."""

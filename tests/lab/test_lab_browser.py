@@ -356,7 +356,8 @@ def test_app_page_after_the_cull_keyboard_run_reload_and_kernel_death(chromium_p
     folder = artifacts("voila_app")
     log = open(tmp_path / "voila.log", "w")
     cull = 4
-    env = {**os.environ, "COMBINE_LAB_KERNEL_SILENT_S": "6"}
+    events = tmp_path / "app_events.log"  # the app's event log (clicks, changes, Runs), printed on failure
+    env = {**os.environ, "COMBINE_LAB_KERNEL_SILENT_S": "6", "COMBINE_LAB_APP_EVENTS": str(events)}
     proc = subprocess.Popen([sys.executable, "-m", "combine_lab", "app", "--cull-idle-timeout", str(cull),
                              "--cull-interval", "1"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=log, text=True,
                             env=env)
@@ -459,7 +460,9 @@ def test_app_page_after_the_cull_keyboard_run_reload_and_kernel_death(chromium_p
             assert page.locator(".cl-app .cl-stale").count() == 0
             s.shot("focus_back_on_run")
 
-            # a reload during a Run: settings and history kept, the old page's Run stopped
+            # a reload during a Run: settings and history kept, the old page's Run stopped (five repeats make
+            # the Run last about five times as long as the reload takes to start, so it is still going on)
+            type_value(page, "repeats", "5")
             type_value(page, "seed", "7")
             wait_app(page, "() => document.querySelector('.cl-app .cl-segment-map') && "
                            "document.querySelector('.cl-app .cl-plan-figures').innerHTML.length > 0")
@@ -494,6 +497,8 @@ def test_app_page_after_the_cull_keyboard_run_reload_and_kernel_death(chromium_p
     except BaseException:
         log.flush()
         print("voila's log, its last 60 lines:\n" + "".join((tmp_path / "voila.log").read_text().splitlines(True)[-60:]))
+        if events.exists():
+            print("the app's events, the last 60:\n" + "".join(events.read_text().splitlines(True)[-60:]))
         raise
     finally:
         kill_tree(proc)
