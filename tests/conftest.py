@@ -12,7 +12,6 @@ launches), so the checks see only this run's PEs and segments, not another run's
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import uuid
@@ -27,13 +26,11 @@ from combine_lab.run.launch import tagged_host_pids, tagged_segments
 
 
 def build_cache() -> Path:
-    """``$COMBINE_LAB_TEST_BUILD_DIR``, else ``$XDG_CACHE_HOME`` (~/.cache) ``/combine_lab/builds-<checkout>``:
-    one folder per checkout, since a CMake build folder belongs to one source folder."""
+    """``$COMBINE_LAB_TEST_BUILD_DIR``, else the lab's own cache folder of this checkout
+    (:func:`combine_lab.run.build.cache_root`)."""
     if os.environ.get("COMBINE_LAB_TEST_BUILD_DIR"):
         return Path(os.environ["COMBINE_LAB_TEST_BUILD_DIR"])
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    checkout = hashlib.sha256(str(source_root()).encode()).hexdigest()[:12]
-    return cache / "combine_lab" / f"builds-{checkout}"
+    return build_mod.cache_root()
 
 
 os.environ["COMBINE_LAB_BUILD_DIR"] = str(build_cache())

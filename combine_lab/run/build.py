@@ -109,13 +109,23 @@ def source_root() -> Path:
     return root
 
 
+def cache_root(env: dict[str, str] | None = None) -> Path:
+    """The lab's builds of this checkout: ``$XDG_CACHE_HOME/combine_lab/builds-<12 hex of the source
+    root's path>`` (``~/.cache`` without XDG_CACHE_HOME). One folder per checkout, since a CMake build
+    folder belongs to one source folder; never inside the checkout (docs/cli.md section 1)."""
+    env = os.environ if env is None else env
+    cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    checkout = hashlib.sha256(str(source_root()).encode()).hexdigest()[:12]
+    return cache / "combine_lab" / f"builds-{checkout}"
+
+
 def default_build_dir(target: str = "cpu", soc: str | None = None, env: dict[str, str] | None = None) -> Path:
-    """``$COMBINE_LAB_BUILD_DIR/<target>`` if set, else ``<source root>/build/<target>``; the NPU
-    target gets one folder per SoC: ``.../npu-<soc>``."""
+    """``$COMBINE_LAB_BUILD_DIR/<target>`` if set, else ``<cache_root()>/<target>``; the NPU target
+    gets one folder per SoC: ``.../npu-<soc>``."""
     env = os.environ if env is None else env
     base = env.get("COMBINE_LAB_BUILD_DIR")
     name = f"npu-{soc}" if target == "npu" and soc else target
-    return (Path(base) if base else source_root() / "build") / name
+    return (Path(base) if base else cache_root(env)) / name
 
 
 def _fingerprint(root: Path, target: str, config: str = "") -> str:

@@ -207,3 +207,23 @@ def test_cli_compare_and_run_on_old_cann(tmp_path, old_cann_npu, capsys, no_leak
     assert out.err.strip() == "combine-lab: " + REFUSED.format(tmp_path)
     assert cli.main(["run", *args, "--variant", "doubleplane"]) == 2
     assert capsys.readouterr().err.strip() == "combine-lab: error: " + REFUSED.format(tmp_path)
+
+
+def test_builds_go_to_the_users_cache_folder_never_the_checkout(tmp_path):
+    """Issue 30 item 6: the default build folder was ``<checkout>/build/<target>``."""
+    import hashlib
+    from pathlib import Path
+
+    from combine_lab.run.build import cache_root, default_build_dir, kernel_build_dir, source_root
+    from combine_lab.run.kernel_source import kernel_source
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    tag = hashlib.sha256(str(source_root()).encode()).hexdigest()[:12]
+    assert cache_root(env) == tmp_path / "cache" / "combine_lab" / f"builds-{tag}"
+    assert default_build_dir("cpu", env=env) == cache_root(env) / "cpu"
+    assert default_build_dir("npu", "Ascend910B3", env=env) == cache_root(env) / "npu-Ascend910B3"
+    assert default_build_dir("cpu", env={**env, "COMBINE_LAB_BUILD_DIR": str(tmp_path / "b")}) == tmp_path / "b" / "cpu"
+    home = default_build_dir("cpu", env={})
+    assert home == Path.home() / ".cache" / "combine_lab" / f"builds-{tag}" / "cpu"
+    assert source_root() not in home.parents
+    folder = kernel_build_dir(kernel_source(source_root() / "tests" / "kernels" / "combine_refstyle"))
+    assert source_root() not in folder.parents and folder.parent == default_build_dir("cpu").parent
