@@ -106,11 +106,19 @@ CONTROLS = RUN_INPUTS
 #: Where a page keeps its settings and history across a reload (the browser tab's sessionStorage).
 STORAGE_KEY = "combine_lab.tuning_app"
 _NUMBER_FIELDS = tuple(n for n in CONTROLS if FIELDS[n].kind in ("int", "number"))
-#: How long the page waits for the kernel's answer to its heartbeat before it says the kernel stopped.
-KERNEL_SILENT_S = 20
+#: How long the page goes without the kernel's heartbeat before it says the kernel stopped (s). The
+#: heartbeat comes from a thread of its own once a second (:data:`HEARTBEAT_S`), so a kernel busy on
+#: its main thread (a Suggest at 64 PEs) still beats, and a dead one is said within 3-4.5 s.
+KERNEL_SILENT_S = 3
+#: How often the kernel's heartbeat thread tells the page it is alive (s).
+HEARTBEAT_S = 1.0
+#: How long after the page's last ping (every 2 s) the kernel goes on beating (s): a page that went
+#: away stops pinging, and its kernel then goes idle, for voila's culler to end.
+HEARTBEAT_AFTER_PING_S = 10.0
 
 _CSS = """<style>
-.cl-app { max-width: 100%; }
+/* room for a focus ring (3 px, 2 px out) round full-width parts: the page's output area scrolls, so cuts it */
+.cl-app { max-width: 100%; padding: 5px; box-sizing: border-box; }
 .cl-app .cl-controls { display: flex; flex-flow: row wrap; gap: 2px 10px; }
 .cl-app .cl-controls .widget-inline-hbox .widget-label { min-width: 0; }
 .cl-app h4.cl-h { margin: 12px 0 4px 0; font-size: 14px; }
@@ -135,7 +143,15 @@ _CSS = """<style>
 .cl-app .cl-measured-tag { background: #e6f0fa; border: 1px solid #7aa7d6; border-radius: 3px; padding: 0 4px; }
 /* a value that cannot be used: marked where it is typed */
 .cl-app .cl-bad input, .cl-app .cl-bad select { border: 2px solid #b00020 !important; background: #fff3f4; }
-.cl-app .cl-bad .widget-label { color: #b00020; font-weight: 600; }
+.cl-app .cl-bad .widget-label { color: #b00020; }
+/* and its reasons at the control, not only in a tooltip (data-reason: the bridge copies the tooltip) */
+.cl-app .cl-controls .cl-bad { flex-wrap: wrap; height: auto; }
+.cl-app .cl-controls .cl-bad::after { content: attr(data-reason); flex-basis: 100%; color: #b00020; font-size: 12px;
+  line-height: 1.3; white-space: normal; margin: 1px 0 3px 0; }
+/* ipywidgets' boxes scroll (overflow: auto): a focus ring 5 px outside a button or a table's box was cut
+   at the box's edge, and content a few px over the box showed a spurious scrollbar. Tables and figures
+   scroll in their own boxes (.cl-scroll), so the widget boxes need not. */
+.cl-app.widget-box, .cl-app .widget-box, .cl-app .widget-html, .cl-app .widget-html-content { overflow: visible; }
 /* WCAG 2.2 focus appearance: a 3 px ring in a colour with 3:1 contrast on white and on the widgets */
 .cl-app :focus-visible, .cl-app input:focus, .cl-app select:focus {
   outline: 3px solid #1a4fa0 !important; outline-offset: 2px !important; box-shadow: none !important; }
@@ -189,6 +205,46 @@ function render({ model, el }) {
       b.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') wasFocused = true; });
     };
     watch();
+    // each control's tooltip and, while it is marked, its reasons at the control (data-reason, drawn by the
+    // CSS): ipywidgets 8 puts no tooltip of a described control in the page. The kernel sends them as
+    // 'tips' (name -> [tooltip, reasons]); marks and tips may come in either order, so both are watched.
+    const tips = () => {
+      let t = {};
+      try { t = JSON.parse(model.get('tips') || '{}'); } catch (e) { return; }
+      for (const [name, [tip, why]] of Object.entries(t)) {
+        const c = root.querySelector('.cl-control-' + name);
+        if (!c) continue;
+        const text = why || tip || '';
+        for (const e of [c, c.querySelector('.widget-label')]) {
+          if (!e) continue;
+          if (text && e.getAttribute('title') !== text) e.setAttribute('title', text);
+          else if (!text && e.hasAttribute('title')) e.removeAttribute('title');
+        }
+        const want = c.classList.contains('cl-bad') ? (why || '') : '';
+        if ((c.getAttribute('data-reason') || '') !== want) {
+          if (want) c.setAttribute('data-reason', want); else c.removeAttribute('data-reason');
+        }
+      }
+    };
+    // and every other widget's label without a tooltip says "null" on hover: no title there instead
+    const nulls = () => root.querySelectorAll('[title="null"]').forEach((e) => e.removeAttribute('title'));
+    tips(); nulls();
+    model.on('change:tips', tips);
+    const to = new MutationObserver(() => { tips(); nulls(); });
+    to.observe(root, { subtree: true, attributes: true, attributeFilter: ['class', 'title'], childList: true });
+    observers.push(to);
+    // the arrow keys step a number box by its step (h: by H_STEP, as its tooltip says), like <input type=number>
+    root.addEventListener('keydown', (e) => {
+      if (e.key !== 'ArrowUp' && e.key !== 'ArrowDown') return;
+      const box = e.target.closest && e.target.closest('.cl-number');
+      if (!box || e.target.tagName !== 'INPUT') return;
+      const step = Number(box.getAttribute('data-step') || (box.className.match(/cl-step-(\d+)/) || [])[1] || 0);
+      const v = Number(e.target.value.trim());
+      if (!step || !Number.isInteger(v)) return;
+      e.preventDefault();
+      e.target.value = String(v + (e.key === 'ArrowUp' ? step : -step));
+      e.target.dispatchEvent(new Event('change', { bubbles: true }));
+    }, true);  // capture: the text box's own keydown handler stops the event from bubbling
     return true;
   }
   if (!setup()) { const t = setInterval(() => { if (setup()) clearInterval(t); }, 100); timers.push(t); }
@@ -203,23 +259,32 @@ function render({ model, el }) {
     });
   }
   // a kernel that stops answering is said on the page, with a reload
-  model.on('msg:custom', (msg) => { if (msg && msg.pong !== undefined) { lastPong = Date.now(); if (banner) { banner.remove(); banner = null; } } });
+  // the kernel's heartbeat (a thread of its own, once a second) or its answer to a ping: it is alive
+  model.on('msg:custom', (msg) => {
+    if (msg && (msg.pong !== undefined || msg.alive !== undefined)) {
+      lastPong = Date.now();
+      if (banner) { banner.remove(); banner = null; if (root) root.removeAttribute('inert'); }
+    }
+  });
   const silent = model.get('silent_s') * 1000;
+  let lastPing = 0;
   timers.push(setInterval(() => {
-    try { model.send({ ping: Date.now() }); } catch (e) { }
+    if (Date.now() - lastPing > 2000) { lastPing = Date.now(); try { model.send({ ping: lastPing }); } catch (e) { } }
     if (Date.now() - lastPong > silent && !banner && root) {
       banner = document.createElement('div');
       banner.className = 'cl-dead-banner';
       banner.setAttribute('role', 'alert');
       banner.textContent = "The app's kernel has not answered for " + Math.round((Date.now() - lastPong) / 1000) +
-        " s: it has stopped (or is stuck). Reload the page for a new one. ";
+        " s: it has stopped (or is stuck), so the controls are off. Reload the page for a new one. ";
       const b = document.createElement('button');
       b.textContent = 'Reload the page'; b.className = 'cl-reload';
       b.onclick = () => window.location.reload();
       banner.appendChild(b);
-      root.prepend(banner);
+      // outside the app, which takes no input meanwhile (a value typed there would go nowhere)
+      root.parentNode.insertBefore(banner, root);
+      root.setAttribute('inert', '');
     }
-  }, 2000));
+  }, 500));
   return () => { timers.forEach(clearInterval); observers.forEach((o) => o.disconnect()); if (banner) banner.remove(); };
 }
 export default { render };
@@ -243,13 +308,44 @@ def _make_bridge():
         restore = Unicode("").tag(sync=True)
         width = Int(0).tag(sync=True)
         silent_s = Int(KERNEL_SILENT_S).tag(sync=True)
+        tips = Unicode("{}").tag(sync=True)  # JSON: control name -> [tooltip, reasons it is marked ('')]
 
     bridge = _Bridge()
     # the tests shorten it (COMBINE_LAB_KERNEL_SILENT_S): a person's page waits KERNEL_SILENT_S
     bridge.silent_s = int(os.environ.get("COMBINE_LAB_KERNEL_SILENT_S") or KERNEL_SILENT_S)
-    bridge.on_msg(lambda w, content, buffers: w.send({"pong": content.get("ping")}) if isinstance(content, dict)
-                  and "ping" in content else None)
+    bridge.last_ping = time.monotonic()
+
+    def answer(w, content, buffers) -> None:
+        if isinstance(content, dict) and "ping" in content:
+            w.last_ping = time.monotonic()
+            w.send({"pong": content.get("ping")})
+    bridge.on_msg(answer)
+    _start_heartbeat(bridge)
     return bridge
+
+
+def _start_heartbeat(bridge) -> threading.Thread:
+    """Tell the page once every :data:`HEARTBEAT_S` that this kernel is alive, from a daemon thread
+    (ipykernel sends from any thread), while the page pings (within :data:`HEARTBEAT_AFTER_PING_S`
+    of its last ping the main thread handled) and until the bridge is closed or collected: a dead
+    kernel is then said within ``silent_s`` plus a beat, one busy on its main thread for up to
+    :data:`HEARTBEAT_AFTER_PING_S` not at all. Every beat is kernel activity, so beating with no page
+    there would keep voila's culler from ever ending the kernel of a closed page."""
+    ref = weakref.ref(bridge)
+
+    def beat() -> None:
+        while True:
+            time.sleep(HEARTBEAT_S)
+            b = ref()
+            if b is None or getattr(b, "comm", None) is None:
+                return
+            if time.monotonic() - b.last_ping < HEARTBEAT_AFTER_PING_S:
+                with contextlib.suppress(Exception):  # a closing comm: the next round ends the thread
+                    b.send({"alive": time.time()})
+            del b
+    t = threading.Thread(target=beat, name="combine-lab-heartbeat", daemon=True)
+    t.start()
+    return t
 
 
 def parse_number(text):
@@ -474,11 +570,13 @@ class TuningApp:
         style = {"description_width": "116px"}  # "min_sdma_bytes" in full
         lay = widgets.Layout(width="236px")
 
-        def number_box(name, tip):
+        def number_box(name, tip, step=0):
             label = FIELDS[name].shown
             w = widgets.Text(value="", description=label, tooltip=tip, continuous_update=False, style=style,
                              layout=lay)
             w.add_class("cl-number")
+            if step:
+                w.add_class(f"cl-step-{step}")  # the arrow keys' step (the bridge reads it)
             return w
 
         traces = list(self.state.traces)  # MODEL/DOMAIN/LAYER
@@ -487,7 +585,7 @@ class TuningApp:
         c = {
             "pes": number_box("pes", "PEs (ranks)"),
             "bs": number_box("bs", "tokens per PE"),
-            "h": number_box("h", f"hidden size, elements per row (arrow keys: +-{H_STEP})"),
+            "h": number_box("h", f"hidden size, elements per row (arrow keys: +-{H_STEP})", step=H_STEP),
             "topk": number_box("topk", "experts per token"),
             "expert_per_pe": number_box("expert_per_pe", "experts per PE"),
             "dtype": widgets.Dropdown(options=["int32_t", "float16_t"], value="int32_t", description="dtype",
@@ -697,6 +795,11 @@ class TuningApp:
             tip = "; ".join(bad) if bad else self._tips.get(name, "")
             if w.tooltip != tip:
                 w.tooltip = tip
+        if self.bridge is not None:  # the page shows them (the bridge): tooltips, and reasons at the control
+            tips = json.dumps({name: [self._tips.get(name, ""), "; ".join(reasons.get(name, []))]
+                               for name in self.controls})
+            if self.bridge.tips != tips:
+                self.bridge.tips = tips
 
     def make_spec(self):
         """The CaseSpec of the current values. Raises SpecError (or ParameterError, when only a

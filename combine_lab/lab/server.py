@@ -119,8 +119,9 @@ def strip_outputs_on_save(model, path=None, contents_manager=None, **kwargs) -> 
     """JupyterLab's pre-save hook for ``combine-lab lab``: a notebook is saved without its outputs,
     execution counts and widget state, as it is committed, so that using the lab leaves the
     tracked notebooks as they were (the tuning app's widget outputs made a +477-line diff, and
-    reopened without their kernel they said "Error displaying widget: model not found"). Run All
-    brings every output back. Other files are saved as they are."""
+    reopened without their kernel they said "Error displaying widget: model not found"), nor the
+    kernel's ``language_info``, which JupyterLab's autosave added (12 lines naming this machine's
+    Python version). Run All brings every output back. Other files are saved as they are."""
     if not isinstance(model, dict) or model.get("type") != "notebook" or not isinstance(model.get("content"), dict):
         return
     nb = model["content"]
@@ -130,6 +131,7 @@ def strip_outputs_on_save(model, path=None, contents_manager=None, **kwargs) -> 
             cell["execution_count"] = None
         cell.get("metadata", {}).pop("execution", None)
     nb.get("metadata", {}).pop("widgets", None)
+    nb.get("metadata", {}).pop("language_info", None)
 
 
 def lab_command(root_dir: Path, port: int, token: str, kernel_name: str = KERNEL_NAME, *,

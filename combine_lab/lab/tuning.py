@@ -871,9 +871,17 @@ class TuningState:
         if self.running:
             return "a Run goes on: wait for its results"
         if self.plan is None or self.spec is None:
-            n = len(self.problems)
-            return (f"{n} value{'s' if n != 1 else ''} cannot be used (marked above): "
-                    + "; ".join(map(str, self.problems)))
+            # "marked above" only for what a control marks: a limit of the whole shape is no one value's
+            marked = [p for p in self.problems if p.name != "case"]
+            shape = [p for p in self.problems if p.name == "case"]
+            parts = []
+            if marked:
+                n = len(marked)
+                parts.append(f"{n} value{'s' if n != 1 else ''} cannot be used (marked above): "
+                             + "; ".join(map(str, marked)))
+            if shape:
+                parts.append("the case cannot be planned here: " + "; ".join(map(str, shape)))
+            return "; ".join(parts) if parts else "the values cannot be planned"
         need = self.run_bytes(self.spec)
         if need > self.max_run_bytes:
             return (f"this case needs about {format_bytes(need)} of case files and windows, over the app's limit of "
@@ -919,12 +927,18 @@ class TuningState:
         say(0, total, f"building target {v['target']} (if needed)...")
         build_mod.build(v["target"])
         done = [1]
-        say(1, total, f"launch 1 of {request.launches} ({pes} PEs, {v['warmup'] + v['loops']} kernel launches each)...")
+        profiled = pes if request.prof_pe == "all" else 1
+        # one "start" runs every PE once; the count says what it multiplies (issue 32: "launch 5 of 48
+        # (8 PEs)" read as 48 kernel launches)
+        why = (f"2 variants x {v['repeats']} repeat{'s' if v['repeats'] != 1 else ''}"
+               + (f" x {profiled} profiled PEs" if profiled > 1 else ""))
+        each = f"all {pes} PEs, {v['warmup'] + v['loops']} kernel launches each"
+        say(1, total, f"start 1 of {request.launches} of the PEs ({why}; {each})...")
 
         def launched(_pe: int) -> None:
             done[0] += 1
             n = done[0] - 1
-            text = (f"launch {n + 1} of {request.launches} ({pes} PEs)..." if n < request.launches
+            text = (f"start {n + 1} of {request.launches} of the PEs ({why}; {each})..." if n < request.launches
                     else "checking x_out and counters...")
             say(min(done[0], total - 1), total, text)
 

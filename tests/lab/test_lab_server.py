@@ -322,6 +322,8 @@ def test_a_saved_notebook_keeps_no_outputs_or_widget_state():
                                                                                     "version_minor": 0}})]
             cell.execution_count = 7
     used.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    used.metadata["language_info"] = {"name": "python", "version": "3.11.7", "mimetype": "text/x-python",
+                                      "file_extension": ".py", "codemirror_mode": {"name": "ipython", "version": 3}}
     model = {"type": "notebook", "content": json.loads(nbformat.writes(used))}
     strip_outputs_on_save(model, path="02_tuning.ipynb", contents_manager=None)
     assert model["content"] == json.loads(nbformat.writes(nb))  # as committed

@@ -165,6 +165,11 @@ def test_every_problem_is_reported_at_once_and_no_value_is_changed(nothing_launc
     # uniform draws x to plan: a size limit of the whole case
     s.set(routing_model="uniform", pes=64, bs=4096, h=7168, topk=2, expert_per_pe=2)
     assert [p.name for p in s.problems] == ["case"] and "draws x" in s.message
+    # nothing is marked at a control, so the note beside Run does not say "marked above" (issue 32)
+    assert s.run_refusal().startswith("the case cannot be planned here: routing 'uniform' follows the reference")
+    s.set(loops=0)
+    assert s.run_refusal().startswith("1 value cannot be used (marked above): loops=0: must be >= 1; "
+                                      "the case cannot be planned here: routing 'uniform'"), s.run_refusal()
 
 
 def test_a_field_reports_each_reason():
@@ -297,6 +302,14 @@ def test_run_goes_through_execute_once_and_failures_clear_the_run_views(monkeypa
     request = s.prepare_run()
     assert request.values == s.run_inputs() and request.prof_pe == "all" and request.launches == 2 * 2 * 1
     assert request.case.spec == s.spec
+    # the progress says what a start of the PEs is, and what the count multiplies (issue 32)
+    said = []
+    s.set(repeats=3)
+    monkeypatch.setattr(harness, "compare", lambda case, **kw: [kw["on_launch"](0) for _ in range(12)] and None)
+    s.execute(s.prepare_run(), lambda done, total, text: said.append((done, total, text)))
+    each = f"all 2 PEs, {SMALL['warmup'] + SMALL['loops']} kernel launches each"
+    assert said[1] == (1, 14, f"start 1 of 12 of the PEs (2 variants x 3 repeats x 2 profiled PEs; {each})...")
+    assert said[-3][2].startswith("start 12 of 12 of the PEs") and said[-1] == (13, 14, "checking x_out and counters...")
 
 
 def test_the_modelled_panel_gives_the_verdict_over_engines_and_refuses_a_machine_too_small(nothing_launches):
