@@ -185,13 +185,13 @@ def check_routing(routing: Routing, pes: int, expert_per_pe: int, topk: int) -> 
 
 def _draw_x_from(rng: np.random.Generator, pes: int, bs: int, h: int, dtype: str) -> np.ndarray:
     """x per rank in rank order, exactly as docs/protocol.md#3-reference-data-and-the-check draws it."""
-    np_dtype = np.int32 if dtype == "int32_t" else np.float16
-    x = np.empty((pes, bs, h), dtype=np_dtype)
+    from .spec import DTYPES  # spec imports this module
+    x = np.empty((pes, bs, h), dtype=DTYPES[dtype])
     for r in range(pes):  # one draw per rank: the recipe's stream order
         if dtype == "int32_t":
             x[r] = rng.integers(-5, 6, size=(bs, h), dtype=np.int32)
-        else:
-            x[r] = rng.uniform(-1.0, 1.0, size=(bs, h)).astype(np.float16)
+        else:  # float16 or bfloat16: the same draw, rounded half to even to T
+            x[r] = rng.uniform(-1.0, 1.0, size=(bs, h)).astype(DTYPES[dtype])
     return x
 
 
