@@ -354,3 +354,15 @@ def test_a_ub_pointer_passed_as_a_gm_one_is_refused_in_your_kernel(tmp_path):
     failed = _failures(run_compiles(ROOT, jobs))
     assert "kernel A2/A3 (AI core)" in failed
     assert "no matching function for call to 'aclshmemx_mte_put_nbi'" in failed["kernel A2/A3 (AI core)"]
+
+
+def test_bf16_instance_is_compiled_through_the_vector_casts(tmp_path):
+    """bfloat16_t is in the compile check (issue 34): its entry, combine_bfloat16, is compiled for
+    both archs, and it takes its conversions from ReduceCast<bfloat16_t> (Cast bf16 <-> float on
+    the vector unit): without that specialisation the AI-core pass fails naming it."""
+    root = _mutated_tree(tmp_path, KERNEL, "template <>\nstruct ReduceCast<bfloat16_t> {",
+                         "template <>\nstruct ReduceCast<bfloat16_t*> {")
+    failed = _failures(compile_npu_branch(root, archs=A2A3, host_only=False))
+    assert "kernel A2/A3 (AI core)" in failed
+    assert "implicit instantiation of undefined template 'combine::ReduceCast<bfloat16_t>'" in \
+        failed["kernel A2/A3 (AI core)"]
