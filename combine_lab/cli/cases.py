@@ -74,7 +74,7 @@ def add_shape_flags(p: argparse.ArgumentParser):
                    help="PEs (ranks); sets -gnpus too, as the reference's run script: a -gnpus before it is "
                         "overridden, one after it stands (default 2)")
     g.add_argument("-type", dest="dtype", default="int32_t", type=_dtype_flag,
-                   help="int32_t | float16_t (default int32_t); int is read as int32_t, as the reference does")
+                   help="int32_t | float16_t | bfloat16_t (default int32_t); int is read as int32_t, as the reference does")
     g.add_argument("-bs", type=int, default=8, help="tokens per PE (default 8)")
     g.add_argument("-h", dest="h", type=int, default=7168, help="hidden size, elements (default 7168)")
     g.add_argument("-topk", type=int, default=8, help="experts per token (default 8)")

@@ -410,8 +410,10 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
         why = refusals(target, [variant]).get(variant)
         if why:
             raise build_mod.VariantRefused(why)
+    _own_kernel_dtype(ks, getattr(getattr(case, "spec", case), "dtype", None))  # a spec or a Case: before writing
     prepared = prepare_case(case, work_dir, target)
     spec = prepared.case.spec
+    _own_kernel_dtype(ks, spec.dtype)  # case files: once read
     if prof_pe == "all":
         prof_pes = list(range(spec.pes))
     elif isinstance(prof_pe, (int, np.integer)) and not isinstance(prof_pe, bool) and 0 <= prof_pe < spec.pes:
@@ -481,6 +483,16 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
     finally:
         if not keep_files and prepared is not case:
             prepared.cleanup()
+
+
+def _own_kernel_dtype(ks, dtype) -> None:
+    """Your kernel takes the entry contract's two instances (docs/own-kernel.md#2-the-entry-contract):
+    a bfloat16_t case is refused for it (ParameterError), which the lab's kernel runs."""
+    if ks is not None and dtype == "bfloat16_t":
+        raise ParameterError(f"dtype='bfloat16_t': refused for your kernel ({ks.label}): the entry contract "
+                             "instantiates combine_demo for int32_t and op::fp16_t only; the lab's kernel runs "
+                             "bfloat16_t (docs/own-kernel.md#2-the-entry-contract)", parameter="dtype",
+                             value="bfloat16_t")
 
 
 def refusals(target: str, variants=VARIANTS) -> dict[str, str]:

@@ -107,6 +107,21 @@ def test_run_perf_writes_the_references_rank_file_and_a_sidecar(tmp_path, capsys
     assert f"perf CSV: {path}\n" in out
 
 
+def test_compare_bfloat16_passes_and_perf_rows_count_two_bytes(tmp_path, capsys, no_leaks):
+    """bf16 end to end (issue 34): the field's command passes bit for bit for both variants; a
+    profiled run's rows say Dtype bfloat16_t and count 2 bytes per element; the model prices it."""
+    code, out, err = run_cli(["compare", "-pes", "2", "-bs", "16", "-h", "256", "-topk", "2", "-expertPerPe", "2",
+                              "-type", "bfloat16_t", "--routing", "zipf:1.2"], capsys)
+    assert code == 0, err
+    rows = {ln.split()[2]: ln.split()[3] for ln in out.splitlines() if ln.startswith("shape_16_256_2_4_2")}
+    assert rows == {"classic": "PASS", "doubleplane": "PASS"}
+    code, out, err = run_cli(["run", *SMALL, "-type", "bfloat16_t", "--perf", "--output-dir", str(tmp_path)], capsys)
+    assert code == 0, err
+    for r in dict_rows(tmp_path / "combine_doubleplane_perf_rank0.csv"):
+        assert (r["Dtype"], r["DataSize/B"], r["GlobalDataSize/B"]) == ("bfloat16_t", str(8 * 2 * 16 * 2),
+                                                                       str(8 * 2 * 16 * 2 * 2))
+
+
 def test_prof_pe_all_sweep_leaves_rank_files_summary_and_figures_in_output_perf(tmp_path, monkeypatch, capsys,
                                                                               no_leaks):
     """The issue's "done when": run ... --perf --prof-pe all -a plot, default --output-dir, a quoted list."""
@@ -259,8 +274,7 @@ def test_defaults_are_the_reference_run_scripts():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["-type", "bfloat16_t"], "dtype='bfloat16_t': refused, the CANN 9.0 beta backend lacks the scalar bf16 cast"),
-    (["-type", "int8_t"], "dtype='int8_t': must be one of 'int32_t', 'float16_t'"),
+    (["-type", "int8_t"], "dtype='int8_t': must be one of 'int32_t', 'float16_t', 'bfloat16_t'"),
     (["-pes", "0"], "pes=0: must be an int >= 1"),
     (["-gnpus", "4"], "combine-lab: error: -gnpus=4: must equal -pes=2 (one node; with --perf it is set to each "
                       "case's -pes)\n"),
@@ -553,7 +567,7 @@ def test_notebooks_only_counts_the_figures_it_made(tmp_path, capsys, monkeypatch
 
 
 @pytest.mark.parametrize("args, message", [
-    (["-type", "float32"], "-type: dtype='float32': must be one of 'int32_t', 'float16_t'"),
+    (["-type", "float32"], "-type: dtype='float32': must be one of 'int32_t', 'float16_t', 'bfloat16_t'"),
     (["--timeout", "0"], "--timeout: timeout_s=0.0: must be > 0 seconds"),
     (["--masked-fraction", "2"], "--masked-fraction: masked_fraction=2.0: must be a number in [0, 1]"),
     (["--min-sdma-bytes", "-1"], "--min-sdma-bytes: min_sdma_bytes=-1: must be an int >= 0"),
