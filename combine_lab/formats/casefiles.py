@@ -131,7 +131,8 @@ def _write_with_zero_tail(arr: np.ndarray, used_rows: int, path: Path) -> None:
     rows are written and the file is extended to full size, so the padding reads back as
     zeros (byte-identical) without being written (a sparse tail where the filesystem allows)."""
     with atomic_write(path, "wb", size=lambda: arr.nbytes) as f:
-        arr[:used_rows].tofile(f)
+        # bytes by write(), not ndarray.tofile: a full disk then says its errno (tofile's OSError has none)
+        f.write(np.ascontiguousarray(arr[:used_rows]).reshape(-1).view(np.uint8).data)
         f.truncate(arr.nbytes)
 
 

@@ -451,7 +451,7 @@ def test_unwritable_folder_is_refused_naming_the_reason(tmp_path, capsys, nothin
         except PermissionError:
             pass
         code, _, err = run_cli(["run", *SMALL, "--perf", "--output-dir", str(ro / "perf")], capsys)
-        assert code == 2 and err == f"combine-lab: error: --output-dir {ro}/perf: cannot create it (Permission denied)\n"
+        assert code == 2 and err == f"combine-lab: error: --output-dir {ro}/perf: cannot create it: EACCES (Permission denied)\n"
     finally:
         ro.chmod(0o700)
 

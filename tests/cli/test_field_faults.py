@@ -1,0 +1,95 @@
+"""Field faults of issue 34, each as a user met it: a full disk under the output folder, a stopped
+PE, text for an int, and the first contact with the command line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from combine_lab import CaseSpec, cli, make_case, write_case
+from combine_lab.errors import ResultFileError
+
+
+def _mount_tmpfs(where: Path, size: str) -> None:
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command here: the full-disk tests mount a small tmpfs")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True,
+                       text=True, timeout=30)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root and a mount namespace that allows it): "
+                    f"{(r.stderr or r.stdout).strip()}")
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A 64 KiB tmpfs at tmp_path/disk, unmounted after the test."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    _mount_tmpfs(mnt, "64k")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True, timeout=30)
+
+
+def _fill(mnt: Path) -> Path:
+    """Fill ``mnt`` to the last byte with one file; returns it."""
+    filler = mnt / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+def _tree(d: Path) -> list[str]:
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*"))
+
+
+@pytest.mark.parametrize("folder", ["perf", "."])
+def test_an_output_folder_on_a_full_disk_exits_2_naming_the_errno_and_leaves_nothing(tiny_tmpfs, capsys, folder):
+    """Field fault: a traceback (OSError: [Errno 28] in folders.py), exit 1, and a 0-byte lock file
+    left behind. Now: exit 2, the folder and the errno, and the disk as it was (a folder the check
+    made is removed again)."""
+    _fill(tiny_tmpfs)
+    out = tiny_tmpfs / folder
+    code = cli.main(["run", "-pes", "2", "-bs", "8", "-h", "16", "-topk", "2", "-expertPerPe", "2", "--perf",
+                     "--output-dir", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == (f"combine-lab: error: --output-dir {out}: cannot write in it: ENOSPC (No space left on "
+                   "device)\n")
+    assert _tree(tiny_tmpfs) == ["filler"]
+
+
+def test_case_files_on_a_disk_that_fills_name_the_errno_and_leave_no_part_file(tiny_tmpfs):
+    """Field fault: "cannot write 25165824 bytes: error (1605632 requested and 0 written)", no errno
+    (numpy's tofile). Now the errno, and no temporary file left."""
+    spec = CaseSpec(pes=2, bs=64, h=256, topk=2, expert_per_pe=2, seed=1)  # expand_x: 256 KiB a rank
+    with pytest.raises(ResultFileError) as err:
+        write_case(make_case(spec), tiny_tmpfs)
+    assert str(err.value) == (f"{tiny_tmpfs}/golden/{spec.case_id}/rank_0/expand_x.bin: cannot write "
+                              f"{spec.capacity_rows * spec.row_bytes} bytes: ENOSPC (No space left on device)")
+    assert not [p for p in _tree(tiny_tmpfs) if ".part-" in p]
+
+
+def test_the_lock_of_a_folder_on_a_full_disk_is_refused_whole(tiny_tmpfs):
+    """own_folders on its own (a disk that filled after the folder was checked): a ParameterError
+    naming the errno, not an OSError, and no 0-byte .combine-lab.lock.<pid> left."""
+    from combine_lab.errors import ParameterError
+    from combine_lab.folders import own_folders
+    _fill(tiny_tmpfs)
+    with pytest.raises(ParameterError) as err:
+        with own_folders([tiny_tmpfs], "--work-dir"):
+            pytest.fail("the folder was taken")
+    assert str(err.value) == f"--work-dir {tiny_tmpfs}: cannot write in it: ENOSPC (No space left on device)"
+    assert _tree(tiny_tmpfs) == ["filler"]
