@@ -481,11 +481,13 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
             runs.append(Run(spec, BASELINE, warmup=a.warmup, loops=a.loops, target=a.target, timeout_s=a.timeout,
                             fnpu=a.fnpu))
     outcomes: list[Outcome] = []
-    owned = ([base, *written.values()] if a.perf else []) + ([a.work_dir] if a.work_dir is not None else [])
+    outs = [base, *written.values()] if a.perf else []
+    works = [a.work_dir] if a.work_dir is not None else []
     removed: dict = {}
-    # This run owns its folders while it runs (a second run into them is refused), and writes into
-    # staging folders that replace the earlier run's files only once every case has run.
-    with own_folders(owned, "--output-dir" if a.perf else "--work-dir"):
+    # This run owns its folders while it runs (a second run into them is refused, naming the flag of
+    # the folder), and writes into staging folders that replace the earlier run's files only once
+    # every case has run.
+    with own_folders(outs, "--output-dir"), own_folders(works, "--work-dir"):
         with staged_outputs(written, removed, rules) as stage, warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a refusal was said once above; each case shows it as a row
             for o in execute(runs, progress="model" if model is not None else "combine",

@@ -93,3 +93,37 @@ def test_the_lock_of_a_folder_on_a_full_disk_is_refused_whole(tiny_tmpfs):
             pytest.fail("the folder was taken")
     assert str(err.value) == f"--work-dir {tiny_tmpfs}: cannot write in it: ENOSPC (No space left on device)"
     assert _tree(tiny_tmpfs) == ["filler"]
+
+
+def test_a_kept_work_dir_keeps_the_case_files_and_no_folder_per_run(tmp_path, capsys, no_leaks):
+    """Field fault (issue 34): a kept --work-dir collected a combine_doubleplane_<random>/ folder per
+    run. Two runs leave the case files alone."""
+    work = tmp_path / "work"
+    for _ in range(2):
+        assert cli.main(["run", "-pes", "2", "-bs", "4", "-h", "16", "-topk", "2", "-expertPerPe", "2",
+                         "--work-dir", str(work)]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in work.iterdir()) == ["golden", "output"]
+    assert sorted(p.name for p in (work / "golden").iterdir()) == ["shape_4_16_2_4_2"]
+
+
+def test_a_work_dir_in_use_is_refused_naming_work_dir_also_with_perf(tmp_path, capsys):
+    """Field fault (issue 34): with --perf, the refusal of a --work-dir in use said --output-dir."""
+    import json
+    import subprocess
+    import sys
+    import psutil
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        work = tmp_path / "work"
+        work.mkdir()
+        started = psutil.Process(holder.pid).create_time()
+        (work / ".combine-lab.lock").write_text(json.dumps({"pid": holder.pid, "started": started, "command": "x"}))
+        code = cli.main(["run", "-pes", "2", "-bs", "4", "-h", "16", "-topk", "2", "-expertPerPe", "2", "--perf",
+                         "--output-dir", str(tmp_path / "perf"), "--work-dir", str(work)])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith(f"combine-lab: error: --work-dir {work}: in use by another run: pid "
+                                            f"{holder.pid}"), err
+        assert not (tmp_path / "perf" / ".combine-lab.lock").exists()
+    finally:
+        holder.kill()
+        holder.wait()
