@@ -76,9 +76,14 @@ FLAG_OF = {"dtype": "-type", "pes": "-pes", "bs": "-bs", "h": "-h", "topk": "-to
            "kernel_source": "--kernel-source"}
 
 
-def _with_flag(e: CombineLabError) -> str:
+def _with_flag(e: CombineLabError, command: str | None = None) -> str:
     """The error's message, with the flag named first where the error names a parameter the
-    command line spells otherwise (:data:`FLAG_OF`)."""
+    command line spells otherwise (:data:`FLAG_OF`); cores_per_rank is the N of a settings label,
+    given by ``compare --settings`` or ``run --variant``."""
+    if e.parameter == "cores_per_rank":
+        flag = "--settings" if command == "compare" else "--variant"
+        n = e.value
+        return f"{flag}: " + str(e).replace(f"cores_per_rank={n!r}", f"cores_per_rank={n!r} (the N of c{n})", 1)
     flag = FLAG_OF.get(e.parameter) if e.parameter else None
     return f"{flag}: {e}" if flag else str(e)
 
@@ -99,7 +104,7 @@ def _handle(args: argparse.Namespace) -> int:
     try:
         return args.handler(args)
     except CombineLabError as e:  # what the lab refused or what failed: it says which and why
-        print(f"combine-lab: error: {_with_flag(e)}", file=sys.stderr)
+        print(f"combine-lab: error: {_with_flag(e, getattr(args, 'command', None))}", file=sys.stderr)
         return 2
     except MemoryError as e:
         print(f"combine-lab: error: out of memory making or reading the case ({e}); use a smaller shape",
