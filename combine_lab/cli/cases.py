@@ -509,7 +509,9 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
             for m in METRICS:
                 summary[f"{m}_verdict"] = [modelled_verdict(x, b) for x, b in
                                            zip(summary[f"{m}_speedup"], summary["sdma_bytes"])]
-        rows = repeated_rows(outcomes, summary) if len(summary) else [o.row for o in outcomes]
+        # folded per case and variant whenever something was timed: your kernel alone has no summary
+        # row (it compares the lab's variants), but its repeats fold all the same
+        rows = repeated_rows(outcomes, summary) if len(summary) or a.perf else [o.row for o in outcomes]
         print(model.caption() if model is not None else _measured_caption(a, repeats))
         for k in kernels if model is not None else []:
             print(f"{k.label}: priced from the operation stream it recorded in one launch on the twin")

@@ -203,3 +203,23 @@ def test_a_bfloat16_case_is_refused_for_your_kernel_before_anything_is_written(t
                               "instantiates combine_demo for int32_t and op::fp16_t only; the lab's kernel runs "
                               "bfloat16_t (docs/own-kernel.md#2-the-entry-contract)")
     assert not (tmp_path / "work").exists()
+
+
+def test_run_your_kernel_with_repeats_folds_them_into_one_row(tmp_path, capsys, no_leaks):
+    """Field fault (issue 34): `run --kernel-source DIR --perf --repeats 3` printed one row per repeat
+    and wrote "repeats": 1 with median = min = max = the last repeat. Now one row, and the summary
+    holds the 3 repeats, their median, min and max."""
+    out = tmp_path / "perf"
+    code = main(["run", "--kernel-source", str(REFSTYLE), "-pes", "2", "-bs", "4", "-h", "16", "-topk", "2",
+                 "-expertPerPe", "2", "--perf", "--repeats", "3", "--warmup", "0", "--loops", "1",
+                 "--output-dir", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert [ln.split()[2] for ln in printed.splitlines() if ln.startswith("shape_4_16_2_4_2")] == ["user:refstyle"]
+    summary = json.loads((out / "combine_lab_summary.json").read_text())
+    v = summary["cases"][0]["variants"]["user:refstyle"]
+    assert summary["repeats"] == 3 and v["repeats"] == 3
+    for m in ("comm_only_us", "full_op_us"):
+        each = v[m]["each"]
+        assert len(each) == 3
+        assert (v[m]["median"], v[m]["min"], v[m]["max"]) == (sorted(each)[1], min(each), max(each))
