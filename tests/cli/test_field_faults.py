@@ -127,3 +127,28 @@ def test_a_work_dir_in_use_is_refused_naming_work_dir_also_with_perf(tmp_path, c
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_build_main_names_the_driver_as_the_folders_run_sh_runs_it(tmp_path, capsys, monkeypatch):
+    """Field fault (issue 34): for SHMEM's classic example `build --main` made build/bin/combine_classic,
+    but its scripts/run.sh runs build/bin/combine (rc 127). The name comes from the run script (else
+    the folder's CMakeLists.txt, else its name)."""
+    from combine_lab.cli.build import main_name
+    from combine_lab.run import build as build_mod
+    root = Path(__file__).resolve().parents[2]
+    folder = tmp_path / "combine_classic"
+    shutil.copytree(root / "tests" / "kernels" / "combine_refstyle", folder)
+    assert main_name(folder) == "combine_classic"
+    (folder / "CMakeLists.txt").write_text("aclshmem_add_collective_example(combine_cm)\n")
+    assert main_name(folder) == "combine_cm"
+    (folder / "scripts").mkdir()
+    (folder / "scripts" / "run.sh").write_text('#!/bin/bash\n${PROJECT_ROOT}/build/bin/combine "${pes}" "${idx}"\n')
+    assert main_name(folder) == "combine"
+    fake = tmp_path / "built" / "driver"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n")
+    monkeypatch.setattr(build_mod, "build", lambda *a, **k: fake)  # the naming, not the build
+    assert cli.main(["build", "--kernel-source", str(folder), "--main", "--bin-dir", str(tmp_path / "bin")]) == 0
+    out = capsys.readouterr().out
+    assert f"driver: {tmp_path / 'bin' / 'combine'} (" in out and (tmp_path / "bin" / "combine").is_file()
+    assert f"(its run.sh runs {tmp_path / 'bin' / 'combine'})" in out
