@@ -22,9 +22,13 @@ import signal
 import sys
 
 from .. import __version__
-from ..errors import CombineLabError, Terminated
-from ..run.launch import leftovers
-from . import app, build, calibrate, compare, diff, docs, doctor, lab, notebooks, probe, run, selftest, suggest
+from ..errors import CombineLabError, Terminated, missing_package
+
+try:
+    from ..run.launch import leftovers
+    from . import app, build, calibrate, compare, diff, docs, doctor, lab, notebooks, probe, run, selftest, suggest
+except ModuleNotFoundError as _e:  # a package the commands need: this Python was not set up
+    missing_package(_e)
 
 
 def version_text() -> str:

@@ -152,3 +152,25 @@ def test_build_main_names_the_driver_as_the_folders_run_sh_runs_it(tmp_path, cap
     out = capsys.readouterr().out
     assert f"driver: {tmp_path / 'bin' / 'combine'} (" in out and (tmp_path / "bin" / "combine").is_file()
     assert f"(its run.sh runs {tmp_path / 'bin' / 'combine'})" in out
+
+
+@pytest.mark.parametrize("how", ["-m", "combine-lab", "import"])
+def test_without_setup_a_command_says_run_ci_setup(how):
+    """Field fault (issue 34): without setup, a raw `ModuleNotFoundError: No module named 'pandas'`.
+    Now a command says which package and what to run (exit 2, no traceback); an import says the same."""
+    import sys
+    root = Path(__file__).resolve().parents[2]
+    start = {"-m": "sys.argv = ['-m', 'doctor']; import runpy; runpy.run_module('combine_lab', run_name='__main__', "
+                   "alter_sys=True)",
+             "combine-lab": "sys.argv = ['/usr/local/bin/combine-lab', 'doctor']; from combine_lab.cli import main",
+             "import": "import combine_lab"}[how]
+    proc = subprocess.run([sys.executable, "-c", f"import sys; sys.modules['pandas'] = None; {start}"],
+                          capture_output=True, text=True, timeout=60, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    said = (f"the Python package 'pandas' is missing from this Python ({sys.executable}): combine_lab is not set up "
+            "here; run `bash .ci/setup` in the repository (`bash .ci/setup --test` for the tests too), or "
+            "`pip install -e .`")
+    if how == "import":
+        assert proc.returncode == 1 and proc.stderr.rstrip().endswith(f"ModuleNotFoundError: {said}")
+    else:
+        assert (proc.returncode, proc.stderr) == (2, f"combine-lab: error: {said}\n")
