@@ -53,6 +53,7 @@ pes*bs*topk)`` slots, chosen by ``default_rng([seed, 2])``, get expert id -1.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 from dataclasses import dataclass
@@ -133,7 +134,11 @@ def parse_routing(text: str) -> Routing:
                 f"with MODEL in {sorted(set(traces.MODEL_SHORT_NAMES.values()))}, "
                 f"see combine_lab.case.traces.list_traces()") from None
         return Routing(name, arg, text)
-    raise SpecError(f"routing={text!r}: unknown model {name!r}; allowed: {_ALLOWED}", parameter="routing", value=text)
+    models = [*_NO_PARAM, "zipf", "hot-expert", "hot-rank", "trace"]
+    near = difflib.get_close_matches(name.lower().replace("_", "-"), models, n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0] + sep + arg!r}?" if near else ""
+    raise SpecError(f"routing={text!r}: unknown model {name!r}; allowed: {_ALLOWED}{hint}", parameter="routing",
+                    value=text)
 
 
 def check_routing(routing: Routing, pes: int, expert_per_pe: int, topk: int) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
+import re
 import signal
 import sys
 
@@ -38,16 +40,42 @@ def version_text() -> str:
     return f"combine-lab {__version__} ({Path(__file__).resolve().parents[1]})"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, saying "did you mean" for a misspelt flag or choice (Python 3.14's
+    suggest_on_error, which 3.10-3.13 lack), each refusal with its own command's usage."""
+
+    def error(self, message: str):
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            near = difflib.get_close_matches(m[1], re.findall(r"'([^']*)'", m[2]), n=1, cutoff=0.5)
+            if near:
+                message += f"; did you mean {near[0]!r}?"
+        super().error(message)
+
+    def refuse_unknown(self, extra: list[str]):
+        """Refuse arguments this (sub-)command does not know, naming the closest flag of each."""
+        flags = [o for a in self._actions for o in a.option_strings]
+        near = []
+        for tok in extra:
+            if tok.startswith("-"):
+                got = difflib.get_close_matches(tok.split("=", 1)[0], flags, n=1, cutoff=0.6)
+                near += [(got[0], tok.split("=", 1)[0])] if got else []
+        said = near[0][0] if len(near) == 1 else ", ".join(f"{flag} (for {tok})" for flag, tok in near)
+        hint = f"; did you mean {said}?" if near else f" (see combine-lab {self.prog.split()[-1]} --help)"
+        self.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``combine-lab`` (sub-commands run, compare, suggest, calibrate, build,
-    selftest, doctor, notebooks, docs, lab, app)."""
-    parser = argparse.ArgumentParser(prog="combine-lab", description="MoE combine lab: doubleplane (MTE+SDMA) vs "
-                                     "classic (MTE only) combine on the CPU twin or an Ascend NPU")
+    selftest, doctor, notebooks, docs, lab, app); its ``subcommands`` maps each name to its parser."""
+    parser = _Parser(prog="combine-lab", description="MoE combine lab: doubleplane (MTE+SDMA) vs "
+                     "classic (MTE only) combine on the CPU twin or an Ascend NPU")
     parser.add_argument("--version", action="version", version=version_text(),
                         help="show the version of combine_lab and where it is installed from, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (run, compare, diff, suggest, calibrate, probe, build, selftest, doctor, notebooks, docs, lab, app):
         module.register(sub)
+    parser.subcommands = dict(sub.choices)
     return parser
 
 
@@ -99,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv[-1:] == ["-h"]:  # -h is the hidden size, as in the reference drivers
         print("combine-lab: -h is the hidden size (-h 7168); for help use --help", file=sys.stderr)
         return 2
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # refused by the sub-command's own parser: its usage, and the closest flag
+        parser.subcommands.get(getattr(args, "command", None), parser).refuse_unknown(extra)
     with _sigterm_as_interrupt():
         return _handle(args)
 

@@ -174,3 +174,31 @@ def test_without_setup_a_command_says_run_ci_setup(how):
         assert proc.returncode == 1 and proc.stderr.rstrip().endswith(f"ModuleNotFoundError: {said}")
     else:
         assert (proc.returncode, proc.stderr) == (2, f"combine-lab: error: {said}\n")
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["run", "--perff"], "combine-lab run: error: unrecognized arguments: --perff; did you mean --perf?"),
+    (["compare", "--setings", "c2", "--perff"],
+     "combine-lab compare: error: unrecognized arguments: --setings c2 --perff; did you mean --settings (for "
+     "--setings), --perf (for --perff)?"),
+    (["suggest", "--zzz"], "combine-lab suggest: error: unrecognized arguments: --zzz (see combine-lab suggest --help)"),
+    (["comapre"], "did you mean 'compare'?"),
+])
+def test_an_unknown_flag_or_command_gets_its_commands_usage_and_did_you_mean(argv, said, capsys):
+    """Field fault (issue 34): an unknown flag got the top-level usage and no "did you mean"."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.rstrip().endswith(said), err
+    if argv[0] != "comapre":
+        assert err.startswith(f"usage: combine-lab {argv[0]} ")
+
+
+@pytest.mark.parametrize("routing, near", [("zipff:1.2", "zipf:1.2"), ("hot_expert:0.5", "hot-expert:0.5"),
+                                           ("uniforn", "uniform"), ("deepsek", "deepseek")])
+def test_a_misspelt_routing_gets_did_you_mean(routing, near, capsys):
+    assert cli.main(["run", "--routing", routing]) == 2
+    assert capsys.readouterr().err == (
+        f"combine-lab: error: --routing: routing={routing!r}: unknown model {routing.split(':')[0]!r}; allowed: "
+        f"uniform, zipf:S, hot-expert:F, hot-rank:F, trace:MODEL/DOMAIN/LAYER, deepseek, external; did you mean "
+        f"{near!r}?\n")
