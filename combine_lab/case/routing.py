@@ -135,7 +135,7 @@ def parse_routing(text: str) -> Routing:
                 f"see combine_lab.case.traces.list_traces()") from None
         return Routing(name, arg, text)
     models = [*_NO_PARAM, "zipf", "hot-expert", "hot-rank", "trace"]
-    near = difflib.get_close_matches(name.lower().replace("_", "-"), models, n=1, cutoff=0.6)
+    near = difflib.get_close_matches(name.lower().replace("_", "-"), models, n=1, cutoff=0.75)
     hint = f"; did you mean {near[0] + sep + arg!r}?" if near else ""
     raise SpecError(f"routing={text!r}: unknown model {name!r}; allowed: {_ALLOWED}{hint}", parameter="routing",
                     value=text)
