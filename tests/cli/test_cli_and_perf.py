@@ -190,7 +190,17 @@ def test_compare_keeps_each_variant_in_its_own_folder(tmp_path, capsys, no_leaks
         assert len(list((tmp_path / folder).glob("*_perf_rank*.csv"))) == 1
 
 
-def test_without_perf_one_launch_is_checked_and_nothing_written(tmp_path, capsys, no_leaks):
+def test_without_perf_one_launch_is_checked_and_nothing_written(tmp_path, capsys, monkeypatch, no_leaks):
+    counted = []  # the twin's launch counts, read from the run's folder before the run removes it
+    real = runner.launch_pes
+
+    def spy(binary, pes, argv_for_pe, **kw):
+        out = real(binary, pes, argv_for_pe, **kw)
+        counted.extend(json.loads(p.read_text())["launches"]
+                       for p in sorted(kw["log_dir"].parent.glob("combine_doubleplane_counters_rank*.json")))
+        return out
+
+    monkeypatch.setattr(runner, "launch_pes", spy)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "combine_doubleplane_perf_rank0.csv").write_text(HEADER + "\n")
     code, out, err = run_cli(["run", *SMALL, "--output-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "w"),
@@ -202,9 +212,9 @@ def test_without_perf_one_launch_is_checked_and_nothing_written(tmp_path, capsys
     assert line[:4] == ["shape_8_16_2_4_2", "uniform", "doubleplane", "PASS"] and line[4:6] == ["-", "-"]
     assert "perf CSV" not in out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["combine_doubleplane_perf_rank0.csv"]
-    # The twin counted one launch on every PE (the run's own folder, kept with --work-dir).
-    counted = sorted((tmp_path / "w").glob("combine_doubleplane_*/combine_doubleplane_counters_rank*.json"))
-    assert [json.loads(p.read_text())["launches"] for p in counted] == [1, 1]
+    # The twin counted one launch on every PE; the kept --work-dir keeps the case files, not the run's folder.
+    assert counted == [1, 1]
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["golden", "output"]
 
 
 def record_launches(monkeypatch) -> list[list[str]]:
