@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import difflib
 import re
+import shlex
 import signal
 import sys
 
@@ -27,6 +28,7 @@ from .. import __version__
 from ..errors import CombineLabError, Terminated, missing_package
 
 try:
+    from ..planning.capacity import CapacityError
     from ..run.launch import leftovers
     from . import app, build, calibrate, compare, diff, docs, doctor, lab, notebooks, probe, run, selftest, suggest
 except ModuleNotFoundError as _e:  # a package the commands need: this Python was not set up
@@ -131,15 +133,36 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # refused by the sub-command's own parser: its usage, and the closest flag
         parser.subcommands.get(getattr(args, "command", None), parser).refuse_unknown(extra)
+    args.argv = argv  # what was typed: a refusal may give the command to type instead
     with _sigterm_as_interrupt():
         return _handle(args)
+
+
+def _model_instead(args: argparse.Namespace, e: CapacityError) -> str:
+    """For a case too big for this machine (run, compare on the wall clock): the same command priced
+    on the model, which launches nothing and writes no payload (docs/cli.md). Not where x itself does
+    not fit and the routing is uniform: the reference's recipe draws x before the ids, on the model too."""
+    if getattr(args, "command", None) not in ("run", "compare") or getattr(args, "clock", "wall") != "wall":
+        return ""
+    if "making the case needs x" in str(e) and getattr(args, "routing", "uniform") == "uniform":
+        return ""
+    argv, kept = list(getattr(args, "argv", [])), []
+    while argv:
+        tok = argv.pop(0)
+        if tok in ("--clock", "--model"):
+            argv[:1] = []
+        elif not tok.startswith(("--clock=", "--model=")):
+            kept.append(tok)
+    return ("; the timing model prices it without running it: combine-lab "
+            + " ".join(shlex.quote(t) for t in kept) + " --clock model:a3")
 
 
 def _handle(args: argparse.Namespace) -> int:
     try:
         return args.handler(args)
     except CombineLabError as e:  # what the lab refused or what failed: it says which and why
-        print(f"combine-lab: error: {_with_flag(e, getattr(args, 'command', None))}", file=sys.stderr)
+        hint = _model_instead(args, e) if isinstance(e, CapacityError) else ""
+        print(f"combine-lab: error: {_with_flag(e, getattr(args, 'command', None))}{hint}", file=sys.stderr)
         return 2
     except MemoryError as e:
         print(f"combine-lab: error: out of memory making or reading the case ({e}); use a smaller shape",

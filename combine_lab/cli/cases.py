@@ -143,7 +143,20 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
                    help="wall (default): run and time the kernel; model:NAME (a2, a3, host, or a .toml file): "
                         "price each case on the timing model instead, launching nothing (any shape, no payload); "
                         "the table says 'modelled on NAME', perf CSVs go to <output-dir>-model-NAME")
+    r.add_argument("--model", dest="clock", type=lambda t: f"model:{t}", metavar="NAME",
+                   help="the same as --clock model:NAME (as suggest and calibrate spell it)")
     p.add_argument("--help", action="help", help="show this help and exit")
+
+
+def add_clock_alias(p: argparse.ArgumentParser, command: str) -> None:
+    """``--clock model:NAME`` for a command that prices on a model given by ``--model NAME``
+    (suggest, calibrate), as run and compare spell it: the two spellings are one flag."""
+    def model_of(text: str) -> str:
+        if text.startswith("model:") and len(text) > len("model:"):
+            return text[len("model:"):]
+        raise argparse.ArgumentTypeError(f"{text!r}: {command} prices on a timing model: model:NAME (a2, a3, host, "
+                                         "or a .toml file), the same as --model NAME")
+    p.add_argument("--clock", dest="model", type=model_of, metavar="model:NAME", help="the same as --model NAME")
 
 
 def clock_model(text: str):

@@ -202,3 +202,39 @@ def test_a_misspelt_routing_gets_did_you_mean(routing, near, capsys):
         f"combine-lab: error: --routing: routing={routing!r}: unknown model {routing.split(':')[0]!r}; allowed: "
         f"uniform, zipf:S, hot-expert:F, hot-rank:F, trace:MODEL/DOMAIN/LAYER, deepseek, external; did you mean "
         f"{near!r}?\n")
+
+
+def test_clock_model_and_model_are_one_flag_in_every_command_that_prices(capsys, tmp_path):
+    """Field fault (issue 34): `suggest --clock model:a3` was refused (suggest wanted --model a3)."""
+    shape = ["-pes", "4", "-bs", "16", "-h", "1024", "-topk", "2", "-expertPerPe", "2", "--routing", "zipf:1.2"]
+    outs = []
+    for flags in (["--model", "a3"], ["--clock", "model:a3"]):
+        assert cli.main(["suggest", *shape, *flags]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] and "a3" in outs[0]
+    outs = []
+    for i, flags in enumerate((["--clock", "model:a3"], ["--model", "a3"])):
+        assert cli.main(["run", *shape, "--perf", "--output-dir", str(tmp_path / f"o{i}"), *flags]) == 0
+        outs.append([ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("shape_")])
+    assert outs[0] == outs[1] and "MODEL" in outs[0][0]
+    assert cli.build_parser().parse_args(["calibrate", "x.csv", "--clock", "model:a2"]).model == "a2"
+    with pytest.raises(SystemExit):
+        cli.main(["suggest", *shape, "--clock", "wall"])
+    assert capsys.readouterr().err.endswith("error: argument --clock: 'wall': suggest prices on a timing model: "
+                                            "model:NAME (a2, a3, host, or a .toml file), the same as --model NAME\n")
+
+
+def test_a_shape_too_big_for_this_machine_is_refused_with_the_model_command(capsys):
+    """Field fault (issue 34): a shape too big for the twin was refused without saying that
+    --clock model:a3 prices it. The refusal now ends with that exact command (the rest as typed)."""
+    shape = ["-pes", "64", "-bs", "65536", "-h", "65536", "-topk", "8", "-expertPerPe", "4", "--routing", "zipf:1.2"]
+    assert cli.main(["compare", *shape, "--clock", "wall"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("combine-lab: error: shape_65536_65536_8_256_64: making the case needs x of "
+                          "1099511627776 bytes (1024.00 GiB: pes*bs*h*4) in memory, ")
+    assert err.endswith("; the timing model prices it without running it: combine-lab compare -pes 64 -bs 65536 -h "
+                        "65536 -topk 8 -expertPerPe 4 --routing zipf:1.2 --clock model:a3\n")
+    assert cli.build_parser().parse_args(["compare", *shape, "--clock", "model:a3"]).clock == "model:a3"
+    # uniform draws x before the ids, on the model too: no such hint where x itself does not fit
+    assert cli.main(["run", *shape[:-2]]) == 2
+    assert "--clock model:a3" not in capsys.readouterr().err
