@@ -2,7 +2,7 @@
 
     combine-lab run -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 -type int32_t --routing trace:mixtral/arxiv/15
     combine-lab compare -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 --routing trace:mixtral/arxiv/15
-    combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 8 --routing deepseek --model a3
+    combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 4 -type bfloat16_t --routing deepseek --model a3
     combine-lab calibrate output/perf/combine_perf_rank0.csv --model a3 --out fitted.toml
     combine-lab probe [-pes 2] [--target npu]      # then calibrate its CSV (docs/probe.md)
     combine-lab build [--kernel-source DIR [--main]]

@@ -1,6 +1,6 @@
 """``combine-lab suggest``: the modelled time at every SDMA floor where the plan changes, and the best.
 
-    combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 8 -type float16_t --routing deepseek \\
+    combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 4 -type bfloat16_t --routing deepseek \\
         [--model a3] [--metric comm_only|full_op] [--what-if segment-sdma] [--csv curve.csv] [--all] \\
         [--variant doubleplane-segment[,classic,...]] [--cores-per-rank 6[,24,...]]
 

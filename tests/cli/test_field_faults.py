@@ -238,3 +238,34 @@ def test_a_shape_too_big_for_this_machine_is_refused_with_the_model_command(caps
     # uniform draws x before the ids, on the model too: no such hint where x itself does not fit
     assert cli.main(["run", *shape[:-2]]) == 2
     assert "--clock model:a3" not in capsys.readouterr().err
+
+
+def test_the_deepseek_examples_have_deepseek_v3s_256_experts_in_bf16():
+    """Field fault (issue 34): the README's deepseek example had 512 experts (-pes 64 -expertPerPe 8);
+    DeepSeek-V3 has 256 routed experts and combines in bf16. Every such example in the README and docs."""
+    import re
+    root = Path(__file__).resolve().parents[2]
+    found = 0
+    for page in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for line in page.read_text().splitlines():
+            if "--routing deepseek" in line and "combine-lab " in line:
+                pes = int(re.search(r"-pes (\d+)", line)[1])
+                epp = int(re.search(r"-expertPerPe (\d+)", line)[1])
+                assert pes * epp == 256 and "-type bfloat16_t" in line, f"{page.name}: {line.strip()}"
+                found += 1
+    assert found >= 3
+
+
+def test_the_walkthrough_saved_without_outputs_points_to_combine_lab_docs_not_to_lines_above():
+    """Field fault (issue 34): the walkthrough's text referred to "the lines above" in a notebook
+    committed without outputs. Its text names no printed line it does not also point to
+    `combine-lab docs` for, and says near the top how to see the outputs."""
+    import nbformat
+    root = Path(__file__).resolve().parents[2]
+    nb = nbformat.read(root / "notebooks" / "01_walkthrough.ipynb", as_version=4)
+    text = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    assert all(not c.outputs for c in nb.cells if c.cell_type == "code")
+    assert "read the walkthrough executed, outputs and figures included, with\n`combine-lab docs`" in text[0]
+    for src in text:
+        for phrase in ("lines above", "line under", "lines under"):
+            assert phrase not in src, src[:200]
