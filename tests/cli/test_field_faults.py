@@ -269,3 +269,21 @@ def test_the_walkthrough_saved_without_outputs_points_to_combine_lab_docs_not_to
     for src in text:
         for phrase in ("lines above", "line under", "lines under"):
             assert phrase not in src, src[:200]
+
+
+def test_bfloat16_is_planned_and_modelled_at_2_bytes_an_element_and_the_app_offers_it():
+    """bf16 (issue 34): the plan and the model see 2 bytes an element, as for float16 on the same
+    routing (the decision rule and every byte count alike); the tuning app's state takes it."""
+    from combine_lab import plan
+    from combine_lab.lab.tuning import TuningState
+    from combine_lab.model import load_model, model_case
+    shape = dict(pes=4, bs=64, h=4096, topk=2, expert_per_pe=2, routing="hot-expert:0.5")
+    bf, fp = (make_case(CaseSpec(**shape, dtype=d)) for d in ("bfloat16_t", "float16_t"))
+    pb, pf = plan(bf, "doubleplane", min_sdma_bytes=0), plan(fp, "doubleplane", min_sdma_bytes=0)
+    assert pb.itemsize == 2 and pb.segments.equals(pf.segments) and (pb.segments["plane"] == "SDMA").any()
+    a3 = load_model("a3")
+    mb, mf = (model_case(c, "doubleplane", a3, min_sdma_bytes=0) for c in (bf, fp))
+    assert np.array_equal(mb.times.comm_only, mf.times.comm_only)
+    s = TuningState(targets=["cpu"], pes=2, bs=8, h=64, topk=2, expert_per_pe=2)
+    s.set(dtype="bfloat16_t")
+    assert not s.problems and s.spec.dtype == "bfloat16_t" and s.plan.itemsize == 2
