@@ -225,12 +225,13 @@ def test_ascend950_overloads_are_its_own(tmp_path):
     assert "error: no member named 'PaddingMode' in namespace 'AscendC'" in failed["kernel A2/A3 (AI core)"]
 
 
-def test_a_one_byte_half_is_refused(tmp_path):
-    decls = _mutated_decls(tmp_path, "include/kernel_operator.h", ("    uint16_t bits_;", "    uint8_t bits_;"))
+@pytest.mark.parametrize("member, name", [("bits_", "half"), ("bf16_bits_", "bfloat16_t")])
+def test_a_one_byte_half_is_refused(tmp_path, member, name):
+    decls = _mutated_decls(tmp_path, "include/kernel_operator.h", (f"    uint16_t {member};", f"    uint8_t {member};"))
     failed = _failures(compile_npu_branch(ROOT, archs=A2A3, decls=decls))
     assert set(failed) == passes("A2/A3") | set(HOST_ONLY)
     for err in failed.values():
-        assert "error: static_assert failed due to requirement 'sizeof(half) == 2' \"bisheng's half is 2 bytes\"" \
+        assert f"error: static_assert failed due to requirement 'sizeof({name}) == 2' \"bisheng's {name} is 2 bytes\"" \
                in err, err
 
 

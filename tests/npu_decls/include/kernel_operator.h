@@ -73,7 +73,7 @@ public:
     __host_aicore__ bfloat16_t(float v);
 
 private:
-    uint16_t bits_;
+    uint16_t bf16_bits_;
 };
 
 // bisheng built-ins.
