@@ -23,12 +23,16 @@ What this package implements is described in docs/ (docs/README.md): the layout 
 docs/protocol.md#2-dispatch-layout, the decision rule in docs/decision-rule.md#1-the-rule, the perf CSV in docs/formats.md#3-perf-csv.
 """
 
-from .case.case import Case, case_from_arrays, make_case
-from .formats.casefiles import read_case, write_case
-from .case.spec import CaseSpec
-from .planning.planner import plan
-from .harness import compare
-from .run.runner import run_case
+try:
+    from .case.case import Case, case_from_arrays, make_case
+    from .formats.casefiles import read_case, write_case
+    from .case.spec import CaseSpec
+    from .planning.planner import plan
+    from .harness import compare
+    from .run.runner import run_case
+except ModuleNotFoundError as _e:  # numpy, pandas, ...: this Python was not set up
+    from .errors import missing_package
+    missing_package(_e)
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,5 @@
-"""Exception types shared by every stage of the package (a leaf: it imports nothing of it).
+"""Exception types shared by every stage of the package (a leaf: it imports nothing of it), and
+what a missing package says (:func:`missing_package`).
 
 Every one of them is a :class:`CombineLabError` (one ``except`` catches what the lab refuses or
 what failed), and each class means one thing, so that a caller can tell what to fix from the
@@ -23,7 +24,29 @@ Others live with the stage that raises them, on the same base: ``CapacityError``
 """
 
 
+import os
+import sys
+
 _UNSET = object()
+
+
+def missing_package(e: ModuleNotFoundError) -> None:
+    """Say what to run when a package the lab needs is missing (this Python was not set up), then
+    stop: a command (``combine-lab ...``, ``python3 -m combine_lab ...``) prints one line naming the
+    package and ``bash .ci/setup`` and exits 2, no traceback; an import (a notebook, a script)
+    raises ModuleNotFoundError with the same words. A module of combine_lab itself missing is a
+    broken checkout: ``e`` is raised as it is."""
+    top = (e.name or "").split(".")[0]
+    if not top or top == "combine_lab":
+        raise e
+    text = (f"the Python package {top!r} is missing from this Python ({sys.executable}): combine_lab is not set "
+            "up here; run `bash .ci/setup` in the repository (`bash .ci/setup --test` for the tests too), or "
+            "`pip install -e .`")
+    command = sys.argv[:1] == ["-m"] or os.path.basename(sys.argv[0] if sys.argv else "") == "combine-lab"
+    if command:
+        print(f"combine-lab: error: {text}", file=sys.stderr)
+        raise SystemExit(2)
+    raise ModuleNotFoundError(text, name=e.name) from None
 
 
 class CombineLabError(Exception):

@@ -15,6 +15,7 @@ that was killed (its process is gone) is recognised and taken over.
 from __future__ import annotations
 
 import contextlib
+import errno as errno_mod
 import json
 import os
 import sys
@@ -27,7 +28,7 @@ import psutil
 
 from .errors import ParameterError
 
-__all__ = ["usable_folder", "own_folders", "LOCK_NAME", "KERNEL_FILE_SYSTEMS"]
+__all__ = ["usable_folder", "own_folders", "os_reason", "LOCK_NAME", "KERNEL_FILE_SYSTEMS"]
 
 #: The lock file a run keeps in each folder it writes to (:func:`own_folders`).
 LOCK_NAME = ".combine-lab.lock"
@@ -36,6 +37,13 @@ LOCK_NAME = ".combine-lab.lock"
 KERNEL_FILE_SYSTEMS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "securityfs", "debugfs",
                                  "tracefs", "configfs", "pstore", "bpf", "efivarfs", "mqueue", "binfmt_misc",
                                  "fusectl", "nsfs", "autofs", "rpc_pipefs"})
+
+
+def os_reason(e: OSError) -> str:
+    """What an OSError says, its errno named: ``ENOSPC (No space left on device)``; ``error (...)``
+    when it carries no errno."""
+    code = errno_mod.errorcode.get(e.errno, str(e.errno)) if e.errno is not None else "error"
+    return f"{code} ({e.strerror or e})"
 
 
 def _mount_of(path: Path) -> tuple[str, str]:
@@ -68,8 +76,10 @@ def usable_folder(path: str | os.PathLike, what: str) -> Path:
             ``--output-dir /tmp/f/perf: under /tmp/f, which is a file, not a folder``,
             ``--work-dir /proc/x: under /proc, the kernel's proc file system, which holds no files;
             pick a folder on a disk``, ``--output-dir /tmp/f: is a file, not a folder``,
-            ``--out /ro/lab: cannot create it (Read-only file system)``,
-            ``--out /data: cannot write in it (Permission denied)``.
+            ``--out /ro/lab: cannot create it: EROFS (Read-only file system)``,
+            ``--out /data: cannot write in it: EACCES (Permission denied)``,
+            ``--output-dir /mnt/full: cannot write in it: ENOSPC (No space left on device)``; a folder
+            it created for the check is removed again.
     """
     folder = Path(path).expanduser()
     shown = f"{what} {path}"
@@ -88,13 +98,26 @@ def usable_folder(path: str | os.PathLike, what: str) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ParameterError(f"{shown}: cannot create it ({e.strerror or e})") from None
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
+        _remove_made(folder, existing)
+        raise ParameterError(f"{shown}: cannot create it: {os_reason(e)}") from None
+    try:  # a byte written: a full disk still creates an empty file, but refuses its first block
+        with tempfile.TemporaryFile(dir=folder) as f:
+            f.write(b"\0")
+            f.flush()
     except OSError as e:
-        raise ParameterError(f"{shown}: cannot write in it ({e.strerror or e})") from None
+        _remove_made(folder, existing)
+        raise ParameterError(f"{shown}: cannot write in it: {os_reason(e)}") from None
     return folder
+
+
+def _remove_made(folder: Path, existing: Path) -> None:
+    """Remove the empty folders from ``folder`` up to ``existing`` (not included): what a refused
+    check created, so that a refusal leaves nothing behind."""
+    f = folder.absolute()
+    while f != existing and f != f.parent:
+        with contextlib.suppress(OSError):
+            f.rmdir()
+        f = f.parent
 
 
 _held: dict[Path, int] = {}  # folders this process owns -> how many own_folders blocks hold each
@@ -137,7 +160,8 @@ def own_folders(folders: Iterable[str | os.PathLike], what: str) -> Iterator[lis
 
     Raises:
         ParameterError: a folder (or one around it, or one inside it that this run will write to
-            and another run owns) is in use by another live run; nothing is taken then. A lock
+            and another run owns) is in use by another live run, or its lock cannot be written
+            (naming the errno: a full disk); nothing is taken then. A lock
             whose run is gone (killed) is taken over.
     """
     paths = sorted({Path(f).expanduser().absolute() for f in folders})
@@ -158,7 +182,12 @@ def own_folders(folders: Iterable[str | os.PathLike], what: str) -> Iterator[lis
                 continue
             p.mkdir(parents=True, exist_ok=True)
             tmp = p / f"{LOCK_NAME}.{os.getpid()}"
-            tmp.write_text(record)
+            try:
+                tmp.write_text(record)
+            except OSError as e:  # a disk full since usable_folder: no half-written lock left
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                raise ParameterError(f"{what} {p}: cannot write in it: {os_reason(e)}") from None
             err = _in_use(p, what)  # a run that started meanwhile
             if err is not None:
                 tmp.unlink()

@@ -13,13 +13,48 @@ from __future__ import annotations
 import ast
 import json
 import numbers
+import re
 from typing import Any, Callable
 
 import numpy as np
 
 from .errors import ParameterError
 
-__all__ = ["as_list", "convert", "describe_type"]
+__all__ = ["as_list", "as_int", "convert", "describe_type"]
+
+_INT_TEXT = re.compile(r"[+-]?\d+")
+
+
+def as_int(value: Any) -> int:
+    """``value`` as an int, by the one rule for ints as users type them (flags, ``--params`` files,
+    papermill ``-p``, notebook cells): an int (Python or numpy, not a bool) or the text of one in
+    decimal digits (``"4096"``, ``" -3 "``). A float is never taken for an int, whatever its value:
+    papermill's ``-p loops 1e3`` arrives as the float 1000.0, a YAML ``1e3`` as the text "1e3", and
+    argparse's ``--loops 1e3`` is refused; all three are refused alike.
+
+    Raises ValueError whose text says why (empty for a value that is no number at all).
+    """
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError("")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if _INT_TEXT.fullmatch(text):
+            return int(text)
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError("") from None
+        shown = repr(text)
+    elif isinstance(value, numbers.Real):
+        shown = repr(value)
+    else:
+        raise ValueError("")
+    f = float(value)
+    if f == f and abs(f) != float("inf") and f.is_integer():
+        raise ValueError(f"{shown} is a float, never taken for an int: write {int(f)}")
+    raise ValueError(f"{shown} is not an integer")
 
 
 def _split(text: str, kind: Callable[[Any], Any]) -> list:
@@ -43,8 +78,8 @@ def as_list(value: Any, kind: Callable[[Any], Any] = int, name: str = "value") -
     Accepts a list or tuple, a single value, or text: ``"[8, 16]"`` (JSON), ``"8,16"`` or
     ``"8 16"``; for ``kind=str``, a JSON list of strings or ``"a,b"``. Text items of a list are
     split the same way, so ``["8,16"]`` and ``["8", "16"]`` (what argparse's ``nargs="+"``
-    gives) both read as ``[8, 16]``. Empty items are dropped; an int given as a float must be
-    integral (``4.0`` reads as 4).
+    gives) both read as ``[8, 16]``. Empty items are dropped; an int item follows
+    :func:`as_int` (``4.0`` and ``"1e3"`` are refused).
 
     Raises:
         ParameterError: an item does not convert, or no item is left; the message names
@@ -56,8 +91,13 @@ def as_list(value: Any, kind: Callable[[Any], Any] = int, name: str = "value") -
     shown = value[0] if isinstance(value, (list, tuple)) and len(value) == 1 else value
     out = []
     for item in items:
-        if kind is int and isinstance(item, float) and not item.is_integer():
-            raise ParameterError(f"{name}={shown!r}: {item!r} is not an integer", parameter=name, value=shown)
+        if kind is int:
+            try:
+                out.append(as_int(item))
+            except ValueError as e:
+                raise ParameterError(f"{name}={shown!r}: {str(e) or f'{item!r} is not a valid int'}", parameter=name,
+                                     value=shown) from None
+            continue
         try:
             v = kind(item)
         except (TypeError, ValueError):
@@ -138,28 +178,24 @@ def _scalar(value: Any, kind: str):
         if isinstance(value, numbers.Real):  # papermill -p turns "2024" into 2024
             return str(value)
         raise ValueError
+    if kind == "int":
+        return as_int(value)
     if isinstance(value, str):
-        text = value.strip()
-        if kind == "float":
-            return float(text)
         try:
-            return int(text)
+            return float(value.strip())
         except ValueError:
-            value = float(text)  # "8.0" is 8; "8.5" is refused below
+            raise ValueError("") from None  # float's own words add nothing to "expected float"
     if not isinstance(value, numbers.Real):
         raise ValueError
-    if kind == "float":
-        return float(value)
-    if isinstance(value, numbers.Integral) or float(value).is_integer():
-        return int(value)
-    raise ValueError
+    return float(value)
 
 
 def convert(value: Any, declared: str, name: str = "value") -> Any:
     """``value`` converted to the type ``declared`` (an annotation's text), for notebook parameters
     that arrive as text (YAML strings, papermill ``-r`` and ``-p`` strings).
 
-    - ``int``: an int, an integral float, or text of one (``"4096"``, ``" 16 "``, ``"8.0"``);
+    - ``int``: an int or the text of one (``"4096"``, ``" 16 "``), by :func:`as_int`: never a float
+      (papermill's ``-p loops 1e3`` gives 1000.0: refused, as ``"1e3"`` and ``--loops 1e3`` are);
     - ``float``: a number or its text;
     - ``bool``: a bool, 0/1, or ``true/false``, ``yes/no``, ``on/off``, ``1/0`` in any case
       (``"False"`` is False);
@@ -185,5 +221,6 @@ def convert(value: Any, declared: str, name: str = "value") -> Any:
             raise ParameterError(f"parameter {name}={value!r}: expected {expected} ({detail})") from None
     try:
         return _scalar(value, t[0])
-    except (ValueError, TypeError, OverflowError):
-        raise ParameterError(f"parameter {name}={value!r}: expected {expected}") from None
+    except (ValueError, TypeError, OverflowError) as e:
+        why = f" ({e})" if isinstance(e, ValueError) and str(e) else ""
+        raise ParameterError(f"parameter {name}={value!r}: expected {expected}{why}") from None

@@ -121,12 +121,32 @@ static uint16_t float_to_half(float f) {
     return uint16_t(sign | h);
 }
 
+// float -> bfloat16 (its top 16 bits), half to even, as the kernel's CAST_RINT and ml_dtypes do.
+static uint16_t float_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40u);  // NaN stays NaN
+    return uint16_t((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+static float bf16_to_float(uint16_t b) {
+    const uint32_t x = uint32_t(b) << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+// A 2-byte T's bits for f (T = float16_t or bfloat16_t).
+static uint16_t to_bits16(const HostArgs& a, float f) {
+    return a.dtype == combine::Dtype::BFloat16 ? float_to_bf16(f) : float_to_half(f);
+}
+
 void fill_rows(const HostArgs& a, double value, uint8_t* out, size_t bytes) {
     if (a.dtype == combine::Dtype::Int32) {
         const int32_t v = int32_t(value);
         for (size_t i = 0; i + 4 <= bytes; i += 4) memcpy(out + i, &v, 4);
     } else {
-        const uint16_t v = float_to_half(float(value));
+        const uint16_t v = to_bits16(a, float(value));
         for (size_t i = 0; i + 2 <= bytes; i += 2) memcpy(out + i, &v, 2);
     }
 }
@@ -146,7 +166,7 @@ void expected_constant_x_out(const HostArgs& a, const RankCase& rc, double value
                 const int32_t x = int32_t(acc);
                 memcpy(out + (uint64_t(t) * a.h + c) * 4, &x, 4);
             } else {
-                const uint16_t x = float_to_half(acc);
+                const uint16_t x = to_bits16(a, acc);
                 memcpy(out + (uint64_t(t) * a.h + c) * 2, &x, 2);
             }
         }
@@ -191,7 +211,9 @@ uint64_t count_mismatches(const HostArgs& a, const uint8_t* x_out, const uint8_t
             uint16_t xh, gh;
             memcpy(&xh, x_out + i * 2, 2);
             memcpy(&gh, golden + i * 2, 2);
-            x = half_to_float(xh); g = half_to_float(gh);
+            const bool bf16 = a.dtype == combine::Dtype::BFloat16;
+            x = bf16 ? bf16_to_float(xh) : half_to_float(xh);
+            g = bf16 ? bf16_to_float(gh) : half_to_float(gh);
             ok = xh == gh && !std::isnan(x);  // the same bits: both reduce in float32 in topk order
         }
         if (!ok && bad++ == 0) {

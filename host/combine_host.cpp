@@ -156,6 +156,13 @@ int main(int argc, char** argv) {
         return 1;
     }
 
+#if COMBINE_USER_KERNEL
+    if (a.dtype == combine::Dtype::BFloat16) {  // the entry contract's instances (host/user_kernel.h)
+        fprintf(stderr, "combine_host: dtype=bfloat16_t: refused for your own kernel: its entry contract "
+                        "instantiates combine_demo for int32_t and op::fp16_t only\n");
+        return 1;
+    }
+#endif
     // Everything about the input is checked before any runtime is touched.
     RankCase rc;
     std::string error;

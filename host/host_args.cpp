@@ -8,7 +8,7 @@
 const char* kHostUsage =
     "usage: combine_host pe_size pe_id ipport g_npus first_pe first_npu dtype bs h topk expert_per_pe "
     "perf warmup loops csv case_id [policy [min_sdma_bytes [case_root [cores_per_rank]]]]\n"
-    "  dtype: int32_t | float16_t; perf: 0 | 1;\n"
+    "  dtype: int32_t | float16_t | bfloat16_t; perf: 0 | 1;\n"
     "  policy: mte_only | dual_plane | dual_plane_segment (default dual_plane; docs/variants.md);\n"
     "  min_sdma_bytes: default 2097152; case_root: folder holding golden/<case_id>/ and output/ (default .);\n"
     "  cores_per_rank: AIV cores per source rank, 1 (default) to the SoC's AIV cores, at most 48\n";
@@ -53,11 +53,9 @@ bool parse_host_args(int argc, char** argv, HostArgs* a) {
     } else if (a->dtype_name == "float16_t") {
         a->dtype = combine::Dtype::Float16;
     } else if (a->dtype_name == "bfloat16_t") {
-        fprintf(stderr, "combine_host: dtype=bfloat16_t: refused (the CANN 9.0 beta backend lacks the scalar bf16 "
-                        "cast the accumulation needs); use int32_t or float16_t\n");
-        return false;
+        a->dtype = combine::Dtype::BFloat16;
     } else {
-        fprintf(stderr, "combine_host: dtype=%s: must be int32_t or float16_t\n", argv[7]);
+        fprintf(stderr, "combine_host: dtype=%s: must be int32_t, float16_t or bfloat16_t\n", argv[7]);
         return false;
     }
     ok = parse_int("bs", argv[8], 1, k32, &a->bs) && parse_int("h", argv[9], 1, k32, &a->h) &&

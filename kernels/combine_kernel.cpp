@@ -37,7 +37,9 @@ namespace combine {
 
 // Stage 2's conversions (asc-devkit Cast, A2/A3 combinations), chosen to round as the golden
 // does (numpy, docs/protocol.md#3-reference-data-and-the-check): T -> float32 exactly (int32 beyond 2^24 half to even),
-// float32 -> int32 toward zero (astype), float32 -> float16 half to even.
+// float32 -> int32 toward zero (astype), float32 -> float16 and -> bfloat16 half to even (CAST_RINT).
+// bfloat16 goes through this vector path only: Cast converts it on the vector unit, where the
+// CANN 9.0 beta backend has no scalar bf16 cast.
 template <typename T>
 struct ReduceCast;
 template <>
@@ -47,6 +49,12 @@ struct ReduceCast<int32_t> {
 };
 template <>
 struct ReduceCast<half> {
+    static constexpr AscendC::RoundMode kIn = AscendC::RoundMode::CAST_NONE;
+    static constexpr AscendC::RoundMode kOut = AscendC::RoundMode::CAST_RINT;
+};
+
+template <>
+struct ReduceCast<bfloat16_t> {
     static constexpr AscendC::RoundMode kIn = AscendC::RoundMode::CAST_NONE;
     static constexpr AscendC::RoundMode kOut = AscendC::RoundMode::CAST_RINT;
 };
@@ -629,6 +637,7 @@ private:
 
 COMBINE_KERNEL_ENTRY(combine_int32, int32_t)
 COMBINE_KERNEL_ENTRY(combine_float16, half)
+COMBINE_KERNEL_ENTRY(combine_bfloat16, bfloat16_t)
 
 namespace combine {
 
@@ -642,10 +651,14 @@ void launch_combine(Dtype dtype, uint32_t block_dim, void* stream, uint8_t* expa
         combine_int32<<<block_dim, nullptr, stream>>>(ffts, expand_x, assist_info, ep_recv_count, expert_ids,
                                                       expert_scales, x_out, window, diag, bs, h, topk, expert_per_pe,
                                                       pol, min_sdma_bytes, wait_budget, cores_per_rank);
-    } else {
+    } else if (dtype == Dtype::Float16) {
         combine_float16<<<block_dim, nullptr, stream>>>(ffts, expand_x, assist_info, ep_recv_count, expert_ids,
                                                         expert_scales, x_out, window, diag, bs, h, topk,
                                                         expert_per_pe, pol, min_sdma_bytes, wait_budget, cores_per_rank);
+    } else {
+        combine_bfloat16<<<block_dim, nullptr, stream>>>(ffts, expand_x, assist_info, ep_recv_count, expert_ids,
+                                                         expert_scales, x_out, window, diag, bs, h, topk,
+                                                         expert_per_pe, pol, min_sdma_bytes, wait_budget, cores_per_rank);
     }
 }
 

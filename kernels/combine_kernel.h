@@ -14,7 +14,7 @@
 
 namespace combine {
 
-enum class Dtype : uint32_t { Int32 = 0, Float16 = 1 };
+enum class Dtype : uint32_t { Int32 = 0, Float16 = 1, BFloat16 = 2 };
 // MteOnly: classic. DualPlane: doubleplane, one SDMA call per row into the token's slot.
 // DualPlaneSegment: doubleplane with the receiver's layout by expert (docs/variants.md#1-one-sdma-call-per-segment):
 // every row of a segment lands contiguously, so an SDMA segment goes in one call per core's chunk.

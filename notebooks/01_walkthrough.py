@@ -38,6 +38,10 @@
 # `combine_lab` package; the cells only call it. Beside each step you see the kernel's own
 # code, read from `kernels/combine_kernel.cpp` when the cell runs.
 #
+# The notebook is saved without its outputs: where the text says what a cell printed, run the
+# cell (`combine-lab lab`), or read the walkthrough executed, outputs and figures included, with
+# `combine-lab docs` (docs/lab.md#6-the-walkthrough-page).
+#
 # **Exercises.** Six exercises ask you to work something out before the notebook shows it.
 # Write your answer in each `answer_N = None` and run the cell: a check says whether it holds,
 # with a hint (never the answer) if not, and the table that holds the answer appears once
@@ -767,19 +771,20 @@ record["modelled"]["slowest_core"] = slowest
 
 # %% [markdown]
 # **Where the crossover comes from.** Alone, a segment goes faster by SDMA only where the engine's
-# cost per row (its descriptors plus the bytes) beats the core's own `max(a, b)`; the line under
-# the one-segment figure says from which size on this machine, or that there is no crossover at
-# all and why (when the engine's cost per row, descriptors included, is above MTE's). In a whole case that is not
-# the question: `comm_only` is the slowest core's stage 1, and SDMA pays when it takes enough
-# bytes off *that* core while the engine copies them beside it. The lines above say which core
-# that is. With this notebook's parameters: where links are slow (a2), classic's slowest core is a
-# remote one, driving the hot expert's rows across the link, and handing its big segment to the
-# engines shortens it until the local core (local rows go by MTE, always) sets `comm_only`; where
+# cost per row (its descriptors plus the bytes) beats the core's own `max(a, b)`; what the
+# one-segment figure's cell prints says from which size on this machine, or that there is no
+# crossover at all and why (when the engine's cost per row, descriptors included, is above MTE's).
+# In a whole case that is not the question: `comm_only` is the slowest core's stage 1, and SDMA
+# pays when it takes enough bytes off *that* core while the engine copies them beside it. The
+# cell's output above says which core that is (run it, or see it in `combine-lab docs`). With
+# this notebook's parameters: where links are slow (a2), classic's slowest core is a remote one,
+# driving the hot expert's rows across the link, and handing its big segment to the engines
+# shortens it until the local core (local rows go by MTE, always) sets `comm_only`; where
 # links are fast (a3), the local core is the slowest from the start, and no floor changes
-# `comm_only`, whatever SDMA takes off the remote core. Neither is a verdict on its own: the lines
-# under each curve give the speed-up over the unknowns' ranges (how many SDMA engines run at once
-# first), and a floor is called best only when it wins by more than the model's resolution over all
-# of them (docs/timing-model.md#8-choosing-the-floor). So the best
+# `comm_only`, whatever SDMA takes off the remote core. Neither is a verdict on its own: what that
+# cell prints under each curve gives the speed-up over the unknowns' ranges (how many SDMA engines
+# run at once first), and a floor is called best only when it wins by more than the model's
+# resolution over all of them (docs/timing-model.md#8-choosing-the-floor). So the best
 # floor is a property of the machine and the routing, not a constant: the default 2 MiB (docs/decision-rule.md#6-the-floor)
 # is a rule of thumb. `02_tuning` shows this curve live for any case, with a Suggest button;
 # `03_sweep` draws it over a grid of cases.
@@ -875,9 +880,9 @@ record["sections"].append("settings")
 # %% [markdown]
 # Read it with its bands, not its nominal column. On this case the model's largest gain comes from
 # the cores, not from SDMA: with 6 cores per source rank the MTE rows spread over more cores than 8
-# (the lines above say how many on each SoC), and `classic-c6` alone is faster over every unknown's
+# (the cell's output above says how many on each SoC), and `classic-c6` alone is faster over every unknown's
 # range, on both machines. The segment layout saves the per-row SDMA cost but pays for its layout
-# step (a bases exchange and a barrier; the lines above give the balance at this size), and
+# step (a bases exchange and a barrier; the cell's output above gives the balance at this size), and
 # whether SDMA pays at all hinges on what nobody has published: the `measure_first` column names
 # the parameter that moves each verdict most (how many SDMA engines run at once, for most rows).
 # Combined with 6 cores the verdict differs by machine, so no verdict on the planes holds without

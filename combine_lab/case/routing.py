@@ -53,6 +53,7 @@ pes*bs*topk)`` slots, chosen by ``default_rng([seed, 2])``, get expert id -1.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 from dataclasses import dataclass
@@ -133,7 +134,11 @@ def parse_routing(text: str) -> Routing:
                 f"with MODEL in {sorted(set(traces.MODEL_SHORT_NAMES.values()))}, "
                 f"see combine_lab.case.traces.list_traces()") from None
         return Routing(name, arg, text)
-    raise SpecError(f"routing={text!r}: unknown model {name!r}; allowed: {_ALLOWED}", parameter="routing", value=text)
+    models = [*_NO_PARAM, "zipf", "hot-expert", "hot-rank", "trace"]
+    near = difflib.get_close_matches(name.lower().replace("_", "-"), models, n=1, cutoff=0.75)
+    hint = f"; did you mean {near[0] + sep + arg!r}?" if near else ""
+    raise SpecError(f"routing={text!r}: unknown model {name!r}; allowed: {_ALLOWED}{hint}", parameter="routing",
+                    value=text)
 
 
 def check_routing(routing: Routing, pes: int, expert_per_pe: int, topk: int) -> None:
@@ -183,25 +188,25 @@ def check_routing(routing: Routing, pes: int, expert_per_pe: int, topk: int) -> 
 # --------------------------------------------------------------------------- x
 
 
-def _draw_x_from(rng: np.random.Generator, pes: int, bs: int, h: int, dtype: str) -> np.ndarray:
-    """x per rank in rank order, exactly as docs/protocol.md#3-reference-data-and-the-check draws it."""
-    np_dtype = np.int32 if dtype == "int32_t" else np.float16
+def _draw_x_from(rng: np.random.Generator, pes: int, bs: int, h: int, np_dtype: type) -> np.ndarray:
+    """x per rank in rank order, exactly as docs/protocol.md#3-reference-data-and-the-check draws it
+    (``np_dtype``: T's numpy type, ``CaseSpec.np_dtype``)."""
     x = np.empty((pes, bs, h), dtype=np_dtype)
     for r in range(pes):  # one draw per rank: the recipe's stream order
-        if dtype == "int32_t":
+        if np_dtype is np.int32:
             x[r] = rng.integers(-5, 6, size=(bs, h), dtype=np.int32)
-        else:
-            x[r] = rng.uniform(-1.0, 1.0, size=(bs, h)).astype(np.float16)
+        else:  # float16 or bfloat16: the same draw, rounded half to even to T
+            x[r] = rng.uniform(-1.0, 1.0, size=(bs, h)).astype(np_dtype)
     return x
 
 
 @functools.lru_cache(maxsize=1)
-def _uniform_recipe(pes: int, bs: int, h: int, topk: int, E: int, dtype: str, seed: int):
+def _uniform_recipe(pes: int, bs: int, h: int, topk: int, E: int, np_dtype: type, seed: int):
     rng = np.random.default_rng(seed)
-    x = _draw_x_from(rng, pes, bs, h, dtype)
+    x = _draw_x_from(rng, pes, bs, h, np_dtype)
     ids = rng.integers(0, E, size=(pes, bs, topk), dtype=np.int32)
     scales = rng.uniform(0.05, 1.0, size=(pes, bs, topk)).astype(np.float32)
-    if dtype == "int32_t":
+    if np_dtype is np.int32:
         scales[...] = 1.0
     for a in (x, ids, scales):
         a.setflags(write=False)
@@ -214,7 +219,7 @@ def clear_cache() -> None:
 
 
 def _recipe_of(spec):
-    return _uniform_recipe(spec.pes, spec.bs, spec.h, spec.topk, spec.moe_expert_num, spec.dtype, spec.seed)
+    return _uniform_recipe(spec.pes, spec.bs, spec.h, spec.topk, spec.moe_expert_num, spec.np_dtype, spec.seed)
 
 
 def _refuse_external(spec, what: str) -> None:
@@ -233,7 +238,7 @@ def draw_x(spec) -> np.ndarray:
     _refuse_external(spec, "x")
     if parse_routing(spec.routing).name == "uniform":
         return _recipe_of(spec)[0]
-    return _draw_x_from(np.random.default_rng(spec.seed), spec.pes, spec.bs, spec.h, spec.dtype)
+    return _draw_x_from(np.random.default_rng(spec.seed), spec.pes, spec.bs, spec.h, spec.np_dtype)
 
 
 # --------------------------------------------------------------------- routing

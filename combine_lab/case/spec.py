@@ -5,18 +5,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import SpecError
 from .routing import check_routing, parse_routing
 
-__all__ = ["DTYPES", "CaseSpec", "SpecError"]
+__all__ = ["DTYPES", "DTYPES_TEXT", "CaseSpec", "SpecError"]
 
-#: Output/activation dtypes T the combine supports (docs/protocol.md#2-dispatch-layout).
-DTYPES = {"int32_t": np.int32, "float16_t": np.float16}
-
-_BF16_REASON = ("dtype='bfloat16_t': refused, the CANN 9.0 beta backend lacks the scalar bf16 cast "
-                "the accumulation needs (docs/protocol.md#2-dispatch-layout); allowed: 'int32_t', 'float16_t'")
+#: Output/activation dtypes T the combine supports (docs/protocol.md#2-dispatch-layout): the
+#: ``-type`` names and their numpy types (bfloat16: ml_dtypes', whose casts round half to even).
+DTYPES = {"int32_t": np.int32, "float16_t": np.float16, "bfloat16_t": ml_dtypes.bfloat16}
+#: What a message says is allowed.
+DTYPES_TEXT = ", ".join(repr(d) for d in DTYPES)
 
 
 def _is_int(v) -> bool:
@@ -28,8 +29,8 @@ class CaseSpec:
     """Parameters of one combine case; validated on construction.
 
     Fields: ``pes`` (ranks), ``bs`` (tokens per rank), ``h`` (hidden size, elements),
-    ``topk``, ``expert_per_pe``: ints >= 1; ``dtype``: 'int32_t' or 'float16_t'
-    ('bfloat16_t' is refused, docs/protocol.md#2-dispatch-layout); ``seed``: int >= 0;
+    ``topk``, ``expert_per_pe``: ints >= 1; ``dtype``: 'int32_t', 'float16_t' or 'bfloat16_t'
+    (docs/protocol.md#2-dispatch-layout); ``seed``: int >= 0;
     ``routing``: a routing string (see :mod:`combine_lab.routing`); ``masked_fraction``:
     number in [0, 1], the share of (rank, token, topk) slots masked to expert id -1.
     Numpy integers are stored as Python ints.
@@ -55,10 +56,8 @@ class CaseSpec:
             if not _is_int(v) or v < 1:
                 raise SpecError(f"{name}={v!r}: must be an int >= 1", parameter=name, value=v)
             object.__setattr__(self, name, int(v))
-        if self.dtype == "bfloat16_t":
-            raise SpecError(_BF16_REASON)
-        if self.dtype not in DTYPES:
-            raise SpecError(f"dtype={self.dtype!r}: must be one of 'int32_t', 'float16_t'",
+        if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
+            raise SpecError(f"dtype={self.dtype!r}: must be one of {DTYPES_TEXT}",
                             parameter="dtype", value=self.dtype)
         if not _is_int(self.seed) or self.seed < 0:
             raise SpecError(f"seed={self.seed!r}: must be an int >= 0", parameter="seed", value=self.seed)
@@ -78,7 +77,7 @@ class CaseSpec:
 
     @property
     def np_dtype(self) -> type:
-        """numpy scalar type of T (np.int32 or np.float16)."""
+        """numpy scalar type of T (np.int32, np.float16 or ml_dtypes.bfloat16)."""
         return DTYPES[self.dtype]
 
     @property

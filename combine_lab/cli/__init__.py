@@ -2,7 +2,7 @@
 
     combine-lab run -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 -type int32_t --routing trace:mixtral/arxiv/15
     combine-lab compare -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 --routing trace:mixtral/arxiv/15
-    combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 8 --routing deepseek --model a3
+    combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 4 -type bfloat16_t --routing deepseek --model a3
     combine-lab calibrate output/perf/combine_perf_rank0.csv --model a3 --out fitted.toml
     combine-lab probe [-pes 2] [--target npu]      # then calibrate its CSV (docs/probe.md)
     combine-lab build [--kernel-source DIR [--main]]
@@ -18,13 +18,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
+import re
+import shlex
 import signal
 import sys
 
 from .. import __version__
-from ..errors import CombineLabError, Terminated
-from ..run.launch import leftovers
-from . import app, build, calibrate, compare, diff, docs, doctor, lab, notebooks, probe, run, selftest, suggest
+from ..errors import CombineLabError, Terminated, missing_package
+
+try:
+    from ..planning.capacity import CapacityError
+    from ..run.launch import leftovers
+    from . import app, build, calibrate, compare, diff, docs, doctor, lab, notebooks, probe, run, selftest, suggest
+except ModuleNotFoundError as _e:  # a package the commands need: this Python was not set up
+    missing_package(_e)
 
 
 def version_text() -> str:
@@ -34,16 +42,42 @@ def version_text() -> str:
     return f"combine-lab {__version__} ({Path(__file__).resolve().parents[1]})"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, saying "did you mean" for a misspelt flag or choice (Python 3.14's
+    suggest_on_error, which 3.10-3.13 lack), each refusal with its own command's usage."""
+
+    def error(self, message: str):
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            near = difflib.get_close_matches(m[1], re.findall(r"'([^']*)'", m[2]), n=1, cutoff=0.5)
+            if near:
+                message += f"; did you mean {near[0]!r}?"
+        super().error(message)
+
+    def refuse_unknown(self, extra: list[str]):
+        """Refuse arguments this (sub-)command does not know, naming the closest flag of each."""
+        flags = [o for a in self._actions for o in a.option_strings]
+        near = []
+        for tok in extra:
+            if tok.startswith("-"):
+                got = difflib.get_close_matches(tok.split("=", 1)[0], flags, n=1, cutoff=0.6)
+                near += [(got[0], tok.split("=", 1)[0])] if got else []
+        said = near[0][0] if len(near) == 1 else ", ".join(f"{flag} (for {tok})" for flag, tok in near)
+        hint = f"; did you mean {said}?" if near else f" (see combine-lab {self.prog.split()[-1]} --help)"
+        self.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``combine-lab`` (sub-commands run, compare, suggest, calibrate, build,
-    selftest, doctor, notebooks, docs, lab, app)."""
-    parser = argparse.ArgumentParser(prog="combine-lab", description="MoE combine lab: doubleplane (MTE+SDMA) vs "
-                                     "classic (MTE only) combine on the CPU twin or an Ascend NPU")
+    selftest, doctor, notebooks, docs, lab, app); its ``subcommands`` maps each name to its parser."""
+    parser = _Parser(prog="combine-lab", description="MoE combine lab: doubleplane (MTE+SDMA) vs "
+                     "classic (MTE only) combine on the CPU twin or an Ascend NPU")
     parser.add_argument("--version", action="version", version=version_text(),
                         help="show the version of combine_lab and where it is installed from, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (run, compare, diff, suggest, calibrate, probe, build, selftest, doctor, notebooks, docs, lab, app):
         module.register(sub)
+    parser.subcommands = dict(sub.choices)
     return parser
 
 
@@ -76,9 +110,14 @@ FLAG_OF = {"dtype": "-type", "pes": "-pes", "bs": "-bs", "h": "-h", "topk": "-to
            "kernel_source": "--kernel-source"}
 
 
-def _with_flag(e: CombineLabError) -> str:
+def _with_flag(e: CombineLabError, command: str | None = None) -> str:
     """The error's message, with the flag named first where the error names a parameter the
-    command line spells otherwise (:data:`FLAG_OF`)."""
+    command line spells otherwise (:data:`FLAG_OF`); cores_per_rank is the N of a settings label,
+    given by ``compare --settings`` or ``run --variant``."""
+    if e.parameter == "cores_per_rank":
+        flag = "--settings" if command == "compare" else "--variant"
+        n = e.value
+        return f"{flag}: " + str(e).replace(f"cores_per_rank={n!r}", f"cores_per_rank={n!r} (the N of c{n})", 1)
     flag = FLAG_OF.get(e.parameter) if e.parameter else None
     return f"{flag}: {e}" if flag else str(e)
 
@@ -90,16 +129,40 @@ def main(argv: list[str] | None = None) -> int:
     if argv[-1:] == ["-h"]:  # -h is the hidden size, as in the reference drivers
         print("combine-lab: -h is the hidden size (-h 7168); for help use --help", file=sys.stderr)
         return 2
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # refused by the sub-command's own parser: its usage, and the closest flag
+        parser.subcommands.get(getattr(args, "command", None), parser).refuse_unknown(extra)
+    args.argv = argv  # what was typed: a refusal may give the command to type instead
     with _sigterm_as_interrupt():
         return _handle(args)
+
+
+def _model_instead(args: argparse.Namespace, e: CapacityError) -> str:
+    """For a case too big for this machine (run, compare on the wall clock): the same command priced
+    on the model, which launches nothing and writes no payload (docs/cli.md). Not where x itself does
+    not fit and the routing is uniform: the reference's recipe draws x before the ids, on the model too."""
+    if getattr(args, "command", None) not in ("run", "compare") or getattr(args, "clock", "wall") != "wall":
+        return ""
+    if "making the case needs x" in str(e) and getattr(args, "routing", "uniform") == "uniform":
+        return ""
+    argv, kept = list(getattr(args, "argv", [])), []
+    while argv:
+        tok = argv.pop(0)
+        if tok in ("--clock", "--model"):
+            argv[:1] = []
+        elif not tok.startswith(("--clock=", "--model=")):
+            kept.append(tok)
+    return ("; the timing model prices it without running it: combine-lab "
+            + " ".join(shlex.quote(t) for t in kept) + " --clock model:a3")
 
 
 def _handle(args: argparse.Namespace) -> int:
     try:
         return args.handler(args)
     except CombineLabError as e:  # what the lab refused or what failed: it says which and why
-        print(f"combine-lab: error: {_with_flag(e)}", file=sys.stderr)
+        hint = _model_instead(args, e) if isinstance(e, CapacityError) else ""
+        print(f"combine-lab: error: {_with_flag(e, getattr(args, 'command', None))}{hint}", file=sys.stderr)
         return 2
     except MemoryError as e:
         print(f"combine-lab: error: out of memory making or reading the case ({e}); use a smaller shape",

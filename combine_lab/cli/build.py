@@ -4,7 +4,8 @@ own driver (``main.cpp``) against the twin, so that the reference's run script r
     combine-lab build                                                    # the lab's driver (twin)
     combine-lab build --kernel-source ~/shmem/examples/combine/combine_doubleplane
     combine-lab build --kernel-source ~/shmem/examples/combine/combine_doubleplane --main
-        # -> ~/shmem/build/bin/combine_doubleplane, where that example's scripts/run.sh looks
+        # -> ~/shmem/build/bin/combine_doubleplane, what that example's scripts/run.sh runs
+        # (combine_classic's run.sh runs ~/shmem/build/bin/combine)
 
 docs/own-kernel.md#5-the-references-own-driver-and-runsh.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -27,6 +29,22 @@ def main_bin_dir(ks) -> Path | None:
     example of a SHMEM checkout (its run.sh runs ``${PROJECT_ROOT}/build/bin/<example>``), else None."""
     root = reference_root(ks.path)
     return root / "build" / "bin" if root is not None else None
+
+
+def main_name(folder: Path) -> str:
+    """The name a kernel folder's run script runs its own driver by: the ``build/bin/<name>`` of its
+    ``scripts/run.sh`` (SHMEM's classic example runs ``build/bin/combine``, its doubleplane one
+    ``build/bin/combine_doubleplane``), else the executable its ``CMakeLists.txt`` adds
+    (``aclshmem_add_collective_example(<name>)``), else the folder's name."""
+    for file, pattern in (("scripts/run.sh", r"build/bin/([A-Za-z0-9_.+-]+)"),
+                          ("CMakeLists.txt", r"aclshmem_add_collective_example\(\s*([A-Za-z0-9_.+-]+)")):
+        try:
+            m = re.search(pattern, (folder / file).read_text(errors="replace"))
+        except OSError:
+            continue
+        if m:
+            return m[1]
+    return folder.name
 
 
 def install(binary: Path, folder: Path, name: str) -> Path:
@@ -54,7 +72,7 @@ def _build(a: argparse.Namespace) -> int:
     if a.target != "cpu":
         raise ParameterError("--main: builds the folder's main.cpp against the twin (on an NPU, SHMEM's own build "
                              "builds it)", parameter="target", value=a.target)
-    name = a.main or ks.path.name
+    name = a.main or main_name(ks.path)
     folder = Path(a.bin_dir) if a.bin_dir is not None else main_bin_dir(ks)
     if folder is None:
         raise ParameterError(f"--bin-dir: {ks.path} is not an example of a SHMEM checkout; say where the driver goes",
@@ -77,8 +95,9 @@ def register(sub) -> None:
     p.add_argument("--kernel-source", default=None, metavar="DIR",
                    help="a folder with your own combine kernel (docs/own-kernel.md), built unchanged")
     p.add_argument("--main", nargs="?", const="", default=None, metavar="NAME",
-                   help="build the folder's own main.cpp against the twin as NAME (default: the folder's name, e.g. "
-                        "combine_doubleplane) into --bin-dir")
+                   help="build the folder's own main.cpp against the twin as NAME (default: the name its "
+                        "scripts/run.sh runs, e.g. combine for SHMEM's combine_classic, else the folder's name) "
+                        "into --bin-dir")
     p.add_argument("--bin-dir", default=None, metavar="DIR",
                    help="with --main: where the driver goes (default for a SHMEM example: <shmem>/build/bin, where "
                         "its scripts/run.sh looks)")

@@ -15,6 +15,7 @@ from ..model.calibrate import calibrate, measurements_from_csvs
 from ..model.machines import load_model
 from ..model.probe_fit import fit_probe_csv
 from ..values import as_list
+from .cases import add_clock_alias
 
 
 def _calibrate(a: argparse.Namespace) -> int:
@@ -68,6 +69,7 @@ def register(sub) -> None:
     p.add_argument("csv", nargs="+", help="per-rank perf CSVs (combine[_doubleplane]_perf_rank<r>.csv), or one probe CSV "
                                           "(combine-lab probe, docs/probe.md)")
     p.add_argument("--model", default="a3", help="the model to start from: a2, a3, host, or a .toml file")
+    add_clock_alias(p, "calibrate")
     p.add_argument("--out", default=None, help="write the fitted model here (.toml)")
     p.add_argument("--routing", default=None, help="routing of the cases (default: each run's sidecar beside its CSV, else uniform, the reference's recipe)")
     p.add_argument("--seed", type=int, default=None, help="case seed (default: the sidecar's, else 42, the reference's)")

@@ -74,7 +74,7 @@ def add_shape_flags(p: argparse.ArgumentParser):
                    help="PEs (ranks); sets -gnpus too, as the reference's run script: a -gnpus before it is "
                         "overridden, one after it stands (default 2)")
     g.add_argument("-type", dest="dtype", default="int32_t", type=_dtype_flag,
-                   help="int32_t | float16_t (default int32_t); int is read as int32_t, as the reference does")
+                   help="int32_t | float16_t | bfloat16_t (default int32_t); int is read as int32_t, as the reference does")
     g.add_argument("-bs", type=int, default=8, help="tokens per PE (default 8)")
     g.add_argument("-h", dest="h", type=int, default=7168, help="hidden size, elements (default 7168)")
     g.add_argument("-topk", type=int, default=8, help="experts per token (default 8)")
@@ -143,7 +143,20 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
                    help="wall (default): run and time the kernel; model:NAME (a2, a3, host, or a .toml file): "
                         "price each case on the timing model instead, launching nothing (any shape, no payload); "
                         "the table says 'modelled on NAME', perf CSVs go to <output-dir>-model-NAME")
+    r.add_argument("--model", dest="clock", type=lambda t: f"model:{t}", metavar="NAME",
+                   help="the same as --clock model:NAME (as suggest and calibrate spell it)")
     p.add_argument("--help", action="help", help="show this help and exit")
+
+
+def add_clock_alias(p: argparse.ArgumentParser, command: str) -> None:
+    """``--clock model:NAME`` for a command that prices on a model given by ``--model NAME``
+    (suggest, calibrate), as run and compare spell it: the two spellings are one flag."""
+    def model_of(text: str) -> str:
+        if text.startswith("model:") and len(text) > len("model:"):
+            return text[len("model:"):]
+        raise argparse.ArgumentTypeError(f"{text!r}: {command} prices on a timing model: model:NAME (a2, a3, host, "
+                                         "or a .toml file), the same as --model NAME")
+    p.add_argument("--clock", dest="model", type=model_of, metavar="model:NAME", help="the same as --model NAME")
 
 
 def clock_model(text: str):
@@ -481,11 +494,13 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
             runs.append(Run(spec, BASELINE, warmup=a.warmup, loops=a.loops, target=a.target, timeout_s=a.timeout,
                             fnpu=a.fnpu))
     outcomes: list[Outcome] = []
-    owned = ([base, *written.values()] if a.perf else []) + ([a.work_dir] if a.work_dir is not None else [])
+    outs = [base, *written.values()] if a.perf else []
+    works = [a.work_dir] if a.work_dir is not None else []
     removed: dict = {}
-    # This run owns its folders while it runs (a second run into them is refused), and writes into
-    # staging folders that replace the earlier run's files only once every case has run.
-    with own_folders(owned, "--output-dir" if a.perf else "--work-dir"):
+    # This run owns its folders while it runs (a second run into them is refused, naming the flag of
+    # the folder), and writes into staging folders that replace the earlier run's files only once
+    # every case has run.
+    with own_folders(outs, "--output-dir"), own_folders(works, "--work-dir"):
         with staged_outputs(written, removed, rules) as stage, warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a refusal was said once above; each case shows it as a row
             for o in execute(runs, progress="model" if model is not None else "combine",
@@ -507,7 +522,9 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
             for m in METRICS:
                 summary[f"{m}_verdict"] = [modelled_verdict(x, b) for x, b in
                                            zip(summary[f"{m}_speedup"], summary["sdma_bytes"])]
-        rows = repeated_rows(outcomes, summary) if len(summary) else [o.row for o in outcomes]
+        # folded per case and variant whenever something was timed: your kernel alone has no summary
+        # row (it compares the lab's variants), but its repeats fold all the same
+        rows = repeated_rows(outcomes, summary) if len(summary) or a.perf else [o.row for o in outcomes]
         print(model.caption() if model is not None else _measured_caption(a, repeats))
         for k in kernels if model is not None else []:
             print(f"{k.label}: priced from the operation stream it recorded in one launch on the twin")

@@ -27,8 +27,8 @@ def _settings_flag(text: str) -> list[str]:
     for t in labels:
         try:
             parse_settings(t)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{t!r}: must be {SETTINGS_LABEL_FORM}") from None
+        except ValueError as e:  # parse_settings' own words: N >= 1, the closest label
+            raise argparse.ArgumentTypeError(str(e).replace(f"settings={t!r}: ", f"{t!r}: ", 1)) from None
     return list(dict.fromkeys(labels))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from ..formats.summaries import SUMMARY_NAME, read_run_summary
-from ..results.diff import diff_runs
+from ..results.diff import NOT_COMPARED, diff_runs
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
@@ -27,8 +27,15 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     else:
         print("times in us (median of the repeats, spread min-max); beyond noise: the two spreads do not overlap")
     print(shown.to_string(index=False))
-    beyond = table["verdict"].str.contains("beyond noise").sum()
-    print(f"{beyond} of {len(table)} differences beyond noise")
+    beyond = int(table["verdict"].str.contains("beyond noise").sum())
+    apart = int((table["verdict"] == NOT_COMPARED).sum())  # no verdict between them: not counted
+    if apart == len(table):
+        print(f"no difference compared: {NOT_COMPARED.split(': ', 1)[1]} ({apart} rows)")
+    elif apart:
+        print(f"{beyond} of {len(table) - apart} differences beyond noise; {apart} not compared: "
+              f"{NOT_COMPARED.split(': ', 1)[1]}")
+    else:
+        print(f"{beyond} of {len(table)} differences beyond noise")
     return 0
 
 

@@ -1,6 +1,6 @@
 """``combine-lab suggest``: the modelled time at every SDMA floor where the plan changes, and the best.
 
-    combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 8 -type float16_t --routing deepseek \\
+    combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 4 -type bfloat16_t --routing deepseek \\
         [--model a3] [--metric comm_only|full_op] [--what-if segment-sdma] [--csv curve.csv] [--all] \\
         [--variant doubleplane-segment[,classic,...]] [--cores-per-rank 6[,24,...]]
 
@@ -20,7 +20,7 @@ from ..model.stream import case_rows
 from ..model.suggest import METRICS, suggest, suggest_settings
 from ..planning.cores import MAX_SDMA_BLOCKS, aiv_cores
 from ..planning.settings import VARIANT_LABEL_FORM, KernelSettings, parse_variant_label, variant_label
-from .cases import _specs, add_shape_flags
+from .cases import _specs, add_clock_alias, add_shape_flags
 
 WHAT_IF = {"segment-sdma": "segment"}
 
@@ -104,6 +104,7 @@ def register(sub) -> None:
     add_shape_flags(p)
     m = p.add_argument_group("model")
     m.add_argument("--model", default="a3", help="a2, a3, host, or a .toml file (default a3)")
+    add_clock_alias(m, "suggest")
     m.add_argument("--metric", choices=METRICS, default="comm_only",
                    help="the slowest PE's CoreMaxTime of this metric (default comm_only)")
     m.add_argument("--what-if", choices=sorted(WHAT_IF), default=None,

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import CaseFileError, ParameterError, SpecError
 from ..case.case import Case, RankInputs
-from ..case.spec import DTYPES, CaseSpec
+from ..case.spec import DTYPES, DTYPES_TEXT, CaseSpec
 from .files import atomic_write, write_atomic
 
 __all__ = ["CaseFileError", "REFERENCE_KEYS", "write_case", "read_case", "read_meta", "FileCase", "CheckResult",
@@ -131,7 +131,8 @@ def _write_with_zero_tail(arr: np.ndarray, used_rows: int, path: Path) -> None:
     rows are written and the file is extended to full size, so the padding reads back as
     zeros (byte-identical) without being written (a sparse tail where the filesystem allows)."""
     with atomic_write(path, "wb", size=lambda: arr.nbytes) as f:
-        arr[:used_rows].tofile(f)
+        # bytes by write(), not ndarray.tofile: a full disk then says its errno (tofile's OSError has none)
+        f.write(np.ascontiguousarray(arr[:used_rows]).reshape(-1).view(np.uint8).data)
         f.truncate(arr.nbytes)
 
 
@@ -332,7 +333,7 @@ def check_x_out(x_out: np.ndarray, golden: np.ndarray, dtype: str) -> CheckResul
     docs/protocol.md#3-reference-data-and-the-check).
 
     ``x_out``, ``golden``: arrays of the same shape (e.g. [bs, h]) with dtype T; ``dtype``:
-    'int32_t' or 'float16_t'. Both must be identical: the kernel and the golden both reduce
+    'int32_t', 'float16_t' or 'bfloat16_t'. Both must be identical: the kernel and the golden both reduce
     in float32 in topk order and cast once, so any difference is a bug (a float16
     accumulator, another order, a lost tile). A NaN never passes. ``max_abs_err`` is
     computed in float64 (int64 for int32). The reference tools keep their own tolerance:
@@ -342,7 +343,7 @@ def check_x_out(x_out: np.ndarray, golden: np.ndarray, dtype: str) -> CheckResul
     different shapes or not of dtype T.
     """
     if dtype not in DTYPES:
-        raise SpecError(f"dtype={dtype!r}: must be one of 'int32_t', 'float16_t'", parameter="dtype", value=dtype)
+        raise SpecError(f"dtype={dtype!r}: must be one of {DTYPES_TEXT}", parameter="dtype", value=dtype)
     x, g = np.asarray(x_out), np.asarray(golden)
     if x.shape != g.shape:
         raise ParameterError(f"x_out shape={list(x.shape)}: must equal golden shape {list(g.shape)}")
@@ -353,7 +354,7 @@ def check_x_out(x_out: np.ndarray, golden: np.ndarray, dtype: str) -> CheckResul
         err = np.abs(x.astype(np.int64) - g.astype(np.int64)).astype(np.float64)
         bad = x != g
     else:
-        xf, gf = x.astype(np.float64), g.astype(np.float64)
+        xf, gf = x.astype(np.float32).astype(np.float64), g.astype(np.float32).astype(np.float64)
         with np.errstate(invalid="ignore"):
             err = np.abs(xf - gf)
         bad = (x.view(np.uint16) != g.view(np.uint16)) | np.isnan(xf)

@@ -12,12 +12,12 @@ raises :class:`~combine_lab.errors.ResultFileError` naming the file, the bytes a
 from __future__ import annotations
 
 import contextlib
-import errno as errno_mod
 import os
 from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import ResultFileError
+from ..folders import os_reason
 
 __all__ = ["atomic_write", "write_atomic", "write_failed", "PART_MARK", "STAGING_PREFIX"]
 
@@ -30,12 +30,11 @@ STAGING_PREFIX = ".staging-"
 def write_failed(path: str | os.PathLike, nbytes: int | None, e: OSError) -> ResultFileError:
     """The error of a write of ``nbytes`` (None: unknown) to ``path`` that failed with ``e``:
     ``<path>: cannot write 1048576 bytes: ENOSPC (No space left on device)``."""
-    code = errno_mod.errorcode.get(e.errno, str(e.errno)) if e.errno is not None else "error"
     size = f"{nbytes} bytes" if nbytes is not None else "it"
     path = Path(path)
     if path.parent.name.startswith(STAGING_PREFIX):  # name the file the run was writing, not its staging copy
         path = path.parent.parent / path.name
-    return ResultFileError(f"{path}: cannot write {size}: {code} ({e.strerror or e})", parameter=None)
+    return ResultFileError(f"{path}: cannot write {size}: {os_reason(e)}", parameter=None)
 
 
 @contextlib.contextmanager

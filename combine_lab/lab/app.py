@@ -73,6 +73,7 @@ import numpy as np
 import pandas as pd
 from traitlets import Int, TraitError, Unicode
 
+from ..case.spec import DTYPES
 from ..errors import ParameterError, SpecError
 from ..model.machines import NpuModel
 from ..model.suggest import Suggestion
@@ -588,7 +589,7 @@ class TuningApp:
             "h": number_box("h", f"hidden size, elements per row (arrow keys: +-{H_STEP})", step=H_STEP),
             "topk": number_box("topk", "experts per token"),
             "expert_per_pe": number_box("expert_per_pe", "experts per PE"),
-            "dtype": widgets.Dropdown(options=["int32_t", "float16_t"], value="int32_t", description="dtype",
+            "dtype": widgets.Dropdown(options=list(DTYPES), value="int32_t", description="dtype",
                                       style=style, layout=lay),
             "routing_model": widgets.Dropdown(options=list(ROUTING_MODELS), value="zipf", description="routing",
                                               style=style, layout=lay),

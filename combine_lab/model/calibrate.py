@@ -29,7 +29,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from ..case.case import Case, make_case
-from ..case.spec import CaseSpec
+from ..case.spec import DTYPES, DTYPES_TEXT, CaseSpec
 from ..errors import ParameterError
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 from ..formats.perf_csv import counters_name, read_perf_csv
@@ -54,7 +54,6 @@ class Measurement:
     source: str = ""
 
 
-_DTYPES = {"int32_t": "int32_t", "float16_t": "float16_t"}
 
 #: A fitted value whose standard error is above this (relative, %) is not identified.
 STD_ERR_LIMIT_PCT = 25.0
@@ -119,7 +118,7 @@ def measurements_from_csvs(paths: list[str | Path], routing: str | None = None, 
 
     Raises:
         ParameterError: a file name that is not a perf CSV, a dtype other than int32_t /
-            float16_t, a summary row (ProfPe 'max'), or a routing / seed / min_sdma_bytes given
+            float16_t / bfloat16_t, a summary row (ProfPe 'max'), or a routing / seed / min_sdma_bytes given
             that contradicts the sidecar of the run (naming both).
         ResultFileError: a file that is not a perf CSV (read_perf_csv), or a broken sidecar.
     """
@@ -130,9 +129,9 @@ def measurements_from_csvs(paths: list[str | Path], routing: str | None = None, 
         variant = variant_of_csv(path)
         df = read_perf_csv(path)
         for i, r in df.iterrows():
-            dtype = _DTYPES.get(str(r["Dtype"]))
-            if dtype is None:
-                raise ParameterError(f"{path}: row {i}: Dtype={r['Dtype']!r}: int32_t or float16_t")
+            dtype = str(r["Dtype"])
+            if dtype not in DTYPES:
+                raise ParameterError(f"{path}: row {i}: Dtype={r['Dtype']!r}: one of {DTYPES_TEXT}")
             try:
                 pe = int(r["ProfPe"])
             except (TypeError, ValueError):

@@ -10,6 +10,7 @@ combine in front: ``classic``, ``doubleplane``, ``classic-c6``, ``doubleplane-se
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -60,15 +61,23 @@ def parse_settings(label: str | KernelSettings | None) -> KernelSettings:
     and KernelSettings pass through (None: the reference).
 
     Raises:
-        ParameterError: not a settings label (the message shows the allowed forms); c0.
+        ParameterError: not a settings label (the message shows the allowed forms and the closest
+            label); c0 or segment-c0 (N must be >= 1).
     """
     if label is None:
         return REFERENCE
     if isinstance(label, KernelSettings):
         return label
-    m = _SETTINGS_RE.match(str(label).strip().lower())
-    if not m or (m[2] or m[3] or "1") == "0" or int(m[2] or m[3] or 1) < 1:
-        raise ParameterError(f"settings={label!r}: must be {SETTINGS_LABEL_FORM}", parameter="settings", value=label)
+    text = str(label).strip().lower()
+    m = _SETTINGS_RE.match(text)
+    if m and int(m[2] or m[3] or 1) < 1:
+        raise ParameterError(f"settings={label!r}: N must be >= 1 (cores per source rank; c1 is the reference's "
+                             f"one core); the labels are {SETTINGS_LABEL_FORM}", parameter="settings", value=label)
+    if not m:
+        near = difflib.get_close_matches(text, ["reference", "segment"], n=1, cutoff=0.6)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ParameterError(f"settings={label!r}: must be {SETTINGS_LABEL_FORM}{hint}", parameter="settings",
+                             value=label)
     return KernelSettings(segment=bool(m[1]), cores_per_rank=int(m[2] or m[3] or 1))
 
 

@@ -283,6 +283,33 @@ def _tail(path: Path, lines: int = 12) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def _is_stopped(proc: subprocess.Popen) -> bool:
+    """Whether ``proc`` is stopped by a signal (SIGSTOP, SIGTSTP, a debugger): alive, never finishing."""
+    try:
+        return psutil.Process(proc.pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
+
+
+def _failure_text(origin: int, code: int | None, stopped: bool, failed: Sequence[int], log_dir: Path) -> str:
+    """What a failed launch says: how PE ``origin`` ended, what it wrote on stderr (or that it wrote
+    nothing: a PE killed by a signal often has no last word), and the other failed PEs' lines that
+    name a slot they waited for (a wait for the PE that failed)."""
+    if stopped:
+        how = "was stopped by a signal (SIGSTOP or SIGTSTP) and never finished; the launcher killed it"
+    elif code is None:
+        how = "was still running when the others had failed; the launcher killed it"
+    elif code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else "unknown"
+        how = f"killed by signal {-code} ({name})"
+    else:
+        how = f"exited with status {code}"
+    said = _tail(log_dir / f"pe{origin}.stderr") or "(it wrote nothing on stderr)"
+    waits = [f"PE {pe}: {line}" for pe in failed if pe != origin
+             for line in _tail(log_dir / f"pe{pe}.stderr", 200).splitlines() if "slot" in line][:8]
+    return f"PE {origin} {how}:\n{said}" + ("\nthe others waited for it:\n" + "\n".join(waits) if waits else "")
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         try:
@@ -369,8 +396,9 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
                     first_failure, failed_at = bad[0], now
                     if codes[bad[0]] in unnoticed_codes:
                         break  # the others cannot notice: no use waiting for them
-            if first_failure is not None and now - failed_at > grace_s:
-                break
+            if first_failure is not None and (now - failed_at > grace_s or all(
+                    c is not None or _is_stopped(p) for c, p in zip(codes, procs))):
+                break  # the grace is over, or only stopped PEs are left: they never finish
             if now > deadline:
                 running = [pe for pe, c in enumerate(codes) if c is None]
                 said = {pe: _tail(log_dir / f"pe{pe}.stderr") for pe in running}
@@ -383,15 +411,17 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
             f.flush()
         failed = [pe for pe, c in enumerate(codes) if c != 0 and c not in tolerated_codes]
         if failed:
-            # Report the root cause: status 4 is the twin's "stopped because another PE failed".
-            roots = [pe for pe in failed if codes[pe] != _STOPPED_BY_PEER]
+            # Report the root cause: a PE stopped by a signal (the others waited for it), else the
+            # first that failed; status 4 is the twin's "stopped because another PE failed".
+            stopped = [pe for pe in failed if codes[pe] is None and _is_stopped(procs[pe])]
+            roots = [pe for pe in failed if codes[pe] not in (_STOPPED_BY_PEER, None)]
             origin = roots[0] if roots else (first_failure if first_failure is not None else failed[0])
             if first_failure in roots:
                 origin = first_failure
+            if stopped:
+                origin = stopped[0]
             c = codes[origin]
-            status = "killed by signal %d" % -c if c is not None and c < 0 else f"exited with status {c}"
-            raise LaunchError(f"PE {origin} {status}:\n{_tail(log_dir / f'pe{origin}.stderr')}", pe=origin,
-                              returncode=c)
+            raise LaunchError(_failure_text(origin, c, origin in stopped, failed, log_dir), pe=origin, returncode=c)
         return [PeOutcome(pe, codes[pe], (log_dir / f"pe{pe}.stdout").read_text(errors="replace"),
                           (log_dir / f"pe{pe}.stderr").read_text(errors="replace")) for pe in range(pes)]
     finally:

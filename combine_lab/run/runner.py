@@ -136,7 +136,8 @@ class RunResult:
         counters_total: the same summed over every launch (warmup + loops).
         plan: the planner's plan for this variant; counters must carry exactly its bytes.
         run_dir: folder with the PEs' logs and the run's CSV/JSON files (inside the case's
-            folder: removed with it unless the case files are kept).
+            folder), removed when run_case returns unless ``keep_files``: a kept work dir keeps its
+            case files, not a folder per run.
         violations: the twin checker's first reports (PE, core, slot, both operations);
             violation_count: how many there were in all.
     """
@@ -338,7 +339,8 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
         fnpu, fpe: first NPU (PE r on NPU ``r % pes + fnpu``) and first PE id passed to the driver.
         ipport: SHMEM bootstrap address for every launch, or a function called once per launch
             (each profiled PE's run) that returns it; default a free 127.0.0.1 port per launch.
-        keep_files: keep case files that this call wrote to a temporary folder.
+        keep_files: keep case files that this call wrote to a temporary folder, and the run's folder
+            of logs (``run_dir``).
         chaos_seed: twin only: run under chaos mode with this seed (puts land as late and in
             as odd an order as their semantics allow); protocol violations are reported in
             ``RunResult.violations``. None: normal completion order.
@@ -410,8 +412,10 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
         why = refusals(target, [variant]).get(variant)
         if why:
             raise build_mod.VariantRefused(why)
+    _own_kernel_dtype(ks, getattr(getattr(case, "spec", case), "dtype", None))  # a spec or a Case: before writing
     prepared = prepare_case(case, work_dir, target)
     spec = prepared.case.spec
+    _own_kernel_dtype(ks, spec.dtype)  # case files: once read
     if prof_pe == "all":
         prof_pes = list(range(spec.pes))
     elif isinstance(prof_pe, (int, np.integer)) and not isinstance(prof_pe, bool) and 0 <= prof_pe < spec.pes:
@@ -423,6 +427,7 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
         prof_pes = prof_pes[:1]  # nothing is profiled: one run
     check_capacity(spec, prepared.case_root, _rows_per_pe(prepared.case), target, segment=settings.segment)
     the_plan = make_plan(prepared.case, variant, min_sdma_bytes=min_sdma_bytes, settings=settings)
+    run_dir = None
     try:
         binary = Path(binary) if binary is not None else build_mod.build(target, kernel=ks)
         env = dict(env or {})
@@ -479,8 +484,21 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
             write_run_files(output_dir, result, perf_df if perf else None)
         return result
     finally:
-        if not keep_files and prepared is not case:
-            prepared.cleanup()
+        if not keep_files:  # a kept work dir keeps the case files, not a folder per run
+            if run_dir is not None:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            if prepared is not case:
+                prepared.cleanup()
+
+
+def _own_kernel_dtype(ks, dtype) -> None:
+    """Your kernel takes the entry contract's two instances (docs/own-kernel.md#2-the-entry-contract):
+    a bfloat16_t case is refused for it (ParameterError), which the lab's kernel runs."""
+    if ks is not None and dtype == "bfloat16_t":
+        raise ParameterError(f"dtype='bfloat16_t': refused for your kernel ({ks.label}): the entry contract "
+                             "instantiates combine_demo for int32_t and op::fp16_t only; the lab's kernel runs "
+                             "bfloat16_t (docs/own-kernel.md#2-the-entry-contract)", parameter="dtype",
+                             value="bfloat16_t")
 
 
 def refusals(target: str, variants=VARIANTS) -> dict[str, str]:

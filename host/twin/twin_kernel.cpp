@@ -6,6 +6,7 @@
 // as in SHMEM.
 #include <atomic>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <string>
 #include <cstdlib>
@@ -52,17 +53,19 @@ bool prof_enabled() {
 }  // namespace
 
 // A PE that dies in the middle of a run, for the tests of what the others then do:
-// COMBINE_TWIN_DIE=<pe>[:<launch>] kills that PE (SIGKILL, as the OOM killer or a crash would)
-// when its launch number <launch> (1-based, default 1) starts, before any of its cores runs.
+// COMBINE_TWIN_DIE=<pe>[:<launch>[:STOP]] kills that PE (SIGKILL, as the OOM killer or a crash
+// would) when its launch number <launch> (1-based, default 1) starts, before any of its cores runs;
+// with :STOP it stops it instead (SIGSTOP, as a debugger or Ctrl-Z would): alive, never finishing.
 static void die_if_asked(uint32_t launch) {
     static const char* env = getenv("COMBINE_TWIN_DIE");
     if (env == nullptr || *env == '\0') return;
     int pe = -1;
     unsigned at = 1;
-    if (sscanf(env, "%d:%u", &pe, &at) < 1) return;
+    char how[8] = "";
+    if (sscanf(env, "%d:%u:%7s", &pe, &at, how) < 1) return;
     if (pe == pe_state().my_pe && launch == at) {
         fflush(nullptr);
-        raise(SIGKILL);
+        raise(strcmp(how, "STOP") == 0 ? SIGSTOP : SIGKILL);
     }
 }
 

@@ -34,10 +34,10 @@ namespace {
 
 using AscendC::RoundMode;
 
-constexpr int kElems = int(Elem::U64) + 1;
+constexpr int kElems = int(Elem::BF16) + 1;
 const char* const kElemName[kElems] = {"int8", "uint8", "int16", "uint16", "half", "int32", "uint32", "float", "int64",
-                                       "uint64"};
-const uint32_t kElemBytes[kElems] = {1, 1, 2, 2, 2, 4, 4, 4, 8, 8};
+                                       "uint64", "bfloat16_t"};
+const uint32_t kElemBytes[kElems] = {1, 1, 2, 2, 2, 4, 4, 4, 8, 8, 2};
 const char* const kRoundName[7] = {"CAST_NONE", "CAST_RINT", "CAST_FLOOR", "CAST_CEIL", "CAST_ROUND", "CAST_TRUNC",
                                    "CAST_ODD"};
 
@@ -218,6 +218,21 @@ T* ub_ptr(uint32_t off) {
     return reinterpret_cast<T*>(ub_base() + off);
 }
 
+// float -> bfloat16 by `mode` (one of the five A2/A3 take): the top 16 bits, carried by the
+// rounding of the 16 bits dropped; a NaN stays a NaN.
+uint16_t f32_to_bf16_round(float f, RoundMode mode) {
+    if (mode == RoundMode::CAST_RINT || std::isnan(f)) return f32_to_bf16_bits(f);
+    const uint32_t x = __builtin_bit_cast(uint32_t, f), low = x & 0xffffu;
+    const bool neg = x >> 31;
+    uint32_t top = x >> 16;
+    const bool up = mode == RoundMode::CAST_ROUND ? low >= 0x8000u  // half away from zero
+                    : mode == RoundMode::CAST_FLOOR ? (neg && low)
+                    : mode == RoundMode::CAST_CEIL  ? (!neg && low)
+                                                    : false;  // CAST_TRUNC
+    if (up && (x & 0x7fffffffu) != 0x7f800000u) ++top;  // away from zero in magnitude; inf stays inf
+    return uint16_t(top);
+}
+
 void exec_cast(const PipeOp& op) {
     const Elem src = Elem(op.src_elem), dst = Elem(op.dst_elem);
     const RoundMode mode = RoundMode(op.round);
@@ -246,6 +261,14 @@ void exec_cast(const PipeOp& op) {
         const float* s = ub_ptr<float>(op.src0_off);
         if (mode == RoundMode::CAST_TRUNC && kAvx2F16c) return f32_to_i32_trunc_fast(d, s, n);
         for (uint32_t i = 0; i < n; ++i) d[i] = saturate_i32(round_integral(double(s[i]), mode));
+    } else if (src == Elem::BF16 && dst == Elem::F32) {  // exact: the float with these top bits
+        float* d = ub_ptr<float>(op.dst_off);
+        const bfloat16_t* s = ub_ptr<bfloat16_t>(op.src0_off);
+        for (uint32_t i = 0; i < n; ++i) d[i] = float(s[i]);
+    } else if (src == Elem::F32 && dst == Elem::BF16) {
+        bfloat16_t* d = ub_ptr<bfloat16_t>(op.dst_off);
+        const float* s = ub_ptr<float>(op.src0_off);
+        for (uint32_t i = 0; i < n; ++i) d[i].bits = f32_to_bf16_round(s[i], mode);
     } else if (src == Elem::F16 && dst == Elem::I32) {
         int32_t* d = ub_ptr<int32_t>(op.dst_off);
         const half* s = ub_ptr<half>(op.src0_off);
@@ -393,6 +416,8 @@ uint32_t cast_modes(Elem src, Elem dst) {
     if (src == Elem::F16 && dst == Elem::I32) return five;
     if (src == Elem::I32 && dst == Elem::F32) return five | bits({R::CAST_NONE});
     if (src == Elem::F32 && dst == Elem::F16) return five | bits({R::CAST_ODD, R::CAST_NONE});
+    if (src == Elem::BF16 && dst == Elem::F32) return bits({R::CAST_NONE});
+    if (src == Elem::F32 && dst == Elem::BF16) return five;
     if (src == Elem::F32 && dst == Elem::I32) return five;
     if (src == Elem::F32 && dst == Elem::F32) return five;
     return 0;
@@ -544,8 +569,8 @@ void vec_cast(const UbOperand& dst, const UbOperand& src, AscendC::RoundMode mod
     soc_state_require(op);
     const uint32_t modes = cast_modes(src.elem, dst.elem);
     if (modes == 0)
-        fatal("%s: not a Cast the twin models for A2/A3 (half/int32/float: half -> float, half -> int32, int32 -> float, "
-              "float -> half, float -> int32, float -> float)", op);
+        fatal("%s: not a Cast the twin models for A2/A3 (half/bfloat16_t/int32/float: half -> float, half -> int32, "
+              "int32 -> float, float -> half, float -> int32, float -> float, bfloat16_t -> float, float -> bfloat16_t)", op);
     const int m = int(mode);
     if (m >= 7 || !(modes & (1u << m)))
         fatal("%s with %s: A2/A3 take %s for this pair (asc-devkit Cast)", op, m < 7 ? kRoundName[m] : "an unknown mode",

@@ -1,3 +1,4 @@
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -51,6 +52,22 @@ def test_golden_hand_computed_float16():
     assert got.tolist() == [[1.125, -1.5], [0.5, 8.0]]
     ids[1, 1] = 7  # out of range = masked too: nothing is summed
     assert golden_rank(x, ids, scales, 4).tolist() == [[1.125, -1.5], [0.0, 0.0]]
+
+
+def test_golden_bfloat16_accumulates_in_float32_then_rounds_half_to_even():
+    """bf16 (issue 34): float32 products and sums in topk order, then one rounding to nearest even,
+    as the kernel's Cast(bfloat16_t <- float, CAST_RINT) rounds (docs/protocol.md#3-reference-data-and-the-check)."""
+    bf16 = ml_dtypes.bfloat16
+    x = np.array([[1.0, 1.0, -3.0]], dtype=bf16)
+    ids = np.zeros((1, 2), dtype=np.int32)
+    # 1 + 3*2^-9 is 3/4 of bf16's step (2^-7) above 1: up to 1 + 2^-7 (truncation would give 1.0);
+    # 1 + 2^-8 is half a step: to the even neighbour, 1.0.
+    s = np.array([[1.0, 3 * 2.0 ** -9]], dtype=np.float32)
+    got = golden_rank(x, ids, s, 1)
+    assert got.dtype == bf16
+    assert got.view(np.uint16).tolist() == [[0x3F81, 0x3F81, 0xC041]]  # 1.0078125 twice, -3.015625
+    s[0, 1] = 2.0 ** -8
+    assert golden_rank(x, ids, s, 1).astype(np.float32).tolist() == [[1.0, 1.0, -3.015625]]
 
 
 def test_golden_rounds_product_then_sum_in_topk_order():

@@ -1,3 +1,4 @@
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -26,8 +27,10 @@ def test_to_meta_holds_reference_keys_then_extras():
 
 
 def test_dtypes_table():
-    assert DTYPES == {"int32_t": np.int32, "float16_t": np.float16}
+    assert DTYPES == {"int32_t": np.int32, "float16_t": np.float16, "bfloat16_t": ml_dtypes.bfloat16}
     assert CaseSpec(1, 1, 1, 1, 1).itemsize == 4
+    bf = CaseSpec(2, 3, 5, 1, 1, dtype="bfloat16_t")
+    assert (bf.itemsize, bf.row_bytes, bf.to_meta()["dtype"]) == (2, 10, "bfloat16_t")
 
 
 def test_numpy_ints_are_stored_as_python_ints():
@@ -47,10 +50,7 @@ def test_uniform_allows_topk_above_expert_count():
     (dict(h=True), "h=True: must be an int >= 1"),
     (dict(topk=-1), "topk=-1: must be an int >= 1"),
     (dict(expert_per_pe="8"), "expert_per_pe='8': must be an int >= 1"),
-    (dict(dtype="float32_t"), "dtype='float32_t': must be one of 'int32_t', 'float16_t'"),
-    (dict(dtype="bfloat16_t"),
-     "dtype='bfloat16_t': refused, the CANN 9.0 beta backend lacks the scalar bf16 cast the accumulation "
-     "needs (docs/protocol.md#2-dispatch-layout); allowed: 'int32_t', 'float16_t'"),
+    (dict(dtype="float32_t"), "dtype='float32_t': must be one of 'int32_t', 'float16_t', 'bfloat16_t'"),
     (dict(seed=-1), "seed=-1: must be an int >= 0"),
     (dict(masked_fraction=1.5), "masked_fraction=1.5: must be a number in [0, 1]"),
     (dict(masked_fraction=float("nan")), "masked_fraction=nan: must be a number in [0, 1]"),

@@ -107,6 +107,21 @@ def test_run_perf_writes_the_references_rank_file_and_a_sidecar(tmp_path, capsys
     assert f"perf CSV: {path}\n" in out
 
 
+def test_compare_bfloat16_passes_and_perf_rows_count_two_bytes(tmp_path, capsys, no_leaks):
+    """bf16 end to end (issue 34): the field's command passes bit for bit for both variants; a
+    profiled run's rows say Dtype bfloat16_t and count 2 bytes per element; the model prices it."""
+    code, out, err = run_cli(["compare", "-pes", "2", "-bs", "16", "-h", "256", "-topk", "2", "-expertPerPe", "2",
+                              "-type", "bfloat16_t", "--routing", "zipf:1.2"], capsys)
+    assert code == 0, err
+    rows = {ln.split()[2]: ln.split()[3] for ln in out.splitlines() if ln.startswith("shape_16_256_2_4_2")}
+    assert rows == {"classic": "PASS", "doubleplane": "PASS"}
+    code, out, err = run_cli(["run", *SMALL, "-type", "bfloat16_t", "--perf", "--output-dir", str(tmp_path)], capsys)
+    assert code == 0, err
+    for r in dict_rows(tmp_path / "combine_doubleplane_perf_rank0.csv"):
+        assert (r["Dtype"], r["DataSize/B"], r["GlobalDataSize/B"]) == ("bfloat16_t", str(8 * 2 * 16 * 2),
+                                                                       str(8 * 2 * 16 * 2 * 2))
+
+
 def test_prof_pe_all_sweep_leaves_rank_files_summary_and_figures_in_output_perf(tmp_path, monkeypatch, capsys,
                                                                               no_leaks):
     """The issue's "done when": run ... --perf --prof-pe all -a plot, default --output-dir, a quoted list."""
@@ -175,7 +190,17 @@ def test_compare_keeps_each_variant_in_its_own_folder(tmp_path, capsys, no_leaks
         assert len(list((tmp_path / folder).glob("*_perf_rank*.csv"))) == 1
 
 
-def test_without_perf_one_launch_is_checked_and_nothing_written(tmp_path, capsys, no_leaks):
+def test_without_perf_one_launch_is_checked_and_nothing_written(tmp_path, capsys, monkeypatch, no_leaks):
+    counted = []  # the twin's launch counts, read from the run's folder before the run removes it
+    real = runner.launch_pes
+
+    def spy(binary, pes, argv_for_pe, **kw):
+        out = real(binary, pes, argv_for_pe, **kw)
+        counted.extend(json.loads(p.read_text())["launches"]
+                       for p in sorted(kw["log_dir"].parent.glob("combine_doubleplane_counters_rank*.json")))
+        return out
+
+    monkeypatch.setattr(runner, "launch_pes", spy)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "combine_doubleplane_perf_rank0.csv").write_text(HEADER + "\n")
     code, out, err = run_cli(["run", *SMALL, "--output-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "w"),
@@ -187,9 +212,9 @@ def test_without_perf_one_launch_is_checked_and_nothing_written(tmp_path, capsys
     assert line[:4] == ["shape_8_16_2_4_2", "uniform", "doubleplane", "PASS"] and line[4:6] == ["-", "-"]
     assert "perf CSV" not in out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["combine_doubleplane_perf_rank0.csv"]
-    # The twin counted one launch on every PE (the run's own folder, kept with --work-dir).
-    counted = sorted((tmp_path / "w").glob("combine_doubleplane_*/combine_doubleplane_counters_rank*.json"))
-    assert [json.loads(p.read_text())["launches"] for p in counted] == [1, 1]
+    # The twin counted one launch on every PE; the kept --work-dir keeps the case files, not the run's folder.
+    assert counted == [1, 1]
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["golden", "output"]
 
 
 def record_launches(monkeypatch) -> list[list[str]]:
@@ -259,8 +284,7 @@ def test_defaults_are_the_reference_run_scripts():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["-type", "bfloat16_t"], "dtype='bfloat16_t': refused, the CANN 9.0 beta backend lacks the scalar bf16 cast"),
-    (["-type", "int8_t"], "dtype='int8_t': must be one of 'int32_t', 'float16_t'"),
+    (["-type", "int8_t"], "dtype='int8_t': must be one of 'int32_t', 'float16_t', 'bfloat16_t'"),
     (["-pes", "0"], "pes=0: must be an int >= 1"),
     (["-gnpus", "4"], "combine-lab: error: -gnpus=4: must equal -pes=2 (one node; with --perf it is set to each "
                       "case's -pes)\n"),
@@ -437,7 +461,7 @@ def test_unwritable_folder_is_refused_naming_the_reason(tmp_path, capsys, nothin
         except PermissionError:
             pass
         code, _, err = run_cli(["run", *SMALL, "--perf", "--output-dir", str(ro / "perf")], capsys)
-        assert code == 2 and err == f"combine-lab: error: --output-dir {ro}/perf: cannot create it (Permission denied)\n"
+        assert code == 2 and err == f"combine-lab: error: --output-dir {ro}/perf: cannot create it: EACCES (Permission denied)\n"
     finally:
         ro.chmod(0o700)
 
@@ -553,7 +577,7 @@ def test_notebooks_only_counts_the_figures_it_made(tmp_path, capsys, monkeypatch
 
 
 @pytest.mark.parametrize("args, message", [
-    (["-type", "float32"], "-type: dtype='float32': must be one of 'int32_t', 'float16_t'"),
+    (["-type", "float32"], "-type: dtype='float32': must be one of 'int32_t', 'float16_t', 'bfloat16_t'"),
     (["--timeout", "0"], "--timeout: timeout_s=0.0: must be > 0 seconds"),
     (["--masked-fraction", "2"], "--masked-fraction: masked_fraction=2.0: must be a number in [0, 1]"),
     (["--min-sdma-bytes", "-1"], "--min-sdma-bytes: min_sdma_bytes=-1: must be an int >= 0"),

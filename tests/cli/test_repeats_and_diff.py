@@ -197,6 +197,20 @@ def test_diff_on_two_runs_folders(three_repeats, tmp_path, capsys):
     assert sum("B slower, beyond noise" in ln for ln in out.splitlines()) == 4
 
 
+def test_diff_footer_does_not_count_rows_it_did_not_compare(tmp_path, capsys):
+    """Field fault (issue 34): a modelled run against a measured one, every row "not compared", and
+    the footer said "0 of 6 differences beyond noise"."""
+    a = _summary({"classic": [10.0], "doubleplane": [8.0]})
+    b = _summary({"classic": [10.3], "doubleplane": [9.6]})
+    a["clock"], b["clock"] = "model:a3", "wall"
+    for name, s in (("a.json", a), ("b.json", b)):
+        (tmp_path / name).write_text(json.dumps(s))
+    code, out, err = run_cli(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")], capsys)
+    assert code == 0, err
+    rows = len(diff_mod.diff_runs(a, b))
+    assert out.splitlines()[-1] == f"no difference compared: one run modelled, the other measured ({rows} rows)"
+
+
 def test_diff_refuses_what_is_not_a_run_summary(tmp_path, capsys):
     (tmp_path / "x.json").write_text('{"format": "other"}')
     code, out, err = run_cli(["diff", str(tmp_path / "x.json"), str(tmp_path)], capsys)

@@ -28,12 +28,19 @@ def test_run_variant_label_prints_cores_and_sdma_calls(capsys, twin_binary):
 def test_bad_labels_refused_before_anything_runs(capsys):
     for argv, want in ((["run", *CASE, "--variant", "classic-segment"], "'segment' is a doubleplane setting"),
                        (["compare", *CASE, "--settings", "reference,c0"],
-                        "'c0': must be 'reference', 'segment', 'c<N>' or 'segment-c<N>'")):
+                        "'c0': N must be >= 1 (cores per source rank; c1 is the reference's one core)"),
+                       (["compare", *CASE, "--settings", "segment-c0"],
+                        "'segment-c0': N must be >= 1 (cores per source rank; c1 is the reference's one core)"),
+                       (["compare", *CASE, "--settings", "segmnt"], "did you mean 'segment'?")):
         with pytest.raises(SystemExit) as e:  # argparse refuses it
             cli.main(argv)
         assert e.value.code == 2 and want in capsys.readouterr().err
     assert cli.main(["run", *CASE, "--variant", "doubleplane-c41"]) == 2  # the SoC's bound, before building
-    assert "cores_per_rank=41: must be an int in [1, 40]" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("combine-lab: error: --variant: cores_per_rank=41 (the N of c41): must "
+                                              "be an int in [1, 40]")
+    assert cli.main(["compare", *CASE, "--settings", "c99"]) == 2  # the field report: the flag named
+    assert capsys.readouterr().err.startswith("combine-lab: error: --settings: cores_per_rank=99 (the N of c99): "
+                                              "must be an int in [1, 40] (the 40 AIV cores of Ascend910B3")
 
 
 def test_compare_settings_one_speedup_row_per_group_and_files_per_label(tmp_path, capsys, twin_binary):

@@ -212,9 +212,7 @@ def edit_meta(case_dir, **changes):
     (dict(moe_expert_num=8), "moe_expert_num=8, expected pe_size*expert_per_pe=2*2=4"),
     (dict(h=None, bs=None), "missing keys ['bs', 'h']; expected all of ['pe_size', 'bs', 'h', 'topk', "
                             "'expert_per_pe', 'moe_expert_num', 'dtype', 'expert_compute']"),
-    (dict(dtype="bfloat16_t"), "dtype='bfloat16_t': refused, the CANN 9.0 beta backend lacks the scalar bf16 "
-                               "cast the accumulation needs (docs/protocol.md#2-dispatch-layout); allowed: 'int32_t', "
-                               "'float16_t'"),
+    (dict(dtype="float32_t"), "dtype='float32_t': must be one of 'int32_t', 'float16_t', 'bfloat16_t'"),
     (dict(topk=0), "topk=0: must be an int >= 1"),
     (dict(expert_compute=1), "expert_compute=1, expected a string ('identity')"),
 ])
@@ -265,6 +263,27 @@ def test_check_x_out_float16_is_bit_exact():
     assert not check_x_out(nan, nan.copy(), "float16_t").ok  # a NaN never passes
 
 
+def test_bfloat16_case_files_are_raw_bits_and_checked_bit_exact(tmp_path):
+    """bf16 (issue 34): the reference's layout, 2 bytes per element (the value's top 16 bits, little
+    endian); read back identical; x_out checked bit for bit."""
+    spec = CaseSpec(pes=2, bs=3, h=4, topk=2, expert_per_pe=2, dtype="bfloat16_t", seed=5)
+    case = make_case(spec)
+    d = write_case(case, tmp_path)
+    r0 = case.rank_inputs(0)
+    raw = (d / "rank_0" / "expand_x.bin").read_bytes()
+    assert len(raw) == 12 * 4 * 2 and raw == r0.expand_x.view(np.uint16).astype("<u2").tobytes()
+    assert (d / "rank_0" / "golden_x_out.bin").read_bytes() == r0.golden_x_out.view(np.uint16).tobytes()
+    assert json.loads((d / "meta.json").read_text())["dtype"] == "bfloat16_t"
+    back = read_case(d)
+    assert back.spec == spec
+    g = r0.golden_x_out
+    assert check_x_out(g.copy(), g, "bfloat16_t") == CheckResult(True, 0.0, 0, None)
+    x = g.copy()
+    x.view(np.uint16)[1, 2] ^= 1  # one bf16 step off
+    r = check_x_out(x, g, "bfloat16_t")
+    assert (r.ok, r.mismatches, r.first_bad_index) == (False, 1, (1, 2))
+
+
 def test_check_x_out_bad_input():
     g = np.zeros((2, 3), dtype=np.int32)
     with pytest.raises(ParameterError) as err:
@@ -274,5 +293,8 @@ def test_check_x_out_bad_input():
         check_x_out(np.zeros((2, 3), dtype=np.float16), g, "int32_t")
     assert str(err.value) == "x_out dtype=float16: must be int32 for 'int32_t'"
     with pytest.raises(SpecError) as err:
-        check_x_out(g, g, "bfloat16_t")
-    assert str(err.value) == "dtype='bfloat16_t': must be one of 'int32_t', 'float16_t'"
+        check_x_out(g, g, "float32_t")
+    assert str(err.value) == "dtype='float32_t': must be one of 'int32_t', 'float16_t', 'bfloat16_t'"
+    with pytest.raises(ParameterError) as err:
+        check_x_out(np.zeros((2, 3), dtype=np.float16), np.zeros((2, 3), dtype=np.float16), "bfloat16_t")
+    assert str(err.value) == "x_out dtype=float16: must be bfloat16 for 'bfloat16_t'"

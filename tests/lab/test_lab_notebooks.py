@@ -586,3 +586,19 @@ def test_a_bad_headless_value_is_refused_naming_the_parameter(tmp_path):
     with pytest.raises(LabError, match=r"01_walkthrough.ipynb: parameter reveal_answers: '# headless: maybe' is not "
                                        r"a Python literal of its declared type bool"):
         notebooks.headless_defaults(path)
+
+
+@pytest.mark.slow  # a Jupyter kernel started by the papermill CLI: seconds
+def test_papermill_p_loops_1e3_is_refused_before_anything_runs(tmp_path, no_leaks):
+    """Field fault (issue 34): papermill's -p loops 1e3 ran the sweep with 1000 loops. It arrives as
+    the float 1000.0 and the notebook's first cell refuses it, as --params "1e3" is refused: nothing
+    is written."""
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    cmd = [sys.executable, "-m", "papermill", str(NOTEBOOKS / "03_sweep.ipynb"), str(tmp_path / "out.ipynb"),
+           "-p", "loops", "1e3", "-p", "output_dir", str(tmp_path / "o"), "-k", notebooks.KERNEL_NAME,
+           "--no-progress-bar"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode != 0
+    assert ("ParameterError: parameter loops=1000.0: expected int (1000.0 is a float, never taken for an int: "
+            "write 1000)") in proc.stderr + proc.stdout
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())

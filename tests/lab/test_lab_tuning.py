@@ -133,7 +133,7 @@ def test_set_values_plans_without_running(nothing_launches):
 
 def test_every_problem_is_reported_at_once_and_no_value_is_changed(nothing_launches):
     s = TuningState(targets=["cpu"], **SMALL)
-    s.set(h=-8, topk=9, loops=0, min_sdma_bytes=-1, warmup="1", target="npu", dtype="bfloat16_t")
+    s.set(h=-8, topk=9, loops=0, min_sdma_bytes=-1, warmup="1", target="npu", dtype="float32_t")
     assert s.plan is None and s.spec is None and s.case is None
     by_name = {p.name: p for p in s.problems}
     assert set(by_name) == {"h", "topk", "loops", "min_sdma_bytes", "warmup", "target", "dtype"}, s.problems
@@ -142,7 +142,7 @@ def test_every_problem_is_reported_at_once_and_no_value_is_changed(nothing_launc
     assert str(by_name["warmup"]) == "warmup='1': must be an integer"
     assert str(by_name["min_sdma_bytes"]) == "min_sdma_bytes=-1: must be >= 0 B"
     assert str(by_name["target"]) == "target='npu': not offered here (offered: 'cpu')"
-    assert str(by_name["dtype"]).startswith("dtype='bfloat16_t': not offered here")
+    assert str(by_name["dtype"]).startswith("dtype='float32_t': not offered here")
     # the routing's own limit, said although h and dtype are wrong too (they play no part in it)
     assert str(by_name["topk"]).startswith("topk=9: must be <= moe_expert_num=4")
     assert s.message.startswith("Cannot plan this case: ") and s.message.endswith(". Nothing was run.")

@@ -13,7 +13,7 @@ from combine_lab.values import as_list
     (8, int, [8]), ("[\"uniform\", \"zipf:1.2\"]", str, ["uniform", "zipf:1.2"]), ("uniform,zipf:1.2", str,
                                                                               ["uniform", "zipf:1.2"]),
     ("['uniform', 'hot-rank:0.5']", str, ["uniform", "hot-rank:0.5"]), ("int32_t", str, ["int32_t"]),
-    ((4.0,), int, [4]),
+    ((4,), int, [4]),
     # what argparse's nargs="+" gives for --bs-list 8,16 / --bs-list 8 16 / --bs-list "8 16" 32
     (["8,16"], int, [8, 16]), (["8", "16"], int, [8, 16]), (["8 16", "32"], int, [8, 16, 32]),
     (["uniform", "zipf:1.2,hot-expert:0.5"], str, ["uniform", "zipf:1.2", "hot-expert:0.5"]),
@@ -41,8 +41,8 @@ from combine_lab.values import convert, describe_type  # noqa: E402
 
 
 @pytest.mark.parametrize("value, declared, want", [
-    ("2", "int", 2), (" 4096 ", "int", 4096), ("8.0", "int", 8), (16, "int", 16), (np.int64(3), "int", 3),
-    (4.0, "int", 4), ("1.5", "float", 1.5), (2, "float", 2.0), ("1e-3", "float", 0.001),
+    ("2", "int", 2), (" 4096 ", "int", 4096), ("-3", "int", -3), (16, "int", 16), (np.int64(3), "int", 3),
+    ("1.5", "float", 1.5), (2, "float", 2.0), ("1e-3", "float", 0.001),
     ("False", "bool", False), ("false", "bool", False), ("True", "bool", True), ("no", "bool", False),
     ("YES", "bool", True), ("0", "bool", False), (1, "bool", True), (False, "bool", False),
     ("int32_t", "str", "int32_t"), (2024, "str", "2024"),  # papermill -p turns "2024" into 2024
@@ -59,7 +59,7 @@ def test_text_is_converted_by_the_declared_type(value, declared, want):
 
 @pytest.mark.parametrize("name, value, declared, message", [
     ("h", "40x", "int", "parameter h='40x': expected int"),
-    ("h", "4096.5", "int", "parameter h='4096.5': expected int"),
+    ("h", "4096.5", "int", "parameter h='4096.5': expected int ('4096.5' is not an integer)"),
     ("h", True, "int", "parameter h=True: expected int"),
     ("pes", None, "int", "parameter pes=None: expected int"),
     ("skew", "high", "float", "parameter skew='high': expected float"),
@@ -97,3 +97,37 @@ def test_check_parameters_converts_a_notebook_namespace_in_place():
         check_parameters(bad)
     assert str(err.value) == "parameter pes='two': expected int; parameter skew='x': expected float"
     assert bad["loops"] == "3"  # nothing is half-converted
+
+
+# ---- issue 34: "1e3" for an int is refused the same way everywhere ----
+
+#: The three ways a user types 1e3 for an int: papermill's -p (a float), a --params file or -r (text),
+#: and a cell or JSON (the float 1000.0, or 8.0).
+@pytest.mark.parametrize("value, why", [
+    (1000.0, "1000.0 is a float, never taken for an int: write 1000"),
+    ("1e3", "'1e3' is a float, never taken for an int: write 1000"),
+    ("8.0", "'8.0' is a float, never taken for an int: write 8"),
+])
+def test_a_float_is_never_taken_for_an_int_scalar_or_list(value, why):
+    with pytest.raises(ParameterError) as err:
+        convert(value, "int", "loops")
+    assert str(err.value) == f"parameter loops={value!r}: expected int ({why})"
+    with pytest.raises(ParameterError) as err:
+        convert(value, "list[int]", "bs_list")
+    assert str(err.value) == f"parameter bs_list={value!r}: expected list of int ({why})"
+    with pytest.raises(ParameterError) as err:  # --bs-list 1e3 on the command line
+        as_list(value, int, "--bs-list")
+    assert str(err.value) == f"--bs-list={value!r}: {why}"
+
+
+def test_papermill_p_loops_1e3_is_refused_by_the_notebooks_first_cell():
+    """What papermill's -p loops 1e3 -p bs_list 1e3 injects (floats), refused by check_parameters
+    before any other cell runs, both named, and nothing in the namespace changed."""
+    ns = {"__annotations__": {"loops": "int", "bs_list": "list[int]", "warmup": "int"},
+          "loops": 1000.0, "bs_list": 1000.0, "warmup": "2"}
+    with pytest.raises(ParameterError) as err:
+        check_parameters(ns)
+    assert str(err.value) == ("parameter loops=1000.0: expected int (1000.0 is a float, never taken for an int: "
+                              "write 1000); parameter bs_list=1000.0: expected list of int (1000.0 is a float, never "
+                              "taken for an int: write 1000)")
+    assert ns["loops"] == 1000.0 and ns["warmup"] == "2"

@@ -27,9 +27,15 @@ def test_settings_labels():
     assert [parse_settings(x).label for x in ("reference", "segment", "c6", "segment-c6", None)] == [
         "reference", "segment", "c6", "segment-c6", "reference"]
     assert parse_settings("c1") == REFERENCE
-    with pytest.raises(ParameterError, match=r"^settings='c0': must be 'reference', 'segment', 'c<N>' or "
-                                             r"'segment-c<N>' \(N: cores per source rank\)$"):
-        parse_settings("c0")
+    for label in ("c0", "segment-c0"):  # the field report: say that N must be >= 1
+        with pytest.raises(ParameterError) as e:
+            parse_settings(label)
+        assert str(e.value) == (f"settings={label!r}: N must be >= 1 (cores per source rank; c1 is the reference's "
+                                "one core); the labels are 'reference', 'segment', 'c<N>' or 'segment-c<N>' (N: cores "
+                                "per source rank)")
+    with pytest.raises(ParameterError, match=r"^settings='segmnt': must be 'reference', 'segment', 'c<N>' or "
+                                             r"'segment-c<N>' \(N: cores per source rank\); did you mean 'segment'\?$"):
+        parse_settings("segmnt")
     with pytest.raises(ParameterError, match=r"^variant='classic-segment': 'segment' is a doubleplane setting"):
         parse_variant_label("classic-segment")
     with pytest.raises(ParameterError, match=r"^variant='doubleplane-fast': must be 'classic', 'doubleplane'"):

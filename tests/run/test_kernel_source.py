@@ -24,6 +24,7 @@ from combine_lab.harness import compare
 from combine_lab.run import build as build_mod
 from combine_lab.run.kernel_source import ENTRY_CONTRACT, KernelSourceError, kernel_source
 from combine_lab.run.launch import free_port
+from combine_lab.errors import ParameterError
 from combine_lab.run.runner import KernelFailed
 
 from conftest import build_cache
@@ -190,3 +191,35 @@ def test_the_folders_own_driver_builds_against_the_twin_and_prints_microseconds(
     x = np.fromfile(tmp_path / "case" / "output" / "x_out_0.bin", dtype=np.float16)
     assert x.size == 64 * 2048 and np.isfinite(x).all()
     assert folder_hash(REFSTYLE) == before
+
+
+def test_a_bfloat16_case_is_refused_for_your_kernel_before_anything_is_written(tmp_path):
+    """Your kernel's entry contract has int32_t and op::fp16_t instances only (issue 34): a bf16 case
+    is refused with the reason, naming the kernel, before a case file or a build exists."""
+    spec = CaseSpec(pes=2, bs=4, h=16, topk=2, expert_per_pe=2, dtype="bfloat16_t")
+    with pytest.raises(ParameterError) as err:
+        run_case(spec, kernel_source=REFSTYLE, work_dir=tmp_path / "work")
+    assert str(err.value) == ("dtype='bfloat16_t': refused for your kernel (user:refstyle): the entry contract "
+                              "instantiates combine_demo for int32_t and op::fp16_t only; the lab's kernel runs "
+                              "bfloat16_t (docs/own-kernel.md#2-the-entry-contract)")
+    assert not (tmp_path / "work").exists()
+
+
+def test_run_your_kernel_with_repeats_folds_them_into_one_row(tmp_path, capsys, no_leaks):
+    """Field fault (issue 34): `run --kernel-source DIR --perf --repeats 3` printed one row per repeat
+    and wrote "repeats": 1 with median = min = max = the last repeat. Now one row, and the summary
+    holds the 3 repeats, their median, min and max."""
+    out = tmp_path / "perf"
+    code = main(["run", "--kernel-source", str(REFSTYLE), "-pes", "2", "-bs", "4", "-h", "16", "-topk", "2",
+                 "-expertPerPe", "2", "--perf", "--repeats", "3", "--warmup", "0", "--loops", "1",
+                 "--output-dir", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert [ln.split()[2] for ln in printed.splitlines() if ln.startswith("shape_4_16_2_4_2")] == ["user:refstyle"]
+    summary = json.loads((out / "combine_lab_summary.json").read_text())
+    v = summary["cases"][0]["variants"]["user:refstyle"]
+    assert summary["repeats"] == 3 and v["repeats"] == 3
+    for m in ("comm_only_us", "full_op_us"):
+        each = v[m]["each"]
+        assert len(each) == 3
+        assert (v[m]["median"], v[m]["min"], v[m]["max"]) == (sorted(each)[1], min(each), max(each))

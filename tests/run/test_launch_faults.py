@@ -158,6 +158,29 @@ def test_a_pe_killed_in_a_launch_ends_the_others_waits_naming_the_slot(twin_bina
                      r"\(it is 0; word 0 of 8; token \d+, k \d: expert \d+, sent by PE 1\)$", said, re.M), said
 
 
+def test_a_killed_pe_says_something_after_the_colon_and_a_stopped_pe_names_itself_and_the_slot(
+        twin_binary, tmp_path, monkeypatch, no_leaks):
+    """Field fault (issue 34): SIGKILL gave "PE 1 killed by signal 9:" and nothing after the colon; a
+    PE stopped by SIGSTOP gave "PE 1 exited with status None:" in 2 of 5 runs (untrue, no slot).
+    Now the killed PE's message says it wrote nothing and which slots the others waited for; the
+    stopped PE is named as stopped (it is the cause: the others waited for it), with the slots."""
+    monkeypatch.setenv("COMBINE_LAB_STOP_GRACE_S", "20")
+    prepared = prepare_case(SPEC, tmp_path)
+    args = lambda r: [2, r, "tcp://127.0.0.1:1", 2, 0, 0, "int32_t", 4, 16, 2, 2, 0, 1, 1,  # noqa: E731
+                      tmp_path / f"x_perf_rank{r}.csv", SPEC.case_id, "mte_only", 2097152, prepared.case_root]
+    wait_line = (r"PE 0: combine_host: PE 0 core \d: timed out after 1\.\d s waiting for status slot \d+ to become 1 "
+                 r"\(it is 0; word 0 of 8; token \d+, k \d: expert \d+, sent by PE 1\)")
+    for how, said in (("", r"PE 1 killed by signal 9 \(SIGKILL\):\n\(it wrote nothing on stderr\)\n"),
+                      (":STOP", r"PE 1 was stopped by a signal \(SIGSTOP or SIGTSTP\) and never finished; the "
+                                r"launcher killed it:\n\(it wrote nothing on stderr\)\n")):
+        with pytest.raises(LaunchError) as e:
+            launch_pes(twin_binary, 2, args, cwd=tmp_path, log_dir=tmp_path / "logs", timeout_s=30,
+                       env={"COMBINE_TWIN_DIE": f"1:2{how}", "COMBINE_WAIT_TIMEOUT_S": "1"})
+        assert e.value.pe == 1
+        assert re.fullmatch(said + r"the others waited for it:\n" + wait_line + rf"(\n{wait_line})*", str(e.value)), \
+            str(e.value)
+
+
 def test_whole_run_timeout_names_running_pes(twin_binary, tmp_path, no_leaks):
     script = tmp_path / "stuck.sh"
     script.write_text("#!/bin/sh\necho waiting >&2\nexec sleep 30\n")

@@ -225,12 +225,13 @@ def test_ascend950_overloads_are_its_own(tmp_path):
     assert "error: no member named 'PaddingMode' in namespace 'AscendC'" in failed["kernel A2/A3 (AI core)"]
 
 
-def test_a_one_byte_half_is_refused(tmp_path):
-    decls = _mutated_decls(tmp_path, "include/kernel_operator.h", ("    uint16_t bits_;", "    uint8_t bits_;"))
+@pytest.mark.parametrize("member, name", [("bits_", "half"), ("bf16_bits_", "bfloat16_t")])
+def test_a_one_byte_half_is_refused(tmp_path, member, name):
+    decls = _mutated_decls(tmp_path, "include/kernel_operator.h", (f"    uint16_t {member};", f"    uint8_t {member};"))
     failed = _failures(compile_npu_branch(ROOT, archs=A2A3, decls=decls))
     assert set(failed) == passes("A2/A3") | set(HOST_ONLY)
     for err in failed.values():
-        assert "error: static_assert failed due to requirement 'sizeof(half) == 2' \"bisheng's half is 2 bytes\"" \
+        assert f"error: static_assert failed due to requirement 'sizeof({name}) == 2' \"bisheng's {name} is 2 bytes\"" \
                in err, err
 
 
@@ -354,3 +355,15 @@ def test_a_ub_pointer_passed_as_a_gm_one_is_refused_in_your_kernel(tmp_path):
     failed = _failures(run_compiles(ROOT, jobs))
     assert "kernel A2/A3 (AI core)" in failed
     assert "no matching function for call to 'aclshmemx_mte_put_nbi'" in failed["kernel A2/A3 (AI core)"]
+
+
+def test_bf16_instance_is_compiled_through_the_vector_casts(tmp_path):
+    """bfloat16_t is in the compile check (issue 34): its entry, combine_bfloat16, is compiled for
+    both archs, and it takes its conversions from ReduceCast<bfloat16_t> (Cast bf16 <-> float on
+    the vector unit): without that specialisation the AI-core pass fails naming it."""
+    root = _mutated_tree(tmp_path, KERNEL, "template <>\nstruct ReduceCast<bfloat16_t> {",
+                         "template <>\nstruct ReduceCast<bfloat16_t*> {")
+    failed = _failures(compile_npu_branch(root, archs=A2A3, host_only=False))
+    assert "kernel A2/A3 (AI core)" in failed
+    assert "implicit instantiation of undefined template 'combine::ReduceCast<bfloat16_t>'" in \
+        failed["kernel A2/A3 (AI core)"]

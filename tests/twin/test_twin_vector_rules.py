@@ -54,8 +54,9 @@ FATAL = {
     "cast_float_to_int32_none": "Cast (float -> int32) with CAST_NONE: A2/A3 take "
                                 "CAST_RINT/CAST_FLOOR/CAST_CEIL/CAST_ROUND/CAST_TRUNC for this pair (asc-devkit Cast)",
     "cast_half_to_float_rint": "Cast (half -> float) with CAST_RINT: A2/A3 take CAST_NONE for this pair (asc-devkit Cast)",
-    "cast_int32_to_half": "Cast (int32 -> half): not a Cast the twin models for A2/A3 (half/int32/float: half -> "
-                          "float, half -> int32, int32 -> float, float -> half, float -> int32, float -> float)",
+    "cast_int32_to_half": "Cast (int32 -> half): not a Cast the twin models for A2/A3 (half/bfloat16_t/int32/float: "
+                          "half -> float, half -> int32, int32 -> float, float -> half, float -> int32, float -> "
+                          "float, bfloat16_t -> float, float -> bfloat16_t)",
     "add_partial_overlap": "Add (float): destination UB [132128, 133152) overlaps source 0 UB [132096, 133120): "
                            "operands must overlap completely or not at all (asc-devkit address overlap rule)",
     "cast_widening_in_place": "Cast (half -> float): destination UB [132096, 133120) overlaps source UB [132096, "

@@ -45,6 +45,17 @@ struct half {
 static_assert(sizeof(half) == 2, "half is 2 bytes, as bisheng's");
 using float16_t = half;
 
+// bisheng's `bfloat16_t`: the top 16 bits of a float; from a float, half to even (from another
+// arithmetic type through float first); arithmetic happens in float.
+struct bfloat16_t {
+    uint16_t bits;
+    bfloat16_t() = default;
+    template <typename U, typename = typename std::enable_if<std::is_arithmetic<U>::value>::type>
+    bfloat16_t(U v) : bits(twin::f32_to_bf16_bits(float(v))) {}
+    operator float() const { return twin::bf16_bits_to_f32(bits); }
+};
+static_assert(sizeof(bfloat16_t) == 2, "bfloat16_t is 2 bytes, as bisheng's");
+
 // bisheng built-ins (pipes and event ids), named as the compiler names them.
 enum pipe_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL, PIPE_FIX };
 enum event_t { EVENT_ID0 = 0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
@@ -159,7 +170,7 @@ struct DataCopyPadExtParams {
 // operands, then issues one op on its pipe (twin_pipes.cpp).
 namespace twin {
 
-enum class Elem : uint8_t { I8, U8, I16, U16, F16, I32, U32, F32, I64, U64 };
+enum class Elem : uint8_t { I8, U8, I16, U16, F16, I32, U32, F32, I64, U64, BF16 };
 template <typename T> struct ElemOf;
 template <> struct ElemOf<int8_t> { static constexpr Elem value = Elem::I8; };
 template <> struct ElemOf<uint8_t> { static constexpr Elem value = Elem::U8; };
@@ -171,6 +182,7 @@ template <> struct ElemOf<uint32_t> { static constexpr Elem value = Elem::U32; }
 template <> struct ElemOf<float> { static constexpr Elem value = Elem::F32; };
 template <> struct ElemOf<int64_t> { static constexpr Elem value = Elem::I64; };
 template <> struct ElemOf<uint64_t> { static constexpr Elem value = Elem::U64; };
+template <> struct ElemOf<bfloat16_t> { static constexpr Elem value = Elem::BF16; };
 
 // A LocalTensor as the twin sees it: UB byte offset, capacity in elements, element type.
 struct UbOperand {

@@ -1,7 +1,8 @@
-// IEEE binary16 conversions of the twin's 2-byte types: bisheng's `half` on the kernel side
-// (kernel_operator.h) and CANN's `op::fp16_t` on the host (opdev/fp16_t.h). By bits, rounding to
-// nearest even (as the hardware's and numpy's float16 casts do); portable: no _Float16, which
-// clang before 15 lacks on x86.
+// Conversions of the twin's 2-byte floats: IEEE binary16 (bisheng's `half` on the kernel side,
+// kernel_operator.h, and CANN's `op::fp16_t` on the host, opdev/fp16_t.h) and bfloat16 (bisheng's
+// `bfloat16_t`: the top 16 bits of a float). By bits, rounding to nearest even (as the hardware's
+// CAST_RINT and numpy's float16 / ml_dtypes' bfloat16 casts do); portable: no _Float16 or __bf16,
+// which clang before 15 lacks on x86.
 #pragma once
 
 #include <cstdint>
@@ -39,5 +40,14 @@ inline uint16_t f64_to_f16_bits(double d) {
     }
     if (rem > halfway || (rem == halfway && (r & 1))) ++r;  // may carry into the exponent: still right
     return uint16_t(sign | r);
+}
+
+// bfloat16: exactly the float with these top 16 bits.
+inline float bf16_bits_to_f32(uint16_t b) { return __builtin_bit_cast(float, uint32_t(b) << 16); }
+// float -> bfloat16, half to even (CAST_RINT); a NaN stays a (quiet) NaN.
+inline uint16_t f32_to_bf16_bits(float f) {
+    const uint32_t x = __builtin_bit_cast(uint32_t, f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40u);
+    return uint16_t((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);  // may carry into the exponent: still right
 }
 }  // namespace twin

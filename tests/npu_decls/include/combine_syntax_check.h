@@ -12,6 +12,8 @@ static_assert(sizeof(half) == 2, "bisheng's half is 2 bytes");
 static_assert(alignof(half) == 2, "bisheng's half is 2-byte aligned");
 // bisheng's other name for it, which SHMEM's examples instantiate their kernels with.
 using float16_t = half;
+static_assert(sizeof(bfloat16_t) == 2, "bisheng's bfloat16_t is 2 bytes");
+static_assert(alignof(bfloat16_t) == 2, "bisheng's bfloat16_t is 2-byte aligned");
 
 #if defined(__CUDA__)
 // The <<<block_dim, l2ctrl, stream>>> launch. Clang lowers `kernel<<<a, b, c>>>(args)` to a

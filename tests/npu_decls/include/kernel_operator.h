@@ -63,6 +63,19 @@ private:
 };
 #endif
 
+// bisheng's bfloat16_t: a built-in 2-byte float (8 exponent bits, 7 mantissa bits) that the
+// vector unit's Cast converts to and from float; declared, as half is, as a class of 16 bits
+// with those conversions. No scalar arithmetic on it is declared: the kernel converts bf16 on
+// the vector unit only (the CANN 9.0 beta backend has no scalar bf16 cast).
+class bfloat16_t {
+public:
+    __host_aicore__ bfloat16_t();
+    __host_aicore__ bfloat16_t(float v);
+
+private:
+    uint16_t bf16_bits_;
+};
+
 // bisheng built-ins.
 enum pipe_t { PIPE_S = 1, PIPE_V = 2, PIPE_M = 3, PIPE_MTE1 = 4, PIPE_MTE2 = 5, PIPE_MTE3 = 6, PIPE_ALL = 10 };
 enum event_t { EVENT_ID0 = 0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
