@@ -184,6 +184,25 @@ class NpuModel:
             params[k] = replace(params[k], value=float(v))
         return replace(self, params=params)
 
+    def points(self, values: dict[str, object]) -> "ModelPoints":
+        """K points of this machine at once (:class:`ModelPoints`): ``values`` maps chip-wide
+        parameters of :data:`PARAMETERS` to float arrays [K] (or scalars); the others keep this
+        model's value, the link classes' parameters too.
+
+        Raises:
+            ParameterError: a name that is no chip-wide parameter, arrays of different lengths.
+        """
+        unknown = sorted(set(values) - set(PARAMETERS))
+        if unknown:
+            raise ParameterError(f"unknown chip-wide parameter(s) {unknown}: one of {sorted(PARAMETERS)}")
+        arrays = {n: np.atleast_1d(np.asarray(v, dtype=np.float64)) for n, v in values.items()}
+        k = {len(a) for a in arrays.values()} - {1} or {1}
+        if len(k) > 1:
+            raise ParameterError(f"points of different lengths: {sorted(k)}")
+        K = k.pop()
+        full = {n: np.broadcast_to(arrays.get(n, np.float64(self.params[n].value)), (K,)).copy() for n in PARAMETERS}
+        return ModelPoints(self, full)
+
     def caption(self) -> str:
         """'modelled on <name> (<machine>); assumed: a, b, c' -- to show beside any modelled time."""
         assumed = ", ".join(self.assumed) or "none"
@@ -208,6 +227,45 @@ class NpuModel:
                 link[n] = _entry(self.params[f"{c.name}.{n}"])
             doc["links"][c.name] = link
         return write_atomic(Path(path), tomli_w.dumps(doc))
+
+
+@dataclass(frozen=True)
+class ModelPoints:
+    """K parameter points of one machine, priced together (:func:`.replay.stage1` over the
+    unknowns' box, :mod:`.unknowns`): ``values`` maps every chip-wide parameter to float64 [K];
+    the link classes' parameters are ``model``'s. ``points[name]`` is float64 [K, 1], so that it
+    broadcasts against per-element arrays [K, n]."""
+
+    model: NpuModel
+    values: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.values["egress_GBps"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        key = self.model._key(name)
+        if key in self.values:
+            return self.values[key][:, None]
+        return np.full((len(self), 1), self.model[name])
+
+    def link_values(self, name: str) -> np.ndarray:
+        """float64 [classes]: the model's (links do not vary across the points)."""
+        return self.model.link_values(name)
+
+    @property
+    def links(self):
+        return self.model.links
+
+    @property
+    def max_form(self) -> np.ndarray:
+        return self.model.max_form
+
+    def pair_class(self, pes: int) -> np.ndarray:
+        return self.model.pair_class(pes)
+
+    def at(self, k: int) -> NpuModel:
+        """Point ``k`` as an :class:`NpuModel`."""
+        return self.model.with_values(**{n: float(v[k]) for n, v in self.values.items()})
 
 
 def _entry(p: Param) -> dict:
