@@ -175,6 +175,8 @@ def layout_us(pe_of: np.ndarray, pes: int, epp: int, model: NpuModel | ModelPoin
     return out if isinstance(model, ModelPoints) else out[0]
 
 
+#: Points :meth:`Stage1.price` prices at once.
+PRICE_BLOCK = 4
 #: The parameters a :class:`Stage1` is built on; :meth:`Stage1.price` varies every other one.
 FIXED = ("egress_GBps",)
 
@@ -322,6 +324,11 @@ class Stage1:
         Raises ValueError: a point whose links or :data:`FIXED` parameters are not those it was built on.
         """
         m = _points(model)
+        if len(m) > PRICE_BLOCK:  # in blocks: a few points' arrays stay in cache
+            parts = [self.price(ModelPoints(m.model, {n: x[i:i + PRICE_BLOCK] for n, x in m.values.items()}), flags)
+                     for i in range(0, len(m), PRICE_BLOCK)]
+            return (np.concatenate([c for c, _ in parts]),
+                    np.concatenate([f for _, f in parts]) if flags else None)
         base = self.model
         if m.model.links != base.links or any(not np.all(m[n] == base[n]) for n in FIXED) or any(
                 not np.array_equal(m.link_values(n), base.link_values(n)) for n in LINK_PARAMETERS):

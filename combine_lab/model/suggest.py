@@ -84,13 +84,10 @@ class Suggestion:
             return (f"best: min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us, {row['speedup']:.3f}x classic; "
                     f"{v.low:.3f}x - {v.high:.3f}x over every unknown's range, above the model's resolution "
                     f"({RESOLUTION:.0%}) throughout")
-        name, value, sp = v.best_change
-        would = (f"it would with {name} = {value:g} ({sp:.3f}x)" if sp > 1 + RESOLUTION else
-                 "no single unknown within its range changes that")
         return (f"no floor beats MTE-only under these assumptions: the best, min_sdma_bytes={v.floor}, is "
                 f"{row['speedup']:.3f}x classic at the nominal values and {v.low:.3f}x - {v.high:.3f}x over the "
-                f"unknowns' range (best only above {1 + RESOLUTION:.2f}x throughout, the model's resolution); "
-                f"{would}")
+                f"unknowns' box (best only above {1 + RESOLUTION:.2f}x throughout, the model's resolution); "
+                f"{v.pays_if()}")
 
     @property
     def _classic(self) -> str:
