@@ -26,7 +26,7 @@ from ..planning.settings import REFERENCE, KernelSettings, check_kernel_settings
 from .machines import NpuModel
 from .replay import SDMA_MODES, replay, settings_args, stage1
 from .stream import CaseRows
-from .unknowns import RESOLUTION, Verdict, engines_curve, engines_line, verdict as unknowns_verdict
+from .unknowns import RESOLUTION, Verdict, verdict as unknowns_verdict
 
 NEVER = -1  # the floor of the classic plan in the curve's threshold column
 
@@ -48,7 +48,7 @@ class Suggestion:
     metric: str
     caption: str
     verdict: Verdict | None = None
-    at_default: pd.DataFrame | None = None  # the engines curve at the default 2 MiB floor, where that is another
+    at_default: Verdict | None = None  # the verdict (its band, no ranking) at the default 2 MiB floor, where that is another
     label: str = "doubleplane"  # the variant label priced (docs/variants.md)
 
     @property
@@ -95,28 +95,37 @@ class Suggestion:
         cores = self.label.rpartition("-c")[2] if "-c" in self.label else ""
         return f"classic-c{cores}" if cores.isdigit() else "classic"
 
+    def shown(self, most: int | None = 40) -> list[int]:
+        """Positions in :attr:`curve` of the floors :meth:`text` shows: every one, or with more than
+        ``most`` (None: no limit) ``most`` of them, evenly spread, always with the best floor, 2 MiB
+        and never SDMA."""
+        n = len(self.curve)
+        if most is None or n <= most:
+            return list(range(n))
+        t = self.curve["threshold_bytes"].to_numpy()
+        keep = set(np.linspace(0, n - 1, max(most - 3, 2)).round().astype(int).tolist())
+        keep |= {int(np.flatnonzero(t == f)[0]) for f in (self.best["threshold_bytes"], DEFAULT_MIN_SDMA_BYTES, NEVER)
+                 if (t == f).any()}
+        return sorted(keep)
+
     def text(self, most: int | None = 40) -> str:
         """The curve and the suggestion, for the terminal. With more than ``most`` floors (None:
         no limit) the table shows ``most`` of them, evenly spread, always with the best floor, 2 MiB
         and never SDMA, and says how many it left out."""
-        shown = self.curve.copy()
+        shown = self.curve.iloc[self.shown(most)].copy()
         shown["threshold"] = [(f"never SDMA ({self._classic})" if self._classic != "classic" else "never SDMA")
                               if t == NEVER else f"{t}" for t in shown["threshold_bytes"]]
         cols = ["threshold", "sdma_segments", "sdma_bytes", "modelled_us", "speedup"] + \
             [c for c in shown.columns if c.endswith("_us") and c not in ("modelled_us",)]
         note = ""
-        if most is not None and len(shown) > most:
-            n = len(shown)
-            keep = set(np.linspace(0, n - 1, max(most - 3, 2)).round().astype(int).tolist())
-            keep |= {int(np.flatnonzero(shown["threshold_bytes"].to_numpy() == t)[0])
-                     for t in (self.best["threshold_bytes"], DEFAULT_MIN_SDMA_BYTES, NEVER)
-                     if (shown["threshold_bytes"] == t).any()}
-            shown = shown.iloc[sorted(keep)]
-            note = f"\n({len(shown)} of {n} floors shown: the best, 2 MiB, never SDMA and an even spread; --all or --csv for every one)"
+        if len(shown) < len(self.curve):
+            note = (f"\n({len(shown)} of {len(self.curve)} floors shown: the best, 2 MiB, never SDMA and an even "
+                    "spread; --all or --csv for every one)")
         table = shown[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")
         unknown = f"{self.verdict.text()}\n" if self.verdict is not None else ""
         if self.at_default is not None:
-            unknown = f"{engines_line(DEFAULT_MIN_SDMA_BYTES, self.at_default, self.label)} (the default floor)\n{unknown}"
+            d = self.at_default
+            unknown = f"{d.engines_line()} (the default floor)\n{d.band_text()}\n{d.pays_if()}\n{unknown}"
         priced = "" if self.label == "doubleplane" else (
             f"priced: {self.label} (docs/variants.md); speed-up = the reference's classic (one core per source rank) "
             "/ this\n")
@@ -217,9 +226,37 @@ def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if:
     d = None
     if v is not None and variant == "doubleplane" and v.floor != DEFAULT_MIN_SDMA_BYTES and \
             rows.sdma("doubleplane", DEFAULT_MIN_SDMA_BYTES).any():
-        d = engines_curve(rows, model, DEFAULT_MIN_SDMA_BYTES)
+        d = unknowns_verdict(rows, model, DEFAULT_MIN_SDMA_BYTES, joint=False)
     caption = model.caption()
     return Suggestion(curve, best, metric, caption, v, d, label)
+
+
+def band_records(rows: CaseRows, model: NpuModel, s: Suggestion, floors=None) -> list[dict]:
+    """The band over the unknowns (:func:`.unknowns.verdict`) of ``s``'s setting at each floor of
+    ``floors`` (bytes; default: those :meth:`Suggestion.shown` shows, never SDMA included), as
+    ``suggest --json`` writes them: per floor the :meth:`~.unknowns.Verdict.record` (min_sdma_bytes
+    (-1: never SDMA), variant, nominal, low, high and the point of each end, pays_if), with
+    sdma_segments, sdma_bytes and modelled_us (``s.metric``, nominal) of the curve's row. The
+    verdicts ``s`` already holds are reused."""
+    from ..planning.settings import parse_variant_label
+
+    variant, settings = parse_variant_label(s.label)
+    rows = rows.with_settings(settings)
+    have = {v.floor: v for v in (s.verdict, s.at_default) if v is not None}
+    if floors is None:
+        floors = s.curve["threshold_bytes"].iloc[s.shown()].tolist()
+    out = []
+    for f in floors:
+        row = s.curve.loc[s.curve["threshold_bytes"] == int(f)].iloc[0]
+        v = have.get(int(f))
+        if v is None:
+            v = unknowns_verdict(rows, model, int(f), "classic" if f == NEVER else variant, joint=False,
+                                 baseline=None)
+        rec = v.record()
+        rec.update({"min_sdma_bytes": int(f), "sdma_segments": int(row["sdma_segments"]),
+                    "sdma_bytes": int(row["sdma_bytes"]), f"{s.metric}_us": float(row["modelled_us"])})
+        out.append(rec)
+    return out
 
 
 def _comm_only_curve(rows: CaseRows, model: NpuModel, mode: str | None) -> np.ndarray:
