@@ -128,7 +128,7 @@ def test_suggest_prints_the_curve_and_the_best_floor(tmp_path, capsys):
         classic = replay(rows, rows.sdma("classic", 0), m).core_max("comm_only").max()
         dual = replay(rows, rows.sdma("doubleplane", v.floor), m).core_max("comm_only").max()
         assert sp == pytest.approx(classic / dual, rel=1e-12)
-    assert v.engines_line() in out and "what moves the verdict most (measure first):" in out
+    assert v.engines_line() in out and "what moves the verdict most, jointly (measure first; " in out
     assert out.splitlines()[-2] == s.pick_text()
     assert s.pick_text().startswith("best: " if v.low > 1.05 else "no floor beats MTE-only under these assumptions")
     assert out.splitlines()[1] == load_model("a2").caption()
@@ -161,7 +161,7 @@ def test_a_long_curve_is_thinned_on_screen_and_whole_with_all(capsys):
     n = len(s.curve)
     assert n > 40
     short = s.text(40).splitlines()
-    tail = len(s.verdict.text().splitlines()) + (s.at_default is not None) + 1  # the verdict, then the pick
+    tail = len(s.verdict.text().splitlines()) + 3 * (s.at_default is not None) + 1  # the verdicts, then the pick
     table = short[3:-1 - tail]  # caption, metric, header ... note, verdict, pick
     assert len(table) <= 40 and short[-1 - tail] == f"({len(table)} of {n} floors shown: the best, 2 MiB, never SDMA and an even spread; --all or --csv for every one)"
     firsts = [ln.split()[0] for ln in table]
