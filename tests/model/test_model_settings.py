@@ -140,7 +140,10 @@ def test_suggest_cli_prices_a_setting_with_its_bands(capsys):
     assert lines[-1] == s.pick_text()
     assert lines[-1].startswith(f"doubleplane-segment-c6 at min_sdma_bytes={s.verdict.floor}: ")
     assert any(ln.startswith("doubleplane-segment-c6 at floor ") and ln.endswith("run at once") for ln in lines)
-    assert "what moves the verdict most (measure first):" in lines
+    # the segment layout's step also reads the flag latency and the barrier: 9 unknowns, 512 vertices
+    assert ("what moves the verdict most, jointly (measure first; the speed-up's geometric mean with the parameter "
+            "at each end over the 512 vertices of the unknowns):") in lines
+    assert set(s.verdict.vertices.columns) >= {"flag_latency_us", "barrier_us"}
     assert any(ln.split()[:4] == ["never", "SDMA", "(classic-c6)", "0"] for ln in lines)
 
 
