@@ -51,10 +51,11 @@ LAYOUT_READS = ("flag_latency_us", "barrier_us")
 #: Units of parameters that are counts: only whole values are priced.
 COUNT_UNITS = ("engines",)
 #: Vertices the local optimiser starts from, per end of the band.
-STARTS = 2
+STARTS = 1
 #: PEs the local optimiser prices per plan: the slowest ones at the vertices (every end it finds
 #: is priced again with every PE).
 CANDIDATE_PES = 4
+_FEV, _XTOL = 40, 1e-3
 
 
 def word(speedup: float) -> str:
@@ -271,7 +272,7 @@ def box_search(pricer: Pricer, grid: dict[str, np.ndarray], cl: np.ndarray, dp: 
 
             x0 = np.array([(at[n] - lo[i]) / span[i] for i, n in enumerate(free)])
             r = minimize(f, x0, method="Powell", bounds=[(0.0, 1.0)] * len(free),
-                         options={"xtol": 1e-3, "ftol": 1e-6, "maxfev": 60 * len(free)})
+                         options={"xtol": _XTOL, "ftol": 1e-6, "maxfev": _FEV * len(free)})
             found.append(dict(at, **{n: lo[i] + span[i] * float(np.clip(r.x[i], 0, 1)) for i, n in enumerate(free)}))
         if found:
             full = pricer.speedups({n: np.array([p[n] for p in found]) for n in names})
