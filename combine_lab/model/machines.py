@@ -123,6 +123,8 @@ class NpuModel:
     path: str = ""
     links: tuple[LinkClass, ...] = ()
     topology: Topology = Topology()
+    target: str = "npu"  # what it models: npu, or cpu (the CPU twin: host.toml); calibrate takes only such data
+    data: dict | None = None  # the data a calibrated model was fitted to (files, target, soc)
 
     def _key(self, name: str) -> str:
         if name in self.params:
@@ -208,11 +210,16 @@ class NpuModel:
         assumed = ", ".join(self.assumed) or "none"
         return f"modelled on {self.name} ({self.machine}); assumed parameters: {assumed}"
 
-    def to_toml(self, path: str | Path, note: str = "") -> Path:
-        """Write this model as a TOML file that :func:`load_model` reads back."""
-        doc = {"name": self.name, "machine": self.machine, "soc": self.soc, "aiv_cores": self.aiv_cores}
+    def to_toml(self, path: str | Path, note: str = "", data: dict | None = None) -> Path:
+        """Write this model as a TOML file that :func:`load_model` reads back; ``data`` (default
+        :attr:`data`): the data it was fitted to (``[data]``: files, target, soc)."""
+        doc = {"name": self.name, "machine": self.machine, "soc": self.soc, "aiv_cores": self.aiv_cores,
+               "target": self.target}
         if note:
             doc["note"] = note
+        data = self.data if data is None else data
+        if data:
+            doc["data"] = dict(data)
         t = self.topology
         if self.links and self.links[0].pair != "any":
             doc["topology"] = {"dies_per_card": t.dies_per_card, "cards_per_server": t.cards_per_server,
@@ -381,5 +388,9 @@ def load_model(name: str | Path) -> NpuModel:
     t = doc.get("topology")
     topo = Topology(int(t.get("dies_per_card", 1)), int(t.get("cards_per_server", 1 << 30)),
                     int(t.get("servers", 1)), str(t.get("why", ""))) if t else Topology(1, 1 << 30, 1)
+    target = str(doc.get("target", "npu"))
+    if target not in ("npu", "cpu"):
+        raise ParameterError(f"{p}: target={target!r}: npu (a machine of NPUs) or cpu (the CPU twin)")
     return NpuModel(str(doc.get("name", p.stem)), str(doc.get("machine", "")), str(doc.get("soc", "")),
-                    int(doc.get("aiv_cores", 40)), params, str(p), tuple(links), topo)
+                    int(doc.get("aiv_cores", 40)), params, str(p), tuple(links), topo, target,
+                    dict(doc["data"]) if isinstance(doc.get("data"), dict) else None)
