@@ -403,22 +403,20 @@ def replay(rows: CaseRows, sdma: np.ndarray, model: NpuModel, sdma_mode: str | N
 
     Returns :class:`ModelledTimes`. Raises ValueError for an unknown ``sdma_mode``.
     """
-    P, S, B, m = rows.pes, rows.counts.shape[1], rows.block_dim, model
-    N = rows.cores_per_rank
+    P, B, m = rows.pes, rows.block_dim, model
     row = float(rows.row_bytes)
     comm_only, flag_start = stage1(rows.counts, sdma, np.arange(P), P, B, rows.epp, rows.row_bytes, m,
                                    **settings_args(rows, sdma_mode))
 
     # ---- Stage 2: every slot's flag landing, each token's last one, a scan per core ----
-    # the row's chunk j (n*j//N <= pos < n*(j+1)//N) and its place in it
-    n_seg = rows.counts[rows.dest, rows.seg]
-    j = ((rows.pos + 1) * N - 1) // np.maximum(n_seg, 1)
-    in_chunk = rows.pos - n_seg * j // N
-    land = flag_start[(rows.dest * S + rows.seg) * N + j] + (in_chunk + 1) * m["flag_us"] + m["flag_latency_us"]
-    arrive = np.full(P * rows.bs * rows.topk, -np.inf)
-    arrive[rows.owner * rows.bs * rows.topk + rows.slot] = land
-    arrive = arrive.reshape(P, rows.bs, rows.topk).max(axis=2)
-    nv = rows.valid.sum(axis=2).astype(np.float64)
+    at, after = rows.landing  # each slot's chunk (-1: no row) and its place in it
+    starts = np.append(flag_start, -np.inf)  # index -1: a slot without a row never lands
+    by_slot = (starts[at] + after * m["flag_us"]).reshape(-1, rows.topk)
+    arrive = by_slot[:, 0].copy()
+    for k in range(1, rows.topk):  # each token's last flag (slice by slice: a reduce over a short axis is slower)
+        np.maximum(arrive, by_slot[:, k], out=arrive)
+    arrive = arrive.reshape(P, rows.bs) + m["flag_latency_us"]
+    nv = rows.valid_per_token
     read = row / _rate(m["core_gm_GBps"])
     work = nv * (read + rows.h / m["vec_elems_per_us"] + m["wait_us"]) + read
     per = -(-rows.bs // B)
