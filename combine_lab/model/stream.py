@@ -39,7 +39,8 @@ SQE_BYTES = 1 << 20     # one SDMA descriptor carries up to 1 MiB (docs/hardware
 
 @dataclass
 class CaseRows:
-    """Plan-independent facts of one case for the model.
+    """Plan-independent facts of one case for the model (read-only once priced: stage 2 caches what it
+    derives from them, :attr:`landing`).
 
     ``counts``: int64 [pes, epp*pes] rows per segment on each destination PE. Per received row
     (all PEs, in receive order, int64 [n_rows] each): ``dest`` (the PE holding it: the expert's
