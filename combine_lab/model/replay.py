@@ -213,29 +213,31 @@ class Stage1:
         self.V, self.B, self.row = V, B, row
         egress = _rate(m["egress_GBps"])
         classes = m.pair_class(P)                    # link class of each (sender, receiver) pair
-        n = counts.ravel().astype(np.float64)
-        sd = sdma.ravel().astype(bool)
-        v = np.repeat(np.arange(V), S)
-        unit = np.tile(np.arange(S), V)
-        seg = unit // N
-        src = seg % P
-        remote = src != self.pe_of[v]
-        core = v * B + (src % G) * N + unit % N      # global core id of the chunk's sender
-        nbytes = n * row
-        cls = classes[self.pe_of[v], src]            # the segment's link class
-        link_pair = link_rate(m, classes[np.repeat(self.pe_of, P), np.tile(np.arange(P), V)])  # [V * P]
-        # Chunks by core, then loop order: the same permutation within every row, rows in turn.
+        # Every chunk in loop order (by core, then the order it sends them): one permutation of the
+        # S chunks, the same in every row, rows in turn; arrays [V, S] in that order, raveled.
         us_ = np.arange(S) // N
         local = np.lexsort(((us_ % P // G) * epp + us_ // P, (us_ % P % G) * N + np.arange(S) % N))
-        key = (np.arange(V)[:, None] * S + local[None, :]).ravel()
-        ks_core = core[key]
+        key = (np.arange(V)[:, None] * S + local[None, :]).ravel()   # each chunk's place in the rows
+        src_l = local // N % P                                        # its source rank: whose link it takes
+        n2 = counts[:, local].astype(np.float64)
+        sd2 = sdma[:, local]
+        remote2 = src_l[None, :] != self.pe_of[:, None]
+        n, sd, remote = n2.ravel(), sd2.ravel(), remote2.ravel()
+        v = np.repeat(np.arange(V), S)
+        ks_core = (np.arange(V)[:, None] * B + ((src_l % G) * N + local % N)[None, :]).ravel()  # its sender, sorted
+        core = ks_core
+        src = np.tile(src_l, V)
+        nbytes = n * row
+        cls = classes[self.pe_of[:, None], src_l[None, :]].ravel()   # the segment's link class
+        link_pair = link_rate(m, classes[np.repeat(self.pe_of, P), np.tile(np.arange(P), V)])  # [V * P]
 
         # Bytes per link (pe -> src) and per sender; a PE's senders: its B cores (MTE), its engines (SDMA).
         pair = v * P + src
-        link_mte = np.bincount(pair, weights=nbytes * (remote & ~sd), minlength=V * P)
+        mte_remote = nbytes * (remote & ~sd)
+        link_mte = np.bincount(pair, weights=mte_remote, minlength=V * P)
         link_sdma = np.bincount(pair, weights=nbytes * sd, minlength=V * P)
-        core_remote = np.bincount(core, weights=nbytes * (remote & ~sd), minlength=V * B).reshape(V, B)
-        pe_sdma = np.bincount(v, weights=nbytes * sd, minlength=V)
+        core_remote = np.bincount(core, weights=mte_remote, minlength=V * B).reshape(V, B)
+        pe_sdma = (n2 * sd2).sum(axis=1) * row
         senders = np.concatenate([core_remote, pe_sdma[:, None]], axis=1)  # [V, B + 1]
         owner = np.repeat(np.arange(V), B)
 
@@ -256,7 +258,7 @@ class Stage1:
             ops = np.where(sd & (n > 0), 1.0, 0.0)
             n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
             work = np.where(sd, sdma_call_us(m, cls, nbytes), 0.0) * ops
-            k_ops, k_work, k_bytes = ops[key], work[key], (nbytes * ops)[key]
+            k_ops, k_work, k_bytes = ops, work, nbytes * ops
             seg_end = _grouped_cumsum(ks_core, k_ops)
             work_end, bytes_end = _grouped_cumsum(ks_core, k_work), _grouped_cumsum(ks_core, k_bytes)
             span = float(n.sum() + 2)
@@ -292,29 +294,32 @@ class Stage1:
         self.engine_work = work_done(n_c).ravel()
         # Fair-share bounds of the SDMA calls: their links (each core's dsts) and the PE's egress.
         sdma_link = np.where(sd, ((link_sdma + np.minimum(link_sdma, link_mte)) / link_pair)[pair], 0.0)
+        firsts = np.flatnonzero(np.r_[True, ks_core[1:] != ks_core[:-1]]) if len(ks_core) else np.zeros(0, int)
+        self.core_first, self.core_of_first = firsts, ks_core[firsts]
         link_bound = np.zeros(V * B)
-        np.maximum.at(link_bound, core, sdma_link)
+        if len(ks_core):
+            link_bound[self.core_of_first] = np.maximum.reduceat(sdma_link, firsts)
         egress_bound = np.where(n_c > 0, _fair_moved(owner, senders, bytes_done(n_c).ravel()).reshape(V, B) / egress,
                                 0.0).ravel()
         self.sdma_bound = np.maximum(link_bound, egress_bound)
 
-        # ---- MTE chunks in loop order (the key order): their bounds by the links and the egress ----
-        is_mte = (~sd & (n > 0))[key]
-        k_mte_remote = np.where(is_mte & remote[key], nbytes[key], 0.0)
-        to_dst = _grouped_cumsum(ks_core * P + src[key], k_mte_remote)  # the core's MTE bytes to this dst so far
-        so_far = _grouped_cumsum(ks_core, k_mte_remote)                 # its remote MTE bytes so far
-        k_pair = pair[key]
-        self.bound = np.where(is_mte & remote[key],
-                              np.maximum((to_dst + np.minimum(to_dst, link_sdma[k_pair])) / link_pair[k_pair],
-                                         _fair_moved(v[key], senders, so_far) / egress), -np.inf)
+        # ---- MTE chunks in loop order: their bounds by the links and the egress ----
+        is_mte = ~sd & (n > 0)
+        far = is_mte & remote
+        k_mte_remote = np.where(far, nbytes, 0.0)
+        to_dst = _grouped_cumsum(ks_core * P + src, k_mte_remote)  # the core's MTE bytes to this dst so far
+        so_far = _grouped_cumsum(ks_core, k_mte_remote)            # its remote MTE bytes so far
+        bound = np.full(len(n), -np.inf)
+        fp = pair[far]
+        bound[far] = np.maximum((to_dst[far] + np.minimum(to_dst[far], link_sdma[fp])) / link_pair[fp],
+                                _fair_moved(v[far], senders, so_far[far]) / egress)
+        self.bound = bound
         self.key, self.ks_core, self.is_mte = key, ks_core, is_mte
-        self.k_n, self.k_remote, self.k_cls = n[key], remote[key], cls[key]
-        firsts = np.flatnonzero(np.r_[True, ks_core[1:] != ks_core[:-1]]) if len(ks_core) else np.zeros(0, int)
-        self.core_first, self.core_of_first = firsts, ks_core[firsts]
-        sdma_rows = np.where(sd, n, 0.0)[key]
+        self.k_n, self.k_remote, self.k_cls = n, remote, cls
+        sdma_rows = np.where(sd, n, 0.0)
         self.before = _grouped_cumsum(ks_core, sdma_rows) - sdma_rows   # SDMA rows of the core before this chunk
-        self.rows_c = np.bincount(core, weights=np.where(sd, n, 0.0), minlength=V * B)
-        self.sd, self.v = sd, v
+        self.rows_c = np.bincount(core, weights=sdma_rows, minlength=V * B)
+        self.sd, self.S = sd, S
 
     def price(self, model: NpuModel | ModelPoints, flags: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         """comm_only float64 [K, V, block_dim] in us at the K points of ``model`` (K = 1 for an
@@ -367,11 +372,11 @@ class Stage1:
         out = None
         if flags:
             out = np.empty((K, len(self.key)))
-            out[:, self.key] = np.where(self.sd[self.key], t[:, ks_core] + self.before * flag, end - tail + quiet)
+            out[:, self.key] = np.where(self.sd, t[:, ks_core] + self.before * flag, end - tail + quiet)
         if self.layout:  # nothing moves before the layout step: the whole stage shifts by it
             t0 = layout_us(self.pe_of, self.pes, self.epp, m)                # [K, V]
             comm_only = comm_only + np.repeat(t0, B, axis=1)
-            out = None if out is None else out + t0[:, self.v]
+            out = None if out is None else out + np.repeat(t0, self.S, axis=1)
         return comm_only.reshape(K, V, B), out
 
 
