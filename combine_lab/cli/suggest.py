@@ -92,7 +92,7 @@ def _suggest(a: argparse.Namespace) -> int:
                 lb: band_records(rows, model, sg, _verdict_floors(sg)) for lb, sg in c.suggestions.items()})
         return 0
     variant, settings = parse_variant_label(labels[0])
-    s = suggest(rows, model, a.metric, WHAT_IF.get(a.what_if), settings=settings, variant=variant)
+    s = suggest(rows, model, a.metric, WHAT_IF.get(a.what_if), settings=settings, variant=variant, baseline=a.baseline)
     most = None if a.all else 40
     print(s.text(most))
     if a.csv:
@@ -141,6 +141,9 @@ def register(sub) -> None:
                         "with --variant, every variant at every count")
     m.add_argument("--csv", default=None, help="also write the curve (or, with several settings, the table) to "
                                                "this CSV (every floor)")
+    m.add_argument("--baseline", default=None,
+                   help="the classic the verdict is against: reference or c<N> (default: classic with the same cores "
+                        "per source rank; with several settings, the reference's, one scale for all)")
     m.add_argument("--json", default=None, help="also write, per setting and floor (those the table shows), the "
                                                 "band over the unknowns: nominal, low, high and the point of each end")
     m.add_argument("--all", action="store_true", help="print every floor (default: at most 40, evenly spread, "

@@ -26,7 +26,7 @@ from ..planning.settings import REFERENCE, KernelSettings, check_kernel_settings
 from .machines import NpuModel
 from .replay import SDMA_MODES, replay, settings_args, stage1
 from .stream import CaseRows
-from .unknowns import RESOLUTION, Verdict, verdict as unknowns_verdict
+from .unknowns import RESOLUTION, Verdict, in_full_op, verdict as unknowns_verdict
 
 NEVER = -1  # the floor of the classic plan in the curve's threshold column
 
@@ -64,30 +64,32 @@ class Suggestion:
             pick = never if b["threshold_bytes"] == NEVER else f"min_sdma_bytes={int(b['threshold_bytes'])}"
             return f"best: {pick}: {b['modelled_us']:.3f} us, {b['speedup']:.3f}x classic"
         v = self.verdict
-        if self.label != "doubleplane" and v.floor != NEVER:  # other settings: against both classics
+        if self.label != "doubleplane" and v.floor != NEVER:  # other settings: the verdict's classic, then the reference's
             row = self.curve.loc[self.curve["threshold_bytes"] == v.floor].iloc[0]
-            never = self.curve.iloc[-1]
-            sdma = float(never["modelled_us"]) / float(row["modelled_us"])
-            than = ("faster than" if sdma > 1 + RESOLUTION else "slower than" if sdma < 1 / (1 + RESOLUTION)
-                    else "a tie with")
-            return (f"{self.label} at min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us, {row['speedup']:.3f}x "
-                    f"the reference's classic at the nominal values, {v.low:.3f}x - {v.high:.3f}x over the "
-                    f"unknowns' range: {band_word(v.low, v.high)}; at the nominal values {than} "
-                    f"{self._classic} (MTE only, same cores: {never['modelled_us']:.3f} us, {sdma:.3f}x)")
+            same = " (MTE only, the same cores)" if v.against == self._classic else ""
+            return (f"{self.label} at min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us; against {v.against}{same}: "
+                    f"{v.nominal:.3f}x at the nominal values, {v.low:.3f}x - {v.high:.3f}x over the unknowns' box: "
+                    f"{band_word(v.low, v.high)}; {row['speedup']:.3f}x the reference's classic (one core per source "
+                    "rank) at the nominal values")
         if v.floor == NEVER:  # a classic setting: one point, against the reference's classic
             band = "faster than" if v.beats else "slower than" if v.high < 1 / (1 + RESOLUTION) else "a tie with"
-            return (f"{v.label}: {b['modelled_us']:.3f} us, {v.nominal:.3f}x classic at the nominal values, "
-                    f"{v.low:.3f}x - {v.high:.3f}x over the unknowns' range: {band} the reference's classic "
-                    f"(the model's resolution {RESOLUTION:.0%})")
+            return (f"{v.label}: {b['modelled_us']:.3f} us, {b['speedup']:.3f}x classic at the nominal values"
+                    f"{self._in}, {v.low:.3f}x - {v.high:.3f}x over the unknowns' box (comm_only): {band} the "
+                    f"reference's classic (the model's resolution {RESOLUTION:.0%})")
         row = self.curve.loc[self.curve["threshold_bytes"] == v.floor].iloc[0]
         if v.beats:
-            return (f"best: min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us, {row['speedup']:.3f}x classic; "
-                    f"{v.low:.3f}x - {v.high:.3f}x over every unknown's range, above the model's resolution "
-                    f"({RESOLUTION:.0%}) throughout")
+            return (f"best: min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us, {row['speedup']:.3f}x classic"
+                    f"{self._in}; {v.low:.3f}x - {v.high:.3f}x over the unknowns' box (comm_only), above the model's "
+                    f"resolution ({RESOLUTION:.0%}) throughout")
         return (f"no floor beats MTE-only under these assumptions: the best, min_sdma_bytes={v.floor}, is "
-                f"{row['speedup']:.3f}x classic at the nominal values and {v.low:.3f}x - {v.high:.3f}x over the "
-                f"unknowns' box (best only above {1 + RESOLUTION:.2f}x throughout, the model's resolution); "
-                f"{v.pays_if()}")
+                f"{row['speedup']:.3f}x classic at the nominal values{self._in} and {v.low:.3f}x - {v.high:.3f}x over "
+                f"the unknowns' box (comm_only; best only above {1 + RESOLUTION:.2f}x throughout, the model's "
+                f"resolution); {v.pays_if()}")
+
+    @property
+    def _in(self) -> str:
+        """' in full_op' where the curve's metric is not the band's (comm_only)."""
+        return "" if self.metric == "comm_only" else f" in {self.metric}"
 
     @property
     def _classic(self) -> str:
@@ -149,7 +151,7 @@ def thresholds(rows: CaseRows) -> np.ndarray:
 
 def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if: str | None = None,
             unknowns: bool = True, *, settings: KernelSettings | str | None = None,
-            variant: str = "doubleplane") -> Suggestion:
+            variant: str = "doubleplane", baseline: KernelSettings | str | None = None) -> Suggestion:
     """Modelled time of ``metric`` at every floor where the plan of ``rows``' case changes, and
     (``unknowns``) the verdict over the unknowns at the best floor that sends anything by SDMA
     (:func:`.unknowns.verdict`, on comm_only).
@@ -159,6 +161,10 @@ def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if:
     same cores per source rank, and ``speedup`` is the reference's classic (one core per source rank)
     over each row, so that settings compare on one scale. ``variant="classic"`` prices the classic
     kernel under ``settings`` alone (one row: never SDMA), its verdict at that point.
+    ``baseline``: the classic the verdict (engine lines, band, pays_from) is against: default, for
+    doubleplane, classic with the same cores per source rank (does SDMA pay for these settings?);
+    for classic, the reference's; a settings label asks for another. With ``metric="full_op"`` the
+    engine lines and pays_from are full_op's (the band is comm_only's, and says so).
     ``what_if``: also price SDMA calls per segment (``"segment"``, one SQE per MiB) instead of
     per row, the kernel's way (:data:`.replay.SDMA_MODES`; the reference's settings only: the
     segment setting is the built variant of it).
@@ -218,15 +224,22 @@ def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if:
         curve[f"{what_if}_saving_us"] = curve["modelled_us"] - curve[f"{what_if}_us"]
     best = curve.loc[curve["modelled_us"].idxmin()]  # first minimum: the largest such floor
     v = None
+    against = parse_settings(baseline) if baseline is not None else (
+        KernelSettings(False, settings.cores_per_rank) if variant == "doubleplane" else REFERENCE)
     with_sdma = curve[(curve["threshold_bytes"] != NEVER) & (curve["sdma_segments"] > 0)]
     if unknowns and variant == "classic":
-        v = unknowns_verdict(rows, model, NEVER, "classic")
+        v = unknowns_verdict(rows, model, NEVER, "classic", baseline=against)
     elif unknowns and len(with_sdma):
-        v = unknowns_verdict(rows, model, int(with_sdma.loc[with_sdma["modelled_us"].idxmin(), "threshold_bytes"]))
+        v = unknowns_verdict(rows, model, int(with_sdma.loc[with_sdma["modelled_us"].idxmin(), "threshold_bytes"]),
+                             baseline=against)
     d = None
     if v is not None and variant == "doubleplane" and v.floor != DEFAULT_MIN_SDMA_BYTES and \
             rows.sdma("doubleplane", DEFAULT_MIN_SDMA_BYTES).any():
-        d = unknowns_verdict(rows, model, DEFAULT_MIN_SDMA_BYTES, joint=False)
+        d = unknowns_verdict(rows, model, DEFAULT_MIN_SDMA_BYTES, joint=False, baseline=against)
+    if metric == "full_op":  # one yardstick: the engine lines in the metric asked for
+        v = None if v is None else in_full_op(v, rows, model, "classic" if variant == "classic" else "doubleplane",
+                                                against)
+        d = None if d is None else in_full_op(d, rows, model, baseline=against)
     caption = model.caption()
     return Suggestion(curve, best, metric, caption, v, d, label)
 
@@ -243,6 +256,7 @@ def band_records(rows: CaseRows, model: NpuModel, s: Suggestion, floors=None) ->
     variant, settings = parse_variant_label(s.label)
     rows = rows.with_settings(settings)
     have = {v.floor: v for v in (s.verdict, s.at_default) if v is not None}
+    against = parse_variant_label(s.verdict.against)[1] if s.verdict is not None else None
     if floors is None:
         floors = s.curve["threshold_bytes"].iloc[s.shown()].tolist()
     out = []
@@ -251,7 +265,7 @@ def band_records(rows: CaseRows, model: NpuModel, s: Suggestion, floors=None) ->
         v = have.get(int(f))
         if v is None:
             v = unknowns_verdict(rows, model, int(f), "classic" if f == NEVER else variant, joint=False,
-                                 baseline=None)
+                                 baseline=against)
         rec = v.record()
         rec.update({"min_sdma_bytes": int(f), "sdma_segments": int(row["sdma_segments"]),
                     "sdma_bytes": int(row["sdma_bytes"]), f"{s.metric}_us": float(row["modelled_us"])})
@@ -342,7 +356,7 @@ def suggest_settings(rows: CaseRows, model: NpuModel, labels, metric: str = "com
     parsed = [(str(lb),) + parse_variant_label(lb) for lb in labels]
     out, recs = {}, []
     for _, variant, settings in parsed:
-        sg = suggest(rows, model, metric, settings=settings, variant=variant)
+        sg = suggest(rows, model, metric, settings=settings, variant=variant, baseline=REFERENCE)  # one scale
         label = variant_label(variant, settings)
         out[label] = sg
         v = sg.verdict

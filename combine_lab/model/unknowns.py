@@ -98,6 +98,8 @@ class Verdict:
     vertices: pd.DataFrame | None = None
     interactions: pd.DataFrame | None = None
     engines_needed: int | None = None
+    against: str = "classic"  # the classic the speed-up is over: classic (the reference's), classic-c6, ...
+    metric: str = "comm_only"  # of the engine curve and pays_from; the band is comm_only's
 
     @property
     def beats(self) -> bool:
@@ -106,11 +108,12 @@ class Verdict:
 
     def engines_line(self) -> str:
         """:func:`engines_line` of this verdict."""
-        return engines_line(self.floor, self.engines, self.label)
+        return engines_line(self.floor, self.engines, self.label, self.against, self.metric)
 
     def band_text(self) -> str:
         """The band and the points of its ends."""
-        return (f"over the unknowns' box: {self.low:.3f}x - {self.high:.3f}x classic (nominal {self.nominal:.3f}x; "
+        return (f"over the unknowns' box (comm_only): {self.low:.3f}x - {self.high:.3f}x {self.against} (nominal "
+                f"{self.nominal:.3f}x; "
                 f"the model's resolution {RESOLUTION:.0%}); lowest at {_point_text(self.low_at)}; highest at "
                 f"{_point_text(self.high_at)}")
 
@@ -159,27 +162,34 @@ class Verdict:
         return "\n".join(lines)
 
     def record(self) -> dict:
-        """The verdict as plain values (``suggest --json``): min_sdma_bytes, label, nominal, low,
+        """The verdict as plain values (``suggest --json``): min_sdma_bytes, variant, against, nominal, low,
         high, low_at, high_at, pays_from, engines_needed, pays_if."""
-        return {"min_sdma_bytes": int(self.floor), "variant": self.label, "nominal": float(self.nominal),
+        return {"min_sdma_bytes": int(self.floor), "variant": self.label, "against": self.against,
+                "nominal": float(self.nominal),
                 "low": float(self.low), "high": float(self.high),
                 "low_at": {k: float(x) for k, x in self.low_at.items()},
                 "high_at": {k: float(x) for k, x in self.high_at.items()},
                 "pays_from": self.pays_from, "engines_needed": self.engines_needed, "pays_if": self.pays_if()}
 
 
-def engines_line(floor: int, engines: pd.DataFrame, label: str = "doubleplane") -> str:
-    """'doubleplane at floor F B: 10.3x slower with 1, ..., parity with 48 SDMA engines: it pays only
-    if N or more run at once' (or: with none of them), from an :func:`engines_curve` (the other
-    unknowns nominal); ``label``: the variant label priced (``doubleplane-segment-c6``; a classic one
-    sends no SDMA: 'classic-c6 (no SDMA): 1.6x faster with any number of SDMA engines')."""
+def engines_line(floor: int, engines: pd.DataFrame, label: str = "doubleplane", against: str = "classic",
+                 metric: str = "comm_only") -> str:
+    """'doubleplane at floor F B: 10.3x slower with 1, ..., parity with 48 SDMA engines, the rest
+    nominal: it pays only if N or more run at once' (or: with none of them), from an
+    :func:`engines_curve`; ``label``: the variant label priced (``doubleplane-segment-c6``; a classic
+    one sends no SDMA: 'classic-c6 (no SDMA): 1.6x faster with any number of SDMA engines');
+    ``against``: the classic it is compared with, named where it is not the reference's; ``metric``:
+    named where it is not comm_only."""
+    than = "" if against == "classic" else f" than {against}"
+    of = "" if metric == "comm_only" else f" ({metric})"
     if label.startswith("classic"):
-        return f"{label} (no SDMA): {word(float(engines['speedup'].iloc[0]))} with any number of SDMA engines"
+        return f"{label} (no SDMA){of}: {word(float(engines['speedup'].iloc[0]))}{than} with any number of SDMA engines"
     parts = [f"{word(s)} with {int(e)}" for e, s in zip(engines["engines"], engines["speedup"])]
     pays = next((int(e) for e, x in zip(engines["engines"], engines["speedup"]) if x > 1 + RESOLUTION), None)
     tail = (f"it pays only if {pays} or more run at once" if pays is not None else
             f"it does not pay with any of {ENGINES[0]}-{ENGINES[-1]} running at once")
-    return f"{label} at floor {int(floor)} B: " + ", ".join(parts) + f" SDMA engines, the rest nominal: {tail}"
+    return (f"{label} at floor {int(floor)} B{of}: " + ", ".join(parts) +
+            f" SDMA engines{than}, the rest nominal: {tail}")
 
 
 class Pricer:
@@ -313,6 +323,30 @@ def engines_curve(rows: CaseRows, model: NpuModel, floor: int, cache: dict | Non
     return pd.DataFrame({"engines": ENGINES, "speedup": pr.speedups({"sdma_engines": np.array(ENGINES, float)})})
 
 
+def engines_curve_full_op(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doubleplane", *,
+                          baseline: KernelSettings | str | None = None) -> pd.DataFrame:
+    """:func:`engines_curve` in full_op (the slowest PE's, one replay per engine count)."""
+    from .replay import replay
+
+    base = rows.with_settings(parse_settings(baseline))
+    classic = float(replay(base, rows.sdma("classic", 0), model).core_max("full_op").max())
+    mask = rows.sdma(variant, int(floor))
+    s = [classic / float(replay(rows, mask, model.with_values(sdma_engines=float(e))).core_max("full_op").max())
+         for e in ENGINES]
+    return pd.DataFrame({"engines": ENGINES, "speedup": s})
+
+
+def in_full_op(v: Verdict, rows: CaseRows, model: NpuModel, variant: str = "doubleplane",
+               baseline: KernelSettings | str | None = None) -> Verdict:
+    """``v`` with its engine curve and ``pays_from`` in full_op (:func:`engines_curve_full_op`);
+    the band stays comm_only's and says so."""
+    from dataclasses import replace
+
+    eng = engines_curve_full_op(rows, model, v.floor, variant, baseline=baseline)
+    pays = next((int(e) for e, x in zip(eng["engines"], eng["speedup"]) if x > 1 + RESOLUTION), None)
+    return replace(v, engines=eng, pays_from=pays, metric="full_op")
+
+
 def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doubleplane", *,
             baseline: KernelSettings | str | None = None, joint: bool = True) -> Verdict:
     """The :class:`Verdict` of ``variant`` at ``floor`` (bytes) for ``rows``' case on ``model``, under
@@ -373,4 +407,4 @@ def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doublep
     pays = next((e for e, x in zip(ENGINES, eng) if x > 1 + RESOLUTION), None)
     return Verdict(int(floor), nominal, float(low), float(high), pd.DataFrame({"engines": ENGINES, "speedup": eng}),
                    sens, tuple(n for n in model.assumed if n not in names), pays, variant_label(variant, rows.settings),
-                   low_at, high_at, vertices, inter, needed)
+                   low_at, high_at, vertices, inter, needed, variant_label("classic", baseline))

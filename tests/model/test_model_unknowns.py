@@ -123,3 +123,16 @@ def test_a_floor_is_best_only_above_the_resolution_over_the_whole_range():
     s2 = suggest(rows, quick)
     assert s2.verdict.low > 1 + RESOLUTION and s2.beats
     assert s2.pick_text().startswith(f"best: min_sdma_bytes={s2.verdict.floor}: ")
+
+
+def test_a_full_op_suggestion_gives_its_engine_lines_in_full_op():
+    s = suggest(ROWS, A3, "full_op")
+    v = s.verdict
+    assert v.metric == "full_op" and v.engines_line().startswith(f"doubleplane at floor {v.floor} B (full_op): ")
+    classic = replay(ROWS, ROWS.sdma("classic", 0), A3).core_max("full_op").max()
+    for e, sp in zip(ENGINES, v.engines["speedup"]):
+        m = A3.with_values(sdma_engines=float(e))
+        assert sp == pytest.approx(classic / replay(ROWS, ROWS.sdma("doubleplane", v.floor), m).core_max("full_op").max(),
+                                   rel=1e-12)
+    assert v.band_text().startswith("over the unknowns' box (comm_only): ")
+    assert " in full_op and " in s.pick_text() or s.pick_text().startswith("best: ")
