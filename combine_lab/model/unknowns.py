@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import minimize
 
 from ..errors import ParameterError
 from ..planning.settings import REFERENCE, KernelSettings, parse_settings, variant_label
@@ -257,6 +256,8 @@ def box_search(pricer: Pricer, grid: dict[str, np.ndarray], cl: np.ndarray, dp: 
     :data:`STARTS` most extreme vertices of each end, the others held at that vertex; each point it
     ends at priced again with every PE. Returns ((low, low_at), (high, high_at)), ``*_at``: name ->
     value."""
+    from scipy.optimize import minimize  # here: importing it costs every command a quarter second
+
     model, names = pricer.model, pricer.names
     free = [n for n in pricer.shared if model.params[n].unit not in COUNT_UNITS]
     speedup = cl.max(axis=1) / np.maximum(dp.max(axis=1), 1e-12)
