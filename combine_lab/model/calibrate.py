@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from ..case.case import Case, make_case
 from ..case.spec import CaseSpec
@@ -291,6 +290,8 @@ def calibrate(model: NpuModel, meas: list[Measurement], free: list[str] | None =
     def residuals(x: np.ndarray) -> np.ndarray:
         mod = model.with_values(**{f: math.exp(v) for f, v in zip(free, x)})
         return np.concatenate([np.log(p / np.maximum(g, 1e-9)) for p, g in _pairs(mod, rows, meas, cores)])
+
+    from scipy.optimize import least_squares  # here: importing it costs every command a quarter second
 
     fit = least_squares(residuals, np.array(x0), bounds=(np.array(lo), np.array(hi)), x_scale="jac", method="trf")
     x = np.array(fit.x)
