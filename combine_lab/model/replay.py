@@ -86,13 +86,21 @@ def _group_scan(group: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(np.where(finite, values, lo) + lift, axis=-1) - lift
 
 
-def _grouped_cumsum(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+def _grouped_cumsum(group: np.ndarray, values: np.ndarray, firsts: np.ndarray | None = None) -> np.ndarray:
     """Inclusive cumulative sum of ``values`` (float [n] or [K, n], along the last axis)
-    restarting at each new ``group`` (int [n], sorted)."""
+    restarting at each new ``group`` (int [n], sorted); ``firsts``: where each group starts, if
+    known (:func:`_starts`)."""
     c = np.cumsum(values, axis=-1)
-    first = np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, dtype=bool)
-    base = np.maximum.accumulate(np.where(first, c - values, -np.inf), axis=-1) if c.shape[-1] else c
-    return c - base
+    if not c.shape[-1]:
+        return c
+    firsts = _starts(group) if firsts is None else firsts
+    lengths = np.diff(np.append(firsts, len(group)))
+    return c - np.repeat(c[..., firsts] - values[..., firsts], lengths, axis=-1)
+
+
+def _starts(group: np.ndarray) -> np.ndarray:
+    """int [groups]: where each run of equal values of ``group`` (sorted) starts."""
+    return np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(group) else np.zeros(0, dtype=np.int64)
 
 
 def _fair_moved(owner: np.ndarray, totals: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -226,6 +234,7 @@ class Stage1:
         v = np.repeat(np.arange(V), S)
         ks_core = (np.arange(V)[:, None] * B + ((src_l % G) * N + local % N)[None, :]).ravel()  # its sender, sorted
         core = ks_core
+        firsts = _starts(ks_core)                    # where each core's chunks start
         src = np.tile(src_l, V)
         nbytes = n * row
         cls = classes[self.pe_of[:, None], src_l[None, :]].ravel()   # the segment's link class
@@ -259,8 +268,8 @@ class Stage1:
             n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
             work = np.where(sd, sdma_call_us(m, cls, nbytes), 0.0) * ops
             k_ops, k_work, k_bytes = ops, work, nbytes * ops
-            seg_end = _grouped_cumsum(ks_core, k_ops)
-            work_end, bytes_end = _grouped_cumsum(ks_core, k_work), _grouped_cumsum(ks_core, k_bytes)
+            seg_end = _grouped_cumsum(ks_core, k_ops, firsts)
+            work_end, bytes_end = _grouped_cumsum(ks_core, k_work, firsts), _grouped_cumsum(ks_core, k_bytes, firsts)
             span = float(n.sum() + 2)
             peers = np.broadcast_to(np.arange(V)[:, None, None] * B + np.arange(B)[None, None, :], (V, B, B)).ravel()
 
@@ -294,7 +303,6 @@ class Stage1:
         self.engine_work = work_done(n_c).ravel()
         # Fair-share bounds of the SDMA calls: their links (each core's dsts) and the PE's egress.
         sdma_link = np.where(sd, ((link_sdma + np.minimum(link_sdma, link_mte)) / link_pair)[pair], 0.0)
-        firsts = np.flatnonzero(np.r_[True, ks_core[1:] != ks_core[:-1]]) if len(ks_core) else np.zeros(0, int)
         self.core_first, self.core_of_first = firsts, ks_core[firsts]
         link_bound = np.zeros(V * B)
         if len(ks_core):
@@ -308,7 +316,7 @@ class Stage1:
         far = is_mte & remote
         k_mte_remote = np.where(far, nbytes, 0.0)
         to_dst = _grouped_cumsum(ks_core * P + src, k_mte_remote)  # the core's MTE bytes to this dst so far
-        so_far = _grouped_cumsum(ks_core, k_mte_remote)            # its remote MTE bytes so far
+        so_far = _grouped_cumsum(ks_core, k_mte_remote, firsts)     # its remote MTE bytes so far
         bound = np.full(len(n), -np.inf)
         fp = pair[far]
         bound[far] = np.maximum((to_dst[far] + np.minimum(to_dst[far], link_sdma[fp])) / link_pair[fp],
@@ -317,7 +325,7 @@ class Stage1:
         self.key, self.ks_core, self.is_mte = key, ks_core, is_mte
         self.k_n, self.k_remote, self.k_cls = n, remote, cls
         sdma_rows = np.where(sd, n, 0.0)
-        self.before = _grouped_cumsum(ks_core, sdma_rows) - sdma_rows   # SDMA rows of the core before this chunk
+        self.before = _grouped_cumsum(ks_core, sdma_rows, firsts) - sdma_rows   # SDMA rows of the core before this chunk
         self.rows_c = np.bincount(core, weights=sdma_rows, minlength=V * B)
         self.sd, self.S = sd, S
 
@@ -356,7 +364,7 @@ class Stage1:
         tail = np.where(is_mte, quiet + n * flag, 0.0)
         start = t[:, ks_core]                                            # after the SDMA issue phase
         D = pipe + tail
-        C = _grouped_cumsum(ks_core, D)
+        C = _grouped_cumsum(ks_core, D, self.core_first)
         lead = _group_scan(ks_core, np.where(is_mte, start + self.bound + tail - C, -np.inf))
         end = C + np.maximum(start, lead)
         mte_end = np.full((K, V * B), -np.inf)
