@@ -1,6 +1,6 @@
 """The verdict over the model's unknowns: the range the modelled speed-up of doubleplane over
 classic (comm_only of the slowest PE) takes when the assumed parameters move over their box
-(docs/timing-model.md#5-assumptions and #9-the-verdict-over-the-unknowns).
+(docs/timing-model.md#5-assumptions and #8-choosing-the-floor).
 
 The band is a search of the box, not one parameter at a time: the model's times are monotone in
 each parameter, their ratio is not. A parameter only doubleplane reads (the SDMA ones; with the
@@ -355,7 +355,7 @@ def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doublep
     the reference's: one core per source rank, MTE only; a sweep's settings group compares with its
     own classic, e.g. ``c4`` for ``segment-c4``). ``joint``: price every vertex of the unknowns (the
     factorial sensitivity and "pays if"); otherwise only the vertices of the parameters both plans
-    read with the others at the two corners (the same band, docs/timing-model.md#9), no ranking.
+    read with the others at the two corners (the same band, docs/timing-model.md#8-choosing-the-floor), no ranking.
 
     Raises:
         ParameterError: as the model's :meth:`~.machines.NpuModel.pair_class` (too many PEs); a
