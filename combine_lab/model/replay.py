@@ -185,15 +185,11 @@ def layout_us(pe_of: np.ndarray, pes: int, epp: int, model: NpuModel | ModelPoin
 
 #: Points :meth:`Stage1.price` prices at once.
 PRICE_BLOCK = 4
-#: The parameters a :class:`Stage1` is built on; :meth:`Stage1.price` varies every other one.
-FIXED = ("egress_GBps",)
-
-
 class Stage1:
     """Stage 1 of the PEs whose segment counts are the rows of ``counts`` (float/int [V, epp*pes]),
     with SDMA segments ``sdma`` (bool [V, epp*pes]); row v stands for PE ``pe_of[v]`` of a launch of
     ``pes`` PEs: the plan's operation stream sorted and summed once (what does not depend on the
-    timing parameters, given the links and :data:`FIXED`), priced by :meth:`price` at one model or
+    timing parameters, given the links'), priced by :meth:`price` at one model or
     many points of it (:class:`~.machines.ModelPoints`: the verdict's search over the unknowns,
     :mod:`.unknowns`). Stage 1 of a PE depends on nothing outside it, so rows may repeat a PE under
     other plans (``combine-lab suggest`` prices many thresholds at once this way).
@@ -219,7 +215,6 @@ class Stage1:
         V, S = counts.shape                          # S: chunks (segments when N = 1)
         self.model, self.pes, self.epp, self.layout, self.pe_of = m, P, epp, layout, np.asarray(pe_of)
         self.V, self.B, self.row = V, B, row
-        egress = _rate(m["egress_GBps"])
         classes = m.pair_class(P)                    # link class of each (sender, receiver) pair
         # Every chunk in loop order (by core, then the order it sends them): one permutation of the
         # S chunks, the same in every row, rows in turn; arrays [V, S] in that order, raveled.
@@ -307,9 +302,10 @@ class Stage1:
         link_bound = np.zeros(V * B)
         if len(ks_core):
             link_bound[self.core_of_first] = np.maximum.reduceat(sdma_link, firsts)
-        egress_bound = np.where(n_c > 0, _fair_moved(owner, senders, bytes_done(n_c).ravel()).reshape(V, B) / egress,
-                                0.0).ravel()
-        self.sdma_bound = np.maximum(link_bound, egress_bound)
+        # the egress bounds as bytes: divided by each point's egress rate when priced
+        self.link_bound = link_bound
+        self.egress_bytes = np.where(n_c > 0, _fair_moved(owner, senders, bytes_done(n_c).ravel()).reshape(V, B),
+                                     0.0).ravel()
 
         # ---- MTE chunks in loop order: their bounds by the links and the egress ----
         is_mte = ~sd & (n > 0)
@@ -317,11 +313,10 @@ class Stage1:
         k_mte_remote = np.where(far, nbytes, 0.0)
         to_dst = _grouped_cumsum(ks_core * P + src, k_mte_remote)  # the core's MTE bytes to this dst so far
         so_far = _grouped_cumsum(ks_core, k_mte_remote, firsts)     # its remote MTE bytes so far
-        bound = np.full(len(n), -np.inf)
         fp = pair[far]
-        bound[far] = np.maximum((to_dst[far] + np.minimum(to_dst[far], link_sdma[fp])) / link_pair[fp],
-                                _fair_moved(v[far], senders, so_far[far]) / egress)
-        self.bound = bound
+        self.far = far
+        self.far_link = (to_dst[far] + np.minimum(to_dst[far], link_sdma[fp])) / link_pair[fp]
+        self.far_egress_bytes = _fair_moved(v[far], senders, so_far[far])
         self.key, self.ks_core, self.is_mte = key, ks_core, is_mte
         self.k_n, self.k_remote, self.k_cls = n, remote, cls
         sdma_rows = np.where(sd, n, 0.0)
@@ -334,7 +329,7 @@ class Stage1:
         NpuModel), and (``flags``) flag_start float64 [K, V*epp*pes*N]: when each chunk's first status
         flag is issued, chunk ``j`` of segment ``s`` of row ``v`` at ``(v*epp*pes + s)*N + j``.
 
-        Raises ValueError: a point whose links or :data:`FIXED` parameters are not those it was built on.
+        Raises ValueError: a point whose links' parameters are not those it was built on.
         """
         m = _points(model)
         if len(m) > PRICE_BLOCK:  # in blocks: a few points' arrays stay in cache
@@ -343,9 +338,9 @@ class Stage1:
             return (np.concatenate([c for c, _ in parts]),
                     np.concatenate([f for _, f in parts]) if flags else None)
         base = self.model
-        if m.model.links != base.links or any(not np.all(m[n] == base[n]) for n in FIXED) or any(
+        if m.model.links != base.links or any(
                 not np.array_equal(m.link_values(n), base.link_values(n)) for n in LINK_PARAMETERS):
-            raise ValueError("Stage1.price: the points' links and fixed parameters must be those it was built on")
+            raise ValueError("Stage1.price: the points' link parameters must be those it was built on")
         K, V, B, row = len(m), self.V, self.B, self.row
         issue, engines, sq = m["sdma_issue_us"], m["sdma_engines"], m["sdma_quiet_us"]
         quiet, flag = m["quiet_us"], m["flag_us"]
@@ -353,7 +348,9 @@ class Stage1:
         for act, done in self.quiets:  # SDMA quiet j of each core that has one
             t[:, act] = np.maximum(t[:, act] + SDMA_QUIET_EVERY * issue, issue + done / engines) + sq
         t = t + self.issues_after * issue
-        sdma_done = np.maximum(issue + self.engine_work / engines, self.sdma_bound)
+        egress = _rate(m["egress_GBps"])
+        sdma_done = np.maximum.reduce([issue + self.engine_work / engines, np.broadcast_to(self.link_bound, t.shape),
+                                       self.egress_bytes / egress])
 
         # ---- MTE chunks in loop order: pipeline, then (payload done, within the bounds) quiet, flags ----
         gm = _rate(m["core_gm_GBps"])
@@ -365,7 +362,9 @@ class Stage1:
         start = t[:, ks_core]                                            # after the SDMA issue phase
         D = pipe + tail
         C = _grouped_cumsum(ks_core, D, self.core_first)
-        lead = _group_scan(ks_core, np.where(is_mte, start + self.bound + tail - C, -np.inf))
+        bound = np.full((K, len(ks_core)), -np.inf)
+        bound[:, self.far] = np.maximum(self.far_link, self.far_egress_bytes / egress)
+        lead = _group_scan(ks_core, np.where(is_mte, start + bound + tail - C, -np.inf))
         end = C + np.maximum(start, lead)
         mte_end = np.full((K, V * B), -np.inf)
         if len(ks_core):

@@ -79,7 +79,8 @@ class Verdict:
     main effect); ``interactions`` (DataFrame, strongest first: parameters "a x b", effect: the
     two-way interaction of log speed-up); ``vertices`` (DataFrame: one row per vertex of the
     unknowns, their values and the speedup); ``no_effect``: assumed parameters comm_only does not
-    read; ``pays_from``: the fewest engines of :data:`ENGINES` at which doubleplane beats classic by
+    read (``held``: the assumed link-class parameters, which the box leaves at their nominal
+    values); ``pays_from``: the fewest engines of :data:`ENGINES` at which doubleplane beats classic by
     more than the resolution, the rest nominal (None: at none); ``engines_needed``: the fewest whole
     engines at which it still does so at ``high_at`` (None: not at all, or no SDMA)."""
 
@@ -99,6 +100,7 @@ class Verdict:
     engines_needed: int | None = None
     against: str = "classic"  # the classic the speed-up is over: classic (the reference's), classic-c6, ...
     metric: str = "comm_only"  # of the engine curve and pays_from; the band is comm_only's
+    held: tuple[str, ...] = ()  # assumed link-class parameters, not searched (held at nominal)
 
     @property
     def beats(self) -> bool:
@@ -158,6 +160,8 @@ class Verdict:
                 f"{r.parameters} {r.effect:+.3f}" for r in top.itertuples(index=False)))
         if self.no_effect:
             lines.append(f"  no effect on comm_only: {', '.join(self.no_effect)}")
+        if self.held:
+            lines.append(f"  held at their nominal values (the box is the chip-wide unknowns'): {', '.join(self.held)}")
         return "\n".join(lines)
 
     def record(self) -> dict:
@@ -212,7 +216,9 @@ class Pricer:
         if not mask.any():
             reads -= set(SDMA_READS)
         classic_reads = set(STAGE1_READS) - set(SDMA_READS)
-        self.names = [n for n in model.assumed if n in reads]
+        self.reads_sdma, self.reads = bool(mask.any()), reads
+        # a range of one value is a constant: nothing to search
+        self.names = [n for n in model.assumed if n in reads and model.params[n].range[1] > model.params[n].range[0]]
         self.only_variant = [n for n in self.names if n not in classic_reads]
         self.shared = [n for n in self.names if n in classic_reads]
 
@@ -259,7 +265,8 @@ def box_search(pricer: Pricer, grid: dict[str, np.ndarray], cl: np.ndarray, dp: 
     from scipy.optimize import minimize  # here: importing it costs every command a quarter second
 
     model, names = pricer.model, pricer.names
-    free = [n for n in pricer.shared if model.params[n].unit not in COUNT_UNITS]
+    free = [n for n in pricer.shared if model.params[n].unit not in COUNT_UNITS
+            and model.params[n].range[1] > model.params[n].range[0]]
     speedup = cl.max(axis=1) / np.maximum(dp.max(axis=1), 1e-12)
     # the slowest PEs at the vertices stand for all of them in the optimiser's many small pricings
     cand = np.unique(np.concatenate([np.argsort(-cl, axis=1)[:, :CANDIDATE_PES].ravel(),
@@ -368,7 +375,7 @@ def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doublep
     pr = Pricer(rows, model, floor, variant, baseline)
     names = pr.names
     nominal = float(pr.speedups({})[0])
-    if "sdma_engines" in names:
+    if pr.reads_sdma:
         eng = pr.speedups({"sdma_engines": np.array(ENGINES, dtype=np.float64)})
     else:
         eng = np.full(len(ENGINES), nominal)
@@ -386,7 +393,9 @@ def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doublep
         (low, low_at), (high, high_at) = box_search(pr, grid, cl, dp)
     else:
         s, (low, low_at), (high, high_at) = np.array([nominal]), (nominal, {}), (nominal, {})
-    low, high = min(low, nominal, float(eng.min())), max(high, nominal, float(eng.max()))
+    low, high = min(low, nominal), max(high, nominal)
+    if "sdma_engines" in names:  # the engine curve's counts lie in the box too
+        low, high = min(low, float(eng.min())), max(high, float(eng.max()))
     if joint and names:
         sens, inter = factorial(grid, s, model)
         vertices = pd.DataFrame(dict(grid, speedup=s))
@@ -407,5 +416,6 @@ def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doublep
             needed = hi_e
     pays = next((e for e, x in zip(ENGINES, eng) if x > 1 + RESOLUTION), None)
     return Verdict(int(floor), nominal, float(low), float(high), pd.DataFrame({"engines": ENGINES, "speedup": eng}),
-                   sens, tuple(n for n in model.assumed if n not in names), pays, variant_label(variant, rows.settings),
-                   low_at, high_at, vertices, inter, needed, variant_label("classic", baseline))
+                   sens, tuple(n for n in model.assumed if n not in pr.reads and "." not in n), pays,
+                   variant_label(variant, rows.settings), low_at, high_at, vertices, inter, needed,
+                   variant_label("classic", baseline), held=tuple(n for n in model.assumed if "." in n))

@@ -136,3 +136,22 @@ def test_a_full_op_suggestion_gives_its_engine_lines_in_full_op():
                                    rel=1e-12)
     assert v.band_text().startswith("over the unknowns' box (comm_only): ")
     assert " in full_op and " in s.pick_text() or s.pick_text().startswith("best: ")
+
+
+def test_a_model_whose_egress_and_core_rate_are_unknown_too_keeps_every_point_in_its_band():
+    """host.toml assumes everything: the egress and the core's copy rate are searched as well, a range
+    of one value (sdma_engines [1, 1]) is a constant, the link classes' parameters are held."""
+    host = load_model("host")
+    rows = case_rows(CASE, host.soc)
+    v = verdict(rows, host, 0)
+    assert {"egress_GBps", "core_gm_GBps"} <= set(v.vertices.columns) and "sdma_engines" not in v.vertices.columns
+    assert v.held == ("all.link_GBps", "all.sdma_sqe_us", "all.sdma_GBps")
+    rng = np.random.default_rng(3)
+
+    def sp(m):
+        c = replay(rows, rows.sdma("classic", 0), m).core_max("comm_only").max()
+        return c / replay(rows, rows.sdma("doubleplane", 0), m).core_max("comm_only").max()
+
+    got = [sp(host.with_values(**{n: x for n, x in box_point(host, rng).items() if "." not in n})) for _ in range(30)]
+    assert v.low - 1e-12 <= min(got) and max(got) <= v.high + 1e-12
+    assert sp(host.with_values(**v.high_at)) == pytest.approx(v.high, rel=1e-9)
