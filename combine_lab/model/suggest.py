@@ -31,6 +31,8 @@ from .unknowns import RESOLUTION, Verdict, in_full_op, verdict as unknowns_verdi
 NEVER = -1  # the floor of the classic plan in the curve's threshold column
 
 METRICS = ("comm_only", "full_op")
+#: Chunks (rows x segments) the floor curve prices at once: larger blocks only cost memory traffic.
+CURVE_BLOCK_CHUNKS = 1 << 19
 
 
 @dataclass
@@ -285,10 +287,13 @@ def _comm_only_curve(rows: CaseRows, model: NpuModel, mode: str | None) -> np.nd
     first = np.cumsum([0] + [len(u) + 1 for u in own])
     pe_of = np.repeat(np.arange(P), [len(u) + 1 for u in own])
     cut = np.concatenate([np.r_[np.inf, u] for u in own])              # plan j: sizes >= cut[j] by SDMA
-    sdma = above[pe_of] & (seg_bytes[pe_of] >= cut[:, None])
-    comm, _ = stage1(rows.counts[pe_of], sdma, pe_of, P, rows.block_dim, rows.epp, rows.row_bytes, model,
-                     **settings_args(rows, mode))
-    slowest = comm.max(axis=1)
+    slowest = np.empty(len(pe_of))
+    step = max(1, CURVE_BLOCK_CHUNKS // rows.counts.shape[1])
+    for i in range(0, len(pe_of), step):  # rows are independent: in blocks, so the arrays stay small
+        pe, c = pe_of[i:i + step], cut[i:i + step]
+        comm, _ = stage1(rows.counts[pe], above[pe] & (seg_bytes[pe] >= c[:, None]), pe, P, rows.block_dim, rows.epp,
+                         rows.row_bytes, model, **settings_args(rows, mode))
+        slowest[i:i + step] = comm.max(axis=1)
     # PE p's plan at floor f: as many of its sizes as are >= f (none for the classic plan).
     f = np.where(floors == NEVER, np.inf, floors.astype(np.float64))
     out = np.zeros(len(floors))
