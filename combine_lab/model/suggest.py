@@ -344,7 +344,7 @@ class SettingsComparison:
         table = shown[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")
         return (f"{self.caption}\nmetric: {self.metric} (the slowest PE's CoreMaxTime/us) at each setting's best "
                 f"floor; speed-up = the reference's classic (MTE only, one core per source rank) / the setting; "
-                f"band: the speed-up over every unknown's range (comm_only), verdict by the model's resolution "
+                f"band: the least and most speed-up over the unknowns' box, searched (comm_only), verdict by the model's resolution "
                 f"({RESOLUTION:.0%}: within it, a tie)\n{table}")
 
 
