@@ -81,8 +81,10 @@ class Verdict:
     unknowns, their values and the speedup); ``no_effect``: assumed parameters comm_only does not
     read (``held``: the assumed link-class parameters, which the box leaves at their nominal
     values); ``pays_from``: the fewest engines of :data:`ENGINES` at which doubleplane beats classic by
-    more than the resolution, the rest nominal (None: at none); ``engines_needed``: the fewest whole
-    engines at which it still does so at ``high_at`` (None: not at all, or no SDMA)."""
+    more than the resolution, the rest nominal (None: at none); ``limits``: for each parameter only
+    the variant reads, how far it may move from ``high_at`` and still pay (">=" or "<=", the bound;
+    left out where it pays over its whole range), ``engines_needed`` the fewest whole engines of
+    them (None: not at all, or no SDMA)."""
 
     floor: int
     nominal: float
@@ -101,6 +103,7 @@ class Verdict:
     against: str = "classic"  # the classic the speed-up is over: classic (the reference's), classic-c6, ...
     metric: str = "comm_only"  # of the engine curve and pays_from; the band is comm_only's
     held: tuple[str, ...] = ()  # assumed link-class parameters, not searched (held at nominal)
+    limits: dict = field(default_factory=dict)  # name -> (">=" or "<=", bound): how far each may move and still pay
 
     @property
     def beats(self) -> bool:
@@ -125,15 +128,13 @@ class Verdict:
             return f"it pays nowhere in the box (at most {self.high:.3f}x)"
         if self.beats:
             return f"it pays everywhere in the box (at least {self.low:.3f}x)"
-        conds = []
-        if self.engines_needed is not None:
-            conds.append(f"sdma_engines >= {self.engines_needed}")
+        conds = [f"{n} {op} {x:.3g}" for n, (op, x) in self.limits.items()]
         v = self.vertices
         if v is not None and len(v):
             names = [c for c in v.columns if c != "speedup"]
             pays = v[v["speedup"] > 1 + RESOLUTION]
             for n in names:
-                if n == "sdma_engines" or not len(pays) or pays[n].nunique() != 1:
+                if n in self.limits or not len(pays) or pays[n].nunique() != 1:
                     continue
                 lo, hi = v[n].min(), v[n].max()
                 end = float(pays[n].iloc[0])
@@ -166,13 +167,14 @@ class Verdict:
 
     def record(self) -> dict:
         """The verdict as plain values (``suggest --json``): min_sdma_bytes, variant, against, nominal, low,
-        high, low_at, high_at, pays_from, engines_needed, pays_if."""
+        high, low_at, high_at, pays_from, engines_needed, limits, pays_if."""
         return {"min_sdma_bytes": int(self.floor), "variant": self.label, "against": self.against,
                 "nominal": float(self.nominal),
                 "low": float(self.low), "high": float(self.high),
                 "low_at": {k: float(x) for k, x in self.low_at.items()},
                 "high_at": {k: float(x) for k, x in self.high_at.items()},
-                "pays_from": self.pays_from, "engines_needed": self.engines_needed, "pays_if": self.pays_if()}
+                "pays_from": self.pays_from, "engines_needed": self.engines_needed,
+                "limits": {n: [op, float(x)] for n, (op, x) in self.limits.items()}, "pays_if": self.pays_if()}
 
 
 def engines_line(floor: int, engines: pd.DataFrame, label: str = "doubleplane", against: str = "classic",
@@ -331,6 +333,26 @@ def engines_curve(rows: CaseRows, model: NpuModel, floor: int, cache: dict | Non
     return pd.DataFrame({"engines": ENGINES, "speedup": pr.speedups({"sdma_engines": np.array(ENGINES, float)})})
 
 
+def _pay_limit(pr: Pricer, at: dict, name: str) -> tuple[str, float] | None:
+    """How far parameter ``name`` (one only the variant reads: the speed-up is monotone in it) may
+    move from the point ``at`` (where it pays) and still pay: (">=" or "<=", the bound), found by
+    bisection (whole numbers for a count); None when it pays over the whole range."""
+    p = pr.model.params[name]
+    lo, hi = p.range
+    worse = hi if p.cost else lo              # the end that slows the variant
+    pays = lambda x: pr.speedups({n: np.array([x if n == name else v]) for n, v in at.items()})[0] > 1 + RESOLUTION  # noqa: E731
+    if pays(worse):
+        return None
+    good, bad = at[name], worse
+    whole = p.unit in COUNT_UNITS
+    for _ in range(40):
+        if (whole and abs(good - bad) <= 1) or (not whole and abs(good - bad) <= 1e-3 * (hi - lo)):
+            break
+        mid = float(round((good + bad) / 2)) if whole else (good + bad) / 2
+        good, bad = (mid, bad) if pays(mid) else (good, mid)
+    return ("<=" if p.cost else ">=", float(good))
+
+
 def engines_curve_full_op(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doubleplane", *,
                           baseline: KernelSettings | str | None = None) -> pd.DataFrame:
     """:func:`engines_curve` in full_op (the slowest PE's, one replay per engine count)."""
@@ -402,20 +424,15 @@ def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doublep
     else:
         sens = pd.DataFrame(columns=["parameter", "low", "high", "speedup_at_low", "speedup_at_high", "spread"])
         inter, vertices = None, None
-    needed = None
-    if high > 1 + RESOLUTION and "sdma_engines" in high_at:  # whole engines, monotone: bisect
-        lo_e, hi_e = (int(x) for x in model.params["sdma_engines"].range)
-        at = {n: np.array([v]) for n, v in high_at.items()}
-        if pr.speedups(dict(at, sdma_engines=np.array([float(hi_e)])))[0] > 1 + RESOLUTION:
-            while lo_e < hi_e:
-                mid = (lo_e + hi_e) // 2
-                if pr.speedups(dict(at, sdma_engines=np.array([float(mid)])))[0] > 1 + RESOLUTION:
-                    hi_e = mid
-                else:
-                    lo_e = mid + 1
-            needed = hi_e
+    limits = {}
+    if 1 + RESOLUTION < high and low <= 1 + RESOLUTION:  # how far each monotone one may move and still pay
+        for n in pr.only_variant:
+            lim = _pay_limit(pr, high_at, n)
+            if lim is not None:
+                limits[n] = lim
+    needed = int(limits["sdma_engines"][1]) if "sdma_engines" in limits else None
     pays = next((e for e, x in zip(ENGINES, eng) if x > 1 + RESOLUTION), None)
     return Verdict(int(floor), nominal, float(low), float(high), pd.DataFrame({"engines": ENGINES, "speedup": eng}),
                    sens, tuple(n for n in model.assumed if n not in pr.reads and "." not in n), pays,
                    variant_label(variant, rows.settings), low_at, high_at, vertices, inter, needed,
-                   variant_label("classic", baseline), held=tuple(n for n in model.assumed if "." in n))
+                   variant_label("classic", baseline), held=tuple(n for n in model.assumed if "." in n), limits=limits)
