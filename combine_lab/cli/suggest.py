@@ -114,7 +114,7 @@ def _verdict_floors(s) -> list[int]:
 def _write_bands(path, spec, model, metric: str, bands: dict) -> None:
     """``suggest --json``: per setting and floor the band over the unknowns (docs/formats.md#12-suggest-json)."""
     doc = {"case": spec.case_id, "routing": spec.routing, "model": model.name, "caption": model.caption(),
-           "metric": metric, "speedup": "the reference's classic comm_only / the setting's, slowest PE",
+           "metric": metric, "speedup": "comm_only of classic (each floor's against) / the setting's, the slowest PE's",
            "settings": [{"variant": lb, "floors": recs} for lb, recs in bands.items()]}
     write_atomic(path, json.dumps(doc, indent=1) + "\n")
     print(f"bands JSON: {path}")

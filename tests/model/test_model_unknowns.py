@@ -155,3 +155,28 @@ def test_a_model_whose_egress_and_core_rate_are_unknown_too_keeps_every_point_in
     got = [sp(host.with_values(**{n: x for n, x in box_point(host, rng).items() if "." not in n})) for _ in range(30)]
     assert v.low - 1e-12 <= min(got) and max(got) <= v.high + 1e-12
     assert sp(host.with_values(**v.high_at)) == pytest.approx(v.high, rel=1e-9)
+
+
+def test_suggest_json_holds_each_floors_band_and_the_points_of_its_ends(tmp_path, capsys):
+    import json
+
+    from combine_lab.cli import main
+
+    out = tmp_path / "bands.json"
+    assert main(["suggest", "-pes", "8", "-bs", "128", "-h", "7168", "-topk", "4", "-expertPerPe", "2", "-type", "float16_t",
+                 "--routing",
+                 "zipf:1.5", "--model", "a3", "--json", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"bands JSON: {out}"
+    doc = json.loads(out.read_text())
+    [setting] = doc["settings"]
+    assert doc["model"] == "a3" and setting["variant"] == "doubleplane"
+    s = suggest(ROWS, A3)
+    floors = [f["min_sdma_bytes"] for f in setting["floors"]]
+    assert floors == s.curve["threshold_bytes"].iloc[s.shown()].tolist() and floors[-1] == -1
+    for f in setting["floors"]:
+        v = verdict(ROWS, A3, f["min_sdma_bytes"], "classic" if f["min_sdma_bytes"] == -1 else "doubleplane",
+                    joint=False)
+        assert (f["nominal"], f["low"], f["high"]) == pytest.approx((v.nominal, v.low, v.high), rel=1e-9)
+        assert f["low"] <= f["nominal"] <= f["high"] and f["against"] == "classic"
+        if f["min_sdma_bytes"] != -1:
+            assert speedup(A3.with_values(**f["high_at"]), f["min_sdma_bytes"]) == pytest.approx(f["high"], rel=1e-9)
