@@ -7,7 +7,7 @@ each parameter, their ratio is not. A parameter only doubleplane reads (the SDMA
 segment layout also its step's flag latency and barrier) moves the ratio one way, so its extremes
 lie at its range's ends: the band's low end has each at the end that slows doubleplane, the high
 end at the other. The parameters both plans read (the MTE ones) are searched: every vertex of
-their ranges, then a local optimiser (scipy's bounded Powell) from the best vertices of each end,
+their ranges, then a local optimiser (scipy's bounded Powell) from the most extreme vertex of each end,
 and the end is the most extreme value found (a value the model takes at a stated point: the
 point is reported). ``sdma_engines`` is a count: it is only ever set to whole numbers (its ends,
 and the engine curve's counts). The suite checks the band by sampling random points of the box.
