@@ -339,7 +339,8 @@ def _one(r: Run, rep: int, prepared: PreparedCase | None, the_case: Case, ipport
     elif r.modelled:
         res = modelled.model_case(the_case, r.variant, r.clock, r.min_sdma_bytes, r.prof_pe, r.warmup, r.loops,
                                   settings=r.settings)
-        perf = pd.concat([res.perf_rows(pe) for pe in res.prof_pes], ignore_index=True) if r.perf else pd.DataFrame()
+        # priced whether or not files are asked for: a modelled run always has its times
+        perf = pd.concat([res.perf_rows(pe) for pe in res.prof_pes], ignore_index=True)
     else:
         res = runner.run_case(prepared, r.variant, min_sdma_bytes=r.min_sdma_bytes, warmup=r.warmup, loops=r.loops,
                        perf=r.perf, prof_pe=r.prof_pe, target=r.target, timeout_s=r.timeout_s, ipport=ipport,

@@ -238,9 +238,10 @@ def bootstrap_addresses(ipport: str):
     return lambda: f"tcp://127.0.0.1:{port + next(launches) % PORT_SPAN}"
 
 
-def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec]) -> None:
+def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec], modelled: bool = False) -> None:
     """The flags that do not make a case, checked before anything runs (docs/cli.md#2-case-flags):
-    -gnpus (set to -pes with --perf, refused without), --warmup, --loops, --repeats, -fnpu, -fpe, -a."""
+    -gnpus (set to -pes with --perf, refused without), --warmup, --loops, --repeats, -fnpu, -fpe, -a
+    (``modelled``: priced on a model, which times every launch, --perf or not)."""
     if a.gnpus is not None and a.gnpus != a.pes:
         if not a.perf:
             raise ParameterError(f"-gnpus={a.gnpus}: must equal -pes={a.pes} (one node; with --perf it is set to "
@@ -255,7 +256,7 @@ def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec]) -> None:
             raise ParameterError(f"{flag}={value}: must be an int >= {lo}{why}")
     if a.analyse and not a.perf:
         raise ParameterError(f"-a/--analyse={a.analyse}: needs --perf (it draws the perf CSVs of this run)")
-    if a.prof_pe is not None and not a.perf:
+    if a.prof_pe is not None and not a.perf and not modelled:
         print("combine-lab: note: --prof-pe has no effect without --perf (one launch per case, nothing profiled)",
               file=sys.stderr)
     if a.repeats is not None and a.repeats > 1 and not a.perf:
@@ -449,8 +450,9 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     entries = group_variants(variants, getattr(a, "settings", None))
     variants = list(entries)
     specs = _specs(a, payload=model is None or bool(kernels))
-    prof_pe = _prof_pe(a.prof_pe, specs)
-    _check_run_flags(a, specs)
+    # on a model the slowest PE by default, as suggest prices it (the combine ends when every PE has)
+    prof_pe = "all" if model is not None and a.prof_pe is None else _prof_pe(a.prof_pe, specs)
+    _check_run_flags(a, specs, modelled=model is not None)
     baseline = bool(getattr(a, "baseline", None))
     if model is not None:
         for flag, given in (("--chaos", a.chaos is not None), ("--baseline", baseline)):
@@ -526,6 +528,9 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
         # row (it compares the lab's variants), but its repeats fold all the same
         rows = repeated_rows(outcomes, summary) if len(summary) or a.perf else [o.row for o in outcomes]
         print(model.caption() if model is not None else _measured_caption(a, repeats))
+        if model is not None:
+            print("times: CoreMaxTime/us of the " + ("slowest PE (every PE priced, as suggest does)" if prof_pe == "all"
+                                                     else f"profiled PE {prof_pe}") + ", modelled, not measured")
         for k in kernels if model is not None else []:
             print(f"{k.label}: priced from the operation stream it recorded in one launch on the twin")
         print(table_text(rows))

@@ -2,7 +2,7 @@
 
     combine-lab suggest -pes 64 -bs 4096 -h 7168 -topk 8 -expertPerPe 4 -type bfloat16_t --routing deepseek \\
         [--model a3] [--metric comm_only|full_op] [--what-if segment-sdma] [--csv curve.csv] [--all] \\
-        [--variant doubleplane-segment[,classic,...]] [--cores-per-rank 6[,24,...]]
+        [--variant doubleplane-segment[,classic,...]] [--cores-per-rank 6[,24,...]] [--json bands.json]
 
 With one variant label and one cores-per-rank it prints that setting's floor curve and verdict; with
 lists, every variant at every cores-per-rank side by side (docs/variants.md#6-what-the-model-says).
@@ -11,13 +11,15 @@ lists, every variant at every cores-per-rank side by side (docs/variants.md#6-wh
 from __future__ import annotations
 
 import argparse
+import json
 
 from ..case.case import make_case
 from ..errors import ParameterError
 from ..formats.files import write_atomic
 from ..model.machines import load_model
 from ..model.stream import case_rows
-from ..model.suggest import METRICS, suggest, suggest_settings
+from ..model.suggest import METRICS, NEVER, band_records, suggest, suggest_settings
+from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 from ..planning.cores import MAX_SDMA_BLOCKS, aiv_cores
 from ..planning.settings import VARIANT_LABEL_FORM, KernelSettings, parse_variant_label, variant_label
 from .cases import _specs, add_clock_alias, add_shape_flags
@@ -85,14 +87,37 @@ def _suggest(a: argparse.Namespace) -> int:
         if a.csv:
             write_atomic(a.csv, c.table.to_csv(index=False))
             print(f"settings CSV: {a.csv}")
+        if a.json:
+            _write_bands(a.json, specs[0], model, a.metric, {
+                lb: band_records(rows, model, sg, _verdict_floors(sg)) for lb, sg in c.suggestions.items()})
         return 0
     variant, settings = parse_variant_label(labels[0])
-    s = suggest(rows, model, a.metric, WHAT_IF.get(a.what_if), settings=settings, variant=variant)
-    print(s.text(None if a.all else 40))
+    s = suggest(rows, model, a.metric, WHAT_IF.get(a.what_if), settings=settings, variant=variant, baseline=a.baseline)
+    most = None if a.all else 40
+    print(s.text(most))
     if a.csv:
         write_atomic(a.csv, s.curve.to_csv(index=False))
         print(f"curve CSV: {a.csv}")
+    if a.json:
+        floors = s.curve["threshold_bytes"].iloc[s.shown(most)].tolist()
+        _write_bands(a.json, specs[0], model, a.metric, {s.label: band_records(rows, model, s, floors)})
     return 0
+
+
+def _verdict_floors(s) -> list[int]:
+    """The floors a settings table's JSON prices: the verdict's, 2 MiB, never SDMA."""
+    t = s.curve["threshold_bytes"].tolist()
+    return list(dict.fromkeys(f for f in ([s.verdict.floor] if s.verdict is not None else []) +
+                              [DEFAULT_MIN_SDMA_BYTES, NEVER] if f in t))
+
+
+def _write_bands(path, spec, model, metric: str, bands: dict) -> None:
+    """``suggest --json``: per setting and floor the band over the unknowns (docs/formats.md#12-suggest-json)."""
+    doc = {"case": spec.case_id, "routing": spec.routing, "model": model.name, "caption": model.caption(),
+           "metric": metric, "speedup": "comm_only of classic (each floor's against) / the setting's, the slowest PE's",
+           "settings": [{"variant": lb, "floors": recs} for lb, recs in bands.items()]}
+    write_atomic(path, json.dumps(doc, indent=1) + "\n")
+    print(f"bands JSON: {path}")
 
 
 def register(sub) -> None:
@@ -117,6 +142,11 @@ def register(sub) -> None:
                         "with --variant, every variant at every count")
     m.add_argument("--csv", default=None, help="also write the curve (or, with several settings, the table) to "
                                                "this CSV (every floor)")
+    m.add_argument("--baseline", default=None,
+                   help="the classic the verdict is against: reference or c<N> (default: classic with the same cores "
+                        "per source rank; with several settings, the reference's, one scale for all)")
+    m.add_argument("--json", default=None, help="also write, per setting and floor (those the table shows), the "
+                                                "band over the unknowns: nominal, low, high and the point of each end")
     m.add_argument("--all", action="store_true", help="print every floor (default: at most 40, evenly spread, "
                                                        "with the best, 2 MiB and never SDMA)")
     p.add_argument("--help", action="help", help="show this help and exit")

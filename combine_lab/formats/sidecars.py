@@ -77,7 +77,7 @@ def sidecar_record(*, spec, variant: str, target: str, min_sdma_bytes: int, warm
                    violations: int = 0, violation_examples: list[str] | None = None,
                    counted: pd.DataFrame | None = None, ranks: list[dict] | None = None,
                    kernel: str = "lab", kernel_source: str | None = None, settings: str = "reference",
-                   cores_per_rank: int = 1) -> dict:
+                   cores_per_rank: int = 1, soc: str = "") -> dict:
     """The sidecar of one run (:data:`SIDECAR_KEYS`), for :func:`write_sidecar`: the case (``spec``: a
     CaseSpec) and how it ran, the verdicts, the planned bytes per PE (``plan_totals``: a Plan's
     totals) and, where something counted them, the counted bytes and the twin's counters
@@ -86,7 +86,8 @@ def sidecar_record(*, spec, variant: str, target: str, min_sdma_bytes: int, warm
     which kernel ran, ``{"name": "lab"}`` for the lab's own, else your kernel's label and folder
     (``{"name": "reference:doubleplane", "source": "/.../combine_doubleplane"}``; docs/own-kernel.md).
     ``settings``: the lab kernel's settings label and cores per source rank (docs/variants.md),
-    ``{"label": "segment-c6", "cores_per_rank": 6}``."""
+    ``{"label": "segment-c6", "cores_per_rank": 6}``. ``soc``: the SoC it ran on (or was modelled
+    on), where known: calibrate refuses data of another SoC than the model's."""
     return {"case_id": spec.case_id, "variant": variant, "routing": spec.routing, "dtype": spec.dtype,
             "seed": int(spec.seed), "target": target, "min_sdma_bytes": int(min_sdma_bytes), "warmup": int(warmup),
             "loops": int(loops), "launches": int(launches), "prof_pes": [int(p) for p in prof_pes], "check": check,
@@ -98,7 +99,7 @@ def sidecar_record(*, spec, variant: str, target: str, min_sdma_bytes: int, warm
                                                                             "sdma_puts", "status_writes"]),
             "ranks": list(ranks or []),
             "kernel": {"name": kernel} if kernel_source is None else {"name": kernel, "source": str(kernel_source)},
-            "settings": {"label": settings, "cores_per_rank": int(cores_per_rank)}}
+            "settings": {"label": settings, "cores_per_rank": int(cores_per_rank)}, "soc": str(soc)}
 
 
 def write_run_files(folder: str | Path, result, perf: pd.DataFrame | None) -> list[Path]:

@@ -239,7 +239,8 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
         if masks["doubleplane"].any():  # the verdict over the unknowns
             try:
                 # the band against this group's own classic, as its speed-up column
-                v = priced(verdict, st["doubleplane"], rows, model, int(min_sdma_bytes), baseline=st["classic"])
+                v = priced(verdict, st["doubleplane"], rows, model, int(min_sdma_bytes), baseline=st["classic"],
+                           joint=False)  # the band alone: no ranking
                 rec.update({"comm_only_speedup_lo": v.low, "comm_only_speedup_hi": v.high})
             except ParameterError:  # no range over the unknowns for these settings: none shown
                 rec.update({"comm_only_speedup_lo": nan, "comm_only_speedup_hi": nan})

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from ..case.case import Case, make_case
 from ..case.spec import DTYPES, DTYPES_TEXT, CaseSpec
@@ -52,6 +51,8 @@ class Measurement:
     times_us: np.ndarray
     min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES
     source: str = ""
+    target: str = ""  # where it ran, from the run's sidecar: cpu, npu, model:<name> ("" without one)
+    soc: str = ""     # the SoC it ran on, where the sidecar says
 
 
 
@@ -106,7 +107,7 @@ def _how_it_ran(path: Path, variant: str, case_id: str) -> dict | None:
         return None
     data = read_sidecar(side)
     return {"routing": str(data["routing"]), "seed": int(data["seed"]), "min_sdma_bytes": int(data["min_sdma_bytes"]),
-            "file": side}
+            "file": side, "target": str(data["target"]), "soc": str(data.get("soc", ""))}
 
 
 def measurements_from_csvs(paths: list[str | Path], routing: str | None = None, seed: int | None = None,
@@ -154,7 +155,36 @@ def measurements_from_csvs(paths: list[str | Path], routing: str | None = None, 
                                                 routing=how["routing"], seed=how["seed"]))
             times = np.asarray(r["core_times_us"], dtype=np.float64)
             out.append(Measurement(cases[key], variant, str(r["Metric"]), pe, times, how["min_sdma_bytes"],
-                                   f"{path.name}:{i}"))
+                                   f"{path.name}:{i}", "" if ran is None else ran["target"],
+                                   "" if ran is None else ran["soc"]))
+    return out
+
+
+def data_refusal(model: NpuModel, target: str, soc: str, source: str) -> str | None:
+    """Why data measured on ``target`` (cpu: the CPU twin, npu, model:<name>: modelled; "" unknown)
+    and ``soc`` ("" unknown) cannot calibrate ``model`` (None: it can): the twin's times are not an
+    NPU's, nor one SoC's another's (docs/timing-model.md#7-calibration). ``source`` names the data."""
+    kind = target if target in ("cpu", "npu") else ""
+    where = {"cpu": "the CPU twin", "npu": "an NPU"}
+    if kind and kind != model.target:
+        other = "--model host (the twin's model)" if kind == "cpu" else "a model of that NPU (--model a2, a3 or a file)"
+        return (f"{source} was measured on {where[kind]} (target {target}, SoC {soc or 'not recorded'}); model "
+                f"{model.name} models {where[model.target]} ({model.soc}): its times are not that machine's; "
+                f"calibrate {other}")
+    if soc and model.soc and soc != model.soc:
+        return (f"{source} was measured on SoC {soc} (target {target or 'not recorded'}); model {model.name} is of "
+                f"{model.soc}: calibrate a model of {soc}")
+    return None
+
+
+def outside_ranges(model: NpuModel, values: dict[str, float]) -> list[str]:
+    """The fitted ``values`` (parameter -> value) outside their parameter's stated range, each as
+    'quiet_us = 0.0375 is outside its stated range [0.2, 5] us'."""
+    out = []
+    for name, v in values.items():
+        p = model.param(name)
+        if p.range is not None and not p.range[0] <= v <= p.range[1]:
+            out.append(f"{name} = {v:.4g} is outside its stated range [{p.range[0]:g}, {p.range[1]:g}] {p.unit}")
     return out
 
 
@@ -259,6 +289,8 @@ def calibrate(model: NpuModel, meas: list[Measurement], free: list[str] | None =
     def residuals(x: np.ndarray) -> np.ndarray:
         mod = model.with_values(**{f: math.exp(v) for f, v in zip(free, x)})
         return np.concatenate([np.log(p / np.maximum(g, 1e-9)) for p, g in _pairs(mod, rows, meas, cores)])
+
+    from scipy.optimize import least_squares  # here: importing it costs every command a quarter second
 
     fit = least_squares(residuals, np.array(x0), bounds=(np.array(lo), np.array(hi)), x_scale="jac", method="trf")
     x = np.array(fit.x)

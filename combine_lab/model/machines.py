@@ -123,6 +123,8 @@ class NpuModel:
     path: str = ""
     links: tuple[LinkClass, ...] = ()
     topology: Topology = Topology()
+    target: str = "npu"  # what it models: npu, or cpu (the CPU twin: host.toml); calibrate takes only such data
+    data: dict | None = None  # the data a calibrated model was fitted to (files, target, soc)
 
     def _key(self, name: str) -> str:
         if name in self.params:
@@ -184,16 +186,40 @@ class NpuModel:
             params[k] = replace(params[k], value=float(v))
         return replace(self, params=params)
 
+    def points(self, values: dict[str, object]) -> "ModelPoints":
+        """K points of this machine at once (:class:`ModelPoints`): ``values`` maps chip-wide
+        parameters of :data:`PARAMETERS` to float arrays [K] (or scalars); the others keep this
+        model's value, the link classes' parameters too.
+
+        Raises:
+            ParameterError: a name that is no chip-wide parameter, arrays of different lengths.
+        """
+        unknown = sorted(set(values) - set(PARAMETERS))
+        if unknown:
+            raise ParameterError(f"unknown chip-wide parameter(s) {unknown}: one of {sorted(PARAMETERS)}")
+        arrays = {n: np.atleast_1d(np.asarray(v, dtype=np.float64)) for n, v in values.items()}
+        k = {len(a) for a in arrays.values()} - {1} or {1}
+        if len(k) > 1:
+            raise ParameterError(f"points of different lengths: {sorted(k)}")
+        K = k.pop()
+        full = {n: np.broadcast_to(arrays.get(n, np.float64(self.params[n].value)), (K,)).copy() for n in PARAMETERS}
+        return ModelPoints(self, full)
+
     def caption(self) -> str:
         """'modelled on <name> (<machine>); assumed: a, b, c' -- to show beside any modelled time."""
         assumed = ", ".join(self.assumed) or "none"
         return f"modelled on {self.name} ({self.machine}); assumed parameters: {assumed}"
 
-    def to_toml(self, path: str | Path, note: str = "") -> Path:
-        """Write this model as a TOML file that :func:`load_model` reads back."""
-        doc = {"name": self.name, "machine": self.machine, "soc": self.soc, "aiv_cores": self.aiv_cores}
+    def to_toml(self, path: str | Path, note: str = "", data: dict | None = None) -> Path:
+        """Write this model as a TOML file that :func:`load_model` reads back; ``data`` (default
+        :attr:`data`): the data it was fitted to (``[data]``: files, target, soc)."""
+        doc = {"name": self.name, "machine": self.machine, "soc": self.soc, "aiv_cores": self.aiv_cores,
+               "target": self.target}
         if note:
             doc["note"] = note
+        data = self.data if data is None else data
+        if data:
+            doc["data"] = dict(data)
         t = self.topology
         if self.links and self.links[0].pair != "any":
             doc["topology"] = {"dies_per_card": t.dies_per_card, "cards_per_server": t.cards_per_server,
@@ -208,6 +234,45 @@ class NpuModel:
                 link[n] = _entry(self.params[f"{c.name}.{n}"])
             doc["links"][c.name] = link
         return write_atomic(Path(path), tomli_w.dumps(doc))
+
+
+@dataclass(frozen=True)
+class ModelPoints:
+    """K parameter points of one machine, priced together (:func:`.replay.stage1` over the
+    unknowns' box, :mod:`.unknowns`): ``values`` maps every chip-wide parameter to float64 [K];
+    the link classes' parameters are ``model``'s. ``points[name]`` is float64 [K, 1], so that it
+    broadcasts against per-element arrays [K, n]."""
+
+    model: NpuModel
+    values: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.values["egress_GBps"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        key = self.model._key(name)
+        if key in self.values:
+            return self.values[key][:, None]
+        return np.full((len(self), 1), self.model[name])
+
+    def link_values(self, name: str) -> np.ndarray:
+        """float64 [classes]: the model's (links do not vary across the points)."""
+        return self.model.link_values(name)
+
+    @property
+    def links(self):
+        return self.model.links
+
+    @property
+    def max_form(self) -> np.ndarray:
+        return self.model.max_form
+
+    def pair_class(self, pes: int) -> np.ndarray:
+        return self.model.pair_class(pes)
+
+    def at(self, k: int) -> NpuModel:
+        """Point ``k`` as an :class:`NpuModel`."""
+        return self.model.with_values(**{n: float(v[k]) for n, v in self.values.items()})
 
 
 def _entry(p: Param) -> dict:
@@ -323,5 +388,9 @@ def load_model(name: str | Path) -> NpuModel:
     t = doc.get("topology")
     topo = Topology(int(t.get("dies_per_card", 1)), int(t.get("cards_per_server", 1 << 30)),
                     int(t.get("servers", 1)), str(t.get("why", ""))) if t else Topology(1, 1 << 30, 1)
+    target = str(doc.get("target", "npu"))
+    if target not in ("npu", "cpu"):
+        raise ParameterError(f"{p}: target={target!r}: npu (a machine of NPUs) or cpu (the CPU twin)")
     return NpuModel(str(doc.get("name", p.stem)), str(doc.get("machine", "")), str(doc.get("soc", "")),
-                    int(doc.get("aiv_cores", 40)), params, str(p), tuple(links), topo)
+                    int(doc.get("aiv_cores", 40)), params, str(p), tuple(links), topo, target,
+                    dict(doc["data"]) if isinstance(doc.get("data"), dict) else None)

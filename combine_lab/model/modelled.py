@@ -74,7 +74,8 @@ class ModelledResult:
                               prof_pes=self.prof_pes, check=MODELLED, plan_totals=self.plan.totals,
                               kernel=self.kernel or "lab",
                               kernel_source=None if self.kernel_source is None else str(self.kernel_source),
-                              settings=self.settings.label, cores_per_rank=self.settings.cores_per_rank)
+                              settings=self.settings.label, cores_per_rank=self.settings.cores_per_rank,
+                              soc=self.model.soc)
 
     def perf_rows(self, pe: int) -> pd.DataFrame:
         """The perf rows (full_op, comm_only) of profiled PE ``pe`` in :func:`read_perf_csv` form, as

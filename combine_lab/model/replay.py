@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .costs import link_rate, mte_remote_rate, sdma_call_us
-from .machines import NpuModel
+from .machines import LINK_PARAMETERS, ModelPoints, NpuModel
 from .stream import SDMA_QUIET_EVERY, CaseRows
 
 #: What-if modes of the SDMA calls: one per row (the kernel today) or one per segment laid out
@@ -68,28 +68,39 @@ class ModelledTimes:
         return float(self.core_max(metric)[pe])
 
 
-def _rate(gbps) -> float:
-    return float(gbps) * 1e3  # bytes per microsecond
+def _rate(gbps):
+    return np.asarray(gbps, dtype=np.float64) * 1e3  # bytes per microsecond
 
 
 def _group_scan(group: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Running maximum of ``values`` restarting at each new ``group`` (sorted ascending); -inf
-    entries come out below 0 (every time here is >= 0, so they never win a max with one)."""
-    if len(values) == 0:
+    """Running maximum of ``values`` (float [n] or [K, n], along the last axis) restarting at each
+    new ``group`` (int [n], sorted ascending); -inf entries come out below 0 (every time here is
+    >= 0, so they never win a max with one)."""
+    if values.shape[-1] == 0:
         return values
     finite = np.isfinite(values)
-    lo = min(float(values[finite].min(initial=0.0)), 0.0) - 1.0
-    hi = float(values[finite].max(initial=0.0))
+    lo = np.minimum(np.where(finite, values, np.inf).min(axis=-1, keepdims=True), 0.0) - 1.0
+    hi = np.maximum(np.where(finite, values, -np.inf).max(axis=-1, keepdims=True), 0.0)
+    lo, hi = np.where(np.isfinite(lo), lo, -1.0), np.where(np.isfinite(hi), hi, 0.0)
     lift = (hi - lo + 1.0) * group  # a later group always starts above every earlier value
-    return np.maximum.accumulate(np.where(finite, values, lo) + lift) - lift
+    return np.maximum.accumulate(np.where(finite, values, lo) + lift, axis=-1) - lift
 
 
-def _grouped_cumsum(group: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Inclusive cumulative sum of ``values`` restarting at each new ``group`` (sorted)."""
-    c = np.cumsum(values)
-    first = np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, dtype=bool)
-    base = np.maximum.accumulate(np.where(first, c - values, -np.inf)) if len(c) else c
-    return c - base
+def _grouped_cumsum(group: np.ndarray, values: np.ndarray, firsts: np.ndarray | None = None) -> np.ndarray:
+    """Inclusive cumulative sum of ``values`` (float [n] or [K, n], along the last axis)
+    restarting at each new ``group`` (int [n], sorted); ``firsts``: where each group starts, if
+    known (:func:`_starts`)."""
+    c = np.cumsum(values, axis=-1)
+    if not c.shape[-1]:
+        return c
+    firsts = _starts(group) if firsts is None else firsts
+    lengths = np.diff(np.append(firsts, len(group)))
+    return c - np.repeat(c[..., firsts] - values[..., firsts], lengths, axis=-1)
+
+
+def _starts(group: np.ndarray) -> np.ndarray:
+    """int [groups]: where each run of equal values of ``group`` (sorted) starts."""
+    return np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(group) else np.zeros(0, dtype=np.int64)
 
 
 def _fair_moved(owner: np.ndarray, totals: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -138,37 +149,49 @@ def chunk_counts(counts: np.ndarray, cores_per_rank: int) -> np.ndarray:
     return (c * (j + 1) // N - c * j // N).reshape(c.shape[0], -1)
 
 
-def layout_us(pe_of: np.ndarray, pes: int, epp: int, model: NpuModel) -> np.ndarray:
-    """float64 [V]: when the segment layout's step (docs/variants.md#1-one-sdma-call-per-segment)
-    lets stage 1 of PE ``pe_of[v]`` start sending (us after the launch). Core 0 puts ``4*epp`` B of
-    bases to each PE 0..pes-1 (the MTE pipeline of :func:`stage1`), quiets, puts a 32 B ready block to
-    each (``flag_us`` each), quiets; every core then meets in the core barrier (``barrier_us``). A
-    sender starts after that and after the last ready block to it has landed (``flag_latency_us``
-    after its issue): it waits for every receiver's bases before its first put to it (an
-    approximation: the kernel waits per receiver, at its first put there)."""
-    m, P = model, int(pes)
+def _points(model: NpuModel | ModelPoints) -> ModelPoints:
+    return model if isinstance(model, ModelPoints) else model.points({})
+
+
+def layout_us(pe_of: np.ndarray, pes: int, epp: int, model: NpuModel | ModelPoints) -> np.ndarray:
+    """float64 [V] ([K, V] for K :class:`~.machines.ModelPoints`): when the segment layout's step
+    (docs/variants.md#1-one-sdma-call-per-segment) lets stage 1 of PE ``pe_of[v]`` start sending (us
+    after the launch). Core 0 puts ``4*epp`` B of bases to each PE 0..pes-1 (the MTE pipeline of
+    :func:`stage1`), quiets, puts a 32 B ready block to each (``flag_us`` each), quiets; every core
+    then meets in the core barrier (``barrier_us``). A sender starts after that and after the last
+    ready block to it has landed (``flag_latency_us`` after its issue): it waits for every
+    receiver's bases before its first put to it (an approximation: the kernel waits per receiver,
+    at its first put there)."""
+    m, P = _points(model), int(pes)
+    val = lambda name: m[name][:, :, None]  # noqa: E731  [K, 1, 1]
     classes = m.pair_class(P)
     nb = 4.0 * epp
-    a = nb / _rate(m["core_gm_GBps"])
+    a = nb / _rate(val("core_gm_GBps"))
     pe_all = np.arange(P)
-    b = nb / np.where(pe_all[:, None] == pe_all[None, :], _rate(m["core_gm_GBps"]), mte_remote_rate(m, classes)) \
-        + m["mte_put_us"]                                                     # [sender, receiver]
-    pa, pb = np.zeros(P), np.full(P, -np.inf)
+    b = nb / np.where(pe_all[:, None] == pe_all[None, :], _rate(val("core_gm_GBps")),
+                      np.minimum(_rate(val("mte_remote_GBps")), link_rate(m, classes))) + val("mte_put_us")
+    a, q, f = a[:, :, 0], m["quiet_us"], m["flag_us"]                     # b: [K, sender, receiver]
+    pa, pb = np.zeros((len(m), P)), np.full((len(m), P), -np.inf)
     for d in range(P):  # the two-stage pipeline of the bases puts, in destination order
         pa = pa + a
-        pb = np.maximum(pa, pb) + b[:, d]
-    ready = pb + m["quiet_us"]                                                # ready blocks start
-    own = ready + P * m["flag_us"] + m["quiet_us"] + m["barrier_us"]
-    landed = (ready[:, None] + (pe_all[None, :] + 1) * m["flag_us"] + m["flag_latency_us"]).max(axis=0)
-    return np.maximum(own, landed)[np.asarray(pe_of)]
+        pb = np.maximum(pa, pb) + b[:, :, d]
+    ready = pb + q                                                         # ready blocks start
+    own = ready + P * f + q + m["barrier_us"]
+    landed = (ready[:, :, None] + (pe_all[None, None, :] + 1) * f[:, :, None]
+              + val("flag_latency_us")).max(axis=1)
+    out = np.maximum(own, landed)[:, np.asarray(pe_of)]
+    return out if isinstance(model, ModelPoints) else out[0]
 
 
-def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, block_dim: int, epp: int,
-           row_bytes: int, model: NpuModel, sdma_mode: str = "row", *, cores_per_rank: int = 1,
-           layout: bool = False) -> tuple[np.ndarray, np.ndarray]:
+#: Points :meth:`Stage1.price` prices at once.
+PRICE_BLOCK = 4
+class Stage1:
     """Stage 1 of the PEs whose segment counts are the rows of ``counts`` (float/int [V, epp*pes]),
     with SDMA segments ``sdma`` (bool [V, epp*pes]); row v stands for PE ``pe_of[v]`` of a launch of
-    ``pes`` PEs. Stage 1 of a PE depends on nothing outside it, so rows may repeat a PE under
+    ``pes`` PEs: the plan's operation stream sorted and summed once (what does not depend on the
+    timing parameters, given the links'), priced by :meth:`price` at one model or
+    many points of it (:class:`~.machines.ModelPoints`: the verdict's search over the unknowns,
+    :mod:`.unknowns`). Stage 1 of a PE depends on nothing outside it, so rows may repeat a PE under
     other plans (``combine-lab suggest`` prices many thresholds at once this way).
 
     Kernel settings (docs/variants.md): ``cores_per_rank`` N splits each segment into N chunks,
@@ -176,144 +199,205 @@ def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, bl
     chunk priced as a segment of its own on its own core; ``layout``: the segment layout's step
     first (:func:`layout_us`); ``sdma_mode="segment"`` then prices one SDMA call per chunk.
 
-    Returns (comm_only float64 [V, block_dim] in us, flag_start float64 [V*epp*pes*N]: when each
-    chunk's first status flag is issued, chunk ``j`` of segment ``s`` of row ``v`` at
-    ``(v*epp*pes + s)*N + j``)."""
-    if sdma_mode not in SDMA_MODES:
-        raise ValueError(f"sdma_mode={sdma_mode!r}: one of {SDMA_MODES}")
-    N = max(int(cores_per_rank), 1)
-    P, B, row, m = pes, block_dim, float(row_bytes), model
-    G = max(B // N, 1)                           # groups of N cores, one source rank each at a time
-    counts = chunk_counts(counts, N)
-    sdma = np.repeat(np.asarray(sdma, dtype=bool), N, axis=1)
-    V, S = counts.shape                          # S: chunks (segments when N = 1)
-    egress = _rate(m["egress_GBps"])
-    classes = m.pair_class(P)                    # link class of each (sender, receiver) pair
-    n = counts.ravel().astype(np.float64)
-    sd = sdma.ravel().astype(bool)
-    v = np.repeat(np.arange(V), S)
-    unit = np.tile(np.arange(S), V)
-    seg = unit // N
-    src = seg % P
-    remote = src != np.asarray(pe_of)[v]
-    core = v * B + (src % G) * N + unit % N      # global core id of the chunk's sender
-    nbytes = n * row
-    cls = classes[np.asarray(pe_of)[v], src]     # the segment's link class
-    link_pair = link_rate(m, classes[np.repeat(np.asarray(pe_of), P), np.tile(np.arange(P), V)])  # [V * P]
-    # Chunks by core, then loop order: the same permutation within every row, rows in turn.
-    us_ = np.arange(S) // N
-    local = np.lexsort(((us_ % P // G) * epp + us_ // P, (us_ % P % G) * N + np.arange(S) % N))
-    key = (np.arange(V)[:, None] * S + local[None, :]).ravel()
-    ks_core = core[key]
+    Raises ValueError for an unknown ``sdma_mode``.
+    """
 
-    # Bytes per link (pe -> src) and per sender; a PE's senders: its B cores (MTE), its engines (SDMA).
-    pair = v * P + src
-    link_mte = np.bincount(pair, weights=nbytes * (remote & ~sd), minlength=V * P)
-    link_sdma = np.bincount(pair, weights=nbytes * sd, minlength=V * P)
-    core_remote = np.bincount(core, weights=nbytes * (remote & ~sd), minlength=V * B).reshape(V, B)
-    pe_sdma = np.bincount(v, weights=nbytes * sd, minlength=V)
-    senders = np.concatenate([core_remote, pe_sdma[:, None]], axis=1)  # [V, B + 1]
-    owner = np.repeat(np.arange(V), B)
+    def __init__(self, counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, block_dim: int,
+                 epp: int, row_bytes: int, model: NpuModel, sdma_mode: str = "row", *, cores_per_rank: int = 1,
+                 layout: bool = False):
+        if sdma_mode not in SDMA_MODES:
+            raise ValueError(f"sdma_mode={sdma_mode!r}: one of {SDMA_MODES}")
+        N = max(int(cores_per_rank), 1)
+        P, B, row, m = pes, block_dim, float(row_bytes), model
+        G = max(B // N, 1)                           # groups of N cores, one source rank each at a time
+        counts = chunk_counts(counts, N)
+        sdma = np.repeat(np.asarray(sdma, dtype=bool), N, axis=1)
+        V, S = counts.shape                          # S: chunks (segments when N = 1)
+        self.model, self.pes, self.epp, self.layout, self.pe_of = m, P, epp, layout, np.asarray(pe_of)
+        self.V, self.B, self.row = V, B, row
+        classes = m.pair_class(P)                    # link class of each (sender, receiver) pair
+        # Every chunk in loop order (by core, then the order it sends them): one permutation of the
+        # S chunks, the same in every row, rows in turn; arrays [V, S] in that order, raveled.
+        us_ = np.arange(S) // N
+        local = np.lexsort(((us_ % P // G) * epp + us_ // P, (us_ % P % G) * N + np.arange(S) % N))
+        key = (np.arange(V)[:, None] * S + local[None, :]).ravel()   # each chunk's place in the rows
+        src_l = local // N % P                                        # its source rank: whose link it takes
+        n2 = counts[:, local].astype(np.float64)
+        sd2 = sdma[:, local]
+        remote2 = src_l[None, :] != self.pe_of[:, None]
+        n, sd, remote = n2.ravel(), sd2.ravel(), remote2.ravel()
+        v = np.repeat(np.arange(V), S)
+        ks_core = (np.arange(V)[:, None] * B + ((src_l % G) * N + local % N)[None, :]).ravel()  # its sender, sorted
+        core = ks_core
+        firsts = _starts(ks_core)                    # where each core's chunks start
+        src = np.tile(src_l, V)
+        nbytes = n * row
+        cls = classes[self.pe_of[:, None], src_l[None, :]].ravel()   # the segment's link class
+        link_pair = link_rate(m, classes[np.repeat(self.pe_of, P), np.tile(np.arange(P), V)])  # [V * P]
 
-    # ---- SDMA calls: per core, in loop order; the engines go round-robin across the PE's cores ----
-    engines = m["sdma_engines"]
-    if sdma_mode == "row":  # one call per row; its cost is its link class's
-        ops = np.where(sd, n, 0.0)
-        n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
-        per_class = sdma_call_us(m, np.arange(len(m.links)), row)   # a row's call costs its class's
-        work_c = np.bincount(core, weights=ops * np.where(sd, per_class[cls], 0.0), minlength=V * B)
-        avg_c = np.divide(work_c.reshape(V, B), n_c, out=np.zeros((V, B)), where=n_c > 0)
+        # Bytes per link (pe -> src) and per sender; a PE's senders: its B cores (MTE), its engines (SDMA).
+        pair = v * P + src
+        mte_remote = nbytes * (remote & ~sd)
+        link_mte = np.bincount(pair, weights=mte_remote, minlength=V * P)
+        link_sdma = np.bincount(pair, weights=nbytes * sd, minlength=V * P)
+        core_remote = np.bincount(core, weights=mte_remote, minlength=V * B).reshape(V, B)
+        pe_sdma = (n2 * sd2).sum(axis=1) * row
+        senders = np.concatenate([core_remote, pe_sdma[:, None]], axis=1)  # [V, B + 1]
+        owner = np.repeat(np.arange(V), B)
 
-        # [V, B]: the engines' work (bytes) when core c's first k[v, c] calls are done: every core c'
-        # of the PE contributes min(n_c', k) calls, at its calls' average cost (bytes: one row each).
-        fair_work = _fair_work(owner, n_c, avg_c)
-        work_done = lambda k: fair_work(k.ravel()).reshape(V, B)                         # noqa: E731
-        bytes_done = lambda k: _fair_moved(owner, n_c, k.ravel()).reshape(V, B) * row  # noqa: E731
-    else:  # one call per segment, of its own size
-        ops = np.where(sd & (n > 0), 1.0, 0.0)
-        n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
-        work = np.where(sd, sdma_call_us(m, cls, nbytes), 0.0) * ops
-        k_ops, k_work, k_bytes = ops[key], work[key], (nbytes * ops)[key]
-        seg_end = _grouped_cumsum(ks_core, k_ops)
-        work_end, bytes_end = _grouped_cumsum(ks_core, k_work), _grouped_cumsum(ks_core, k_bytes)
-        span = float(n.sum() + 2)
-        peers = np.broadcast_to(np.arange(V)[:, None, None] * B + np.arange(B)[None, None, :], (V, B, B)).ravel()
+        # ---- SDMA calls: per core, in loop order; the engines go round-robin across the PE's cores ----
+        if sdma_mode == "row":  # one call per row; its cost is its link class's
+            ops = np.where(sd, n, 0.0)
+            n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
+            per_class = sdma_call_us(m, np.arange(len(m.links)), row)   # a row's call costs its class's
+            work_c = np.bincount(core, weights=ops * np.where(sd, per_class[cls], 0.0), minlength=V * B)
+            avg_c = np.divide(work_c.reshape(V, B), n_c, out=np.zeros((V, B)), where=n_c > 0)
 
-        def served(k: np.ndarray, ends: np.ndarray, amount: np.ndarray) -> np.ndarray:
-            if len(ks_core) == 0:
-                return np.zeros((V, B))
-            kk = np.minimum(n_c[:, None, :], k[:, :, None]).ravel()
-            at = np.minimum(np.searchsorted(ks_core * span + seg_end, peers * span + kk, side="left"),
-                            len(ks_core) - 1)
-            got = np.where((ks_core[at] == peers) & (kk > 0) & (k_ops[at] > 0), ends[at], 0.0)
-            return got.reshape(V, B, B).sum(axis=2)  # kk counts whole calls: a segment is one
+            # the engines' work (us) when core c's first k[v, c] calls are done: every core c' of the
+            # PE contributes min(n_c', k) calls, at its calls' average cost (bytes: one row each).
+            fair_work = _fair_work(owner, n_c, avg_c)
+            work_done = lambda k: fair_work(k.ravel()).reshape(V, B)                         # noqa: E731
+            bytes_done = lambda k: _fair_moved(owner, n_c, k.ravel()).reshape(V, B) * row  # noqa: E731
+        else:  # one call per segment, of its own size
+            ops = np.where(sd & (n > 0), 1.0, 0.0)
+            n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
+            work = np.where(sd, sdma_call_us(m, cls, nbytes), 0.0) * ops
+            k_ops, k_work, k_bytes = ops, work, nbytes * ops
+            seg_end = _grouped_cumsum(ks_core, k_ops, firsts)
+            work_end, bytes_end = _grouped_cumsum(ks_core, k_work, firsts), _grouped_cumsum(ks_core, k_bytes, firsts)
+            span = float(n.sum() + 2)
+            peers = np.broadcast_to(np.arange(V)[:, None, None] * B + np.arange(B)[None, None, :], (V, B, B)).ravel()
 
-        work_done = lambda k: served(k, work_end, k_work)     # noqa: E731
-        bytes_done = lambda k: served(k, bytes_end, k_bytes)  # noqa: E731
+            def served(k: np.ndarray, ends: np.ndarray) -> np.ndarray:
+                if len(ks_core) == 0:
+                    return np.zeros((V, B))
+                kk = np.minimum(n_c[:, None, :], k[:, :, None]).ravel()
+                at = np.minimum(np.searchsorted(ks_core * span + seg_end, peers * span + kk, side="left"),
+                                len(ks_core) - 1)
+                got = np.where((ks_core[at] == peers) & (kk > 0) & (k_ops[at] > 0), ends[at], 0.0)
+                return got.reshape(V, B, B).sum(axis=2)  # kk counts whole calls: a segment is one
 
-    t = np.zeros((V, B))
-    gates = (n_c // SDMA_QUIET_EVERY).astype(np.int64)
-    if sdma_mode == "row":  # SDMA quiet j of each core that has one: only those cores are asked
-        tflat, gflat = t.ravel(), gates.ravel()
-        by_gates = np.argsort(-gflat, kind="stable")
-        desc = -gflat[by_gates]
+            work_done = lambda k: served(k, work_end)    # noqa: E731
+            bytes_done = lambda k: served(k, bytes_end)  # noqa: E731
+
+        # SDMA quiet j (after every SDMA_QUIET_EVERY issues) of the cores that have one: the engines'
+        # work then done, asked once here (it depends on no timing parameter but the links').
+        gates = (n_c // SDMA_QUIET_EVERY).astype(np.int64).ravel()
+        by_gates = np.argsort(-gates, kind="stable")
+        desc = -gates[by_gates]
+        self.quiets = []
         for j in range(1, int(gates.max(initial=0)) + 1):
             act = by_gates[:np.searchsorted(desc, -j, side="right")]   # the cores with at least j quiets
-            done = m["sdma_issue_us"] + fair_work(np.full(len(act), float(j * SDMA_QUIET_EVERY)), owner[act]) / engines
-            tflat[act] = np.maximum(tflat[act] + SDMA_QUIET_EVERY * m["sdma_issue_us"], done) + m["sdma_quiet_us"]
-        t = tflat.reshape(V, B)
-    for j in range(1, int(gates.max(initial=0)) + 1) if sdma_mode != "row" else ():
-        done = m["sdma_issue_us"] + work_done(np.full((V, B), float(j * SDMA_QUIET_EVERY))) / engines
-        t = np.where(gates >= j, np.maximum(t + SDMA_QUIET_EVERY * m["sdma_issue_us"], done) + m["sdma_quiet_us"], t)
-    t = t + (n_c - gates * SDMA_QUIET_EVERY) * m["sdma_issue_us"]
-    engine_done = m["sdma_issue_us"] + work_done(n_c) / engines
-    # Fair-share bounds of the SDMA calls: their links (each core's dsts) and the PE's egress.
-    sdma_link = np.where(sd, ((link_sdma + np.minimum(link_sdma, link_mte)) / link_pair)[pair], 0.0)
-    link_bound = np.zeros(V * B)
-    np.maximum.at(link_bound, core, sdma_link)
-    egress_bound = np.where(n_c > 0, _fair_moved(owner, senders, bytes_done(n_c).ravel()).reshape(V, B) / egress, 0.0)
-    sdma_done = np.maximum.reduce([engine_done, link_bound.reshape(V, B), egress_bound])
+            if sdma_mode == "row":
+                done = fair_work(np.full(len(act), float(j * SDMA_QUIET_EVERY)), owner[act])
+            else:
+                done = work_done(np.full((V, B), float(j * SDMA_QUIET_EVERY))).ravel()[act]
+            self.quiets.append((act, done))
+        self.issues_after = (n_c.ravel() - gates * SDMA_QUIET_EVERY)     # SDMA issues after the last quiet
+        self.n_c = n_c.ravel()
+        self.engine_work = work_done(n_c).ravel()
+        # Fair-share bounds of the SDMA calls: their links (each core's dsts) and the PE's egress.
+        sdma_link = np.where(sd, ((link_sdma + np.minimum(link_sdma, link_mte)) / link_pair)[pair], 0.0)
+        self.core_first, self.core_of_first = firsts, ks_core[firsts]
+        link_bound = np.zeros(V * B)
+        if len(ks_core):
+            link_bound[self.core_of_first] = np.maximum.reduceat(sdma_link, firsts)
+        # the egress bounds as bytes: divided by each point's egress rate when priced
+        self.link_bound = link_bound
+        self.egress_bytes = np.where(n_c > 0, _fair_moved(owner, senders, bytes_done(n_c).ravel()).reshape(V, B),
+                                     0.0).ravel()
 
-    # ---- MTE segments in loop order: pipeline, then (payload done, within the bounds) quiet, flags ----
-    a = row / _rate(m["core_gm_GBps"])
-    b = row / np.where(remote, mte_remote_rate(m, cls), _rate(m["core_gm_GBps"])) + m["mte_put_us"]
-    is_mte = ~sd & (n > 0)
-    pipe = np.where(is_mte, a + b + (n - 1) * np.maximum(a, b), 0.0)
-    tail = np.where(is_mte, m["quiet_us"] + n * m["flag_us"], 0.0)
-    k_mte_remote = np.where(is_mte & remote, nbytes, 0.0)[key]
-    to_dst = _grouped_cumsum(ks_core * P + src[key], k_mte_remote)  # the core's MTE bytes to this dst so far
-    so_far = _grouped_cumsum(ks_core, k_mte_remote)                 # its remote MTE bytes so far
-    k_pair = pair[key]
-    bound = np.where(is_mte[key] & remote[key],
-                     np.maximum((to_dst + np.minimum(to_dst, link_sdma[k_pair])) / link_pair[k_pair],
-                                _fair_moved(v[key], senders, so_far) / egress), -np.inf)
-    start = t.ravel()[ks_core]                                      # after the SDMA issue phase
-    D = pipe[key] + tail[key]
-    C = _grouped_cumsum(ks_core, D)
-    lead = _group_scan(ks_core, np.where(is_mte[key], start + bound + tail[key] - C, -np.inf))
-    end = C + np.maximum(start, lead)
-    payload_done = np.empty(len(n))
-    payload_done[key] = end - tail[key]
-    mte_end = np.full(V * B, -np.inf)
-    np.maximum.at(mte_end, ks_core, np.where(is_mte[key], end, -np.inf))
-    any_mte = np.isfinite(mte_end).reshape(V, B)
-    t = np.where(any_mte, mte_end.reshape(V, B) + m["quiet_us"], t)
-    flag_start = payload_done + m["quiet_us"]
+        # ---- MTE chunks in loop order: their bounds by the links and the egress ----
+        is_mte = ~sd & (n > 0)
+        far = is_mte & remote
+        k_mte_remote = np.where(far, nbytes, 0.0)
+        to_dst = _grouped_cumsum(ks_core * P + src, k_mte_remote)  # the core's MTE bytes to this dst so far
+        so_far = _grouped_cumsum(ks_core, k_mte_remote, firsts)     # its remote MTE bytes so far
+        fp = pair[far]
+        self.far = far
+        self.far_link = (to_dst[far] + np.minimum(to_dst[far], link_sdma[fp])) / link_pair[fp]
+        self.far_egress_bytes = _fair_moved(v[far], senders, so_far[far])
+        self.key, self.ks_core, self.is_mte = key, ks_core, is_mte
+        self.k_n, self.k_remote, self.k_cls = n, remote, cls
+        sdma_rows = np.where(sd, n, 0.0)
+        self.before = _grouped_cumsum(ks_core, sdma_rows, firsts) - sdma_rows   # SDMA rows of the core before this chunk
+        self.rows_c = np.bincount(core, weights=sdma_rows, minlength=V * B)
+        self.sd, self.S = sd, S
 
-    # ---- SDMA tail: wait for this core's calls, then the SDMA rows' flags in loop order ----
-    has_sdma = n_c > 0
-    t = np.where(has_sdma, np.maximum(t, sdma_done) + m["sdma_quiet_us"], t)
-    sdma_rows = np.where(sd, n, 0.0)[key]
-    before = _grouped_cumsum(ks_core, sdma_rows) - sdma_rows
-    sdma_flag_start = np.empty(len(n))
-    sdma_flag_start[key] = t.ravel()[ks_core] + before * m["flag_us"]
-    rows_c = np.bincount(core, weights=np.where(sd, n, 0.0), minlength=V * B).reshape(V, B)
-    comm_only = t + np.where(has_sdma, rows_c * m["flag_us"] + m["quiet_us"], 0.0)
-    flags = np.where(sd, sdma_flag_start, flag_start)
-    if layout:  # nothing moves before the layout step: the whole stage shifts by it
-        t0 = layout_us(pe_of, P, epp, m)
-        comm_only, flags = comm_only + t0[:, None], flags + t0[v]
-    return comm_only, flags
+    def price(self, model: NpuModel | ModelPoints, flags: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """comm_only float64 [K, V, block_dim] in us at the K points of ``model`` (K = 1 for an
+        NpuModel), and (``flags``) flag_start float64 [K, V*epp*pes*N]: when each chunk's first status
+        flag is issued, chunk ``j`` of segment ``s`` of row ``v`` at ``(v*epp*pes + s)*N + j``.
+
+        Raises ValueError: a point whose links' parameters are not those it was built on.
+        """
+        m = _points(model)
+        if len(m) > PRICE_BLOCK:  # in blocks: a few points' arrays stay in cache
+            parts = [self.price(ModelPoints(m.model, {n: x[i:i + PRICE_BLOCK] for n, x in m.values.items()}), flags)
+                     for i in range(0, len(m), PRICE_BLOCK)]
+            return (np.concatenate([c for c, _ in parts]),
+                    np.concatenate([f for _, f in parts]) if flags else None)
+        base = self.model
+        if m.model.links != base.links or any(
+                not np.array_equal(m.link_values(n), base.link_values(n)) for n in LINK_PARAMETERS):
+            raise ValueError("Stage1.price: the points' link parameters must be those it was built on")
+        K, V, B, row = len(m), self.V, self.B, self.row
+        issue, engines, sq = m["sdma_issue_us"], m["sdma_engines"], m["sdma_quiet_us"]
+        quiet, flag = m["quiet_us"], m["flag_us"]
+        t = np.zeros((K, V * B))
+        for act, done in self.quiets:  # SDMA quiet j of each core that has one
+            t[:, act] = np.maximum(t[:, act] + SDMA_QUIET_EVERY * issue, issue + done / engines) + sq
+        t = t + self.issues_after * issue
+        egress = _rate(m["egress_GBps"])
+        sdma_done = np.maximum.reduce([issue + self.engine_work / engines, np.broadcast_to(self.link_bound, t.shape),
+                                       self.egress_bytes / egress])
+
+        # ---- MTE chunks in loop order: pipeline, then (payload done, within the bounds) quiet, flags ----
+        gm = _rate(m["core_gm_GBps"])
+        a = row / gm
+        b = row / np.where(self.k_remote, mte_remote_rate(m, self.k_cls), gm) + m["mte_put_us"]
+        is_mte, n, ks_core = self.is_mte, self.k_n, self.ks_core
+        pipe = np.where(is_mte, a + b + (n - 1) * np.maximum(a, b), 0.0)
+        tail = np.where(is_mte, quiet + n * flag, 0.0)
+        start = t[:, ks_core]                                            # after the SDMA issue phase
+        D = pipe + tail
+        C = _grouped_cumsum(ks_core, D, self.core_first)
+        bound = np.full((K, len(ks_core)), -np.inf)
+        bound[:, self.far] = np.maximum(self.far_link, self.far_egress_bytes / egress)
+        lead = _group_scan(ks_core, np.where(is_mte, start + bound + tail - C, -np.inf))
+        end = C + np.maximum(start, lead)
+        mte_end = np.full((K, V * B), -np.inf)
+        if len(ks_core):
+            mte_end[:, self.core_of_first] = np.maximum.reduceat(np.where(is_mte, end, -np.inf), self.core_first,
+                                                                 axis=1)
+        t = np.where(np.isfinite(mte_end), mte_end + quiet, t)
+
+        # ---- SDMA tail: wait for this core's calls, then the SDMA rows' flags in loop order ----
+        has_sdma = self.n_c > 0
+        t = np.where(has_sdma, np.maximum(t, sdma_done) + sq, t)
+        comm_only = t + np.where(has_sdma, self.rows_c * flag + quiet, 0.0)
+        out = None
+        if flags:
+            out = np.empty((K, len(self.key)))
+            out[:, self.key] = np.where(self.sd, t[:, ks_core] + self.before * flag, end - tail + quiet)
+        if self.layout:  # nothing moves before the layout step: the whole stage shifts by it
+            t0 = layout_us(self.pe_of, self.pes, self.epp, m)                # [K, V]
+            comm_only = comm_only + np.repeat(t0, B, axis=1)
+            out = None if out is None else out + np.repeat(t0, self.S, axis=1)
+        return comm_only.reshape(K, V, B), out
+
+
+def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, block_dim: int, epp: int,
+           row_bytes: int, model: NpuModel, sdma_mode: str = "row", *, cores_per_rank: int = 1,
+           layout: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """:class:`Stage1` built and priced at ``model`` (same arguments).
+
+    Returns (comm_only float64 [V, block_dim] in us, flag_start float64 [V*epp*pes*N]: when each
+    chunk's first status flag is issued, chunk ``j`` of segment ``s`` of row ``v`` at
+    ``(v*epp*pes + s)*N + j``). Raises ValueError for an unknown ``sdma_mode``."""
+    comm, flags = Stage1(counts, sdma, pe_of, pes, block_dim, epp, row_bytes, model, sdma_mode,
+                         cores_per_rank=cores_per_rank, layout=layout).price(model)
+    return comm[0], flags[0]
 
 
 def settings_args(rows: CaseRows, sdma_mode: str | None = None) -> dict:
@@ -331,22 +415,20 @@ def replay(rows: CaseRows, sdma: np.ndarray, model: NpuModel, sdma_mode: str | N
 
     Returns :class:`ModelledTimes`. Raises ValueError for an unknown ``sdma_mode``.
     """
-    P, S, B, m = rows.pes, rows.counts.shape[1], rows.block_dim, model
-    N = rows.cores_per_rank
+    P, B, m = rows.pes, rows.block_dim, model
     row = float(rows.row_bytes)
     comm_only, flag_start = stage1(rows.counts, sdma, np.arange(P), P, B, rows.epp, rows.row_bytes, m,
                                    **settings_args(rows, sdma_mode))
 
     # ---- Stage 2: every slot's flag landing, each token's last one, a scan per core ----
-    # the row's chunk j (n*j//N <= pos < n*(j+1)//N) and its place in it
-    n_seg = rows.counts[rows.dest, rows.seg]
-    j = ((rows.pos + 1) * N - 1) // np.maximum(n_seg, 1)
-    in_chunk = rows.pos - n_seg * j // N
-    land = flag_start[(rows.dest * S + rows.seg) * N + j] + (in_chunk + 1) * m["flag_us"] + m["flag_latency_us"]
-    arrive = np.full(P * rows.bs * rows.topk, -np.inf)
-    arrive[rows.owner * rows.bs * rows.topk + rows.slot] = land
-    arrive = arrive.reshape(P, rows.bs, rows.topk).max(axis=2)
-    nv = rows.valid.sum(axis=2).astype(np.float64)
+    at, after = rows.landing  # each slot's chunk (-1: no row) and its place in it
+    starts = np.append(flag_start, -np.inf)  # index -1: a slot without a row never lands
+    by_slot = (starts[at] + after * m["flag_us"]).reshape(-1, rows.topk)
+    arrive = by_slot[:, 0].copy()
+    for k in range(1, rows.topk):  # each token's last flag (slice by slice: a reduce over a short axis is slower)
+        np.maximum(arrive, by_slot[:, k], out=arrive)
+    arrive = arrive.reshape(P, rows.bs) + m["flag_latency_us"]
+    nv = rows.valid_per_token
     read = row / _rate(m["core_gm_GBps"])
     work = nv * (read + rows.h / m["vec_elems_per_us"] + m["wait_us"]) + read
     per = -(-rows.bs // B)

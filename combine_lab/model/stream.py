@@ -24,6 +24,7 @@ position and slot), so that many plans of one case (``combine-lab suggest``) cos
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -38,7 +39,8 @@ SQE_BYTES = 1 << 20     # one SDMA descriptor carries up to 1 MiB (docs/hardware
 
 @dataclass
 class CaseRows:
-    """Plan-independent facts of one case for the model.
+    """Plan-independent facts of one case for the model (read-only once priced: stage 2 caches what it
+    derives from them, :attr:`landing`).
 
     ``counts``: int64 [pes, epp*pes] rows per segment on each destination PE. Per received row
     (all PEs, in receive order, int64 [n_rows] each): ``dest`` (the PE holding it: the expert's
@@ -87,6 +89,28 @@ class CaseRows:
         N = self.cores_per_rank
         j = core % N
         return n * j // N, n * (j + 1) // N
+
+    @cached_property
+    def landing(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where each status slot's flag comes from, plan-independent (stage 2 of
+        :func:`.replay.replay`): int64 [pes*bs*topk], per slot (``owner*bs*topk + slot``) the index of
+        its row's chunk in stage 1's flag order (``(dest*S + seg)*N + j``, S = epp*pes, chunk j of
+        its segment), -1 for a slot without a row; float64 [pes*bs*topk]: its place in that chunk
+        plus one (the flags written up to its own)."""
+        N, S = self.cores_per_rank, self.counts.shape[1]
+        n_seg = self.counts[self.dest, self.seg]
+        j = ((self.pos + 1) * N - 1) // np.maximum(n_seg, 1)
+        at = np.full(self.pes * self.bs * self.topk, -1, dtype=np.int64)
+        after = np.zeros(len(at))
+        where = self.owner * self.bs * self.topk + self.slot
+        at[where] = (self.dest * S + self.seg) * N + j
+        after[where] = self.pos - n_seg * j // N + 1
+        return at, after
+
+    @cached_property
+    def valid_per_token(self) -> np.ndarray:
+        """float64 [pes, bs]: valid slots of each token (the rows stage 2 reduces)."""
+        return self.valid.sum(axis=2).astype(np.float64)
 
     def with_settings(self, settings: KernelSettings | str | None) -> "CaseRows":
         """These rows under other kernel ``settings`` (their block_dim on the same SoC).

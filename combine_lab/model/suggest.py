@@ -26,11 +26,13 @@ from ..planning.settings import REFERENCE, KernelSettings, check_kernel_settings
 from .machines import NpuModel
 from .replay import SDMA_MODES, replay, settings_args, stage1
 from .stream import CaseRows
-from .unknowns import RESOLUTION, Verdict, engines_curve, engines_line, verdict as unknowns_verdict
+from .unknowns import RESOLUTION, Verdict, in_full_op, verdict as unknowns_verdict
 
 NEVER = -1  # the floor of the classic plan in the curve's threshold column
 
 METRICS = ("comm_only", "full_op")
+#: Chunks (rows x segments) the floor curve prices at once: larger blocks only cost memory traffic.
+CURVE_BLOCK_CHUNKS = 1 << 19
 
 
 @dataclass
@@ -48,7 +50,7 @@ class Suggestion:
     metric: str
     caption: str
     verdict: Verdict | None = None
-    at_default: pd.DataFrame | None = None  # the engines curve at the default 2 MiB floor, where that is another
+    at_default: Verdict | None = None  # the verdict (its band, no ranking) at the default 2 MiB floor, where that is another
     label: str = "doubleplane"  # the variant label priced (docs/variants.md)
 
     @property
@@ -64,33 +66,32 @@ class Suggestion:
             pick = never if b["threshold_bytes"] == NEVER else f"min_sdma_bytes={int(b['threshold_bytes'])}"
             return f"best: {pick}: {b['modelled_us']:.3f} us, {b['speedup']:.3f}x classic"
         v = self.verdict
-        if self.label != "doubleplane" and v.floor != NEVER:  # other settings: against both classics
+        if self.label != "doubleplane" and v.floor != NEVER:  # other settings: the verdict's classic, then the reference's
             row = self.curve.loc[self.curve["threshold_bytes"] == v.floor].iloc[0]
-            never = self.curve.iloc[-1]
-            sdma = float(never["modelled_us"]) / float(row["modelled_us"])
-            than = ("faster than" if sdma > 1 + RESOLUTION else "slower than" if sdma < 1 / (1 + RESOLUTION)
-                    else "a tie with")
-            return (f"{self.label} at min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us, {row['speedup']:.3f}x "
-                    f"the reference's classic at the nominal values, {v.low:.3f}x - {v.high:.3f}x over the "
-                    f"unknowns' range: {band_word(v.low, v.high)}; at the nominal values {than} "
-                    f"{self._classic} (MTE only, same cores: {never['modelled_us']:.3f} us, {sdma:.3f}x)")
+            same = " (MTE only, the same cores)" if v.against == self._classic else ""
+            return (f"{self.label} at min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us; against {v.against}{same}: "
+                    f"{v.nominal:.3f}x at the nominal values, {v.low:.3f}x - {v.high:.3f}x over the unknowns' box: "
+                    f"{band_word(v.low, v.high)}; {row['speedup']:.3f}x the reference's classic (one core per source "
+                    "rank) at the nominal values")
         if v.floor == NEVER:  # a classic setting: one point, against the reference's classic
             band = "faster than" if v.beats else "slower than" if v.high < 1 / (1 + RESOLUTION) else "a tie with"
-            return (f"{v.label}: {b['modelled_us']:.3f} us, {v.nominal:.3f}x classic at the nominal values, "
-                    f"{v.low:.3f}x - {v.high:.3f}x over the unknowns' range: {band} the reference's classic "
-                    f"(the model's resolution {RESOLUTION:.0%})")
+            return (f"{v.label}: {b['modelled_us']:.3f} us, {b['speedup']:.3f}x classic at the nominal values"
+                    f"{self._in}, {v.low:.3f}x - {v.high:.3f}x over the unknowns' box (comm_only): {band} the "
+                    f"reference's classic (the model's resolution {RESOLUTION:.0%})")
         row = self.curve.loc[self.curve["threshold_bytes"] == v.floor].iloc[0]
         if v.beats:
-            return (f"best: min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us, {row['speedup']:.3f}x classic; "
-                    f"{v.low:.3f}x - {v.high:.3f}x over every unknown's range, above the model's resolution "
-                    f"({RESOLUTION:.0%}) throughout")
-        name, value, sp = v.best_change
-        would = (f"it would with {name} = {value:g} ({sp:.3f}x)" if sp > 1 + RESOLUTION else
-                 "no single unknown within its range changes that")
+            return (f"best: min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us, {row['speedup']:.3f}x classic"
+                    f"{self._in}; {v.low:.3f}x - {v.high:.3f}x over the unknowns' box (comm_only), above the model's "
+                    f"resolution ({RESOLUTION:.0%}) throughout")
         return (f"no floor beats MTE-only under these assumptions: the best, min_sdma_bytes={v.floor}, is "
-                f"{row['speedup']:.3f}x classic at the nominal values and {v.low:.3f}x - {v.high:.3f}x over the "
-                f"unknowns' range (best only above {1 + RESOLUTION:.2f}x throughout, the model's resolution); "
-                f"{would}")
+                f"{row['speedup']:.3f}x classic at the nominal values{self._in} and {v.low:.3f}x - {v.high:.3f}x over "
+                f"the unknowns' box (comm_only; best only above {1 + RESOLUTION:.2f}x throughout, the model's "
+                f"resolution); {v.pays_if()}")
+
+    @property
+    def _in(self) -> str:
+        """' in full_op' where the curve's metric is not the band's (comm_only)."""
+        return "" if self.metric == "comm_only" else f" in {self.metric}"
 
     @property
     def _classic(self) -> str:
@@ -98,28 +99,37 @@ class Suggestion:
         cores = self.label.rpartition("-c")[2] if "-c" in self.label else ""
         return f"classic-c{cores}" if cores.isdigit() else "classic"
 
+    def shown(self, most: int | None = 40) -> list[int]:
+        """Positions in :attr:`curve` of the floors :meth:`text` shows: every one, or with more than
+        ``most`` (None: no limit) ``most`` of them, evenly spread, always with the best floor, 2 MiB
+        and never SDMA."""
+        n = len(self.curve)
+        if most is None or n <= most:
+            return list(range(n))
+        t = self.curve["threshold_bytes"].to_numpy()
+        keep = set(np.linspace(0, n - 1, max(most - 3, 2)).round().astype(int).tolist())
+        keep |= {int(np.flatnonzero(t == f)[0]) for f in (self.best["threshold_bytes"], DEFAULT_MIN_SDMA_BYTES, NEVER)
+                 if (t == f).any()}
+        return sorted(keep)
+
     def text(self, most: int | None = 40) -> str:
         """The curve and the suggestion, for the terminal. With more than ``most`` floors (None:
         no limit) the table shows ``most`` of them, evenly spread, always with the best floor, 2 MiB
         and never SDMA, and says how many it left out."""
-        shown = self.curve.copy()
+        shown = self.curve.iloc[self.shown(most)].copy()
         shown["threshold"] = [(f"never SDMA ({self._classic})" if self._classic != "classic" else "never SDMA")
                               if t == NEVER else f"{t}" for t in shown["threshold_bytes"]]
         cols = ["threshold", "sdma_segments", "sdma_bytes", "modelled_us", "speedup"] + \
             [c for c in shown.columns if c.endswith("_us") and c not in ("modelled_us",)]
         note = ""
-        if most is not None and len(shown) > most:
-            n = len(shown)
-            keep = set(np.linspace(0, n - 1, max(most - 3, 2)).round().astype(int).tolist())
-            keep |= {int(np.flatnonzero(shown["threshold_bytes"].to_numpy() == t)[0])
-                     for t in (self.best["threshold_bytes"], DEFAULT_MIN_SDMA_BYTES, NEVER)
-                     if (shown["threshold_bytes"] == t).any()}
-            shown = shown.iloc[sorted(keep)]
-            note = f"\n({len(shown)} of {n} floors shown: the best, 2 MiB, never SDMA and an even spread; --all or --csv for every one)"
+        if len(shown) < len(self.curve):
+            note = (f"\n({len(shown)} of {len(self.curve)} floors shown: the best, 2 MiB, never SDMA and an even "
+                    "spread; --all or --csv for every one)")
         table = shown[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")
         unknown = f"{self.verdict.text()}\n" if self.verdict is not None else ""
         if self.at_default is not None:
-            unknown = f"{engines_line(DEFAULT_MIN_SDMA_BYTES, self.at_default, self.label)} (the default floor)\n{unknown}"
+            d = self.at_default
+            unknown = f"{d.engines_line()} (the default floor)\n{d.band_text()}\n{d.pays_if()}\n{unknown}"
         priced = "" if self.label == "doubleplane" else (
             f"priced: {self.label} (docs/variants.md); speed-up = the reference's classic (one core per source rank) "
             "/ this\n")
@@ -143,7 +153,7 @@ def thresholds(rows: CaseRows) -> np.ndarray:
 
 def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if: str | None = None,
             unknowns: bool = True, *, settings: KernelSettings | str | None = None,
-            variant: str = "doubleplane") -> Suggestion:
+            variant: str = "doubleplane", baseline: KernelSettings | str | None = None) -> Suggestion:
     """Modelled time of ``metric`` at every floor where the plan of ``rows``' case changes, and
     (``unknowns``) the verdict over the unknowns at the best floor that sends anything by SDMA
     (:func:`.unknowns.verdict`, on comm_only).
@@ -153,6 +163,10 @@ def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if:
     same cores per source rank, and ``speedup`` is the reference's classic (one core per source rank)
     over each row, so that settings compare on one scale. ``variant="classic"`` prices the classic
     kernel under ``settings`` alone (one row: never SDMA), its verdict at that point.
+    ``baseline``: the classic the verdict (engine lines, band, pays_from) is against: default, for
+    doubleplane, classic with the same cores per source rank (does SDMA pay for these settings?);
+    for classic, the reference's; a settings label asks for another. With ``metric="full_op"`` the
+    engine lines and pays_from are full_op's (the band is comm_only's, and says so).
     ``what_if``: also price SDMA calls per segment (``"segment"``, one SQE per MiB) instead of
     per row, the kernel's way (:data:`.replay.SDMA_MODES`; the reference's settings only: the
     segment setting is the built variant of it).
@@ -212,17 +226,53 @@ def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if:
         curve[f"{what_if}_saving_us"] = curve["modelled_us"] - curve[f"{what_if}_us"]
     best = curve.loc[curve["modelled_us"].idxmin()]  # first minimum: the largest such floor
     v = None
+    against = parse_settings(baseline) if baseline is not None else (
+        KernelSettings(False, settings.cores_per_rank) if variant == "doubleplane" else REFERENCE)
     with_sdma = curve[(curve["threshold_bytes"] != NEVER) & (curve["sdma_segments"] > 0)]
     if unknowns and variant == "classic":
-        v = unknowns_verdict(rows, model, NEVER, "classic")
+        v = unknowns_verdict(rows, model, NEVER, "classic", baseline=against)
     elif unknowns and len(with_sdma):
-        v = unknowns_verdict(rows, model, int(with_sdma.loc[with_sdma["modelled_us"].idxmin(), "threshold_bytes"]))
+        v = unknowns_verdict(rows, model, int(with_sdma.loc[with_sdma["modelled_us"].idxmin(), "threshold_bytes"]),
+                             baseline=against)
     d = None
     if v is not None and variant == "doubleplane" and v.floor != DEFAULT_MIN_SDMA_BYTES and \
             rows.sdma("doubleplane", DEFAULT_MIN_SDMA_BYTES).any():
-        d = engines_curve(rows, model, DEFAULT_MIN_SDMA_BYTES)
+        d = unknowns_verdict(rows, model, DEFAULT_MIN_SDMA_BYTES, joint=False, baseline=against)
+    if metric == "full_op":  # one yardstick: the engine lines in the metric asked for
+        v = None if v is None else in_full_op(v, rows, model, "classic" if variant == "classic" else "doubleplane",
+                                                against)
+        d = None if d is None else in_full_op(d, rows, model, baseline=against)
     caption = model.caption()
     return Suggestion(curve, best, metric, caption, v, d, label)
+
+
+def band_records(rows: CaseRows, model: NpuModel, s: Suggestion, floors=None) -> list[dict]:
+    """The band over the unknowns (:func:`.unknowns.verdict`) of ``s``'s setting at each floor of
+    ``floors`` (bytes; default: those :meth:`Suggestion.shown` shows, never SDMA included), as
+    ``suggest --json`` writes them: per floor the :meth:`~.unknowns.Verdict.record` (min_sdma_bytes
+    (-1: never SDMA), variant, nominal, low, high and the point of each end, pays_if), with
+    sdma_segments, sdma_bytes and modelled_us (``s.metric``, nominal) of the curve's row. The
+    verdicts ``s`` already holds are reused."""
+    from ..planning.settings import parse_variant_label
+
+    variant, settings = parse_variant_label(s.label)
+    rows = rows.with_settings(settings)
+    have = {v.floor: v for v in (s.verdict, s.at_default) if v is not None}
+    against = parse_variant_label(s.verdict.against)[1] if s.verdict is not None else None
+    if floors is None:
+        floors = s.curve["threshold_bytes"].iloc[s.shown()].tolist()
+    out = []
+    for f in floors:
+        row = s.curve.loc[s.curve["threshold_bytes"] == int(f)].iloc[0]
+        v = have.get(int(f))
+        if v is None:
+            v = unknowns_verdict(rows, model, int(f), "classic" if f == NEVER else variant, joint=False,
+                                 baseline=against)
+        rec = v.record()
+        rec.update({"min_sdma_bytes": int(f), "sdma_segments": int(row["sdma_segments"]),
+                    "sdma_bytes": int(row["sdma_bytes"]), f"{s.metric}_us": float(row["modelled_us"])})
+        out.append(rec)
+    return out
 
 
 def _comm_only_curve(rows: CaseRows, model: NpuModel, mode: str | None) -> np.ndarray:
@@ -237,10 +287,13 @@ def _comm_only_curve(rows: CaseRows, model: NpuModel, mode: str | None) -> np.nd
     first = np.cumsum([0] + [len(u) + 1 for u in own])
     pe_of = np.repeat(np.arange(P), [len(u) + 1 for u in own])
     cut = np.concatenate([np.r_[np.inf, u] for u in own])              # plan j: sizes >= cut[j] by SDMA
-    sdma = above[pe_of] & (seg_bytes[pe_of] >= cut[:, None])
-    comm, _ = stage1(rows.counts[pe_of], sdma, pe_of, P, rows.block_dim, rows.epp, rows.row_bytes, model,
-                     **settings_args(rows, mode))
-    slowest = comm.max(axis=1)
+    slowest = np.empty(len(pe_of))
+    step = max(1, CURVE_BLOCK_CHUNKS // rows.counts.shape[1])
+    for i in range(0, len(pe_of), step):  # rows are independent: in blocks, so the arrays stay small
+        pe, c = pe_of[i:i + step], cut[i:i + step]
+        comm, _ = stage1(rows.counts[pe], above[pe] & (seg_bytes[pe] >= c[:, None]), pe, P, rows.block_dim, rows.epp,
+                         rows.row_bytes, model, **settings_args(rows, mode))
+        slowest[i:i + step] = comm.max(axis=1)
     # PE p's plan at floor f: as many of its sizes as are >= f (none for the classic plan).
     f = np.where(floors == NEVER, np.inf, floors.astype(np.float64))
     out = np.zeros(len(floors))
@@ -291,7 +344,7 @@ class SettingsComparison:
         table = shown[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")
         return (f"{self.caption}\nmetric: {self.metric} (the slowest PE's CoreMaxTime/us) at each setting's best "
                 f"floor; speed-up = the reference's classic (MTE only, one core per source rank) / the setting; "
-                f"band: the speed-up over every unknown's range (comm_only), verdict by the model's resolution "
+                f"band: the least and most speed-up over the unknowns' box, searched (comm_only), verdict by the model's resolution "
                 f"({RESOLUTION:.0%}: within it, a tie)\n{table}")
 
 
@@ -308,7 +361,7 @@ def suggest_settings(rows: CaseRows, model: NpuModel, labels, metric: str = "com
     parsed = [(str(lb),) + parse_variant_label(lb) for lb in labels]
     out, recs = {}, []
     for _, variant, settings in parsed:
-        sg = suggest(rows, model, metric, settings=settings, variant=variant)
+        sg = suggest(rows, model, metric, settings=settings, variant=variant, baseline=REFERENCE)  # one scale
         label = variant_label(variant, settings)
         out[label] = sg
         v = sg.verdict

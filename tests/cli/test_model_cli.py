@@ -70,11 +70,28 @@ def test_compare_on_a_model_prices_both_variants_and_launches_nothing(tmp_path, 
     assert list(summary["cases"][0]["speedup_by_settings"]) == ["reference"]
 
 
+def test_compare_on_a_model_prints_times_without_perf_for_the_slowest_pe(capsys):
+    """The README tour's `compare --clock model:a3` printed "-": a model times every launch."""
+    from combine_lab.model.modelled import model_case
+
+    code, out, err = run_cli(["compare", *CASE, "--clock", "model:a3"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "times: CoreMaxTime/us of the slowest PE (every PE priced, as suggest does), modelled, not measured" in lines
+    spec = CaseSpec(pes=4, bs=64, h=2048, topk=2, expert_per_pe=2, routing="zipf:1.5")
+    for variant in ("classic", "doubleplane"):
+        row = next(ln.split() for ln in lines if ln.startswith(spec.case_id) and f" {variant} " in ln)
+        slowest = model_case(make_case(spec), variant, load_model("a3"), prof_pe="all").time_us("comm_only")
+        assert float(row[4]) == pytest.approx(slowest, abs=5e-4)
+
+
 def test_a_modelled_speedup_of_exactly_one_is_a_tie_in_the_table_and_the_summary(tmp_path, capsys):
-    # classic and doubleplane both 195.950 us comm_only on a3: the SDMA share is off the critical path
+    # on PE 0 classic and doubleplane both take 195.950 us comm_only on a3: the SDMA share is off its
+    # critical path (the model profiles the slowest PE by default; --prof-pe 0 asks for PE 0)
     code, out, err = run_cli(["compare", "-pes", "16", "-bs", "256", "-h", "7168", "-topk", "8", "-expertPerPe", "8",
                               "-type", "float16_t", "--routing", "zipf:1.2", "--settings", "reference,segment-c6",
-                              "--clock", "model:a3", "--perf", "--output-dir", str(tmp_path / "p")], capsys)
+                              "--clock", "model:a3", "--perf", "--prof-pe", "0", "--output-dir", str(tmp_path / "p")],
+                             capsys)
     assert code == 0, err
     lines = out.splitlines()
     at = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["case", "settings"])
@@ -128,7 +145,7 @@ def test_suggest_prints_the_curve_and_the_best_floor(tmp_path, capsys):
         classic = replay(rows, rows.sdma("classic", 0), m).core_max("comm_only").max()
         dual = replay(rows, rows.sdma("doubleplane", v.floor), m).core_max("comm_only").max()
         assert sp == pytest.approx(classic / dual, rel=1e-12)
-    assert v.engines_line() in out and "what moves the verdict most (measure first):" in out
+    assert v.engines_line() in out and "what moves the verdict most, jointly (measure first; " in out
     assert out.splitlines()[-2] == s.pick_text()
     assert s.pick_text().startswith("best: " if v.low > 1.05 else "no floor beats MTE-only under these assumptions")
     assert out.splitlines()[1] == load_model("a2").caption()
@@ -161,7 +178,7 @@ def test_a_long_curve_is_thinned_on_screen_and_whole_with_all(capsys):
     n = len(s.curve)
     assert n > 40
     short = s.text(40).splitlines()
-    tail = len(s.verdict.text().splitlines()) + (s.at_default is not None) + 1  # the verdict, then the pick
+    tail = len(s.verdict.text().splitlines()) + 3 * (s.at_default is not None) + 1  # the verdicts, then the pick
     table = short[3:-1 - tail]  # caption, metric, header ... note, verdict, pick
     assert len(table) <= 40 and short[-1 - tail] == f"({len(table)} of {n} floors shown: the best, 2 MiB, never SDMA and an even spread; --all or --csv for every one)"
     firsts = [ln.split()[0] for ln in table]

@@ -66,8 +66,8 @@ def test_your_kernel_is_priced_from_the_stream_it_records(tmp_path, capsys, no_l
     assert status == 0, out
     assert "user:refstyle: priced from the operation stream it recorded in one launch on the twin" in out
     row = next(r for r in (ln.split() for ln in out.splitlines() if ln.startswith(spec.case_id)) if r[3] == "MODEL")
-    assert row[2:4] == ["user:refstyle", "MODEL"] and float(row[4]) == pytest.approx(mine.time_us("comm_only"),
-                                                                                      rel=1e-3)
+    slowest = float(mine.times.core_max("comm_only").max())  # a model profiles the slowest PE by default
+    assert row[2:4] == ["user:refstyle", "MODEL"] and float(row[4]) == pytest.approx(slowest, rel=1e-3)
 
 
 SETTINGS_CASES = [

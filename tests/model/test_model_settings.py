@@ -70,7 +70,7 @@ def test_settings_prices_by_construction(rows):
     assert replay(seg, mask, A3).core_max("comm_only").max() < ref.core_max("comm_only").max()
 
 
-def test_suggest_under_settings_is_against_the_reference_classic(rows):
+def test_suggest_under_settings_curve_on_the_reference_scale_verdict_against_the_same_cores(rows):
     s = suggest(rows, A3, settings="segment-c6")
     assert s.label == "doubleplane-segment-c6"
     c6 = rows.with_settings("c6")
@@ -87,9 +87,14 @@ def test_suggest_under_settings_is_against_the_reference_classic(rows):
                                rel=1e-12)
     v = s.verdict
     assert v.label == "doubleplane-segment-c6" and v.low <= v.nominal <= v.high
-    assert v.nominal == pytest.approx(classic_ref / at, rel=1e-12)
+    # one yardstick per question: does SDMA pay for these cores? against classic with the same cores
+    assert v.against == "classic-c6" and v.nominal == pytest.approx(classic_c6 / at, rel=1e-12)
     assert list(v.engines["engines"]) == [1, 2, 4, 8, 16, 32, 48]
-    assert f"over the unknowns' range: {band_word(v.low, v.high)}" in s.pick_text()
+    assert " SDMA engines than classic-c6, the rest nominal: " in v.engines_line()
+    assert (f"against classic-c6 (MTE only, the same cores): {v.nominal:.3f}x at the nominal values, {v.low:.3f}x - "
+            f"{v.high:.3f}x over the unknowns' box: {band_word(v.low, v.high)}; ") in s.pick_text()
+    asked = suggest(rows, A3, settings="segment-c6", baseline="reference").verdict  # unless asked
+    assert asked.against == "classic" and asked.nominal == pytest.approx(classic_ref / at, rel=1e-12)
     # the reference's suggestion is what it was
     ref, same = suggest(rows, A3), suggest(rows, A3, settings="reference")
     assert ref.label == "doubleplane" and ref.curve.equals(same.curve)
@@ -115,7 +120,7 @@ def test_settings_side_by_side(rows):
     t = c.table.set_index("variant")
     assert list(t.index) == ["doubleplane", "classic-c6", "doubleplane-segment-c6"]
     assert t.loc["classic-c6", "best_floor"] == NEVER and t.loc["classic-c6", "pays_from"] is None
-    one = suggest(rows, A3, settings="segment-c6")
+    one = suggest(rows, A3, settings="segment-c6", baseline="reference")  # the table: the reference's scale
     assert t.loc["doubleplane-segment-c6", "best_floor"] == one.verdict.floor
     assert t.loc["doubleplane-segment-c6", "speedup"] == pytest.approx(one.verdict.nominal, rel=1e-12)
     for lb, r in t.iterrows():
@@ -139,8 +144,12 @@ def test_suggest_cli_prices_a_setting_with_its_bands(capsys):
     s = suggest(case_rows(make_case(SPEC), A3.soc), A3, settings="segment-c6")
     assert lines[-1] == s.pick_text()
     assert lines[-1].startswith(f"doubleplane-segment-c6 at min_sdma_bytes={s.verdict.floor}: ")
-    assert any(ln.startswith("doubleplane-segment-c6 at floor ") and ln.endswith("run at once") for ln in lines)
-    assert "what moves the verdict most (measure first):" in lines
+    assert any(ln.startswith("doubleplane-segment-c6 at floor ") and " SDMA engines than classic-c6, the rest nominal: "
+               in ln and ln.endswith(" at once") for ln in lines)
+    # the segment layout's step also reads the flag latency and the barrier: 9 unknowns, 512 vertices
+    assert ("what moves the verdict most, jointly (measure first; the speed-up's geometric mean with the parameter "
+            "at each end over the 512 vertices of the unknowns):") in lines
+    assert set(s.verdict.vertices.columns) >= {"flag_latency_us", "barrier_us"}
     assert any(ln.split()[:4] == ["never", "SDMA", "(classic-c6)", "0"] for ln in lines)
 
 

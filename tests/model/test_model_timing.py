@@ -6,6 +6,8 @@ cost; and the parameter files say where every value comes from."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import numpy as np
@@ -111,7 +113,7 @@ def test_more_bytes_never_make_a_case_faster(case, variant, floor):
 
 def wider(rows):
     """The same rows, each twice as wide."""
-    return type(rows)(**{**rows.__dict__, "h": rows.h * 2})
+    return dataclasses.replace(rows, h=rows.h * 2)
 
 
 @settings(max_examples=40, deadline=None)

@@ -4,14 +4,16 @@
    from combine_lab/model/published.py), and no table a value is fitted to is a check row.
 2. The one-stream tables held out for checking (HIXL's hixl_cs die pair, MemFabric's die pair,
    HIXL's two-server comm domain) are priced by the model's own SDMA call within a stated band.
-3. DeepEP-Ascend's published combines (normal mode EP8-EP64 and low-latency EP8-EP32 on A3,
-   low-latency EP8 on A2): the lab's classic kernel (the MTE plane, as DeepEP-Ascend's combine)
-   priced on the same shape, full_op against the published time (bytes bs * topk * h * 2 over the
-   published GB/s). Like for like (48 cores on both sides: EP32, EP64), the published time lies
-   within the model's range over its unknowns and within a factor 1.5 of its nominal value. Where
-   the structure differs (the lab launches min(pes, 48) cores, one per source rank; DeepEP-Ascend
-   every core of the die), the model cannot price the like-for-like structure yet (kernel
-   variants add it), and the lab's kernel with fewer cores must come out slower than published.
+3. DeepEP-Ascend's published combines (normal mode EP8-EP128 and low-latency EP8-EP32 on A3,
+   low-latency EP8 on A2; none of them fits anything: the fits are the one-stream tables of 1),
+   the lab's classic kernel (the MTE plane, as DeepEP-Ascend's combine) priced on the same shape,
+   full_op of the slowest PE against the published time (bytes bs * topk * h * 2 over the
+   published GB/s), with two structures: the lab setting closest to DeepEP-Ascend's (every AIV of
+   the die on each source rank's rows: c6 on A3's 48, c5 on A2's 40) and the reference's (one core
+   per source rank, min(pes, 48) cores). The target (issue 28): like for like within 25 % at every
+   normal EP and the EP8 -> EP128 trend within 25 %. It is NOT met: the bands below are what the
+   model reaches (docs/timing-model.md#11-validation says so and why), asserted as they are so that
+   a change to the model that moves them has to say so here and there.
 """
 
 from __future__ import annotations
@@ -34,14 +36,27 @@ CHECK_BANDS = {
     "hixl_a3_server": (0.30, "the HCCL comm-domain path, which adds its own per-block overhead (c 4.6 us, not 3.3)"),
 }
 
-#: DeepEP-Ascend's published combines (sgl-project/sgl-kernel-npu README and PR 176): machine,
-#: EP (PEs), tokens per rank, published GB/s, like for like (48 cores each side).
+#: DeepEP-Ascend's published combines (sgl-project/sgl-kernel-npu README and PR 176): machine, mode,
+#: EP (PEs), tokens per rank, published GB/s.
 DEEPEP = [
-    ("a3", 8, 4096, 125.0, False), ("a3", 16, 4096, 103.0, False), ("a3", 32, 4096, 95.0, True),
-    ("a3", 64, 4096, 91.0, True), ("a3", 8, 128, 116.0, False), ("a3", 16, 128, 109.0, False),
-    ("a3", 32, 128, 97.0, True), ("a2", 8, 256, 66.35, False),
+    ("a3", "normal", 8, 4096, 125.0), ("a3", "normal", 16, 4096, 103.0), ("a3", "normal", 32, 4096, 95.0),
+    ("a3", "normal", 64, 4096, 91.0), ("a3", "normal", 128, 4096, 81.0),
+    ("a3", "low-latency", 8, 128, 116.0), ("a3", "low-latency", 16, 128, 109.0), ("a3", "low-latency", 32, 128, 97.0),
+    ("a2", "low-latency", 8, 256, 66.35),
 ]
-NOMINAL_FACTOR = 1.5
+#: The target: published / modelled within 25 % either way, like for like (the closest structure).
+TARGET = 1.25
+#: What the closest structure reaches, published / nominal (docs/timing-model.md#11-validation): A3
+#: normal 1.30-1.81 (the model 1.3-1.8x optimistic, more so the larger the EP: target not met),
+#: A3 low-latency 0.89-1.02 (within the target), A2 low-latency 1.79 (not met).
+REACHED = {("a3", "normal"): (1.30, 1.81), ("a3", "low-latency"): (0.89, 1.03), ("a2", "low-latency"): (1.79, 1.80)}
+#: The reference's structure where it has 32 or more cores: published / nominal reached.
+REFERENCE_REACHED = (1.04, 1.75)
+
+
+def closest(machine: str) -> str:
+    """The lab setting closest to DeepEP-Ascend's structure: every AIV of the die (48 on A3, 40 on A2)."""
+    return f"c{min(load_model(machine).aiv_cores, 48) // 8}"
 
 
 def corner(model, fast: bool):
@@ -83,25 +98,57 @@ def test_held_out_one_stream_tables_are_priced_within_their_band(table):
 
 
 @functools.lru_cache(maxsize=None)
-def priced(machine: str, ep: int, tokens: int) -> tuple[float, float, float]:
-    """full_op of the slowest PE (us), classic, at the nominal values, the fast and the slow corner.
+def priced(machine: str, ep: int, tokens: int, settings: str = "reference") -> tuple[float, float, float]:
+    """full_op of the slowest PE (us), classic under ``settings``, at the nominal values, the fast and
+    the slow corner (a time, not a ratio: monotone in each parameter, so the corners bound it).
     Routing: top-8 of 256 experts, distinct and uniform per token (DeepEP-Ascend's test draws)."""
     m = load_model(machine)
     spec = CaseSpec(pes=ep, bs=tokens, h=7168, topk=8, expert_per_pe=256 // ep, dtype="float16_t", routing="zipf:0")
-    rows = case_rows(make_case(spec), m.soc)
+    rows = case_rows(make_case(spec), m.soc).with_settings(settings)
     mask = rows.sdma("classic", 0)
     return tuple(float(replay(rows, mask, mm).core_max("full_op").max())
                  for mm in (m, corner(m, True), corner(m, False)))
 
 
-@pytest.mark.parametrize("machine, ep, tokens, gbps, like", DEEPEP,
-                         ids=[f"{m}-EP{e}-{t}tok" for m, e, t, _, _ in DEEPEP])
-def test_deepep_ascend_published_combines_within_their_band(machine, ep, tokens, gbps, like):
-    published = tokens * 8 * 7168 * 2 / (gbps * 1e3)
+def published_us(tokens: int, gbps: float) -> float:
+    return tokens * 8 * 7168 * 2 / (gbps * 1e3)
+
+
+def marks(ep: int):
+    return [pytest.mark.slow] if ep >= 128 else []
+
+
+ROWS = [pytest.param(*r, id=f"{r[0]}-{r[1]}-EP{r[2]}", marks=marks(r[2])) for r in DEEPEP]
+
+
+@pytest.mark.parametrize("machine, mode, ep, tokens, gbps", ROWS)
+def test_deepep_ascend_like_for_like_with_the_closest_structure(machine, mode, ep, tokens, gbps):
+    published = published_us(tokens, gbps)
+    nominal, fast, slow = priced(machine, ep, tokens, closest(machine))
+    assert fast < nominal < slow and fast <= published <= slow, (published, fast, slow)
+    lo, hi = REACHED[machine, mode]
+    assert lo <= published / nominal <= hi, (published, nominal)
+    if mode == "low-latency" and machine == "a3":  # the target met: within 25 %
+        assert 1 / TARGET <= published / nominal <= TARGET
+
+
+@pytest.mark.parametrize("machine, mode, ep, tokens, gbps", ROWS)
+def test_deepep_ascend_with_the_reference_structure(machine, mode, ep, tokens, gbps):
+    published = published_us(tokens, gbps)
     nominal, fast, slow = priced(machine, ep, tokens)
     assert fast < nominal < slow
-    if like:
+    if ep >= 32:  # 32 or 48 cores against 48: near; the published time within the box
         assert fast <= published <= slow, (published, fast, slow)
-        assert 1 / NOMINAL_FACTOR <= published / nominal <= NOMINAL_FACTOR, (published, nominal)
+        assert REFERENCE_REACHED[0] <= published / nominal <= REFERENCE_REACHED[1], (published, nominal)
     else:  # the lab's min(pes, 48) cores against DeepEP-Ascend's 48: the lab's kernel is the slower
         assert nominal > published, (published, nominal)
+
+
+@pytest.mark.slow
+def test_the_ep8_to_ep128_trend():
+    """Published normal-mode time grows 1.54x from EP8 to EP128; the closest structure's 1.11x: the
+    trend is missed by 28 % (target 25 %): the model has no shared limit that grows with the EP."""
+    pub = published_us(4096, 81.0) / published_us(4096, 125.0)
+    model = priced("a3", 128, 4096, "c6")[0] / priced("a3", 8, 4096, "c6")[0]
+    assert round(pub, 3) == 1.543 and 1.11 <= model <= 1.12
+    assert 1.37 <= pub / model <= 1.39  # NOT within TARGET

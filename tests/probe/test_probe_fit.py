@@ -106,6 +106,43 @@ def test_one_row_size_cannot_split_the_mte_put_and_calibrate_exits_1_naming_it(t
     load_model(tmp_path / "m.toml")  # a model suggest can use
 
 
+def test_calibrate_refuses_the_twins_data_for_an_npu_model_and_another_socs(tmp_path, capsys):
+    """The field report: a probe on the twin, then calibrate --model a3, wrote an "Atlas A3" model."""
+    twin = [dataclasses.replace(r, target="cpu", soc="Ascend910B3") for r in synthetic()]
+    path = write_probe_csv(tmp_path / "twin.csv", twin)
+    rc = main(["calibrate", str(path), "--model", "a3", "--free", "quiet_us,wait_us,flag_us",
+               "--out", str(tmp_path / "m.toml")])
+    out = capsys.readouterr().out
+    assert rc == 1 and not (tmp_path / "m.toml").exists()
+    assert out.splitlines()[0] == (
+        f"calibrate: refused: {path} was measured on the CPU twin (target cpu, SoC Ascend910B3); model a3 models an "
+        "NPU (Ascend910_9391): its times are not that machine's; calibrate --model host (the twin's model)")
+    assert "calibrate: nothing fitted, nothing written (exit 1)" in out
+    a2 = [dataclasses.replace(r, soc="Ascend910B3") for r in synthetic()]  # an NPU, but an A2's SoC
+    path = write_probe_csv(tmp_path / "a2.csv", a2)
+    assert main(["calibrate", str(path), "--model", "a3", "--free", "quiet_us"]) == 1
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"calibrate: refused: {path} was measured on SoC Ascend910B3 (target npu); model a3 is of Ascend910_9391: "
+        "calibrate a model of Ascend910B3")
+
+
+def test_a_fit_outside_the_stated_range_is_refused_unless_allowed_and_the_model_names_its_data(tmp_path, capsys,
+                                                                                              monkeypatch):
+    monkeypatch.setitem(TRUE, "quiet_us", 0.0375)  # a3 states [0.2, 5]
+    path = write_probe_csv(tmp_path / "p.csv", synthetic())
+    rc = main(["calibrate", str(path), "--model", "a3", "--free", "quiet_us,wait_us", "--out", str(tmp_path / "m.toml")])
+    out = capsys.readouterr().out
+    assert rc == 1 and not (tmp_path / "m.toml").exists()
+    assert ("calibrate: quiet_us = 0.0375 is outside its stated range [0.2, 5] us: the model's own range says it "
+            "cannot be (--allow-outside-range to write it anyway)") in out
+    rc = main(["calibrate", str(path), "--model", "a3", "--free", "quiet_us,wait_us", "--allow-outside-range",
+               "--out", str(tmp_path / "m.toml")])
+    assert rc == 0, capsys.readouterr().out
+    doc = tomllib.loads((tmp_path / "m.toml").read_text())
+    assert doc["data"] == {"files": [str(path)], "target": "npu", "soc": "Ascend910_9391"}
+    assert doc["target"] == "npu" and load_model(tmp_path / "m.toml").data == doc["data"]
+
+
 def test_engines_not_saturated_are_only_a_lower_bound():
     fit = fit_probe(synthetic(cores=(1, 2)), load_model("a3"))
     e = fit.params["sdma_engines"]
