@@ -112,7 +112,7 @@ def check_settings(settings, target: str = "cpu") -> list[str]:
 def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, target: str = "cpu",
               min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES, prof_pe: int | str = 0, timeout_s: float = 120.0,
               csv_path: str | os.PathLike | None = None, progress: bool = True, kernel_source=None,
-              settings=("reference",)) -> pd.DataFrame:
+              settings=("reference",), cluster=None) -> pd.DataFrame:
     """Run classic and doubleplane on every spec under every kernel ``settings`` group, ``repeats``
     times, and tidy the results; with ``kernel_source``, your kernels beside them.
 
@@ -144,6 +144,9 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
             classic run serves ``reference`` and ``segment`` alike). Each tidy row's ``settings``
             names its group, ``variant`` the run (``doubleplane-segment-c4``); a run serving two
             groups has rows in each. Your kernels run once per case, in group ``reference``.
+        cluster: None (here, one case after another), or ``local``, ``local:N``, ``tcp://HOST:PORT``
+            or a connected :class:`combine_lab.cluster.Cluster`: each case a task on dask.distributed
+            (docs/lab.md#8-beyond-one-machine), built on its worker; the same tidy rows, in the same order.
 
     Returns:
         The tidy DataFrame (:data:`~combine_lab.results.tables.TIDY_COLUMNS`), one row per
@@ -162,13 +165,14 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
             raise ParameterError(f"{label}={v!r}: must be an int >= {lo}", parameter=label, value=v)
     entries = group_variants(list(VARIANTS), check_settings(settings, target))
-    build_mod.build(target)
+    if cluster is None:
+        build_mod.build(target)  # on a cluster each worker builds (cached by the sources' hash)
     for why in runner.refusals(target).values():  # said once; each case gets its REFUSED rows
         warnings.warn(why, stacklevel=2)
     kernels = [] if kernel_source is None else list(kernel_source) if isinstance(kernel_source, (list, tuple)) \
         else [kernel_source]
     kernels = [kernel_source_of(k) for k in kernels]  # each checked before anything runs
-    for k in kernels:
+    for k in kernels if cluster is None else []:
         build_mod.build(target, kernel=k)
     fixed = dict(repeats=int(repeats), warmup=int(warmup), loops=int(loops), target=target,
                  min_sdma_bytes=int(min_sdma_bytes), prof_pe=prof_pe, timeout_s=timeout_s)
@@ -179,7 +183,7 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
     rows: list[dict] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for o in execute(runs, progress="sweep" if progress else None, on_error="row"):
+        for o in _execute(runs, cluster, progress="sweep" if progress else None):
             groups = entries[o.run.label][2] if o.run.kernel is None else [o.row.settings]
             perf = o.perf if o.result is not None else None
             for g in groups:  # a run shared by several settings groups (classic in reference and segment)
@@ -188,6 +192,23 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
     if csv_path is not None:
         write_sweep_csv(tidy, csv_path)
     return tidy
+
+
+def _execute(runs: list[Run], cluster, progress: str | None):
+    """The harness's execute (failures as rows), or on ``cluster`` (a Cluster, or text to connect to,
+    closed after)."""
+    if cluster is None:
+        yield from execute(runs, progress=progress, on_error="row")
+        return
+    from ..cluster import Cluster, connect
+    from ..cluster import execute as on_cluster
+    own = not isinstance(cluster, Cluster)
+    cl = connect(cluster, pes=max((r.case.pes for r in runs), default=2)) if own else cluster
+    try:
+        yield from on_cluster(runs, cl, progress=progress, on_error="row")
+    finally:
+        if own:
+            cl.close()
 
 
 def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,

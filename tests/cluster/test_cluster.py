@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from pandas.testing import assert_frame_equal
 
 from conftest import host_processes, kill_tree, require, run_table, twin_segments
 
@@ -238,3 +239,14 @@ def test_a_worker_without_the_lab_is_refused_with_the_fix(dask_cluster, tmp_path
                                            r"\{'tcp://127.0.0.1:\d+': 2, 'tcp://127.0.0.1:\d+': 2\}\); start workers "
                                            rf"with `dask worker {address} --resources PE=4` \(or more\)"):
         connect(address, pes=4, log=lambda line: None)
+
+
+def test_a_sweep_on_the_cluster_has_the_serial_sweeps_rows(dask_cluster, no_leaks):
+    from combine_lab.case.grid import make_grid
+    from combine_lab.lab.sweep import run_sweep
+    grid = make_grid(pes=[2], bs=[8], h=[64, 128], topk=[2], expert_per_pe=[2], routings=["uniform", "zipf:1.2"])
+    timed = ["comm_only_us", "full_op_us", *TIMED]
+    here, there = (run_sweep(grid, loops=1, progress=False, cluster=c).drop(columns=timed)
+                   for c in (None, dask_cluster[0]))
+    assert len(here) == 16 and set(here["check"]) == {"PASS"}  # 4 cases x 2 variants x 2 metrics
+    assert_frame_equal(here, there)
