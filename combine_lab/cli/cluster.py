@@ -5,7 +5,7 @@
 
 Each case (its spec and seed, every variant and repeat on it) is one task asking for as many PE
 slots as it has PEs (:mod:`combine_lab.cluster`); the table, the summary and the perf files are
-the serial run's (docs/lab.md#7-beyond-one-machine).
+the serial run's (docs/lab.md#8-beyond-one-machine).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from ..errors import ParameterError
 LOCAL = "local"
 
 
-def add_cluster_flag(group) -> None:
-    """Add ``--cluster [local[:N] | tcp://HOST:PORT]`` to an argparse group."""
+def add_cluster_flag(group, what: str = "case", slots: str = "its -pes PE slots") -> None:
+    """Add ``--cluster [local[:N] | tcp://HOST:PORT]`` to an argparse group; ``what`` is one task."""
     group.add_argument("--cluster", nargs="?", const=LOCAL, default=None, metavar="local[:N]|tcp://HOST:PORT",
-                       help="run the cases as tasks on dask.distributed (pip install -e .[cluster]): alone or local: a "
-                            "LocalCluster here (local:N: N workers); tcp://HOST:PORT: a running `dask scheduler` whose "
-                            "workers were started with --resources PE=<n>; each case asks for its -pes PE slots "
-                            "(docs/lab.md#7-beyond-one-machine)")
+                       help=f"run each {what} as a task on dask.distributed (pip install -e .[cluster]): alone or "
+                            "local: a LocalCluster here (local:N: N workers); tcp://HOST:PORT: a running `dask "
+                            f"scheduler` whose workers were started with --resources PE=<n>; each {what} asks for "
+                            f"{slots} (docs/lab.md#8-beyond-one-machine)")
 
 
 def executor(a: argparse.Namespace, pes: int, default_ipport: str):

@@ -9,7 +9,7 @@ The worker makes the case files from the spec (the same seed gives the same file
 :func:`combine_lab.harness.execute` and returns the outcomes; the driver writes the perf CSVs and
 sidecars into its own output folders, in case order, through the one writer the serial run uses.
 A task asks for as many ``PE`` slots (dask worker resources) as the case has PEs. What travels,
-where outputs land and how to start workers: docs/lab.md#7-beyond-one-machine.
+where outputs land and how to start workers: docs/lab.md#8-beyond-one-machine.
 
 :mod:`.connect` finds or starts the cluster and refuses workers that cannot run the lab;
 :mod:`.tasks` submits, streams and cleans up.

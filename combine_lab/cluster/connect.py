@@ -4,7 +4,7 @@
 ``tcp://HOST:PORT`` (the address ``dask scheduler`` prints). Before anything is submitted every
 worker is asked to import the lab and find its toolchain (:func:`probe_text`), and one worker at
 least must offer as many ``PE`` slots (``dask worker --resources PE=<n>``) as the largest case has
-PEs; otherwise the run is refused with the fix. docs/lab.md#7-beyond-one-machine.
+PEs; otherwise the run is refused with the fix. docs/lab.md#8-beyond-one-machine.
 """
 
 from __future__ import annotations

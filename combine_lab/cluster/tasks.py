@@ -1,7 +1,7 @@
 """Tasks on a cluster: submit, stream as they finish, survive a dead worker, clean up on Ctrl-C.
 
 :func:`map_tasks` is the one loop (one task per item, ``PE`` slots each); :func:`execute` puts the
-harness's Runs on it, one task per case. What a fault becomes (docs/lab.md#7-beyond-one-machine):
+harness's Runs on it, one task per case. What a fault becomes (docs/lab.md#8-beyond-one-machine):
 
 - a worker that dies mid-task: dask runs the task once more on another worker
   (:data:`~combine_lab.cluster.connect.ALLOWED_FAILURES`); a second death makes the case's rows
@@ -60,15 +60,19 @@ class Done:
 
 def stop_pes(token: str) -> int:
     """On a worker: kill the process group of every PE (a child process of this worker) whose
-    environment carries ``token``; returns how many. Their launcher (the task's thread) sees them
+    environment carries ``token`` (a notebook task's kernel too); returns how many. Their launcher (the task's thread) sees them
     die and removes its session's /dev/shm segment and case folder, as after a failed launch."""
     import psutil
     n = 0
     for p in psutil.Process().children(recursive=True):
         try:
-            if p.environ().get(TOKEN_VAR) == token:
+            if p.environ().get(TOKEN_VAR) != token:
+                continue
+            try:
                 os.killpg(p.pid, signal.SIGKILL)  # a PE leads its own session (launch_pes)
-                n += 1
+            except ProcessLookupError:  # not a group leader: a notebook's kernel
+                p.kill()
+            n += 1
         except (psutil.Error, ProcessLookupError, PermissionError):
             continue
     return n
@@ -101,7 +105,7 @@ def map_tasks(cluster: Cluster, fn: Callable, items: Sequence, *, keys: Sequence
     from distributed import KilledWorker, wait
     client = cluster.client
     log = log or (lambda line: print(line, file=sys.stderr))
-    futures = [client.submit(fn, item, key=key, resources={"PE": int(p)}, pure=False)
+    futures = [client.submit(fn, item, key=key, resources={"PE": int(p)} if p else None, pure=False)
                for item, key, p in zip(items, keys, pes)]
     index = {f.key: i for i, f in enumerate(futures)}
     pending = set(futures)

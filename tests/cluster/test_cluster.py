@@ -1,5 +1,5 @@
 """--cluster on a real dask.distributed cluster: a scheduler and two workers started with dask's own
-CLI on 127.0.0.1, each worker with 2 PE slots (docs/lab.md#7-beyond-one-machine).
+CLI on 127.0.0.1, each worker with 2 PE slots (docs/lab.md#8-beyond-one-machine).
 
 A cluster run gives the serial run's rows, checks, sidecars, perf CSV rows and summary JSON (all
 but the times), its tasks show in the workers' logs, a worker makes the same case files from the
@@ -250,3 +250,18 @@ def test_a_sweep_on_the_cluster_has_the_serial_sweeps_rows(dask_cluster, no_leak
                    for c in (None, dask_cluster[0]))
     assert len(here) == 16 and set(here["check"]) == {"PASS"}  # 4 cases x 2 variants x 2 metrics
     assert_frame_equal(here, there)
+
+
+@pytest.mark.slow
+def test_a_notebook_runs_as_a_task_and_its_files_land_in_the_drivers_folder(dask_cluster, tmp_path, no_leaks):
+    require("papermill", "nbformat", "ipykernel", reason="needs the lab extra: bash .ci/setup")
+    from combine_lab.lab.batch import run_notebooks_on_cluster
+    params = {"03_sweep": {"bs_list": [8], "h_list": [64], "routings": ["uniform"], "repeats": 1, "loops": 1,
+                           "warmup": 0, "model_pes": 0}}
+    runs = run_notebooks_on_cluster(dask_cluster[0], tmp_path / "out", params, ["03_sweep"])
+    assert [(r.name, r.ok, r.error) for r in runs] == [("03_sweep", True, "")]
+    out = tmp_path / "out"
+    assert runs[0].output == out / "03_sweep.ipynb" and runs[0].output.is_file()
+    assert {"sweep.csv", "03_sweep.record.json", "03_sweep.ipynb"} <= {p.name for p in out.iterdir()}
+    assert runs[0].figures and all(p.parent == out and p.is_file() for p in runs[0].figures)
+    assert json.loads((out / "03_sweep.record.json").read_text())["all_pass"] is True
