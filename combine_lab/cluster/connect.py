@@ -88,6 +88,7 @@ class Cluster:
     local: object = None
     workers: dict = field(default_factory=dict)
     dashboard: str = ""
+    quieted: dict = field(default_factory=dict)  # logger -> level before: restored by close()
 
     def __enter__(self) -> "Cluster":
         return self
@@ -101,6 +102,9 @@ class Cluster:
             self.client.close(timeout=10)
         except Exception:  # a scheduler already gone: nothing to close
             pass
+        for name, level in self.quieted.items():
+            logging.getLogger(name).setLevel(level)
+        self.quieted = {}
         if self.local is not None:
             self.local.close(timeout=30)
             from ..run.launch import remove_orphans
@@ -142,9 +146,17 @@ def connect(text: str, pes: int = 2, log=None) -> Cluster:
                                f"({type(e).__name__}); start one with `dask scheduler` and workers with "
                                f"`dask worker {address} --resources PE=<n>`", parameter="cluster",
                                value=address) from None
-    cluster = Cluster(client, address, local)
+    # the client's own tracebacks when the scheduler goes away say less than the line the run prints
+    quiet = {name: logging.getLogger(name).level for name in ("distributed.client", "distributed.utils")}
+    for name in quiet:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    cluster = Cluster(client, address, local, quieted=quiet)
     try:
         _check_workers(cluster, int(pes))
+    except OSError as e:  # the scheduler stopped answering while the workers were asked
+        cluster.close()
+        raise ClusterError(f"--cluster {address}: the dask scheduler stopped answering ({e}); is it still "
+                           "running?", parameter="cluster", value=address) from None
     except BaseException:
         cluster.close()
         raise

@@ -102,7 +102,9 @@ def map_tasks(cluster: Cluster, fn: Callable, items: Sequence, *, keys: Sequence
     early (Ctrl-C, an error, the caller stops iterating) the remaining tasks are cancelled and those
     PEs killed on every worker. ``log``: where the scheduler's loss is said (default stderr).
     """
+    from asyncio import CancelledError
     from distributed import KilledWorker, wait
+    from distributed.client import FuturesCancelledError
     client = cluster.client
     log = log or (lambda line: print(line, file=sys.stderr))
     futures = [client.submit(fn, item, key=key, resources={"PE": int(p)} if p else None, pure=False)
@@ -118,6 +120,8 @@ def map_tasks(cluster: Cluster, fn: Callable, items: Sequence, *, keys: Sequence
                 done, pending = wait(pending, timeout=1.0, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 done = set()
+            except (FuturesCancelledError, CancelledError, OSError):  # the client gave up on the scheduler
+                break
             lost = {f for f in done if f.status == "cancelled"}  # cancelled by no one here: the scheduler is gone
             pending |= lost
             done -= lost
@@ -142,9 +146,9 @@ def map_tasks(cluster: Cluster, fn: Callable, items: Sequence, *, keys: Sequence
                 else:
                     yield Done(index[f.key], error=exc)
         if pending:  # the scheduler went away: the tasks not finished get rows that say so
-            log(f"combine-lab: error: the dask scheduler at {cluster.address} went away (no answer for "
-                f"{GONE_S:g} s); {len(futures) - len(pending)} of {len(futures)} tasks had finished and keep "
-                "their rows, the rest are ERROR rows")
+            log(f"combine-lab: error: the dask scheduler at {cluster.address} went away (the client could not "
+                f"reconnect); {len(futures) - len(pending)} of {len(futures)} tasks had finished and keep their "
+                "rows, the rest are ERROR rows")
             for f in sorted(pending, key=lambda f: index[f.key]):
                 yield Done(index[f.key], fault=f"the dask scheduler at {cluster.address} went away before this "
                                                "task finished")
