@@ -111,9 +111,11 @@ class Cluster:
             remove_orphans()  # a worker killed mid-case left its session's segment
 
 
-def connect(text: str, pes: int = 2, log=None) -> Cluster:
+def connect(text: str, pes: int = 2, log=None, timeout_s: float = CONNECT_TIMEOUT_S) -> Cluster:
     """Start or reach the cluster ``text`` names (:func:`parse_cluster`) and check that it can run a
-    case of ``pes`` PEs; print the dashboard link through ``log`` (default: stderr).
+    case of ``pes`` PEs; print the dashboard link through ``log`` (default: stderr). ``timeout_s``:
+    how long to wait for the scheduler and its first worker, and for the scheduler to come back
+    when it goes away mid-run (then the run ends: docs/lab.md#8-beyond-one-machine).
 
     A LocalCluster (``local[:N]``) listens on 127.0.0.1 only; each of its N worker processes gets
     ``max(pes, cpus // N)`` PE slots and as many threads (one case per slot budget at once).
@@ -140,9 +142,9 @@ def connect(text: str, pes: int = 2, log=None) -> Cluster:
     else:
         address = where
         try:
-            client = Client(address, timeout=CONNECT_TIMEOUT_S)
+            client = Client(address, timeout=timeout_s)
         except (OSError, TimeoutError) as e:
-            raise ClusterError(f"--cluster {address}: no dask scheduler answers there within {CONNECT_TIMEOUT_S:g} s "
+            raise ClusterError(f"--cluster {address}: no dask scheduler answers there within {timeout_s:g} s "
                                f"({type(e).__name__}); start one with `dask scheduler` and workers with "
                                f"`dask worker {address} --resources PE=<n>`", parameter="cluster",
                                value=address) from None
@@ -152,7 +154,7 @@ def connect(text: str, pes: int = 2, log=None) -> Cluster:
         logging.getLogger(name).setLevel(logging.CRITICAL)
     cluster = Cluster(client, address, local, quieted=quiet)
     try:
-        _check_workers(cluster, int(pes))
+        _check_workers(cluster, int(pes), timeout_s)
     except OSError as e:  # the scheduler stopped answering while the workers were asked
         cluster.close()
         raise ClusterError(f"--cluster {address}: the dask scheduler stopped answering ({e}); is it still "
@@ -174,13 +176,13 @@ def _has_dashboard(client) -> bool:
         return False
 
 
-def _check_workers(cluster: Cluster, pes: int) -> None:
+def _check_workers(cluster: Cluster, pes: int, timeout_s: float) -> None:
     """Every worker imports the lab (one version) and one has ``pes`` PE slots, or ClusterError."""
     client = cluster.client
     try:
-        client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+        client.wait_for_workers(1, timeout=timeout_s)
     except TimeoutError:
-        raise ClusterError(f"--cluster {cluster.address}: no worker joined within {CONNECT_TIMEOUT_S:g} s; start one "
+        raise ClusterError(f"--cluster {cluster.address}: no worker joined within {timeout_s:g} s; start one "
                            f"with `dask worker {cluster.address} --resources PE={pes}`", parameter="cluster",
                            value=cluster.address) from None
     space: dict = {"__name__": "combine_lab_worker_probe"}

@@ -265,3 +265,53 @@ def test_a_notebook_runs_as_a_task_and_its_files_land_in_the_drivers_folder(dask
     assert {"sweep.csv", "03_sweep.record.json", "03_sweep.ipynb"} <= {p.name for p in out.iterdir()}
     assert runs[0].figures and all(p.parent == out and p.is_file() for p in runs[0].figures)
     assert json.loads((out / "03_sweep.record.json").read_text())["all_pass"] is True
+
+
+def _start(tmp: Path, *, pe_slots: int = 2) -> tuple[str, subprocess.Popen, subprocess.Popen]:
+    """A scheduler and one worker of our own (address, scheduler, worker), for a test that kills one."""
+    sched_file = tmp / "scheduler.json"
+    sched = subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
+                              "--no-dashboard", "--scheduler-file", str(sched_file)], env=_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not sched_file.is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    address = json.loads(sched_file.read_text())["address"]
+    worker = subprocess.Popen([sys.executable, "-m", "dask", "worker", address, "--nthreads", "2", "--resources",
+                               f"PE={pe_slots}", "--host", "127.0.0.1", "--no-dashboard", "--death-timeout", "5"],
+                              env=_env(), stdout=subprocess.DEVNULL, stderr=open(tmp / "worker.log", "w"))
+    return address, sched, worker
+
+
+@pytest.mark.slow
+def test_a_lost_scheduler_keeps_the_rows_so_far(tmp_path, capsys, twin_binary):
+    from combine_lab.run.launch import remove_orphans
+    address, sched, worker = _start(tmp_path)
+    try:
+        quick = CaseSpec(pes=2, bs=8, h=64, topk=2, expert_per_pe=2)
+        slow = CaseSpec(pes=2, bs=16, h=64, topk=2, expert_per_pe=2)
+        runs = [Run(quick, v) for v in ("classic", "doubleplane")]
+        runs += [Run(slow, v, warmup=0, loops=100000) for v in ("classic", "doubleplane")]  # still running when killed
+        outcomes = []
+        with connect(address, pes=2, log=lambda line: None, timeout_s=3) as cluster:
+            for o in execute(runs, cluster, ordered=False):
+                outcomes.append(o)
+                if len(outcomes) == 2:  # the quick case is in: the scheduler goes
+                    sched.kill()
+        err = capsys.readouterr().err
+        assert [(o.row.case_id, o.row.variant, o.row.check) for o in outcomes] == [
+            ("shape_8_64_2_4_2", "classic", "PASS"), ("shape_8_64_2_4_2", "doubleplane", "PASS"),
+            ("shape_16_64_2_4_2", "classic", "ERROR"), ("shape_16_64_2_4_2", "doubleplane", "ERROR")]
+        assert outcomes[2].row.reason == f"the dask scheduler at {address} went away before this task finished"
+        assert (f"combine-lab: error: the dask scheduler at {address} went away (the client could not reconnect); "
+                "1 of 2 tasks had finished and keep their rows, the rest are ERROR rows") in err
+        worker.kill()  # its slow case still runs: the PEs die with their launcher
+        worker.wait(timeout=30)
+    finally:
+        _stop(worker)
+        _stop(sched)
+    deadline = time.monotonic() + 10  # the killed worker's PEs get SIGKILL from the kernel (PR_SET_PDEATHSIG)
+    while host_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    remove_orphans()  # what they left in /dev/shm: that machine's next run removes it
+    assert not host_processes() and not twin_segments()
