@@ -107,14 +107,16 @@ def map_tasks(cluster: Cluster, fn: Callable, items: Sequence, *, keys: Sequence
     from distributed.client import FuturesCancelledError
     client = cluster.client
     log = log or (lambda line: print(line, file=sys.stderr))
-    futures = [client.submit(fn, item, key=key, resources={"PE": int(p)} if p else None, pure=False)
-               for item, key, p in zip(items, keys, pes)]
-    index = {f.key: i for i, f in enumerate(futures)}
-    pending = set(futures)
-    bar = progress_bar(range(len(futures)), progress, disable=progress is None, unit=unit)
+    # the bar first: making it may import IPython (seconds), and a Ctrl-C then must find nothing sent yet
+    bar = progress_bar(range(len(items)), progress, disable=progress is None, unit=unit)
+    futures: list = []
     away_since = None
     finished = False
     try:
+        for item, key, p in zip(items, keys, pes):
+            futures.append(client.submit(fn, item, key=key, resources={"PE": int(p)} if p else None, pure=False))
+        index = {f.key: i for i, f in enumerate(futures)}
+        pending = set(futures)
         while pending:
             try:
                 done, pending = wait(pending, timeout=1.0, return_when="FIRST_COMPLETED")

@@ -315,3 +315,37 @@ def test_a_lost_scheduler_keeps_the_rows_so_far(tmp_path, capsys, twin_binary):
         time.sleep(0.1)
     remove_orphans()  # what they left in /dev/shm: that machine's next run removes it
     assert not host_processes() and not twin_segments()
+
+
+def test_ctrl_c_cancels_every_task_and_leaves_nothing_on_the_workers(dask_cluster, tmp_path, no_leaks):
+    address = dask_cluster[0]
+    cmd = [sys.executable, "-m", "combine_lab", "compare", "-pes", "2", "--bs-list", "8,16,32", "-h", "64", "-topk",
+           "2", "--perf", "--repeats", "1", "--warmup", "0", "--loops", "100000", "--output-dir",
+           str(tmp_path / "out"), "--cluster", address]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_run_pes()) < 4 and time.monotonic() < deadline:  # two cases running, one queued
+            time.sleep(0.05)
+        assert len(_run_pes()) == 4
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 130, err
+    assert "combine-lab: interrupted; nothing of the run is left" in err, err
+    assert not _run_pes(), err
+    assert not (tmp_path / "out" / "combine_lab_summary.json").exists()
+
+
+def _run_pes() -> list[int]:
+    """PEs of a cluster run (their environment carries the run's token) alive now."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if (p.info["cmdline"] or [""])[0].endswith("combine_host") and TOKEN_VAR in p.environ() \
+                    and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
