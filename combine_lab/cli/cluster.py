@@ -41,6 +41,10 @@ def executor(a: argparse.Namespace, pes: int, default_ipport: str):
     text = getattr(a, "cluster", None)
     if text is None:
         return execute
+    if getattr(a, "clock", "wall") != "wall" and not getattr(a, "kernel_source", None):
+        print(f"combine-lab: note: --cluster {text} not used: a timing model prices a case in milliseconds, here "
+              "(nothing to send)", file=sys.stderr)
+        return execute
     if a.work_dir is not None:
         raise ParameterError(f"--work-dir={a.work_dir}: with --cluster each worker makes its cases' files in its own "
                              "temporary folder (what travels is the spec and seed)", parameter="cluster", value=text)

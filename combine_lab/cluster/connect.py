@@ -97,8 +97,13 @@ class Cluster:
         self.close()
 
     def close(self) -> None:
-        """Disconnect; stop a LocalCluster and remove what dead launchers left on this machine."""
+        """Disconnect; stop a LocalCluster. What launchers that died (a killed worker) left on each
+        worker's machine (/dev/shm segments, case folders) is removed first, and on this machine after
+        a LocalCluster stops (:func:`combine_lab.run.launch.remove_orphans`)."""
+        from ..run.launch import remove_orphans
         try:
+            if self.client.status == "running":
+                self.client.run(remove_orphans, on_error="ignore")
             self.client.close(timeout=10)
         except Exception:  # a scheduler already gone: nothing to close
             pass
@@ -107,7 +112,6 @@ class Cluster:
         self.quieted = {}
         if self.local is not None:
             self.local.close(timeout=30)
-            from ..run.launch import remove_orphans
             remove_orphans()  # a worker killed mid-case left its session's segment
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -186,19 +187,27 @@ def test_a_killed_workers_case_is_rescheduled(dask_cluster, no_leaks):
         outcomes = []
         for o in _killing(execute(runs, cluster), kill_the_worker_of_a_pe, killed):
             outcomes.append(o)
-    assert killed, "no PE of the case was seen running"
-    assert [(o.row.variant, o.row.check) for o in outcomes] == [("classic", "PASS"), ("doubleplane", "PASS")]
-    assert log.read_text().count("combine_lab: case shape_8_64_2_4_2 (classic, doubleplane) started") >= 2
-    assert workers.poll() is None  # the nanny restarted the killed worker
+        assert killed, "no PE of the case was seen running"
+        assert [(o.row.variant, o.row.check) for o in outcomes] == [("classic", "PASS"), ("doubleplane", "PASS")]
+        assert log.read_text().count("combine_lab: case shape_8_64_2_4_2 (classic, doubleplane) started") >= 2
+        assert workers.poll() is None  # the nanny restarted the killed worker
+        # killed again on the worker it was rescheduled to: its rows say so, naming that worker
+        killed.clear()
+        cluster.client.wait_for_workers(2, timeout=60)
+        outcomes = list(_killing(execute(runs, cluster), kill_the_worker_of_a_pe, killed, times=2))
+    assert len(killed) == 2
+    assert [(o.row.variant, o.row.check) for o in outcomes] == [("classic", "ERROR"), ("doubleplane", "ERROR")]
+    assert re.fullmatch(r"worker tcp://127\.0\.0\.1:\d+ died running this case, and so did the worker it was "
+                        r"rescheduled to \(2 workers in all\); see their logs", outcomes[0].row.reason)
 
 
-def _killing(outcomes, kill, killed):
-    """Iterate ``outcomes`` (a generator) while another thread calls ``kill`` until it killed once."""
+def _killing(outcomes, kill, killed, times: int = 1):
+    """Iterate ``outcomes`` (a generator) while another thread calls ``kill`` until it killed ``times``."""
     import threading
     stop = threading.Event()
 
     def watch():
-        while not stop.is_set() and not killed:
+        while not stop.is_set() and len(killed) < times:
             kill()
             time.sleep(0.02)
     t = threading.Thread(target=watch, daemon=True)
