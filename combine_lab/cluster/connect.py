@@ -137,7 +137,7 @@ def connect(text: str, pes: int = 2, log=None, timeout_s: float = CONNECT_TIMEOU
     dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES})
     local = None
     if kind == "local":
-        slots = max(int(pes), (os.cpu_count() or 2) // int(where))
+        slots = max(1, int(pes), (os.cpu_count() or 2) // int(where))
         local = LocalCluster(n_workers=int(where), threads_per_worker=slots, processes=True, host="127.0.0.1",
                              dashboard_address="127.0.0.1:0", resources={"PE": slots},
                              silence_logs=logging.ERROR)

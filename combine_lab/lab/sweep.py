@@ -212,7 +212,7 @@ def _execute(runs: list[Run], cluster, progress: str | None):
 
 
 def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
-               settings: str | None = None) -> pd.DataFrame:
+               settings: str | None = None, cluster=None, chunk: int = 200) -> pd.DataFrame:
     """The cases of a sweep priced on ``model`` instead of run (:mod:`combine_lab.model`): for each,
     classic and doubleplane (the rule at ``min_sdma_bytes``) replayed from the kernel's operation
     stream, and the what-if of one SDMA call per segment (one descriptor per MiB of a segment laid
@@ -230,6 +230,10 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
     full_op's are its point; NaN where the model gives no range for these settings (the what-if
     columns likewise where it prices no what-if for them).
 
+    ``cluster``: None (priced in this process, the default: milliseconds a case), or as
+    :func:`run_sweep`'s: the cases priced in tasks of ``chunk`` cases each, no PE slots asked
+    (docs/lab.md#8-beyond-one-machine); the same rows in the same order.
+
     Raises:
         ParameterError: a bad settings label; :class:`~combine_lab.lab.pricing.NotModelled` (one)
             when the model does not price these settings yet.
@@ -237,6 +241,8 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
     if isinstance(specs, Grid):
         specs = specs.specs
     group = check_settings([settings or "reference"], target="model")[0]
+    if cluster is not None:
+        return _model_grid_on(cluster, list(specs), model, min_sdma_bytes, group, int(chunk))
     st = {v: s for v, s, _ in group_variants(list(VARIANTS), [group]).values()}
     out = []
     nan = float("nan")
@@ -273,6 +279,37 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
                     "model": model.name, "caption": model.caption()})
         out.append(rec)
     return pd.DataFrame(out, columns=MODELLED_COLUMNS)
+
+
+def _model_chunk(work) -> pd.DataFrame:
+    specs, model, min_sdma_bytes, group = work
+    return model_grid(specs, model, min_sdma_bytes, group)
+
+
+def _model_grid_on(cluster, specs: list, model: NpuModel, min_sdma_bytes: int, group: str, chunk: int) -> pd.DataFrame:
+    """:func:`model_grid` with the cases in tasks of ``chunk`` on ``cluster`` (a Cluster, or text to
+    connect to, closed after); a task's error (NotModelled) is raised here."""
+    from ..cluster import Cluster, ClusterError, connect, map_tasks
+    if chunk < 1:
+        raise ParameterError(f"chunk={chunk!r}: must be an int >= 1", parameter="chunk", value=chunk)
+    own = not isinstance(cluster, Cluster)
+    cl = connect(cluster, pes=0) if own else cluster
+    parts = [specs[i:i + chunk] for i in range(0, len(specs), chunk)]
+    frames: dict[int, pd.DataFrame] = {}
+    try:
+        work = [(p, model, min_sdma_bytes, group) for p in parts]
+        keys = [f"combine_lab-model-{model.name}-{group}-{i}" for i in range(len(parts))]
+        for d in map_tasks(cl, _model_chunk, work, keys=keys, pes=[0] * len(parts), progress=None):
+            if d.error is not None:
+                raise d.error
+            if d.fault:
+                raise ClusterError(f"model_grid: {d.fault}", parameter="cluster", value=str(cl.address))
+            frames[d.index] = d.value
+    finally:
+        if own:
+            cl.close()
+    return pd.concat([frames[i] for i in range(len(parts))], ignore_index=True) if parts else \
+        pd.DataFrame(columns=MODELLED_COLUMNS)
 
 
 def model_settings(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,

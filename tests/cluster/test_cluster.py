@@ -358,3 +358,15 @@ def _run_pes() -> list[int]:
         except psutil.Error:
             continue
     return out
+
+
+def test_a_modelled_grid_priced_in_tasks_is_the_one_priced_here(dask_cluster):
+    from combine_lab.case.grid import make_grid
+    from combine_lab.lab.sweep import model_grid
+    from combine_lab.model import load_model
+    grid = make_grid(pes=[2, 8], bs=[64, 512], h=[7168], topk=[2], expert_per_pe=[2], routings=["zipf:1.2"])
+    model = load_model("a3")
+    here = model_grid(grid, model)
+    there = model_grid(grid, model, cluster=dask_cluster[0], chunk=3)  # two tasks: 3 cases and 1
+    assert len(here) == 4 and (here["sdma_share"] > 0).any()
+    assert_frame_equal(here, there)
