@@ -370,3 +370,28 @@ def test_a_modelled_grid_priced_in_tasks_is_the_one_priced_here(dask_cluster):
     there = model_grid(grid, model, cluster=dask_cluster[0], chunk=3)  # two tasks: 3 cases and 1
     assert len(here) == 4 and (here["sdma_share"] > 0).any()
     assert_frame_equal(here, there)
+
+
+def test_cluster_local_needs_no_address(tmp_path, capsys, no_leaks):
+    """--cluster local:1: a LocalCluster of one worker here, started and stopped by the run."""
+    assert main(["compare", "-pes", "2", "-bs", "8", "-h", "64", "-topk", "2", "--cluster", "local:1"]) == 0
+    out, err = capsys.readouterr()
+    assert [r[:4] for r in run_table(out)] == [["shape_8_64_2_4_2", "uniform", v, "PASS"]
+                                               for v in ("classic", "doubleplane")]
+    assert re.search(r"combine-lab: cluster tcp://127\.0\.0\.1:\d+: 1 worker\(s\), PE slots \d+; ", err)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cluster", "local:0"], "--cluster='local:0': must be local, local:N (N >= 1 workers here) or "
+                               "tcp://HOST:PORT (a dask scheduler's address)"),
+    (["--cluster", "udp://x:1"], "--cluster='udp://x:1': must be local, local:N (N >= 1 workers here) or "
+                                 "tcp://HOST:PORT (a dask scheduler's address)"),
+    (["--cluster", "--work-dir", "WORK"], "--work-dir=WORK: with --cluster each worker makes its cases' "
+                                          "files in its own temporary folder (what travels is the spec and seed)"),
+])
+def test_a_bad_cluster_flag_is_refused_before_anything_runs(argv, message, tmp_path, capsys, monkeypatch):
+    import combine_lab.cluster.connect as connect_mod
+    monkeypatch.setattr(connect_mod, "LocalCluster", None, raising=False)  # nothing may start
+    argv = [str(tmp_path / "w") if a == "WORK" else a for a in argv]
+    assert main(["run", "-pes", "2", "-bs", "8", "-h", "64", *argv]) == 2
+    assert capsys.readouterr().err.strip().replace(str(tmp_path / "w"), "WORK") == f"combine-lab: error: {message}"
