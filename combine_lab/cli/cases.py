@@ -32,7 +32,7 @@ from ..values import as_list
 from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
 from ..planning.settings import group_variants
-from ..harness import BASELINE, WALL, Outcome, Run, execute
+from ..harness import BASELINE, WALL, Outcome, Run
 from ..results.rows import ERROR, FAIL, METRICS, ResultRow, modelled_verdict
 from ..results.tables import summarize, tidy_rows
 from ..run.build import VariantRefused
