@@ -78,6 +78,7 @@ seed: int = 42
 csv_name: str = "sweep.csv"
 model: str = "a2"                      # the machine the modelled section prices the cases on (a2, a3)
 model_pes: int = 8                     # also model the same grid at this many PEs (0: only the cases above)
+cluster: "Optional[str]" = None        # None: here; local, local:N or tcp://HOST:PORT: cases as dask tasks (docs/lab.md)
 
 # %%
 # Parameters given as text (papermill -r, -p strings, YAML) become their declared types, or stop here.
@@ -138,7 +139,8 @@ if with_sdma == 0:
 # %%
 csv_path = out / csv_name
 tidy = sweep.run_sweep(grid, warmup=int(warmup), loops=int(loops), repeats=int(repeats), target=target,
-                       min_sdma_bytes=int(min_sdma_bytes), prof_pe=prof, csv_path=csv_path, settings=groups)
+                       min_sdma_bytes=int(min_sdma_bytes), prof_pe=prof, csv_path=csv_path, settings=groups,
+                       cluster=cluster)
 print(f"{len(tidy)} rows -> {csv_path}")
 display(tidy.head(4))
 

@@ -19,7 +19,8 @@ PACKAGE = ROOT / "combine_lab"
 
 #: The stages, in the order of the flow; a module may import its own stage and those before it.
 #: errors, params and folders serve every stage; the top-level __init__ and __main__ sit above all.
-LAYERS = ["errors", "values", "folders", "case", "formats", "planning", "run", "model", "results", "harness", "lab", "cli"]
+LAYERS = ["errors", "values", "folders", "case", "formats", "planning", "run", "model", "results", "harness", "cluster",
+          "lab", "cli"]
 
 
 def module_name(path: Path) -> str:

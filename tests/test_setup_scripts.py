@@ -85,9 +85,9 @@ def test_main_setup_installs_the_package_and_the_lab_and_nothing_else(fake, tmp_
 def test_test_setup_adds_the_test_extra(fake):
     status, out, calls = fake(".ci/setup", "--test")
     assert status == 0, out
-    assert calls == [f"{PIP} -e .[lab,test]", KERNEL]
+    assert calls == [f"{PIP} -e .[lab,test,cluster]", KERNEL]
     assert "C++ toolchain present (g++, clang, cmake, ninja; chromium for the browser tests)" in out
-    assert "pip install -e .[lab,test] (the package, pytest, playwright; lab: JupyterLab, papermill, ipywidgets, voila)" \
+    assert "pip install -e .[lab,test,cluster] (the package, pytest, playwright, dask; lab: JupyterLab, papermill, ipywidgets, voila)" \
         in out
 
 
@@ -114,7 +114,7 @@ def test_baseline_setup_installs_a_local_cpu_only_torch_first(fake):
     if want is None:
         pytest.skip("the fake wheels are for Python 3.11")
     assert calls[0] == "-m pip config list"
-    assert calls[1:] == [f"{PIP} {want}", f"{PIP} -e .[lab,test,baseline]", KERNEL]
+    assert calls[1:] == [f"{PIP} {want}", f"{PIP} -e .[lab,test,cluster,baseline]", KERNEL]
     assert f"pip install {want} (CPU-only torch for the baseline, a local wheel)" in out
 
 
@@ -135,7 +135,7 @@ def test_ci_installs_what_the_tests_need_and_fails_when_pytest_collects_nothing(
     assert status == 0, out
     # the whole suite, an extra that did not install failing its tests rather than skipping them
     assert calls[-2:] == ["-m pytest -q -p no:cacheprovider -n 2 --dist loadgroup", "pytest with COMBINE_LAB_REQUIRE_EXTRAS=1"]
-    assert f"{PIP} -e .[lab,test,baseline]" in calls and KERNEL in calls
+    assert f"{PIP} -e .[lab,test,cluster,baseline]" in calls and KERNEL in calls
     status, out, calls = fake(".ci/run", FAKE_PYTEST_STATUS="5")  # exit 5: no tests collected
     assert status == 1 and "CI: pytest collected no tests" in out
     status, _, _ = fake(".ci/run", FAKE_PYTEST_STATUS="1")

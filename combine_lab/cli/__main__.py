@@ -4,4 +4,5 @@ import sys
 
 from . import main
 
-sys.exit(main())
+if __name__ == "__main__":  # a LocalCluster's worker processes (spawned) import this module too
+    sys.exit(main())

@@ -32,7 +32,7 @@ from ..values import as_list
 from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
 from ..planning.settings import group_variants
-from ..harness import BASELINE, WALL, Outcome, Run, execute
+from ..harness import BASELINE, WALL, Outcome, Run
 from ..results.rows import ERROR, FAIL, METRICS, ResultRow, modelled_verdict
 from ..results.tables import summarize, tidy_rows
 from ..run.build import VariantRefused
@@ -42,6 +42,7 @@ from ..formats import summaries
 from ..formats.perf_csv import (counters_name, gib_per_s, perf_summary_name, rank_files, staged_outputs,
                                 variant_dir, write_summary_csv)
 from ..run.runner import RunResult, refusals
+from .cluster import add_cluster_flag, executor
 
 
 #: SHMEM's bootstrap address when -ipport is not given (docs/cli.md#2-case-flags).
@@ -145,6 +146,7 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
                         "the table says 'modelled on NAME', perf CSVs go to <output-dir>-model-NAME")
     r.add_argument("--model", dest="clock", type=lambda t: f"model:{t}", metavar="NAME",
                    help="the same as --clock model:NAME (as suggest and calibrate spell it)")
+    add_cluster_flag(r)
     p.add_argument("--help", action="help", help="show this help and exit")
 
 
@@ -495,6 +497,7 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
         if baseline:
             runs.append(Run(spec, BASELINE, warmup=a.warmup, loops=a.loops, target=a.target, timeout_s=a.timeout,
                             fnpu=a.fnpu))
+    run_all = executor(a, max(s.pes for s in specs), DEFAULT_IPPORT)  # --cluster: connected and checked now
     outcomes: list[Outcome] = []
     outs = [base, *written.values()] if a.perf else []
     works = [a.work_dir] if a.work_dir is not None else []
@@ -505,7 +508,7 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     with own_folders(outs, "--output-dir"), own_folders(works, "--work-dir"):
         with staged_outputs(written, removed, rules) as stage, warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a refusal was said once above; each case shows it as a row
-            for o in execute(runs, progress="model" if model is not None else "combine",
+            for o in run_all(runs, progress="model" if model is not None else "combine",
                              ipport=None if model is not None else bootstrap_addresses(a.ipport), work_dir=a.work_dir,
                              outputs=stage if a.perf else None):
                 outcomes.append(o)

@@ -112,7 +112,7 @@ def check_settings(settings, target: str = "cpu") -> list[str]:
 def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, target: str = "cpu",
               min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES, prof_pe: int | str = 0, timeout_s: float = 120.0,
               csv_path: str | os.PathLike | None = None, progress: bool = True, kernel_source=None,
-              settings=("reference",)) -> pd.DataFrame:
+              settings=("reference",), cluster=None) -> pd.DataFrame:
     """Run classic and doubleplane on every spec under every kernel ``settings`` group, ``repeats``
     times, and tidy the results; with ``kernel_source``, your kernels beside them.
 
@@ -144,6 +144,9 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
             classic run serves ``reference`` and ``segment`` alike). Each tidy row's ``settings``
             names its group, ``variant`` the run (``doubleplane-segment-c4``); a run serving two
             groups has rows in each. Your kernels run once per case, in group ``reference``.
+        cluster: None (here, one case after another), or ``local``, ``local:N``, ``tcp://HOST:PORT``
+            or a connected :class:`combine_lab.cluster.Cluster`: each case a task on dask.distributed
+            (docs/lab.md#8-beyond-one-machine), built on its worker; the same tidy rows, in the same order.
 
     Returns:
         The tidy DataFrame (:data:`~combine_lab.results.tables.TIDY_COLUMNS`), one row per
@@ -162,13 +165,14 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
             raise ParameterError(f"{label}={v!r}: must be an int >= {lo}", parameter=label, value=v)
     entries = group_variants(list(VARIANTS), check_settings(settings, target))
-    build_mod.build(target)
+    if cluster is None:
+        build_mod.build(target)  # on a cluster each worker builds (cached by the sources' hash)
     for why in runner.refusals(target).values():  # said once; each case gets its REFUSED rows
         warnings.warn(why, stacklevel=2)
     kernels = [] if kernel_source is None else list(kernel_source) if isinstance(kernel_source, (list, tuple)) \
         else [kernel_source]
     kernels = [kernel_source_of(k) for k in kernels]  # each checked before anything runs
-    for k in kernels:
+    for k in kernels if cluster is None else []:
         build_mod.build(target, kernel=k)
     fixed = dict(repeats=int(repeats), warmup=int(warmup), loops=int(loops), target=target,
                  min_sdma_bytes=int(min_sdma_bytes), prof_pe=prof_pe, timeout_s=timeout_s)
@@ -179,7 +183,7 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
     rows: list[dict] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for o in execute(runs, progress="sweep" if progress else None, on_error="row"):
+        for o in _execute(runs, cluster, progress="sweep" if progress else None):
             groups = entries[o.run.label][2] if o.run.kernel is None else [o.row.settings]
             perf = o.perf if o.result is not None else None
             for g in groups:  # a run shared by several settings groups (classic in reference and segment)
@@ -190,8 +194,25 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
     return tidy
 
 
+def _execute(runs: list[Run], cluster, progress: str | None):
+    """The harness's execute (failures as rows), or on ``cluster`` (a Cluster, or text to connect to,
+    closed after)."""
+    if cluster is None:
+        yield from execute(runs, progress=progress, on_error="row")
+        return
+    from ..cluster import Cluster, connect
+    from ..cluster import execute as on_cluster
+    own = not isinstance(cluster, Cluster)
+    cl = connect(cluster, pes=max((r.case.pes for r in runs), default=2)) if own else cluster
+    try:
+        yield from on_cluster(runs, cl, progress=progress, on_error="row")
+    finally:
+        if own:
+            cl.close()
+
+
 def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
-               settings: str | None = None) -> pd.DataFrame:
+               settings: str | None = None, cluster=None, chunk: int = 200) -> pd.DataFrame:
     """The cases of a sweep priced on ``model`` instead of run (:mod:`combine_lab.model`): for each,
     classic and doubleplane (the rule at ``min_sdma_bytes``) replayed from the kernel's operation
     stream, and the what-if of one SDMA call per segment (one descriptor per MiB of a segment laid
@@ -209,6 +230,10 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
     full_op's are its point; NaN where the model gives no range for these settings (the what-if
     columns likewise where it prices no what-if for them).
 
+    ``cluster``: None (priced in this process, the default: milliseconds a case), or as
+    :func:`run_sweep`'s: the cases priced in tasks of ``chunk`` cases each, no PE slots asked
+    (docs/lab.md#8-beyond-one-machine); the same rows in the same order.
+
     Raises:
         ParameterError: a bad settings label; :class:`~combine_lab.lab.pricing.NotModelled` (one)
             when the model does not price these settings yet.
@@ -216,6 +241,8 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
     if isinstance(specs, Grid):
         specs = specs.specs
     group = check_settings([settings or "reference"], target="model")[0]
+    if cluster is not None:
+        return _model_grid_on(cluster, list(specs), model, min_sdma_bytes, group, int(chunk))
     st = {v: s for v, s, _ in group_variants(list(VARIANTS), [group]).values()}
     out = []
     nan = float("nan")
@@ -253,6 +280,37 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
                     "model": model.name, "caption": model.caption()})
         out.append(rec)
     return pd.DataFrame(out, columns=MODELLED_COLUMNS)
+
+
+def _model_chunk(work) -> pd.DataFrame:
+    specs, model, min_sdma_bytes, group = work
+    return model_grid(specs, model, min_sdma_bytes, group)
+
+
+def _model_grid_on(cluster, specs: list, model: NpuModel, min_sdma_bytes: int, group: str, chunk: int) -> pd.DataFrame:
+    """:func:`model_grid` with the cases in tasks of ``chunk`` on ``cluster`` (a Cluster, or text to
+    connect to, closed after); a task's error (NotModelled) is raised here."""
+    from ..cluster import Cluster, ClusterError, connect, map_tasks
+    if chunk < 1:
+        raise ParameterError(f"chunk={chunk!r}: must be an int >= 1", parameter="chunk", value=chunk)
+    own = not isinstance(cluster, Cluster)
+    cl = connect(cluster, pes=0) if own else cluster
+    parts = [specs[i:i + chunk] for i in range(0, len(specs), chunk)]
+    frames: dict[int, pd.DataFrame] = {}
+    try:
+        work = [(p, model, min_sdma_bytes, group) for p in parts]
+        keys = [f"combine_lab-model-{model.name}-{group}-{i}" for i in range(len(parts))]
+        for d in map_tasks(cl, _model_chunk, work, keys=keys, pes=[0] * len(parts), progress=None):
+            if d.error is not None:
+                raise d.error
+            if d.fault:
+                raise ClusterError(f"model_grid: {d.fault}", parameter="cluster", value=str(cl.address))
+            frames[d.index] = d.value
+    finally:
+        if own:
+            cl.close()
+    return pd.concat([frames[i] for i in range(len(parts))], ignore_index=True) if parts else \
+        pd.DataFrame(columns=MODELLED_COLUMNS)
 
 
 def model_settings(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
