@@ -41,7 +41,7 @@ from ..run.launch import check_ipport
 from ..formats import summaries
 from ..formats.perf_csv import (counters_name, gib_per_s, perf_summary_name, rank_files, staged_outputs,
                                 variant_dir, write_summary_csv)
-from ..run.runner import RunResult, refusals
+from ..run.runner import RunResult, case_wait_budget_s, refusals
 
 
 #: SHMEM's bootstrap address when -ipport is not given (docs/cli.md#2-case-flags).
@@ -396,8 +396,11 @@ def _report(o: Outcome) -> None:
     what your kernel did when it failed or hung."""
     res = o.result if isinstance(o.result, RunResult) else o.baseline
     if res is None:
-        if o.run.kernel is not None and o.row.check == ERROR:
-            print(f"combine-lab: {o.row.reason}", file=sys.stderr)
+        if o.run.kernel is not None and o.row.check == ERROR:  # the whole reason: what failed, then the PE's log
+            first, _, rest = o.row.reason.partition("\n")
+            print(f"combine-lab: {first}", file=sys.stderr)
+            for line in rest.splitlines():
+                print(f"  {line}", file=sys.stderr)
         return
     for line in getattr(res, "violations", []):
         print(f"protocol violation: {line}", file=sys.stderr)
@@ -480,6 +483,11 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
         if baseline:
             runs.append(Run(spec, BASELINE, warmup=a.warmup, loops=a.loops, target=a.target, timeout_s=a.timeout,
                             fnpu=a.fnpu))
+    if a.target == "cpu" and model is None and specs:
+        budgets = sorted({case_wait_budget_s(s, a.timeout) for s in specs})
+        said = f"{budgets[0]:g} s" if len(budgets) == 1 else f"{budgets[0]:g}-{budgets[-1]:g} s"
+        print(f"twin wait budget: {said} (a status wait gives up once nothing has landed on any PE for that long; "
+              "sized from the case, docs/twin.md#2-sessions-and-cleanup)", file=sys.stderr)
     outcomes: list[Outcome] = []
     owned = ([base, *written.values()] if a.perf else []) + ([a.work_dir] if a.work_dir is not None else [])
     removed: dict = {}

@@ -283,6 +283,33 @@ def _tail(path: Path, lines: int = 12) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+#: A status wait of the twin gives up once nothing has landed on any PE for its wait budget: at
+#: least this long (seconds) ...
+WAIT_FLOOR_S = 10.0
+#: ... or 4x the time the twin takes to move every row of the case at this rate (bytes per second,
+#: what a loaded two-core machine's twin does; the twin, not an NPU, is what waits here).
+TWIN_BYTES_PER_S = 50e6
+
+
+def wait_budget_s(case_bytes: int, timeout_s: float) -> float:
+    """The twin's wait budget for a case that moves ``case_bytes`` (all PEs' rows) under a run limit of
+    ``timeout_s``: max(:data:`WAIT_FLOOR_S`, 4 x case_bytes / :data:`TWIN_BYTES_PER_S`) seconds, at most
+    half the limit (the twin's own limit, ``COMBINE_TWIN_TIMEOUT_S``). A wait nobody answers (a kernel
+    that waits for a masked slot) is reported that long after the last put landed
+    (``COMBINE_TWIN_WAIT_S``, host/twin/twin_heap.cpp; docs/twin.md#2-sessions-and-cleanup)."""
+    return round(min(max(WAIT_FLOOR_S, 4.0 * case_bytes / TWIN_BYTES_PER_S), max(1.0, 0.5 * timeout_s)), 1)
+
+
+def failure_reason(stderr_tail: str) -> str:
+    """The line of a failed PE's stderr that says why it failed: the twin's or the driver's last
+    message (``twin: PE 0 core 1: status slot 3 on PE 1 was written by SDMA (... at file:line) ...``),
+    not a protocol violation or a note that it stopped for another PE; '' when there is none."""
+    said = [ln.strip() for ln in stderr_tail.splitlines()
+            if ln.startswith(("twin: ", "combine_host: ")) and not ln.startswith("twin: protocol violation:")
+            and " because PE " not in ln]
+    return said[-1] if said else ""
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         try:
@@ -390,8 +417,9 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
                 origin = first_failure
             c = codes[origin]
             status = "killed by signal %d" % -c if c is not None and c < 0 else f"exited with status {c}"
-            raise LaunchError(f"PE {origin} {status}:\n{_tail(log_dir / f'pe{origin}.stderr')}", pe=origin,
-                              returncode=c)
+            tail = _tail(log_dir / f'pe{origin}.stderr')
+            why = failure_reason(tail)
+            raise LaunchError(f"PE {origin} {status}:{' ' + why if why else ''}\n{tail}", pe=origin, returncode=c)
         return [PeOutcome(pe, codes[pe], (log_dir / f"pe{pe}.stdout").read_text(errors="replace"),
                           (log_dir / f"pe{pe}.stderr").read_text(errors="replace")) for pe in range(pes)]
     finally:

@@ -30,7 +30,7 @@ from ..planning.planner import plan as make_plan
 from ..planning.settings import REFERENCE, KernelSettings, check_kernel_settings, driver_policy, parse_settings, variant_label
 from . import build as build_mod
 from .capabilities import npu_variant_refusal
-from .launch import (LaunchError, bootstrap_ipport, check_ipport, host_argv, launch_pes, owned_temp_dir,
+from .launch import (LaunchError, bootstrap_ipport, wait_budget_s, check_ipport, host_argv, launch_pes, owned_temp_dir,
                      remove_orphans)
 from ..formats.perf_csv import driver_counters_name, perf_csv_name, read_perf_csv
 from ..formats.sidecars import counters_frame, read_counters, sidecar_record, write_run_files
@@ -426,6 +426,8 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
     try:
         binary = Path(binary) if binary is not None else build_mod.build(target, kernel=ks)
         env = dict(env or {})
+        if target == "cpu":
+            env.setdefault("COMBINE_TWIN_WAIT_S", str(case_wait_budget_s(spec, timeout_s)))
         if chaos_seed is not None:
             env["COMBINE_TWIN_CHAOS"] = str(int(chaos_seed))
         label = variant_label(variant, settings)
@@ -436,7 +438,8 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
             port = (check_ipport(ipport(), "ipport") if callable(ipport) else ipport) or bootstrap_ipport()
             argv = lambda r: host_argv(pe_size=spec.pes, pe_id=r, ipport=port, g_npus=spec.pes,  # noqa: E731
                                        first_pe=fpe, first_npu=fnpu, dtype=spec.dtype, bs=spec.bs, h=spec.h,
-                                       topk=spec.topk, expert_per_pe=spec.expert_per_pe, perf=perf, warmup=warmup,
+                                       topk=spec.topk, expert_per_pe=spec.expert_per_pe, perf=perf,
+                                       warmup=launch_warmup(target, warmup, loops),
                                        loops=loops, csv=csv_of(r), case_id=spec.case_id, variant=variant,
                                        min_sdma_bytes=min_sdma_bytes, case_root=prepared.case_root,
                                        policy=driver_policy(variant, settings),
@@ -481,6 +484,19 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
     finally:
         if not keep_files and prepared is not case:
             prepared.cleanup()
+
+
+def launch_warmup(target: str, warmup: int, loops: int) -> int:
+    """The untimed launches a run makes: ``warmup``, and on the twin enough more that it launches at
+    least twice, so that a status flag left ready by one launch is caught in the next
+    (docs/hardware-rules.md#15-launch-epochs)."""
+    return max(int(warmup), 2 - int(loops)) if target == "cpu" else int(warmup)
+
+
+def case_wait_budget_s(spec: CaseSpec, timeout_s: float) -> float:
+    """The twin's wait budget of ``spec`` under a run limit of ``timeout_s`` (:func:`combine_lab.run.launch.wait_budget_s`
+    of the bytes of every row the case moves: pes * bs * topk * h * itemsize)."""
+    return wait_budget_s(spec.pes * spec.bs * spec.topk * spec.row_bytes, timeout_s)
 
 
 def refusals(target: str, variants=VARIANTS) -> dict[str, str]:
