@@ -41,8 +41,8 @@ def folder_hash(folder: Path) -> dict[str, str]:
 def test_the_entry_contract_is_checked_before_building_and_names_what_is_missing(tmp_path, monkeypatch):
     monkeypatch.setattr(build_mod, "_run", lambda *a, **k: pytest.fail("built a folder that breaks the contract"))
     ks = kernel_source(REFSTYLE)
-    assert (ks.label, ks.rule, [p.name for p in ks.sources]) == ("user:refstyle", "doubleplane",
-                                                                  ["combine_refstyle_kernel.cpp"])
+    assert (ks.label, ks.rule, ks.rule_from, [p.name for p in ks.sources]) == (
+        "user:refstyle", "classic", "combine_kernel.h:4", ["combine_refstyle_kernel.cpp"])  # its declared rule
     assert kernel_source(REFSTYLE, name="mine:v2", rule="classic").label == "mine:v2"
 
     def broken(edit: str, old: str = "", new: str = "") -> str:

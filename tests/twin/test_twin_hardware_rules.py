@@ -185,15 +185,15 @@ def test_datacopy_of_a_length_not_a_multiple_of_32_bytes_moves_whole_blocks_only
                         r"173120)\): DataCopy moves whole 32-byte blocks, so only 32 B leave \(use DataCopyPad for "
                         r"lengths that are not a multiple of 32 B\)$")
     assert all(into.match(v) or out_of.match(v) for v in res.violations), res.violations
-    # Per PE one copy in per slot (none masked here) and one copy out per token.
+    # Per PE and launch (the twin launches twice) one copy in per slot (none masked here) and one copy out per token.
     spec = CHECKER_SPEC
-    assert res.violation_count == spec.pes * spec.bs * (spec.topk + 1) == 144
+    assert res.launches == 2 and res.violation_count == 2 * spec.pes * spec.bs * (spec.topk + 1) == 288
     for r in range(spec.pes):
         assert np.isnan(res.x_out[r][:, 16:].astype(np.float32)).all()  # never written
         assert not res.checks[r].ok and res.checks[r].mismatches >= spec.bs * 4
 
 
-def test_vector_instructions_before_init_soc_state_are_reported_once_per_core(broken_kernels, no_leaks):
+def test_vector_instructions_before_init_soc_state_are_reported_once_per_core_and_launch(broken_kernels, no_leaks):
     res = run_case(CHECKER_SPEC, "classic", min_sdma_bytes=2 << 20, binary=broken_kernels["no_init_soc_state"])
     msg = re.compile(r"^PE (\d) core (\d): DataCopyPad \(GM -> UB\) before AscendC::InitSocState\(\): a kernel with "
                      r"LocalTensors at fixed addresses \(no TPipe\) must set the core's mask mode and atomic state "
@@ -201,5 +201,6 @@ def test_vector_instructions_before_init_soc_state_are_reported_once_per_core(br
                      r"in whatever state the last kernel left$")
     assert all(msg.match(v) for v in res.violations), res.violations
     cores = {msg.match(v).groups() for v in res.violations}
-    assert len(cores) == res.violation_count == CHECKER_SPEC.pes * 3  # 3 cores per PE, each with tokens
+    assert len(cores) == CHECKER_SPEC.pes * 3  # 3 cores per PE, each with tokens
+    assert res.violation_count == res.launches * len(cores) == 2 * 9  # in each of the two launches
     assert res.check_ok
