@@ -190,11 +190,10 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        """x_out matches golden on every rank, the counters carry exactly the planned bytes,
-        and the twin's protocol checker saw no status flag ready before its payload. For your
-        kernel the counters are compared, not required (:meth:`counter_mismatches` says how its
-        traffic differs from the rule's plan): x_out and the checker decide."""
-        counters = bool(self.kernel) or not self.counter_mismatches()
+        """x_out matches golden on every rank, the counters carry exactly the planned bytes (your
+        kernel's: its declared rule's plan, :meth:`counter_mismatches` says how they differ), and the
+        twin's protocol checker saw no violation."""
+        counters = not self.counter_mismatches()
         return self.check_ok and counters and self.violation_count == 0
 
     def plane_bytes(self) -> pd.DataFrame:
