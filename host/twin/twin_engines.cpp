@@ -637,6 +637,7 @@ void core_finish() {
 // orders the last leg before what the kernel does next (twin_pipes.cpp).
 void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t bytes, size_t elem_bytes, int pe,
                 uint32_t sync_id, const Site& site) {
+    const SiteScope scope(site);  // a refusal names the kernel's line
     static const char* const op = "aclshmemx_mte_put_nbi (GM -> UB -> GM)";
     core_or_die(op);
     const uint64_t block = ub_size / elem_bytes * elem_bytes;
@@ -682,6 +683,7 @@ void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size
 }
 
 void mte_put_ub(void* dst_sym, const void* ub_src, size_t bytes, int pe, uint32_t sync_id, const Site& site) {
+    const SiteScope scope(site);  // a refusal names the kernel's line
     static const char* const op = "aclshmemx_mte_put_nbi (UB -> GM)";
     core_or_die(op);
     const uint32_t padded = uint32_t((bytes + 31) / 32 * 32);
@@ -720,6 +722,7 @@ static void sdma_internal_flags(uint32_t sync_id, const Site& site, bool drain_a
 
 void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t bytes, int pe, uint32_t sync_id,
               const Site& site) {
+    const SiteScope scope(site);  // a refusal names the kernel's line
     static const char* const op = "aclshmemx_sdma_put_nbi";
     const int core = core_or_die(op);
     if (g_sdma == nullptr) fatal("SDMA put without the SDMA engine: init with ACLSHMEM_DATA_OP_SDMA");
@@ -769,6 +772,7 @@ void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t
 }
 
 void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id, const Site& site) {
+    const SiteScope scope(site);  // a refusal names the kernel's line
     static const char* const op = "aclshmemx_sdma_quiet";
     const int core = core_or_die(op);
     if (g_sdma == nullptr) fatal("SDMA quiet without the SDMA engine: init with ACLSHMEM_DATA_OP_SDMA");
@@ -802,7 +806,7 @@ void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id, const Site& site) 
 }
 
 void mte_quiet(const Site& site) {
-    (void)site;
+    const SiteScope scope(site);  // a refusal names the kernel's line
     core_or_die("aclshmem_quiet");
     g_last.mte.quiets.fetch_add(1, std::memory_order_relaxed);
     record_op("quiet", -1, 0);

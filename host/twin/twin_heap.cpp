@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <thread>
 
 #include <fcntl.h>
@@ -36,6 +37,14 @@ uint8_t* heap_base(int pe) {
     return s.segment + kControlBytes + uint64_t(pe) * s.heap_bytes;
 }
 
+namespace {
+thread_local const Site* tl_site = nullptr;
+}
+
+SiteScope::SiteScope(const Site& site) : outer_(tl_site) { tl_site = &site; }
+SiteScope::~SiteScope() { tl_site = outer_; }
+const Site* current_site() { return tl_site; }
+
 void fatal(const char* fmt, ...) {
     PeState& s = pe_state();
     char msg[1024];
@@ -44,8 +53,13 @@ void fatal(const char* fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     const int core = current_core();
+    std::string at;
+    if (tl_site != nullptr && tl_site->file != nullptr) {  // unless the message names the call already
+        const std::string where = site_text(Site{tl_site->file, tl_site->line, nullptr});
+        if (strstr(msg, where.c_str() + 3) == nullptr) at = " (" + site_text(*tl_site) + ")";
+    }
     if (core >= 0)
-        fprintf(stderr, "twin: PE %d core %d: %s%s\n", s.my_pe, core, msg, launch_note().c_str());
+        fprintf(stderr, "twin: PE %d core %d: %s%s%s\n", s.my_pe, core, msg, at.c_str(), launch_note().c_str());
     else
         fprintf(stderr, "twin: PE %d: %s\n", s.my_pe, msg);
     fflush(stderr);

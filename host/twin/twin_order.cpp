@@ -66,7 +66,20 @@ CoreSdma& core_sdma() {
     return tl_sdma;
 }
 
+uint32_t site_index_locked(const Site& site);
+
 uint32_t site_index(const Site& site) {
+    // A core puts from a few call sites over and over: the last one it used is kept without the lock.
+    thread_local Site last{};
+    thread_local uint32_t last_index = kMaxSites;
+    if (last_index != kMaxSites && last.file == site.file && last.line == site.line && last.inside == site.inside)
+        return last_index;
+    last = site;
+    last_index = site_index_locked(site);
+    return last_index;
+}
+
+uint32_t site_index_locked(const Site& site) {
     std::lock_guard<std::mutex> lk(g_sites_mu);
     for (size_t i = g_sites.size(); i-- > 0;)
         if (g_sites[i].file == site.file && g_sites[i].line == site.line && g_sites[i].inside == site.inside)

@@ -56,8 +56,21 @@ PeState& pe_state();
 uint64_t reserve_alloc(uint64_t bytes, const char* what);
 uint8_t* heap_base(int pe);
 
-// Print "twin: PE p core c: <msg>" (plus the launch note), tell the other PEs, remove the
-// segment name, exit 3.
+// The SHMEM call the calling core is inside, while it runs: a fatal error in it names the kernel's
+// line that made the call (a refused call says where it was made).
+class SiteScope {
+public:
+    explicit SiteScope(const Site& site);
+    ~SiteScope();
+    SiteScope(const SiteScope&) = delete;
+    SiteScope& operator=(const SiteScope&) = delete;
+private:
+    const Site* outer_;
+};
+const Site* current_site();
+
+// Print "twin: PE p core c: <msg>" (plus the call site when inside a SHMEM call and the launch
+// note), tell the other PEs, remove the segment name, exit 3.
 [[noreturn]] void fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Back-off waiting: returns false once `timeout_s` has passed; exits if another PE aborted.
