@@ -109,7 +109,8 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
                    help="smallest segment that may go by SDMA, bytes (default 2 MiB)")
     r.add_argument("--perf", action="store_true",
                    help="profile: warmup + loops launches, full_op and comm_only rows in the perf CSVs; without "
-                        "it, one launch per case and the check, no CSV")
+                        "it, one checked run per case (on the twin two launches: a flag the first leaves ready is caught in "
+                        "the second), no CSV")
     r.add_argument("--repeats", type=int, default=None,
                    help="with --perf: times each case is run (warmup + loops launches each), the variants "
                         "interleaved (order reversed every other repeat) so that load hits both alike; the table "
@@ -250,10 +251,10 @@ def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec]) -> None:
     if a.analyse and not a.perf:
         raise ParameterError(f"-a/--analyse={a.analyse}: needs --perf (it draws the perf CSVs of this run)")
     if a.prof_pe is not None and not a.perf:
-        print("combine-lab: note: --prof-pe has no effect without --perf (one launch per case, nothing profiled)",
+        print("combine-lab: note: --prof-pe has no effect without --perf (nothing is profiled)",
               file=sys.stderr)
     if a.repeats is not None and a.repeats > 1 and not a.perf:
-        print(f"combine-lab: note: --repeats={a.repeats} has no effect without --perf (nothing is timed: one launch "
+        print(f"combine-lab: note: --repeats={a.repeats} has no effect without --perf (nothing is timed: one run "
               "per case)", file=sys.stderr)
     elif a.repeats is not None and a.repeats > 1 and a.clock != "wall":
         print(f"combine-lab: note: --repeats={a.repeats} has no effect on a timing model (it is deterministic: "
@@ -483,7 +484,8 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     written = {v: f for v, f in folders.items() if v not in refused} if a.perf else {}
     for folder in written.values():
         usable_folder(folder, "--output-dir")
-    # Without --perf nothing is timed: one launch, then the check (as the reference's driver does);
+    # Without --perf nothing is timed: one launch, then the check (as the reference's driver does; the twin
+    # adds an untimed one before it, docs/hardware-rules.md#15-launch-epochs);
     # a model prices the loops asked for either way, once (it is deterministic).
     warmup, loops = (a.warmup, a.loops) if a.perf or model is not None else (0, 1)
     repeats = _repeats(a, variants, model)
@@ -500,11 +502,6 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
         if baseline:
             runs.append(Run(spec, BASELINE, warmup=a.warmup, loops=a.loops, target=a.target, timeout_s=a.timeout,
                             fnpu=a.fnpu))
-    if a.target == "cpu" and model is None and specs:
-        budgets = sorted({case_wait_budget_s(s, a.timeout) for s in specs})
-        said = f"{budgets[0]:g} s" if len(budgets) == 1 else f"{budgets[0]:g}-{budgets[-1]:g} s"
-        print(f"twin wait budget: {said} (a status wait gives up once nothing has landed on any PE for that long; "
-              "sized from the case, docs/twin.md#2-sessions-and-cleanup)", file=sys.stderr)
     outcomes: list[Outcome] = []
     owned = ([base, *written.values()] if a.perf else []) + ([a.work_dir] if a.work_dir is not None else [])
     removed: dict = {}
@@ -516,6 +513,8 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
             for o in execute(runs, progress="model" if model is not None else "combine",
                              ipport=None if model is not None else bootstrap_addresses(a.ipport), work_dir=a.work_dir,
                              outputs=stage if a.perf else None):
+                if not outcomes and a.target == "cpu" and model is None:  # once something ran (not on a refusal)
+                    print(_budget_text(specs, a.timeout), file=sys.stderr)
                 outcomes.append(o)
                 _report(o)
         for variant, gone in removed.items():
@@ -559,6 +558,15 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     may_differ = getattr(a, "counters_may_differ", False)
     passed = lambda r: r.ok or (may_differ and bool(r.kernel) and dataclasses.replace(r, counters_ok=True).ok)  # noqa: E731
     return 0 if all(passed(r) for r in ran) and not failed else 1
+
+
+def _budget_text(specs: list[CaseSpec], timeout_s: float) -> str:
+    """The twin's wait budget of the cases (:func:`combine_lab.run.runner.case_wait_budget_s`), as said once a run
+    has begun: ``twin wait budget: 10 s (...)``, or its range over a sweep."""
+    budgets = sorted({case_wait_budget_s(s, timeout_s) for s in specs})
+    said = f"{budgets[0]:g} s" if len(budgets) == 1 else f"{budgets[0]:g}-{budgets[-1]:g} s"
+    return (f"twin wait budget: {said} (a status wait gives up once nothing has landed on any PE for that long; "
+            "sized from the case, docs/twin.md#2-sessions-and-cleanup)")
 
 
 def write_run_summary(folder: Path, a: argparse.Namespace, outcomes: list[Outcome], summary: pd.DataFrame,
@@ -625,6 +633,9 @@ def _measured_caption(a: argparse.Namespace, repeats: int) -> str:
     """What the times are: where they were measured and how (the twin's are CPU threads copying
     memory on this machine, never an NPU's time), or that nothing was timed."""
     if not a.perf:
+        if a.target == "cpu":
+            return ("not timed (no --perf): two launches per case and variant on the twin (a status flag the first "
+                    "leaves ready is caught in the second), the last checked against golden")
         return "not timed (no --perf): one launch per case and variant, checked against golden"
     where = ("measured on the CPU twin: CPU threads copying memory on this machine "
              f"({os.cpu_count()} CPUs), not an NPU's time" if a.target == "cpu" else f"measured on target {a.target}")
