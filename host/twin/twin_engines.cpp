@@ -315,7 +315,7 @@ void land(const Put& p) {
                 snprintf(buf, sizeof buf, "PE %d core %d: status slot %llu on PE %d became ready (%s status put) "
                          "with no payload put issued for it in this launch",
                          pe_state().my_pe, current_core(), (unsigned long long)slot, p.pe, kPlaneName[p.plane]);
-            report_violation(buf);
+            report_violation(p.site.file ? std::string(buf) + " (" + site_text(p.site) + ")" : std::string(buf));
         }
         // First: once the flag is visible, its waiter may reset the slot and clean its line.
         if (note_flag_landed(ri, p, slot)) memcpy(p.dst, p.src, p.bytes);
@@ -676,7 +676,7 @@ void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size
         leg.name = op;
         leg.reads[0] = span;
         leg.n_reads = 1;
-        leg.put = Put{dst + done, static_cast<uint8_t*>(dst_sym) + done, staging, size_t(n), pe, kPlaneMte};
+        leg.put = Put{dst + done, static_cast<uint8_t*>(dst_sym) + done, staging, size_t(n), pe, kPlaneMte, site};
         check_status_order(leg.put.dst_sym, pe, site);
         note_delivery(leg.put, pipe_issue(leg), site);
     }
@@ -689,7 +689,7 @@ void mte_put_ub(void* dst_sym, const void* ub_src, size_t bytes, int pe, uint32_
     const uint32_t padded = uint32_t((bytes + 31) / 32 * 32);
     const uint32_t off = ub_use(ub_src, padded, UbRole::MteSource, op);
     sync_id_use(sync_id, kPlaneMte, op);
-    const Put p{remote(dst_sym, pe, bytes, "MTE"), dst_sym, ub_src, bytes, pe, kPlaneMte};
+    const Put p{remote(dst_sym, pe, bytes, "MTE"), dst_sym, ub_src, bytes, pe, kPlaneMte, site};
     check_layout_put(dst_sym, pe, bytes, op, site);
     check_status_order(dst_sym, pe, site);
     note_issue(p);
@@ -745,7 +745,7 @@ void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t
     }
     check_layout_put(dst_sym, pe, bytes, op, site);
     sdma_internal_flags(sync_id, site, true);
-    const Put p{dst, dst_sym, src, bytes, pe, kPlaneSdma};
+    const Put p{dst, dst_sym, src, bytes, pe, kPlaneSdma, site};
     note_issue(p);
     note_delivery(p, order_sdma_put(), site);
     count_put(g_last.sdma, dst_sym, bytes);
@@ -755,7 +755,7 @@ void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t
     for (size_t done = 0; done < bytes || (bytes == 0 && done == 0); done += kSdmaSqeBytes) {
         const size_t n = std::min<size_t>(kSdmaSqeBytes, bytes - done);
         sqes.push_back(Put{dst + done, static_cast<uint8_t*>(dst_sym) + done, static_cast<const uint8_t*>(src) + done,
-                           n, pe, kPlaneSdma});
+                           n, pe, kPlaneSdma, site});
         if (bytes == 0) break;
     }
     g_last.sdma.sqes.fetch_add(sqes.size(), std::memory_order_relaxed);

@@ -111,6 +111,7 @@ struct Put {
     size_t bytes;
     int pe;
     int plane;
+    Site site{};  // the kernel's call that issued it (status puts: named when their flag lands too early)
 };
 // The moment a put becomes visible at its destination (runs the status/payload checker).
 void land(const Put& p);

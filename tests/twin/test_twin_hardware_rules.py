@@ -20,6 +20,9 @@ from combine_lab.run.build import build, twin_cxx
 from combine_lab.run.selftest import BROKEN_KERNELS, CHECKER_SPEC, try_broken_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The line of the kernel's status put (PutFlags), which the twin's reports name.
+FLAG_PUT = next(i for i, ln in enumerate((ROOT / "kernels" / "combine_kernel.cpp").read_text().splitlines(), 1)
+                if "aclshmemx_mte_put_nbi<int32_t>(SlotStatus(RowSlot(row))" in ln)
 
 
 @pytest.mark.parametrize("name", list(BROKEN_KERNELS))
@@ -58,7 +61,8 @@ def test_sdma_from_core_48_does_nothing_and_says_so(broken_kernels, no_leaks):
                "0..47 only (block_dim must stay within min(AIV cores, 48))")
     launch = [dropped, dropped, "PE 0 core 48: SDMA quiet from a block with no SDMA stream (blocks 0..47 have one)",
               *[f"PE 0 core 48: status slot {s} on PE 48 became ready (MTE status put) with no payload "
-                "put issued for it in this launch" for s in (0, 1)]]
+                f"put issued for it in this launch (inside aclshmemx_mte_put_nbi called at kernels/combine_kernel.cpp:"
+                f"{FLAG_PUT})" for s in (0, 1)]]
     assert res.launches == 2 and res.violation_count == 2 * len(launch)  # every twin run launches twice
     assert res.violations == (launch * 2)[:8]  # the first 8 of a PE are kept
     assert [r for r, c in enumerate(res.checks) if not c.ok] == [48]
