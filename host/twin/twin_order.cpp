@@ -66,7 +66,15 @@ CoreSdma& core_sdma() {
     return tl_sdma;
 }
 
-uint32_t site_index_locked(const Site& site);
+uint32_t site_index_locked(const Site& site) {
+    std::lock_guard<std::mutex> lk(g_sites_mu);
+    for (size_t i = g_sites.size(); i-- > 0;)
+        if (g_sites[i].file == site.file && g_sites[i].line == site.line && g_sites[i].inside == site.inside)
+            return uint32_t(i);
+    if (g_sites.size() >= kMaxSites) return kMaxSites;
+    g_sites.push_back(site);
+    return uint32_t(g_sites.size() - 1);
+}
 
 uint32_t site_index(const Site& site) {
     // A core puts from a few call sites over and over: the last one it used is kept without the lock.
@@ -77,16 +85,6 @@ uint32_t site_index(const Site& site) {
     last = site;
     last_index = site_index_locked(site);
     return last_index;
-}
-
-uint32_t site_index_locked(const Site& site) {
-    std::lock_guard<std::mutex> lk(g_sites_mu);
-    for (size_t i = g_sites.size(); i-- > 0;)
-        if (g_sites[i].file == site.file && g_sites[i].line == site.line && g_sites[i].inside == site.inside)
-            return uint32_t(i);
-    if (g_sites.size() >= kMaxSites) return kMaxSites;
-    g_sites.push_back(site);
-    return uint32_t(g_sites.size() - 1);
 }
 
 Site site_at(uint32_t i) {
