@@ -232,7 +232,8 @@ def execute(runs: Iterable[Run], *, progress: str | None = None, ipport: str | C
             written once every launch of the run succeeded (combine_lab.formats.sidecars.write_run_files).
         keep_files: keep the temporary case files.
         on_error: ``"raise"``: a failed run raises (LaunchError, OSError); ``"row"``: it becomes an
-            ERROR row with the first line of the error, and the rest of that case's repeats are skipped.
+            ERROR row with the whole error (its first line says what failed), and the rest of that case's
+            repeats are skipped.
 
     Yields:
         Outcomes in run order within each repeat. A variant the target refuses gets one REFUSED
@@ -297,7 +298,7 @@ def _execute_case(group: list[Run], ipport, work_dir, outputs, keep_files: bool,
                             done.append(_one(r, rep, prepared, the_case, ipport, outputs))
                         except KernelFailed as e:
                             failed_kernels.add(id(r))
-                            done.append(_not_run(r, spec, ERROR, str(e).splitlines()[0], rep))
+                            done.append(_not_run(r, spec, ERROR, str(e), rep))
                     elif rep < r.repeats:
                         done.append(_one(r, rep, prepared, the_case, ipport, outputs))
             except (LaunchError, OSError) as e:
@@ -306,7 +307,7 @@ def _execute_case(group: list[Run], ipport, work_dir, outputs, keep_files: bool,
                 # the whole repeat: a pair with one variant missing compares nothing
                 for r in runnable:
                     if rep < r.repeats:
-                        yield _not_run(r, spec, ERROR, str(e).splitlines()[0], rep)
+                        yield _not_run(r, spec, ERROR, str(e), rep)
                 return
             yield from done
     except OSError as e:  # the case files could not be written
@@ -316,7 +317,7 @@ def _execute_case(group: list[Run], ipport, work_dir, outputs, keep_files: bool,
         if spec is None:
             raise
         for r in group:
-            yield _not_run(r, spec, ERROR, str(e).splitlines()[0], 0)
+            yield _not_run(r, spec, ERROR, str(e), 0)
     finally:
         if prepared is not None and not keep_files and prepared is not case:
             prepared.cleanup()

@@ -29,7 +29,7 @@ from ..formats.files import write_atomic
 from ..formats.perf_csv import PERF_COLUMNS, fixed4
 from ..planning.planner import VARIANTS
 from ..model.modelled import MODELLED
-from .rows import FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, ResultRow, speedup, spread, verdict
+from .rows import FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, ResultRow, first_line, speedup, spread, verdict
 
 __all__ = ["TIDY_COLUMNS", "SUMMARY_COLUMNS", "tidy_rows", "write_sweep_csv", "read_sweep_csv", "summarize",
            "losses", "readable"]
@@ -47,8 +47,10 @@ def tidy_rows(row: ResultRow, spec: CaseSpec, perf: pd.DataFrame | None = None, 
     """The tidy rows of one run: one per perf row (``perf`` as :func:`combine_lab.formats.perf_csv.read_perf_csv`
     reads it: a profiled PE and a metric each) with ``row``'s values beside it; without perf rows
     (a variant that did not run), one per metric with the perf columns empty but the case's
-    (Npus, BS, H, TopK, ExpertPerPe, Dtype, CaseId). Keys: :data:`TIDY_COLUMNS`."""
+    (Npus, BS, H, TopK, ExpertPerPe, Dtype, CaseId). Keys: :data:`TIDY_COLUMNS`. ``reason`` is the
+    first line of the row's (a failed PE's whole reason stays in the row, docs/cli.md#6-exit-status)."""
     extra = {"repeat": repeat, "seed": spec.seed, **row.as_dict()}
+    extra["reason"] = first_line(extra.get("reason"))
     if perf is not None and len(perf):
         out = []
         for _, r in perf.iterrows():

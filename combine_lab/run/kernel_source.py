@@ -60,7 +60,12 @@ class KernelSource:
             examples (``reference:doubleplane``), else ``user:<name>``; ``<name>`` is the folder's
             name without a leading ``combine_``. A ``name`` given to :func:`kernel_source` replaces it.
         rule: ``classic`` or ``doubleplane``: the decision rule whose plan the twin's counters are
-            compared with (a kernel that follows another rule shows how it differs, not FAIL).
+            compared with; counters that differ from it fail the run (exit 1) unless asked otherwise
+            (``--counters-may-differ``).
+        rule_from: where the rule was declared: ``rule=`` (``--rule``), ``<file>:<line>`` (a
+            ``combine-lab rule: classic`` line in the folder's CMakeLists.txt or combine_kernel.h),
+            ``its folder's name`` (SHMEM's combine_classic, combine_doubleplane), or ``a guess``
+            (doubleplane; declare it).
         sources: the kernel's sources (every ``.cpp`` of the folder but ``main.cpp``), sorted.
         header: the folder's ``combine_kernel.h``.
     """
@@ -70,6 +75,7 @@ class KernelSource:
     rule: str
     sources: tuple[Path, ...]
     header: Path
+    rule_from: str = "rule="
 
     @property
     def slug(self) -> str:
@@ -143,8 +149,10 @@ def kernel_source(path: str | os.PathLike | KernelSource, name: str | None = Non
         path: the folder (``~`` expanded), or a KernelSource (returned as it is when ``name`` and
             ``rule`` are None).
         name: how results name it (default: ``reference:<folder>`` or ``user:<folder>``).
-        rule: ``classic`` or ``doubleplane``: the plan its counters are compared with; default
-            ``classic`` when the folder's name says classic, else ``doubleplane``.
+        rule: ``classic`` or ``doubleplane``: the plan its counters are compared with; default the
+            folder's declaration (a line ``combine-lab rule: classic`` in its CMakeLists.txt or
+            combine_kernel.h), else its name's (``classic`` or ``doubleplane`` in it), else
+            ``doubleplane``, said to be a guess (:attr:`KernelSource.rule_from`).
 
     Raises:
         KernelSourceError: the folder is missing, or misses a piece of the contract: each missing
@@ -200,6 +208,38 @@ def kernel_source(path: str | os.PathLike | KernelSource, name: str | None = Non
     if not re.fullmatch(r"[A-Za-z0-9_.:+-]+", label):
         raise KernelSourceError(f"name={label!r}: letters, digits and _ . : + - only (it names files and rows)",
                                 parameter="name", value=label)
+    rule_from = "rule="
     if rule is None:
-        rule = "classic" if "classic" in where.name.lower() else "doubleplane"
-    return KernelSource(where, label, rule, sources, header)
+        rule, rule_from = declared_rule(where)
+    return KernelSource(where, label, rule, sources, header, rule_from)
+
+
+#: A kernel folder's declaration of its rule, in a comment of its CMakeLists.txt or combine_kernel.h.
+RULE_LINE = re.compile(r"combine-lab\s+rule:\s*(\w+)")
+
+
+def declared_rule(folder: Path) -> tuple[str, str]:
+    """(rule, where it was declared) of kernel folder ``folder``: a ``combine-lab rule: <rule>`` line of its
+    CMakeLists.txt or combine_kernel.h (``"<file>:<line>"``), else its name's (``classic`` or ``doubleplane``
+    in it: SHMEM's examples), else ``("doubleplane", "a guess")``.
+
+    Raises:
+        KernelSourceError: a declaration names a rule that is not ``classic`` or ``doubleplane``.
+    """
+    for name in ("CMakeLists.txt", HEADER):
+        f = folder / name
+        if not f.is_file():
+            continue
+        for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
+            m = RULE_LINE.search(line)
+            if m is None:
+                continue
+            if m[1] not in VARIANTS:
+                raise KernelSourceError(f"{f}:{n}: combine-lab rule: {m[1]!r}: the rule is one of "
+                                        f"{', '.join(map(repr, VARIANTS))}", parameter="rule", value=m[1])
+            return m[1], f"{name}:{n}"
+    lower = folder.name.lower()
+    for rule in VARIANTS:
+        if rule in lower:
+            return rule, "its folder's name"
+    return "doubleplane", "a guess"

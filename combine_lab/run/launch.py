@@ -304,10 +304,40 @@ def _failure_text(origin: int, code: int | None, stopped: bool, failed: Sequence
         how = f"killed by signal {-code} ({name})"
     else:
         how = f"exited with status {code}"
-    said = _tail(log_dir / f"pe{origin}.stderr") or "(it wrote nothing on stderr)"
+    tail = _tail(log_dir / f"pe{origin}.stderr")
+    said = tail or "(it wrote nothing on stderr)"
+    why = failure_reason(tail)  # the twin's or the driver's own reason, first (docs/cli.md#6-exit-status)
     waits = [f"PE {pe}: {line}" for pe in failed if pe != origin
              for line in _tail(log_dir / f"pe{pe}.stderr", 200).splitlines() if "slot" in line][:8]
-    return f"PE {origin} {how}:\n{said}" + ("\nthe others waited for it:\n" + "\n".join(waits) if waits else "")
+    return (f"PE {origin} {how}:{' ' + why if why else ''}\n{said}"
+            + ("\nthe others waited for it:\n" + "\n".join(waits) if waits else ""))
+
+
+#: A status wait of the twin gives up once nothing has landed on any PE for its wait budget: at
+#: least this long (seconds) ...
+WAIT_FLOOR_S = 10.0
+#: ... or 4x the time the twin takes to move every row of the case at this rate (bytes per second,
+#: what a loaded two-core machine's twin does; the twin, not an NPU, is what waits here).
+TWIN_BYTES_PER_S = 50e6
+
+
+def wait_budget_s(case_bytes: int, timeout_s: float) -> float:
+    """The twin's wait budget for a case that moves ``case_bytes`` (all PEs' rows) under a run limit of
+    ``timeout_s``: max(:data:`WAIT_FLOOR_S`, 4 x case_bytes / :data:`TWIN_BYTES_PER_S`) seconds, at most
+    half the limit (the twin's own limit, ``COMBINE_TWIN_TIMEOUT_S``). A wait nobody answers (a kernel
+    that waits for a masked slot) is reported that long after the last put landed
+    (``COMBINE_TWIN_WAIT_S``, host/twin/twin_heap.cpp; docs/twin.md#2-sessions-and-cleanup)."""
+    return round(min(max(WAIT_FLOOR_S, 4.0 * case_bytes / TWIN_BYTES_PER_S), max(1.0, 0.5 * timeout_s)), 1)
+
+
+def failure_reason(stderr_tail: str) -> str:
+    """The line of a failed PE's stderr that says why it failed: the twin's or the driver's last
+    message (``twin: PE 0 core 1: status slot 3 on PE 1 was written by SDMA (... at file:line) ...``),
+    not a protocol violation or a note that it stopped for another PE; '' when there is none."""
+    said = [ln.strip() for ln in stderr_tail.splitlines()
+            if ln.startswith(("twin: ", "combine_host: ")) and not ln.startswith("twin: protocol violation:")
+            and " because PE " not in ln]
+    return said[-1] if said else ""
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

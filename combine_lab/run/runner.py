@@ -30,7 +30,7 @@ from ..planning.planner import plan as make_plan
 from ..planning.settings import REFERENCE, KernelSettings, check_kernel_settings, driver_policy, parse_settings, variant_label
 from . import build as build_mod
 from .capabilities import npu_variant_refusal
-from .launch import (LaunchError, bootstrap_ipport, check_ipport, host_argv, launch_pes, owned_temp_dir,
+from .launch import (LaunchError, bootstrap_ipport, wait_budget_s, check_ipport, host_argv, launch_pes, owned_temp_dir,
                      remove_orphans)
 from ..formats.perf_csv import driver_counters_name, perf_csv_name, read_perf_csv
 from ..formats.sidecars import counters_frame, read_counters, sidecar_record, write_run_files
@@ -191,11 +191,10 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        """x_out matches golden on every rank, the counters carry exactly the planned bytes,
-        and the twin's protocol checker saw no status flag ready before its payload. For your
-        kernel the counters are compared, not required (:meth:`counter_mismatches` says how its
-        traffic differs from the rule's plan): x_out and the checker decide."""
-        counters = bool(self.kernel) or not self.counter_mismatches()
+        """x_out matches golden on every rank, the counters carry exactly the planned bytes (your
+        kernel's: its declared rule's plan, :meth:`counter_mismatches` says how they differ), and the
+        twin's protocol checker saw no violation."""
+        counters = not self.counter_mismatches()
         return self.check_ok and counters and self.violation_count == 0
 
     def plane_bytes(self) -> pd.DataFrame:
@@ -431,6 +430,8 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
     try:
         binary = Path(binary) if binary is not None else build_mod.build(target, kernel=ks)
         env = dict(env or {})
+        if target == "cpu":
+            env.setdefault("COMBINE_TWIN_WAIT_S", str(case_wait_budget_s(spec, timeout_s)))
         if chaos_seed is not None:
             env["COMBINE_TWIN_CHAOS"] = str(int(chaos_seed))
         label = variant_label(variant, settings)
@@ -441,7 +442,8 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
             port = (check_ipport(ipport(), "ipport") if callable(ipport) else ipport) or bootstrap_ipport()
             argv = lambda r: host_argv(pe_size=spec.pes, pe_id=r, ipport=port, g_npus=spec.pes,  # noqa: E731
                                        first_pe=fpe, first_npu=fnpu, dtype=spec.dtype, bs=spec.bs, h=spec.h,
-                                       topk=spec.topk, expert_per_pe=spec.expert_per_pe, perf=perf, warmup=warmup,
+                                       topk=spec.topk, expert_per_pe=spec.expert_per_pe, perf=perf,
+                                       warmup=launch_warmup(target, warmup, loops),
                                        loops=loops, csv=csv_of(r), case_id=spec.case_id, variant=variant,
                                        min_sdma_bytes=min_sdma_bytes, case_root=prepared.case_root,
                                        policy=driver_policy(variant, settings),
@@ -499,6 +501,19 @@ def _own_kernel_dtype(ks, dtype) -> None:
                              "instantiates combine_demo for int32_t and op::fp16_t only; the lab's kernel runs "
                              "bfloat16_t (docs/own-kernel.md#2-the-entry-contract)", parameter="dtype",
                              value="bfloat16_t")
+
+
+def launch_warmup(target: str, warmup: int, loops: int) -> int:
+    """The untimed launches a run makes: ``warmup``, and on the twin enough more that it launches at
+    least twice, so that a status flag left ready by one launch is caught in the next
+    (docs/hardware-rules.md#15-launch-epochs)."""
+    return max(int(warmup), 2 - int(loops)) if target == "cpu" else int(warmup)
+
+
+def case_wait_budget_s(spec: CaseSpec, timeout_s: float) -> float:
+    """The twin's wait budget of ``spec`` under a run limit of ``timeout_s`` (:func:`combine_lab.run.launch.wait_budget_s`
+    of the bytes of every row the case moves: pes * bs * topk * h * itemsize)."""
+    return wait_budget_s(spec.pes * spec.bs * spec.topk * spec.row_bytes, timeout_s)
 
 
 def refusals(target: str, variants=VARIANTS) -> dict[str, str]:

@@ -61,6 +61,12 @@ def two_row_segments_case():
     return case_from_arrays(spec, np.ones((2, 4, 16)), ids, np.full((2, 4, 2), .5))
 
 
+#: What the twin says of a status put whose payload the issuing core has not completed
+#: (host/twin/twin_order.cpp; docs/hardware-rules.md#14-happens-before), on every run.
+MTE_NOT_COMPLETE = "is not complete: no aclshmem_quiet (or aclshmem_fence, PipeBarrier<PIPE_ALL>) on this core comes between them"
+SDMA_NOT_COMPLETE = "is not complete: no aclshmemx_sdma_quiet (an MTE quiet does not complete SDMA) on this core comes between them"
+
+
 @dataclass(frozen=True)
 class BrokenKernel:
     """One deliberately broken kernel and how the twin must catch it.
@@ -93,9 +99,9 @@ class BrokenKernel:
 
 BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
     BrokenKernel("MTE_FLAG_BEFORE_QUIET", "MTE status flags written before the quiet that completes their payload",
-                 CHECKER_SPEC, "classic", "(MTE payload put issued, not yet landed)", min_sdma_bytes=2 << 20),
+                 CHECKER_SPEC, "classic", MTE_NOT_COMPLETE, min_sdma_bytes=2 << 20, chaos_seed=None),
     BrokenKernel("SDMA_FLAG_BEFORE_SDMA_QUIET", "SDMA rows' flags written before the SDMA quiet",
-                 CHECKER_SPEC, "doubleplane", "(SDMA payload put issued, not yet landed)"),
+                 CHECKER_SPEC, "doubleplane", SDMA_NOT_COMPLETE, chaos_seed=None),
     BrokenKernel("UB_REUSE", "one MTE staging buffer refilled while its last UB -> GM leg is in flight",
                  CHECKER_SPEC, "classic", "UB reuse:", min_sdma_bytes=2 << 20, corrupts=True),
     BrokenKernel("SDMA_FROM_CORE_48", "one core per source rank at 50 PEs: cores 48.. issue SDMA, which SHMEM "
@@ -156,7 +162,7 @@ BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
     # The variants beyond the reference (docs/variants.md).
     BrokenKernel("SEGMENT_FLAG_BEFORE_SDMA_QUIET", "segment variant: a segment's flags written right after its SDMA "
                  "call, before the SDMA quiet that completes its last SQE", SEGMENT_SPEC, "doubleplane",
-                 "(SDMA payload put issued, not yet landed)", settings="segment"),
+                 SDMA_NOT_COMPLETE, settings="segment", chaos_seed=None),
     BrokenKernel("NO_BASES_WAIT", "segment variant: rows put into a receiver's layout without waiting for the bases "
                  "it publishes", SEGMENT_SPEC, "doubleplane", "layout by expert before this core waited for PE",
                  settings="segment", chaos_seed=None),
@@ -165,6 +171,79 @@ BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
                  ("with no core barrier between them", "with no payload put issued for it in this launch",
                   "before its payload was complete"), min_sdma_bytes=2 << 20, settings="c2", chaos_seed=None),
 ]}
+
+
+#: The folder of a kernel written as SHMEM's examples are (docs/own-kernel.md), in a checkout.
+REFSTYLE = Path(__file__).resolve().parents[2] / "tests" / "kernels" / "combine_refstyle"
+REFSTYLE_SOURCE = "combine_refstyle_kernel.cpp"
+#: The case the refstyle bugs run on: masked slots none (the refstyle kernel skips them anyway).
+REFSTYLE_SPEC = CaseSpec(pes=2, bs=8, h=64, topk=2, expert_per_pe=2, dtype="float16_t")
+
+
+@dataclass(frozen=True)
+class RefstyleBug:
+    """A copy of :data:`REFSTYLE` with one realistic bug, and how a default run (no chaos) must catch it.
+
+    ``old`` (text of the source, once) becomes ``new``; ``evidence``: text of the violation or error;
+    ``at``: text of the line (of the changed source) that the report must name as
+    ``combine_refstyle_kernel.cpp:<line>``.
+    """
+
+    name: str
+    rule: str
+    old: str
+    new: str
+    evidence: str
+    at: str
+
+    def source(self) -> str:
+        """The changed kernel source. Raises ValueError when ``old`` is not in the folder's source."""
+        text = (REFSTYLE / REFSTYLE_SOURCE).read_text()
+        if text.count(self.old) < 1:
+            raise ValueError(f"{self.name}: {self.old!r} is not in {REFSTYLE / REFSTYLE_SOURCE}")
+        return text.replace(self.old, self.new, 1)
+
+    def line(self) -> int:
+        """The 1-based line of ``at`` in :meth:`source`."""
+        return next(i for i, ln in enumerate(self.source().splitlines(), 1) if self.at in ln)
+
+    def site(self) -> str:
+        """``combine_refstyle_kernel.cpp:<line>``: what the report names."""
+        return f"{REFSTYLE_SOURCE}:{self.line()}"
+
+
+_STATUS_PUT = "aclshmemx_mte_put_nbi(status + slot * kSlotInts, ready, uint32_t(kSlotInts), core, EVENT_ID1);"
+_WAIT = "aclshmem_signal_wait_until(status + (t * k + j) * kSlotInts + w"
+REFSTYLE_BUGS: dict[str, RefstyleBug] = {b.name: b for b in [
+    RefstyleBug("dropped_quiet", "the quiet between a row's payload put and its status put removed",
+                f"aclshmem_quiet();\n                {_STATUS_PUT}", _STATUS_PUT, MTE_NOT_COMPLETE, _STATUS_PUT),
+    RefstyleBug("never_reset", "status slots never reset after their wait: launch 1's flags release launch 2's waits",
+                "status[t * k * kSlotInts + j] = 0;", "(void)j;", "read as ready in launch 2", _WAIT),
+    RefstyleBug("sdma_status", "the status block sent by SDMA instead of MTE", _STATUS_PUT,
+                "aclshmemx_sdma_put_nbi(status + slot * kSlotInts, status, (__ubuf__ int32_t *)(uint64_t(512)), 64, "
+                "uint32_t(kSlotInts), core, EVENT_ID0);", "was written by SDMA", "aclshmemx_sdma_put_nbi(status"),
+    RefstyleBug("stale_flag", "only the first of a token's k status slots reset: the others stay ready into the next "
+                "launch", "j < k * kSlotInts; ++j", "j < kSlotInts; ++j", "read as ready in launch 2", _WAIT),
+]}
+
+
+def try_refstyle_bug(name: str, folder: str | os.PathLike) -> tuple[bool, str]:
+    """Write :data:`REFSTYLE_BUGS` ``name``'s copy of the refstyle folder into ``folder`` (an empty
+    folder), build it and run it on :data:`REFSTYLE_SPEC` as ``combine-lab run --kernel-source`` does by
+    default (no chaos); return (caught, what was seen). Caught: a violation or the run's error holds
+    the bug's evidence and names its ``combine_refstyle_kernel.cpp:<line>``."""
+    bug = REFSTYLE_BUGS[name]
+    folder = Path(folder)
+    for f in REFSTYLE.iterdir():
+        if f.is_file():
+            (folder / f.name).write_text(bug.source() if f.name == REFSTYLE_SOURCE else f.read_text())
+    try:
+        res = run_case(REFSTYLE_SPEC, kernel_source=folder, timeout_s=60)
+        said = res.violations
+    except LaunchError as e:
+        said = str(e).splitlines()
+    hit = [s for s in said if bug.evidence in s and bug.site() in s]
+    return bool(hit), (hit[0] if hit else (said[0] if said else "no violation"))
 
 
 #: The real kernel's runs of the self-test per case: (variant, settings label, min_sdma_bytes).
@@ -279,7 +358,27 @@ def _run_selftest(seeds: int, tag: str) -> Report:
     for name in caught:
         rep.lines.append(f"    {name:{width}s}  {BROKEN_KERNELS[name].rule}")
 
-    # 2. The real kernel under chaos: no violation, x_out = golden, counters = plan.
+    # 2. Your kernel: the refstyle folder with one realistic bug each, caught on a default run.
+    if REFSTYLE.is_dir():
+        found = []
+        for name in REFSTYLE_BUGS:
+            rep.cases += 1
+            with tempfile.TemporaryDirectory(prefix="combine_refstyle_") as tmp:
+                copy = Path(tmp) / "combine_refstyle"
+                copy.mkdir()
+                ok, seen = try_refstyle_bug(name, copy)
+            if ok:
+                found.append(name)
+            else:
+                rep.failures.append(f"refstyle bug {name} was not caught on a default run: {seen}")
+        rep.lines.append(f"  your kernel  refstyle bugs caught on a default run: {len(found)}/{len(REFSTYLE_BUGS)}")
+        width = max((len(n) for n in found), default=0)
+        for name in found:
+            rep.lines.append(f"    {name:{width}s}  {REFSTYLE_BUGS[name].rule}")
+    else:
+        rep.lines.append(f"  your kernel  refstyle bugs skipped: no {REFSTYLE} (a checkout has it)")
+
+    # 3. The real kernel under chaos: no violation, x_out = golden, counters = plan.
     specs = [CHECKER_SPEC, CaseSpec(pes=4, bs=8, h=33, topk=2, expert_per_pe=2, masked_fraction=0.25),
              CaseSpec(pes=2, bs=16, h=16, topk=4, expert_per_pe=2, routing="hot-expert:0.25", dtype="float16_t")]
     before = rep.violations + rep.mismatches
@@ -300,7 +399,7 @@ def _run_selftest(seeds: int, tag: str) -> Report:
     rep.lines.append(f"  real kernel  {len(specs)} cases x {len(REAL_KERNEL_RUNS)} variants ({labels}) x {seeds} chaos seeds: "
                      f"{rep.violations + rep.mismatches - before} violations or mismatches")
 
-    # 3. Faults: fully masked token and PE, repeated calls, a slot nobody sends (must end, naming it).
+    # 4. Faults: fully masked token and PE, repeated calls, a slot nobody sends (must end, naming it).
     fault_ok = 0
     spec = CaseSpec(pes=2, bs=4, h=32, topk=2, expert_per_pe=2, dtype="float16_t", routing="external")
     ids = np.array([[[0, 2], [1, -1], [-1, -1], [3, 0]]] * 2, dtype=np.int32)
@@ -331,7 +430,7 @@ def _run_selftest(seeds: int, tag: str) -> Report:
     if fault_ok != 3:
         rep.failures.append(f"{3 - fault_ok} fault cases misbehaved")
 
-    # 4. Leaks.
+    # 5. Leaks.
     segs, pids, fds = tagged_segments(tag) - segs0, tagged_host_pids(tag) - pids0, me.num_fds() - fds0
     rep.leaks = len(segs) + len(pids) + max(fds, 0)
     rep.lines.append(f"  leaks        shared-memory segments {len(segs)}, PE processes {len(pids)}, "

@@ -7,10 +7,13 @@
 // Chaos mode (COMBINE_TWIN_CHAOS=<seed>): MTE legs run when every pipe drains (quiet, PIPE_ALL
 // barrier, kernel end) in the order twin_pipes.cpp picks; SDMA descriptors land only at SDMA
 // quiet, each batch in a seeded shuffled order.
-// Checker (always on): per window slot the twin records the launch in which its payload
-// landed; a status-ready flag that lands before that is a violation, reported with the
-// writing PE and core, the slot, and both operations. Status slots must be waited on
-// word by word, all 8 words, as the reference does.
+// Checker (always on): a status put whose payload the issuing core has not completed is a
+// violation at once (happens-before, twin_order.cpp); per window slot the twin also records the
+// launch in which its payload landed, and a status-ready flag that lands before that (a payload
+// by another PE) or with no payload put in this launch is a violation, reported with the writing
+// PE and core, the slot, and both operations. A status slot read as ready that no status put of
+// this launch made ready is a violation (launch epochs: a stale flag). Status slots must be waited
+// on word by word, all 8 words, as the reference does.
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
@@ -80,7 +83,7 @@ struct Region {
     uint64_t landed_off = 0, issued_off = 0;  // heap offsets of the shadows (payload regions)
     uint64_t row_bytes = 0;                   // payload regions: a slot is complete once this many landed (0: at once)
     uint64_t landed_bytes_off = 0;            // (launch << 40 | bytes landed) per slot, uint64 (row_bytes > 0)
-    uint64_t issuer_off = 0;                  // (launch << 16 | core barriers done & 0xFF << 8 | core) per slot
+    int order_id = -1;                        // payload regions: their happens-before shadows (twin_order.cpp)
     int64_t map_off = -1;                     // payload regions of the segment variant: heap offset of positions
     int payload_region = -1;                  // status regions
     uint64_t flag_bytes = 0;                  // status regions: the ready block at each slot's start
@@ -89,6 +92,9 @@ struct Region {
     uint64_t flag_landed_off = 0;             // (launch << 8 | writing PE) per slot
     uint64_t flag_hash_off = 0;               // hash of the flag block that landed, per slot
     uint64_t cleaned_off = 0;                 // (launch << 8 | core) per 64 B line: a clean of a changed line
+    uint64_t stale_off = 0;                   // launch whose start found the slot still ready from before, per slot
+    uint64_t stale_hash_off = 0;              // the hash of what it held then
+    uint64_t read_off = 0;                    // launch in which a stale ready read of the slot was reported
     uint8_t* line_base = nullptr;             // the first 64 B line of the region
     uint64_t lines = 0;
     uint64_t slots = 0;
@@ -145,7 +151,7 @@ void slots_touched(const Region& r, const void* sym, size_t bytes, uint64_t* fir
 }
 
 // Called when a payload put is issued: remembers, for every slot it writes, its plane for the
-// report and the issuing core (with the core barriers done so far) for the flag-writer rule.
+// report of a flag that lands before it.
 void note_issue(const Put& p) {
     uint64_t slot = 0;
     const int ri = find_region(p.dst_sym, &slot);
@@ -153,11 +159,18 @@ void note_issue(const Put& p) {
     const Region& r = g_regions[ri];
     uint64_t first, last;
     slots_touched(r, p.dst_sym, p.bytes, &first, &last);
-    const uint32_t who = (g_epoch << 16) | ((core_barriers_done() & 0xFFu) << 8) | (uint32_t(current_core()) & 0xFFu);
-    for (uint64_t s = first; s <= last; ++s) {
+    for (uint64_t s = first; s <= last; ++s)
         __atomic_store_n(shadow(r.issued_off, p.pe, s), (g_epoch << 1) | uint32_t(p.plane), __ATOMIC_RELAXED);
-        __atomic_store_n(shadow(r.issuer_off, p.pe, s), who, __ATOMIC_RELAXED);
-    }
+}
+
+// The payload slots `p` (one MTE leg, or one SDMA call) writes are delivered once what completes
+// op `seq` of its engine on this core has run (twin_order.cpp).
+void note_delivery(const Put& p, uint64_t seq, const Site& site) {
+    const int ri = find_region(p.dst_sym, nullptr);
+    if (ri < 0 || g_regions[ri].kind != kRegionPayload) return;
+    uint64_t first, last;
+    slots_touched(g_regions[ri], p.dst_sym, p.bytes, &first, &last);
+    order_payload_put(g_regions[ri].order_id, p.pe, first, last, p.plane, seq, site);
 }
 
 void sdma_main(SdmaEngine* e) {
@@ -281,6 +294,7 @@ void report_violation(const std::string& msg) {
 
 // The moment a put becomes visible at its destination.
 void land(const Put& p) {
+    note_progress();
     uint64_t slot = 0;
     const int ri = find_region(p.dst_sym, &slot);
     if (ri >= 0 && g_regions[ri].kind == kRegionStatus) {
@@ -289,7 +303,7 @@ void land(const Put& p) {
         const int64_t row = payload_row(payload, p.pe, slot);
         const bool in_range = row >= 0 && uint64_t(row) < payload.slots;
         const uint32_t landed = in_range ? __atomic_load_n(shadow(payload.landed_off, p.pe, uint64_t(row)), __ATOMIC_ACQUIRE) : 0;
-        if (landed != g_epoch) {
+        if (landed != g_epoch && !(in_range && order_payload_by_me(payload.order_id, p.pe, uint64_t(row)))) {
             const uint32_t issued = in_range ? __atomic_load_n(shadow(payload.issued_off, p.pe, uint64_t(row)), __ATOMIC_RELAXED) : 0;
             char buf[400];
             if ((issued >> 1) == g_epoch)
@@ -301,7 +315,7 @@ void land(const Put& p) {
                 snprintf(buf, sizeof buf, "PE %d core %d: status slot %llu on PE %d became ready (%s status put) "
                          "with no payload put issued for it in this launch",
                          pe_state().my_pe, current_core(), (unsigned long long)slot, p.pe, kPlaneName[p.plane]);
-            report_violation(buf);
+            report_violation(p.site.file ? std::string(buf) + " (" + site_text(p.site) + ")" : std::string(buf));
         }
         // First: once the flag is visible, its waiter may reset the slot and clean its line.
         if (note_flag_landed(ri, p, slot)) memcpy(p.dst, p.src, p.bytes);
@@ -372,10 +386,9 @@ void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes,
         r.row_bytes = std::min<uint64_t>(flag_bytes, r.slot_bytes);
         r.landed_off = reserve_alloc(r.slots * 4, "payload-landed shadow");
         r.issued_off = reserve_alloc(r.slots * 4, "payload-issued shadow");
-        r.issuer_off = reserve_alloc(r.slots * 4, "payload-issuer shadow");
+        r.order_id = order_label_payload(r.slots);
         memset(mine + r.landed_off, 0, r.slots * 4);
         memset(mine + r.issued_off, 0, r.slots * 4);
-        memset(mine + r.issuer_off, 0, r.slots * 4);
         if (r.row_bytes) {
             r.landed_bytes_off = reserve_alloc(r.slots * 8, "payload-bytes shadow");
             memset(mine + r.landed_bytes_off, 0, r.slots * 8);
@@ -386,7 +399,8 @@ void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes,
         if (r.payload_region < 0) fatal("label a payload region before its status region");
         r.line_base = reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(p) / kLine * kLine);
         r.lines = (uint64_t(reinterpret_cast<uintptr_t>(p + bytes) - reinterpret_cast<uintptr_t>(r.line_base)) + kLine - 1) / kLine;
-        for (uint64_t* off : {&r.waited_off, &r.waiter_off, &r.flag_landed_off, &r.flag_hash_off}) {
+        for (uint64_t* off : {&r.waited_off, &r.waiter_off, &r.flag_landed_off, &r.flag_hash_off, &r.stale_off,
+                              &r.stale_hash_off, &r.read_off}) {
             *off = reserve_alloc(r.slots * 4, "status shadow");
             memset(mine + *off, 0, r.slots * 4);
         }
@@ -423,26 +437,15 @@ void check_layout_put(const void* dst_sym, int pe, size_t bytes, const char* op,
     report_violation(buf);
 }
 
-// Every status flag is written by the core that put its payload, or after a core barrier that
-// orders that core's quiet before this write: a core's quiet completes its own puts only.
-void check_flag_writer(const void* dst_sym, int pe, const Site& site) {
+// A status put to `dst_sym` on PE `pe` at `site`: its payload must be delivered (twin_order.cpp).
+void check_status_order(const void* dst_sym, int pe, const Site& site) {
     uint64_t slot = 0;
     const int ri = find_region(dst_sym, &slot);
     if (ri < 0 || g_regions[ri].kind != kRegionStatus) return;
     const Region& payload = g_regions[g_regions[ri].payload_region];
     const int64_t row = payload_row(payload, pe, slot);
     if (row < 0 || uint64_t(row) >= payload.slots) return;  // reported when it lands
-    const uint32_t who = __atomic_load_n(shadow(payload.issuer_off, pe, uint64_t(row)), __ATOMIC_RELAXED);
-    if ((who >> 16) != (g_epoch & 0xFFFFu)) return;  // no payload issued in this launch: reported when it lands
-    const uint32_t core = who & 0xFFu, barriers = (who >> 8) & 0xFFu;
-    if (core == (uint32_t(current_core()) & 0xFFu) || barriers != (core_barriers_done() & 0xFFu)) return;
-    char buf[480];
-    snprintf(buf, sizeof buf, "PE %d core %d: status put %s to slot %llu on PE %d, whose payload core %u of this PE "
-             "put, with no core barrier between them: this core's quiet does not complete another core's puts, so "
-             "the flag can land before its payload (each core writes the flags of its own chunk, "
-             "docs/variants.md#2-cores-per-source-rank)", pe_state().my_pe, current_core(), site_text(site).c_str(),
-             (unsigned long long)slot, pe, core);
-    report_violation(buf);
+    order_status_put(payload.order_id, pe, uint64_t(row), slot, site);
 }
 }  // namespace
 
@@ -546,6 +549,57 @@ void counters_begin_launch() {
     for (PlaneCounters* c : {&g_last.mte, &g_last.sdma})
         for (int i = 0; i < kCounterFields; ++i) c->field(i)->store(0);
     g_epoch = uint32_t(g_launches + 1);
+    order_begin_launch(g_epoch);
+    note_progress();
+    // Launch epochs: a status slot of this PE that still holds the flag an earlier launch landed
+    // there (nobody reset it) can release this launch's wait before this launch's put lands.
+    // Read the slot before its stamp: a put of this launch stamps before it copies.
+    const int me = pe_state().my_pe;
+    for (const Region& r : g_regions) {
+        if (r.kind != kRegionStatus) continue;
+        for (uint64_t slot = 0; slot < r.slots; ++slot) {
+            const uint32_t now = hash_bytes(r.begin + slot * r.slot_bytes, r.flag_bytes);
+            std::atomic_thread_fence(std::memory_order_seq_cst);
+            const uint32_t landed = __atomic_load_n(shadow(r.flag_landed_off, me, slot), __ATOMIC_ACQUIRE);
+            if (landed == 0 || this_launch(landed)) continue;
+            if (now != __atomic_load_n(shadow(r.flag_hash_off, me, slot), __ATOMIC_RELAXED)) continue;
+            __atomic_store_n(shadow(r.stale_hash_off, me, slot), now, __ATOMIC_RELAXED);
+            __atomic_store_n(shadow(r.stale_off, me, slot), g_epoch, __ATOMIC_RELEASE);
+        }
+    }
+}
+
+void note_ready_read(const void* sig, int /*cmp*/, int32_t /*value*/, const Site& site) {
+    uint64_t slot = 0;
+    const int ri = find_region(sig, &slot);
+    if (ri < 0 || g_regions[ri].kind != kRegionStatus || current_core() < 0) return;
+    const Region& r = g_regions[ri];
+    const int me = pe_state().my_pe;
+    uint32_t* reported = shadow(r.read_off, me, slot);
+    if (__atomic_load_n(reported, __ATOMIC_RELAXED) == g_epoch) return;  // once per slot and launch
+    const uint32_t landed = __atomic_load_n(shadow(r.flag_landed_off, me, slot), __ATOMIC_ACQUIRE);
+    const bool stale = __atomic_load_n(shadow(r.stale_off, me, slot), __ATOMIC_ACQUIRE) == g_epoch;
+    char what[200];
+    if (!this_launch(landed)) {
+        if (landed == 0)
+            snprintf(what, sizeof what, "no status put has ever written it");
+        else
+            snprintf(what, sizeof what, "no status put of this launch has written it: it holds the flag PE %u sent "
+                     "in launch %u", landed & 0xFFu, landed >> 8);
+    } else if (stale && __atomic_load_n(shadow(r.flag_hash_off, me, slot), __ATOMIC_RELAXED) ==
+                            __atomic_load_n(shadow(r.stale_hash_off, me, slot), __ATOMIC_RELAXED)) {
+        snprintf(what, sizeof what, "it already held that ready value when this launch began (an earlier launch's "
+                 "flag, never reset), so the wait can pass before this launch's status put lands");
+    } else {
+        return;
+    }
+    __atomic_store_n(reported, g_epoch, __ATOMIC_RELAXED);
+    char buf[640];
+    snprintf(buf, sizeof buf, "PE %d core %d: status slot %llu read as ready in launch %u (%s %s), but %s: reset each "
+             "status slot after its wait, before the next launch (docs/hardware-rules.md#15-launch-epochs)", me,
+             current_core(), (unsigned long long)slot, g_epoch, site.inside ? site.inside : "a wait",
+             site_text(Site{site.file, site.line, nullptr}).c_str(), what);
+    report_violation(buf);
 }
 
 void counters_end_launch() {
@@ -583,6 +637,7 @@ void core_finish() {
 // orders the last leg before what the kernel does next (twin_pipes.cpp).
 void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t bytes, size_t elem_bytes, int pe,
                 uint32_t sync_id, const Site& site) {
+    const SiteScope scope(site);  // a refusal names the kernel's line
     static const char* const op = "aclshmemx_mte_put_nbi (GM -> UB -> GM)";
     core_or_die(op);
     const uint64_t block = ub_size / elem_bytes * elem_bytes;
@@ -621,20 +676,22 @@ void mte_put_gm(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size
         leg.name = op;
         leg.reads[0] = span;
         leg.n_reads = 1;
-        leg.put = Put{dst + done, static_cast<uint8_t*>(dst_sym) + done, staging, size_t(n), pe, kPlaneMte};
-        pipe_issue(leg);
+        leg.put = Put{dst + done, static_cast<uint8_t*>(dst_sym) + done, staging, size_t(n), pe, kPlaneMte, site};
+        check_status_order(leg.put.dst_sym, pe, site);
+        note_delivery(leg.put, pipe_issue(leg), site);
     }
 }
 
 void mte_put_ub(void* dst_sym, const void* ub_src, size_t bytes, int pe, uint32_t sync_id, const Site& site) {
+    const SiteScope scope(site);  // a refusal names the kernel's line
     static const char* const op = "aclshmemx_mte_put_nbi (UB -> GM)";
     core_or_die(op);
     const uint32_t padded = uint32_t((bytes + 31) / 32 * 32);
     const uint32_t off = ub_use(ub_src, padded, UbRole::MteSource, op);
     sync_id_use(sync_id, kPlaneMte, op);
-    const Put p{remote(dst_sym, pe, bytes, "MTE"), dst_sym, ub_src, bytes, pe, kPlaneMte};
+    const Put p{remote(dst_sym, pe, bytes, "MTE"), dst_sym, ub_src, bytes, pe, kPlaneMte, site};
     check_layout_put(dst_sym, pe, bytes, op, site);
-    check_flag_writer(dst_sym, pe, site);
+    check_status_order(dst_sym, pe, site);
     note_issue(p);
     count_put(g_last.mte, dst_sym, bytes);
     uint64_t slot = 0;
@@ -649,7 +706,7 @@ void mte_put_ub(void* dst_sym, const void* ub_src, size_t bytes, int pe, uint32_
     leg.reads[0] = UbSpan{off, off + padded};
     leg.n_reads = 1;
     leg.put = p;
-    pipe_issue(leg);
+    note_delivery(p, pipe_issue(leg), site);
 }
 
 // SHMEM's SDMA calls drain every pipe (PipeBarrier<PIPE_ALL>) around the scalar and MTE3 work
@@ -665,14 +722,17 @@ static void sdma_internal_flags(uint32_t sync_id, const Site& site, bool drain_a
 
 void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t bytes, int pe, uint32_t sync_id,
               const Site& site) {
+    const SiteScope scope(site);  // a refusal names the kernel's line
     static const char* const op = "aclshmemx_sdma_put_nbi";
     const int core = core_or_die(op);
     if (g_sdma == nullptr) fatal("SDMA put without the SDMA engine: init with ACLSHMEM_DATA_OP_SDMA");
     if (ub_size < 64) fatal("%s: SDMA needs at least 64 B of UB, got %u", op, ub_size);
     ub_use(ub, ub_size, UbRole::SdmaScratch, op);
     sync_id_use(sync_id, kPlaneSdma, op);
-    if (region_kind(dst_sym, nullptr) == kRegionStatus)
-        fatal("a status slot was written by SDMA: status flags must go by MTE (docs/protocol.md#6-status-flags)");
+    uint64_t status_slot = 0;
+    if (region_kind(dst_sym, &status_slot) == kRegionStatus)
+        fatal("status slot %llu on PE %d was written by SDMA (%s): status flags must go by MTE "
+              "(docs/protocol.md#6-status-flags)", (unsigned long long)status_slot, pe, site_text(site).c_str());
     uint8_t* dst = remote(dst_sym, pe, bytes, "SDMA");
     if (core >= ACLSHMEM_MAX_AIV_PER_NPU) {
         char buf[320];
@@ -685,8 +745,9 @@ void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t
     }
     check_layout_put(dst_sym, pe, bytes, op, site);
     sdma_internal_flags(sync_id, site, true);
-    const Put p{dst, dst_sym, src, bytes, pe, kPlaneSdma};
+    const Put p{dst, dst_sym, src, bytes, pe, kPlaneSdma, site};
     note_issue(p);
+    note_delivery(p, order_sdma_put(), site);
     count_put(g_last.sdma, dst_sym, bytes);
     record_op("sdma_put", pe, (long long)bytes);
     // SHMEM cuts the call into SQEs of at most 1 MiB; each lands on its own (chaos: in any order).
@@ -694,7 +755,7 @@ void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t
     for (size_t done = 0; done < bytes || (bytes == 0 && done == 0); done += kSdmaSqeBytes) {
         const size_t n = std::min<size_t>(kSdmaSqeBytes, bytes - done);
         sqes.push_back(Put{dst + done, static_cast<uint8_t*>(dst_sym) + done, static_cast<const uint8_t*>(src) + done,
-                           n, pe, kPlaneSdma});
+                           n, pe, kPlaneSdma, site});
         if (bytes == 0) break;
     }
     g_last.sdma.sqes.fetch_add(sqes.size(), std::memory_order_relaxed);
@@ -711,6 +772,7 @@ void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t
 }
 
 void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id, const Site& site) {
+    const SiteScope scope(site);  // a refusal names the kernel's line
     static const char* const op = "aclshmemx_sdma_quiet";
     const int core = core_or_die(op);
     if (g_sdma == nullptr) fatal("SDMA quiet without the SDMA engine: init with ACLSHMEM_DATA_OP_SDMA");
@@ -729,6 +791,7 @@ void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id, const Site& site) 
     // Its last step resets the completion flag through the scratch: MTE3, then an MTE3->MTE2
     // flag with no barrier after it.
     sdma_internal_flags(sync_id, site, false);
+    order_sdma_quiet();  // once it returns, every SDMA put of this core is delivered
     if (chaos_seed()) {
         land_shuffled(tl_sdma_pending, 3);
         return;
@@ -742,7 +805,8 @@ void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id, const Site& site) 
     }
 }
 
-void mte_quiet() {
+void mte_quiet(const Site& site) {
+    const SiteScope scope(site);  // a refusal names the kernel's line
     core_or_die("aclshmem_quiet");
     g_last.mte.quiets.fetch_add(1, std::memory_order_relaxed);
     record_op("quiet", -1, 0);
@@ -784,4 +848,3 @@ bool dump_counters(const char* path) {
 
 }  // namespace twin
 
-void aclshmem_quiet() { twin::mte_quiet(); }

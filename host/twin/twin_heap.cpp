@@ -1,10 +1,12 @@
 // The symmetric heap, PE bootstrap, barriers, waits and failure handling of the twin.
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <thread>
 
 #include <fcntl.h>
@@ -35,6 +37,14 @@ uint8_t* heap_base(int pe) {
     return s.segment + kControlBytes + uint64_t(pe) * s.heap_bytes;
 }
 
+namespace {
+thread_local const Site* tl_site = nullptr;
+}
+
+SiteScope::SiteScope(const Site& site) : outer_(tl_site) { tl_site = &site; }
+SiteScope::~SiteScope() { tl_site = outer_; }
+const Site* current_site() { return tl_site; }
+
 void fatal(const char* fmt, ...) {
     PeState& s = pe_state();
     char msg[1024];
@@ -43,8 +53,13 @@ void fatal(const char* fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     const int core = current_core();
+    std::string at;
+    if (tl_site != nullptr && tl_site->file != nullptr) {  // unless the message names the call already
+        const std::string where = site_text(Site{tl_site->file, tl_site->line, nullptr});
+        if (strstr(msg, where.c_str() + 3) == nullptr) at = " (" + site_text(*tl_site) + ")";
+    }
     if (core >= 0)
-        fprintf(stderr, "twin: PE %d core %d: %s%s\n", s.my_pe, core, msg, launch_note().c_str());
+        fprintf(stderr, "twin: PE %d core %d: %s%s%s\n", s.my_pe, core, msg, at.c_str(), launch_note().c_str());
     else
         fprintf(stderr, "twin: PE %d: %s\n", s.my_pe, msg);
     fflush(stderr);
@@ -61,6 +76,22 @@ void abort_peers() {
     if (s.ctrl == nullptr) return;
     int32_t none = -1;
     s.ctrl->abort_pe.compare_exchange_strong(none, s.my_pe);
+}
+
+void note_progress() {
+    PeState& s = pe_state();
+    if (s.ctrl == nullptr) return;
+    const uint64_t now = now_ns();
+    // At most one store a millisecond: every PE's puts land here.
+    if (now > s.ctrl->last_landing_ns.load(std::memory_order_relaxed) + 1000000ull)
+        s.ctrl->last_landing_ns.store(now, std::memory_order_relaxed);
+}
+
+double idle_s() {
+    PeState& s = pe_state();
+    if (s.ctrl == nullptr) return 0.0;
+    const uint64_t last = s.ctrl->last_landing_ns.load(std::memory_order_relaxed), now = now_ns();
+    return now > last ? double(now - last) * 1e-9 : 0.0;
 }
 
 Waiter::Waiter(const char* what, double patience)
@@ -139,6 +170,8 @@ int aclshmemx_init_attr(aclshmemx_bootstrap_t flags, aclshmemx_init_attr_t* attr
         return -1;
     }
     if (const char* t = getenv("COMBINE_TWIN_TIMEOUT_S")) s.timeout_s = atof(t) > 0 ? atof(t) : s.timeout_s;
+    s.wait_s = s.timeout_s;
+    if (const char* t = getenv("COMBINE_TWIN_WAIT_S")) s.wait_s = atof(t) > 0 ? std::min(atof(t), s.timeout_s) : s.wait_s;
     s.my_pe = attr->my_pe;
     s.n_pes = attr->n_pes;
     s.user_heap_bytes = (attr->local_mem_size + 4095) / 4096 * 4096;
@@ -184,6 +217,7 @@ int aclshmemx_init_attr(aclshmemx_bootstrap_t flags, aclshmemx_init_attr_t* attr
         ctrl->heap_bytes = s.heap_bytes;
         ctrl->attached.store(0);
         ctrl->abort_pe.store(-1);
+        ctrl->last_landing_ns.store(now_ns());
         ctrl->magic.store(kMagic, std::memory_order_release);
     } else {
         Waiter w("waiting for PE 0 to initialise the symmetric heap");
@@ -290,10 +324,12 @@ static void core_waited(int32_t* sig) {
     if (region_kind(sig, &slot) == kRegionStatus) record_op("wait", -1, 4, (long long)slot);
 }
 
-int aclshmem_int32_test(int32_t* sig, int cmp, int32_t value) {
+namespace twin {
+int int32_test(int32_t* sig, int cmp, int32_t value, const Site& site) {
     static thread_local uint32_t failed_polls = 0;  // of this thread since its last success
     if (compares(cmp, __atomic_load_n(sig, __ATOMIC_ACQUIRE), value)) {
         core_waited(sig);
+        note_ready_read(sig, cmp, value, site);
         failed_polls = 0;
         return 1;
     }
@@ -303,21 +339,36 @@ int aclshmem_int32_test(int32_t* sig, int cmp, int32_t value) {
     return 0;
 }
 
-int32_t aclshmem_signal_wait_until(int32_t* sig, int cmp, int32_t value) {
+// Gives up once nothing has landed on any PE for the wait budget (COMBINE_TWIN_WAIT_S, sized
+// from the case by the launcher), or after COMBINE_TWIN_TIMEOUT_S in all: a wait nobody will
+// answer (a masked slot the kernel waits for) is reported soon after the traffic stops.
+int32_t signal_wait_until(int32_t* sig, int cmp, int32_t value, const Site& site) {
     core_waited(sig);
     auto satisfied = [cmp, value](int32_t v) { return compares(cmp, v, value); };
     int32_t v = __atomic_load_n(sig, __ATOMIC_ACQUIRE);
-    if (satisfied(v)) return v;
-    Waiter w("waiting for a signal");
-    while (!satisfied(v = __atomic_load_n(sig, __ATOMIC_ACQUIRE))) {
-        if (!w.keep_waiting()) {
-            uint64_t slot = 0;
-            if (region_kind(sig, &slot) == 1)
-                fatal("timed out after %.1f s waiting for status slot %llu to become %d (it is %d): no PE sent it",
-                      w.elapsed_s(), (unsigned long long)slot, value, v);
-            fatal("timed out after %.1f s waiting for the signal at heap offset %lld to become %d (it is %d)",
-                  w.elapsed_s(), (long long)((uint8_t*)sig - heap_base(pe_state().my_pe)), value, v);
+    if (!satisfied(v)) {
+        Waiter w("waiting for a signal");
+        const double budget_s = pe_state().wait_s;
+        while (!satisfied(v = __atomic_load_n(sig, __ATOMIC_ACQUIRE))) {
+            const double quiet_s = idle_s();
+            const bool idle = quiet_s > budget_s && w.elapsed_s() > budget_s;
+            if (idle || !w.keep_waiting()) {
+                uint64_t slot = 0;
+                char why[160] = "";
+                if (idle)
+                    snprintf(why, sizeof why, "; nothing landed on any PE for %.1f s (the wait budget, "
+                             "COMBINE_TWIN_WAIT_S, sized from the case)", quiet_s);
+                if (region_kind(sig, &slot) == kRegionStatus)
+                    fatal("timed out after %.1f s waiting for status slot %llu to become %d (it is %d): no PE sent "
+                          "it%s (%s)", w.elapsed_s(), (unsigned long long)slot, value, v, why,
+                          site_text(site).c_str());
+                fatal("timed out after %.1f s waiting for the signal at heap offset %lld to become %d (it is %d)%s "
+                      "(%s)", w.elapsed_s(), (long long)((uint8_t*)sig - heap_base(pe_state().my_pe)), value, v, why,
+                      site_text(site).c_str());
+            }
         }
     }
+    note_ready_read(sig, cmp, value, site);
     return v;
 }
+}  // namespace twin

@@ -131,6 +131,7 @@ void core_barrier_soft() {
 }
 
 static void cross_core_barrier(const char* what) {
+    order_barrier_enter();
     Launch& l = *g_launch;
     const uint32_t gen = l.sync_generation.load(std::memory_order_acquire);
     if (l.sync_arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == l.block_dim) {

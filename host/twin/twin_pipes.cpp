@@ -435,7 +435,7 @@ void prefetch(const uint8_t* p, uint64_t bytes) {
 
 }  // namespace
 
-void pipe_issue(PipeOp& op) {
+uint64_t pipe_issue(PipeOp& op) {
     CoreState& tl = core_state();
     if (!tl.in_core) fatal("%s called outside a kernel core", op.name);
     const uint64_t seq = tl.next_seq++;
@@ -447,17 +447,22 @@ void pipe_issue(PipeOp& op) {
         kept_index = int(tl.kept.size() - 1);
     }
     track(op, seq, kept_index);
-    if (kept_index >= 0) return;
+    if (kept_index >= 0) return seq;
     if (op.kind == OpKind::CopyIn) {
         for (uint32_t b = 0; b < op.blocks && b < 4; ++b) prefetch(op.gm_src + uint64_t(b) * op.gm_block_pitch, op.count);
         tl.mte2_late.emplace_back(seq, op);
-        return;
+        return seq;
     }
     // Other pipes' ops may write GM a late copy reads: those run first; a V op only when it
     // touches UB a late copy writes.
     if (!tl.mte2_late.empty() && (op.pipe != kPipeV || touches_mte2_late(op))) run_mte2_late(kNone);
     execute(op);
+    return seq;
 }
+
+bool pipe_done_before(int next, int pipe, uint64_t seq) { return core_state().known[next][pipe] > seq; }
+
+uint64_t pipe_known_by_scalar(int pipe) { return core_state().known[kPipeS][pipe]; }
 
 void pipes_drain() {
     CoreState& tl = core_state();

@@ -25,6 +25,7 @@ struct Control {
     std::atomic<int32_t> attached;
     std::atomic<int32_t> abort_pe;  // -1, or the first PE that failed
     Barrier host_barrier;
+    std::atomic<uint64_t> last_landing_ns;  // when a put last landed on any PE (or a launch began)
 };
 
 constexpr uint64_t kMagic = 0x636f6d62696e6531ull;  // "combine1"
@@ -44,6 +45,7 @@ struct PeState {
     uint64_t heap_used = 0;
     uint64_t reserve_used = 0;     // twin bookkeeping, allocated down from the heap's end
     double timeout_s = 60.0;
+    double wait_s = 60.0;  // a status wait gives up once nothing landed anywhere for this long
     uint32_t engines = 0;
 };
 
@@ -54,8 +56,21 @@ PeState& pe_state();
 uint64_t reserve_alloc(uint64_t bytes, const char* what);
 uint8_t* heap_base(int pe);
 
-// Print "twin: PE p core c: <msg>" (plus the launch note), tell the other PEs, remove the
-// segment name, exit 3.
+// The SHMEM call the calling core is inside, while it runs: a fatal error in it names the kernel's
+// line that made the call (a refused call says where it was made).
+class SiteScope {
+public:
+    explicit SiteScope(const Site& site);
+    ~SiteScope();
+    SiteScope(const SiteScope&) = delete;
+    SiteScope& operator=(const SiteScope&) = delete;
+private:
+    const Site* outer_;
+};
+const Site* current_site();
+
+// Print "twin: PE p core c: <msg>" (plus the call site when inside a SHMEM call and the launch
+// note), tell the other PEs, remove the segment name, exit 3.
 [[noreturn]] void fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Back-off waiting: returns false once `timeout_s` has passed; exits if another PE aborted.
@@ -78,6 +93,9 @@ private:
 };
 
 uint64_t now_ns();
+// A put landed (or a launch began): the job makes progress. Seconds since it last did.
+void note_progress();
+double idle_s();
 
 // Chaos mode (COMBINE_TWIN_CHAOS=<seed>): puts land as late and in as odd an order as
 // their semantics allow. 0 when off.
@@ -93,6 +111,7 @@ struct Put {
     size_t bytes;
     int pe;
     int plane;
+    Site site{};  // the kernel's call that issued it (status puts: named when their flag lands too early)
 };
 // The moment a put becomes visible at its destination (runs the status/payload checker).
 void land(const Put& p);
@@ -151,7 +170,11 @@ struct PipeOp {
 // its own pipe) that no flag or barrier has ordered before it, reporting the first hazard
 // (read after write, write after read, write after write) with the flag that was missing;
 // then executes it now, or (chaos mode) keeps it for the next drain.
-void pipe_issue(PipeOp& op);
+uint64_t pipe_issue(PipeOp& op);  // returns the op's seq on this core
+// Whether ops of `pipe` with seq <= `seq` are known complete before the next op of `next`.
+bool pipe_done_before(int next, int pipe, uint64_t seq);
+// What the scalar unit knows complete of `pipe` (ops with seq below it), e.g. at a core barrier.
+uint64_t pipe_known_by_scalar(int pipe);
 // Executes one vector or copy op (twin_vector.cpp).
 void vector_execute(const PipeOp& op);
 // Every pipe's operations complete (PipeBarrier<PIPE_ALL>, quiet, SyncAll, kernel end): in
@@ -180,6 +203,19 @@ void ops_begin_launch(uint32_t block_dim);
 void record_op(const char* kind, int dst, long long bytes, long long slot = -1, long long ub = -1);
 void ops_end_launch();
 
+// Happens-before of payload and status (twin_order.cpp): payload regions get shadows (an id);
+// each payload put records its engine's op seq, each status put checks that its payload's put is
+// complete on the issuing core (or before a core barrier passed since), reporting it if not.
+void order_begin_launch(uint32_t epoch);
+int order_label_payload(uint64_t slots);
+void order_payload_put(int id, int pe, uint64_t first, uint64_t last, int plane, uint64_t seq, const Site& site);
+void order_status_put(int id, int pe, uint64_t row, uint64_t slot, const Site& site);
+// Whether this PE issued payload row `row` on PE `pe` in this launch (so its status puts were checked).
+bool order_payload_by_me(int id, int pe, uint64_t row);
+uint64_t order_sdma_put();   // the calling core's next SDMA put: its seq
+void order_sdma_quiet();     // the calling core's SDMA puts so far are complete
+void order_barrier_enter();  // the calling core enters a core barrier: what it knows complete
+
 // Engines: MTE/SDMA counters, region labels, SDMA thread.
 void engines_start(uint32_t engine_mask);
 void engines_stop();
@@ -193,6 +229,9 @@ uint32_t core_barriers_done();
 void core_finish();
 // A core waited on the word at `sig` (status slots must be waited on word by word).
 void note_wait(const void* sig);
+// A core's wait on the word at `sig` (cmp, value) was satisfied at `site`: a status slot read as
+// ready that no status put of this launch made ready is a violation (a stale flag).
+void note_ready_read(const void* sig, int cmp, int32_t value, const Site& site);
 // The FFTS base address util_get_ffts_config hands out (twin_kernel.cpp checks it).
 constexpr uint64_t kFftsToken = 0x46465453ull;  // "FFTS"
 // Which labelled region holds `sym` (local symmetric address); -1 if none.

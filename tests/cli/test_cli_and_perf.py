@@ -206,14 +206,15 @@ def test_without_perf_one_launch_is_checked_and_nothing_written(tmp_path, capsys
     code, out, err = run_cli(["run", *SMALL, "--output-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "w"),
                               "--prof-pe", "all"], capsys)
     assert code == 0, err
-    assert err.startswith("combine-lab: note: --prof-pe has no effect without --perf (one launch per case, "
-                          "nothing profiled)\n")
+    assert err.startswith("combine-lab: note: --prof-pe has no effect without --perf (nothing is profiled)\n")
     line = run_table(out)[0]
     assert line[:4] == ["shape_8_16_2_4_2", "uniform", "doubleplane", "PASS"] and line[4:6] == ["-", "-"]
     assert "perf CSV" not in out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["combine_doubleplane_perf_rank0.csv"]
-    # The twin counted one launch on every PE; the kept --work-dir keeps the case files, not the run's folder.
-    assert counted == [1, 1]
+    # The twin counted two launches on every PE: an untimed one before the checked one, so that a flag the
+    # first leaves ready is caught (docs/hardware-rules.md#15-launch-epochs); the kept --work-dir keeps the
+    # case files, not the run's folder.
+    assert counted == [2, 2]
     assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["golden", "output"]
 
 
@@ -242,8 +243,8 @@ def test_ports_move_per_launch_on_127_0_0_1_and_fpe_reaches_the_driver(tmp_path,
     code, out, err = run_cli(["run", *SMALL, "--bs-list", "4 8", "-ipport", "tcp://127.0.0.1:9100", "-fpe", "3"],
                              capsys)
     assert code == 0, err
-    assert [(a[2], a[4], a[11], a[12], a[13]) for a in seen] == [  # no --perf: perf 0, warmup 0, loops 1
-        ("tcp://127.0.0.1:9100", "3", "0", "0", "1"), ("tcp://127.0.0.1:9101", "3", "0", "0", "1")]
+    assert [(a[2], a[4], a[11], a[12], a[13]) for a in seen] == [  # no --perf: perf 0, loops 1, and on the twin
+        ("tcp://127.0.0.1:9100", "3", "0", "1", "1"), ("tcp://127.0.0.1:9101", "3", "0", "1", "1")]  # warmup 1
 
 
 def test_other_bootstrap_hosts_are_used_as_given():
@@ -366,7 +367,8 @@ def test_compare_prints_both_variants_with_planned_sdma(capsys, no_leaks):
                               "--routing", "hot-expert:1.0", "--warmup", "0", "--loops", "1"], capsys)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == "not timed (no --perf): one launch per case and variant, checked against golden"
+    assert lines[0] == ("not timed (no --perf): two launches per case and variant on the twin (a status flag the "
+                        "first leaves ready is caught in the second), the last checked against golden")
     assert lines[1].split()[:6] == ["case", "routing", "variant", "check", "comm_only/us", "comm_only"]
     classic, dual = run_table(out)
     assert classic[2] == "classic" and dual[2] == "doubleplane"

@@ -228,7 +228,7 @@ def test_repeats_below_1_are_refused_and_without_perf_noted(tmp_path, capsys, no
     assert list(tmp_path.iterdir()) == []
     code, out, err = run_cli(["compare", *CASE, "--repeats", "3"], capsys)
     assert code == 0, err
-    assert err.startswith("combine-lab: note: --repeats=3 has no effect without --perf (nothing is timed: one launch "
+    assert err.startswith("combine-lab: note: --repeats=3 has no effect without --perf (nothing is timed: one run "
                           "per case)\n")
     assert [r[2:4] for r in run_table(out)] == [["classic", "PASS"], ["doubleplane", "PASS"]]
     assert "speed-up" not in out  # nothing timed, nothing to compare

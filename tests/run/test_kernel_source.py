@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +43,8 @@ def folder_hash(folder: Path) -> dict[str, str]:
 def test_the_entry_contract_is_checked_before_building_and_names_what_is_missing(tmp_path, monkeypatch):
     monkeypatch.setattr(build_mod, "_run", lambda *a, **k: pytest.fail("built a folder that breaks the contract"))
     ks = kernel_source(REFSTYLE)
-    assert (ks.label, ks.rule, [p.name for p in ks.sources]) == ("user:refstyle", "doubleplane",
-                                                                  ["combine_refstyle_kernel.cpp"])
+    assert (ks.label, ks.rule, ks.rule_from, [p.name for p in ks.sources]) == (
+        "user:refstyle", "classic", "combine_kernel.h:4", ["combine_refstyle_kernel.cpp"])  # its declared rule
     assert kernel_source(REFSTYLE, name="mine:v2", rule="classic").label == "mine:v2"
 
     def broken(edit: str, old: str = "", new: str = "") -> str:
@@ -103,10 +104,13 @@ def test_your_kernel_runs_unchanged_with_every_check(tmp_path, no_leaks):
     log = (build_mod.build("cpu", kernel=REFSTYLE, force=True).parent / build_mod.BUILD_LOG).read_text()
     assert f"twin launch: {REFSTYLE}/combine_refstyle_kernel.cpp:{line}: RefstyleCombine_int32_t<<<block_dim, " \
            "nullptr, stream>>>  ->  ::twin::kernel_launch(RefstyleCombine_int32_t, block_dim, nullptr, stream)" in log
-    # its rule's plan has SDMA, this kernel sends everything by MTE: it differs, and that is no failure
-    dual = run_case(CaseSpec(pes=3, bs=256, h=4096, topk=1, expert_per_pe=1, routing="hot-rank:0.8"),
-                    kernel_source=REFSTYLE, perf=False)
-    assert dual.variant == "doubleplane" and dual.check_ok and dual.ok
+    # its declared rule (classic, in its combine_kernel.h) is what it does; doubleplane's plan has SDMA and this
+    # kernel sends everything by MTE: compared with that rule it differs, and that fails the run
+    skewed = CaseSpec(pes=3, bs=256, h=4096, topk=1, expert_per_pe=1, routing="hot-rank:0.8")
+    mine = run_case(skewed, kernel_source=REFSTYLE, perf=False)
+    assert mine.variant == "classic" and mine.ok and not mine.counter_mismatches()
+    dual = run_case(skewed, "doubleplane", kernel_source=REFSTYLE, perf=False)
+    assert dual.variant == "doubleplane" and dual.check_ok and not dual.ok
     assert any("sdma_bytes counted 0, planned" in m for m in dual.counter_mismatches())
     assert folder_hash(REFSTYLE) == before
 
@@ -123,7 +127,7 @@ def test_compare_puts_your_kernel_beside_the_labs_on_the_same_case_files(tmp_pat
     assert all(r[3] == "PASS" and r[-2] == "yes" and r[-1] == "0" for r in rows), out
     assert sorted(p.name for p in (tmp_path / "perf").iterdir() if p.is_dir()) == ["classic", "doubleplane",
                                                                                    "user-refstyle"]
-    assert (tmp_path / "perf" / "user-refstyle" / "combine_doubleplane_perf_rank0.csv").is_file()
+    assert (tmp_path / "perf" / "user-refstyle" / "combine_perf_rank0.csv").is_file()  # named as its rule's (classic)
     runs = compare(CaseSpec(pes=2, bs=8, h=64, topk=2, expert_per_pe=2), kernel_source=[REFSTYLE], perf=False)
     assert list(runs) == ["classic", "doubleplane", "user:refstyle"] and all(r.ok for r in runs.values())
     assert folder_hash(REFSTYLE) == before
@@ -161,6 +165,31 @@ def test_a_kernel_that_waits_for_a_masked_slot_is_reported_as_its_hang(tmp_path,
     with pytest.raises(KernelFailed, match=r"hung: PE \d core \d waited"):
         run_case(CaseSpec(pes=2, bs=8, h=64, topk=4, expert_per_pe=2, masked_fraction=0.2), kernel_source=waits_all,
                  timeout_s=6)
+
+
+def test_a_masked_slot_hang_is_reported_within_30_s_by_default(capsys, no_leaks):
+    """With the default limits (no short timeout), the twin's status wait gives up once nothing has landed for the
+    wait budget sized from the case (10 s here), printed before the run, naming the wait's line."""
+    waits_all = build_cache() / "kernels" / "combine_waitall"  # the previous test's copy (made again if missing)
+    waits_all.mkdir(parents=True, exist_ok=True)
+    for f in REFSTYLE.iterdir():
+        text = ("#define REFSTYLE_WAIT_ALL 1\n" if f.name == "combine_refstyle_kernel.cpp" else "") + f.read_text()
+        if not (waits_all / f.name).is_file() or (waits_all / f.name).read_text() != text:
+            (waits_all / f.name).write_text(text)
+    build_mod.build("cpu", kernel=waits_all)  # the build is not what is timed
+    src = (REFSTYLE / "combine_refstyle_kernel.cpp").read_text().splitlines()
+    wait_line = 1 + next(i for i, ln in enumerate(src, 1) if "aclshmem_signal_wait_until(" in ln)  # +1: the #define
+    t0 = time.monotonic()
+    status = main(["run", "--kernel-source", str(waits_all), "-pes", "2", "-bs", "8", "-h", "64", "-topk", "4",
+                   "-expertPerPe", "2", "--masked-fraction", "0.2"])
+    took = time.monotonic() - t0
+    err = capsys.readouterr().err
+    assert status == 1 and took < 30, (took, err)
+    assert "twin wait budget: 10 s (a status wait gives up once nothing has landed on any PE for that long; sized " \
+           "from the case, docs/twin.md#2-sessions-and-cleanup)" in err
+    assert re.search(r"hung: PE \d core \d waited 10\.\d s for status slot \d+ \(token \d+, k \d: expert -1, masked", err)
+    assert (f"nothing landed on any PE for 10.0 s (the wait budget, COMBINE_TWIN_WAIT_S, sized from the case) "
+            f"(inside aclshmem_signal_wait_until called at combine_waitall/combine_refstyle_kernel.cpp:{wait_line})") in err
 
 
 @pytest.mark.slow
@@ -223,3 +252,29 @@ def test_run_your_kernel_with_repeats_folds_them_into_one_row(tmp_path, capsys, 
         each = v[m]["each"]
         assert len(each) == 3
         assert (v[m]["median"], v[m]["min"], v[m]["max"]) == (sorted(each)[1], min(each), max(each))
+
+
+def test_your_kernels_rule_is_declared_and_counters_that_differ_fail(tmp_path, capsys, no_leaks):
+    """--rule, or a 'combine-lab rule:' line of the folder, or SHMEM's folder names: the rule whose plan the
+    counters must equal; a kernel whose counters differ from it fails (exit 1) unless --counters-may-differ."""
+    flags = ["--kernel-source", str(REFSTYLE), "-pes", "3", "-bs", "12", "-h", "20", "-topk", "3", "-expertPerPe",
+             "2", "--routing", "zipf:1.2", "-type", "float16_t", "--min-sdma-bytes", "0"]
+    assert main(["run", *flags]) == 0  # its declared classic: what it does
+    assert "user:refstyle: rule classic (from combine_kernel.h:4; --rule declares it)" in capsys.readouterr().err
+    assert main(["run", *flags, "--rule", "doubleplane"]) == 1  # doubleplane's plan sends some rows by SDMA
+    err = capsys.readouterr().err
+    assert ("user:refstyle: counters=plan differs from its rule doubleplane (rule=): a failure (exit 1); --rule "
+            "declares the rule it follows, --counters-may-differ shows it without failing") in err
+    assert main(["run", *flags, "--rule", "doubleplane", "--counters-may-differ"]) == 0
+    mine = tmp_path / "combine_mine"
+    shutil.copytree(REFSTYLE, mine)
+    (mine / "combine_kernel.h").write_text((mine / "combine_kernel.h").read_text().replace("classic (every",
+                                                                                           "doubleplane (every"))
+    assert (kernel_source(mine).rule, kernel_source(mine).rule_from) == ("doubleplane", "combine_kernel.h:4")
+    (mine / "CMakeLists.txt").write_text("# combine-lab rule: mte_only\n")
+    with pytest.raises(KernelSourceError, match=r"CMakeLists.txt:1: combine-lab rule: 'mte_only': the rule is one of "
+                                                r"'classic', 'doubleplane'"):
+        kernel_source(mine)
+    (mine / "CMakeLists.txt").unlink()
+    (mine / "combine_kernel.h").write_text((mine / "combine_kernel.h").read_text().replace("combine-lab rule:", ""))
+    assert (kernel_source(mine).rule, kernel_source(mine).rule_from) == ("doubleplane", "a guess")

@@ -553,3 +553,17 @@ def test_a_full_disk_while_results_are_written_ends_with_exit_2_naming_the_file(
     assert re.search(rf"combine-lab: error: {re.escape(str(out))}/combine_perf_rank0\.csv: cannot write "
                      r"\d+ bytes: ENOSPC \(No space left on device\)\n$", proc.stderr), proc.stderr
     assert sorted(p.name for p in out.iterdir()) == [earlier.name] and earlier.read_text() == "{}"
+
+
+def test_the_wait_budget_is_sized_from_the_case():
+    """max(10 s, 4 x the case's bytes at 50 MB/s), at most half the run's limit (docs/twin.md#2-sessions-and-cleanup)."""
+    from combine_lab import CaseSpec
+    from combine_lab.run.launch import wait_budget_s
+    from combine_lab.run.runner import case_wait_budget_s
+    assert wait_budget_s(0, 300.0) == 10.0
+    assert wait_budget_s(500_000_000, 300.0) == 40.0  # 4 x 10 s
+    assert wait_budget_s(500_000_000, 30.0) == 15.0  # half the limit
+    assert wait_budget_s(0, 1.0) == 1.0  # never above the twin's own limit, never below 1 s
+    spec = CaseSpec(pes=64, bs=256, h=7168, topk=8, expert_per_pe=1, dtype="float16_t")
+    assert case_wait_budget_s(spec, 1000.0) == round(4 * 64 * 256 * 8 * 7168 * 2 / 50e6, 1) == 150.3
+    assert case_wait_budget_s(spec, 300.0) == 150.0

@@ -1,19 +1,43 @@
-"""The twin's protocol checker: under chaos mode a status flag that becomes ready before
-its payload is caught, in a deliberately broken kernel built only here; the real kernel
-passes the same cases under 20 seeds for both variants."""
+"""The twin's protocol checker: a status flag put before its payload is complete is caught on every
+run, chaos or not (happens-before, docs/hardware-rules.md#14-happens-before), naming both calls'
+file:line, in deliberately broken kernels built only here; the real kernel passes the same cases
+under 20 seeds for both variants."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
 import pytest
 
 from combine_lab import cli
 from combine_lab.run.runner import run_case
-from combine_lab.run.selftest import BROKEN_KERNELS
+from combine_lab.run.selftest import BROKEN_KERNELS, REFSTYLE_BUGS, try_refstyle_bug
 from combine_lab.run.selftest import CHECKER_SPEC as SPEC
 
-VIOLATION = re.compile(r"^PE \d core \d: status slot \d+ on PE \d became ready \(MTE status put\) before its payload "
-                       r"was complete \((MTE|SDMA) payload put issued, not yet landed\)$")
+KERNEL = (Path(__file__).resolve().parents[2] / "kernels" / "combine_kernel.cpp").read_text().splitlines()
+
+
+def line_of(text: str) -> int:
+    """The line of kernels/combine_kernel.cpp that holds ``text`` (once)."""
+    (line,) = [i for i, ln in enumerate(KERNEL, 1) if text in ln]
+    return line
+
+
+FLAG_PUT = line_of("aclshmemx_mte_put_nbi<int32_t>(SlotStatus(RowSlot(row)), block, kStatusWords, dst_pe, kMteSyncId)")
+MTE_PUT = line_of("aclshmemx_mte_put_nbi<U>(dst, src, ub_at<U>(StageOff(buf)), kUbMteStageBytes, n, dst_pe,")
+SDMA_PUT = line_of("aclshmemx_sdma_put_nbi<T>(DstPayload(s.seg, row), expand_x_ + uint64_t(row) * h_, sdma_ub,")
+
+
+def violation(plane: str) -> re.Pattern:
+    payload = (f"aclshmemx_mte_put_nbi at kernels/combine_kernel.cpp:{MTE_PUT}" if plane == "MTE"
+               else f"aclshmemx_sdma_put_nbi at kernels/combine_kernel.cpp:{SDMA_PUT}")
+    quiet = (r"aclshmem_quiet \(or aclshmem_fence, PipeBarrier<PIPE_ALL>\)" if plane == "MTE"
+             else r"aclshmemx_sdma_quiet \(an MTE quiet does not complete SDMA\)")
+    return re.compile(rf"^PE \d core \d: status put \(aclshmemx_mte_put_nbi at kernels/combine_kernel.cpp:{FLAG_PUT}\) "
+                      rf"makes slot \d+ on PE \d ready before its payload is delivered: the {plane} payload put "
+                      rf"\({re.escape(payload)}\) is not complete: no {quiet} on this core comes between them; on the "
+                      r"NPU the flag can land first, whatever the schedule \(docs/hardware-rules.md#14-happens-before\)$")
 
 
 @pytest.fixture
@@ -26,23 +50,39 @@ def sdma_broken(broken_kernels):
     return broken_kernels["sdma_flag_before_sdma_quiet"]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_mte_flag_before_quiet_is_caught(mte_broken, seed, no_leaks):
-    res = run_case(SPEC, "classic", chaos_seed=seed, binary=mte_broken)
-    assert res.violation_count > 0
-    assert not res.ok
-    assert all(VIOLATION.match(v) for v in res.violations), res.violations
-    assert any("(MTE payload put issued, not yet landed)" in v for v in res.violations)
+def test_mte_flag_before_quiet_is_caught_on_every_run_whatever_the_schedule(mte_broken, no_leaks):
+    counts = set()
+    for seed in (None, 1, 2):
+        res = run_case(SPEC, "classic", chaos_seed=seed, binary=mte_broken)
+        assert not res.ok and res.violation_count > 0
+        assert all(violation("MTE").match(v) for v in res.violations), res.violations
+        counts.add(res.violation_count)
+    # The flags of a segment's last rows, whose legs no MTE3->MTE2 flag of a later put orders before
+    # them (a staging buffer's flag does order the earlier rows' legs), in both launches: the same
+    # puts whatever the schedule.
+    assert counts == {66}
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_sdma_flag_before_sdma_quiet_is_caught(sdma_broken, seed, no_leaks):
+@pytest.mark.parametrize("seed", [None, 1])
+def test_sdma_flag_before_sdma_quiet_is_caught_on_every_run(sdma_broken, seed, no_leaks):
     res = run_case(SPEC, "doubleplane", min_sdma_bytes=0, chaos_seed=seed, binary=sdma_broken)
     assert int(res.plan.totals["sdma_rows"].sum()) > 0
-    # Every SDMA row's flag lands at the MTE quiet, before the SDMA quiet lands its payload.
-    assert res.violation_count == int(res.plan.totals["sdma_rows"].sum())
-    assert all("(SDMA payload put issued, not yet landed)" in v for v in res.violations)
+    # Every SDMA row's flag goes before the SDMA quiet that completes its payload, in both launches.
+    assert res.violation_count == 2 * int(res.plan.totals["sdma_rows"].sum())
+    assert all(violation("SDMA").match(v) for v in res.violations), res.violations
     assert not res.ok
+
+
+@pytest.mark.parametrize("name", list(REFSTYLE_BUGS))
+def test_each_refstyle_bug_is_caught_on_a_default_run_at_its_line(name, tmp_path, no_leaks):
+    bug = REFSTYLE_BUGS[name]
+    folder = tmp_path / "combine_refstyle"
+    folder.mkdir()
+    caught, seen = try_refstyle_bug(name, folder)
+    assert caught, seen
+    assert f"combine_refstyle/combine_refstyle_kernel.cpp:{bug.line()}" in seen
+    expected = {"dropped_quiet": 63, "never_reset": 82, "sdma_status": 64, "stale_flag": 82}
+    assert bug.line() == expected[name]  # the refstyle source as it is (tests/kernels/combine_refstyle)
 
 
 @pytest.mark.parametrize("variant,min_sdma", [("classic", 2 * 1024 * 1024), ("doubleplane", 0)])
@@ -81,9 +121,15 @@ def test_selftest_reports_healthy(broken_kernels, capsys, no_leaks):
                         "bit again before MTE3 waited")
     assert lines[14] == ("    no_mte2_v_wait                  stage 2 casts an input tile without waiting (MTE2_V) for its "
                          "DataCopy")
-    assert lines[24] == ("  real kernel  3 cases x 4 variants (classic, doubleplane, doubleplane-segment-c2, classic-c3) "
+    assert lines[24] == "  your kernel  refstyle bugs caught on a default run: 4/4"
+    assert lines[25:29] == [
+        "    dropped_quiet  the quiet between a row's payload put and its status put removed",
+        "    never_reset    status slots never reset after their wait: launch 1's flags release launch 2's waits",
+        "    sdma_status    the status block sent by SDMA instead of MTE",
+        "    stale_flag     only the first of a token's k status slots reset: the others stay ready into the next launch"]
+    assert lines[29] == ("  real kernel  3 cases x 4 variants (classic, doubleplane, doubleplane-segment-c2, classic-c3) "
                          "x 1 chaos seeds: 0 violations or mismatches")
     assert len({ln.index(BROKEN_KERNELS[ln.split()[0]].rule) for ln in lines[2:24]}) == 1  # the rules in one column
-    assert lines[25] == "  faults       masked slots, repeated calls, a slot nobody sends: 3/3 as expected"
-    assert lines[26] == "  leaks        shared-memory segments 0, PE processes 0, open files 0"
-    assert lines[27] == "cases tried: 37, violations: 0, mismatches: 0, hangs: 0, leaks: 0 -- healthy"
+    assert lines[30] == "  faults       masked slots, repeated calls, a slot nobody sends: 3/3 as expected"
+    assert lines[31] == "  leaks        shared-memory segments 0, PE processes 0, open files 0"
+    assert lines[32] == "cases tried: 41, violations: 0, mismatches: 0, hangs: 0, leaks: 0 -- healthy"

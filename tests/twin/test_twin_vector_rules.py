@@ -176,4 +176,4 @@ def test_a_shmem_staging_buffer_past_the_192_kib_ub_is_refused(shmem_rules, no_l
     assert p.returncode == 3
     assert p.stderr.strip() == ("twin: PE 0 core 0: aclshmemx_mte_put_nbi (GM -> UB -> GM): MTE staging UB [64, 196672) "
                                 "runs past the core's 192 KiB UB (Ascend910B3; SHMEM checks UB ranges against ub_limit = "
-                                "192 KiB)")
+                                "192 KiB) (inside aclshmemx_mte_put_nbi called at twin_rules/shmem_rules.cpp:28)")  # the call

@@ -111,12 +111,6 @@ void aclshmemx_get_prof(aclshmem_prof_pe_t** out_profs, bool verbose);
 // ---- device API (one function serves host and core threads on the twin) ----
 int aclshmem_my_pe(void);
 int aclshmem_n_pes(void);
-void aclshmem_quiet(void);
-int32_t aclshmem_signal_wait_until(__gm__ int32_t* sig_addr, int cmp, int32_t cmp_val);
-// 1 when *ivars compares true with cmp_value (after a clean/invalidate of its line), else 0
-// (include/device/gm2gm/shmem_device_p2p_sync.h, ACLSHMEM_TEST for int32). A core polling it
-// gives the twin's other threads the CPU between polls.
-int aclshmem_int32_test(__gm__ int32_t* ivars, int cmp, int32_t cmp_value);
 // SHMEM's core barrier of an AIV-only kernel (GM flags; src/device/gm2gm/shmemi_device_cc.h):
 // every block of the launch must be resident at once; it drains no pipe.
 void aclshmemi_barrier_core_soft();
@@ -124,7 +118,10 @@ void util_set_ffts_config(uint64_t config);
 
 namespace twin {
 // The device calls below take the caller's file and line (defaulted builtins, twin only) so
-// that a message about a SHMEM call's own flags names the kernel line that made the call.
+// that every message about a call names the kernel line that made it.
+void mte_quiet(const Site& site);
+int32_t signal_wait_until(int32_t* sig, int cmp, int32_t value, const Site& site);
+int int32_test(int32_t* sig, int cmp, int32_t value, const Site& site);
 void mte_put_gm(void* dst, const void* src, void* ub, uint32_t ub_size, size_t bytes, size_t elem_bytes, int pe,
                 uint32_t sync_id, const Site& site);
 void mte_put_ub(void* dst, const void* ub_src, size_t bytes, int pe, uint32_t sync_id, const Site& site);
@@ -165,4 +162,26 @@ template <typename T>
 inline void aclshmemx_sdma_quiet(__ubuf__ T* buf, uint32_t ub_size, uint32_t sync_id, const char* file = __builtin_FILE(),
                                  int line = __builtin_LINE()) {
     twin::sdma_quiet(twin::ub_flat(buf), ub_size, sync_id, twin::Site{file, line, "aclshmemx_sdma_quiet"});
+}
+
+// Every pipe's operations complete and the data cache is cleaned: the calling core's puts are
+// delivered (src/device/gm2gm/shmem_device_mo.hpp). aclshmem_fence is the same call in SHMEM.
+inline void aclshmem_quiet(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    twin::mte_quiet(twin::Site{file, line, "aclshmem_quiet"});
+}
+inline void aclshmem_fence(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    twin::mte_quiet(twin::Site{file, line, "aclshmem_fence"});
+}
+
+inline int32_t aclshmem_signal_wait_until(__gm__ int32_t* sig_addr, int cmp, int32_t cmp_val,
+                                          const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    return twin::signal_wait_until(sig_addr, cmp, cmp_val, twin::Site{file, line, "aclshmem_signal_wait_until"});
+}
+
+// 1 when *ivars compares true with cmp_value (after a clean/invalidate of its line), else 0
+// (include/device/gm2gm/shmem_device_p2p_sync.h, ACLSHMEM_TEST for int32). A core polling it
+// gives the twin's other threads the CPU between polls.
+inline int aclshmem_int32_test(__gm__ int32_t* ivars, int cmp, int32_t cmp_value, const char* file = __builtin_FILE(),
+                               int line = __builtin_LINE()) {
+    return twin::int32_test(ivars, cmp, cmp_value, twin::Site{file, line, "aclshmem_int32_test"});
 }

@@ -1,6 +1,7 @@
 // A test kernel folder written the way SHMEM's combine examples are (tests/run/test_kernel_source.py):
 // this header declares the entry the lab's driver calls, the reference's combine_demo<T>
 // (docs/own-kernel.md#2-the-entry-contract). Written for this project's tests.
+// combine-lab rule: classic (every row goes by MTE)
 #ifndef REFSTYLE_COMBINE_KERNEL_H
 #define REFSTYLE_COMBINE_KERNEL_H
 
