@@ -88,7 +88,9 @@ def read_stream(folder: str | os.PathLike, pes: int) -> RecordedStream:
             if ln.startswith("# block_dim"):
                 blocks = int(ln.split()[2])
                 continue
-            core, kind, dst, nbytes, slot, _ub = ln.split()
+            if ln.startswith("#"):  # "# launch_ns <begin> <end>": the trace's (combine_lab/results/trace.py)
+                continue
+            core, kind, dst, nbytes, slot = ln.split()[:5]  # then ub_off, t_ns
             cores.setdefault(int(core), []).append(Op(kind, int(dst), int(nbytes), int(slot)))
         blocks = max(blocks, max(cores, default=-1) + 1)
         block_dim = max(block_dim, blocks)
