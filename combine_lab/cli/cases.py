@@ -42,6 +42,7 @@ from ..formats import summaries
 from ..formats.perf_csv import (counters_name, gib_per_s, perf_summary_name, rank_files, staged_outputs,
                                 variant_dir, write_summary_csv)
 from ..run.runner import RunResult, refusals
+from .trace import TraceRecording
 
 
 #: SHMEM's bootstrap address when -ipport is not given (docs/cli.md#2-case-flags).
@@ -139,6 +140,9 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
                         "<shmem>/examples/combine/combine_doubleplane), built unchanged and checked as the lab's is; "
                         "run: instead of the lab's kernel, compare: beside classic and doubleplane, named by its "
                         "label (reference:doubleplane); may be given several times (docs/own-kernel.md)")
+    r.add_argument("--trace", default=None, metavar="FILE",
+                   help="write the launch as a Chrome trace-event JSON (one case): open it in ui.perfetto.dev; measured "
+                        "on the twin, modelled with --clock model:NAME (docs/lab.md#8-traces)")
     r.add_argument("--clock", default="wall", metavar="wall|model:NAME",
                    help="wall (default): run and time the kernel; model:NAME (a2, a3, host, or a .toml file): "
                         "price each case on the timing model instead, launching nothing (any shape, no payload); "
@@ -468,15 +472,18 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     warmup, loops = (a.warmup, a.loops) if a.perf or model is not None else (0, 1)
     repeats = _repeats(a, variants, model)
     clock = model if model is not None else WALL
+    trace = TraceRecording(getattr(a, "trace", None), model)
+    trace.check(specs, kernels, a.target)
     runs = []
     for spec in specs:
         runs += [Run(spec, b, clock=clock, repeats=repeats, warmup=warmup, loops=loops, perf=a.perf,
                      prof_pe=prof_pe, min_sdma_bytes=a.min_sdma_bytes, target=a.target, timeout_s=a.timeout,
-                     chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, settings=st, group=groups[0])
-                 for b, st, groups in entries.values()]
+                     chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, settings=st, group=groups[0], env=trace.env(label))
+                 for label, (b, st, groups) in entries.items()]
         runs += [Run(spec, getattr(a, "rule", None) or k.rule, clock=clock, repeats=repeats, warmup=warmup,
                      loops=loops, perf=a.perf, prof_pe=prof_pe, min_sdma_bytes=a.min_sdma_bytes, target=a.target,
-                     timeout_s=a.timeout, chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, kernel=k) for k in kernels]
+                     timeout_s=a.timeout, chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, kernel=k,
+                     env=trace.env(k.label)) for k in kernels]
         if baseline:
             runs.append(Run(spec, BASELINE, warmup=a.warmup, loops=a.loops, target=a.target, timeout_s=a.timeout,
                             fnpu=a.fnpu))
@@ -485,7 +492,7 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     removed: dict = {}
     # This run owns its folders while it runs (a second run into them is refused), and writes into
     # staging folders that replace the earlier run's files only once every case has run.
-    with own_folders(owned, "--output-dir" if a.perf else "--work-dir"):
+    with own_folders(owned, "--output-dir" if a.perf else "--work-dir"), trace:
         with staged_outputs(written, removed, rules) as stage, warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a refusal was said once above; each case shows it as a row
             for o in execute(runs, progress="model" if model is not None else "combine",
@@ -522,6 +529,7 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
                   f"{repeats} paired repeat{'s' if repeats > 1 else ''} and its spread (min-max); within noise: the "
                   "spread covers 1")
             print(speedups.to_string(index=False))
+        trace.write(outcomes)
         if a.perf:
             path = write_run_summary(base, a, outcomes, summary, rows,
                                      model.caption() if model is not None else None)
