@@ -42,6 +42,7 @@ from ..formats import summaries
 from ..formats.perf_csv import (counters_name, gib_per_s, perf_summary_name, rank_files, staged_outputs,
                                 variant_dir, write_summary_csv)
 from ..run.runner import RunResult, refusals
+from ..results.bandwidth import case_bandwidth
 from .trace import TraceRecording
 
 
@@ -260,9 +261,14 @@ def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec]) -> None:
 #: The run table: column title -> field of :class:`RepeatedRow`.
 TABLE_COLUMNS = {"case": "case_id", "routing": "routing", "variant": "variant", "check": "check",
                  "comm_only/us": "comm_only_us", "comm_only spread": "comm_only_spread", "full_op/us": "full_op_us",
-                 "full_op spread": "full_op_spread", "comm_only GB/s": "comm_only_gbps", "MTE bytes": "mte_bytes",
+                 "full_op spread": "full_op_spread", "comm_only GB/s": "comm_only_gbps", "algbw GB/s": "algbw",
+                 "busbw GB/s": "busbw", "MTE bytes": "mte_bytes",
                  "SDMA bytes": "sdma_bytes", "planned SDMA": "planned_sdma_bytes", "counters=plan": "counters_ok",
                  "violations": "violations"}
+#: What the algbw and busbw columns are, printed under the table.
+BANDWIDTH_NOTE = ("algbw = bytes a PE receives (bs*topk*h*sizeof(T)) / its comm_only time, decimal GB/s, the slowest "
+                  "PE's (of those timed; a model times every PE); busbw = algbw * (n-1)/n, nccl-tests' alltoall "
+                  "(docs/formats.md#13-bandwidths)")
 _INT_FIELDS = ("mte_bytes", "sdma_bytes", "planned_sdma_bytes", "violations")
 #: The speed-up table: one row per case with both variants timed.
 SPEEDUP_COLUMNS = {"case": "case_id", "routing": "routing", "repeats": "repeats",
@@ -285,8 +291,11 @@ class RepeatedRow:
     repeats: int
     times: dict  # metric -> (median, min, max), us
     gbps: float
+    bandwidth: dict = dataclasses.field(default_factory=dict)  # nccl-tests' algbw/busbw (results/bandwidth.py)
 
     def __getattr__(self, name):
+        if name in ("algbw", "busbw"):  # the slowest PE's, decimal GB/s (docs/formats.md#13-bandwidths)
+            return self.__dict__.get("bandwidth", {}).get(f"{name}_GBps_slowest", math.nan)
         if name.endswith("_spread"):
             med, lo, hi = self.times.get(name.removesuffix("_spread"), (math.nan,) * 3)
             return "-" if self.repeats < 2 or not math.isfinite(med) else f"{lo:.3f}-{hi:.3f}"
@@ -329,7 +338,8 @@ def repeated_rows(outcomes: list[Outcome], summary: pd.DataFrame) -> list[Repeat
         spec_bytes = next((o.spec for o in os_), None)
         data = spec_bytes.bs * spec_bytes.topk * spec_bytes.h * spec_bytes.itemsize * spec_bytes.pes \
             if spec_bytes is not None else 0
-        out.append(RepeatedRow(row, len(ran), times, gib_per_s(data, med) if math.isfinite(med) else math.nan))
+        out.append(RepeatedRow(row, len(ran), times, gib_per_s(data, med) if math.isfinite(med) else math.nan,
+                               case_bandwidth(os_, spec_bytes) if spec_bytes is not None else {}))
     return out
 
 
@@ -354,7 +364,7 @@ def table(rows: list) -> pd.DataFrame:
         values = [getattr(r, name) for r in rows]
         if name in ("comm_only_us", "full_op_us"):
             data[title] = [round(v, 3) if not math.isnan(v) else float("nan") for v in values]
-        elif name == "comm_only_gbps":
+        elif name in ("comm_only_gbps", "algbw", "busbw"):
             data[title] = [round(v, 3) if math.isfinite(v) else float("nan") for v in values]
         elif name == "counters_ok":  # your kernel's are compared with its rule's plan, not required
             data[title] = ["-" if v is None else ("yes" if v else "differs" if r.kernel else "NO")
@@ -519,6 +529,8 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
         for k in kernels if model is not None else []:
             print(f"{k.label}: priced from the operation stream it recorded in one launch on the twin")
         print(table_text(rows))
+        if any(isinstance(r, RepeatedRow) and r.bandwidth for r in rows):
+            print(BANDWIDTH_NOTE)
         speedups = speedup_table(summary) if len(summary) and len(variants) > 1 else pd.DataFrame()
         if len(speedups) and model is not None:  # one point per case: its uncertainty is the unknown parameters
             print(f"speed-up = classic time / doubleplane time (above 1: doubleplane faster), modelled on {model.name}: "
@@ -562,7 +574,8 @@ def write_run_summary(folder: Path, a: argparse.Namespace, outcomes: list[Outcom
                                          "variants": {}, "speedup": {}, "speedup_by_settings": {}})
         rec = {"check": r.check, "repeats": r.repeats if isinstance(r, RepeatedRow) else int(r.ran),
                "mte_bytes": r.mte_bytes, "sdma_bytes": r.sdma_bytes, "planned_sdma_bytes": r.planned_sdma_bytes,
-               "counters_ok": r.counters_ok, "violations": r.violations, "reason": r.reason}
+               "counters_ok": r.counters_ok, "violations": r.violations, "reason": r.reason,
+               "bandwidth": _bandwidth_json(r.bandwidth if isinstance(r, RepeatedRow) else {})}
         for m in METRICS:
             med, lo, hi = r.times[m] if isinstance(r, RepeatedRow) and m in r.times else (getattr(r, f"{m}_us"),) * 3
             rec[f"{m}_us"] = {"median": _num(med), "min": _num(lo), "max": _num(hi),
@@ -585,6 +598,15 @@ def write_run_summary(folder: Path, a: argparse.Namespace, outcomes: list[Outcom
         "clock": getattr(a, "clock", "wall"), "measured": modelled or _measured_caption(a, repeats),
         "repeats": repeats if outcomes else 0, "warmup": a.warmup, "loops": a.loops,
         "cases": list(cases.values())})
+
+
+def _bandwidth_json(bw: dict) -> dict:
+    """A row's bandwidths for the summary JSON (docs/formats.md#11-run-summary): NaN as null, PEs as keys."""
+    out = {}
+    for k, v in bw.items():
+        out[k] = {str(pe): _num(x) for pe, x in v.items()} if isinstance(v, dict) else \
+            v if v is None or isinstance(v, int) else _num(v)
+    return out
 
 
 def _num(v) -> float | None:
