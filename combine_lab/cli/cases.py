@@ -546,9 +546,14 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
             path = write_run_summary(base, a, outcomes, summary, rows,
                                      model.caption() if model is not None else None)
             print(f"run summary: {path}")
+        clock = model.caption() if model is not None else \
+            "measured on the CPU twin" if a.target == "cpu" else f"measured on {a.target}"
         for label in written:
-            _finish_perf(folders[label], rules[label], [s.case_id for s in specs], prof_pe == "all", a.analyse,
-                         model.caption() if model is not None else "")
+            _finish_perf(folders[label], rules[label], [s.case_id for s in specs], prof_pe == "all", a.analyse, clock)
+        if len(written) > 1:  # every variant in one figure per metric (results/analysis.py)
+            from ..results.analysis import comparison_figures
+            for line in comparison_figures(base, {k: (folders[k], rules[k]) for k in written}, a.analyse == "plot", clock):
+                print(line)
     ran = [o.row for o in outcomes if o.row.ran]
     failed = [o.row for o in outcomes if o.row.check == ERROR]  # your kernel failed or hung (the lab's raise: exit 2)
     return 0 if all(r.ok for r in ran) and not failed else 1
