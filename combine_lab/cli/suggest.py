@@ -14,6 +14,7 @@ import argparse
 
 from ..case.case import make_case
 from ..errors import ParameterError
+from ..folders import usable_folder
 from ..formats.files import write_atomic
 from ..model.machines import load_model
 from ..model.stream import case_rows
@@ -73,6 +74,9 @@ def _suggest(a: argparse.Namespace) -> int:
         raise ParameterError(f"--what-if {a.what_if} with --variant {','.join(labels)}: the what-if prices the "
                              "reference's doubleplane (one SDMA call per segment, not built); doubleplane-segment is "
                              "that variant as built", parameter="--what-if", value=a.what_if)
+    if a.out and len(labels) > 1:
+        raise ParameterError(f"--out {a.out}: the engines figure is drawn for one variant label, not "
+                             f"{len(labels)} ({','.join(labels)})", parameter="--out", value=a.out)
     specs = _specs(a, payload=False)
     if len(specs) != 1:
         raise ParameterError(f"suggest prices one case: the lists make {len(specs)}; give single values")
@@ -87,12 +91,35 @@ def _suggest(a: argparse.Namespace) -> int:
             print(f"settings CSV: {a.csv}")
         return 0
     variant, settings = parse_variant_label(labels[0])
+    if a.out:
+        usable_folder(a.out, "--out")
     s = suggest(rows, model, a.metric, WHAT_IF.get(a.what_if), settings=settings, variant=variant)
     print(s.text(None if a.all else 40))
     if a.csv:
         write_atomic(a.csv, s.curve.to_csv(index=False))
         print(f"curve CSV: {a.csv}")
+    if a.out:
+        print(f"engines figure: {write_engines_figure(a.out, s, specs[0], model)}")
     return 0
+
+
+def write_engines_figure(folder, s, spec, model):
+    """The speed-up against SDMA engines (:func:`combine_lab.lab.unknowns_plot.engines_plot`) of
+    Suggestion ``s`` at its verdict's floor and at the default 2 MiB floor where that differs,
+    saved as ``<folder>/suggest_engines.png``; returns the path (None: no floor sends by SDMA)."""
+    from ..lab.plots import save_figure
+    from ..lab.unknowns_plot import ENGINES_FIGURE, engines_plot
+    from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
+
+    curves = {}
+    if s.verdict is not None and s.verdict.floor >= 0:
+        curves[f"{s.label} at floor {s.verdict.floor:,} B (suggest's)"] = s.verdict.engines
+    if s.at_default is not None:
+        curves[f"{s.label} at floor {DEFAULT_MIN_SDMA_BYTES:,} B (the default)"] = s.at_default
+    if not curves:
+        return None
+    fig = engines_plot(curves, f"{spec.case_id} ({spec.routing})", spec.pes, s.caption)
+    return save_figure(fig, folder, ENGINES_FIGURE)
 
 
 def register(sub) -> None:
@@ -116,6 +143,8 @@ def register(sub) -> None:
                         "with --variant, every variant at every count")
     m.add_argument("--csv", default=None, help="also write the curve (or, with several settings, the table) to "
                                                "this CSV (every floor)")
+    m.add_argument("--out", default=None, metavar="DIR",
+                   help="also write the speed-up against SDMA engines as DIR/suggest_engines.png (modelled)")
     m.add_argument("--all", action="store_true", help="print every floor (default: at most 40, evenly spread, "
                                                        "with the best, 2 MiB and never SDMA)")
     p.add_argument("--help", action="help", help="show this help and exit")
