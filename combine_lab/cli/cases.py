@@ -43,7 +43,7 @@ from ..formats.perf_csv import (counters_name, gib_per_s, perf_summary_name, ran
                                 variant_dir, write_summary_csv)
 from ..run.runner import RunResult, refusals
 from ..results.bandwidth import case_bandwidth
-from .trace import TraceRecording
+from ..results.trace import TraceRecording
 
 
 #: SHMEM's bootstrap address when -ipport is not given (docs/cli.md#2-case-flags).
