@@ -483,7 +483,7 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     repeats = _repeats(a, variants, model)
     clock = model if model is not None else WALL
     trace = TraceRecording(getattr(a, "trace", None), model)
-    trace.check(specs, kernels, a.target)
+    trace.check(specs, kernels, a.target, [st for _, st, _ in entries.values()])
     runs = []
     for spec in specs:
         runs += [Run(spec, b, clock=clock, repeats=repeats, warmup=warmup, loops=loops, perf=a.perf,

@@ -230,6 +230,10 @@ def derived_stream(rows: CaseRows, sdma: np.ndarray) -> tuple[RecordedStream, di
     return RecordedStream(ops, rows.block_dim), info
 
 
+_SEGMENT_ON_MODEL = ("--trace on a timing model: settings {!r} (the segment layout) are priced as a whole, not op "
+                     "by op; trace them on the twin (--clock wall)")
+
+
 def model_launch(case: Case, variant: str, sdma: np.ndarray, model: NpuModel, label: str, settings=None) -> Launch:
     """``variant`` of ``case`` with SDMA segments ``sdma`` (bool [pes, epp*pes], the plan's) priced
     op by op on ``model``: virtual times in us from the launch (see the module's docstring).
@@ -240,9 +244,8 @@ def model_launch(case: Case, variant: str, sdma: np.ndarray, model: NpuModel, la
     """
     rows = case_rows(case, model.soc, settings)
     if rows.settings.segment:
-        raise ParameterError(f"--trace on a timing model: settings {rows.settings.label!r} (the segment layout) "
-                             "are priced as a whole, not op by op; trace them on the twin (--clock wall)",
-                             parameter="trace", value=rows.settings.label)
+        raise ParameterError(_SEGMENT_ON_MODEL.format(rows.settings.label), parameter="trace",
+                             value=rows.settings.label)
     stream, info = derived_stream(rows, sdma)
     rec = _Recorder(stream, info)
     times = replay_recorded(stream, case, model, recorder=rec)
@@ -381,10 +384,14 @@ class TraceRecording:
         self.model = model
         self._dir: str | None = None
 
-    def check(self, specs: list, kernels: list, target: str) -> None:
-        """Raises ParameterError before anything runs: several cases, your kernel on a model, an NPU."""
+    def check(self, specs: list, kernels: list, target: str, settings: list = ()) -> None:
+        """Raises ParameterError before anything runs: several cases, your kernel on a model, an NPU,
+        the segment layout on a model (``settings``: the KernelSettings of the lab's runs)."""
         if self.path is None:
             return
+        for st in settings if self.model is not None else ():
+            if st.segment:
+                raise ParameterError(_SEGMENT_ON_MODEL.format(st.label), parameter="trace", value=st.label)
         if len(specs) != 1:
             raise ParameterError(f"--trace {self.path}: traces one case, the flags make {len(specs)} (a sweep)",
                                  parameter="--trace", value=str(self.path))

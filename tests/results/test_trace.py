@@ -111,3 +111,12 @@ def test_trace_is_refused_for_a_sweep_before_anything_runs(tmp_path, capsys):
     assert main(["run", *FLAGS, "--bs-list", "8,12", "--trace", str(tmp_path / "t.json")]) == 2
     assert f"--trace {tmp_path / 't.json'}: traces one case, the flags make 2 (a sweep)" in capsys.readouterr().err
     assert not (tmp_path / "t.json").exists()
+
+
+def test_trace_of_the_segment_layout_on_a_model_is_refused_before_anything_is_priced(tmp_path, capsys):
+    argv = ["run", *FLAGS, "--variant", "doubleplane-segment", "--clock", "model:a3", "--trace", str(tmp_path / "t.json")]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert "MODEL" not in out  # nothing priced, no table
+    assert ("--trace on a timing model: settings 'segment' (the segment layout) are priced as a whole, not op by op; "
+            "trace them on the twin (--clock wall)") in err
