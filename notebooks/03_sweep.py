@@ -244,6 +244,33 @@ if int(model_pes) > 0:
 print("modelled CSV ->", modelled_path)
 
 # %% [markdown]
+# ### The speed-up against SDMA engines
+#
+# The unknown the model ranks first, for the case of the last grid above that sends the most by
+# SDMA: the modelled speed-up with 1 to 48 SDMA engines running at once, at this sweep's floor
+# and at the default 2 MiB (`combine_lab.lab.unknowns_plot`; `combine-lab suggest --out DIR`
+# draws the same for one case). Where the line crosses the band around 1 is how many engines the
+# hardware must run at once for doubleplane to pay. Modelled, not measured.
+
+# %%
+from combine_lab.case.case import make_case
+from combine_lab.lab.unknowns_plot import engines_plot
+from combine_lab.model.stream import case_rows
+from combine_lab.model.unknowns import engines_curve
+
+g_last, m_last = list(grids.values())[-1]
+ref = m_last[m_last["settings"] == "reference"].reset_index(drop=True)
+if len(ref):
+    top = ref.loc[ref["sdma_share"].idxmax()]
+    spec = next(sp for sp in g_last.specs if sp.case_id == top["case_id"] and sp.routing == top["routing"])
+    rows_ = case_rows(make_case(spec), machine.soc)
+    floors = dict.fromkeys([int(min_sdma_bytes), 2 << 20])
+    curves = {f"doubleplane at floor {f:,} B" + (" (this sweep's)" if f == int(min_sdma_bytes) else " (the default)"):
+              engines_curve(rows_, machine, f) for f in floors}
+    plots.show(engines_plot(curves, f"{spec.case_id} ({spec.routing})", spec.pes, machine.caption()), out,
+               "03_speedup_vs_sdma_engines")
+
+# %% [markdown]
 # ### What-if: one SDMA call per segment
 #
 # The reference kernel issues one SDMA call per row (one descriptor each). Laid out by segment, a

@@ -43,6 +43,8 @@ from ..formats.perf_csv import (counters_name, gib_per_s, perf_summary_name, ran
                                 variant_dir, write_summary_csv)
 from ..run.runner import RunResult, case_wait_budget_s, refusals
 from .cluster import add_cluster_flag, executor
+from ..results.bandwidth import case_bandwidth
+from ..results.trace import TraceRecording
 
 
 #: SHMEM's bootstrap address when -ipport is not given (docs/cli.md#2-case-flags).
@@ -148,6 +150,9 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
     r.add_argument("--counters-may-differ", action="store_true",
                    help="with --kernel-source: counters that differ from the rule's plan are shown, not a failure "
                         "(default: exit 1)")
+    r.add_argument("--trace", default=None, metavar="FILE",
+                   help="write the launch as a Chrome trace-event JSON (one case): open it in ui.perfetto.dev; measured "
+                        "on the twin, modelled with --clock model:NAME (docs/lab.md#9-traces)")
     r.add_argument("--clock", default="wall", metavar="wall|model:NAME",
                    help="wall (default): run and time the kernel; model:NAME (a2, a3, host, or a .toml file): "
                         "price each case on the timing model instead, launching nothing (any shape, no payload); "
@@ -280,9 +285,14 @@ def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec], modelled: boo
 #: The run table: column title -> field of :class:`RepeatedRow`.
 TABLE_COLUMNS = {"case": "case_id", "routing": "routing", "variant": "variant", "check": "check",
                  "comm_only/us": "comm_only_us", "comm_only spread": "comm_only_spread", "full_op/us": "full_op_us",
-                 "full_op spread": "full_op_spread", "comm_only GB/s": "comm_only_gbps", "MTE bytes": "mte_bytes",
+                 "full_op spread": "full_op_spread", "comm_only GB/s": "comm_only_gbps", "algbw GB/s": "algbw",
+                 "busbw GB/s": "busbw", "MTE bytes": "mte_bytes",
                  "SDMA bytes": "sdma_bytes", "planned SDMA": "planned_sdma_bytes", "counters=plan": "counters_ok",
                  "violations": "violations"}
+#: What the algbw and busbw columns are, printed under the table.
+BANDWIDTH_NOTE = ("algbw = bytes a PE receives (bs*topk*h*sizeof(T)) / its comm_only time, decimal GB/s, the slowest "
+                  "PE's (of those timed; a model times every PE); busbw = algbw * (n-1)/n, nccl-tests' alltoall "
+                  "(docs/formats.md#14-bandwidths)")
 _INT_FIELDS = ("mte_bytes", "sdma_bytes", "planned_sdma_bytes", "violations")
 #: The speed-up table: one row per case with both variants timed.
 SPEEDUP_COLUMNS = {"case": "case_id", "routing": "routing", "repeats": "repeats",
@@ -305,8 +315,11 @@ class RepeatedRow:
     repeats: int
     times: dict  # metric -> (median, min, max), us
     gbps: float
+    bandwidth: dict = dataclasses.field(default_factory=dict)  # nccl-tests' algbw/busbw (results/bandwidth.py)
 
     def __getattr__(self, name):
+        if name in ("algbw", "busbw"):  # the slowest PE's, decimal GB/s (docs/formats.md#14-bandwidths)
+            return self.__dict__.get("bandwidth", {}).get(f"{name}_GBps_slowest", math.nan)
         if name.endswith("_spread"):
             med, lo, hi = self.times.get(name.removesuffix("_spread"), (math.nan,) * 3)
             return "-" if self.repeats < 2 or not math.isfinite(med) else f"{lo:.3f}-{hi:.3f}"
@@ -349,7 +362,8 @@ def repeated_rows(outcomes: list[Outcome], summary: pd.DataFrame) -> list[Repeat
         spec_bytes = next((o.spec for o in os_), None)
         data = spec_bytes.bs * spec_bytes.topk * spec_bytes.h * spec_bytes.itemsize * spec_bytes.pes \
             if spec_bytes is not None else 0
-        out.append(RepeatedRow(row, len(ran), times, gib_per_s(data, med) if math.isfinite(med) else math.nan))
+        out.append(RepeatedRow(row, len(ran), times, gib_per_s(data, med) if math.isfinite(med) else math.nan,
+                               case_bandwidth(os_, spec_bytes) if spec_bytes is not None else {}))
     return out
 
 
@@ -374,7 +388,7 @@ def table(rows: list) -> pd.DataFrame:
         values = [getattr(r, name) for r in rows]
         if name in ("comm_only_us", "full_op_us"):
             data[title] = [round(v, 3) if not math.isnan(v) else float("nan") for v in values]
-        elif name == "comm_only_gbps":
+        elif name in ("comm_only_gbps", "algbw", "busbw"):
             data[title] = [round(v, 3) if math.isfinite(v) else float("nan") for v in values]
         elif name == "counters_ok":  # your kernel's are compared with its rule's plan, not required
             data[title] = ["-" if v is None else ("yes" if v else "differs" if r.kernel else "NO")
@@ -507,15 +521,18 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     warmup, loops = (a.warmup, a.loops) if a.perf or model is not None else (0, 1)
     repeats = _repeats(a, variants, model)
     clock = model if model is not None else WALL
+    trace = TraceRecording(getattr(a, "trace", None), model)
+    trace.check(specs, kernels, a.target, [st for _, st, _ in entries.values()])
     runs = []
     for spec in specs:
         runs += [Run(spec, b, clock=clock, repeats=repeats, warmup=warmup, loops=loops, perf=a.perf,
                      prof_pe=prof_pe, min_sdma_bytes=a.min_sdma_bytes, target=a.target, timeout_s=a.timeout,
-                     chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, settings=st, group=groups[0])
-                 for b, st, groups in entries.values()]
+                     chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, settings=st, group=groups[0], env=trace.env(label))
+                 for label, (b, st, groups) in entries.items()]
         runs += [Run(spec, k.rule, clock=clock, repeats=repeats, warmup=warmup,
                      loops=loops, perf=a.perf, prof_pe=prof_pe, min_sdma_bytes=a.min_sdma_bytes, target=a.target,
-                     timeout_s=a.timeout, chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, kernel=k) for k in kernels]
+                     timeout_s=a.timeout, chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, kernel=k,
+                     env=trace.env(k.label)) for k in kernels]
         if baseline:
             runs.append(Run(spec, BASELINE, warmup=a.warmup, loops=a.loops, target=a.target, timeout_s=a.timeout,
                             fnpu=a.fnpu))
@@ -527,7 +544,7 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     # This run owns its folders while it runs (a second run into them is refused, naming the flag of
     # the folder), and writes into staging folders that replace the earlier run's files only once
     # every case has run.
-    with own_folders(outs, "--output-dir"), own_folders(works, "--work-dir"):
+    with own_folders(outs, "--output-dir"), own_folders(works, "--work-dir"), trace:
         with staged_outputs(written, removed, rules) as stage, warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a refusal was said once above; each case shows it as a row
             for o in run_all(runs, progress="model" if model is not None else "combine",
@@ -561,6 +578,8 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
         for k in kernels if model is not None else []:
             print(f"{k.label}: priced from the operation stream it recorded in one launch on the twin")
         print(table_text(rows))
+        if any(isinstance(r, RepeatedRow) and r.bandwidth for r in rows):
+            print(BANDWIDTH_NOTE)
         speedups = speedup_table(summary) if len(summary) and len(variants) > 1 else pd.DataFrame()
         if len(speedups) and model is not None:  # one point per case: its uncertainty is the unknown parameters
             print(f"speed-up = classic time / doubleplane time (above 1: doubleplane faster), modelled on {model.name}: "
@@ -571,13 +590,19 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
                   f"{repeats} paired repeat{'s' if repeats > 1 else ''} and its spread (min-max); within noise: the "
                   "spread covers 1")
             print(speedups.to_string(index=False))
+        trace.write(outcomes)
         if a.perf:
             path = write_run_summary(base, a, outcomes, summary, rows,
                                      model.caption() if model is not None else None)
             print(f"run summary: {path}")
+        clock = model.caption() if model is not None else \
+            "measured on the CPU twin" if a.target == "cpu" else f"measured on {a.target}"
         for label in written:
-            _finish_perf(folders[label], rules[label], [s.case_id for s in specs], prof_pe == "all", a.analyse,
-                         model.caption() if model is not None else "")
+            _finish_perf(folders[label], rules[label], [s.case_id for s in specs], prof_pe == "all", a.analyse, clock)
+        if len(written) > 1:  # every variant in one figure per metric (results/analysis.py)
+            from ..results.analysis import comparison_figures
+            for line in comparison_figures(base, {k: (folders[k], rules[k]) for k in written}, a.analyse == "plot", clock):
+                print(line)
     ran = [o.row for o in outcomes if o.row.ran]
     failed = [o.row for o in outcomes if o.row.check == ERROR]  # your kernel failed or hung (the lab's raise: exit 2)
     may_differ = getattr(a, "counters_may_differ", False)
@@ -614,7 +639,8 @@ def write_run_summary(folder: Path, a: argparse.Namespace, outcomes: list[Outcom
                                          "variants": {}, "speedup": {}, "speedup_by_settings": {}})
         rec = {"check": r.check, "repeats": r.repeats if isinstance(r, RepeatedRow) else int(r.ran),
                "mte_bytes": r.mte_bytes, "sdma_bytes": r.sdma_bytes, "planned_sdma_bytes": r.planned_sdma_bytes,
-               "counters_ok": r.counters_ok, "violations": r.violations, "reason": r.reason}
+               "counters_ok": r.counters_ok, "violations": r.violations, "reason": r.reason,
+               "bandwidth": _bandwidth_json(r.bandwidth if isinstance(r, RepeatedRow) else {})}
         for m in METRICS:
             med, lo, hi = r.times[m] if isinstance(r, RepeatedRow) and m in r.times else (getattr(r, f"{m}_us"),) * 3
             rec[f"{m}_us"] = {"median": _num(med), "min": _num(lo), "max": _num(hi),
@@ -637,6 +663,15 @@ def write_run_summary(folder: Path, a: argparse.Namespace, outcomes: list[Outcom
         "clock": getattr(a, "clock", "wall"), "measured": modelled or _measured_caption(a, repeats),
         "repeats": repeats if outcomes else 0, "warmup": a.warmup, "loops": a.loops,
         "cases": list(cases.values())})
+
+
+def _bandwidth_json(bw: dict) -> dict:
+    """A row's bandwidths for the summary JSON (docs/formats.md#11-run-summary): NaN as null, PEs as keys."""
+    out = {}
+    for k, v in bw.items():
+        out[k] = {str(pe): _num(x) for pe, x in v.items()} if isinstance(v, dict) else \
+            v if v is None or isinstance(v, int) else _num(v)
+    return out
 
 
 def _num(v) -> float | None:

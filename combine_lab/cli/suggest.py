@@ -15,6 +15,7 @@ import json
 
 from ..case.case import make_case
 from ..errors import ParameterError
+from ..folders import usable_folder
 from ..formats.files import write_atomic
 from ..model.machines import load_model
 from ..model.stream import case_rows
@@ -75,6 +76,9 @@ def _suggest(a: argparse.Namespace) -> int:
         raise ParameterError(f"--what-if {a.what_if} with --variant {','.join(labels)}: the what-if prices the "
                              "reference's doubleplane (one SDMA call per segment, not built); doubleplane-segment is "
                              "that variant as built", parameter="--what-if", value=a.what_if)
+    if a.out and len(labels) > 1:
+        raise ParameterError(f"--out {a.out}: the engines figure is drawn for one variant label, not "
+                             f"{len(labels)} ({','.join(labels)})", parameter="--out", value=a.out)
     specs = _specs(a, payload=False)
     if len(specs) != 1:
         raise ParameterError(f"suggest prices one case: the lists make {len(specs)}; give single values")
@@ -92,6 +96,8 @@ def _suggest(a: argparse.Namespace) -> int:
                 lb: band_records(rows, model, sg, _verdict_floors(sg)) for lb, sg in c.suggestions.items()})
         return 0
     variant, settings = parse_variant_label(labels[0])
+    if a.out:
+        usable_folder(a.out, "--out")
     s = suggest(rows, model, a.metric, WHAT_IF.get(a.what_if), settings=settings, variant=variant, baseline=a.baseline)
     most = None if a.all else 40
     print(s.text(most))
@@ -101,6 +107,8 @@ def _suggest(a: argparse.Namespace) -> int:
     if a.json:
         floors = s.curve["threshold_bytes"].iloc[s.shown(most)].tolist()
         _write_bands(a.json, specs[0], model, a.metric, {s.label: band_records(rows, model, s, floors)})
+    if a.out:
+        print(f"engines figure: {write_engines_figure(a.out, s, specs[0], model)}")
     return 0
 
 
@@ -118,6 +126,25 @@ def _write_bands(path, spec, model, metric: str, bands: dict) -> None:
            "settings": [{"variant": lb, "floors": recs} for lb, recs in bands.items()]}
     write_atomic(path, json.dumps(doc, indent=1) + "\n")
     print(f"bands JSON: {path}")
+
+
+def write_engines_figure(folder, s, spec, model):
+    """The speed-up against SDMA engines (:func:`combine_lab.lab.unknowns_plot.engines_plot`) of
+    Suggestion ``s`` at its verdict's floor and at the default 2 MiB floor where that differs,
+    saved as ``<folder>/suggest_engines.png``; returns the path (None: no floor sends by SDMA)."""
+    from ..lab.plots import save_figure
+    from ..lab.unknowns_plot import ENGINES_FIGURE, engines_plot
+    from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
+
+    curves = {}
+    if s.verdict is not None and s.verdict.floor >= 0:
+        curves[f"{s.label} at floor {s.verdict.floor:,} B (suggest's)"] = s.verdict.engines
+    if s.at_default is not None:
+        curves[f"{s.label} at floor {DEFAULT_MIN_SDMA_BYTES:,} B (the default)"] = s.at_default
+    if not curves:
+        return None
+    fig = engines_plot(curves, f"{spec.case_id} ({spec.routing})", spec.pes, s.caption)
+    return save_figure(fig, folder, ENGINES_FIGURE)
 
 
 def register(sub) -> None:
@@ -147,6 +174,8 @@ def register(sub) -> None:
                         "per source rank; with several settings, the reference's, one scale for all)")
     m.add_argument("--json", default=None, help="also write, per setting and floor (those the table shows), the "
                                                 "band over the unknowns: nominal, low, high and the point of each end")
+    m.add_argument("--out", default=None, metavar="DIR",
+                   help="also write the speed-up against SDMA engines as DIR/suggest_engines.png (modelled)")
     m.add_argument("--all", action="store_true", help="print every floor (default: at most 40, evenly spread, "
                                                        "with the best, 2 MiB and never SDMA)")
     p.add_argument("--help", action="help", help="show this help and exit")

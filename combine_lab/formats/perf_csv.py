@@ -106,6 +106,11 @@ def figure_name(variant: str, metric: str) -> str:
     return f"{file_prefix(variant)}_perf_{metric}.png"
 
 
+def comparison_figure_name(metric: str) -> str:
+    """``combine_compare_<metric>.png``: the ``-a plot`` figure of every variant of a run, in its output folder."""
+    return f"combine_compare_{metric}.png"
+
+
 def report_name(variant: str) -> str:
     """``<prefix>_perf_report.md``: the ``-a md`` tables."""
     return f"{file_prefix(variant)}_perf_report.md"

@@ -108,6 +108,15 @@ def _perf_by_pe(res, metric: str) -> pd.Series:
     return rows.groupby("ProfPe")["CoreMaxTime/us"].mean()
 
 
+def _repeats_by_pe(runs, label: str, metric: str) -> pd.DataFrame:
+    """Per profiled PE of run ``label``: median, lo, hi (min-max) of its CoreMaxTime/us over the
+    repeats of a :class:`~combine_lab.harness.Comparison` (its ``outcomes``); a plain mapping (one
+    repeat each): the run's own."""
+    each = [o.result for o in getattr(runs, "outcomes", []) if o.run.label == label and o.result is not None]
+    per = pd.concat([_perf_by_pe(r, metric).rename(i) for i, r in enumerate(each or [runs[label]])], axis=1)
+    return pd.DataFrame({"median": per.median(axis=1), "lo": per.min(axis=1), "hi": per.max(axis=1)})
+
+
 #: What a figure says when a case sends nothing by SDMA (both variants carry the same bytes).
 NO_SDMA_CASE = "no SDMA traffic in this case: doubleplane = classic"
 
@@ -128,7 +137,9 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     :func:`combine_lab.harness.compare` returns (keyed by label: with kernel settings
     ``classic-c4``, ``doubleplane-segment-c4``, named so in the legend). Bars are CoreMaxTime/us (the slowest
     core's mean over the profiled loops, docs/formats.md#3-perf-csv) for each PE that was
-    profiled; the title carries the x_out verdict of both runs, and says so when doubleplane sent
+    profiled, as Triton's perf_report draws them: the median over the repeats (a Comparison's
+    outcomes; a plain mapping: its one run) with their min-max as an error bar. The title names
+    the case, its PEs and the clock, carries the x_out verdict of both runs, and says so when doubleplane sent
     nothing by SDMA (:data:`NO_SDMA_CASE`): then the two are the same traffic, not MTE against MTE + SDMA.
     """
     fig = new_figure(8.8, 3.5, dpi)  # 845 px as SVG: a JupyterLab column beside the sidebar
@@ -144,11 +155,12 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     width = 0.8 / max(len(runs), 1)
     for ax, metric in zip(axes, ("comm_only", "full_op")):
         top = 0.0
-        for i, (variant, res) in enumerate(runs.items()):
-            s = _perf_by_pe(res, metric)
-            ax.bar(s.index.to_numpy() + (i - (len(runs) - 1) / 2) * width, s.to_numpy(), width=width,
+        for i, variant in enumerate(runs):
+            s = _repeats_by_pe(runs, variant, metric)
+            ax.bar(s.index.to_numpy() + (i - (len(runs) - 1) / 2) * width, s["median"].to_numpy(), width=width,
+                   yerr=[(s["median"] - s["lo"]).to_numpy(), (s["hi"] - s["median"]).to_numpy()], capsize=3,
                    color=VARIANT_COLORS.get(combine[variant]), label=label[variant])
-            top = max(top, float(s.max()) if len(s) else 0.0)
+            top = max(top, float(s["hi"].max()) if len(s) else 0.0)
         ax.set_ylim(0, top * 1.3 if top > 0 else 1.0)  # room for the legend
         ax.set_title(f"{metric}, measured", fontsize=10)
         ax.set_xlabel("profiled PE")
@@ -157,7 +169,12 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
         ax.set_xticks(pes)
         ax.legend(fontsize=8, loc="upper right", ncols=2)
     verdict = ", ".join(f"{v} {'PASS' if r.check_ok else 'FAIL'}" for v, r in runs.items())
-    fig.suptitle(f"Measured on {any_run.target}: {any_run.case_id} {any_run.routing}\nx_out {verdict}"
+    where = f"{any_run.target} (the CPU twin)" if any_run.target == "cpu" else any_run.target
+    pes = any_run.case_id.rsplit("_", 1)[-1]  # shape_bs_h_topk_E_pes
+    n = max((sum(1 for o in getattr(runs, "outcomes", []) if o.run.label == k and o.result is not None)
+             for k in runs), default=0) or 1
+    fig.suptitle(f"Measured on {where}: {any_run.case_id} {any_run.routing}, {pes} PEs; median of {n} repeat"
+                 f"{'s' if n > 1 else ''}, bars min-max\nx_out {verdict}"
                  + (f"; {NO_SDMA_CASE}" if no_sdma else ""), fontsize=10)
     fig.subplots_adjust(left=0.1, right=0.98, bottom=0.15, top=0.76, wspace=0.28)
     return fig
@@ -168,8 +185,9 @@ def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
 
     ``history``: one row per run with columns ``run`` (int), ``comm_only_classic_us``,
     ``comm_only_doubleplane_us`` (us) and ``comm_only_speedup`` (classic / doubleplane,
-    above 1: doubleplane faster), and optionally ``target``, as
-    :class:`combine_lab.lab.app.TuningApp` keeps it.
+    above 1: doubleplane faster), and optionally ``target`` and ``comm_only_speedup_lo`` /
+    ``_hi`` (the speed-up's min-max over the repeats: drawn as its error bar, the median as the
+    point, as Triton's perf_report does), as :class:`combine_lab.lab.app.TuningApp` keeps it.
     """
     fig = new_figure(8.8, 3.2, dpi)
     a1, a2 = fig.subplots(1, 2)
@@ -183,7 +201,15 @@ def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
         if none.any():  # the same bytes in both: the points say so, not "MTE + SDMA"
             a1.plot(x[none], history["comm_only_doubleplane_us"].to_numpy()[none], "o", mfc="white",
                     color=VARIANT_COLORS["doubleplane"], label="doubleplane, no SDMA traffic (= classic)")
-        a2.plot(x, history["comm_only_speedup"], "o-", color="black")
+        sp = history["comm_only_speedup"].to_numpy(dtype=float)
+        if {"comm_only_speedup_lo", "comm_only_speedup_hi"} <= set(history.columns):  # the spread, min-max
+            lo = np.nan_to_num(sp - history["comm_only_speedup_lo"].to_numpy(dtype=float))
+            hi = np.nan_to_num(history["comm_only_speedup_hi"].to_numpy(dtype=float) - sp)
+            a2.errorbar(x, sp, yerr=[np.maximum(lo, 0), np.maximum(hi, 0)], fmt="o-", color="black", capsize=3,
+                        label="median, min-max over repeats")
+            a2.legend(fontsize=8)
+        else:
+            a2.plot(x, sp, "o-", color="black")
         a1.set_xticks(x)
         a2.set_xticks(x)
         a1.legend(fontsize=8)

@@ -88,7 +88,9 @@ def read_stream(folder: str | os.PathLike, pes: int) -> RecordedStream:
             if ln.startswith("# block_dim"):
                 blocks = int(ln.split()[2])
                 continue
-            core, kind, dst, nbytes, slot, _ub = ln.split()
+            if ln.startswith("#"):  # "# launch_ns <begin> <end>": the trace's (combine_lab/results/trace.py)
+                continue
+            core, kind, dst, nbytes, slot = ln.split()[:5]  # then ub_off, t_ns
             cores.setdefault(int(core), []).append(Op(kind, int(dst), int(nbytes), int(slot)))
         blocks = max(blocks, max(cores, default=-1) + 1)
         block_dim = max(block_dim, blocks)
@@ -100,9 +102,16 @@ def _rate(gbps) -> float:
     return float(gbps) * 1e3  # bytes per microsecond
 
 
-def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel) -> ModelledTimes:
+def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorder=None) -> ModelledTimes:
     """Price ``stream`` (recorded while ``case`` ran) on ``model``: per PE and core ``comm_only`` and
-    ``full_op``, microseconds (see the module's docstring)."""
+    ``full_op``, microseconds (see the module's docstring).
+
+    ``recorder`` (optional, for the trace: combine_lab/results/trace.py) is told the virtual times,
+    us: ``op(pe, core, i, t0, t1)`` for stage-1 op ``i`` of the core (an MTE put: its UB ->
+    destination leg; a quiet: from the later of its issue and the last leg's end),
+    ``sdma_served(pe, core, calls, t)`` at each SDMA quiet (the core's first ``calls`` calls are done
+    by ``t``), ``token(pe, core, token, t0, t_waited, t1)`` per stage-2 token (its waits end at
+    ``t_waited``, its reduce and x_out row at ``t1``) and ``barrier(pe, core, t0, t1)``."""
     s = case.spec
     P, B, m = stream.pes, stream.block_dim, model
     if P != s.pes:
@@ -159,6 +168,7 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel) -> Mode
             for i, o in enumerate(ops):
                 if o.kind in ("wait", "load", "store", "barrier"):
                     break
+                t_in, span = t, None
                 if o.kind == "sdma_put":
                     t += m["sdma_issue_us"]
                     issued += 1
@@ -170,6 +180,8 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel) -> Mode
                                      for d in sdma_dsts), default=0.0)
                         done = max(done, links, fair(served(issued, per_byte)) / egress)
                     t = max(t, done) + m["sdma_quiet_us"]
+                    if recorder is not None:
+                        recorder.sdma_served(pe, c, issued, done)
                 elif o.kind in ("mte_put", "mte_put_ub"):
                     if mte_start is None:
                         mte_start = t
@@ -177,6 +189,7 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel) -> Mode
                     b = o.nbytes / (remote_rate[pe, o.dst] if o.dst != pe else core_gm) + m["mte_put_us"]
                     pipe_a = (t if pipe_a is None else pipe_a) + a
                     pipe_b = max(pipe_a, pipe_b if pipe_b is not None else -math.inf) + b
+                    span = (pipe_b - b, pipe_b)
                     if o.dst != pe and o.kind == "mte_put":
                         to_dst[o.dst] = to_dst.get(o.dst, 0.0) + o.nbytes
                         so_far += o.nbytes
@@ -188,12 +201,15 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel) -> Mode
                         if pending:
                             bound = max(bound, fair(so_far) / egress)
                         t = max(t, pipe_b, mte_start + bound)
+                        t_in = max(t_in, pipe_b)
                     t += m["quiet_us"]
                     pipe_a = pipe_b = None
                     pending = set()
                 elif o.kind == "flag":
                     t += m["flag_us"]
                     land[(o.dst, o.slot)] = t + m["flag_latency_us"]
+                if recorder is not None:
+                    recorder.op(pe, c, i, *(span or (t_in, t)))
             comm[pe, c] = t
 
     # ---- stage 2: per token as each core first touches it ----
@@ -216,9 +232,15 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel) -> Mode
             for token, (waited, loaded) in tokens.items():
                 arrive = max((land.get((pe, sl), -math.inf) for sl in waited), default=-math.inf)
                 n_read = len(loaded) if loaded else sum(1 for sl in waited if valid[pe, sl // s.topk, sl % s.topk])
-                e = max(e, arrive) + len(waited) * m["wait_us"] + n_read * (read + s.h / m["vec_elems_per_us"]) + read
+                e_in, waited_at = e, max(e, arrive) + len(waited) * m["wait_us"]
+                e = waited_at + n_read * (read + s.h / m["vec_elems_per_us"]) + read
+                if recorder is not None:
+                    recorder.token(pe, c, token, e_in, waited_at, e)
             full[pe, c] = e
     full_op = np.repeat(full.max(axis=1, keepdims=True) + m["barrier_us"], B, axis=1)
+    for pe in range(P) if recorder is not None else ():
+        for c in range(B):
+            recorder.barrier(pe, c, float(full[pe, c]), float(full_op[pe, c]))
     return ModelledTimes(comm, full_op, B, model.caption())
 
 

@@ -293,9 +293,9 @@ def recorded_runs(folder, pe: int, rows: CaseRows) -> dict[int, list[Run]]:
     at_row = rows.layout_slots(pe) if rows.settings.segment else None
     per_core: dict[int, list[tuple]] = {c: [] for c in range(rows.block_dim)}
     for ln in lines:
-        if ln.startswith("#"):  # "# block_dim <n>"
+        if ln.startswith("#"):  # "# block_dim <n>", "# launch_ns <begin> <end>"
             continue
-        core, kind, dst, nbytes, slot, _ub = ln.split()
+        core, kind, dst, nbytes, slot = ln.split()[:5]  # then ub_off, t_ns
         if kind == "store":  # x_out rows: the model's reduce already writes them
             continue
         slot = int(slot)

@@ -2,7 +2,10 @@
 
 For one variant's folder: per metric (full_op, comm_only), Bandwidth/GB/s and CoreMaxTime/us per
 case and profiled PE, from the per-rank CSVs, with the summary's slowest PE (``--prof-pe all``)
-marked. ``plot`` writes one PNG per metric (:func:`combine_lab.formats.perf_csv.figure_name`), ``md``
+marked; as Triton's perf_report draws them, each bar is the median over the repeats (a CSV row
+each) and its error bar their spread (min-max). For a run of several variants, one figure per
+metric compares them all (:func:`comparison_figure`). ``plot`` writes one PNG per metric
+(:func:`combine_lab.formats.perf_csv.figure_name`), ``md``
 one Markdown file with a table per metric (:func:`combine_lab.formats.perf_csv.report_name`). Values
 are those of the CSVs: times in microseconds, bandwidths in "GB/s" as the CSV header names them
 (2^30 bytes per second), 4 decimals.
@@ -21,10 +24,11 @@ from matplotlib.figure import Figure
 
 from ..errors import ResultFileError
 from ..formats.files import write_atomic
-from ..formats.perf_csv import (PERF_METRICS, figure_name, file_prefix, fixed4, perf_summary_name, rank_files,
-                                read_perf_csv, report_name)
+from ..formats.perf_csv import (PERF_METRICS, comparison_figure_name, figure_name, file_prefix, fixed4,
+                                perf_summary_name, rank_files, read_perf_csv, report_name)
 
-__all__ = ["perf_rows", "perf_figure", "write_figures", "markdown_report", "write_report"]
+__all__ = ["perf_rows", "perf_figure", "write_figures", "comparison_figure", "write_comparison_figures",
+           "markdown_report", "write_report"]
 
 _LABEL = {"classic": "classic (MTE only)", "doubleplane": "doubleplane (MTE + SDMA)"}
 _BANDWIDTH = "Bandwidth/GB/s"
@@ -50,12 +54,32 @@ def perf_rows(folder: str | Path, variant: str) -> tuple[pd.DataFrame, pd.DataFr
     return rows, read_perf_csv(summary_path) if summary_path.is_file() else None
 
 
+def _spread(values) -> tuple[float, float, float]:
+    """(median, min, max) of ``values`` (NaN when there are none)."""
+    v = pd.Series(values, dtype=float).dropna()
+    return (float(v.median()), float(v.min()), float(v.max())) if len(v) else (float("nan"),) * 3
+
+
+def _bars(ax, xs, stats, **kw):
+    """Bars at the medians with min-max error bars (Triton's perf_report: the median, the spread)."""
+    med = [m for m, _, _ in stats]
+    err = [[max(m - lo, 0.0) for m, lo, _ in stats], [max(hi - m, 0.0) for m, _, hi in stats]]
+    return ax.bar(xs, med, yerr=err, capsize=3, error_kw={"elinewidth": 1}, **kw)
+
+
+def _where(rows: pd.DataFrame, note: str) -> str:
+    """The PEs of the cases and the clock: "2 PEs, measured on the CPU twin" (``note``: the clock)."""
+    pes = ", ".join(str(int(p)) for p in sorted(set(rows["Npus"].dropna()))) or "?"
+    return f"{pes} PEs" + (f", {note}" if note else "")
+
+
 def perf_figure(rows: pd.DataFrame, summary: pd.DataFrame | None, variant: str, metric: str,
                 note: str = "") -> Figure:
     """Bandwidth/GB/s (left) and CoreMaxTime/us (right) of ``metric`` per case: one bar per profiled
-    PE, and the summary's value (slowest PE) as a black mark when ``summary`` is given. Cases in the
-    order they ran; ``note`` is a second title line (modelled times say "modelled on ..." there).
-    Made without pyplot (nothing global to close)."""
+    PE at the median of its rows (one per repeat) with their min-max as an error bar, and the
+    summary's value (slowest PE) as a black mark when ``summary`` is given. Cases in the order they
+    ran; the title names the cases' PE counts and ``note``, the clock ("measured on the CPU twin",
+    "modelled on ..."). Made without pyplot (nothing global to close)."""
     sel = rows[rows["Metric"] == metric]
     cases = list(dict.fromkeys(sel["CaseId"]))
     pes = sorted(set(sel["ProfPe"]))
@@ -65,9 +89,10 @@ def perf_figure(rows: pd.DataFrame, summary: pd.DataFrame | None, variant: str, 
     for ax, column, label in zip(fig.subplots(1, 2), (_BANDWIDTH, _TIME),
                                  ("bandwidth (GB/s = 2^30 B/s, all PEs' data)", "CoreMaxTime (us)")):
         for i, pe in enumerate(pes):
-            by_case = sel[sel["ProfPe"] == pe].groupby("CaseId", sort=False)[column].max()
+            by_case = sel[sel["ProfPe"] == pe].groupby("CaseId", sort=False)[column]
             xs = [c + (i - (len(pes) - 1) / 2) * width for c in range(len(cases))]
-            ax.bar(xs, [by_case.get(case, 0.0) for case in cases], width=width, label=f"PE {pe}")
+            stats = [_spread(by_case.get_group(case)) if case in by_case.groups else (0.0, 0.0, 0.0) for case in cases]
+            _bars(ax, xs, stats, width=width, label=f"PE {pe}")
         if summary is not None:
             top = summary[summary["Metric"] == metric].groupby("CaseId", sort=False)[column].max()
             marks = [(x, top[c]) for x, c in enumerate(cases) if c in top.index]
@@ -81,10 +106,70 @@ def perf_figure(rows: pd.DataFrame, summary: pd.DataFrame | None, variant: str, 
         ax.grid(axis="y", alpha=0.3)
     handles, labels = fig.axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, title="profiled PE", loc="outside right upper", fontsize="small")
-    title = f"{file_prefix(variant)}: {metric}, {_LABEL[variant]}, {len(cases)} case(s)"
-    wrapped = textwrap.fill(note, width=int(fig.get_figwidth() * 10)) if note else ""
-    fig.suptitle(title + (f"\n{wrapped}" if note else ""), fontsize="medium" if note else None)
+    title = f"{file_prefix(variant)}: {metric}, {_LABEL[variant]}, {len(cases)} case(s), {_where(sel, note)}"
+    title += "; bars: median over repeats, error bars: min-max"
+    fig.suptitle(textwrap.fill(title, width=int(fig.get_figwidth() * 10)), fontsize="medium")
     return fig
+
+
+def _slowest_per_repeat(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per case and repeat (the n-th row of a case in each PE's file), CoreMaxTime/us of the slowest
+    profiled PE: the combine ends when every PE has (as the run table's median takes it)."""
+    sel = rows[rows["Metric"] == metric].copy()
+    sel["repeat"] = sel.groupby(["CaseId", "ProfPe"], sort=False).cumcount()
+    return sel.groupby(["CaseId", "repeat"], sort=False)[_TIME].max().reset_index()
+
+
+def comparison_figure(runs: dict[str, pd.DataFrame], metric: str, note: str = "") -> Figure:
+    """Every variant (and kernel) of a run in one figure: ``runs`` maps a label to its per-rank rows
+    (:func:`perf_rows`); per case one bar per label at the median over the repeats of the slowest
+    profiled PE's CoreMaxTime/us of ``metric`` (the run table's number) with the repeats' min-max as
+    an error bar. The title names the metric, the cases' PE counts and ``note``, the clock."""
+    per = {label: _slowest_per_repeat(rows, metric) for label, rows in runs.items()}
+    cases = list(dict.fromkeys(c for t in per.values() for c in t["CaseId"]))
+    fig = Figure(figsize=(max(8.0, 2.0 + 1.4 * len(cases) * max(len(runs), 1) / 2), 4.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    width = 0.8 / max(len(runs), 1)
+    for i, (label, t) in enumerate(per.items()):
+        by_case = t.groupby("CaseId", sort=False)[_TIME]
+        stats = [_spread(by_case.get_group(c)) if c in by_case.groups else (float("nan"),) * 3 for c in cases]
+        _bars(ax, [c + (i - (len(runs) - 1) / 2) * width for c in range(len(cases))], stats, width=width,
+              label=_LABEL.get(label, label))
+    ax.set_xticks(range(len(cases)), cases, rotation=30 if len(cases) > 1 else 0, ha="right" if len(cases) > 1 else "center")
+    ax.set_xlabel("case (shape_bs_h_topk_E_pes)")
+    ax.set_ylabel(f"{metric} CoreMaxTime (us), slowest profiled PE")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(title="variant", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    every = pd.concat(list(runs.values()), ignore_index=True) if runs else pd.DataFrame({"Npus": []})
+    title = (f"{metric}: {', '.join(runs)} on {', '.join(cases)}, {_where(every, note)}; bars: median over repeats, "
+             "error bars: min-max")
+    fig.suptitle(textwrap.fill(title, width=int(fig.get_figwidth() * 10)), fontsize="medium")
+    return fig
+
+
+def comparison_figures(folder: str | Path, runs: dict[str, tuple[Path, str]], draw: bool, note: str = "") -> list[str]:
+    """After a ``--perf`` run of several variants: with ``draw`` (``-a plot``) :func:`write_comparison_figures`
+    into ``folder``, else an earlier run's comparison figures there removed (a folder holds one run's
+    files). Returns the lines to print."""
+    if draw:
+        return ["comparison figures: " + ", ".join(str(p) for p in write_comparison_figures(folder, runs, note))]
+    for metric in PERF_METRICS:
+        (Path(folder) / comparison_figure_name(metric)).unlink(missing_ok=True)
+    return []
+
+
+def write_comparison_figures(folder: str | Path, runs: dict[str, tuple[Path, str]], note: str = "") -> list[Path]:
+    """Write :func:`comparison_figure` of each metric as PNG into ``folder``
+    (:func:`combine_lab.formats.perf_csv.comparison_figure_name`); ``runs`` maps a label to its folder
+    and the variant naming its files. Returns the paths."""
+    rows = {label: perf_rows(f, variant)[0] for label, (f, variant) in runs.items()}
+    out = []
+    for metric in PERF_METRICS:
+        buf = io.BytesIO()
+        comparison_figure(rows, metric, note).savefig(buf, format="png", dpi=100)
+        out.append(write_atomic(Path(folder) / comparison_figure_name(metric), buf.getvalue()))
+    return out
 
 
 def write_figures(folder: str | Path, variant: str, note: str = "") -> list[Path]:

@@ -29,6 +29,7 @@ from ..formats.files import write_atomic
 from ..formats.perf_csv import PERF_COLUMNS, fixed4
 from ..planning.planner import VARIANTS
 from ..model.modelled import MODELLED
+from .bandwidth import algbw_gbps, busbw_factor
 from .rows import FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, ResultRow, first_line, speedup, spread, verdict
 
 __all__ = ["TIDY_COLUMNS", "SUMMARY_COLUMNS", "tidy_rows", "write_sweep_csv", "read_sweep_csv", "summarize",
@@ -95,7 +96,9 @@ def _summary_columns() -> list[str]:
         for v in VARIANTS:
             cols += [f"{m}_{v}_us", f"{m}_{v}_lo_us", f"{m}_{v}_hi_us"]
         cols += [f"{m}_speedup", f"{m}_speedup_lo", f"{m}_speedup_hi", f"{m}_verdict"]
-    return cols + ["sdma_share", "sdma_bytes", "check_ok", "counters_ok", "settings"]
+    cols += ["sdma_share", "sdma_bytes", "check_ok", "counters_ok", "settings"]
+    # nccl-tests' bandwidths of comm_only, the slowest profiled PE's (docs/formats.md#14-bandwidths)
+    return cols + [f"comm_only_{v}_{b}_GBps" for v in VARIANTS for b in ("algbw", "busbw")]
 
 
 #: Columns of :func:`summarize`, in order.
@@ -164,6 +167,11 @@ def summarize(tidy: pd.DataFrame) -> pd.DataFrame:
             row[f"{metric}_verdict"] = verdict(paired, row["sdma_bytes"])
             if metric == "comm_only":
                 row["repeats"] = int(paired.size)
+                data = sel.groupby(["variant", "repeat"])["DataSize/B"].first()
+                for v in VARIANTS:  # per repeat: the bytes a PE receives over the slowest PE's time
+                    alg = [algbw_gbps(float(data[v, r]), float(t)) for r, t in times[v].items()] if len(times[v]) else []
+                    row[f"comm_only_{v}_algbw_GBps"] = float(np.median(alg)) if alg else float("nan")
+                    row[f"comm_only_{v}_busbw_GBps"] = row[f"comm_only_{v}_algbw_GBps"] * busbw_factor(row["pes"])
         row["check_ok"] = bool(g.loc[g["check"] != REFUSED, "check"].isin([PASS, MODELLED]).all())
         row["counters_ok"] = bool(len(ran)) and bool(ran["counters_ok"].astype(bool).all())
         out.append(row)
@@ -219,7 +227,17 @@ def readable(summary: pd.DataFrame, metric: str = "comm_only") -> pd.DataFrame:
             "speed-up classic/doubleplane (1)": _spread(r[f"{metric}_speedup"], r[f"{metric}_speedup_lo"],
                                                         r[f"{metric}_speedup_hi"], ".2f"),
             "verdict": r[f"{metric}_verdict"],
+            **({"algbw classic / doubleplane (GB/s)": _pair(r, "algbw"),
+                "busbw classic / doubleplane (GB/s)": _pair(r, "busbw")} if metric == "comm_only" else {}),
         })
     return pd.DataFrame(rows, columns=["case", "routing"] + (["settings"] if groups else []) + [
         "SDMA share (%)", f"{metric} classic (us)", f"{metric} doubleplane (us)", "speed-up classic/doubleplane (1)",
-        "verdict"])
+        "verdict"] + (["algbw classic / doubleplane (GB/s)", "busbw classic / doubleplane (GB/s)"]
+                      if metric == "comm_only" else []))
+
+
+def _pair(r, what: str) -> str:
+    """Both variants' comm_only ``what`` (algbw or busbw), GB/s, "classic / doubleplane"; '-' where
+    a summary has none (one written before them) or nothing was timed."""
+    vals = [r.get(f"comm_only_{v}_{what}_GBps", np.nan) for v in VARIANTS]
+    return " / ".join(f"{float(v):.1f}" if pd.notna(v) and np.isfinite(float(v)) else "-" for v in vals)

@@ -183,7 +183,9 @@ void sdma_main(SdmaEngine* e) {
             d = e->queue.front();
             e->queue.pop_front();
         }
+        const long long t0 = ops_clock_ns();
         land(d.first);
+        record_sqe(d.second, d.first.pe, (long long)d.first.bytes, t0);  // before done: a quiet sees it recorded
         e->done[d.second].fetch_add(1, std::memory_order_release);
     }
 }

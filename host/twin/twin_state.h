@@ -202,6 +202,9 @@ void pipes_thread_end();
 void ops_begin_launch(uint32_t block_dim);
 void record_op(const char* kind, int dst, long long bytes, long long slot = -1, long long ub = -1);
 void ops_end_launch();
+// now_ns() when the stream is on (0 when off), and one SDMA descriptor that ran from `t0` to now.
+long long ops_clock_ns();
+void record_sqe(int core, int dst, long long bytes, long long t0);
 
 // Happens-before of payload and status (twin_order.cpp): payload regions get shadows (an id);
 // each payload put records its engine's op seq, each status put checks that its payload's put is

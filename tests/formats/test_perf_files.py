@@ -248,6 +248,8 @@ def test_sidecar_round_trip_and_missing_keys(tmp_path):
 
 
 def test_analysis_figures_and_tables_from_hand_made_files(tmp_path):
+    from matplotlib.container import BarContainer
+
     from combine_lab.results.analysis import markdown_report, perf_figure, perf_rows, write_figures, write_report
 
     ranks = two_rank_files(tmp_path)
@@ -255,7 +257,8 @@ def test_analysis_figures_and_tables_from_hand_made_files(tmp_path):
     rows, summary = perf_rows(tmp_path, "classic")
     fig = perf_figure(rows, summary, "classic", "comm_only")
     left, right = fig.axes
-    assert fig._suptitle.get_text() == "combine: comm_only, classic (MTE only), 3 case(s)"
+    assert fig._suptitle.get_text() == ("combine: comm_only, classic (MTE only), 3 case(s), 2, 16 PEs; bars: median "
+                                        "over repeats, error bars: min-max")
     assert (left.get_title(), left.get_ylabel()) == ("Bandwidth/GB/s per case",
                                                      "bandwidth (GB/s = 2^30 B/s, all PEs' data)")
     assert (right.get_title(), right.get_ylabel()) == ("CoreMaxTime/us per case", "CoreMaxTime (us)")
@@ -263,7 +266,10 @@ def test_analysis_figures_and_tables_from_hand_made_files(tmp_path):
     assert [t.get_text() for t in right.get_xticklabels()] == ["shape_8_16_2_4_2", "shape_4_16_2_4_2",
                                                                "shape_8_16_2_32_16"]
     # PE 1's bars: CoreMaxTime 12.5, 5.0 and (Warmup 0 row) 30.0 us.
-    pe1 = [p.get_height() for p in right.containers[1]]
+    bars = [c for c in right.containers if isinstance(c, BarContainer)]  # each with its error bar (one row: none)
+    pe1 = [p.get_height() for p in bars[1]]
+    assert [list(s[:, 1]) for s in bars[1].errorbar.lines[2][0].get_segments()] == [[12.5, 12.5], [5.0, 5.0],
+                                                                                    [30.0, 30.0]]
     assert pe1 == [12.5, 5.0, 30.0]
     paths = write_figures(tmp_path, "classic")
     assert [p.name for p in paths] == ["combine_perf_full_op.png", "combine_perf_comm_only.png"]

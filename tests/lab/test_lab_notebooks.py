@@ -203,6 +203,7 @@ def test_papermill_cli_with_a_string_list(tmp_path, no_leaks):
     assert sorted(set(tidy["BS"])) == [8, 16] and len(tidy) == 2 * 2 * 2 and (tidy["check"] == "PASS").all()
     # tiny rows: nothing reaches the floor; the notebook says so, and so does the figure
     assert records.read_record(tmp_path, "03_sweep")["cases_with_sdma"] == 0
+    assert (tmp_path / "03_speedup_vs_sdma_engines.png").read_bytes()[:4] == b"\x89PNG"  # the modelled engines figure
     text = "".join(o.get("text", "") for c in nbformat.read(out_nb, as_version=4).cells if c.cell_type == "code"
                    for o in c.get("outputs", []))
     assert "WARNING: no case sends anything by SDMA" in text
