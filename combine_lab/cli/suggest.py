@@ -140,7 +140,7 @@ def write_engines_figure(folder, s, spec, model):
     if s.verdict is not None and s.verdict.floor >= 0:
         curves[f"{s.label} at floor {s.verdict.floor:,} B (suggest's)"] = s.verdict.engines
     if s.at_default is not None:
-        curves[f"{s.label} at floor {DEFAULT_MIN_SDMA_BYTES:,} B (the default)"] = s.at_default
+        curves[f"{s.label} at floor {DEFAULT_MIN_SDMA_BYTES:,} B (the default)"] = s.at_default.engines
     if not curves:
         return None
     fig = engines_plot(curves, f"{spec.case_id} ({spec.routing})", spec.pes, s.caption)

@@ -158,6 +158,8 @@ _CSS = """<style>
   outline: 3px solid #1a4fa0 !important; outline-offset: 2px !important; box-shadow: none !important; }
 .cl-app .cl-toggle { text-align: left; }
 .cl-app .cl-run-note { font-size: 13px; }
+.cl-app .cl-run-log { font-size: 12px; color: #333; background: #f7f7f7; padding: 4px 6px; margin: 4px 0;
+  max-height: 16em; overflow: auto; white-space: pre-wrap; }
 .cl-app .cl-bridge { display: none; }
 .cl-dead-banner { border: 2px solid #b00020; background: #fff3f4; color: #5c0010; padding: 8px 12px; margin: 6px 0;
   font-size: 14px; }
@@ -1062,7 +1064,8 @@ class TuningApp:
         those it ran with, dimmed under a "Stale" line otherwise; a failed Run's reason."""
         st = self.state
         if st.run_error is not None and st.run_values is None:
-            self.verdict_html.value = (f"<p style='color:#b00020'><b>Run failed</b>: {html.escape(st.run_error)}. "
+            self.verdict_html.value = (f"<p style='color:#b00020'><b>Run failed</b>: "
+                                       f"{html.escape(st.run_error.splitlines()[0])}. "
                                        "No verdict for these inputs.</p>")
             self.counters_html.value = self.compare_html.value = ""
             return
@@ -1246,9 +1249,11 @@ class TuningApp:
                     st.fail_run(request, error)
                     self.status.value = "failed"
                     self.progress.bar_style = "danger"
+                    first, _, rest = st.run_error.partition("\n")  # the reason first, the PE's log below it
+                    log = f"<pre class='cl-run-log'>{html.escape(rest)}</pre>" if rest.strip() else ""
                     self._last_run_text = (f"<div class='cl-run-failed' role='alert' style='color:#b00020'>"
-                                           f"<b>Run failed</b>: {html.escape(st.run_error)}. Nothing of it is kept."
-                                           "</div>")
+                                           f"<b>Run failed</b>: {html.escape(first)}. Nothing of it is kept."
+                                           f"{log}</div>")
                 else:
                     st.finish_run(request, runs)
                     self.progress.value = self.progress.max

@@ -947,6 +947,9 @@ class TuningState:
             runs = harness.compare(request.case, warmup=v["warmup"], loops=v["loops"], target=v["target"],
                                   min_sdma_bytes=v["min_sdma_bytes"], prof_pe=request.prof_pe, repeats=v["repeats"],
                                   timeout_s=self.timeout_s, on_launch=launched, settings=request.settings)
+        failed = getattr(runs, "failed", {})
+        if failed:  # a variant's PE failed: the Run fails with each one's whole reason (the twin's, then its log)
+            raise LaunchError("\n".join(f"{label}: {why}" for label, why in failed.items()))
         say(total - 1, total, "checking x_out and counters...")
         return runs
 
@@ -977,8 +980,8 @@ class TuningState:
     def fail_run(self, request: RunRequest, error: BaseException) -> None:
         """Record that ``request``'s Run failed: ``message``, ``run_error``; nothing of the Run
         before it describes these inputs any more (its verdict, counters and comparison are cleared)."""
-        self.run_error = f"{type(error).__name__}: {error}"
-        self.message = f"Run failed: {self.run_error}"
+        self.run_error = f"{type(error).__name__}: {error}"  # whole: a failed PE's reason, then its log
+        self.message = f"Run failed: {self.run_error.splitlines()[0] if self.run_error else ''}"
         self.run_values, self._run_rows, self._run_figure, self.last_runs = None, [], None, None
         self.figures.pop("compare")
         self._sync_run_views()

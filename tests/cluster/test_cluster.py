@@ -170,6 +170,7 @@ def test_a_killed_workers_case_is_rescheduled(dask_cluster, no_leaks):
     """The worker running the case is killed (SIGKILL) while its PEs run: dask runs the task again on a
     worker that lives, and the case's rows come back PASS."""
     address, log, workers = dask_cluster
+    before = twin_segments()
     spec = CaseSpec(pes=2, bs=8, h=64, topk=2, expert_per_pe=2)
     runs = [Run(spec, v, warmup=0, loops=400) for v in ("classic", "doubleplane")]  # seconds of launches
     killed = []
@@ -201,6 +202,11 @@ def test_a_killed_workers_case_is_rescheduled(dask_cluster, no_leaks):
     assert [(o.row.variant, o.row.check) for o in outcomes] == [("classic", "ERROR"), ("doubleplane", "ERROR")]
     assert re.fullmatch(r"worker tcp://127\.0\.0\.1:\d+ died running this case, and so did the worker it was "
                         r"rescheduled to \(2 workers in all\); see their logs", outcomes[0].row.reason)
+    # a killed worker's PEs see their launcher gone and end, removing their segment, on their own time:
+    # wait for that state (a loaded machine took longer than the leak check's first look)
+    deadline = time.monotonic() + 60
+    while (host_processes() or twin_segments() - before) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _killing(outcomes, kill, killed, times: int = 1):

@@ -302,6 +302,27 @@ def test_a_keyboard_run_right_after_a_short_run_and_a_change_runs(quick_runs, mo
     assert [e[2]["h"] for e in app.events if e[1] == "start"] == [8192, 4096]
 
 
+def test_a_failed_pe_is_said_whole_beside_the_button(quick_runs, monkeypatch, no_leaks):
+    """Issue 29 item 4: a PE's failure (the twin's reason, then its log) was one line, or nothing: the
+    Run's variant was left out of the rows. Now the Run fails with the whole reason: the first line
+    beside the button, the rest below it."""
+    app = quick_runs.app = TuningApp(targets=["cpu"], **SMALL)
+    fake = harness.compare
+    reason = ("PE 0 exited with status 3: twin: PE 0 core 1: status slot 1 on PE 1 was written by SDMA (inside "
+              "aclshmemx_sdma_put_nbi called at kernels/combine_kernel.cpp:216)\n  twin: PE 0: stopping <&>")
+
+    def failing(*a, **k):
+        runs = fake(*a, **k)
+        return harness.Comparison({"classic": runs["classic"]}, {}, {"doubleplane": reason}, runs.outcomes)
+    monkeypatch.setattr(harness, "compare", failing)
+    assert app.run() is None and app.history.empty
+    first, rest = reason.split("\n", 1)
+    assert app.message == f"Run failed: LaunchError: doubleplane: {first}"
+    note = app.run_note.value
+    assert f"<b>Run failed</b>: LaunchError: doubleplane: {html.escape(first)}. Nothing of it is kept." in note
+    assert f"<pre class='cl-run-log'>{html.escape(rest)}</pre>" in note and "&lt;&amp;&gt;" in note
+
+
 def test_a_click_while_a_run_goes_on_is_said_beside_the_button(monkeypatch, quick_runs, no_leaks):
     import threading
     app = quick_runs.app = TuningApp(targets=["cpu"], click_guard_s=0.0, **SMALL)

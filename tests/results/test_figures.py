@@ -68,7 +68,7 @@ def test_suggest_out_draws_the_speedup_against_sdma_engines_from_the_models_curv
     model = load_model("a3")
     rows = case_rows(make_case(spec), model.soc)
     s = suggest(rows, model)
-    curves = {"at suggest's floor": s.verdict.engines, "at 2 MiB": s.at_default}
+    curves = {"at suggest's floor": s.verdict.engines, "at 2 MiB": s.at_default.engines}
     fig = engines_plot(curves, f"{spec.case_id} (zipf:1.2)", 16, s.caption)
     (ax,) = fig.axes
     lines = [ln for ln in ax.get_lines() if ln.get_label() in curves]
@@ -81,7 +81,7 @@ def test_suggest_out_draws_the_speedup_against_sdma_engines_from_the_models_curv
     assert title.startswith(f"{spec.case_id} (zipf:1.2), 16 PEs: speed-up of doubleplane against SDMA engines "
                             "(MODELLED, not measured)\nmodelled on a3")
     # the default floor pays only from 16 engines on this case: the curve says where it crosses parity
-    assert s.at_default["speedup"].iloc[0] < 0.2 and s.at_default["speedup"].iloc[-1] == pytest.approx(1.0, abs=0.05)
+    assert s.at_default.engines["speedup"].iloc[0] < 0.2 and s.at_default.engines["speedup"].iloc[-1] == pytest.approx(1.0, abs=0.05)
 
 
 def test_suggest_out_refuses_several_labels_before_pricing(tmp_path, capsys):
