@@ -33,7 +33,7 @@ from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
 from ..planning.settings import group_variants
 from ..harness import BASELINE, WALL, Outcome, Run
-from ..results.rows import ERROR, FAIL, METRICS, ResultRow, modelled_verdict
+from ..results.rows import ERROR, FAIL, METRICS, PASS, ResultRow, modelled_verdict
 from ..results.tables import summarize, tidy_rows
 from ..run.build import VariantRefused
 from ..run.kernel_source import kernel_source
@@ -607,7 +607,22 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     failed = [o.row for o in outcomes if o.row.check == ERROR]  # your kernel failed or hung (the lab's raise: exit 2)
     may_differ = getattr(a, "counters_may_differ", False)
     passed = lambda r: r.ok or (may_differ and bool(r.kernel) and dataclasses.replace(r, counters_ok=True).ok)  # noqa: E731
+    for r in [r for r in ran if not passed(r)] + failed:  # the last word: a PASS of x_out is not a passed run
+        print(f"combine-lab: FAILED {r.variant} {r.case_id}: {_why_failed(r)}", file=sys.stderr)
     return 0 if all(passed(r) for r in ran) and not failed else 1
+
+
+def _why_failed(r) -> str:
+    """Why row ``r`` did not pass, in one line (exit 1): the check, violations, counters, or its failure."""
+    if r.check == ERROR:
+        return r.reason.splitlines()[0] if r.reason else "it failed"
+    why = [] if r.check == PASS else [f"x_out {r.check} against golden"]
+    if r.violations:
+        why.append(f"{r.violations} protocol violation{'s' if r.violations != 1 else ''} (listed above; "
+                   "docs/hardware-rules.md)")
+    if r.counters_ok is False:
+        why.append("counters differ from the plan of its rule")
+    return "; ".join(why) or "not passed"
 
 
 def _budget_text(specs: list[CaseSpec], timeout_s: float) -> str:

@@ -155,6 +155,7 @@ def test_a_kernel_that_waits_for_a_masked_slot_is_reported_as_its_hang(tmp_path,
     rows = {r[2]: r[3] for r in (ln.split() for ln in out.splitlines() if ln.startswith("shape_"))
             if r[3] in ("PASS", "FAIL", "ERROR")}
     assert rows == {"classic": "PASS", "doubleplane": "PASS", "user:waitall": "ERROR"}
+    assert err.rstrip().splitlines()[-1].startswith("combine-lab: FAILED user:waitall shape_8_64_4_4_2: ")
     m = re.search(r"user:waitall \(.*\) hung: PE (\d) core (\d) waited [\d.]+ s for status slot (\d+) \(token (\d+), "
                   r"k (\d): expert -1, masked: no PE sends a masked slot, and this kernel waits for it\)", err)
     assert m, err
@@ -265,6 +266,8 @@ def test_your_kernels_rule_is_declared_and_counters_that_differ_fail(tmp_path, c
     err = capsys.readouterr().err
     assert ("user:refstyle: counters=plan differs from its rule doubleplane (rule=): a failure (exit 1); --rule "
             "declares the rule it follows, --counters-may-differ shows it without failing") in err
+    assert err.rstrip().splitlines()[-1] == ("combine-lab: FAILED user:refstyle shape_12_20_3_6_3: counters differ "
+                                             "from the plan of its rule")  # the last word, under a PASS of x_out
     assert main(["run", *flags, "--rule", "doubleplane", "--counters-may-differ"]) == 0
     mine = tmp_path / "combine_mine"
     shutil.copytree(REFSTYLE, mine)
