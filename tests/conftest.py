@@ -202,7 +202,7 @@ def speedup_table(out: str) -> list[list[str]]:
     and names ``repeats``), each as its cells: pandas right-aligns every cell to the end of its
     column title, so the cells are cut at the titles' ends (a verdict such as "within noise" holds
     a space)."""
-    from combine_lab.cli.cases import SPEEDUP_COLUMNS
+    from combine_lab.cli.case_tables import SPEEDUP_COLUMNS
 
     lines = out.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["case"] and "repeats" in ln.split())

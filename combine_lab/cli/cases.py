@@ -1,4 +1,4 @@
-"""What ``run`` and ``compare`` share: the case flags, the loop over cases and variants, the table.
+"""What ``run`` and ``compare`` share: the case flags and the loop over cases and variants (the table: :mod:`.case_tables`).
 
 The case flags are those of the reference drivers (docs/cli.md#2-case-flags) plus the lab's
 own (--routing, --target, --min-sdma-bytes, ...); where the reference's run script silently
@@ -13,13 +13,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import math
-import os
 import re
-import statistics
 import sys
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -33,17 +29,17 @@ from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
 from ..planning.settings import group_variants
 from ..harness import BASELINE, WALL, Outcome, Run
-from ..results.rows import ERROR, FAIL, METRICS, PASS, ResultRow, modelled_verdict
+from ..results.rows import ERROR, METRICS, PASS, modelled_verdict
 from ..results.tables import summarize, tidy_rows
 from ..run.build import VariantRefused
 from ..run.kernel_source import kernel_source
 from ..run.launch import check_ipport
-from ..formats import summaries
-from ..formats.perf_csv import (counters_name, gib_per_s, perf_summary_name, rank_files, staged_outputs,
+from ..formats.perf_csv import (counters_name, perf_summary_name, rank_files, staged_outputs,
                                 variant_dir, write_summary_csv)
 from ..run.runner import RunResult, case_wait_budget_s, refusals
+from .case_tables import (BANDWIDTH_NOTE, RepeatedRow, _measured_caption, repeated_rows, speedup_table,  # noqa: F401
+                          table_text, write_run_summary)  # (RepeatedRow, repeated_rows: also for callers here)
 from .cluster import add_cluster_flag, executor
-from ..results.bandwidth import case_bandwidth
 from ..results.trace import TraceRecording
 
 
@@ -282,153 +278,6 @@ def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec], modelled: boo
               "each case is priced once)", file=sys.stderr)
 
 
-#: The run table: column title -> field of :class:`RepeatedRow`.
-TABLE_COLUMNS = {"case": "case_id", "routing": "routing", "variant": "variant", "check": "check",
-                 "comm_only/us": "comm_only_us", "comm_only spread": "comm_only_spread", "full_op/us": "full_op_us",
-                 "full_op spread": "full_op_spread", "comm_only GB/s": "comm_only_gbps", "algbw GB/s": "algbw",
-                 "busbw GB/s": "busbw", "MTE bytes": "mte_bytes",
-                 "SDMA bytes": "sdma_bytes", "planned SDMA": "planned_sdma_bytes", "counters=plan": "counters_ok",
-                 "violations": "violations"}
-#: What the algbw and busbw columns are, printed under the table.
-BANDWIDTH_NOTE = ("algbw = bytes a PE receives (bs*topk*h*sizeof(T)) / its comm_only time, decimal GB/s, the slowest "
-                  "PE's (of those timed; a model times every PE); busbw = algbw * (n-1)/n, nccl-tests' alltoall "
-                  "(docs/formats.md#14-bandwidths)")
-_INT_FIELDS = ("mte_bytes", "sdma_bytes", "planned_sdma_bytes", "violations")
-#: The speed-up table: one row per case with both variants timed.
-SPEEDUP_COLUMNS = {"case": "case_id", "routing": "routing", "repeats": "repeats",
-                   **{f"{m} speed-up": f"{m}_speedup" for m in ("comm_only",)},
-                   "comm_only spread": "comm_only_speedup_spread", "comm_only verdict": "comm_only_verdict",
-                   "full_op speed-up": "full_op_speedup", "full_op spread": "full_op_speedup_spread",
-                   "full_op verdict": "full_op_verdict"}
-
-
-@dataclass
-class RepeatedRow:
-    """One case and variant over its repeats: the first repeat's :class:`ResultRow` fields (bytes,
-    plan and counters are the same in every repeat), its check and violations over all of them
-    (FAIL if any repeat failed; violations summed), and per metric the median time (us; the
-    profiled PE, with ``--prof-pe all`` the slowest: the combine ends when every PE has) with its
-    spread over the repeats (``"min-max"``, '-' for one repeat), and the comm_only bandwidth of the
-    median time as the reference's perf summary defines it (GlobalDataSize / CoreMaxTime, GiB/s)."""
-
-    row: ResultRow
-    repeats: int
-    times: dict  # metric -> (median, min, max), us
-    gbps: float
-    bandwidth: dict = dataclasses.field(default_factory=dict)  # nccl-tests' algbw/busbw (results/bandwidth.py)
-
-    def __getattr__(self, name):
-        if name in ("algbw", "busbw"):  # the slowest PE's, decimal GB/s (docs/formats.md#14-bandwidths)
-            return self.__dict__.get("bandwidth", {}).get(f"{name}_GBps_slowest", math.nan)
-        if name.endswith("_spread"):
-            med, lo, hi = self.times.get(name.removesuffix("_spread"), (math.nan,) * 3)
-            return "-" if self.repeats < 2 or not math.isfinite(med) else f"{lo:.3f}-{hi:.3f}"
-        if name in ("comm_only_us", "full_op_us"):
-            return self.times.get(name.removesuffix("_us"), (getattr(self.row, name),))[0]
-        if name == "comm_only_gbps":
-            return self.gbps
-        return getattr(self.row, name)
-
-
-def repeated_rows(outcomes: list[Outcome], summary: pd.DataFrame) -> list[RepeatedRow]:
-    """The outcomes of one run folded per (case, variant), in the order they first appear, with the
-    medians and spreads of :func:`combine_lab.results.tables.summarize` (``summary``) for the two
-    variants of the lab's kernel and the rows' own times for the rest (the baseline)."""
-    groups: dict[tuple, list[Outcome]] = {}
-    for o in outcomes:
-        groups.setdefault((o.row.case_id, o.row.variant), []).append(o)
-    by_case = _summary_by_case(summary)
-    out = []
-    for (case_id, variant), os_ in groups.items():
-        first = os_[0].row
-        ran = [o.row for o in os_ if o.row.ran]
-        check = FAIL if any(r.check == FAIL for r in ran) else first.check
-        violations = sum(r.violations or 0 for r in ran) if first.violations is not None else None
-        row = dataclasses.replace(first, check=check, violations=violations,
-                                  counters_ok=None if first.counters_ok is None else all(r.counters_ok for r in ran))
-        s = by_case.get((case_id, first.settings))
-        base = variant.split("-")[0]  # a variant label's combine (doubleplane-segment-c6)
-        times = {}
-        if s is not None and base in VARIANTS and not first.kernel:
-            for m in ("comm_only", "full_op"):
-                times[m] = (float(s[f"{m}_{base}_us"]), float(s[f"{m}_{base}_lo_us"]),
-                            float(s[f"{m}_{base}_hi_us"]))
-        elif first.kernel and ran:  # your kernel: the median and spread of its own repeats
-            for m in ("comm_only", "full_op"):
-                t = [r.time_us(m) for r in ran if math.isfinite(r.time_us(m))]
-                if t:
-                    times[m] = (float(statistics.median(t)), min(t), max(t))
-        med = times.get("comm_only", (first.comm_only_us,))[0]
-        spec_bytes = next((o.spec for o in os_), None)
-        data = spec_bytes.bs * spec_bytes.topk * spec_bytes.h * spec_bytes.itemsize * spec_bytes.pes \
-            if spec_bytes is not None else 0
-        out.append(RepeatedRow(row, len(ran), times, gib_per_s(data, med) if math.isfinite(med) else math.nan,
-                               case_bandwidth(os_, spec_bytes) if spec_bytes is not None else {}))
-    return out
-
-
-def _summary_by_case(summary: pd.DataFrame) -> dict:
-    """(case_id, settings group) -> the summary row."""
-    if not len(summary):
-        return {}
-    return {(r["case_id"], r.get("settings", "reference")): r for _, r in summary.iterrows()}
-
-
-def table(rows: list) -> pd.DataFrame:
-    """The rows (:class:`RepeatedRow`, or ResultRows: one repeat each) as the run table shows them
-    (:data:`TABLE_COLUMNS`): times rounded to 3 decimals (us; NaN when not timed), bytes and
-    violations as integers, counters=plan 'yes' or 'NO' ('differs' for your kernel: compared with its
-    rule's plan, not required); a value a row does not have (a refused variant, the baseline) is '-'."""
-    rows = [r if isinstance(r, RepeatedRow) else RepeatedRow(r, 1 if r.ran else 0, {}, math.nan) for r in rows]
-    columns = dict(TABLE_COLUMNS)
-    if any(r.settings != "reference" for r in rows):  # kernel settings ran (docs/variants.md): what changed
-        columns.update({"cores/rank": "cores_per_rank", "SDMA calls": "sdma_calls"})
-    data = {}
-    for title, name in columns.items():
-        values = [getattr(r, name) for r in rows]
-        if name in ("comm_only_us", "full_op_us"):
-            data[title] = [round(v, 3) if not math.isnan(v) else float("nan") for v in values]
-        elif name in ("comm_only_gbps", "algbw", "busbw"):
-            data[title] = [round(v, 3) if math.isfinite(v) else float("nan") for v in values]
-        elif name == "counters_ok":  # your kernel's are compared with its rule's plan, not required
-            data[title] = ["-" if v is None else ("yes" if v else "differs" if r.kernel else "NO")
-                           for v, r in zip(values, rows)]
-        elif name in _INT_FIELDS + ("cores_per_rank", "sdma_calls") and any(v is None for v in values):
-            data[title] = pd.Series(["-" if v is None else int(v) for v in values], dtype=object)
-        else:
-            data[title] = values
-    return pd.DataFrame(data, columns=list(columns))
-
-
-def table_text(rows: list) -> str:
-    """:func:`table` as text, one row per line under a header; times not measured read '-'."""
-    return table(rows).to_string(index=False, na_rep="-")
-
-
-def speedup_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per case of ``summary`` (:func:`combine_lab.results.tables.summarize`) with both
-    variants timed: per metric the median speed-up (classic / doubleplane of the same repeat; above
-    1: doubleplane faster), its spread ("min-max" over the paired repeats) and the verdict (faster,
-    slower, within noise, or no SDMA: identical traffic)."""
-    rows = []
-    grouped = "settings" in summary.columns and set(summary["settings"]) != {"reference"}
-    for _, r in summary.iterrows():
-        if not math.isfinite(r["comm_only_speedup"]):
-            continue
-        rec = {"case_id": r["case_id"], "routing": r["routing"], "repeats": int(r["repeats"]),
-               "settings": r.get("settings", "reference")}
-        for m in ("comm_only", "full_op"):
-            rec[f"{m}_speedup"] = f"{float(r[f'{m}_speedup']):.3f}"
-            rec[f"{m}_speedup_spread"] = "-" if r["repeats"] < 2 else \
-                f"{r[f'{m}_speedup_lo']:.3f}-{r[f'{m}_speedup_hi']:.3f}"
-            rec[f"{m}_verdict"] = r[f"{m}_verdict"]
-        rows.append(rec)
-    cols = dict(SPEEDUP_COLUMNS)
-    if grouped:  # compare --settings: one row per case and settings group (docs/variants.md)
-        cols = {"case": "case_id", "settings": "settings", **{k: v for k, v in cols.items() if k != "case"}}
-    return pd.DataFrame([{t: rec[n] for t, n in cols.items()} for rec in rows], columns=list(cols))
-
-
 def _report(o: Outcome) -> None:
     """What went wrong in a run, on stderr: violations, counter mismatches, x_out mismatches, and
     what your kernel did when it failed or hung."""
@@ -634,67 +483,6 @@ def _budget_text(specs: list[CaseSpec], timeout_s: float) -> str:
             "sized from the case, docs/twin.md#2-sessions-and-cleanup)")
 
 
-def write_run_summary(folder: Path, a: argparse.Namespace, outcomes: list[Outcome], summary: pd.DataFrame,
-                      rows: list, modelled: str | None = None) -> Path:
-    """The run's summary (:mod:`combine_lab.formats.summaries`, docs/formats.md#11-run-summary) in
-    ``folder``: per case and variant the check, every repeat's times and their median and spread, the
-    planned and counted bytes, and per case and settings group the speed-up with its spread and
-    verdict (``speedup_by_settings``; ``speedup``: the reference group's, else the first group's);
-    what ``combine-lab diff`` compares. ``modelled``: the model's caption ("modelled on ...") of a
-    ``--clock model:NAME`` run, which then says so in ``measured``."""
-    each: dict[tuple, dict[str, list[float]]] = {}
-    for o in outcomes:
-        if o.row.ran:
-            t = each.setdefault((o.row.case_id, o.row.variant), {"comm_only": [], "full_op": []})
-            for m in t:
-                t[m].append(o.row.time_us(m))
-    cases: dict[str, dict] = {}
-    for r in rows:
-        c = cases.setdefault(r.case_id, {"case_id": r.case_id, "routing": r.routing, "dtype": r.dtype,
-                                         "variants": {}, "speedup": {}, "speedup_by_settings": {}})
-        rec = {"check": r.check, "repeats": r.repeats if isinstance(r, RepeatedRow) else int(r.ran),
-               "mte_bytes": r.mte_bytes, "sdma_bytes": r.sdma_bytes, "planned_sdma_bytes": r.planned_sdma_bytes,
-               "counters_ok": r.counters_ok, "violations": r.violations, "reason": r.reason,
-               "bandwidth": _bandwidth_json(r.bandwidth if isinstance(r, RepeatedRow) else {})}
-        for m in METRICS:
-            med, lo, hi = r.times[m] if isinstance(r, RepeatedRow) and m in r.times else (getattr(r, f"{m}_us"),) * 3
-            rec[f"{m}_us"] = {"median": _num(med), "min": _num(lo), "max": _num(hi),
-                              "each": [_num(v) for v in each.get((r.case_id, r.variant), {}).get(m, [])]}
-        c["variants"][r.variant] = rec
-    # one speed-up per case and settings group (compare --settings: docs/variants.md)
-    for (case_id, group), srow in _summary_by_case(summary).items():
-        c = cases.get(case_id)
-        if c is None or not math.isfinite(srow["comm_only_speedup"]):
-            continue
-        c["speedup_by_settings"][group] = {
-            m: {"median": _num(srow[f"{m}_speedup"]), "min": _num(srow[f"{m}_speedup_lo"]),
-                "max": _num(srow[f"{m}_speedup_hi"]), "verdict": srow[f"{m}_verdict"]} for m in METRICS}
-    for c in cases.values():
-        groups = c["speedup_by_settings"]
-        c["speedup"] = groups.get("reference", next(iter(groups.values()), {}))
-    repeats = outcomes[0].run.repeats if outcomes else 1
-    return summaries.write_run_summary(folder, {
-        "command": " ".join(["combine-lab", *sys.argv[1:]]) if sys.argv else "combine-lab", "target": a.target,
-        "clock": getattr(a, "clock", "wall"), "measured": modelled or _measured_caption(a, repeats),
-        "repeats": repeats if outcomes else 0, "warmup": a.warmup, "loops": a.loops,
-        "cases": list(cases.values())})
-
-
-def _bandwidth_json(bw: dict) -> dict:
-    """A row's bandwidths for the summary JSON (docs/formats.md#11-run-summary): NaN as null, PEs as keys."""
-    out = {}
-    for k, v in bw.items():
-        out[k] = {str(pe): _num(x) for pe, x in v.items()} if isinstance(v, dict) else \
-            v if v is None or isinstance(v, int) else _num(v)
-    return out
-
-
-def _num(v) -> float | None:
-    """A time for JSON: None where nothing was timed (NaN)."""
-    v = float(v)
-    return v if math.isfinite(v) else None
-
-
 def _repeats(a: argparse.Namespace, variants: list[str], model) -> int:
     """--repeats as the runs take it (checked >= 1 by :func:`_check_run_flags`): compare (several
     variants) 5 by default, run 1; 1 without --perf (nothing is timed) and on a timing model (it is
@@ -702,20 +490,6 @@ def _repeats(a: argparse.Namespace, variants: list[str], model) -> int:
     if not a.perf or model is not None:
         return 1
     return a.repeats if a.repeats is not None else (5 if len(variants) > 1 else 1)
-
-
-def _measured_caption(a: argparse.Namespace, repeats: int) -> str:
-    """What the times are: where they were measured and how (the twin's are CPU threads copying
-    memory on this machine, never an NPU's time), or that nothing was timed."""
-    if not a.perf:
-        if a.target == "cpu":
-            return ("not timed (no --perf): two launches per case and variant on the twin (a status flag the first "
-                    "leaves ready is caught in the second), the last checked against golden")
-        return "not timed (no --perf): one launch per case and variant, checked against golden"
-    where = ("measured on the CPU twin: CPU threads copying memory on this machine "
-             f"({os.cpu_count()} CPUs), not an NPU's time" if a.target == "cpu" else f"measured on target {a.target}")
-    return (f"{where}; times are CoreMaxTime/us of the profiled PE (with --prof-pe all the slowest), the median of "
-            f"{repeats} repeat{'s' if repeats > 1 else ''} of {a.warmup} + {a.loops} launches, spread min-max")
 
 
 def _paths_line(paths: list[Path], folder: Path, most: int = 4) -> str:
