@@ -7,8 +7,9 @@ Models (the ``routing`` field of :class:`combine_lab.case.spec.CaseSpec`):
     ``rng = default_rng(seed)``; x per rank in rank order; then
     ``expert_ids = rng.integers(0, E, (pes, bs, topk), int32)`` (repeats allowed);
     then ``expert_scales = rng.uniform(0.05, 1.0, (pes, bs, topk)).astype(float32)``,
-    all 1.0 for int32. x and the routing come from that one stream, so drawing the
-    routing draws x; the result is cached (one case) so x is drawn once.
+    all 1.0 for int32. x and the routing come from that one stream; the routing is
+    drawn by moving the stream past x without keeping it (float x: a jump ahead, int32
+    x: drawn in chunks and dropped), so a modelled case never holds x.
 ``zipf:S``
     Expert popularity p ~ rank^-S (S >= 0) over a seeded permutation of the E experts;
     every token draws its top-k DISTINCT experts weighted by p (Gumbel-top-k).
@@ -200,26 +201,43 @@ def _draw_x_from(rng: np.random.Generator, pes: int, bs: int, h: int, np_dtype: 
     return x
 
 
-@functools.lru_cache(maxsize=1)
-def _uniform_recipe(pes: int, bs: int, h: int, topk: int, E: int, np_dtype: type, seed: int):
+#: int32 x values drawn (and dropped) at once when a uniform routing skips past x.
+_SKIP_CHUNK = 1 << 20
+
+
+def _skip_x(rng: np.random.Generator, n: int, np_dtype: type) -> None:
+    """Move ``rng`` past the ``n`` values of x that :func:`_draw_x_from` would draw, exactly.
+
+    float16 / bfloat16: ``uniform`` takes one 64-bit output per value and leaves PCG64's 32-bit
+    buffer empty (the stream is fresh), so the stream jumps ahead by ``n`` (``advance``, which also
+    leaves the buffer empty). int32: ``integers`` rejects a few 32-bit outputs (Lemire's method), so
+    how many it takes depends on them: they are drawn in chunks and dropped; call boundaries do not
+    change what is taken (the buffer lives in the bit generator).
+    """
+    if np_dtype is np.int32:
+        for start in range(0, n, _SKIP_CHUNK):
+            rng.integers(-5, 6, size=min(_SKIP_CHUNK, n - start), dtype=np.int32)
+    else:
+        rng.bit_generator.advance(n)
+
+
+# The routing only: h and the dtype's family (int32 or float) set where it starts in the stream.
+@functools.lru_cache(maxsize=16)
+def _uniform_routing(pes: int, bs: int, h: int, topk: int, E: int, is_int: bool, seed: int):
     rng = np.random.default_rng(seed)
-    x = _draw_x_from(rng, pes, bs, h, np_dtype)
+    _skip_x(rng, pes * bs * h, np.int32 if is_int else np.float16)
     ids = rng.integers(0, E, size=(pes, bs, topk), dtype=np.int32)
     scales = rng.uniform(0.05, 1.0, size=(pes, bs, topk)).astype(np.float32)
-    if np_dtype is np.int32:
+    if is_int:
         scales[...] = 1.0
-    for a in (x, ids, scales):
+    for a in (ids, scales):
         a.setflags(write=False)
-    return x, ids, scales
+    return ids, scales
 
 
 def clear_cache() -> None:
-    """Drop the cached uniform recipe (it holds one case's x, pes*bs*h*itemsize bytes)."""
-    _uniform_recipe.cache_clear()
-
-
-def _recipe_of(spec):
-    return _uniform_recipe(spec.pes, spec.bs, spec.h, spec.topk, spec.moe_expert_num, spec.np_dtype, spec.seed)
+    """Drop the cached uniform routings (the last 16, 8*pes*bs*topk bytes each)."""
+    _uniform_routing.cache_clear()
 
 
 def _refuse_external(spec, what: str) -> None:
@@ -228,16 +246,13 @@ def _refuse_external(spec, what: str) -> None:
 
 
 def draw_x(spec) -> np.ndarray:
-    """Token activations x, T [pes, bs, h] (T = spec.np_dtype), read-only for uniform.
+    """Token activations x, T [pes, bs, h] (T = spec.np_dtype).
 
     Drawn from ``default_rng(spec.seed)`` rank by rank as in docs/protocol.md#3-reference-data-and-the-check,
-    for every model (x does not depend on the routing). For uniform it comes from the
-    cached recipe stream, so make_case + draw_x draw x once. Raises SpecError for
-    routing 'external'.
+    for every model (x does not depend on the routing); a fresh writable array each call.
+    Raises SpecError for routing 'external'.
     """
     _refuse_external(spec, "x")
-    if parse_routing(spec.routing).name == "uniform":
-        return _recipe_of(spec)[0]
     return _draw_x_from(np.random.default_rng(spec.seed), spec.pes, spec.bs, spec.h, spec.np_dtype)
 
 
@@ -357,13 +372,15 @@ def draw_routing(spec) -> tuple[np.ndarray, np.ndarray]:
 
     Returns ``(expert_ids, expert_scales)``: int32 [pes, bs, topk] with masked slots -1,
     and float32 [pes, bs, topk] (all 1.0 for int32_t). Fresh writable arrays.
-    uniform follows docs/protocol.md#3-reference-data-and-the-check (and draws x, cached); the other models
-    use ``default_rng([seed, 1])`` and never draw x. Raises SpecError for 'external'.
+    uniform follows docs/protocol.md#3-reference-data-and-the-check without drawing x: the stream
+    is moved past x (:func:`_skip_x`), the same ids and scales as drawing it; the other models use
+    ``default_rng([seed, 1])`` and never draw x. Raises SpecError for 'external'.
     """
     _refuse_external(spec, "the routing")
     routing = parse_routing(spec.routing)
     if routing.name == "uniform":
-        _, ids, scales = _recipe_of(spec)
+        ids, scales = _uniform_routing(spec.pes, spec.bs, spec.h, spec.topk, spec.moe_expert_num,
+                                       spec.np_dtype is np.int32, spec.seed)
         ids, scales = ids.copy(), scales.copy()
     else:
         rng = np.random.default_rng([spec.seed, 1])
