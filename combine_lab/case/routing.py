@@ -55,8 +55,8 @@ pes*bs*topk)`` slots, chosen by ``default_rng([seed, 2])``, get expert id -1.
 from __future__ import annotations
 
 import difflib
-import functools
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -221,23 +221,61 @@ def _skip_x(rng: np.random.Generator, n: int, np_dtype: type) -> None:
         rng.bit_generator.advance(n)
 
 
-# The routing only: h and the dtype's family (int32 or float) set where it starts in the stream.
-@functools.lru_cache(maxsize=16)
-def _uniform_routing(pes: int, bs: int, h: int, topk: int, E: int, is_int: bool, seed: int):
-    rng = np.random.default_rng(seed)
-    _skip_x(rng, pes * bs * h, np.int32 if is_int else np.float16)
-    ids = rng.integers(0, E, size=(pes, bs, topk), dtype=np.int32)
-    scales = rng.uniform(0.05, 1.0, size=(pes, bs, topk)).astype(np.float32)
-    if is_int:
-        scales[...] = 1.0
+#: Bytes of drawn routings kept for the cases that follow (a grid's cases differing in h only
+#: share one draw, uniform's where x's length is the same): the oldest dropped first.
+CACHE_BYTES = 64 << 20
+_cache: OrderedDict = OrderedDict()
+
+
+def _cached(key: tuple, draw) -> tuple[np.ndarray, np.ndarray]:
+    """``draw()`` (ids, scales) under ``key``, made read-only and kept within CACHE_BYTES."""
+    if key in _cache:
+        _cache.move_to_end(key)
+        return _cache[key]
+    ids, scales = draw()
     for a in (ids, scales):
         a.setflags(write=False)
+    _cache[key] = (ids, scales)
+    while len(_cache) > 1 and sum(i.nbytes + s.nbytes for i, s in _cache.values()) > CACHE_BYTES:
+        _cache.popitem(last=False)
     return ids, scales
 
 
+def _uniform_routing(spec) -> tuple[np.ndarray, np.ndarray]:
+    """The recipe's ids and scales with the stream moved past x; h and the dtype's family (int32 or
+    float) set where they start in the stream."""
+    is_int = spec.np_dtype is np.int32
+    pes, bs, topk = spec.pes, spec.bs, spec.topk
+
+    def draw():
+        rng = np.random.default_rng(spec.seed)
+        _skip_x(rng, pes * bs * spec.h, np.int32 if is_int else np.float16)
+        ids = rng.integers(0, spec.moe_expert_num, size=(pes, bs, topk), dtype=np.int32)
+        scales = rng.uniform(0.05, 1.0, size=(pes, bs, topk)).astype(np.float32)
+        if is_int:
+            scales[...] = 1.0
+        return ids, scales
+    return _cached(("uniform", pes, bs, spec.h, topk, spec.moe_expert_num, is_int, spec.seed), draw)
+
+
+def _distinct_routing(spec, routing: "Routing") -> tuple[np.ndarray, np.ndarray]:
+    """A non-uniform model's ids and scales from ``default_rng([seed, 1])``: h plays no part."""
+    is_int = spec.dtype == "int32_t"
+
+    def draw():
+        rng = np.random.default_rng([spec.seed, 1])
+        ids = _draw_distinct(spec, routing, rng)
+        if is_int:
+            scales = np.ones(ids.shape, dtype=np.float32)
+        else:
+            scales = rng.uniform(0.05, 1.0, size=ids.shape).astype(np.float32)
+        return ids, scales
+    return _cached((routing.text, spec.pes, spec.bs, spec.topk, spec.expert_per_pe, is_int, spec.seed), draw)
+
+
 def clear_cache() -> None:
-    """Drop the cached uniform routings (the last 16, 8*pes*bs*topk bytes each)."""
-    _uniform_routing.cache_clear()
+    """Drop the cached routings (at most CACHE_BYTES)."""
+    _cache.clear()
 
 
 def _refuse_external(spec, what: str) -> None:
@@ -374,21 +412,13 @@ def draw_routing(spec) -> tuple[np.ndarray, np.ndarray]:
     and float32 [pes, bs, topk] (all 1.0 for int32_t). Fresh writable arrays.
     uniform follows docs/protocol.md#3-reference-data-and-the-check without drawing x: the stream
     is moved past x (:func:`_skip_x`), the same ids and scales as drawing it; the other models use
-    ``default_rng([seed, 1])`` and never draw x. Raises SpecError for 'external'.
+    ``default_rng([seed, 1])`` and never draw x. The draws are kept (:data:`CACHE_BYTES`), so the
+    cases of a grid that differ in h only draw once (uniform: once per h). Raises SpecError for
+    'external'.
     """
     _refuse_external(spec, "the routing")
     routing = parse_routing(spec.routing)
-    if routing.name == "uniform":
-        ids, scales = _uniform_routing(spec.pes, spec.bs, spec.h, spec.topk, spec.moe_expert_num,
-                                       spec.np_dtype is np.int32, spec.seed)
-        ids, scales = ids.copy(), scales.copy()
-    else:
-        rng = np.random.default_rng([spec.seed, 1])
-        ids = _draw_distinct(spec, routing, rng)
-        shape = ids.shape
-        if spec.dtype == "int32_t":
-            scales = np.ones(shape, dtype=np.float32)
-        else:
-            scales = rng.uniform(0.05, 1.0, size=shape).astype(np.float32)
+    draw = _uniform_routing(spec) if routing.name == "uniform" else _distinct_routing(spec, routing)
+    ids, scales = draw[0].copy(), draw[1].copy()
     apply_mask(ids, spec)
     return ids, scales

@@ -48,6 +48,22 @@ def test_uniform_routing_never_draws_x(monkeypatch):
     assert len(calls) == 1
 
 
+def test_cached_routings_are_fresh_copies_and_bounded(monkeypatch):
+    routing.clear_cache()
+    spec = CaseSpec(2, 3, 4, 2, 2, seed=11, routing="zipf:1.0", masked_fraction=0.25)
+    ids, scales = draw_routing(spec)
+    first = ids.copy()
+    ids[...] = 0
+    scales[...] = 0
+    again, again_scales = draw_routing(spec)
+    assert again.tolist() == first.tolist() and again.flags.writeable and (again_scales > 0).all()
+    assert (again == -1).sum() == 3  # the mask applied to each copy: round(0.25 * 12)
+    monkeypatch.setattr(routing, "CACHE_BYTES", 2 * 12 * 8)  # two cases of 12 slots (ids + scales)
+    for seed in range(5):
+        draw_routing(CaseSpec(2, 3, 4, 2, 2, seed=seed))
+    assert [k[-1] for k in routing._cache] == [3, 4]
+
+
 def _recipe_any(spec):
     """The recipe of docs/protocol.md#3-reference-data-and-the-check for any dtype (x kept)."""
     rng = np.random.default_rng(spec.seed)
