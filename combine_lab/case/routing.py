@@ -225,10 +225,12 @@ def _skip_x(rng: np.random.Generator, n: int, np_dtype: type) -> None:
 #: share one draw, uniform's where x's length is the same): the oldest dropped first.
 CACHE_BYTES = 64 << 20
 _cache: OrderedDict = OrderedDict()
+_cache_bytes = 0
 
 
 def _cached(key: tuple, draw) -> tuple[np.ndarray, np.ndarray]:
     """``draw()`` (ids, scales) under ``key``, made read-only and kept within CACHE_BYTES."""
+    global _cache_bytes
     if key in _cache:
         _cache.move_to_end(key)
         return _cache[key]
@@ -236,8 +238,10 @@ def _cached(key: tuple, draw) -> tuple[np.ndarray, np.ndarray]:
     for a in (ids, scales):
         a.setflags(write=False)
     _cache[key] = (ids, scales)
-    while len(_cache) > 1 and sum(i.nbytes + s.nbytes for i, s in _cache.values()) > CACHE_BYTES:
-        _cache.popitem(last=False)
+    _cache_bytes += ids.nbytes + scales.nbytes
+    while len(_cache) > 1 and _cache_bytes > CACHE_BYTES:
+        _, (i, sc) = _cache.popitem(last=False)
+        _cache_bytes -= i.nbytes + sc.nbytes
     return ids, scales
 
 
@@ -275,7 +279,9 @@ def _distinct_routing(spec, routing: "Routing") -> tuple[np.ndarray, np.ndarray]
 
 def clear_cache() -> None:
     """Drop the cached routings (at most CACHE_BYTES)."""
+    global _cache_bytes
     _cache.clear()
+    _cache_bytes = 0
 
 
 def _refuse_external(spec, what: str) -> None:
