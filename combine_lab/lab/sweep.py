@@ -252,8 +252,12 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
     for spec in specs:
         rows = case_rows(make_case(spec), model.soc)
         masks = {"classic": rows.sdma("classic", 0), "doubleplane": rows.sdma("doubleplane", int(min_sdma_bytes))}
+        # no SDMA row and the same settings: doubleplane replays classic's inputs, so its times are classic's
+        same = st["doubleplane"] == st["classic"] and np.array_equal(masks["doubleplane"], masks["classic"])
         try:
-            t = {v: priced(replay, st[v], rows, m, model) for v, m in masks.items()}
+            t = {"classic": priced(replay, st["classic"], rows, masks["classic"], model)}
+            t["doubleplane"] = t["classic"] if same else priced(replay, st["doubleplane"], rows, masks["doubleplane"],
+                                                                model)
         except NotModelled as e:  # said of the group asked for (its classic may be classic-c4)
             raise NotModelled(group, e.why) from None
         # the what-if of one SDMA call per segment is the reference's (a settings group is built, not a what-if)
