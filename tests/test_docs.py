@@ -291,3 +291,12 @@ def test_docs_command_refuses_a_bad_output_folder_before_running(tmp_path, capsy
     blocker.write_text("")
     assert cli.main(["docs", "--out", str(blocker / "docs")]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_docs_command_refuses_several_walkthrough_parameter_sets_before_running(tmp_path, capsys):
+    params = tmp_path / "params.yaml"
+    params.write_text("walkthrough:\n  - {seed: 1}\n  - {seed: 2}\n")
+    assert cli.main(["docs", "--out", str(tmp_path / "docs"), "--params", str(params)]) == 2
+    assert capsys.readouterr().err == ("combine-lab: error: params: walkthrough is given several parameter sets; "
+                                       "the docs build one walkthrough page: give it one mapping\n")
+    assert not (tmp_path / "docs").exists()

@@ -7,8 +7,9 @@ Models (the ``routing`` field of :class:`combine_lab.case.spec.CaseSpec`):
     ``rng = default_rng(seed)``; x per rank in rank order; then
     ``expert_ids = rng.integers(0, E, (pes, bs, topk), int32)`` (repeats allowed);
     then ``expert_scales = rng.uniform(0.05, 1.0, (pes, bs, topk)).astype(float32)``,
-    all 1.0 for int32. x and the routing come from that one stream, so drawing the
-    routing draws x; the result is cached (one case) so x is drawn once.
+    all 1.0 for int32. x and the routing come from that one stream; the routing is
+    drawn by moving the stream past x without keeping it (float x: a jump ahead, int32
+    x: drawn in chunks and dropped), so a modelled case never holds x.
 ``zipf:S``
     Expert popularity p ~ rank^-S (S >= 0) over a seeded permutation of the E experts;
     every token draws its top-k DISTINCT experts weighted by p (Gumbel-top-k).
@@ -54,8 +55,8 @@ pes*bs*topk)`` slots, chosen by ``default_rng([seed, 2])``, get expert id -1.
 from __future__ import annotations
 
 import difflib
-import functools
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -200,26 +201,87 @@ def _draw_x_from(rng: np.random.Generator, pes: int, bs: int, h: int, np_dtype: 
     return x
 
 
-@functools.lru_cache(maxsize=1)
-def _uniform_recipe(pes: int, bs: int, h: int, topk: int, E: int, np_dtype: type, seed: int):
-    rng = np.random.default_rng(seed)
-    x = _draw_x_from(rng, pes, bs, h, np_dtype)
-    ids = rng.integers(0, E, size=(pes, bs, topk), dtype=np.int32)
-    scales = rng.uniform(0.05, 1.0, size=(pes, bs, topk)).astype(np.float32)
+#: int32 x values drawn (and dropped) at once when a uniform routing skips past x.
+_SKIP_CHUNK = 1 << 20
+
+
+def _skip_x(rng: np.random.Generator, n: int, np_dtype: type) -> None:
+    """Move ``rng`` past the ``n`` values of x that :func:`_draw_x_from` would draw, exactly.
+
+    float16 / bfloat16: ``uniform`` takes one 64-bit output per value and leaves PCG64's 32-bit
+    buffer empty (the stream is fresh), so the stream jumps ahead by ``n`` (``advance``, which also
+    leaves the buffer empty). int32: ``integers`` rejects a few 32-bit outputs (Lemire's method), so
+    how many it takes depends on them: they are drawn in chunks and dropped; call boundaries do not
+    change what is taken (the buffer lives in the bit generator).
+    """
     if np_dtype is np.int32:
-        scales[...] = 1.0
-    for a in (x, ids, scales):
+        for start in range(0, n, _SKIP_CHUNK):
+            rng.integers(-5, 6, size=min(_SKIP_CHUNK, n - start), dtype=np.int32)
+    else:
+        rng.bit_generator.advance(n)
+
+
+#: Bytes of drawn routings kept for the cases that follow (a grid's cases differing in h only
+#: share one draw, uniform's where x's length is the same): the oldest dropped first.
+CACHE_BYTES = 64 << 20
+_cache: OrderedDict = OrderedDict()
+_cache_bytes = 0
+
+
+def _cached(key: tuple, draw) -> tuple[np.ndarray, np.ndarray]:
+    """``draw()`` (ids, scales) under ``key``, made read-only and kept within CACHE_BYTES."""
+    global _cache_bytes
+    if key in _cache:
+        _cache.move_to_end(key)
+        return _cache[key]
+    ids, scales = draw()
+    for a in (ids, scales):
         a.setflags(write=False)
-    return x, ids, scales
+    _cache[key] = (ids, scales)
+    _cache_bytes += ids.nbytes + scales.nbytes
+    while len(_cache) > 1 and _cache_bytes > CACHE_BYTES:
+        _, (i, sc) = _cache.popitem(last=False)
+        _cache_bytes -= i.nbytes + sc.nbytes
+    return ids, scales
+
+
+def _uniform_routing(spec) -> tuple[np.ndarray, np.ndarray]:
+    """The recipe's ids and scales with the stream moved past x; h and the dtype's family (int32 or
+    float) set where they start in the stream."""
+    is_int = spec.np_dtype is np.int32
+    pes, bs, topk = spec.pes, spec.bs, spec.topk
+
+    def draw():
+        rng = np.random.default_rng(spec.seed)
+        _skip_x(rng, pes * bs * spec.h, np.int32 if is_int else np.float16)
+        ids = rng.integers(0, spec.moe_expert_num, size=(pes, bs, topk), dtype=np.int32)
+        scales = rng.uniform(0.05, 1.0, size=(pes, bs, topk)).astype(np.float32)
+        if is_int:
+            scales[...] = 1.0
+        return ids, scales
+    return _cached(("uniform", pes, bs, spec.h, topk, spec.moe_expert_num, is_int, spec.seed), draw)
+
+
+def _distinct_routing(spec, routing: "Routing") -> tuple[np.ndarray, np.ndarray]:
+    """A non-uniform model's ids and scales from ``default_rng([seed, 1])``: h plays no part."""
+    is_int = spec.dtype == "int32_t"
+
+    def draw():
+        rng = np.random.default_rng([spec.seed, 1])
+        ids = _draw_distinct(spec, routing, rng)
+        if is_int:
+            scales = np.ones(ids.shape, dtype=np.float32)
+        else:
+            scales = rng.uniform(0.05, 1.0, size=ids.shape).astype(np.float32)
+        return ids, scales
+    return _cached((routing.text, spec.pes, spec.bs, spec.topk, spec.expert_per_pe, is_int, spec.seed), draw)
 
 
 def clear_cache() -> None:
-    """Drop the cached uniform recipe (it holds one case's x, pes*bs*h*itemsize bytes)."""
-    _uniform_recipe.cache_clear()
-
-
-def _recipe_of(spec):
-    return _uniform_recipe(spec.pes, spec.bs, spec.h, spec.topk, spec.moe_expert_num, spec.np_dtype, spec.seed)
+    """Drop the cached routings (at most CACHE_BYTES)."""
+    global _cache_bytes
+    _cache.clear()
+    _cache_bytes = 0
 
 
 def _refuse_external(spec, what: str) -> None:
@@ -228,16 +290,13 @@ def _refuse_external(spec, what: str) -> None:
 
 
 def draw_x(spec) -> np.ndarray:
-    """Token activations x, T [pes, bs, h] (T = spec.np_dtype), read-only for uniform.
+    """Token activations x, T [pes, bs, h] (T = spec.np_dtype).
 
     Drawn from ``default_rng(spec.seed)`` rank by rank as in docs/protocol.md#3-reference-data-and-the-check,
-    for every model (x does not depend on the routing). For uniform it comes from the
-    cached recipe stream, so make_case + draw_x draw x once. Raises SpecError for
-    routing 'external'.
+    for every model (x does not depend on the routing); a fresh writable array each call.
+    Raises SpecError for routing 'external'.
     """
     _refuse_external(spec, "x")
-    if parse_routing(spec.routing).name == "uniform":
-        return _recipe_of(spec)[0]
     return _draw_x_from(np.random.default_rng(spec.seed), spec.pes, spec.bs, spec.h, spec.np_dtype)
 
 
@@ -357,21 +416,15 @@ def draw_routing(spec) -> tuple[np.ndarray, np.ndarray]:
 
     Returns ``(expert_ids, expert_scales)``: int32 [pes, bs, topk] with masked slots -1,
     and float32 [pes, bs, topk] (all 1.0 for int32_t). Fresh writable arrays.
-    uniform follows docs/protocol.md#3-reference-data-and-the-check (and draws x, cached); the other models
-    use ``default_rng([seed, 1])`` and never draw x. Raises SpecError for 'external'.
+    uniform follows docs/protocol.md#3-reference-data-and-the-check without drawing x: the stream
+    is moved past x (:func:`_skip_x`), the same ids and scales as drawing it; the other models use
+    ``default_rng([seed, 1])`` and never draw x. The draws are kept (:data:`CACHE_BYTES`), so the
+    cases of a grid that differ in h only draw once (uniform: once per h). Raises SpecError for
+    'external'.
     """
     _refuse_external(spec, "the routing")
     routing = parse_routing(spec.routing)
-    if routing.name == "uniform":
-        _, ids, scales = _recipe_of(spec)
-        ids, scales = ids.copy(), scales.copy()
-    else:
-        rng = np.random.default_rng([spec.seed, 1])
-        ids = _draw_distinct(spec, routing, rng)
-        shape = ids.shape
-        if spec.dtype == "int32_t":
-            scales = np.ones(shape, dtype=np.float32)
-        else:
-            scales = rng.uniform(0.05, 1.0, size=shape).astype(np.float32)
+    draw = _uniform_routing(spec) if routing.name == "uniform" else _distinct_routing(spec, routing)
+    ids, scales = draw[0].copy(), draw[1].copy()
     apply_mask(ids, spec)
     return ids, scales

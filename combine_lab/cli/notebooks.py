@@ -1,7 +1,7 @@
 """``combine-lab notebooks``: run the lab notebooks headless with papermill.
 
     combine-lab notebooks [--params file.yaml|file.json] [--out folder] [--only 03_sweep ...]
-    combine-lab notebooks --cluster tcp://HOST:PORT   # each notebook a task on dask.distributed
+    combine-lab notebooks --cluster tcp://HOST:PORT   # each notebook (and parameter set) a task on dask.distributed
 
 What runs and how: :mod:`combine_lab.lab.notebooks`.
 """
@@ -9,6 +9,7 @@ What runs and how: :mod:`combine_lab.lab.notebooks`.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from ..lab.notebooks import KERNEL_NAME, load_params, run_notebooks
@@ -26,7 +27,8 @@ def _cmd_notebooks(args: argparse.Namespace) -> int:
     else:
         runs = run_notebooks(args.out, params, args.only, kernel_name=args.kernel, timeout_s=args.timeout, log=print,
                              out_name="--out")
-    out = runs[0].output.parent if runs else Path(args.out or default_output_dir())
+    # the folder above every run's (a parameter set's run is in its own subfolder)
+    out = Path(os.path.commonpath([r.output.parent for r in runs])) if runs else Path(args.out or default_output_dir())
     figures = sorted({p for r in runs for p in r.figures})  # this run's, not what the folder held before
     print(f"executed notebooks, {len(figures)} figures (PNG) and records in {out}")
     return 0 if all(r.ok for r in runs) else 1
@@ -38,7 +40,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("notebooks", help="run the lab notebooks headless (papermill); keep executed "
                               "copies and figures")
     p.add_argument("--params", default=None, help="YAML or JSON file: {notebook: {param: value}} and/or "
-                   "{param: value} for every notebook that declares it")
+                   "{param: value} for every notebook that declares it; a notebook given a list of "
+                   "mappings runs once per set, into <out>/<notebook>.<set_name or setN>/")
     p.add_argument("--out", default=None, help="output folder (default output/lab)")
     p.add_argument("--only", nargs="+", default=None, help="notebooks to run, e.g. 03_sweep or sweep (default all)")
     p.add_argument("--kernel", default=KERNEL_NAME, help=f"Jupyter kernel (default {KERNEL_NAME})")

@@ -11,6 +11,13 @@ that are not notebook names go to every notebook that declares them::
     03_sweep:                 # or "sweep"
       bs_list: [8, 16]
       routings: [uniform, "zipf:1.2"]
+
+A notebook's entry may instead be a list of parameter sets: the notebook runs once per set, each
+run in its own folder ``<out>/<stem>.<set>/`` (:func:`param_sets`)::
+
+    03_sweep:
+      - {set_name: small, bs_list: [8]}
+      - {bs_list: [64, 128]}  # named set2: its place in the list
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from ..values import convert
 from .records import RECORD_SUFFIX, default_output_dir
 
 __all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "declared_parameters", "declared_types",
-           "headless_defaults", "split_params", "run_notebooks", "require_kernel", "KERNEL_NAME",
+           "headless_defaults", "split_params", "param_sets", "ParamSet", "SET_KEY", "run_notebooks", "require_kernel", "KERNEL_NAME",
            "KERNEL_DISPLAY_NAME"]
 
 #: The Jupyter kernel the notebooks name and run on: this environment's Python, registered in the
@@ -40,6 +47,9 @@ __all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "decl
 KERNEL_NAME = "combine-lab"
 KERNEL_DISPLAY_NAME = "Python 3 (combine_lab)"
 _NAME = re.compile(r"^(\d\d)_(.+)\.ipynb$")
+#: The key of a parameter set (a list item of a notebook's params) that names the set.
+SET_KEY = "set_name"
+_SET_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 @dataclass
@@ -47,7 +57,8 @@ class NotebookRun:
     """Outcome of one headless notebook: ``name`` (stem), ``output`` (executed copy),
     ``seconds`` (wall time), ``ok``, ``error`` (first line of the failure, '' when ok),
     ``parameters`` (what was injected), ``record`` (its ``.record.json``, {} if none),
-    ``figures`` (the PNGs of the output folder it wrote or rewrote, sorted)."""
+    ``figures`` (the PNGs of the output folder it wrote or rewrote, sorted), ``set`` (the name of
+    its parameter set, :func:`param_sets`; '' for a notebook given one)."""
 
     name: str
     output: Path
@@ -57,6 +68,12 @@ class NotebookRun:
     parameters: dict = field(default_factory=dict)
     record: dict = field(default_factory=dict)
     figures: list[Path] = field(default_factory=list)
+    set: str = ""
+
+    @property
+    def label(self) -> str:
+        """``name``, or ``name[set]`` for a run of one of several parameter sets."""
+        return f"{self.name}[{self.set}]" if self.set else self.name
 
 
 def require_kernel(name: str = KERNEL_NAME) -> str:
@@ -187,6 +204,15 @@ def _did_you_mean(name: str, allowed) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _by_name(notebooks: list[Path]) -> dict[str, Path]:
+    """Every name a params file may give a notebook (its stem, the part after the number)."""
+    out = {}
+    for nb in notebooks:
+        out[nb.stem] = nb
+        out[_NAME.match(nb.name).group(2)] = nb
+    return out
+
+
 def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
     """Parameters per notebook stem from a params mapping (see the module docstring), each
     converted to the type its notebook declares.
@@ -209,10 +235,7 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
 
     for a top-level key no notebook declares, or a notebook entry that is not a mapping.
     """
-    by_name = {}
-    for nb in notebooks:
-        by_name[nb.stem] = nb
-        by_name[_NAME.match(nb.name).group(2)] = nb
+    by_name = _by_name(notebooks)
     types = {nb.stem: declared_types(nb) for nb in notebooks}
     declared = {stem: list(t) for stem, t in types.items()}
     out: dict[str, dict] = {nb.stem: {} for nb in notebooks}
@@ -246,6 +269,67 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
                     values[name] = convert(value, types[stem][name], name)
                 except ParameterError as e:
                     raise LabError(f"params: notebook {stem}: {e}") from None
+    return out
+
+
+@dataclass(frozen=True)
+class ParamSet:
+    """One run of :func:`param_sets`: ``notebook`` (its path), ``set`` (the set's name, '' when the
+    notebook was given one mapping), ``params`` (checked and converted, as :func:`split_params`)."""
+
+    notebook: Path
+    set: str
+    params: dict
+
+    def folder(self, out: Path) -> Path:
+        """Where this run's files go: ``out`` itself, or ``out/<stem>.<set>`` for a named set."""
+        return out / f"{self.notebook.stem}.{self.set}" if self.set else out
+
+
+def param_sets(params: dict, notebooks: list[Path]) -> list[ParamSet]:
+    """The runs a params mapping asks for: one per notebook, or one per parameter set where the
+    notebook's entry is a list of mappings (each a set: ``set_name`` names it, else ``set<N>``, N
+    its place from 1); in notebook order, then set order. Each set is checked and converted as
+    :func:`split_params` checks a mapping, with the top-level keys that notebook declares added.
+
+    Raises LabError (nothing has run yet) for what :func:`split_params` refuses, and for an empty
+    list, a set that is not a mapping, a set name that is not letters, digits, ``_`` or ``-``, a name
+    used twice, or a notebook given twice (its stem and its short name) with a list among them::
+
+        params['03_sweep'][1]: set_name 'a b': must be letters, digits, '_' or '-'
+    """
+    by_name = _by_name(notebooks)
+    listed: dict[str, list[tuple[str, dict]]] = {}
+    for key, value in params.items():
+        if key not in by_name or not isinstance(value, list):
+            continue
+        stem = by_name[key].stem
+        if [k for k in params if k != key and by_name.get(k) is by_name[key]]:
+            raise LabError(f"params: notebook {stem} is given twice ({key!r} and its other name); give it once")
+        if not value:
+            raise LabError(f"params[{key!r}]: an empty list of parameter sets; give at least one mapping")
+        sets = []
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                raise LabError(f"params[{key!r}][{i}]: a parameter set must be a mapping, not a {type(item).__name__}")
+            name = str(item.get(SET_KEY, f"set{i + 1}"))
+            if not _SET_NAME.match(name):
+                raise LabError(f"params[{key!r}][{i}]: {SET_KEY} {name!r}: must be letters, digits, '_' or '-'")
+            if name in [n for n, _ in sets]:
+                raise LabError(f"params[{key!r}][{i}]: {SET_KEY} {name!r} is used twice; each set needs its own")
+            sets.append((name, {k: v for k, v in item.items() if k != SET_KEY}))
+        listed[stem] = sets
+    if not listed:
+        return [ParamSet(nb, "", p) for nb, p in zip(notebooks, split_params(params, notebooks).values())]
+    base = {k: v for k, v in params.items() if not (k in by_name and by_name[k].stem in listed)}
+    single = split_params(base, notebooks)  # the notebooks given one mapping, and every top-level key
+    out = []
+    for nb in notebooks:
+        if nb.stem not in listed:
+            out.append(ParamSet(nb, "", single[nb.stem]))
+            continue
+        for name, values in listed[nb.stem]:
+            out.append(ParamSet(nb, name, split_params({**base, nb.stem: values}, notebooks)[nb.stem]))
     return out
 
 
@@ -295,13 +379,16 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
                   only: list[str] | None = None, folder: str | os.PathLike | None = None,
                   kernel_name: str = KERNEL_NAME, timeout_s: float = 600.0, log=None,
                   out_name: str = "out_dir") -> list[NotebookRun]:
-    """Execute the notebooks headless with papermill; return one :class:`NotebookRun` each.
+    """Execute the notebooks headless with papermill; return one :class:`NotebookRun` per
+    notebook and parameter set (:func:`param_sets`), in that order.
 
     Args:
         out_dir: where executed copies, figures and records go (created); default
             :func:`combine_lab.lab.records.default_output_dir`. Passed to each notebook as ``output_dir``.
-        params: a params mapping (see :func:`split_params`); a parameter it does not set takes
-            its headless value where the notebook declares one (:func:`headless_defaults`).
+        params: a params mapping (see :func:`split_params`, and :func:`param_sets` for several
+            sets of one notebook: each run in ``out_dir/<stem>.<set>/``, passed as its ``output_dir``);
+            a parameter it does not set takes its headless value where the notebook declares one
+            (:func:`headless_defaults`).
         only: notebook names to run (default all).
         folder: notebook folder (default :func:`notebook_dir`).
         kernel_name: Jupyter kernel; timeout_s: limit per cell, seconds.
@@ -317,7 +404,7 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
     """
     import papermill
     notebooks = find_notebooks(folder, only)
-    per_nb = split_params(params or {}, notebooks)  # bad names or parameters: nothing created yet
+    runs = param_sets(params or {}, notebooks)  # bad names or parameters: nothing created yet
     require_kernel(kernel_name)
     out = Path(out_dir) if out_dir is not None else default_output_dir()
     out = usable_folder(out, out_name).resolve()
@@ -326,13 +413,15 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
     os.environ["MPLBACKEND"] = "Agg"  # the kernel inherits it: no display needed
     with own_folders([out], out_name):  # this run owns the folder: a second one into it is refused
         try:
-            for nb in notebooks:
-                p = {"output_dir": str(out), **headless_defaults(nb), **per_nb[nb.stem]}
-                target = out / nb.name
+            for ps in runs:
+                nb, here = ps.notebook, ps.folder(out)
+                here.mkdir(exist_ok=True)
+                p = {"output_dir": str(here), **headless_defaults(nb), **ps.params}
+                target = here / nb.name
                 # papermill saves the notebook as it goes: to a temporary name, renamed when it is done, so
                 # that the folder never holds half an executed notebook (a full disk, Ctrl-C)
-                partial = out / f".{nb.name}{PART_MARK}{os.getpid()}"
-                pngs_before = _pngs(out)
+                partial = here / f".{nb.name}{PART_MARK}{os.getpid()}"
+                pngs_before = _pngs(here)
                 t0 = time.perf_counter()
                 ok, error = True, ""
                 try:
@@ -353,13 +442,13 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
                         os.replace(partial, target)  # the executed notebook, with its error cell if it failed
                     partial.unlink(missing_ok=True)
                 seconds = time.perf_counter() - t0
-                record_path = out / f"{nb.stem}{RECORD_SUFFIX}"
+                record_path = here / f"{nb.stem}{RECORD_SUFFIX}"
                 record = json.loads(record_path.read_text()) if ok and record_path.is_file() else {}
-                made = sorted(path for path, stamp in _pngs(out).items() if pngs_before.get(path) != stamp)
-                run = NotebookRun(nb.stem, target, seconds, ok, error, p, record, made)
+                made = sorted(path for path, stamp in _pngs(here).items() if pngs_before.get(path) != stamp)
+                run = NotebookRun(nb.stem, target, seconds, ok, error, p, record, made, ps.set)
                 results.append(run)
                 if log is not None:
-                    log(f"{nb.stem}: {'ok' if ok else 'FAILED'} in {seconds:.1f} s -> {target}"
+                    log(f"{run.label}: {'ok' if ok else 'FAILED'} in {seconds:.1f} s -> {target}"
                         + (f"\n  {error}" if error else ""))
         finally:
             if old_backend is None:

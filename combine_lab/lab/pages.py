@@ -23,7 +23,7 @@ from pathlib import Path
 from ..errors import LabError
 from ..folders import usable_folder
 from ..formats.files import write_atomic
-from .notebooks import KERNEL_NAME, NotebookRun, run_notebooks
+from .notebooks import KERNEL_NAME, NotebookRun, find_notebooks, param_sets, run_notebooks
 
 __all__ = ["REPO", "docs_dir", "heading_anchor", "page_anchors", "render_markdown", "source_pages",
            "render_walkthrough", "build_pages", "DocsBuild", "WALKTHROUGH"]
@@ -215,9 +215,13 @@ def build_pages(out_dir: str | os.PathLike = "output/docs", params: dict | None 
     shared keys). A walkthrough that fails is reported in the result (``ok`` False, the error in
     ``walkthrough.error``) and no walkthrough page is written; the Markdown pages still are.
 
-    Raises LabError for bad parameters or a kernel that is not registered, ParameterError for an
-    output folder that cannot hold files, both before anything runs.
+    Raises LabError for bad parameters (several parameter sets for the walkthrough among them: it
+    makes one page) or a kernel that is not registered, ParameterError for an output folder that
+    cannot hold files, all before anything runs.
     """
+    if len(param_sets(params or {}, find_notebooks(only=[WALKTHROUGH]))) > 1:
+        raise LabError(f"params: {WALKTHROUGH} is given several parameter sets; the docs build one walkthrough "
+                       "page: give it one mapping")
     out = usable_folder(Path(out_dir), out_name).resolve()
     (run,) = run_notebooks(out / "notebook", params, only=[WALKTHROUGH], kernel_name=kernel_name,
                            timeout_s=timeout_s, log=log, out_name=out_name)

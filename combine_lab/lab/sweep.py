@@ -212,7 +212,7 @@ def _execute(runs: list[Run], cluster, progress: str | None):
 
 
 def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
-               settings: str | None = None, cluster=None, chunk: int = 200) -> pd.DataFrame:
+               settings: str | None = None, cluster=None, chunk: int = 200, band: bool = True) -> pd.DataFrame:
     """The cases of a sweep priced on ``model`` instead of run (:mod:`combine_lab.model`): for each,
     classic and doubleplane (the rule at ``min_sdma_bytes``) replayed from the kernel's operation
     stream, and the what-if of one SDMA call per segment (one descriptor per MiB of a segment laid
@@ -228,7 +228,10 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
     range over the model's unknowns (:func:`combine_lab.model.unknowns.verdict`: every assumed
     parameter over its range, the SDMA engine count 1-48 among them) for a case with SDMA traffic;
     full_op's are its point; NaN where the model gives no range for these settings (the what-if
-    columns likewise where it prices no what-if for them).
+    columns likewise where it prices no what-if for them), or where ``band`` is False: the range
+    is not searched (a box search, about 0.2 s a case with SDMA traffic, against milliseconds for
+    the rest: what a grid of thousands of cases leaves out to be priced in seconds,
+    benchmarks/bench_model_grid.py).
 
     ``cluster``: None (priced in this process, the default: milliseconds a case), or as
     :func:`run_sweep`'s: the cases priced in tasks of ``chunk`` cases each, no PE slots asked
@@ -242,15 +245,19 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
         specs = specs.specs
     group = check_settings([settings or "reference"], target="model")[0]
     if cluster is not None:
-        return _model_grid_on(cluster, list(specs), model, min_sdma_bytes, group, int(chunk))
+        return _model_grid_on(cluster, list(specs), model, min_sdma_bytes, group, int(chunk), bool(band))
     st = {v: s for v, s, _ in group_variants(list(VARIANTS), [group]).values()}
     out = []
     nan = float("nan")
     for spec in specs:
         rows = case_rows(make_case(spec), model.soc)
         masks = {"classic": rows.sdma("classic", 0), "doubleplane": rows.sdma("doubleplane", int(min_sdma_bytes))}
+        # no SDMA row and the same settings: doubleplane replays classic's inputs, so its times are classic's
+        same = st["doubleplane"] == st["classic"] and np.array_equal(masks["doubleplane"], masks["classic"])
         try:
-            t = {v: priced(replay, st[v], rows, m, model) for v, m in masks.items()}
+            t = {"classic": priced(replay, st["classic"], rows, masks["classic"], model)}
+            t["doubleplane"] = t["classic"] if same else priced(replay, st["doubleplane"], rows, masks["doubleplane"],
+                                                                model)
         except NotModelled as e:  # said of the group asked for (its classic may be classic-c4)
             raise NotModelled(group, e.why) from None
         # the what-if of one SDMA call per segment is the reference's (a settings group is built, not a what-if)
@@ -263,7 +270,9 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
             c, d = (float(t[v].core_max(metric).max()) for v in ("classic", "doubleplane"))
             rec.update({f"{metric}_classic_us": c, f"{metric}_doubleplane_us": d, f"{metric}_speedup": c / d,
                         f"{metric}_speedup_lo": c / d, f"{metric}_speedup_hi": c / d})
-        if masks["doubleplane"].any():  # the verdict over the unknowns
+        if not band:
+            rec.update({"comm_only_speedup_lo": nan, "comm_only_speedup_hi": nan})
+        elif masks["doubleplane"].any():  # the verdict over the unknowns
             try:
                 # the band against this group's own classic, as its speed-up column
                 v = priced(verdict, st["doubleplane"], rows, model, int(min_sdma_bytes), baseline=st["classic"],
@@ -283,11 +292,12 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
 
 
 def _model_chunk(work) -> pd.DataFrame:
-    specs, model, min_sdma_bytes, group = work
-    return model_grid(specs, model, min_sdma_bytes, group)
+    specs, model, min_sdma_bytes, group, band = work
+    return model_grid(specs, model, min_sdma_bytes, group, band=band)
 
 
-def _model_grid_on(cluster, specs: list, model: NpuModel, min_sdma_bytes: int, group: str, chunk: int) -> pd.DataFrame:
+def _model_grid_on(cluster, specs: list, model: NpuModel, min_sdma_bytes: int, group: str, chunk: int,
+                   band: bool = True) -> pd.DataFrame:
     """:func:`model_grid` with the cases in tasks of ``chunk`` on ``cluster`` (a Cluster, or text to
     connect to, closed after); a task's error (NotModelled) is raised here."""
     from ..cluster import Cluster, ClusterError, connect, map_tasks
@@ -298,7 +308,7 @@ def _model_grid_on(cluster, specs: list, model: NpuModel, min_sdma_bytes: int, g
     parts = [specs[i:i + chunk] for i in range(0, len(specs), chunk)]
     frames: dict[int, pd.DataFrame] = {}
     try:
-        work = [(p, model, min_sdma_bytes, group) for p in parts]
+        work = [(p, model, min_sdma_bytes, group, band) for p in parts]
         keys = [f"combine_lab-model-{model.name}-{group}-{i}" for i in range(len(parts))]
         for d in map_tasks(cl, _model_chunk, work, keys=keys, pes=[0] * len(parts), progress=None):
             if d.error is not None:

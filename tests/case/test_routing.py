@@ -35,16 +35,72 @@ def test_uniform_is_byte_identical_to_the_recipe(dtype, seed):
     assert got_scales.dtype == np.float32 and got_scales.tobytes() == scales.tobytes()
 
 
-def test_uniform_draws_x_once(monkeypatch):
+def test_uniform_routing_never_draws_x(monkeypatch):
     routing.clear_cache()
     spec = CaseSpec(2, 3, 4, 2, 2, seed=11)
     calls = []
     real = routing._draw_x_from
     monkeypatch.setattr(routing, "_draw_x_from", lambda *a: calls.append(a) or real(*a))
     draw_routing(spec)
+    draw_routing(CaseSpec(2, 3, 4, 2, 2, seed=11, dtype="float16_t"))
+    assert calls == []
     draw_x(spec)
-    draw_routing(spec)
     assert len(calls) == 1
+
+
+def test_cached_routings_are_fresh_copies_and_bounded(monkeypatch):
+    routing.clear_cache()
+    spec = CaseSpec(2, 3, 4, 2, 2, seed=11, routing="zipf:1.0", masked_fraction=0.25)
+    ids, scales = draw_routing(spec)
+    first = ids.copy()
+    ids[...] = 0
+    scales[...] = 0
+    again, again_scales = draw_routing(spec)
+    assert again.tolist() == first.tolist() and again.flags.writeable and (again_scales > 0).all()
+    assert (again == -1).sum() == 3  # the mask applied to each copy: round(0.25 * 12)
+    monkeypatch.setattr(routing, "CACHE_BYTES", 2 * 12 * 8)  # two cases of 12 slots (ids + scales)
+    for seed in range(5):
+        draw_routing(CaseSpec(2, 3, 4, 2, 2, seed=seed))
+    assert [k[-1] for k in routing._cache] == [3, 4]
+
+
+def _recipe_any(spec):
+    """The recipe of docs/protocol.md#3-reference-data-and-the-check for any dtype (x kept)."""
+    rng = np.random.default_rng(spec.seed)
+    x = np.stack([rng.integers(-5, 6, size=(spec.bs, spec.h), dtype=np.int32) if spec.dtype == "int32_t"
+                  else rng.uniform(-1.0, 1.0, size=(spec.bs, spec.h)).astype(spec.np_dtype)
+                  for _ in range(spec.pes)])
+    ids = rng.integers(0, spec.moe_expert_num, size=(spec.pes, spec.bs, spec.topk), dtype=np.int32)
+    scales = rng.uniform(0.05, 1.0, size=ids.shape).astype(np.float32)
+    if spec.dtype == "int32_t":
+        scales[:] = 1.0
+    return x, ids, scales
+
+
+@pytest.mark.parametrize("dtype", ["int32_t", "float16_t", "bfloat16_t"])
+def test_uniform_skip_past_x_is_bit_identical_on_many_seeds(dtype, monkeypatch):
+    # a small chunk: int32 x skipped in many calls of odd sizes (the 32-bit buffer carried over)
+    monkeypatch.setattr(routing, "_SKIP_CHUNK", 7)
+    for seed in range(60):
+        routing.clear_cache()
+        pes, bs, h, topk, epp = 1 + seed % 4, 1 + seed % 5, 1 + (seed * 7) % 13, 1 + seed % 3, 1 + seed % 2
+        spec = CaseSpec(pes, bs, h, topk, epp, dtype=dtype, seed=seed, masked_fraction=0.0)
+        x, ids, scales = _recipe_any(spec)
+        got_ids, got_scales = draw_routing(spec)
+        assert got_ids.tobytes() == ids.tobytes(), seed
+        assert got_scales.tobytes() == scales.tobytes(), seed
+        assert draw_x(spec).tobytes() == x.tobytes(), seed
+
+
+def test_int32_draws_take_the_same_stream_whatever_the_call_boundaries():
+    # what _skip_x relies on, where Lemire's method rejects about half the 32-bit outputs
+    # (range 2**31 + 1): the generator's state after n values does not depend on how they are split
+    one, split = np.random.default_rng(3), np.random.default_rng(3)
+    one.integers(-2**30, 2**30 + 1, size=1001, dtype=np.int32)
+    for n in (1, 6, 333, 661):
+        split.integers(-2**30, 2**30 + 1, size=n, dtype=np.int32)
+    assert one.bit_generator.state == split.bit_generator.state
+    assert one.integers(0, 7, size=5, dtype=np.int32).tolist() == split.integers(0, 7, size=5, dtype=np.int32).tolist()
 
 
 def test_pinned_uniform_values_seed_42():

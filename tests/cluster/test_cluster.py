@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import psutil
 import pytest
 from pandas.testing import assert_frame_equal
@@ -282,6 +283,17 @@ def test_a_notebook_runs_as_a_task_and_its_files_land_in_the_drivers_folder(dask
     assert {"sweep.csv", "03_sweep.record.json", "03_sweep.ipynb"} <= {p.name for p in out.iterdir()}
     assert runs[0].figures and all(p.parent == out and p.is_file() for p in runs[0].figures)
     assert json.loads((out / "03_sweep.record.json").read_text())["all_pass"] is True
+    # two parameter sets: two tasks, each set's files in its own folder, as a serial run puts them
+    one = params["03_sweep"]
+    sets = {"03_sweep": [{**one, "set_name": "b8"}, {**one, "bs_list": [16]}]}
+    runs = run_notebooks_on_cluster(dask_cluster[0], tmp_path / "sets", sets, ["03_sweep"])
+    assert [(r.label, r.ok, r.error) for r in runs] == [("03_sweep[b8]", True, ""), ("03_sweep[set2]", True, "")]
+    for run, name, bs in zip(runs, ("b8", "set2"), (8, 16)):
+        here = tmp_path / "sets" / f"03_sweep.{name}"
+        assert run.output == here / "03_sweep.ipynb" and run.output.is_file()
+        assert run.figures and all(p.parent == here and p.is_file() for p in run.figures)
+        assert json.loads((here / "03_sweep.record.json").read_text())["all_pass"] is True
+        assert set(pd.read_csv(here / "sweep.csv")["BS"]) == {bs}
 
 
 def _start(tmp: Path, *, pe_slots: int = 2) -> tuple[str, subprocess.Popen, subprocess.Popen]:

@@ -603,3 +603,71 @@ def test_papermill_p_loops_1e3_is_refused_before_anything_runs(tmp_path, no_leak
     assert ("ParameterError: parameter loops=1000.0: expected int (1000.0 is a float, never taken for an int: "
             "write 1000)") in proc.stderr + proc.stdout
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+# ---- issue 33: several parameter sets of one notebook, one run each ----
+
+def test_param_sets_names_checks_and_converts_each_set():
+    nbs = notebooks.find_notebooks()
+    sets = notebooks.param_sets({"loops": 2, "sweep": [{"set_name": "small", "bs_list": "8"}, {"bs_list": [64]}],
+                                 "01_walkthrough": {"seed": 1}}, nbs)
+    assert [(s.notebook.stem, s.set, s.params) for s in sets] == [
+        ("01_walkthrough", "", {"seed": 1, "loops": 2}), ("02_tuning", "", {"loops": 2}),
+        ("03_sweep", "small", {"bs_list": [8], "loops": 2}), ("03_sweep", "set2", {"bs_list": [64], "loops": 2})]
+    out = Path("/o")
+    assert [s.folder(out) for s in sets] == [out, out, out / "03_sweep.small", out / "03_sweep.set2"]
+    # one mapping: the same as split_params
+    one = notebooks.param_sets({"sweep": {"bs_list": [8]}}, nbs)
+    assert [s.params for s in one] == list(notebooks.split_params({"sweep": {"bs_list": [8]}}, nbs).values())
+    assert {s.set for s in one} == {""}
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"sweep": []}, "params['sweep']: an empty list of parameter sets; give at least one mapping"),
+    ({"sweep": [{"bs_list": [8]}, 3]}, "params['sweep'][1]: a parameter set must be a mapping, not a int"),
+    ({"sweep": [{"set_name": "a b"}]}, "params['sweep'][0]: set_name 'a b': must be letters, digits, '_' or '-'"),
+    ({"sweep": [{"set_name": "x"}, {"set_name": "x"}]},
+     "params['sweep'][1]: set_name 'x' is used twice; each set needs its own"),
+    ({"sweep": [{}], "03_sweep": {"loops": 1}},
+     "params: notebook 03_sweep is given twice ('sweep' and its other name); give it once"),
+    ({"sweep": [{"bs_list": "[8, x]"}]}, "params: notebook 03_sweep: "),
+    ({"sweep": [{"bs_lst": [8]}]}, "params: 'bs_lst' is not a parameter of notebook 03_sweep (did you mean 'bs_list'?)"),
+])
+def test_param_sets_refuse_bad_sets(params, message):
+    with pytest.raises(notebooks.LabError) as e:
+        notebooks.param_sets(params, notebooks.find_notebooks())
+    assert str(e.value).startswith(message)
+
+
+def test_each_parameter_set_runs_into_its_own_folder(tmp_path, monkeypatch, capsys):
+    """Serial: one papermill run per set, each with its own output_dir, so the same file names
+    (the executed copy, the record, a figure) never collide; the CLI reports each by set."""
+    import papermill
+    calls = []
+
+    def fake(src, dst, parameters, **kw):
+        calls.append((Path(src).name, parameters["output_dir"], parameters["bs_list"]))
+        here = Path(parameters["output_dir"])
+        (here / "03_sweep.record.json").write_text(json.dumps({"bs": parameters["bs_list"]}))
+        (here / "fig.png").write_bytes(b"png" + bytes(parameters["bs_list"]))
+        Path(dst).write_text("{}")
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake)
+    p = tmp_path / "params.yaml"
+    p.write_text("03_sweep:\n  - {set_name: small, bs_list: [8]}\n  - {bs_list: [16]}\n")
+    out = tmp_path / "o"
+    assert cli.main(["notebooks", "--params", str(p), "--out", str(out), "--only", "sweep"]) == 0
+    assert calls == [("03_sweep.ipynb", str(out / "03_sweep.small"), [8]),
+                     ("03_sweep.ipynb", str(out / "03_sweep.set2"), [16])]
+    for name, bs in (("small", 8), ("set2", 16)):
+        here = out / f"03_sweep.{name}"
+        assert sorted(q.name for q in here.iterdir()) == ["03_sweep.ipynb", "03_sweep.record.json", "fig.png"]
+        assert json.loads((here / "03_sweep.record.json").read_text()) == {"bs": [bs]}
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("03_sweep[small]: ok in ") and lines[0].endswith(f"-> {out / '03_sweep.small' / '03_sweep.ipynb'}")
+    assert lines[1].startswith("03_sweep[set2]: ok in ")
+    assert lines[2] == f"executed notebooks, 2 figures (PNG) and records in {out}"
+    runs = notebooks.run_notebooks(tmp_path / "o2", {"sweep": [{"bs_list": [8]}]}, ["sweep"])
+    assert [(r.label, r.output, r.record) for r in runs] == [
+        ("03_sweep[set1]", tmp_path / "o2" / "03_sweep.set1" / "03_sweep.ipynb", {"bs": [8]})]
+    assert runs[0].figures == [tmp_path / "o2" / "03_sweep.set1" / "fig.png"]

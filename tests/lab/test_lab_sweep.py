@@ -220,6 +220,11 @@ def test_model_grid_prices_every_case_and_the_segment_sdma_what_if():
     assert at["segment_us"] == pytest.approx(spec["segment_sdma_comm_only_us"])
     # deterministic: the same grid prices the same
     pd.testing.assert_frame_equal(m, sweep.model_grid(grid.specs, model))
+    # band=False: the same rows, the comm_only range over the unknowns not searched (NaN)
+    quick = sweep.model_grid(grid, model, band=False)
+    band = ["comm_only_speedup_lo", "comm_only_speedup_hi"]
+    assert quick[band].isna().all().all()
+    pd.testing.assert_frame_equal(quick.drop(columns=band), m.drop(columns=band))
 
 
 # ---- issue 24 item 4: kernel settings as one more grid dimension ----
