@@ -80,6 +80,7 @@ from ..model.suggest import Suggestion
 from ..model.unknowns import RESOLUTION
 from ..run.capabilities import detect
 from . import plots, svg, tuning
+from .app_sweep import SweepPanel
 from .tuning import (FIELDS, HISTORY_COLUMNS, MODELS, ROUTING_MODELS, ROWS_COLUMNS, RUN_ERRORS, RUN_INPUTS,
                      TuningState, format_bytes, routing_string)
 
@@ -689,6 +690,9 @@ class TuningApp:
             self.suggest_status, self.modelled_html, self.params_section.box], layout=widgets.Layout(width="100%"))
         self.counters_section = _Disclosure("Per-plane counters of the last run", self.counters_html, "counters")
         self.history_all_section = _Disclosure("History: all columns", self.history_all_html, "history-all")
+        self.sweep = SweepPanel(self.state.values, lambda: self.state.spec)
+        self.sweep_section = _Disclosure("Sweep: this case over lists of PEs and tokens, here or on a cluster",
+                                         self.sweep.box, "sweep")
         run_row = widgets.HBox([self.run_button, self.progress, self.status],
                                layout=widgets.Layout(flex_flow="row wrap", width="100%", align_items="center"))
         run_row.add_class("cl-run-row")
@@ -697,7 +701,8 @@ class TuningApp:
                                 widgets.HTML("<h4 class='cl-h'>History <span class='cl-measured-tag'>measured</span>"
                                              "</h4><div class='cl-note'>speed-up = classic time / doubleplane time "
                                              "(above 1: doubleplane faster); times: comm_only, CoreMaxTime (us)</div>"),
-                                self.history_html, self.history_all_section.box, self.history_plot_html],
+                                self.history_html, self.history_all_section.box, self.history_plot_html,
+                                self.sweep_section.box],
                                layout=widgets.Layout(width="100%"))
         parts = [widgets.HTML(_CSS), controls, self.message_html, plan_box, model_box, run_box]
         if self.bridge is not None:

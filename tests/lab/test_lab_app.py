@@ -599,3 +599,27 @@ def test_settings_controls_mark_bad_values_and_a_run_uses_them(monkeypatch, no_l
     assert "<b>doubleplane (MTE + SDMA), segment-c4</b>: x_out" in app.verdict_html.value
     seg.value = False
     assert "changed since: segment layout" in app.verdict_html.value
+
+
+def test_the_apps_sweep_runs_the_case_over_lists_here_and_on_a_cluster(twin_binary, no_leaks):
+    """Issue 33: the app's Sweep (the case over lists of PEs and tokens per PE), here or as dask tasks."""
+    app = TuningApp(targets=["cpu"], **{**SMALL, "h": 256})
+    sw = app.sweep
+    sw.pes_list.value, sw.bs_list.value = "2", "8, 1e3"
+    assert not sw.start() and sw.error.startswith("Not run: bs list") and "1e3" in sw.error  # refused, said
+    sw.bs_list.value, sw.cluster.value = "8,16", "tcp://nowhere"
+    assert not sw.start() and sw.error == ("Not run: --cluster='tcp://nowhere': must be local, local:N (N >= 1 "
+                                           "workers here) or tcp://HOST:PORT (a dask scheduler's address)")
+    sw.cluster.value = ""
+    assert sw.start() and sw.wait(300), sw.error
+    assert sw.error == "" and list(sw.result["case_id"]) == ["shape_8_256_2_4_2", "shape_16_256_2_4_2"]
+    assert sw.result["check_ok"].all() and sw.result["counters_ok"].all()
+    assert "Sweep done: 2 cases" in sw.status.value and "shape_16_256_2_4_2" in sw.table_html.value
+    here = sw.result
+    pytest.importorskip("distributed")
+    sw.cluster.value = "local:1"
+    assert sw.start() and sw.wait(300), sw.error
+    cols = ["case_id", "check_ok", "counters_ok", "sdma_bytes", "sdma_share"]
+    assert sw.result[cols].equals(here[cols])  # the same cases and checks as dask tasks
+    app.set(h=-64)
+    assert not sw.start() and "the app's values cannot be used" in sw.error
