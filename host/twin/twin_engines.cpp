@@ -236,6 +236,23 @@ void report_violation(const std::string& msg);
 
 namespace {
 
+// A status put's bytes, each 4 B word stored exactly once, in order. memcpy may store a byte twice
+// (glibc copies 32 B as two overlapping 32 B moves): a waiter that saw the flag, and reset it, in
+// between had it set again by the second store, a stale flag the next launch read as ready. No
+// put stores a byte twice on the hardware.
+void write_once(void* dst, const void* src, size_t n) {
+    auto* d = static_cast<uint8_t*>(dst);
+    const auto* s = static_cast<const uint8_t*>(src);
+    size_t i = 0;
+    if ((reinterpret_cast<uintptr_t>(d) | reinterpret_cast<uintptr_t>(s)) % 4 == 0)
+        for (; i + 4 <= n; i += 4) {
+            uint32_t w;
+            memcpy(&w, s + i, 4);  // a 4 B load of the source: one move, not a store to the slot
+            __atomic_store_n(reinterpret_cast<uint32_t*>(d + i), w, __ATOMIC_RELEASE);
+        }
+    for (; i < n; ++i) __atomic_store_n(d + i, s[i], __ATOMIC_RELEASE);
+}
+
 // The status slots of region `r` whose flag blocks overlap the 64 B line starting at `line`:
 // [first, last], or first > last when none.
 void slots_in_line(const Region& r, const uint8_t* line, int64_t* first, int64_t* last) {
@@ -320,7 +337,7 @@ void land(const Put& p) {
             report_violation(p.site.file ? std::string(buf) + " (" + site_text(p.site) + ")" : std::string(buf));
         }
         // First: once the flag is visible, its waiter may reset the slot and clean its line.
-        if (note_flag_landed(ri, p, slot)) memcpy(p.dst, p.src, p.bytes);
+        if (note_flag_landed(ri, p, slot)) write_once(p.dst, p.src, p.bytes);
         return;
     }
     memcpy(p.dst, p.src, p.bytes);
