@@ -78,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (run, compare, diff, suggest, calibrate, probe, build, selftest, doctor, notebooks, docs, lab, app):
         module.register(sub)
     parser.subcommands = dict(sub.choices)
+    # no abbreviations: "--pes 4" was read as --pes-list 4, "-pe 4" as -pes, "--topk 2" as --topk-list
+    # (right by luck); a flag is spelled whole, and a near miss gets "did you mean"
+    for p in (parser, *parser.subcommands.values()):
+        p.allow_abbrev = False
     return parser
 
 

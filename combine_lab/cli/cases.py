@@ -289,8 +289,13 @@ def _report(o: Outcome) -> None:
             for line in rest.splitlines():
                 print(f"  {line}", file=sys.stderr)
         return
-    for line in getattr(res, "violations", []):
+    shown = getattr(res, "violations", [])
+    for line in shown:
         print(f"protocol violation: {line}", file=sys.stderr)
+    more = getattr(res, "violation_count", 0) - len(shown)
+    if shown and more > 0:  # the twin keeps the first reports of each PE
+        print(f"protocol violation: ... and {more} more of {res.violation_count} (the twin keeps each PE's first "
+              "reports)", file=sys.stderr)
     mismatches = res.counter_mismatches() if isinstance(res, RunResult) else []
     for line in mismatches:
         if res.kernel:  # your kernel's traffic beside its rule's plan
@@ -467,7 +472,7 @@ def _why_failed(r) -> str:
         return r.reason.splitlines()[0] if r.reason else "it failed"
     why = [] if r.check == PASS else [f"x_out {r.check} against golden"]
     if r.violations:
-        why.append(f"{r.violations} protocol violation{'s' if r.violations != 1 else ''} (listed above; "
+        why.append(f"{r.violations} protocol violation{'s' if r.violations != 1 else ''} (the first listed above; "
                    "docs/hardware-rules.md)")
     if r.counters_ok is False:
         why.append("counters differ from the plan of its rule")

@@ -183,6 +183,9 @@ def test_without_setup_a_command_says_run_ci_setup(how):
      "--setings), --perf (for --perff)?"),
     (["suggest", "--zzz"], "combine-lab suggest: error: unrecognized arguments: --zzz (see combine-lab suggest --help)"),
     (["comapre"], "did you mean 'compare'?"),
+    # an abbreviation is not taken for a longer flag: --pes 4 was --pes-list 4, -pe 4 was -pes (tryout)
+    (["compare", "--pes", "4"], "combine-lab compare: error: unrecognized arguments: --pes 4; did you mean -pes?"),
+    (["run", "--topk", "2"], "combine-lab run: error: unrecognized arguments: --topk 2; did you mean -topk?"),
 ])
 def test_an_unknown_flag_or_command_gets_its_commands_usage_and_did_you_mean(argv, said, capsys):
     """Field fault (issue 34): an unknown flag got the top-level usage and no "did you mean"."""
