@@ -177,9 +177,11 @@ int main(int argc, char** argv) {
         fprintf(stderr, "%s: PE %d: aclshmemx_init_attr failed (ipport %s)\n", kProgram, pe, argv[3]);
         return 5;
     }
-    uint8_t* window = static_cast<uint8_t*>(aclshmem_malloc(win));
+    // The flag slots are 64 B lines (kFlagSlotBytes): aclshmem_malloc guarantees only 16 B.
+    uint8_t* window = static_cast<uint8_t*>(aclshmem_align(probe::kFlagSlotBytes, win));
     if (window == nullptr) {
-        fprintf(stderr, "%s: PE %d: aclshmem_malloc(%llu) failed\n", kProgram, pe, (unsigned long long)win);
+        fprintf(stderr, "%s: PE %d: aclshmem_align(%u, %llu) failed\n", kProgram, pe, probe::kFlagSlotBytes,
+                (unsigned long long)win);
         platform_abort_peers();
         return 5;
     }

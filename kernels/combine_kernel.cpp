@@ -306,10 +306,14 @@ private:
         return true;
     }
 
-    // After the last core barrier: the inbox's ready flags back to 0 for the next launch.
+    // After the last core barrier: the inbox's ready flags back to 0 for the next launch. Every
+    // receiver publishes to every PE (PlaceRows), also to one this PE sends nothing to and so
+    // never waited for: each flag is reset only once its publish has landed (a bounded wait),
+    // else a late publish would leave it set into the next launch.
     __aicore__ inline void ResetInbox() {
         for (uint32_t r = 0; r < uint32_t(pes_); ++r) {
             __gm__ int32_t* flag = InboxReady(r);
+            if (!WaitSlot(flag, WaitKind::Bases, r, 0)) return;  // reported; the launch has failed
             for (uint32_t w = 0; w < kStatusWords; ++w) flag[w] = 0;
             gm_flush(flag, kStatusFlagBytes);
         }
