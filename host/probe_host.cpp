@@ -104,7 +104,11 @@ bool read_plan(const char* path, int pes, int64_t aiv_cores, std::vector<Row>* r
             : uses_payload(r.kind) && (r.bytes < 32 || r.bytes % 32) ? "bytes must be a positive multiple of 32"
             : (r.kind == probe::Kind::MtePut || r.kind == probe::Kind::FlagRtt) && r.bytes > probe::kUbStageBytes
                 ? "an MTE row is at most 65536 bytes (one staging buffer)"
-            : r.kind == probe::Kind::SdmaIssue && r.puts > probe::kSdmaQuietEvery ? "sdma_issue puts must be <= 256"
+            : times_sdma(r.kind) && r.bytes > uint64_t(probe::kSdmaQuietEvery) * probe::kSdmaSqeBytes
+                ? "an SDMA put is at most 256 MiB (256 SQEs, the ring depth assumed)"
+            : r.kind == probe::Kind::SdmaIssue &&
+                    r.puts * ((r.bytes + probe::kSdmaSqeBytes - 1) / probe::kSdmaSqeBytes) > probe::kSdmaQuietEvery
+                ? "sdma_issue puts x SQEs per put must be <= 256 (no quiet between them)"
             : r.kind == probe::Kind::FlagRtt && r.cores != 1 ? "flag_rtt runs on one core"
             // an MTE-only build's SDMA calls are empty stand-ins (kernels/combine_platform.h): nothing to time
             : times_sdma(r.kind) && !kPlatformHasSdma ? "this build has no SDMA (CANN < 9.0.0 or Ascend950)"

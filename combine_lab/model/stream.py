@@ -233,12 +233,16 @@ def core_runs(rows: CaseRows, sdma: np.ndarray, pe: int, core: int, stage: int =
                 continue
             sdma_rows += k
             calls, nbytes = (1, k * row) if rows.one_call else (k, row)
+            sqes = -(-nbytes // SQE_BYTES)  # per call: the kernel bounds SQEs, not calls
             while calls:
-                take = min(calls, SDMA_QUIET_EVERY - outstanding)
+                if outstanding and outstanding + sqes > SDMA_QUIET_EVERY:  # before a call that would overflow
+                    _append(runs, Run("sdma_quiet"))
+                    outstanding = 0
+                take = max(1, min(calls, (SDMA_QUIET_EVERY - outstanding) // sqes))
                 _append(runs, Run("sdma_put", g % P, take, nbytes, g))
                 calls -= take
-                outstanding += take
-                if outstanding == SDMA_QUIET_EVERY:
+                outstanding += take * sqes
+                if outstanding >= SDMA_QUIET_EVERY:
                     _append(runs, Run("sdma_quiet"))
                     outstanding = 0
         any_mte = False

@@ -34,7 +34,9 @@ DEFAULT_SDMA_BYTES = (14336, 1 << 20, 2 << 20)
 DEFAULT_ROW_BYTES = (14336, 57344)
 MAX_CORES = 48            # SHMEM's SDMA streams: one per AIV block 0..47 (kernels/probe_kernel.h)
 MAX_ROW_BYTES = 65536     # an MTE row fits one staging buffer
-MAX_SDMA_ISSUE_PUTS = 256  # the issue alone: below the quiet every 256
+MAX_SDMA_ISSUE_PUTS = 256  # the issue alone: SQEs within the assumed SDMA ring (256), no quiet between
+SQE_BYTES = 1 << 20        # SHMEM cuts an SDMA put into SQEs of at most 1 MiB
+MAX_SDMA_BYTES = MAX_SDMA_ISSUE_PUTS * SQE_BYTES  # one put fills the ring at most (docs/hardware-rules.md#6-sdma)
 #: What the twin's times are, on every row it writes (as the lab labels twin times elsewhere).
 #: The buffering column of mte_put rows, by staging buffers used.
 BUFFERING = {1: "single", 2: "double"}
@@ -84,7 +86,9 @@ def probe_plan(pes: int, *, cores=None, sdma_bytes=None, row_bytes=DEFAULT_ROW_B
         pes: PEs of the run, >= 2 (PE 0 sends; PE 1 answers the round trips; peers are PEs 1..pes-1).
         cores: the k of the SDMA rows (each of the k cores issues ``sdma_puts`` puts), each 1..min(aiv_cores, 48);
             default 1, 2, 8, 48, each capped at that.
-        sdma_bytes: bytes per SDMA put, multiples of 32 (default :data:`DEFAULT_SDMA_BYTES`).
+        sdma_bytes: bytes per SDMA put, multiples of 32, at most 256 MiB (256 SQEs, the SDMA ring depth
+            assumed) (default :data:`DEFAULT_SDMA_BYTES`); the sdma_issue row's puts are cut so that
+            their SQEs fit that ring.
         row_bytes: bytes of one MTE row (mte_put and the round trip's row), multiples of 32, at most 64 KiB.
         repeats: timed launches per measurement (>= 2, for a spread); warmup: untimed ones first (>= 0).
         sdma_puts: SDMA puts per core per launch (2 MiB puts: a quarter of it, at least 1).
@@ -106,7 +110,7 @@ def probe_plan(pes: int, *, cores=None, sdma_bytes=None, row_bytes=DEFAULT_ROW_B
     sdma_bytes = DEFAULT_SDMA_BYTES if sdma_bytes is None else sdma_bytes
     top = min(int(aiv_cores), MAX_CORES)
     cores = _positive_ints("cores", sorted({min(k, top) for k in DEFAULT_CORES}) if cores is None else cores, 1, top)
-    sdma_bytes = _positive_ints("sdma_bytes", sdma_bytes, 32, 1 << 30, 32)
+    sdma_bytes = _positive_ints("sdma_bytes", sdma_bytes, 32, MAX_SDMA_BYTES, 32)
     row_bytes = _positive_ints("row_bytes", row_bytes, 32, MAX_ROW_BYTES, 32)
     repeats, warmup = _one("repeats", repeats, 2, 1000), _one("warmup", warmup, 0, 1000)
     sdma_puts, mte_puts = _one("sdma_puts", sdma_puts, 1, 4096), _one("mte_puts", mte_puts, 2, 4096)
@@ -120,7 +124,8 @@ def probe_plan(pes: int, *, cores=None, sdma_bytes=None, row_bytes=DEFAULT_ROW_B
             for p in peer_counts:
                 plan.append(Measurement("sdma", k, n, b, p, 1, **rw))
     if not sdma:
-        plan.append(Measurement("sdma_issue", 1, ops, min(sdma_bytes), 1, 1, **rw))
+        issue_puts = min(ops, MAX_SDMA_ISSUE_PUTS // -(-min(sdma_bytes) // SQE_BYTES))  # its SQEs fit the ring
+        plan.append(Measurement("sdma_issue", 1, issue_puts, min(sdma_bytes), 1, 1, **rw))
     for b in row_bytes:
         for buffers in (1, 2):
             plan.append(Measurement("mte_put", 1, mte_puts, b, 1, buffers, **rw))
