@@ -189,9 +189,11 @@ int main(int argc, char** argv) {
         fprintf(stderr, "combine_host: PE %d: aclshmemx_init_attr failed (ipport %s)\n", a.pe_id, a.ipport.c_str());
         return 5;
     }
-    uint8_t* window = static_cast<uint8_t*>(aclshmem_malloc(w.total));
+    // The slots are 64 B lines (kStatusSlotBytes): aclshmem_malloc guarantees only 16 B.
+    uint8_t* window = static_cast<uint8_t*>(aclshmem_align(combine::kStatusSlotBytes, w.total));
     if (window == nullptr) {
-        fprintf(stderr, "combine_host: PE %d: aclshmem_malloc(%llu) failed\n", a.pe_id, (unsigned long long)w.total);
+        fprintf(stderr, "combine_host: PE %d: aclshmem_align(%u, %llu) failed\n", a.pe_id, combine::kStatusSlotBytes,
+                (unsigned long long)w.total);
         platform_abort_peers();
         return 5;
     }

@@ -4,6 +4,7 @@
 // the time of each repeated launch, microseconds (the PE's span: the last core's end minus
 // the first core's start, from the system cycles the cores recorded), after the SoC line:
 //     probe_soc <soc name> <AIV cores>
+//     probe_build sdma|mte-only       (whether SHMEM's SDMA calls are real in this build)
 //     probe_row <index> <us> <us> ...
 // PE 0 is the sender of every measurement; PE 1 answers the flag round trips; the others take
 // part in the barriers only (their windows receive).
@@ -60,6 +61,10 @@ const struct {
               {"flag", probe::Kind::Flag},   {"flag_rtt", probe::Kind::FlagRtt},     {"quiet", probe::Kind::Quiet},
               {"sdma_quiet", probe::Kind::SdmaQuiet}, {"wait", probe::Kind::Wait}};
 
+bool times_sdma(probe::Kind k) {
+    return k == probe::Kind::Sdma || k == probe::Kind::SdmaIssue || k == probe::Kind::SdmaQuiet;
+}
+
 bool uses_payload(probe::Kind k) {
     return k == probe::Kind::Sdma || k == probe::Kind::SdmaIssue || k == probe::Kind::MtePut ||
            k == probe::Kind::FlagRtt;
@@ -99,8 +104,14 @@ bool read_plan(const char* path, int pes, int64_t aiv_cores, std::vector<Row>* r
             : uses_payload(r.kind) && (r.bytes < 32 || r.bytes % 32) ? "bytes must be a positive multiple of 32"
             : (r.kind == probe::Kind::MtePut || r.kind == probe::Kind::FlagRtt) && r.bytes > probe::kUbStageBytes
                 ? "an MTE row is at most 65536 bytes (one staging buffer)"
-            : r.kind == probe::Kind::SdmaIssue && r.puts > probe::kSdmaQuietEvery ? "sdma_issue puts must be <= 256"
+            : times_sdma(r.kind) && r.bytes > uint64_t(probe::kSdmaQuietEvery) * probe::kSdmaSqeBytes
+                ? "an SDMA put is at most 256 MiB (256 SQEs, the ring depth assumed)"
+            : r.kind == probe::Kind::SdmaIssue &&
+                    r.puts * ((r.bytes + probe::kSdmaSqeBytes - 1) / probe::kSdmaSqeBytes) > probe::kSdmaQuietEvery
+                ? "sdma_issue puts x SQEs per put must be <= 256 (no quiet between them)"
             : r.kind == probe::Kind::FlagRtt && r.cores != 1 ? "flag_rtt runs on one core"
+            // an MTE-only build's SDMA calls are empty stand-ins (kernels/combine_platform.h): nothing to time
+            : times_sdma(r.kind) && !kPlatformHasSdma ? "this build has no SDMA (CANN < 9.0.0 or Ascend950)"
             : nullptr;
         if (bad) {
             *error = "plan line " + std::to_string(n) + ": '" + line + "': " + bad + " (" + std::to_string(aiv_cores) +
@@ -170,9 +181,11 @@ int main(int argc, char** argv) {
         fprintf(stderr, "%s: PE %d: aclshmemx_init_attr failed (ipport %s)\n", kProgram, pe, argv[3]);
         return 5;
     }
-    uint8_t* window = static_cast<uint8_t*>(aclshmem_malloc(win));
+    // The flag slots are 64 B lines (kFlagSlotBytes): aclshmem_malloc guarantees only 16 B.
+    uint8_t* window = static_cast<uint8_t*>(aclshmem_align(probe::kFlagSlotBytes, win));
     if (window == nullptr) {
-        fprintf(stderr, "%s: PE %d: aclshmem_malloc(%llu) failed\n", kProgram, pe, (unsigned long long)win);
+        fprintf(stderr, "%s: PE %d: aclshmem_align(%u, %llu) failed\n", kProgram, pe, probe::kFlagSlotBytes,
+                (unsigned long long)win);
         platform_abort_peers();
         return 5;
     }
@@ -191,7 +204,8 @@ int main(int argc, char** argv) {
     const uint64_t wait_budget = uint64_t(timeout_s * 1e6 * cyc_per_us);
     const int32_t stream_timeout_ms = int32_t(std::min(2.0 * timeout_s + 30.0, 2.0e6) * 1000.0);
     const uint64_t flags_off = probe::flags_offset(max_bytes);
-    if (pe == 0) printf("probe_soc %s %lld\n", aclrtGetSocName(), (long long)aiv_cores);
+    if (pe == 0) printf("probe_soc %s %lld\nprobe_build %s\n", aclrtGetSocName(), (long long)aiv_cores,
+                        kPlatformHasSdma ? "sdma" : "mte-only");
     host_guard::timed_barrier_all(kProgram, pe, 1.25 * timeout_s, "before the first measurement");
 
     for (size_t i = 0; i < rows.size(); ++i) {

@@ -49,6 +49,7 @@ constexpr bool kUbPastEnd = COMBINE_FAULT_ON(UB_PAST_END);             // stagin
 constexpr bool kSharedSyncId = COMBINE_FAULT_ON(SHARED_SYNC_ID);       // SDMA on the MTE status puts' id
 constexpr bool kSharedMteSyncId = COMBINE_FAULT_ON(SHARED_MTE_SYNC_ID);  // both staging buffers on one id
 constexpr bool kSdmaFromCore48 = COMBINE_FAULT_ON(SDMA_FROM_CORE_48);  // one core per rank: cores 48.. issue SDMA
+constexpr bool kSdmaRingOverrun = COMBINE_FAULT_ON(SDMA_RING_OVERRUN);  // no SDMA quiet until the end: > 256 SQEs
 // Status slots and waits.
 constexpr bool kSharedCacheLine = COMBINE_FAULT_ON(SHARED_CACHE_LINE);      // 32 B slots, two per 64 B line
 constexpr bool kPartialStatusWait = COMBINE_FAULT_ON(PARTIAL_STATUS_WAIT);  // a slot waited on at word 0 only

@@ -6,7 +6,7 @@
 // serves every segment whose src_rank is g, g + G, ... (G groups), core j of the group the j-th
 // chunk of each segment's rows (ChunkBegin/ChunkEnd; with cores_per_rank 1 a core serves whole
 // segments, the reference's structure):
-//   1. SDMA puts of the rows of its SDMA segments (SDMA-quiet every 256 issues);
+//   1. SDMA puts of the rows of its SDMA segments (an SDMA quiet before 256 SQEs are outstanding);
 //   2. per MTE segment: payload puts through two UB staging buffers in turn (an MTE3->MTE2
 //      flag before a buffer is filled again), quiet, then the status-ready flags;
 //   3. SDMA-quiet, then the status flags of the SDMA rows by MTE, quiet.
@@ -306,10 +306,14 @@ private:
         return true;
     }
 
-    // After the last core barrier: the inbox's ready flags back to 0 for the next launch.
+    // After the last core barrier: the inbox's ready flags back to 0 for the next launch. Every
+    // receiver publishes to every PE (PlaceRows), also to one this PE sends nothing to and so
+    // never waited for: each flag is reset only once its publish has landed (a bounded wait),
+    // else a late publish would leave it set into the next launch.
     __aicore__ inline void ResetInbox() {
         for (uint32_t r = 0; r < uint32_t(pes_); ++r) {
             __gm__ int32_t* flag = InboxReady(r);
+            if (!WaitSlot(flag, WaitKind::Bases, r, 0)) return;  // reported; the launch has failed
             for (uint32_t w = 0; w < kStatusWords; ++w) flag[w] = 0;
             gm_flush(flag, kStatusFlagBytes);
         }
@@ -342,9 +346,16 @@ private:
             if (layout_ && !HaveLayout(uint32_t(s.src_rank))) continue;
             for (uint32_t row = begin; row < end; row = one_call ? end : row + 1) {
                 const uint32_t n = one_call ? (end - begin) * h_ : h_;
+                // Bounded by SQEs, not calls: quiet before this call's would overflow the ring.
+                const uint32_t sqes = sdma_sqes(uint64_t(n) * sizeof(T));
+                if (!fault::kSdmaRingOverrun && outstanding > 0 && outstanding + sqes > kSdmaQuietEvery) {
+                    aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
+                    outstanding = 0;
+                }
                 aclshmemx_sdma_put_nbi<T>(DstPayload(s.seg, row), expand_x_ + uint64_t(row) * h_, sdma_ub,
                                           kUbSdmaBytes, n, s.src_rank, SdmaSyncId());
-                if (++outstanding == kSdmaQuietEvery) {
+                outstanding += sqes;
+                if (!fault::kSdmaRingOverrun && outstanding >= kSdmaQuietEvery) {
                     aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
                     outstanding = 0;
                 }

@@ -29,7 +29,14 @@ constexpr uint32_t kStatusSlotBytes = 64;  // one scalar cache line per slot
 constexpr uint32_t kStatusWords = 8;       // the ready block: 8 int32
 constexpr uint32_t kStatusFlagBytes = kStatusWords * 4;
 constexpr int32_t kStatusReady = 1;
-constexpr uint32_t kSdmaQuietEvery = 256;  // SDMA-quiet after this many outstanding issues
+// SDMA-quiet before the outstanding SQEs (1 MiB descriptors) would exceed this: the ring depth
+// assumed, as SHMEM writes SQEs with no fullness check (docs/hardware-rules.md#6-sdma).
+constexpr uint32_t kSdmaQuietEvery = 256;
+constexpr uint64_t kSdmaSqeBytes = 1u << 20;  // SHMEM cuts an SDMA call into SQEs of at most 1 MiB
+// SQEs of one SDMA call of `bytes`.
+__host_aicore__ inline uint32_t sdma_sqes(uint64_t bytes) {
+    return uint32_t((bytes + kSdmaSqeBytes - 1) / kSdmaSqeBytes);
+}
 constexpr uint32_t kPayloadAlign = 32;
 constexpr uint32_t kProfFrameFullOp = 0;
 constexpr uint32_t kProfFrameCommOnly = 1;

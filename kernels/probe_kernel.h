@@ -30,7 +30,8 @@ enum class Kind : uint32_t {
 constexpr uint32_t kRoleSend = 0;
 constexpr uint32_t kRoleAnswer = 1;
 
-constexpr uint32_t kSdmaQuietEvery = 256;  // as the combine kernel
+constexpr uint32_t kSdmaQuietEvery = 256;  // SQEs outstanding at most, as the combine kernel
+constexpr uint64_t kSdmaSqeBytes = 1u << 20;  // SHMEM cuts an SDMA put into SQEs of at most 1 MiB
 constexpr uint32_t kMaxCores = 48;         // SHMEM makes one SDMA stream per AIV block 0..47
 constexpr uint32_t kStatusWords = 8;       // a status flag: 8 int32 (32 B), alone on a 64 B line
 constexpr uint32_t kFlagSlotBytes = 64;

@@ -4,7 +4,8 @@
         [--routing R] [--seed N] [--min-sdma-bytes B] [--free a,b] [--cores all|max]
     combine-lab calibrate output/probe/combine_probe.csv --model a3 --out params.toml [--free a,b]   # docs/probe.md
 
-Data of another target or SoC than the model's is refused (exit 1, nothing written), and so is a
+Data of another target or SoC than the model's is refused (exit 1, nothing written), and so are a
+probe CSV's SDMA rows timed by a build without SDMA (its ``build`` column), and a
 fit that puts a parameter outside its stated range, unless --allow-outside-range
 (docs/timing-model.md#7-calibration). A written model names its data (``[data]``).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ParameterError
-from ..formats.probe_csv import is_probe_csv, read_probe_csv
+from ..formats.probe_csv import build_refusal, is_probe_csv, read_probe_csv
 from ..model.calibrate import calibrate, data_refusal, measurements_from_csvs, outside_ranges
 from ..model.machines import load_model
 from ..model.probe_fit import fit_probe, model_key
@@ -85,6 +86,7 @@ def calibrate_probe(a: argparse.Namespace) -> int:
     rows = read_probe_csv(a.csv[0])
     ran = sorted({(r.target, r.soc) for r in rows})
     why = [w for w in (data_refusal(model, t, soc, a.csv[0]) for t, soc in ran) if w]
+    why += [w for w in (build_refusal(rows, a.csv[0]),) if w]
     if why:
         return refuse(why, a.out)
     fit = fit_probe(rows, model, free, source=str(a.csv[0]))

@@ -17,8 +17,9 @@ from ..values import as_list
 
 
 def _probe(a: argparse.Namespace) -> int:
-    kw = {"sdma_bytes": as_list(a.sdma_bytes, int, "--sdma-bytes"), "row_bytes": as_list(a.row_bytes, int, "--row-bytes"),
-          "repeats": a.repeats}
+    kw = {"row_bytes": as_list(a.row_bytes, int, "--row-bytes"), "repeats": a.repeats}
+    if a.sdma_bytes:  # given: refused on a build without SDMA (run/probe.py)
+        kw["sdma_bytes"] = as_list(a.sdma_bytes, int, "--sdma-bytes")
     if a.cores:
         kw["cores"] = as_list(a.cores, int, "--cores")
     path, rows = run_probe(a.pes, a.out, target=a.target, fnpu=a.fnpu, timeout_s=a.timeout, **kw)
@@ -48,8 +49,8 @@ def register(sub) -> None:
     p.add_argument("--fnpu", type=int, default=0, help="first NPU device (npu)")
     p.add_argument("--cores", nargs="+", default=None, help="k of the SDMA rows (default 1,2,8,48, capped at the "
                                                              "SoC's AIV cores)")
-    p.add_argument("--sdma-bytes", nargs="+", default=[",".join(map(str, DEFAULT_SDMA_BYTES))],
-                   help="bytes per SDMA put (default 14336,1048576,2097152)")
+    p.add_argument("--sdma-bytes", nargs="+", default=None,
+                   help=f"bytes per SDMA put (default {','.join(map(str, DEFAULT_SDMA_BYTES))})")
     p.add_argument("--row-bytes", nargs="+", default=[",".join(map(str, DEFAULT_ROW_BYTES))],
                    help="bytes of one MTE row, at most 65536 (default 14336,57344)")
     p.add_argument("--repeats", type=int, default=5, help="timed launches per measurement (default 5)")

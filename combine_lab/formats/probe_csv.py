@@ -9,7 +9,9 @@ issuing at once), ``puts`` (operations per core per launch: puts, quiets, polls 
 (median over the repeats of one launch's time: the PE's last core end minus its first core start),
 ``repeats``, ``spread_us`` (max - min), ``times_us`` (each repeat, ``;``-separated), ``GBps``
 (cores * puts * bytes / time_us / 1e3 for sdma and mte_put, else empty), ``target`` (cpu = the
-twin, npu), ``soc``, ``note`` (what the times are).
+twin, npu), ``soc``, ``build`` (``sdma``: SHMEM's SDMA calls are real in the build that timed
+it; ``mte-only``: a build without SDMA, CANN < 9.0.0 or Ascend950, whose SDMA calls are empty
+stand-ins), ``note`` (what the times are).
 """
 
 from __future__ import annotations
@@ -26,9 +28,13 @@ from ..errors import ParameterError, ResultFileError
 from .files import write_atomic
 
 PROBE_HEADER = ("kind", "pes", "src", "dst", "peers", "cores", "puts", "bytes", "buffering", "time_us", "repeats",
-                "spread_us", "times_us", "GBps", "target", "soc", "note")
+                "spread_us", "times_us", "GBps", "target", "soc", "build", "note")
 #: What each kind times, in the order a probe runs them (kernels/probe_kernel.h ``Kind``).
 PROBE_KINDS = ("sdma", "sdma_issue", "mte_put", "flag", "flag_rtt", "quiet", "sdma_quiet", "wait")
+#: Kinds that time SHMEM's SDMA calls (empty stand-ins in an MTE-only build).
+SDMA_KINDS = ("sdma", "sdma_issue", "sdma_quiet")
+#: The build column's values: SDMA real, or stand-ins (kernels/combine_platform.h).
+BUILDS = ("sdma", "mte-only")
 #: Kinds whose GBps column is filled (payload moved).
 BANDWIDTH_KINDS = ("sdma", "mte_put")
 
@@ -36,7 +42,8 @@ BANDWIDTH_KINDS = ("sdma", "mte_put")
 @dataclass
 class ProbeRow:
     """One measurement: what ran (``kind``, ``pes``, ``src``, ``dst``, ``peers``, ``cores``, ``puts``,
-    ``bytes``, ``buffering``) and ``times_us`` float64 [repeats], one launch each, microseconds."""
+    ``bytes``, ``buffering``) and ``times_us`` float64 [repeats], one launch each, microseconds;
+    ``build``: one of :data:`BUILDS`."""
 
     kind: str
     pes: int
@@ -51,6 +58,7 @@ class ProbeRow:
     target: str = "cpu"
     soc: str = ""
     note: str = ""
+    build: str = "sdma"
 
     @property
     def time_us(self) -> float:
@@ -86,7 +94,7 @@ def probe_csv_text(rows: list[ProbeRow]) -> str:
         g = r.gbps
         w.writerow([r.kind, r.pes, r.src, "" if r.dst is None else r.dst, r.peers, r.cores, r.puts, r.bytes,
                     r.buffering, _fmt(r.time_us), len(r.times_us), _fmt(r.spread_us),
-                    ";".join(_fmt(t) for t in r.times_us), "" if g is None else _fmt(g), r.target, r.soc, r.note])
+                    ";".join(_fmt(t) for t in r.times_us), "" if g is None else _fmt(g), r.target, r.soc, r.build, r.note])
     return out.getvalue()
 
 
@@ -141,6 +149,9 @@ def read_probe_csv(path: str | os.PathLike) -> list[ProbeRow]:
                 ints[col] = int(rec[col])
             col = "dst"
             dst = int(rec["dst"]) if rec["dst"] else None
+            col = "build"
+            if rec["build"] not in BUILDS:
+                raise ValueError(f"{rec['build']!r} is not one of {', '.join(BUILDS)}")
             col = "times_us"
             times = np.array([float(t) for t in rec["times_us"].split(";")], dtype=np.float64)
             if len(times) != ints["repeats"] or not np.all(np.isfinite(times)) or np.any(times <= 0):
@@ -148,10 +159,21 @@ def read_probe_csv(path: str | os.PathLike) -> list[ProbeRow]:
         except ValueError as e:
             raise ResultFileError(f"{path}: line {line}, column {col}: {e}", parameter=None) from None
         rows.append(ProbeRow(rec["kind"], ints["pes"], ints["src"], dst, ints["peers"], ints["cores"], ints["puts"],
-                             ints["bytes"], rec["buffering"], times, rec["target"], rec["soc"], rec["note"]))
+                             ints["bytes"], rec["buffering"], times, rec["target"], rec["soc"], rec["note"],
+                             rec["build"]))
     if not rows:
         raise ResultFileError(f"{path}: a probe CSV without a measurement", parameter=None)
     return rows
+
+
+def build_refusal(rows: list[ProbeRow], path: str | os.PathLike) -> str:
+    """Why ``rows`` cannot be fitted because their build lacked what they time ('' when they can):
+    SDMA rows (:data:`SDMA_KINDS`) timed by an ``mte-only`` build timed empty stand-ins."""
+    empty = sorted({r.kind for r in rows if r.kind in SDMA_KINDS and r.build != "sdma"}, key=SDMA_KINDS.index)
+    if not empty:
+        return ""
+    return (f"{path}: its {', '.join(empty)} rows were timed by a build without SDMA (build mte-only: CANN older "
+            f"than 9.0.0 or Ascend950), whose SDMA calls are empty stand-ins; probe again on a build with SDMA")
 
 
 def require_probe_csv(path: str | os.PathLike) -> Path:

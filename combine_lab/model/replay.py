@@ -14,7 +14,9 @@ The model, run by run (times in microseconds; bytes per microsecond = GB/s * 1e3
   (:func:`.costs.sdma_call_us`: ``ceil(bytes / 1 MiB)`` SQEs, each ``sdma_sqe_us`` plus its bytes at
   ``sdma_GBps``, or their max, by the link class's form), round-robin across the cores that
   issued them, each core's calls at their average cost. An SDMA quiet
-  (after every 256 issues, and before the SDMA rows' flags) waits for this core's calls, plus
+  (after every 256 issues, and before the SDMA rows' flags; the kernel bounds SQEs, which is the
+  same for calls of one SQE, and the segment setting's larger calls are priced as if it bounded
+  calls) waits for this core's calls, plus
   ``sdma_quiet_us``.
 - **Link classes**: every parameter named ``<class>.<name>`` is that of the PE pair's class
   (:meth:`.machines.NpuModel.pair_class`: on A3 the die pair, the cards of a server, the servers).

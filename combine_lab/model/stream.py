@@ -5,8 +5,9 @@ Stage 1, the cores form groups of ``cores_per_rank`` (``N``; docs/variants.md#2-
 group ``g`` serves source ranks ``g, g + G, ...`` (``G = block_dim / N`` groups), core ``j`` of the
 group the ``j``-th chunk of each segment's rows (``[n*j // N, n*(j+1) // N)``; with ``N = 1`` core
 ``c`` serves whole segments of ranks ``c, c + block_dim, ...``, the reference's structure). For each
-rank, local experts in order: (1) the SDMA puts of its SDMA chunks, an SDMA quiet after every 256
-calls; (2) per MTE chunk: the payload puts, a quiet, the status flags; a quiet after the last;
+rank, local experts in order: (1) the SDMA puts of its SDMA chunks, an SDMA quiet before a call's
+SQEs would take the outstanding count past 256 and once it reaches 256 (every 256 calls of rows up
+to 1 MiB); (2) per MTE chunk: the payload puts, a quiet, the status flags; a quiet after the last;
 (3) an SDMA quiet, the status flags of the SDMA rows, a quiet. With the segment layout
 (docs/variants.md#1-one-sdma-call-per-segment) stage 1 starts with the layout step (core 0: one
 control put of the bases to each PE, a quiet, one 32 B ready put to each PE, a quiet; then every
@@ -233,12 +234,16 @@ def core_runs(rows: CaseRows, sdma: np.ndarray, pe: int, core: int, stage: int =
                 continue
             sdma_rows += k
             calls, nbytes = (1, k * row) if rows.one_call else (k, row)
+            sqes = -(-nbytes // SQE_BYTES)  # per call: the kernel bounds SQEs, not calls
             while calls:
-                take = min(calls, SDMA_QUIET_EVERY - outstanding)
+                if outstanding and outstanding + sqes > SDMA_QUIET_EVERY:  # before a call that would overflow
+                    _append(runs, Run("sdma_quiet"))
+                    outstanding = 0
+                take = max(1, min(calls, (SDMA_QUIET_EVERY - outstanding) // sqes))
                 _append(runs, Run("sdma_put", g % P, take, nbytes, g))
                 calls -= take
-                outstanding += take
-                if outstanding == SDMA_QUIET_EVERY:
+                outstanding += take * sqes
+                if outstanding >= SDMA_QUIET_EVERY:
                     _append(runs, Run("sdma_quiet"))
                     outstanding = 0
         any_mte = False

@@ -49,7 +49,8 @@ class VariantRefused(TargetUnavailable):
 class NpuToolchain:
     """What an NPU build uses: ``bisheng``, CANN ``cann_home`` and ``cann_version``, SHMEM
     ``shmem_home`` and ``shmem_root``, the ``soc`` and its ``arch`` (dav-c220 / dav-c310) and
-    whether SHMEM's SDMA engine is there (``sdma``: CANN >= 9.0.0)."""
+    whether the kernel's SDMA plane is built (``sdma``: CANN >= 9.0.0 and a SoC with SDMA put,
+    :func:`~combine_lab.run.toolchain.sdma_soc_problem`; otherwise MTE-only)."""
 
     bisheng: str
     cann_home: str
@@ -373,4 +374,5 @@ def require_npu_toolchain(env: dict[str, str] | None = None, soc: str | None = N
     if missing:
         raise TargetUnavailable("target=npu: cannot build here:\n" + "\n".join(f"  missing {m}" for m in missing)
                                 + "\nThe CPU twin (target=cpu) runs everywhere.")
-    return NpuToolchain(cann.bisheng, cann.home, cann.version, shmem.home, shmem.root, soc, arch[0], cann.sdma)
+    return NpuToolchain(cann.bisheng, cann.home, cann.version, shmem.home, shmem.root, soc, arch[0],
+                        cann.sdma and not toolchain.sdma_soc_problem(soc))

@@ -15,7 +15,8 @@ Rows (name: what ``available`` means):
 - ``cann``: the CANN toolkit (``ASCEND_HOME_PATH`` or ``ASCEND_TOOLKIT_HOME``) with ``bisheng``
   and a readable version.
 - ``shmem``: SHMEM (``SHMEM_HOME`` or ``SHMEM_HOME_PATH``): ``shmem.h`` and ``libshmem.so``.
-- ``sdma``: CANN 9.0.0 or later (SHMEM's SDMA engine; docs/npu.md#2-prerequisites).
+- ``sdma``: CANN 9.0.0 or later (SHMEM's SDMA engine) on a SoC with SDMA put (not Ascend950;
+  docs/npu.md#2-prerequisites).
 - ``torch``, ``torch_npu``: importable (baselines: gloo on the twin, HCCL on NPUs).
 - ``npu``: NPUs visible, through torch_npu when importable, else ``npu-smi info``.
 - ``soc``: the SoC name (``COMBINE_NPU_SOC`` overrides), supported when A2/A3 or Ascend950.
@@ -29,8 +30,8 @@ from dataclasses import dataclass, field
 
 from ..errors import ParameterError
 from . import build as build_mod
-from .toolchain import (CANN_FIX, SHMEM_FIX, SOC_FIX, CannInfo, NpuInfo, Probes, ShmemInfo, cann_info, npu_info,
-                        shmem_info, soc_arch)
+from .toolchain import (CANN_FIX, SDMA_SOC_FIX, SHMEM_FIX, SOC_FIX, CannInfo, NpuInfo, Probes, ShmemInfo, cann_info,
+                        npu_info, sdma_soc_problem, shmem_info, soc_arch)
 
 TORCH_FIX = "bash .ci/setup --baseline (CPU-only torch)"
 
@@ -46,19 +47,28 @@ class Capability:
     fix: str = ""
 
 
-def npu_variant_refusal(variant: str, env: dict[str, str] | None = None) -> str | None:
-    """Why ``variant`` cannot run on the NPU target here, or None. Only CANN is read (cheap).
+def npu_variant_refusal(variant: str, env: dict[str, str] | None = None,
+                        probes: Probes | None = None) -> str | None:
+    """Why ``variant`` cannot run on the NPU target here, or None.
 
     Without a usable CANN (none found, no bisheng, no readable version) every variant is refused,
     and the reason says so. With one, the dual-plane variant needs SDMA, which needs CANN 9.0.0 or
-    later; classic needs nothing more.
+    later and a SoC with SHMEM's SDMA put (not Ascend950, :func:`~.toolchain.sdma_soc_problem`);
+    classic needs nothing more. The SoC is ``COMBINE_NPU_SOC``, else what ``npu-smi info`` names
+    (through ``probes``), read only for doubleplane on CANN 9.0.0 or later.
     """
-    cann = cann_info(dict(os.environ) if env is None else env)
+    env = dict(os.environ) if env is None else env
+    cann = cann_info(env)
     if not cann.ok:
         return (f"variant={variant} on target=npu: refused: no usable CANN here ({cann.problem}), and every variant "
                 f"needs it: {CANN_FIX}")
-    if variant != "doubleplane" or cann.sdma:
+    if variant != "doubleplane":
         return None
+    if cann.sdma:
+        soc = env.get("COMBINE_NPU_SOC") or npu_info(env, probes or Probes(), None).soc
+        why = sdma_soc_problem(soc)
+        return (f"variant=doubleplane on target=npu: refused: the dual-plane combine needs SDMA put, and {why}; "
+                f"the classic variant still runs") if why else None
     found = f"found CANN {cann.version} at {cann.home}" if cann.version else (cann.problem or "CANN not found")
     return (f"variant=doubleplane on target=npu: refused: the dual-plane combine needs SDMA, which needs CANN "
             f"9.0.0 or later ({found}); the classic variant still runs")
@@ -154,13 +164,6 @@ def detect(env: dict[str, str] | None = None, probes: Probes | None = None) -> C
     else:
         rows["shmem"] = Capability("shmem", False, shmem.problem, SHMEM_FIX)
 
-    if cann.sdma:
-        rows["sdma"] = Capability("sdma", True, f"CANN {cann.version} >= 9.0.0")
-    else:
-        why = f"CANN {cann.version} is older than 9.0.0" if cann.version_tuple else "needs CANN 9.0.0 or later"
-        rows["sdma"] = Capability("sdma", False, why, "install CANN 9.0.0 or later (toolkit and ops-legacy packages "
-                                                      "for the board) and source its set_env.sh")
-
     torch_v = probes.package_version("torch")
     rows["torch"] = Capability("torch", torch_v is not None, torch_v or "not installed", "" if torch_v else TORCH_FIX)
     tnpu = probes.torch_npu()
@@ -181,4 +184,14 @@ def detect(env: dict[str, str] | None = None, probes: Probes | None = None) -> C
                                  SOC_FIX)
     else:
         rows["soc"] = Capability("soc", False, "unknown (no NPU visible, COMBINE_NPU_SOC not set)", SOC_FIX)
+
+    soc_problem = sdma_soc_problem(soc)
+    if cann.sdma and soc_problem:
+        rows["sdma"] = Capability("sdma", False, soc_problem, SDMA_SOC_FIX)
+    elif cann.sdma:
+        rows["sdma"] = Capability("sdma", True, f"CANN {cann.version} >= 9.0.0")
+    else:
+        why = f"CANN {cann.version} is older than 9.0.0" if cann.version_tuple else "needs CANN 9.0.0 or later"
+        rows["sdma"] = Capability("sdma", False, why, "install CANN 9.0.0 or later (toolkit and ops-legacy packages "
+                                                      "for the board) and source its set_env.sh")
     return Capabilities(rows, cann, shmem, npus, soc)

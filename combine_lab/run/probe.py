@@ -5,10 +5,11 @@ session, every PE's process group and the twin's segment removed whatever happen
 one probe CSV (:mod:`combine_lab.formats.probe_csv`) that ``combine-lab calibrate`` fits from.
 
 The plan (:func:`probe_plan`), per docs/probe.md#2-what-each-measurement-times: SDMA puts from
-k = 1, 2, 8, 48 cores (or the ``cores`` given) of 14 KiB, 1 MiB and 2 MiB each (``sdma_bytes``), to
+k = 1, 2, 8, 48 cores, each capped at the SoC's AIV cores (or the ``cores`` given) of 14 KiB, 1 MiB and 2 MiB each (``sdma_bytes``), to
 one peer and to all the others; the issue of SDMA puts alone; MTE puts of one row (``row_bytes``),
 single- and double-buffered; flag puts; the flag round trip; aclshmem_quiet and the SDMA quiet
-with nothing outstanding; polls of a ready slot.
+with nothing outstanding; polls of a ready slot. A build without SDMA (CANN < 9.0.0, Ascend950)
+gets no SDMA row: its SDMA calls are empty stand-ins (kernels/combine_platform.h).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ParameterError
-from ..formats.probe_csv import PROBE_KINDS, ProbeRow, write_probe_csv
-from . import build as build_mod
+from ..formats.probe_csv import BUILDS, PROBE_KINDS, SDMA_KINDS, ProbeRow, write_probe_csv
+from ..planning.cores import aiv_cores as soc_aiv_cores
+from . import build as build_mod, toolchain
 from .launch import LaunchError, bootstrap_ipport, launch_pes, owned_temp_dir
 
 PROBE_BINARY = "probe_host"
@@ -32,7 +34,9 @@ DEFAULT_SDMA_BYTES = (14336, 1 << 20, 2 << 20)
 DEFAULT_ROW_BYTES = (14336, 57344)
 MAX_CORES = 48            # SHMEM's SDMA streams: one per AIV block 0..47 (kernels/probe_kernel.h)
 MAX_ROW_BYTES = 65536     # an MTE row fits one staging buffer
-MAX_SDMA_ISSUE_PUTS = 256  # the issue alone: below the quiet every 256
+MAX_SDMA_ISSUE_PUTS = 256  # the issue alone: SQEs within the assumed SDMA ring (256), no quiet between
+SQE_BYTES = 1 << 20        # SHMEM cuts an SDMA put into SQEs of at most 1 MiB
+MAX_SDMA_BYTES = MAX_SDMA_ISSUE_PUTS * SQE_BYTES  # one put fills the ring at most (docs/hardware-rules.md#6-sdma)
 #: What the twin's times are, on every row it writes (as the lab labels twin times elsewhere).
 #: The buffering column of mte_put rows, by staging buffers used.
 BUFFERING = {1: "single", 2: "double"}
@@ -73,22 +77,26 @@ def _one(name: str, value, low: int, high: int) -> int:
     return int(value)
 
 
-def probe_plan(pes: int, *, cores=None, sdma_bytes=DEFAULT_SDMA_BYTES, row_bytes=DEFAULT_ROW_BYTES,
+def probe_plan(pes: int, *, cores=None, sdma_bytes=None, row_bytes=DEFAULT_ROW_BYTES,
                repeats: int = 5, warmup: int = 1, sdma_puts: int = 8, mte_puts: int = 32, ops: int = 32,
-               rtt: int = 16, aiv_cores: int = MAX_CORES) -> list[Measurement]:
+               rtt: int = 16, aiv_cores: int = MAX_CORES, sdma: str = "") -> list[Measurement]:
     """The measurements of one probe run, in the order they run.
 
     Args:
         pes: PEs of the run, >= 2 (PE 0 sends; PE 1 answers the round trips; peers are PEs 1..pes-1).
         cores: the k of the SDMA rows (each of the k cores issues ``sdma_puts`` puts), each 1..min(aiv_cores, 48);
             default 1, 2, 8, 48, each capped at that.
-        sdma_bytes: bytes per SDMA put, multiples of 32.
+        sdma_bytes: bytes per SDMA put, multiples of 32, at most 256 MiB (256 SQEs, the SDMA ring depth
+            assumed) (default :data:`DEFAULT_SDMA_BYTES`); the sdma_issue row's puts are cut so that
+            their SQEs fit that ring.
         row_bytes: bytes of one MTE row (mte_put and the round trip's row), multiples of 32, at most 64 KiB.
         repeats: timed launches per measurement (>= 2, for a spread); warmup: untimed ones first (>= 0).
         sdma_puts: SDMA puts per core per launch (2 MiB puts: a quarter of it, at least 1).
         mte_puts: MTE rows per launch; ops: quiets, SDMA quiets, flag puts, polls and SDMA issues per launch (<= 256);
         rtt: round trips per launch.
         aiv_cores: the SoC's AIV cores (a k above it is refused).
+        sdma: '' when the build has SDMA; else why not (the plan then has no SDMA row, and
+            ``cores`` or ``sdma_bytes`` given are refused with that reason).
 
     Returns a list of :class:`Measurement`. Raises ParameterError naming the parameter, its value
     and what is allowed, before anything is built or launched.
@@ -96,9 +104,13 @@ def probe_plan(pes: int, *, cores=None, sdma_bytes=DEFAULT_SDMA_BYTES, row_bytes
     if not isinstance(pes, int) or isinstance(pes, bool) or pes < 2:
         raise ParameterError(f"pes={pes!r}: the probe needs at least 2 PEs (PE 0 sends, the others receive)",
                              parameter="pes", value=pes)
+    if sdma and (cores is not None or sdma_bytes is not None):
+        name, value = ("cores", cores) if cores is not None else ("sdma_bytes", sdma_bytes)
+        raise ParameterError(f"{name}={list(value)!r}: SDMA rows refused: {sdma}", parameter=name, value=list(value))
+    sdma_bytes = DEFAULT_SDMA_BYTES if sdma_bytes is None else sdma_bytes
     top = min(int(aiv_cores), MAX_CORES)
     cores = _positive_ints("cores", sorted({min(k, top) for k in DEFAULT_CORES}) if cores is None else cores, 1, top)
-    sdma_bytes = _positive_ints("sdma_bytes", sdma_bytes, 32, 1 << 30, 32)
+    sdma_bytes = _positive_ints("sdma_bytes", sdma_bytes, 32, MAX_SDMA_BYTES, 32)
     row_bytes = _positive_ints("row_bytes", row_bytes, 32, MAX_ROW_BYTES, 32)
     repeats, warmup = _one("repeats", repeats, 2, 1000), _one("warmup", warmup, 0, 1000)
     sdma_puts, mte_puts = _one("sdma_puts", sdma_puts, 1, 4096), _one("mte_puts", mte_puts, 2, 4096)
@@ -106,38 +118,46 @@ def probe_plan(pes: int, *, cores=None, sdma_bytes=DEFAULT_SDMA_BYTES, row_bytes
     rw = dict(repeats=repeats, warmup=warmup)
     plan = []
     peer_counts = sorted({1, pes - 1})
-    for b in sdma_bytes:
+    for b in sdma_bytes if not sdma else ():
         n = sdma_puts if b < (1 << 20) else max(1, sdma_puts // 4)
         for k in cores:
             for p in peer_counts:
                 plan.append(Measurement("sdma", k, n, b, p, 1, **rw))
-    plan.append(Measurement("sdma_issue", 1, ops, min(sdma_bytes), 1, 1, **rw))
+    if not sdma:
+        issue_puts = min(ops, MAX_SDMA_ISSUE_PUTS // -(-min(sdma_bytes) // SQE_BYTES))  # its SQEs fit the ring
+        plan.append(Measurement("sdma_issue", 1, issue_puts, min(sdma_bytes), 1, 1, **rw))
     for b in row_bytes:
         for buffers in (1, 2):
             plan.append(Measurement("mte_put", 1, mte_puts, b, 1, buffers, **rw))
     plan.append(Measurement("flag", 1, ops, 32, 1, 1, **rw))
     plan.append(Measurement("flag_rtt", 1, rtt, min(row_bytes), 1, 1, **rw))
     plan.append(Measurement("quiet", 1, ops, 0, 1, 1, **rw))
-    plan.append(Measurement("sdma_quiet", 1, ops, 0, 1, 1, **rw))
+    if not sdma:
+        plan.append(Measurement("sdma_quiet", 1, ops, 0, 1, 1, **rw))
     plan.append(Measurement("wait", 1, ops, 0, 1, 1, **rw))
-    assert all(m.kind in PROBE_KINDS for m in plan)
+    assert all(m.kind in PROBE_KINDS for m in plan) and not (sdma and any(m.kind in SDMA_KINDS for m in plan))
     return plan
 
 
-def _parse_stdout(text: str, plan: list[Measurement]) -> tuple[str, int, list[np.ndarray]]:
-    """(soc, AIV cores, times per measurement) from PE 0's lines (host/probe_host.cpp)."""
-    soc, aiv, times = "", 0, {}
+def _parse_stdout(text: str, plan: list[Measurement]) -> tuple[str, int, str, list[np.ndarray]]:
+    """(soc, AIV cores, build, times per measurement) from PE 0's lines (host/probe_host.cpp)."""
+    soc, aiv, build, times = "", 0, "", {}
     for line in text.splitlines():
         parts = line.split()
         if parts[:1] == ["probe_soc"] and len(parts) == 3:
             soc, aiv = parts[1], int(parts[2])
+        elif parts[:1] == ["probe_build"] and len(parts) == 2:
+            build = parts[1]
         elif parts[:1] == ["probe_row"] and len(parts) >= 2:
             times[int(parts[1])] = np.array([float(t) for t in parts[2:]], dtype=np.float64)
     missing = [i for i in range(len(plan)) if i not in times or len(times[i]) != plan[i].repeats]
     if missing:
         raise LaunchError(f"probe_host: PE 0 printed no (or too few) times for measurement(s) {missing} of "
                           f"{len(plan)}; its output:\n{text[-2000:]}")
-    return soc, aiv, [times[i] for i in range(len(plan))]
+    if build not in BUILDS:
+        raise LaunchError(f"probe_host: PE 0 printed no build line (probe_build {'|'.join(BUILDS)}); its output:\n"
+                          f"{text[-2000:]}")
+    return soc, aiv, build, [times[i] for i in range(len(plan))]
 
 
 def run_probe(pes: int = 2, out: str | os.PathLike = "output/probe/combine_probe.csv", *, target: str = "cpu",
@@ -157,10 +177,12 @@ def run_probe(pes: int = 2, out: str | os.PathLike = "output/probe/combine_probe
                              value=target)
     if not (timeout_s > 0):
         raise ParameterError(f"timeout_s={timeout_s!r}: must be > 0 seconds", parameter="timeout_s", value=timeout_s)
-    aiv = plan_kw.pop("aiv_cores", None)
-    if aiv is None:
-        aiv = MAX_CORES if target == "npu" else _twin_aiv(env)
-    plan = probe_plan(pes, aiv_cores=aiv, **plan_kw)
+    aiv, sdma = plan_kw.pop("aiv_cores", None), ""
+    if target == "npu":
+        aiv, sdma = npu_plan_facts({**os.environ, **(env or {})}, aiv)
+    elif aiv is None:
+        aiv = _twin_aiv(env)
+    plan = probe_plan(pes, aiv_cores=aiv, sdma=sdma, **plan_kw)
     binary = build_mod.build(target, build_dir=build_dir, program=PROBE_BINARY)
     work = owned_temp_dir("probe")
     try:
@@ -170,16 +192,37 @@ def run_probe(pes: int = 2, out: str | os.PathLike = "output/probe/combine_probe
         argv = lambda r: [pes, r, port, pes, 0 if target == "cpu" else fnpu, plan_file]  # noqa: E731
         outcomes = launch_pes(binary, pes, argv, cwd=work, log_dir=work / "logs", timeout_s=timeout_s, env=env,
                               unnoticed_codes=(1,))
-        soc, _, times = _parse_stdout(outcomes[0].stdout, plan)
+        soc, _, build, times = _parse_stdout(outcomes[0].stdout, plan)  # the build as the binary says it
     finally:
         shutil.rmtree(work, ignore_errors=True)
     note = TWIN_NOTE if target == "cpu" else ""
     rows = [ProbeRow(m.kind, pes, 0, None if m.kind in ("quiet", "sdma_quiet", "wait") else 1, m.peers, m.cores,
-                     m.puts, m.bytes, BUFFERING[m.buffers] if m.kind == "mte_put" else "", t, target, soc, note)
+                     m.puts, m.bytes, BUFFERING[m.buffers] if m.kind == "mte_put" else "", t, target, soc, note, build)
             for m, t in zip(plan, times)]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     return write_probe_csv(out, rows), rows
+
+
+def npu_plan_facts(env: dict[str, str], aiv: int | None = None) -> tuple[int, str]:
+    """(AIV cores, '' or why there is no SDMA) of the NPU build ``env`` makes: the k of the SDMA
+    rows is capped at the SoC's AIV cores (planning/cores.py; 40 on Ascend910B3/B4), ``aiv`` when
+    given; a build without SDMA (CANN < 9.0.0, Ascend950) gets no SDMA row (:func:`probe_plan`).
+
+    Raises TargetUnavailable (no NPU toolchain here), ParameterError (a SoC whose AIV cores are
+    not known, with ``aiv`` not given)."""
+    tc = build_mod.require_npu_toolchain(env)
+    sdma = ""
+    if not tc.sdma:
+        why = toolchain.sdma_soc_problem(tc.soc) or f"CANN {tc.cann_version} is older than 9.0.0"
+        sdma = f"this NPU build has no SDMA ({why}); its SDMA calls are empty stand-ins (kernels/combine_platform.h)"
+    if aiv is None:
+        try:
+            aiv = soc_aiv_cores(tc.soc)
+        except ValueError:
+            raise ParameterError(f"aiv_cores=None: the AIV cores of {tc.soc} are not known here (planning/cores.py "
+                                 "knows the A2/A3 SoCs); pass aiv_cores", parameter="aiv_cores", value=None) from None
+    return aiv, sdma
 
 
 def _twin_aiv(env: dict[str, str] | None) -> int:

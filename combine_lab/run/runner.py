@@ -363,7 +363,7 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
             ipport, or an output_dir / work_dir that cannot hold files (before launching).
         CaseFileError: invalid case files.
         build.BuildError / build.TargetUnavailable: the target cannot be built.
-        build.VariantRefused: ``doubleplane`` on ``npu`` with CANN older than 9.0.0 (before anything runs).
+        build.VariantRefused: ``doubleplane`` on ``npu`` with CANN older than 9.0.0 or on Ascend950 (before anything runs).
         LaunchError: a PE failed (other than an x_out mismatch) or the run timed out.
         KernelSourceError: ``kernel_source`` does not meet the entry contract (before anything runs).
         KernelFailed: your kernel failed or hung (a LaunchError that names the kernel and the slot).
@@ -519,8 +519,8 @@ def case_wait_budget_s(spec: CaseSpec, timeout_s: float) -> float:
 def refusals(target: str, variants=VARIANTS) -> dict[str, str]:
     """Variant -> why ``target`` refuses it here, for each of ``variants`` that it refuses.
 
-    The one place a refusal is decided: doubleplane on an NPU whose CANN is older than 9.0.0
-    (no SDMA; :func:`combine_lab.run.capabilities.npu_variant_refusal`). The twin refuses
+    The one place a refusal is decided: doubleplane on an NPU whose CANN is older than 9.0.0 or
+    whose SoC has no SDMA put (Ascend950) (:func:`combine_lab.run.capabilities.npu_variant_refusal`). The twin refuses
     nothing. :func:`run_case` raises ``VariantRefused`` with the reason; the harness
     (:func:`combine_lab.harness.execute`: the CLI, the sweep, compare and the tuning app) turns it
     into a row that says why.

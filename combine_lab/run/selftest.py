@@ -48,6 +48,18 @@ def sdma_from_core_48_case():
     return case_from_arrays(spec, np.ones((pes, bs, h)), ids, np.ones((pes, bs, 1)))
 
 
+def many_sdma_rows_case():
+    """3 PEs: all 300 tokens of PE 1 and one of PE 2 routed to expert 0 on PE 0, so PE 0's segment
+    from source rank 1 (300 rows, above the average of 150.5) goes by SDMA at min_sdma_bytes=0, one
+    SQE per row from one core: more than the 256 SQEs the SDMA ring is assumed to hold."""
+    pes, bs, h = 3, 300, 8
+    spec = CaseSpec(pes=pes, bs=bs, h=h, topk=1, expert_per_pe=1, routing="external", dtype="int32_t")
+    ids = np.full((pes, bs, 1), -1, dtype=np.int32)
+    ids[1, :, 0] = 0
+    ids[2, 0, 0] = 0
+    return case_from_arrays(spec, np.ones((pes, bs, h)), ids, np.ones((pes, bs, 1)))
+
+
 #: A case whose rows go by SDMA in contiguous chunks in the segment variant (rows of 64 B, back to
 #: back in the window) at min_sdma_bytes=0.
 SEGMENT_SPEC = CaseSpec(pes=3, bs=12, h=32, topk=3, expert_per_pe=2, routing="zipf:1.2", dtype="float16_t")
@@ -102,6 +114,8 @@ BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
                  CHECKER_SPEC, "classic", MTE_NOT_COMPLETE, min_sdma_bytes=2 << 20, chaos_seed=None),
     BrokenKernel("SDMA_FLAG_BEFORE_SDMA_QUIET", "SDMA rows' flags written before the SDMA quiet",
                  CHECKER_SPEC, "doubleplane", SDMA_NOT_COMPLETE, chaos_seed=None),
+    BrokenKernel("SDMA_RING_OVERRUN", "no SDMA quiet before the outstanding SQEs exceed the assumed ring depth (256)",
+                 many_sdma_rows_case, "doubleplane", "more than the 256 its ring is assumed to hold", chaos_seed=None),
     BrokenKernel("UB_REUSE", "one MTE staging buffer refilled while its last UB -> GM leg is in flight",
                  CHECKER_SPEC, "classic", "UB reuse:", min_sdma_bytes=2 << 20, corrupts=True),
     BrokenKernel("SDMA_FROM_CORE_48", "one core per source rank at 50 PEs: cores 48.. issue SDMA, which SHMEM "

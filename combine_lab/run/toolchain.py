@@ -26,6 +26,8 @@ CANN_FIX = "install the CANN toolkit and run `source <CANN>/set_env.sh` (it sets
 SHMEM_FIX = ("build SHMEM (git clone https://gitcode.com/cann/shmem; bash scripts/build.sh) or install its .run "
              "package, then set SHMEM_HOME to its install folder (`source <shmem>/set_env.sh` sets SHMEM_HOME_PATH)")
 SOC_FIX = "set COMBINE_NPU_SOC to the SoC that `npu-smi info` names (e.g. Ascend910B3, Ascend950)"
+#: What to do where the SoC has no SDMA put (sdma_soc_problem).
+SDMA_SOC_FIX = "run doubleplane on an A2/A3 NPU (Ascend910B*, Ascend910_93*); classic runs on this SoC"
 
 
 @dataclass(frozen=True)
@@ -219,6 +221,19 @@ def shmem_info(env: dict[str, str]) -> ShmemInfo:
             if version:
                 break
     return ShmemInfo(home, str(root), version)
+
+
+def sdma_soc_problem(soc: str) -> str:
+    """Why the kernel's SDMA plane cannot run on ``soc`` ('' when it can, or the SoC is unknown).
+
+    The kernel sends by SDMA put (``aclshmemx_sdma_put_nbi``); hicann/shmem
+    ``examples/sdma/README.md`` says Ascend950 supports SDMA get only, not put
+    (docs/npu.md#2-prerequisites). A2/A3 support both.
+    """
+    if "950" in (soc or ""):
+        return (f"SHMEM does not support SDMA put on {soc} (Ascend950: SDMA get only, "
+                f"hicann/shmem examples/sdma/README.md)")
+    return ""
 
 
 def soc_arch(soc: str) -> tuple[str, int] | None:

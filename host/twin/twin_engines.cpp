@@ -53,6 +53,10 @@ struct PlaneCounters {
 const char* const kCounterNames[kCounterFields] = {"puts", "bytes", "quiets", "status_writes", "status_bytes",
                                                    "control_writes", "control_bytes", "sqes"};
 constexpr uint64_t kSdmaSqeBytes = 1u << 20;  // SHMEM cuts an SDMA call into SQEs of at most 1 MiB
+// SHMEM writes SQEs into its SDMA ring with no fullness check; the ring's depth is set by its AICPU
+// op, not in its source. Assumed: 256 SQEs per core between SDMA quiets, what SHMEM's own combine
+// example keeps outstanding (docs/hardware-rules.md#6-sdma).
+constexpr uint64_t kSdmaRingSqes = 256;
 struct Counters {
     PlaneCounters mte, sdma;
 };
@@ -102,6 +106,7 @@ struct Region {
 std::vector<Region> g_regions;
 
 thread_local std::vector<Put> tl_sdma_pending;  // chaos: land at the next SDMA quiet
+thread_local uint64_t tl_sdma_outstanding = 0;  // this core's SQEs since its last SDMA quiet (this launch)
 // The segment variant: per receiver PE, (launch << 8 | words) this core waited on of its inbox slot.
 thread_local std::vector<uint32_t> tl_inbox_waited;
 thread_local int tl_inbox_core = -1;
@@ -647,6 +652,7 @@ void counters_end_launch() {
 
 void core_finish() {
     pipes_core_end();
+    tl_sdma_outstanding = 0;
     land_shuffled(tl_sdma_pending, 2);
 }
 
@@ -778,6 +784,16 @@ void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t
         if (bytes == 0) break;
     }
     g_last.sdma.sqes.fetch_add(sqes.size(), std::memory_order_relaxed);
+    const uint64_t before = tl_sdma_outstanding;
+    tl_sdma_outstanding += sqes.size();
+    if (before <= kSdmaRingSqes && tl_sdma_outstanding > kSdmaRingSqes) {  // once per overrun
+        char buf[400];
+        snprintf(buf, sizeof buf, "PE %d core %d: %llu SDMA SQEs (1 MiB each at most) outstanding since its last SDMA "
+                 "quiet, more than the %llu its ring is assumed to hold: SHMEM writes them with no fullness check "
+                 "(%s; docs/hardware-rules.md#6-sdma)", pe_state().my_pe, core,
+                 (unsigned long long)tl_sdma_outstanding, (unsigned long long)kSdmaRingSqes, site_text(site).c_str());
+        report_violation(buf);
+    }
     if (chaos_seed()) {
         tl_sdma_pending.insert(tl_sdma_pending.end(), sqes.begin(), sqes.end());
         return;
@@ -807,6 +823,7 @@ void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id, const Site& site) 
     }
     g_last.sdma.quiets.fetch_add(1, std::memory_order_relaxed);
     record_op("sdma_quiet", -1, 0);
+    tl_sdma_outstanding = 0;
     // Its last step resets the completion flag through the scratch: MTE3, then an MTE3->MTE2
     // flag with no barrier after it.
     sdma_internal_flags(sync_id, site, false);

@@ -248,17 +248,33 @@ int aclshmemx_init_attr(aclshmemx_bootstrap_t flags, aclshmemx_init_attr_t* attr
     return 0;
 }
 
-void* aclshmem_malloc(size_t bytes) {
+// SHMEM's heap (src/host/mem/shmem_mgr.cpp) rounds every size up to 16 B and hands out the first
+// idle range that fits: aclshmem_malloc guarantees 16 B alignment only, and aclshmem_align a
+// power-of-two alignment (else nullptr). The twin's bump allocator gives the same guarantees and
+// no more, so a window that needs 64 B lines gets them from aclshmem_align, not from luck.
+namespace {
+void* heap_alloc(size_t alignment, size_t bytes, const char* call) {
     PeState& s = pe_state();
-    const uint64_t off = (s.heap_used + 511) / 512 * 512;
-    if (!s.initialised || off + bytes > s.user_heap_bytes) {
-        fprintf(stderr, "twin: PE %d: aclshmem_malloc(%zu) does not fit: %llu of %llu heap bytes used\n", s.my_pe,
-                bytes, (unsigned long long)off, (unsigned long long)s.user_heap_bytes);
+    if (bytes == 0 || alignment == 0 || (alignment & (alignment - 1)) != 0) {
+        fprintf(stderr, "twin: PE %d: %s: refused: size %zu, alignment %zu (SHMEM: size > 0, alignment a power "
+                "of 2)\n", s.my_pe, call, bytes, alignment);
         return nullptr;
     }
-    s.heap_used = off + bytes;
+    const uint64_t off = (s.heap_used + alignment - 1) / alignment * alignment;
+    const uint64_t size = (uint64_t(bytes) + 15) / 16 * 16;
+    if (!s.initialised || off + size > s.user_heap_bytes) {
+        fprintf(stderr, "twin: PE %d: %s(%zu) does not fit: %llu of %llu heap bytes used\n", s.my_pe, call, bytes,
+                (unsigned long long)off, (unsigned long long)s.user_heap_bytes);
+        return nullptr;
+    }
+    s.heap_used = off + size;
     return heap_base(s.my_pe) + off;
 }
+}  // namespace
+
+void* aclshmem_malloc(size_t bytes) { return heap_alloc(16, bytes, "aclshmem_malloc"); }
+
+void* aclshmem_align(size_t alignment, size_t bytes) { return heap_alloc(alignment, bytes, "aclshmem_align"); }
 
 void aclshmem_free(void*) {}  // bump allocator: released at finalize
 

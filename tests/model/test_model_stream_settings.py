@@ -5,6 +5,8 @@ core by core, and its SDMA calls, SQEs and control puts are the twin's counters.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from combine_lab import CaseSpec, make_case, run_case
@@ -89,6 +91,22 @@ def test_segment_chunks_and_groups_by_hand():
     ref = case_rows(case, "Ascend910B3")
     assert ref.block_dim == 2
     assert without_segments(core_runs(ref, sdma, 0, 1, stage=1))[0] == Run("sdma_put", 1, 6, 256)
+
+
+def test_sdma_quiets_bound_outstanding_sqes_not_calls():
+    """The kernel quiets before a call whose SQEs would take the outstanding count past 256 (the
+    ring depth assumed, docs/hardware-rules.md#6-sdma): the hand case's 6-row SDMA segment with rows
+    of 100 MiB (100 SQEs a call) goes as 2 calls, a quiet, 2 calls, a quiet, 2 calls."""
+    case = make_case(CaseSpec(pes=2, bs=8, h=64, topk=2, expert_per_pe=2, routing="zipf:1.2"))
+    rows = dataclasses.replace(case_rows(case, "Ascend910B3"), h=25 << 20)  # int32: 100 MiB rows, priced only
+    sdma = rows.sdma("doubleplane", 0)
+    big = 100 << 20
+    runs = [r for r in without_segments(core_runs(rows, sdma, 0, 1, stage=1)) if r.kind.startswith("sdma")]
+    assert runs == [Run("sdma_put", 1, 2, big), Run("sdma_quiet"), Run("sdma_put", 1, 2, big), Run("sdma_quiet"),
+                    Run("sdma_put", 1, 2, big), Run("sdma_quiet")]
+    rows = dataclasses.replace(rows, h=16)  # 64 B rows, one SQE each: the quiet every 256 calls, as before
+    assert [r for r in without_segments(core_runs(rows, sdma, 0, 1, stage=1)) if r.kind.startswith("sdma")] == [
+        Run("sdma_put", 1, 6, 64), Run("sdma_quiet")]
 
 
 def test_settings_rows_refuse_what_the_soc_cannot_run():

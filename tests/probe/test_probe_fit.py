@@ -14,7 +14,8 @@ import pytest
 
 from combine_lab.cli import main
 from combine_lab.errors import ParameterError, ResultFileError
-from combine_lab.formats.probe_csv import PROBE_HEADER, ProbeRow, is_probe_csv, read_probe_csv, write_probe_csv
+from combine_lab.formats.probe_csv import (PROBE_HEADER, ProbeRow, build_refusal, is_probe_csv, read_probe_csv,
+                                          write_probe_csv)
 from combine_lab.model.machines import load_model
 from combine_lab.model import costs
 from combine_lab.model.probe_fit import PROBE_PARAMETERS, fit_probe, probed_class
@@ -126,6 +127,27 @@ def test_calibrate_refuses_the_twins_data_for_an_npu_model_and_another_socs(tmp_
         "calibrate a model of Ascend910B3")
 
 
+def test_calibrate_refuses_sdma_rows_timed_by_a_build_without_sdma(tmp_path, capsys):
+    """CANN < 9.0.0: the SDMA calls are empty stand-ins (kernels/combine_platform.h); the CSV says so."""
+    rows = [dataclasses.replace(r, build="mte-only") for r in synthetic()]
+    path = write_probe_csv(tmp_path / "old.csv", rows)
+    assert {r.build for r in read_probe_csv(path)} == {"mte-only"}
+    rc = main(["calibrate", str(path), "--model", "a3", "--free", "quiet_us", "--out", str(tmp_path / "m.toml")])
+    out = capsys.readouterr().out
+    assert rc == 1 and not (tmp_path / "m.toml").exists()
+    assert out.splitlines()[0] == (
+        f"calibrate: refused: {path}: its sdma, sdma_issue, sdma_quiet rows were timed by a build without SDMA "
+        "(build mte-only: CANN older than 9.0.0 or Ascend950), whose SDMA calls are empty stand-ins; probe again "
+        "on a build with SDMA")
+    mte = [r for r in rows if r.kind not in ("sdma", "sdma_issue", "sdma_quiet")]  # what such a probe writes
+    path = write_probe_csv(tmp_path / "mte.csv", mte)
+    assert build_refusal(read_probe_csv(path), path) == ""
+    bad = tmp_path / "bad.csv"
+    bad.write_text(path.read_text().replace(",mte-only,", ",cann8,", 1))
+    with pytest.raises(ResultFileError, match=r"bad.csv: line 2, column build: 'cann8' is not one of sdma, mte-only"):
+        read_probe_csv(bad)
+
+
 def test_a_fit_outside_the_stated_range_is_refused_unless_allowed_and_the_model_names_its_data(tmp_path, capsys,
                                                                                               monkeypatch):
     monkeypatch.setitem(TRUE, "quiet_us", 0.0375)  # a3 states [0.2, 5]
@@ -167,7 +189,7 @@ def test_csv_round_trip_and_its_header(tmp_path):
     rows = synthetic()
     path = write_probe_csv(tmp_path / "p.csv", rows)
     assert path.read_text().splitlines()[0] == ",".join(PROBE_HEADER) == \
-        "kind,pes,src,dst,peers,cores,puts,bytes,buffering,time_us,repeats,spread_us,times_us,GBps,target,soc,note"
+        "kind,pes,src,dst,peers,cores,puts,bytes,buffering,time_us,repeats,spread_us,times_us,GBps,target,soc,build,note"
     back = read_probe_csv(path)
     assert [r.label() for r in back] == [r.label() for r in rows]
     assert all(np.allclose(a.times_us, b.times_us, rtol=0, atol=5e-5) for a, b in zip(back, rows))  # 4 decimals

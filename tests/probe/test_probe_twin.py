@@ -34,7 +34,7 @@ def test_probe_runs_on_the_twin_and_calibrate_fits_from_its_csv(tmp_path, capsys
         + ({1: " single", 2: " double"}[m.buffers] if m.kind == "mte_put" else "") for m in plan]
     assert len(rows) == 2 * 2 * 2 + 1 + 4 + 5
     assert all(len(r.times_us) == 3 and (r.times_us > 0).all() for r in rows)
-    assert {(r.target, r.soc, r.note, r.pes) for r in rows} == {("cpu", "Ascend910B3", TWIN_NOTE, 3)}
+    assert {(r.target, r.soc, r.build, r.note, r.pes) for r in rows} == {("cpu", "Ascend910B3", "sdma", TWIN_NOTE, 3)}
     assert f"probe CSV: {out}" in text and "measured on the CPU twin" in text
     fit = fit_probe_csv(out, load_model("host"))
     rc = main(["calibrate", str(out), "--model", "host", "--out", str(tmp_path / "m.toml")])
@@ -88,3 +88,28 @@ def test_probe_npu_branch_compiles_against_the_public_declarations(sdma):
     assert len(results) == 5
     for what, rc, err in results:
         assert rc == 0 and err == "", f"{what}:\n{err}"
+
+
+def test_an_npu_build_without_sdma_plans_no_sdma_row_and_k_follows_the_socs_aiv_cores(tmp_path):
+    """CANN < 9.0.0 (or Ascend950): SDMA calls are empty stand-ins, so nothing SDMA is timed; an
+    A2's 40 AIV cores cap k (48 would make every PE exit 1)."""
+    from npu_fakes import npu_env
+    from combine_lab.run.probe import npu_plan_facts
+    assert npu_plan_facts(npu_env(tmp_path / "a2", soc="Ascend910B3")) == (40, "")
+    assert npu_plan_facts(npu_env(tmp_path / "a3", soc="Ascend910_9391")) == (48, "")
+    aiv, why = npu_plan_facts(npu_env(tmp_path / "old", cann="8.3.RC1", soc="Ascend910B4"))
+    assert (aiv, why) == (40, "this NPU build has no SDMA (CANN 8.3.RC1 is older than 9.0.0); its SDMA calls are "
+                              "empty stand-ins (kernels/combine_platform.h)")
+    assert npu_plan_facts(npu_env(tmp_path / "950", soc="Ascend950PR"), aiv=64)[1] == (
+        "this NPU build has no SDMA (SHMEM does not support SDMA put on Ascend950PR (Ascend950: SDMA get only, "
+        "hicann/shmem examples/sdma/README.md)); its SDMA calls are empty stand-ins (kernels/combine_platform.h)")
+    with pytest.raises(ParameterError, match=r"^aiv_cores=None: the AIV cores of Ascend950PR are not known here"):
+        npu_plan_facts(npu_env(tmp_path / "950b", soc="Ascend950PR"))
+    plan = probe_plan(4, aiv_cores=aiv, sdma=why)
+    assert [m.kind for m in plan] == ["mte_put"] * 4 + ["flag", "flag_rtt", "quiet", "wait"]
+    with pytest.raises(ParameterError) as e:
+        probe_plan(4, aiv_cores=aiv, sdma=why, cores=(1, 2))
+    assert str(e.value) == f"cores=[1, 2]: SDMA rows refused: {why}"
+    with pytest.raises(ParameterError) as e:
+        probe_plan(4, aiv_cores=aiv, sdma=why, sdma_bytes=(4096,))
+    assert str(e.value) == f"sdma_bytes=[4096]: SDMA rows refused: {why}"

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from combine_lab import cli
-from combine_lab.run.build import VariantRefused
+from combine_lab.run.build import VariantRefused, require_npu_toolchain
 from combine_lab.run.capabilities import Capability, detect, npu_variant_refusal
 from combine_lab.run.toolchain import (CANN_FIX, SHMEM_FIX, SOC_FIX, Probes, TorchNpu, parse_npu_smi, parse_version,
                                        soc_arch)
@@ -87,6 +87,29 @@ def test_cann_9_has_sdma_and_everything_runs(tmp_path):
     assert caps.targets()[-1] == "npu"
     assert caps.variants("npu") == {"classic": "", "doubleplane": ""}
     assert npu_variant_refusal("doubleplane", env) is None
+
+
+def test_ascend950_refuses_sdma_with_shmems_reason(tmp_path):
+    """SHMEM's examples/sdma/README.md: Ascend950 has SDMA get only; the kernel sends by SDMA put."""
+    env = npu_env(tmp_path, npu_smi=NPU_SMI_A2.replace("910B3", "950PR"))
+    why = "SHMEM does not support SDMA put on Ascend950PR (Ascend950: SDMA get only, hicann/shmem " \
+          "examples/sdma/README.md)"
+    fix = "run doubleplane on an A2/A3 NPU (Ascend910B*, Ascend910_93*); classic runs on this SoC"
+    caps = detect(env, probes())
+    assert caps["soc"] == Capability("soc", True, "Ascend950PR (dav-c310, 1000 cycles/us)")
+    assert caps["sdma"] == Capability("sdma", False, why, fix)
+    assert caps.variants("npu") == {"classic": "", "doubleplane": fix}
+    refused = f"variant=doubleplane on target=npu: refused: the dual-plane combine needs SDMA put, and {why}; " \
+              "the classic variant still runs"
+    assert npu_variant_refusal("doubleplane", env) == refused  # the SoC from npu-smi
+    assert npu_variant_refusal("classic", env) is None
+    assert npu_variant_refusal("doubleplane", dict(env, COMBINE_NPU_SOC="Ascend910B4")) is None  # the override
+    p = probes()
+    lines = doctor_lines(caps, {name: p.package_version(name) for name in DOCTOR_PACKAGES})
+    assert lines[9:11] == [f"  SDMA        no  {why}", f"                  fix: {fix}"]
+    assert f"  npu doubleplane  no   fix: {fix}" in lines
+    assert require_npu_toolchain(env).sdma is False  # built MTE-only
+    assert require_npu_toolchain(env, soc="Ascend910_9391").sdma is True
 
 
 def test_cann_problems(tmp_path):

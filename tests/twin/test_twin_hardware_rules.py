@@ -71,6 +71,22 @@ def test_sdma_from_core_48_does_nothing_and_says_so(broken_kernels, no_leaks):
     assert int(res.plan.totals.loc[0, "sdma_bytes"]) == 2 * 8 * 4  # what the plan sent by SDMA
 
 
+def test_more_sdma_sqes_than_the_ring_holds_are_reported_and_the_real_kernel_quiets_first(broken_kernels, no_leaks):
+    """300 one-row SDMA puts from core 1 of PE 0: the real kernel quiets after 256 SQEs; without
+    those quiets the 257th SQE overruns the ring depth assumed (docs/hardware-rules.md#6-sdma)."""
+    case = BROKEN_KERNELS["sdma_ring_overrun"].case()
+    real = run_case(case, "doubleplane", min_sdma_bytes=0, perf=False)
+    assert real.check_ok and real.violation_count == 0 and real.counter_mismatches() == []
+    assert real.plane_bytes()["sdma_puts"].tolist() == [300, 0, 0]
+    put = next(i for i, ln in enumerate((ROOT / "kernels" / "combine_kernel.cpp").read_text().splitlines(), 1)
+               if "aclshmemx_sdma_put_nbi<T>(DstPayload(s.seg, row)" in ln)
+    res = run_case(case, "doubleplane", min_sdma_bytes=0, perf=False, binary=broken_kernels["sdma_ring_overrun"])
+    overrun = ("PE 0 core 1: 257 SDMA SQEs (1 MiB each at most) outstanding since its last SDMA quiet, more than the "
+               "256 its ring is assumed to hold: SHMEM writes them with no fullness check (inside "
+               f"aclshmemx_sdma_put_nbi called at kernels/combine_kernel.cpp:{put}; docs/hardware-rules.md#6-sdma)")
+    assert res.violations == [overrun, overrun]  # once per launch, two launches
+
+
 def test_the_real_kernel_serves_several_ranks_per_core_at_64_pes(no_leaks):
     spec = CaseSpec(pes=64, bs=4, h=4096, topk=8, expert_per_pe=1, routing="hot-expert:0.125")
     case = make_case(spec)

@@ -170,6 +170,18 @@ def test_shmem_puts_may_use_the_ub_up_to_192_kib_as_the_reference_does(shmem_rul
     assert (p.returncode, p.stdout, p.stderr) == (0, "ok row 1 ready 8 sdma 1\n", "")
 
 
+def test_the_heap_guarantees_what_shmems_does_and_no_more(shmem_rules, no_leaks):
+    """SHMEM's heap (src/host/mem/shmem_mgr.cpp) rounds sizes up to 16 B: aclshmem_malloc is 16 B
+    aligned only; aclshmem_align takes a power of two (else nullptr), as does a size of 0."""
+    p = subprocess.run([str(shmem_rules), "alloc"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "COMBINE_TWIN_SESSION": f"{RUN_TAG}alloc"})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["alloc 0 32 128 -1 -1 240"]  # 20 -> 32; 64 B at 32; 100 -> 112 B at 128
+    assert p.stderr.splitlines() == [
+        "twin: PE 0: aclshmem_align: refused: size 64, alignment 48 (SHMEM: size > 0, alignment a power of 2)",
+        "twin: PE 0: aclshmem_align: refused: size 0, alignment 64 (SHMEM: size > 0, alignment a power of 2)"]
+
+
 def test_a_shmem_staging_buffer_past_the_192_kib_ub_is_refused(shmem_rules, no_leaks):
     p = subprocess.run([str(shmem_rules), "stage_past_ub"], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "COMBINE_TWIN_SESSION": f"{RUN_TAG}ub192"})

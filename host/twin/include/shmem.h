@@ -101,7 +101,10 @@ typedef struct aclshmemx_init_attr_t {
 // ---- host API ----
 int aclshmemx_init_attr(aclshmemx_bootstrap_t bootstrap_flags, aclshmemx_init_attr_t* attributes);
 int aclshmem_finalize(void);
-void* aclshmem_malloc(size_t size);
+void* aclshmem_malloc(size_t size);  // 16 B aligned, as SHMEM's heap guarantees (sizes rounded up to 16 B)
+// `size` bytes at a multiple of `alignment`, which must be a power of two; nullptr otherwise or
+// when it does not fit (SHMEM include/host/mem/shmem_host_heap.h).
+void* aclshmem_align(size_t alignment, size_t size);
 void aclshmem_free(void* ptr);
 void* aclshmem_ptr(void* ptr, int pe);
 void aclshmem_barrier_all(void);  // host: all PEs; refused from a kernel core (MIX kernels only)

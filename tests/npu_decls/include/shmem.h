@@ -75,6 +75,7 @@ extern "C" {
 ACLSHMEM_HOST_API int aclshmemx_init_attr(aclshmemx_bootstrap_t bootstrap_flags, aclshmemx_init_attr_t* attributes);
 ACLSHMEM_HOST_API int aclshmem_finalize(void);
 ACLSHMEM_HOST_API void* aclshmem_malloc(size_t size);
+ACLSHMEM_HOST_API void* aclshmem_align(size_t alignment, size_t size);
 ACLSHMEM_HOST_API void aclshmem_free(void* ptr);
 ACLSHMEM_HOST_API void* aclshmem_ptr(void* ptr, int pe);
 ACLSHMEM_HOST_API void aclshmem_barrier_all(void);

@@ -46,12 +46,26 @@ const std::map<std::string, std::pair<uint32_t, uint32_t>> kCases = {
 
 }  // namespace
 
+// `alloc`: the heap's guarantees, as SHMEM's (16 B from aclshmem_malloc, a power of two from
+// aclshmem_align): each allocation's offset from the first, or -1 for nullptr.
+void allocations() {
+    const auto* first = static_cast<uint8_t*>(aclshmem_malloc(20));
+    const auto at = [first](void* p) { return p ? (long long)(static_cast<uint8_t*>(p) - first) : -1LL; };
+    void* a = aclshmem_malloc(64);        // right after 20 B rounded up to 32
+    void* b = aclshmem_align(64, 100);    // the next multiple of 64
+    void* c = aclshmem_align(48, 64);     // not a power of two
+    void* d = aclshmem_align(64, 0);      // nothing to allocate
+    void* e = aclshmem_malloc(1);
+    printf("alloc 0 %lld %lld %lld %lld %lld\n", at(a), at(b), at(c), at(d), at(e));
+}
+
 int main(int argc, char** argv) {
-    if (argc != 2 || kCases.count(argv[1]) == 0) {
-        fprintf(stderr, "usage: shmem_rules stage_190k_at_64|stage_past_ub\n");
+    const bool alloc = argc == 2 && std::string(argv[1]) == "alloc";
+    if (argc != 2 || (kCases.count(argv[1]) == 0 && !alloc)) {
+        fprintf(stderr, "usage: shmem_rules stage_190k_at_64|stage_past_ub|alloc\n");
         return 2;
     }
-    const uint32_t ub_off = kCases.at(argv[1]).first, ub_bytes = kCases.at(argv[1]).second;
+    const uint32_t ub_off = alloc ? 0 : kCases.at(argv[1]).first, ub_bytes = alloc ? 0 : kCases.at(argv[1]).second;
     aclshmemx_init_attr_t attr{};
     attr.my_pe = 0;
     attr.n_pes = 1;
@@ -59,6 +73,11 @@ int main(int argc, char** argv) {
     attr.local_mem_size = 2u << 20;
     attr.option_attr.data_op_engine_type = static_cast<data_op_engine_type_t>(ACLSHMEM_DATA_OP_MTE | ACLSHMEM_DATA_OP_SDMA);
     if (aclshmemx_init_attr(ACLSHMEMX_INIT_WITH_DEFAULT, &attr) != 0) return 5;
+    if (alloc) {
+        allocations();
+        aclshmem_finalize();
+        return 0;
+    }
     uint8_t* window = static_cast<uint8_t*>(aclshmem_malloc(kRow + 64 + 4096));
     std::vector<uint8_t> src(kRow);
     for (uint32_t i = 0; i < kRow; ++i) src[i] = uint8_t(i * 7 + 1);
