@@ -89,6 +89,8 @@ __host_aicore__ constexpr uint32_t SdmaOff(uint32_t real) { return kUbOverlap ? 
 __host_aicore__ constexpr uint32_t StageSyncId(uint32_t real) { return kSharedMteSyncId ? kMteSyncId : real; }
 // SHARED_SYNC_ID: the SDMA calls on the status puts' id (both planes on one id).
 __host_aicore__ constexpr uint32_t SdmaSyncId(uint32_t real) { return kSharedSyncId ? kMteSyncId : real; }
+// The outstanding SQEs an SDMA quiet bounds: none under the ring-overrun fault (quiet only at the end).
+__host_aicore__ constexpr uint32_t SdmaRingSqes(uint32_t real) { return kSdmaRingOverrun ? 0xFFFFFFFFu : real; }
 // PARTIAL_STATUS_WAIT: a status slot (`status`; not the segment variant's inbox) waited on at word 0 only.
 __host_aicore__ constexpr uint32_t StatusWaitWords(uint32_t real, bool status) {
     return kPartialStatusWait && status ? 1 : real;

@@ -348,14 +348,14 @@ private:
                 const uint32_t n = one_call ? (end - begin) * h_ : h_;
                 // Bounded by SQEs, not calls: quiet before this call's would overflow the ring.
                 const uint32_t sqes = sdma_sqes(uint64_t(n) * sizeof(T));
-                if (!fault::kSdmaRingOverrun && outstanding > 0 && outstanding + sqes > kSdmaQuietEvery) {
+                if (outstanding > 0 && outstanding + sqes > fault::SdmaRingSqes(kSdmaQuietEvery)) {
                     aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
                     outstanding = 0;
                 }
                 aclshmemx_sdma_put_nbi<T>(DstPayload(s.seg, row), expand_x_ + uint64_t(row) * h_, sdma_ub,
                                           kUbSdmaBytes, n, s.src_rank, SdmaSyncId());
                 outstanding += sqes;
-                if (!fault::kSdmaRingOverrun && outstanding >= kSdmaQuietEvery) {
+                if (outstanding >= fault::SdmaRingSqes(kSdmaQuietEvery)) {
                     aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
                     outstanding = 0;
                 }
