@@ -80,7 +80,7 @@ from ..model.suggest import Suggestion
 from ..model.unknowns import RESOLUTION
 from ..run.capabilities import detect
 from . import plots, svg, tuning
-from .app_sweep import SweepPanel
+from .app_sweep import SweepPanel, failure_html
 from .tuning import (FIELDS, HISTORY_COLUMNS, MODELS, ROUTING_MODELS, ROWS_COLUMNS, RUN_ERRORS, RUN_INPUTS,
                      TuningState, format_bytes, routing_string)
 
@@ -1254,11 +1254,8 @@ class TuningApp:
                     st.fail_run(request, error)
                     self.status.value = "failed"
                     self.progress.bar_style = "danger"
-                    first, _, rest = st.run_error.partition("\n")  # the reason first, the PE's log below it
-                    log = f"<pre class='cl-run-log'>{html.escape(rest)}</pre>" if rest.strip() else ""
-                    self._last_run_text = (f"<div class='cl-run-failed' role='alert' style='color:#b00020'>"
-                                           f"<b>Run failed</b>: {html.escape(first)}. Nothing of it is kept."
-                                           f"{log}</div>")
+                    # the reason first, the PE's log below it
+                    self._last_run_text = failure_html(st.run_error, "<b>Run failed</b>: ", ". Nothing of it is kept.")
                 else:
                     st.finish_run(request, runs)
                     self.progress.value = self.progress.max

@@ -136,7 +136,13 @@ class SweepPanel:
 
     def _fail(self, text: str) -> None:
         self.error = text
-        first, _, rest = text.partition("\n")
-        log = f"<pre class='cl-run-log'>{html.escape(rest)}</pre>" if rest.strip() else ""
-        self.status.value = (f"<div class='cl-run-failed' role='alert' style='color:#b00020'>{html.escape(first)}"
-                             f"{log}</div>")
+        self.status.value = failure_html(text)
+
+
+def failure_html(text: str, lead: str = "", tail: str = "") -> str:
+    """A failure as the app says it: its first line (after ``lead``, HTML, and before ``tail``) in
+    red, the rest (a PE's log) below it in a scrolling box; ``text`` escaped."""
+    first, _, rest = text.partition("\n")
+    log = f"<pre class='cl-run-log'>{html.escape(rest)}</pre>" if rest.strip() else ""
+    return (f"<div class='cl-run-failed' role='alert' style='color:#b00020'>{lead}{html.escape(first)}{tail}"
+            f"{log}</div>")
