@@ -178,6 +178,13 @@ def _logged(cmd: list[str], cwd: Path, log: Path) -> None:
         f.write(f"$ {' '.join(cmd)}\n{out or ''}")
 
 
+def _stamp(bdir: Path, program: str) -> Path:
+    """The stamp (sources' fingerprint, config) of ``program``'s last build in ``bdir``: one per
+    program, since a build of the driver alone (cmake's "all") does not build the probe, and its
+    stamp must not vouch for a probe_host built from older sources."""
+    return bdir / ("combine_lab_stamp.json" if program == BINARY_NAME else f"combine_lab_stamp_{program}.json")
+
+
 def build_status(target: str = "cpu", build_dir: str | os.PathLike | None = None,
                  env: dict[str, str] | None = None) -> tuple[str, Path]:
     """('up to date' | 'stale' | 'not built', build folder) of ``target``'s default (or given) folder.
@@ -185,7 +192,7 @@ def build_status(target: str = "cpu", build_dir: str | os.PathLike | None = None
     'stale': built, but a source under kernels/, host/, cmake/ changed since. Runs nothing.
     """
     bdir = Path(build_dir) if build_dir is not None else default_build_dir(target, env=env)
-    stamp = bdir / "combine_lab_stamp.json"
+    stamp = _stamp(bdir, BINARY_NAME)
     if not (bdir / BINARY_NAME).is_file() or not stamp.is_file():
         return "not built", bdir
     try:
@@ -301,7 +308,7 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
     bdir = Path(build_dir) if build_dir is not None else default_build_dir(target)
     bdir.mkdir(parents=True, exist_ok=True)
     binary = bdir / (main or program)
-    stamp = bdir / "combine_lab_stamp.json"
+    stamp = _stamp(bdir, program)
     log = bdir / BUILD_LOG
     with open(bdir / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -250,3 +250,29 @@ def test_builds_go_to_the_users_cache_folder_never_the_checkout(tmp_path):
     assert source_root() not in home.parents
     folder = kernel_build_dir(kernel_source(source_root() / "tests" / "kernels" / "combine_refstyle"))
     assert source_root() not in folder.parents and folder.parent == default_build_dir("cpu").parent
+
+
+def test_a_driver_build_does_not_vouch_for_a_stale_probe(tmp_path, monkeypatch):
+    """The driver's build (cmake's "all") does not build probe_host, yet its stamp vouched for it:
+    a probe_host from older sources ran ("printed no build line"). One stamp per program now."""
+    from combine_lab.run import build as b
+    fp = ["v1"]
+    built: list = []
+
+    def fake_logged(cmd, cwd, log):  # cmake: configure does nothing, a build makes what it is asked for
+        if "--build" in cmd:
+            names = [cmd[cmd.index("--target") + 2]] if "--target" in cmd else [b.BINARY_NAME]
+            for n in names:
+                (tmp_path / n).write_text(fp[0])
+                built.append((n, fp[0]))
+    monkeypatch.setattr(b, "_logged", fake_logged)
+    monkeypatch.setattr(b, "_fingerprint", lambda root, target, config="": fp[0])
+    b.build("cpu", build_dir=tmp_path, program="probe_host")
+    fp[0] = "v2"  # a source changed
+    b.build("cpu", build_dir=tmp_path)  # the driver: rebuilt, the probe not
+    assert (tmp_path / "probe_host").read_text() == "v1"
+    b.build("cpu", build_dir=tmp_path, program="probe_host")  # so the probe is rebuilt when asked for
+    assert (tmp_path / "probe_host").read_text() == "v2"
+    assert built == [("probe_host", "v1"), (b.BINARY_NAME, "v2"), ("probe_host", "v2")]
+    b.build("cpu", build_dir=tmp_path, program="probe_host")  # and then reused
+    assert len(built) == 3 and b.build_status("cpu", tmp_path)[0] == "up to date"
