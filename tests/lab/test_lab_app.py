@@ -12,7 +12,7 @@ require("ipywidgets", "IPython", "resvg_py", reason=LAB_EXTRA)
 from combine_lab.case.case import Case, make_case  # noqa: E402
 from combine_lab.errors import ParameterError, SpecError  # noqa: E402
 from combine_lab.lab import app as app_mod  # noqa: E402
-from combine_lab.lab import tuning  # noqa: E402
+from combine_lab.lab import tuning, tuning_model  # noqa: E402
 from combine_lab.lab.app import TuningApp, routing_string  # noqa: E402
 from combine_lab.model.replay import replay  # noqa: E402
 from combine_lab.model.stream import case_rows  # noqa: E402
@@ -505,16 +505,16 @@ def test_modelled_panel_follows_the_inputs_and_says_modelled(nothing_launches):
 
 
 def test_suggest_names_the_best_floor_and_sets_it(nothing_launches, monkeypatch):
-    monkeypatch.setattr(tuning, "AUTO_SUGGEST_SEGMENTS", 0)  # as for a large case: only the button computes it
+    monkeypatch.setattr(tuning_model, "AUTO_SUGGEST_SEGMENTS", 0)  # as for a large case: only the button computes it
     app = TuningApp(targets=["cpu"], model="a2", **{**SMALL, "min_sdma_bytes": 0})  # a2: the floor matters
     assert app.suggestion is None and app.use_button.disabled and "press <b>Suggest</b>" in app.modelled_html.value
     seen = []
-    real = tuning.model_suggest
+    real = tuning_model.model_suggest
 
     def watched(*a, **k):
         seen.append((app.suggest_button.disabled, app.use_button.disabled, "Computing" in app.suggest_status.value))
         return real(*a, **k)
-    monkeypatch.setattr(tuning, "model_suggest", watched)
+    monkeypatch.setattr(tuning_model, "model_suggest", watched)
     s = app.suggest()
     assert seen == [(True, True, True)] and not app.suggest_button.disabled and not app.use_button.disabled
     model, rows, _ = _model_truth(app, 0, "a2")
