@@ -350,7 +350,7 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView):
             f"<code>{html.escape(spec.routing)}</code>, {spec.dtype}: MTE would carry {format_bytes(mte)}, "
             f"{html.escape(share)}; remote average segment {format_bytes(avg.min())} to {format_bytes(avg.max())} per PE "
             f"(SDMA floor {p.min_sdma_bytes:,} B); kernel settings <code>{html.escape(p.settings.label)}</code>"
-            f"{self._settingsnote(p.settings)}.</div>")
+            f"{self._settings_note(p.settings)}.</div>")
         limit = 40
         shown = st.sdma_table.head(limit)
         more = f"<p>... and {len(st.sdma_table) - limit} more</p>" if len(st.sdma_table) > limit else ""
@@ -361,7 +361,7 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView):
         self.plan_figures.value = st.figures["segment_map"].svg + st.figures["plane_bytes"].svg
 
     @staticmethod
-    def _settingsnote(settings) -> str:
+    def _settings_note(settings) -> str:
         """What the kernel settings change, beside the plan (docs/variants.md): never which plane a segment takes."""
         if settings.is_reference:
             return " (one core per source rank, one SDMA call per row)"

@@ -12,9 +12,9 @@ import pandas as pd
 from ..model.machines import NpuModel
 from ..model.suggest import Suggestion
 from ..model.unknowns import RESOLUTION
-from . import svg
 from .app_html import note, table
 from .tuning import MODELS, format_bytes
+from .tuning_model import bytes_text
 
 __all__ = ["ModelledView"]
 
@@ -67,36 +67,34 @@ class ModelledView:
         if m.get("refused"):  # the machine has fewer PEs than the case
             self.modelled_html.value = note(f"Modelled time: not priced on {html.escape(m['model'])}: "
                                              f"{html.escape(m['refused'])}.")
-            self.assumed_html.value = self._assumedtable(st.model())
+            self.assumed_html.value = self._assumed_table(st.model())
             return
         if m.get("not_modelled"):  # kernel settings the model does not price (yet): no number shown as theirs
             self.modelled_html.value = (
                 f"<div class='cl-not-modelled' style='font-size:13px'>Modelled time on {html.escape(m['model'])}: "
                 f"{html.escape(m['not_modelled'])}. Set segment layout off and cores per rank 1 for the reference's "
                 "modelled time and a suggested floor (the rule, and so the plan, is the same for every setting).</div>")
-            self.assumed_html.value = self._assumedtable(st.model())
+            self.assumed_html.value = self._assumed_table(st.model())
             return
         sp = m["speedup"]
         names = m.get("labels", {"classic": "classic", "doubleplane": "doubleplane"})
         faster = ("a tie: SDMA changes nothing here, modelled" if abs(sp - 1) < 1e-9 else
                   f"a tie: within the model's resolution ({RESOLUTION:.0%})" if abs(sp - 1) <= RESOLUTION else
                   f"{names['doubleplane']} faster" if sp > 1 else f"{names['doubleplane']} slower")
-        line = (f"<div class='cl-modelled-line' style='font-size:13px'>At floor {m['floor']:,} B: modelled comm_only "
+        line = (f"<div class='cl-modelled-line' style='font-size:13px'>At floor {bytes_text(m['floor'])}: modelled comm_only "
                 f"<b>{m['doubleplane_us']:,.1f} us</b> with {html.escape(names['doubleplane'])}, "
                 f"{m['classic_us']:,.1f} us with {html.escape(names['classic'])}: "
                 f"speed-up {sp:.3f} ({faster}); kernel settings {html.escape(m.get('settings', 'reference'))}; "
                 f"<i>{html.escape(self._model_line(st.model()))}</i>.</div>")
-        if m.get("engines_line"):  # the verdict over the unknown that moves it most
-            line += (f"<div class='cl-modelled-engines' style='font-size:13px'>Over the unknown SDMA engine count: "
-                     f"{html.escape(m['engines_line'])} (modelled; nobody has published how many run at once)</div>")
+        line += self._engines_html()
         if s is None:
             line += note("The curve over every floor is not computed for this size at each change: "
                           "press <b>Suggest</b> (about 1-3 s at 64 PEs).")
         self.modelled_html.value = line + st.figures["modelled"].svg
-        self.assumed_html.value = self._assumedtable(st.model())
+        self.assumed_html.value = self._assumed_table(st.model())
 
     @staticmethod
-    def _assumedtable(model: NpuModel) -> str:
+    def _assumed_table(model: NpuModel) -> str:
         rows = [{"parameter": p.name, "value": p.value, "unit": p.unit,
                  "range": f"{p.range[0]:g} - {p.range[1]:g}" if p.range else "",
                  "where from": ("assumed: " + p.rationale) if p.assumed else p.source} for p in model.params.values()]
@@ -104,7 +102,7 @@ class ModelledView:
         # "where from" last and wrapping: every column stays in view at 1280 px
         return (note(f"{html.escape(model.name)} ({html.escape(model.machine)}); source: {html.escape(model.path)}")
                 + table(df, {c: c for c in df.columns}, "cl-params", label="the model's parameters",
-                         wide=("where from",)))
+                        fmt={"value": lambda v: html.escape(f"{v:,.6g}")}, wide=("where from",)))
 
 
     def suggest(self) -> Suggestion | None:
@@ -133,33 +131,51 @@ class ModelledView:
             self._show_suggestion(s)
             return s
 
-    def _show_suggestion(self, s: Suggestion) -> None:
-        st = self.state
-        c = st.floor_choice()
-        floor = st.suggested_floor()
-        head = f"({len(s.curve)} floors modelled in {st.suggest_seconds:.2f} s; modelled, not measured)"
-        unknowns = ""
-        if s.verdict is not None:  # a tie is a tie: best only above the resolution over every unknown's range
-            unknowns = (" " + html.escape(s.pick_text()) + ". What moves it most (measure first): "
-                        + html.escape(", ".join(s.verdict.sensitivity["parameter"].head(3))) + ".")
+    def _engines_html(self) -> str:
+        """The engine line of the modelled panel: the same :class:`~combine_lab.lab.tuning_model.Unknowns`
+        Suggest's message words (one source: the two never disagree), '' when none is known."""
+        u = self.state.unknowns()
+        if u is None:
+            return ""
+        cur = self.state.modelled.get("floor")
+        where = (f" (the floor Suggest names; this one is {bytes_text(cur)})" if u.suggested and u.floor != cur else "")
+        return (f"<div class='cl-modelled-engines' style='font-size:13px'>Over the unknown SDMA engine count: "
+                f"{html.escape(u.engines)}{where} (modelled; nobody has published how many run at once)</div>")
+
+    def _suggestion_pick(self, s: Suggestion, c, floor: int) -> tuple[str, str]:
+        """(the pick, what Use it does) of Suggest's message; sets the Use it button's words."""
         if c.never:
             pick = ("<b>no floor is suggested</b>: " + html.escape(c.text()) if c.all_tie else
                     "<b>keep never SDMA</b>: " + html.escape(c.text()))
             self.use_button.description = "Use it: never SDMA"
-            self.use_button.tooltip = (f"sets min_sdma_bytes to {floor:,} B: one byte above the largest segment the "
-                                       f"rule could pick ({format_bytes(c.largest_segment)}), so none goes by SDMA")
-            extra = (f" <b>Use it</b> sets the floor to {floor:,} B: one byte above the largest segment the rule "
-                     f"could pick ({format_bytes(c.largest_segment)}), so no segment goes by SDMA.")
-        else:
-            b = s.curve[s.curve["threshold_bytes"] == c.hi].iloc[0]
-            pick = (f"<b>a floor from {format_bytes(c.lo)} to {format_bytes(c.hi)}</b>: modelled comm_only "
-                    f"{c.best_us:,.1f} us, {float(b['speedup']):.3f} x classic (any floor in it gives the same plan "
-                    f"on these inputs)")
-            self.use_button.description = f"Use it: floor {svg.floor_text(floor)}"
-            self.use_button.tooltip = f"sets min_sdma_bytes to {floor:,} B, inside the interval"
-            extra = ""
-        if s.verdict is not None and not s.beats and not c.never:
-            pick = "<b>no floor beats MTE-only under these assumptions</b>; at the nominal values " + pick
+            self.use_button.tooltip = (f"sets min_sdma_bytes to {bytes_text(floor)}: one byte above the largest "
+                                       f"segment the rule could pick ({bytes_text(c.largest_segment)}), so none goes "
+                                       "by SDMA")
+            return pick, (f" <b>Use it</b> sets the floor to {bytes_text(floor)}: one byte above the largest segment "
+                          f"the rule could pick ({bytes_text(c.largest_segment)}), so no segment goes by SDMA.")
+        b = s.curve[s.curve["threshold_bytes"] == c.hi].iloc[0]
+        pick = (f"<b>a floor from {bytes_text(c.lo)} to {bytes_text(c.hi)}</b> ({format_bytes(c.lo)} to "
+                f"{format_bytes(c.hi)}): modelled comm_only {c.best_us:,.1f} us, {float(b['speedup']):.3f} x classic at "
+                f"the nominal values (any floor in it gives the same plan on these inputs)")
+        self.use_button.description = f"Use it: floor {bytes_text(floor)}"
+        self.use_button.tooltip = f"sets min_sdma_bytes to {bytes_text(floor)}, inside the interval"
+        return pick, ""
+
+    def _show_suggestion(self, s: Suggestion) -> None:
+        """Suggest's message: the pick (an interval of floors, or a tie), then once what the
+        unknowns do to it (the band over their box and the engine sentence: the panel's
+        :meth:`_engines_html` words the same :class:`~combine_lab.lab.tuning_model.Unknowns`), and
+        what moves it most. Every floor in exact bytes ("1,933,312 B")."""
+        st = self.state
+        c = st.floor_choice()
+        pick, extra = self._suggestion_pick(s, c, st.suggested_floor())
+        head = f"({len(s.curve)} floors modelled in {st.suggest_seconds:.2f} s; modelled, not measured)"
+        unknowns = ""
+        u = st.unknowns()
+        if s.verdict is not None and u is not None and u.suggested:  # a tie is a tie: best only above the resolution
+            unknowns = (f" Over the unknowns: {html.escape(u.band)}. SDMA engines alone: {html.escape(u.engines)}. "
+                        "What moves it most (measure first): "
+                        + html.escape(", ".join(s.verdict.sensitivity["parameter"].head(3))) + ".")
         self.suggest_status.value = (f"<div class='cl-suggestion' style='font-size:13px'>Suggested: {pick} {head}."
                                      f"{extra}{unknowns}</div>")
         self.use_button.disabled = False

@@ -19,14 +19,15 @@ from ..model.replay import settings_args, stage1
 from ..model.stream import CaseRows, case_rows
 from ..model.suggest import NEVER, Suggestion
 from ..model.suggest import suggest as model_suggest
-from ..model.unknowns import engines_curve, engines_line
+from ..model.unknowns import ENGINES, RESOLUTION, engines_curve, engines_line, word
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 from ..planning.settings import REFERENCE, KernelSettings, group_variants, variant_label
 from . import plots
 from .form import MODELS, _is_int, format_bytes
 from .pricing import NotModelled, not_modelled_text, priced
 
-__all__ = ["FloorChoice", "floor_choice", "AUTO_SUGGEST_SEGMENTS", "ModelledState", "model_suggest"]
+__all__ = ["FloorChoice", "floor_choice", "AUTO_SUGGEST_SEGMENTS", "ModelledState", "model_suggest", "bytes_text",
+           "engines_sentence", "Unknowns"]
 
 #: Up to this many segments (pes * pes * expert_per_pe) the modelled curve over every floor is
 #: recomputed at each replan (milliseconds); above it, :meth:`TuningState.suggest` computes it
@@ -104,6 +105,47 @@ def floor_choice(s: Suggestion, rel: float = 1e-9) -> FloorChoice:
     return FloorChoice(best, lo, hi, False, all_tie, int(floor), largest)
 
 
+def bytes_text(n) -> str:
+    """Bytes exactly, as every message of the app writes them: "2,097,152 B" (issue 32: "2097152 B"
+    and "2,097,152 B" on one page)."""
+    return f"{int(n):,} B"
+
+
+def engines_sentence(floor: int, engines, label: str = "doubleplane", against: str = "classic") -> str:
+    """Over the unknown SDMA engine count (DataFrame engines, speedup; the rest nominal): "doubleplane
+    at floor 2,097,152 B: parity with 1, ..., 1.2x faster with 48 SDMA engines, the rest nominal: it
+    pays only if 32 or more run at once" (or: with none of them). The words and the rule are
+    :func:`combine_lab.model.unknowns.engines_line`'s (a speed-up within :data:`RESOLUTION` is parity),
+    the floor written as the app writes bytes (:func:`bytes_text`)."""
+    than = "" if against == "classic" else f" than {against}"
+    if label.startswith("classic"):
+        return f"{label} (no SDMA): {word(float(engines['speedup'].iloc[0]))}{than} with any number of SDMA engines"
+    parts = [f"{word(x)} with {int(e)}" for e, x in zip(engines["engines"], engines["speedup"])]
+    pays = next((int(e) for e, x in zip(engines["engines"], engines["speedup"]) if x > 1 + RESOLUTION), None)
+    tail = (f"it pays only if {pays} or more run at once" if pays is not None else
+            f"it does not pay with any of {ENGINES[0]}-{ENGINES[-1]} running at once")
+    return f"{label} at floor {bytes_text(floor)}: " + ", ".join(parts) + f" SDMA engines{than}, the rest nominal: {tail}"
+
+
+@dataclass(frozen=True)
+class Unknowns:
+    """What the model's unknowns do to the speed-up, as the app says it in both places (the
+    modelled panel's engine line and Suggest's message): one source, so the two never disagree
+    (issue 32: "pays only if 32 or more run at once" beside "no single unknown changes that").
+
+    ``floor``: the floor it is about (bytes); ``suggested``: True when it is Suggest's verdict at
+    its best floor (the engine curve and the band over the unknowns' box of one
+    :class:`~combine_lab.model.unknowns.Verdict`), False for the current floor's engine curve alone;
+    ``engines``: the engine sentence (:func:`engines_sentence`); ``band``: the band over the box and
+    what makes it pay ('' without a verdict); ``beats``: the floor beats MTE-only over the whole box."""
+
+    floor: int
+    suggested: bool
+    engines: str
+    band: str = ""
+    beats: bool = False
+
+
 class ModelledState:
     """The modelled panel of :class:`~combine_lab.lab.tuning.TuningState` (its ``modelled``,
     ``suggestion`` and ``figures["modelled"]``), from its values, spec and drawn routing."""
@@ -173,12 +215,13 @@ class ModelledState:
                 self.suggestion, self._suggestion_key = model_suggest(under["doubleplane"], model, "comm_only"), key
         labels = {v: variant_label(v, s) for v, s in vs.items()}
         # against this group's own classic (classic-c4 for segment-c4), as the speed-up beside it
-        engines = (engines_line(floor, engines_curve(under["doubleplane"], model, floor, baseline=vs["classic"]),
-                                labels["doubleplane"])
-                   if small and rows.sdma("doubleplane", floor).any() else "")
+        curve = (engines_curve(under["doubleplane"], model, floor, baseline=vs["classic"])
+                 if small and rows.sdma("doubleplane", floor).any() else None)
+        engines = engines_line(floor, curve, labels["doubleplane"]) if curve is not None else ""
         self.modelled = {"model": model.name, "caption": model.caption(), "floor": floor, "classic_us": classic,
                          "doubleplane_us": dual, "speedup": classic / dual if dual > 0 else float("nan"),
                          "curve": self.suggestion is not None, "engines_line": engines, "settings": st.label,
+                         "engines_curve": (curve, labels["doubleplane"]) if curve is not None else None,
                          "labels": labels}
         self._set_modelled_figure()
 
@@ -222,12 +265,35 @@ class ModelledState:
             return None
         floor = int(self._values["min_sdma_bytes"])
         if st.is_reference and not self.modelled.get("engines_line") and rows.sdma("doubleplane", floor).any():
-            self.modelled["engines_line"] = engines_line(floor, engines_curve(rows, model, floor))
+            curve = engines_curve(rows, model, floor)
+            self.modelled["engines_line"] = engines_line(floor, curve)
+            self.modelled["engines_curve"] = (curve, "doubleplane")
         self.suggest_seconds = time.perf_counter() - t0
         self.suggestion, self._suggestion_key = s, self._curve_key(model)
         self.modelled["curve"] = True
         self._set_modelled_figure()
         return s
+
+    def unknowns(self) -> Unknowns | None:
+        """What the unknowns do to the speed-up (:class:`Unknowns`): from Suggest's verdict when the
+        current suggestion has one (the engine curve and the band at its floor), else from the
+        current floor's engine curve; None when neither is known (no SDMA at this floor, a large
+        case before Suggest, no plan)."""
+        s = self.suggestion
+        v = s.verdict if s is not None and self._suggestion_key is not None else None
+        if v is not None and v.floor >= 0 and self.plan is not None:
+            band = (f"the speed-up at {bytes_text(v.floor)} is {v.low:.3f}x - {v.high:.3f}x "
+                    f"{v.against} over the unknowns' box (nominal {v.nominal:.3f}x; the model's resolution "
+                    f"{RESOLUTION:.0%}): "
+                    + ("it beats MTE-only throughout" if v.beats else
+                       f"no floor beats MTE-only under these assumptions; {v.pays_if()}"))
+            return Unknowns(int(v.floor), True, engines_sentence(v.floor, v.engines, v.label, v.against), band,
+                            bool(v.beats))
+        m = self.modelled
+        if m.get("engines_curve") is None or "floor" not in m:
+            return None
+        curve, label = m["engines_curve"]
+        return Unknowns(int(m["floor"]), False, engines_sentence(m["floor"], curve, label))
 
     def floor_choice(self) -> "FloorChoice | None":
         """What the current suggestion says about the floor (:func:`floor_choice`): the interval

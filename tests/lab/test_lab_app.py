@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 
 import pytest
 from conftest import LAB_EXTRA, host_processes, require
@@ -525,10 +526,11 @@ def test_suggest_names_the_best_floor_and_sets_it(nothing_launches, monkeypatch)
     c = app.state.floor_choice()
     assert not c.never and c.lo <= int(want.best["threshold_bytes"]) == c.hi
     status = html.unescape(app.suggest_status.value)
-    assert f"a floor from {tuning.format_bytes(c.lo)} to {tuning.format_bytes(c.hi)}" in status
+    assert f"a floor from {c.lo:,} B to {c.hi:,} B</b> ({tuning.format_bytes(c.lo)} to {tuning.format_bytes(c.hi)})" \
+        in status
     assert "modelled, not measured" in status and "cl-best" in app.modelled_html.value
     floor = app.use_suggestion()
-    assert c.lo <= floor <= c.hi and app.use_button.description == f"Use it: floor {app_mod.svg.floor_text(floor)}"
+    assert c.lo <= floor <= c.hi and app.use_button.description == f"Use it: floor {floor:,} B"
     assert app.controls["min_sdma_bytes"].value == str(floor) and app.plan.min_sdma_bytes == floor
     assert app.modelled["doubleplane_us"] == pytest.approx(float(want.best["modelled_us"]), rel=1e-9)
     assert app.suggestion is s  # the floor changed, not the case: the curve still holds
@@ -553,6 +555,47 @@ def test_a_tie_with_never_sdma_is_called_a_tie(nothing_launches):
     assert "never SDMA ties for best: no floor is faster" in html.unescape(app.modelled_html.value)
     assert app.use_suggestion() == largest + 1 and app.sdma_table.empty
     assert "a tie" in html.unescape(app.modelled_html.value)
+
+
+def _sentences(text: str) -> list[str]:
+    return [x.strip() for x in re.split(r"(?<=[.;:])\s+", text) if len(x.strip()) > 12]
+
+
+def test_suggest_and_the_engine_line_say_one_thing_in_one_format(nothing_launches):
+    """Issue 32 item 4: with deepseek at 16 PEs the engine line said "pays only if 32 or more run at
+    once" while Suggest said that no unknown changes it; Suggest said "no floor beats MTE-only under
+    these assumptions" twice and wrote its floor as 4,521,985 B and as 4521984 in one message."""
+    app = TuningApp(targets=["cpu"], model="a3", pes=16, routing_model="deepseek")
+    app.suggest()
+    status = html.unescape(re.sub("<[^>]+>", "", app.suggest_status.value))
+    panel = html.unescape(re.sub("<[^>]+>", "", app.modelled_html.value.split("<svg")[0]))
+    u = app.state.unknowns()
+    assert u.suggested and u.floor == 1_933_312 and not u.beats
+    # one source: the panel's engine sentence is the one Suggest's message gives
+    assert u.engines == ("doubleplane at floor 1,933,312 B: 2.9x slower with 1, 1.5x slower with 2, 1.1x faster with 4, "
+                         "1.1x faster with 8, 1.1x faster with 16, 1.1x faster with 32, 1.1x faster with 48 SDMA "
+                         "engines, the rest nominal: it pays only if 4 or more run at once")
+    assert f"SDMA engines alone: {u.engines}." in status and f"Over the unknown SDMA engine count: {u.engines} (" in panel
+    assert "(the floor Suggest names; this one is 2,097,152 B)" in panel and "At floor 2,097,152 B:" in panel
+    assert status.count("no floor beats MTE-only under these assumptions") == 1
+    said = _sentences(status)
+    assert len(said) == len(set(said)), [x for x in said if said.count(x) > 1]
+    # every byte count in exact bytes with thousands separators: no bare 1933312
+    assert re.findall(r"\d{5,}", status + panel) == [], re.findall(r"\d{5,}", status + panel)
+    assert "a floor from 1,638,401 B to 1,933,312 B (1.56 MiB to 1.84 MiB)" in status
+    app.use_suggestion()  # at that floor the panel speaks of it alone
+    panel = html.unescape(re.sub("<[^>]+>", "", app.modelled_html.value.split("<svg")[0]))
+    assert f"Over the unknown SDMA engine count: {u.engines} (modelled;" in panel and "Suggest names" not in panel
+
+
+def test_the_parameters_table_writes_values_as_the_model_does(nothing_launches):
+    """Issue 32 item 4: "8.000 engines": a count is written 8, a rate 0.2, as in the model's file."""
+    app = TuningApp(targets=["cpu"], model="a3", **SMALL)
+    cells = re.findall(r"<tr><td>([a-z_A-Z]+)</td><td>([^<]*)</td><td>([^<]*)</td>", app.assumed_html.value)
+    got = {name: (value, unit) for name, value, unit in cells}
+    assert got["sdma_engines"] == ("8", "engines") and got["egress_GBps"] == ("196", "GB/s")
+    assert got["mte_put_us"][0] == "0.2" or "." in got["mte_put_us"][0] or got["mte_put_us"][0].isdigit()
+    assert not [v for v, _ in got.values() if v.endswith(".000")]
 
 
 def test_suggest_without_a_plan_says_so(nothing_launches):
@@ -591,7 +634,9 @@ def test_settings_controls_mark_bad_values_and_a_run_uses_them(monkeypatch, no_l
     assert m["classic_us"] == pytest.approx(float(classic.core_max("comm_only").max()), rel=1e-12)
     shown = html.unescape(app.modelled_html.value)
     assert f"{m['doubleplane_us']:,.1f} us</b> with doubleplane-segment-c4, {m['classic_us']:,.1f} us with classic-c4" in shown
-    assert "doubleplane-segment-c4 at floor 0 B: " in shown
+    # the engine line is Suggest's (one source: its verdict at the floor it names), against the group's classic
+    assert "Over the unknown SDMA engine count: doubleplane-segment-c4 at floor 4,096 B: 1.6x slower with 1" in shown
+    assert "SDMA engines than classic-c4, the rest nominal" in shown and "this one is 0 B" in shown
     assert app.run() is not None
     assert list(app.rows["variant"]) == ["classic-c4", "doubleplane-segment-c4"]
     assert "<td>16_64_2_4_2, segment-c4</td>" in app.history_html.value
