@@ -72,7 +72,7 @@ from ..errors import ParameterError
 from ..run.capabilities import detect
 from . import plots, svg  # noqa: F401 - svg: read through this module (app_mod.svg) by the tests
 from .app_bridge import HEARTBEAT_AFTER_PING_S, HEARTBEAT_S, KERNEL_SILENT_S, css_html, make_bridge
-from .app_form import CONTROLS, H_STEP, FormView
+from .app_form import CONTROL_GROUPS, CONTROLS, H_STEP, FormView
 from .app_history import HISTORY_SHOWN, HistoryView
 from .app_html import Disclosure, note, parse_number, table
 from .app_modelled import ModelledView
@@ -83,7 +83,7 @@ from .tuning import HISTORY_COLUMNS, MODELS, ROUTING_MODELS, ROWS_COLUMNS, Tunin
 
 __all__ = ["ROUTING_MODELS", "routing_string", "TuningApp", "HISTORY_COLUMNS", "HISTORY_SHOWN", "ROWS_COLUMNS",
            "MODELS", "H_STEP", "STORAGE_KEY", "parse_number", "KERNEL_SILENT_S", "HEARTBEAT_S",
-           "HEARTBEAT_AFTER_PING_S"]
+           "HEARTBEAT_AFTER_PING_S", "CONTROL_GROUPS", "CONTROLS"]
 
 #: Where a page keeps its settings and history across a reload (the browser tab's sessionStorage).
 STORAGE_KEY = "combine_lab.tuning_app"
@@ -157,7 +157,7 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView):
         self._last_click_at = -float("inf")
         self._click_note = ""
         self._shown_suggestion: Suggestion | None = None  # the one Suggest named (Use it applies to it)
-        self._compare_svg: tuple[int, str] | None = None  # (id of the compare figure, its SVG)
+        self._compare_svg: tuple[tuple, str] | None = None  # ((id of the compare figure, width), its SVG)
         self._hold = 0
         # one lock for the state and the widgets: the kernel's main thread (controls) and a Run's thread
         self._lock = threading.RLock()
@@ -226,8 +226,7 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView):
             self.bridge.observe(self._on_width, names="width")
             self.bridge.observe(self._on_restore, names="restore")
     def _layout(self) -> widgets.Widget:
-        controls = widgets.Box(list(self.controls.values()), layout=widgets.Layout(width="100%"))
-        controls.add_class("cl-controls")
+        controls = self._controls_box()
         self.sdma_section = Disclosure("SDMA segments listed by the planner", self.sdma_html, "sdma")
         plan_box = widgets.VBox([widgets.HTML("<h4 class='cl-h'>Plan (nothing runs)</h4>"), self.plan_summary,
                                  self.plan_figures, self.sdma_section.box], layout=widgets.Layout(width="100%"))
@@ -236,8 +235,7 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView):
         model_box = widgets.VBox([
             widgets.HTML("<h4 class='cl-h'>Modelled NPU time <span class='cl-modelled-tag'>modelled, not measured"
                          "</span></h4>"),
-            widgets.HBox([self.model_select, self.suggest_button, self.use_button],
-                         layout=widgets.Layout(flex_flow="row wrap", width="100%")),
+            self._model_row(),
             self.suggest_status, self.modelled_html, self.params_section.box], layout=widgets.Layout(width="100%"))
         self.counters_section = Disclosure("Per-plane counters of the last run", self.counters_html, "counters")
         self.history_all_section = Disclosure("History: all columns", self.history_all_html, "history-all")
@@ -262,6 +260,12 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView):
         root.add_class("cl-app")
         return root
 
+    def _model_row(self) -> widgets.Widget:
+        row = widgets.HBox([self.model_select, self.suggest_button, self.use_button],
+                           layout=widgets.Layout(flex_flow="row wrap", width="100%"))
+        row.add_class("cl-model-row")
+        return row
+
     @property
     def widget(self) -> widgets.Widget:
         """The whole app as one widget (controls, plan view, modelled time, run panel)."""
@@ -277,6 +281,8 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView):
             if self.state.set_figure_width(int(change["new"]) - 4):
                 self._render_plan()
                 self._render_modelled()
+                self._render_run_views()  # the comparison and the history, drawn to the new width
+                self._render_history()
 
     # ------------------------------------------------------------------ kept across a reload
     def _save(self) -> None:

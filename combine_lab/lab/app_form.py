@@ -18,14 +18,33 @@ from . import tuning
 from .app_html import number_text, parse_number
 from .tuning import FIELDS, MODELS, ROUTING_MODELS, RUN_INPUTS
 
-__all__ = ["FormView", "CONTROLS", "H_STEP"]
+__all__ = ["FormView", "CONTROLS", "CONTROL_GROUPS", "H_STEP", "FLOOR_LOG2_MIB", "floor_mib_text"]
 
 #: How far the arrow keys move h in its box (elements): the h of most models is a multiple of it.
 H_STEP = 64
 #: The controls, in the order shown (the state's values less the model, which has its own selector).
 CONTROLS = RUN_INPUTS
-#: Where a page keeps its settings and history across a reload (the browser tab's sessionStorage).
+#: The controls in groups, as a kernel engineer thinks of them (issue 32: 17 raw identifiers in one
+#: row): group -> (its heading, its controls). The floor's MiB box and log slider sit in "kernel".
+CONTROL_GROUPS = {
+    "case": ("Case", ("pes", "bs", "h", "topk", "expert_per_pe", "dtype", "seed")),
+    "routing": ("Routing", ("routing_model", "skew", "trace")),
+    "kernel": ("Kernel: SDMA floor, settings", ("min_sdma_bytes", "segment", "cores_per_rank")),
+    "timing": ("Timing: where, how long", ("target", "warmup", "loops", "repeats")),
+}
+#: The floor slider's range, log2 of MiB: 1 KiB to 256 MiB, in quarter steps of the exponent; the
+#: byte box takes any floor (0 included: every non-empty segment above its PE's average goes by SDMA).
+FLOOR_LOG2_MIB = (-10.0, 8.0, 0.25)
 _NUMBER_FIELDS = tuple(n for n in CONTROLS if FIELDS[n].kind in ("int", "number"))
+
+
+def floor_mib_text(nbytes) -> str:
+    """The floor in MiB as its box shows it: exact (a byte count over 2**20 is a binary fraction),
+    shortest form: 2097152 -> "2", 1933312 -> "1.84375", 4096 -> "0.00390625"; "" for a value that is
+    no whole number of bytes (the byte box says why)."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        return ""
+    return f"{nbytes / 2 ** 20:.12g}"
 
 
 class FormView:
@@ -79,7 +98,75 @@ class FormView:
         for name, w in c.items():
             w.add_class("cl-control")
             w.add_class(f"cl-control-{name}")
+            w.layout = widgets.Layout(width="100%", max_width="100%")  # the group's width: no ragged grid
             w.observe(self._on_change, names="value")
+        self._build_floor_controls(style)
+
+    def _build_floor_controls(self, style: dict) -> None:
+        """The floor in MiB (a box and a log slider) beside its exact bytes: the byte box stays the
+        value (read exactly); these two set it in whole bytes and follow it."""
+        lo, hi, step = FLOOR_LOG2_MIB
+        self.floor_mib = widgets.Text(value="", description="floor (MiB)", continuous_update=False, style=style,
+                                      tooltip="SDMA floor in MiB (2**20 B): set in whole bytes",
+                                      layout=widgets.Layout(width="100%"))
+        self.floor_mib.add_class("cl-floor-mib")
+        self.floor_slider = widgets.FloatLogSlider(value=2.0, base=2, min=lo, max=hi, step=step, readout=False,
+                                                   continuous_update=False, description="floor (log)", style=style,
+                                                   tooltip="SDMA floor, 1 KiB to 256 MiB on a log scale (arrow keys: "
+                                                           "a quarter power of two)",
+                                                   layout=widgets.Layout(width="100%"))
+        self.floor_slider.add_class("cl-floor-slider")
+        self.floor_bytes = widgets.HTML(layout=widgets.Layout(width="100%"))
+        self.floor_bytes.add_class("cl-floor-bytes")
+        self.floor_mib.observe(self._on_floor_mib, names="value")
+        self.floor_slider.observe(self._on_floor_slider, names="value")
+
+    def _on_floor_mib(self, change) -> None:
+        if self._hold:
+            return
+        v = parse_number(change["new"])
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and 0 <= v < 2 ** 44
+        # a MiB value that is no floor goes to the state as typed, which names it at the byte box
+        self._changed("min_sdma_bytes", int(round(v * 2 ** 20)) if ok else change["new"])
+
+    def _on_floor_slider(self, change) -> None:
+        if not self._hold:
+            self._changed("min_sdma_bytes", int(round(float(change["new"]) * 2 ** 20)))
+
+    def _sync_floor(self) -> None:
+        """The MiB box, the slider and the exact bytes beside them show the byte box's value."""
+        b = self.state.values()["min_sdma_bytes"]
+        ok = isinstance(b, int) and not isinstance(b, bool) and b >= 0
+        lo, hi, _ = FLOOR_LOG2_MIB
+        with self._held():
+            text = floor_mib_text(b)
+            if ok and parse_number(self.floor_mib.value) != b / 2 ** 20:
+                self.floor_mib.value = text
+            if ok:
+                x = min(max(b / 2 ** 20, 2 ** lo), 2 ** hi)
+                if abs(self.floor_slider.value - x) > 1e-12 * x:
+                    self.floor_slider.value = x
+        self.floor_bytes.value = (f"<div class='cl-note cl-floor-exact'>= <b>{b:,} B</b>"
+                                  + (" (every segment over its PE's average)" if b == 0 else "")
+                                  + "</div>" if ok else "<div class='cl-note cl-floor-exact'>= no floor: see the byte "
+                                  "box</div>")
+
+    def _controls_box(self) -> widgets.Widget:
+        """The controls in their groups (:data:`CONTROL_GROUPS`), each a column with a heading."""
+        boxes = []
+        for key, (title, names) in CONTROL_GROUPS.items():
+            parts = [widgets.HTML(f"<div class='cl-group-title'>{title}</div>")]
+            for n in names:
+                parts.append(self.controls[n])
+                if n == "min_sdma_bytes":
+                    parts += [self.floor_bytes, self.floor_mib, self.floor_slider]
+            box = widgets.VBox(parts, layout=widgets.Layout(width="292px"))
+            box.add_class("cl-group")
+            box.add_class(f"cl-group-{key}")
+            boxes.append(box)
+        controls = widgets.Box(boxes, layout=widgets.Layout(width="100%"))
+        controls.add_class("cl-controls")
+        return controls
 
     def values(self) -> dict:
         """Current control values by name (the state's, as set: never clamped)."""
@@ -147,6 +234,7 @@ class FormView:
         self.controls["skew"].disabled = skew is None
         self.controls["skew"].description = f"skew ({skew})" if skew else "skew (n/a)"
         self.controls["trace"].disabled = v["routing_model"] != "trace"
+        self._sync_floor()
 
     def _mark_problems(self) -> None:
         """Each control whose value cannot be used is marked (class ``cl-bad``) with its reasons

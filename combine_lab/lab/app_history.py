@@ -8,8 +8,8 @@ import html
 import ipywidgets as widgets
 import numpy as np
 
-from . import plots, svg
-from .app_html import speedup_spread, table
+from . import svg
+from .app_html import fitted_svg, speedup_spread, table
 from .tuning import HISTORY_COLUMNS
 
 __all__ = ["HistoryView", "HISTORY_SHOWN"]
@@ -52,5 +52,6 @@ class HistoryView:
                                          label="history")
         self.history_all_html.value = table(st.history, {c: c for c in HISTORY_COLUMNS}, "cl-history-all",
                                              label="history, all columns")
-        self.history_plot_html.value = plots.figure_svg(st.figures["history"]) if "history" in st.figures else ""
+        self.history_plot_html.value = (fitted_svg(st.figures["history"], st.figure_width) if "history" in st.figures
+                                        else "")
 

@@ -9,7 +9,7 @@ import ipywidgets as widgets
 import numpy as np
 import pandas as pd
 
-__all__ = ["parse_number", "number_text", "cell", "table", "speedup_spread", "note", "Disclosure"]
+__all__ = ["parse_number", "number_text", "cell", "table", "speedup_spread", "note", "Disclosure", "fitted_svg"]
 
 
 def parse_number(text):
@@ -78,6 +78,23 @@ def speedup_spread(mid: float, lo: float, hi: float, repeats) -> str:
 
 def note(text_html: str) -> str:
     return f"<div class='cl-note'>{text_html}</div>"
+
+
+def fitted_svg(fig, width_px: int) -> str:
+    """A matplotlib Figure as inline SVG (:func:`combine_lab.lab.plots.figure_svg`) drawn ``width_px``
+    CSS pixels wide (1 inch = 96 px), its height and font sizes kept: the comparison and history
+    figures fill the app's width (issue 32: 845 px in a 1250 px app) instead of being scaled, which
+    would grow their text. The figure's own size is restored after, so a saved PNG is unchanged.
+    An :class:`~combine_lab.lab.svg.SvgFigure` is drawn to its width already: its text is returned."""
+    from . import plots
+    if not hasattr(fig, "set_size_inches"):
+        return plots.figure_svg(fig)
+    w, h = fig.get_size_inches()
+    fig.set_size_inches(max(float(width_px), 480.0) / 96.0, h)
+    try:
+        return plots.figure_svg(fig)
+    finally:
+        fig.set_size_inches(w, h)
 
 
 class Disclosure:

@@ -14,7 +14,7 @@ import ipywidgets as widgets
 import numpy as np
 
 from . import plots
-from .app_html import speedup_spread, table
+from .app_html import fitted_svg, speedup_spread, table
 from .app_sweep import failure_html
 from .server import end_children
 from .tuning import FIELDS, RUN_ERRORS
@@ -111,8 +111,9 @@ class RunsView:
         fig = self.state.compare_figure
         if fig is None:
             return ""
-        if self._compare_svg is None or self._compare_svg[0] != id(fig):  # drawn once per Run
-            self._compare_svg = (id(fig), plots.figure_svg(fig))
+        key = (id(fig), self.state.figure_width)  # drawn once per Run and width
+        if self._compare_svg is None or self._compare_svg[0] != key:
+            self._compare_svg = (key, fitted_svg(fig, self.state.figure_width))
         return self._compare_svg[1]
 
     def _render_run_views(self) -> None:

@@ -206,16 +206,23 @@ class RunsState:
         replaced by the summary over every repeat (:func:`combine_lab.results.tables.summarize`), its
         check FAIL and counters_ok False when any repeat's were."""
         out = compare_rows(rows)
+        nan = float("nan")
         for m in METRICS:
-            out.update({f"{m}_speedup_lo": float("nan"), f"{m}_speedup_hi": float("nan"), f"{m}_verdict": "no run"})
+            out.update({f"{m}_speedup_lo": nan, f"{m}_speedup_hi": nan, f"{m}_verdict": "no run"})
+            out.update({f"{m}_{v}_{k}_us": nan for v in ("classic", "doubleplane") for k in ("lo", "hi")})
+        out.update({f"comm_only_{v}_{b}_GBps": nan for v in ("classic", "doubleplane") for b in ("algbw", "busbw")})
         outcomes = getattr(runs, "outcomes", [])
         summary = summarize(runs.tidy()) if outcomes else None
         if summary is None or not len(summary):
             return out
         s = summary.iloc[0]
         for m in METRICS:
-            for k in ("classic_us", "doubleplane_us", "speedup", "speedup_lo", "speedup_hi", "verdict"):
+            for k in ("classic_us", "doubleplane_us", "speedup", "speedup_lo", "speedup_hi", "verdict",
+                      "classic_lo_us", "classic_hi_us", "doubleplane_lo_us", "doubleplane_hi_us"):
                 out[f"{m}_{k}"] = s[f"{m}_{k}"]
+        for v in ("classic", "doubleplane"):  # nccl-tests' bandwidths of the slowest profiled PE
+            for b in ("algbw", "busbw"):
+                out[f"comm_only_{v}_{b}_GBps"] = s.get(f"comm_only_{v}_{b}_GBps", float("nan"))
         if out["check"] == PASS and not s["check_ok"]:
             out["check"] = FAIL
         out["counters_ok"] = bool(out["counters_ok"]) and bool(s["counters_ok"])

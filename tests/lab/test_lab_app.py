@@ -13,6 +13,7 @@ require("ipywidgets", "IPython", "resvg_py", reason=LAB_EXTRA)
 from combine_lab.case.case import Case, make_case  # noqa: E402
 from combine_lab.errors import ParameterError, SpecError  # noqa: E402
 from combine_lab.lab import app as app_mod  # noqa: E402
+from combine_lab.lab import app_form  # noqa: E402
 from combine_lab.lab import tuning, tuning_model  # noqa: E402
 from combine_lab.lab.app import TuningApp, routing_string  # noqa: E402
 from combine_lab.model.replay import replay  # noqa: E402
@@ -410,7 +411,15 @@ def test_layout_wraps_controls_and_shows_the_history_columns_that_matter(quick_r
     root = app.widget
     assert "cl-app" in root._dom_classes
     controls = root.children[1]
-    assert "cl-controls" in controls._dom_classes and list(controls.children) == list(app.controls.values())
+    # grouped (issue 32 item 5): case, routing, kernel (the floor in bytes, then in MiB), timing; every control once
+    assert "cl-controls" in controls._dom_classes
+    groups = {[c for c in g._dom_classes if c.startswith("cl-group-")][0]: g.children for g in controls.children}
+    assert list(groups) == ["cl-group-case", "cl-group-routing", "cl-group-kernel", "cl-group-timing"]
+    assert [w for g in groups.values() for w in g if w in app.controls.values()] == \
+        [app.controls[n] for _, names in app_mod.CONTROL_GROUPS.values() for n in names]
+    assert sorted(n for _, names in app_mod.CONTROL_GROUPS.values() for n in names) == sorted(app.controls)
+    kernel = list(groups["cl-group-kernel"])
+    assert kernel[1:5] == [app.controls["min_sdma_bytes"], app.floor_bytes, app.floor_mib, app.floor_slider]
     assert type(app.controls["h"]).__name__ == "Text" and not app.controls["h"].continuous_update
     assert app.run() is not None
     shown = app.history_html.value
@@ -668,3 +677,28 @@ def test_the_apps_sweep_runs_the_case_over_lists_here_and_on_a_cluster(twin_bina
     assert sw.result[cols].equals(here[cols])  # the same cases and checks as dask tasks
     app.set(h=-64)
     assert not sw.start() and "the app's values cannot be used" in sw.error
+
+
+# ---- issue 32 item 5: the floor in MiB, with a log slider and the exact bytes beside it ----
+
+def test_the_floor_in_mib_and_on_a_log_slider_sets_whole_bytes(nothing_launches):
+    app = TuningApp(targets=["cpu"], **SMALL)
+    assert app.controls["min_sdma_bytes"].value == "2097152" and app.floor_mib.value == "2"
+    assert app.floor_slider.value == 2.0 and "= <b>2,097,152 B</b>" in app.floor_bytes.value
+    app.floor_mib.value = "1.84375"  # typed in MiB: the byte box, the plan and the slider follow, exactly
+    assert app.state.values()["min_sdma_bytes"] == 1_933_312 and app.plan.min_sdma_bytes == 1_933_312
+    assert app.controls["min_sdma_bytes"].value == "1933312" and "= <b>1,933,312 B</b>" in app.floor_bytes.value
+    assert app.floor_slider.value == pytest.approx(1.84375, rel=1e-12)
+    app.floor_slider.value = 2 ** -1.5  # a quarter step of the log slider: rounded to whole bytes
+    assert app.state.values()["min_sdma_bytes"] == round(2 ** -1.5 * 2 ** 20) == 370_728
+    assert app.floor_mib.value == app_form.floor_mib_text(370_728) == f"{370_728 / 2 ** 20:.12g}"
+    app.controls["min_sdma_bytes"].value = "0"  # the byte box takes any floor; the slider rests at its low end
+    assert app.floor_mib.value == "0" and app.floor_slider.value == 2 ** -10
+    assert "= <b>0 B</b> (every segment over its PE's average)" in app.floor_bytes.value
+    app.controls["min_sdma_bytes"].value = "-1"  # a bad floor: marked at the byte box; MiB and slider keep theirs
+    assert "cl-bad" in app.controls["min_sdma_bytes"]._dom_classes and app.floor_mib.value == "0"
+    assert "no floor: see the byte box" in app.floor_bytes.value
+    app.floor_mib.value = "lots"  # no number: handed on as typed, named at the byte box
+    assert app.state.values()["min_sdma_bytes"] == "lots" and "cl-bad" in app.controls["min_sdma_bytes"]._dom_classes
+    app.floor_mib.value = "4"
+    assert app.state.values()["min_sdma_bytes"] == 4 * 2 ** 20 and app.plan is not None
