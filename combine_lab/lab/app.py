@@ -250,7 +250,7 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView):
                                 widgets.HTML("<h4 class='cl-h'>History <span class='cl-measured-tag'>measured</span>"
                                              "</h4><div class='cl-note'>speed-up = classic time / doubleplane time "
                                              "(above 1: doubleplane faster); times: comm_only, CoreMaxTime (us)</div>"),
-                                self.history_html, self.history_all_section.box, self.history_plot_html,
+                                *self._history_tools(), self.history_all_section.box, self.history_plot_html,
                                 self.sweep_section.box],
                                layout=widgets.Layout(width="100%"))
         parts = [widgets.HTML(css_html()), controls, self.message_html, plan_box, model_box, run_box]

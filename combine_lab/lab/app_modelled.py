@@ -81,11 +81,12 @@ class ModelledView:
         faster = ("a tie: SDMA changes nothing here, modelled" if abs(sp - 1) < 1e-9 else
                   f"a tie: within the model's resolution ({RESOLUTION:.0%})" if abs(sp - 1) <= RESOLUTION else
                   f"{names['doubleplane']} faster" if sp > 1 else f"{names['doubleplane']} slower")
-        line = (f"<div class='cl-modelled-line' style='font-size:13px'>At floor {bytes_text(m['floor'])}: modelled comm_only "
-                f"<b>{m['doubleplane_us']:,.1f} us</b> with {html.escape(names['doubleplane'])}, "
-                f"{m['classic_us']:,.1f} us with {html.escape(names['classic'])}: "
-                f"speed-up {sp:.3f} ({faster}); kernel settings {html.escape(m.get('settings', 'reference'))}; "
-                f"<i>{html.escape(self._model_line(st.model()))}</i>.</div>")
+        line = self._modelled_headline(sp, faster) + (
+            f"<div class='cl-modelled-line' style='font-size:13px'>At floor {bytes_text(m['floor'])}: modelled comm_only "
+            f"<b>{m['doubleplane_us']:,.1f} us</b> with {html.escape(names['doubleplane'])}, "
+            f"{m['classic_us']:,.1f} us with {html.escape(names['classic'])}: "
+            f"speed-up {sp:.3f} ({faster}); kernel settings {html.escape(m.get('settings', 'reference'))}; "
+            f"<i>{html.escape(self._model_line(st.model()))}</i>.</div>")
         line += self._engines_html()
         if s is None:
             line += note("The curve over every floor is not computed for this size at each change: "
@@ -130,6 +131,17 @@ class ModelledView:
             self._render_modelled()
             self._show_suggestion(s)
             return s
+
+    def _modelled_headline(self, sp: float, faster: str) -> str:
+        """The modelled speed-up at this floor before the prose, with its band over the unknowns'
+        box where Suggest's verdict is about this floor (the same :class:`~combine_lab.lab.tuning_model.Unknowns`)."""
+        st = self.state
+        u = st.unknowns()
+        band = (f"<span class='cl-headline-range'>[{u.low:.2f}-{u.high:.2f} over the unknowns]</span> "
+                if u is not None and u.suggested and u.floor == st.modelled.get("floor") else "")
+        return (f"<div class='cl-headline cl-modelled-headline'><span class='cl-headline-number'>{sp:.3f}x</span> "
+                f"{band}<span class='cl-headline-verdict'>{html.escape(faster)}</span> "
+                f"<span class='cl-modelled-tag'>modelled on {html.escape(st.model().name)}</span></div>")
 
     def _engines_html(self) -> str:
         """The engine line of the modelled panel: the same :class:`~combine_lab.lab.tuning_model.Unknowns`

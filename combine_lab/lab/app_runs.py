@@ -14,7 +14,7 @@ import ipywidgets as widgets
 import numpy as np
 
 from . import plots
-from .app_html import fitted_svg, speedup_spread, table
+from .app_html import fitted_svg, table
 from .app_sweep import failure_html
 from .server import end_children
 from .tuning import FIELDS, RUN_ERRORS
@@ -89,14 +89,28 @@ class RunsView:
                             "; counters differ from the plan: " + html.escape("; ".join(mism[:4])))
                          + "</li>")
         h = self.state.history.iloc[-1] if len(self.state.history) else None
-        if h is not None and np.isfinite(h["comm_only_speedup"]):
-            n = int(h["repeats"])
-            spread = speedup_spread(h["comm_only_speedup"], h["comm_only_speedup_lo"], h["comm_only_speedup_hi"], n)
-            lines.append(f"<li class='cl-verdict-speedup'><b>comm_only speed-up</b> (classic / doubleplane, "
-                         f"median [min-max] of {n} paired repeat{'s' if n > 1 else ''}): {spread}: "
-                         f"<b>{html.escape(str(h['comm_only_verdict']))}</b></li>")
-        return (f"<p><b>{v['case_id']}</b> {html.escape(v['routing'])} on {v['target']}, kernel settings "
-                f"{html.escape(v['settings'])} (run {v['run']}):</p><ul>{''.join(lines)}</ul>")
+        return (self._headline_html(h) + f"<p><b>{v['case_id']}</b> {html.escape(v['routing'])} on {v['target']}, "
+                f"kernel settings {html.escape(v['settings'])} (run {v['run']}):</p><ul>{''.join(lines)}</ul>")
+
+    @staticmethod
+    def _headline_html(h) -> str:
+        """The last Run's number before any prose (issue 32: "1.039 [0.98-1.99] within noise" only in a
+        sentence): the comm_only speed-up (classic / doubleplane, the median over the paired repeats),
+        its min-max and the verdict, with algbw of both variants (nccl-tests', decimal GB/s)."""
+        if h is None or not np.isfinite(h["comm_only_speedup"]):
+            return ""
+        n = int(h["repeats"])
+        lo, hi = h["comm_only_speedup_lo"], h["comm_only_speedup_hi"]
+        rng = (f"<span class='cl-headline-range'>[{lo:.2f}-{hi:.2f}]</span> " if n > 1 and np.isfinite(lo)
+               and np.isfinite(hi) else "")
+        alg = [h.get(f"comm_only_{v}_algbw_GBps", float("nan")) for v in ("classic", "doubleplane")]
+        bw = (f"; algbw {alg[0]:,.2f} / {alg[1]:,.2f} GB/s (classic / doubleplane, the slowest profiled PE)"
+              if all(np.isfinite(a) for a in alg) else "")
+        return (f"<div class='cl-headline' role='status'><span class='cl-headline-number'>"
+                f"{h['comm_only_speedup']:.3f}x</span> {rng}<span class='cl-headline-verdict'>"
+                f"{html.escape(str(h['comm_only_verdict']))}</span> <span class='cl-measured-tag'>measured</span>"
+                f"<div class='cl-note'>comm_only speed-up, classic / doubleplane (above 1: doubleplane faster): the "
+                f"median{' [min-max]' if rng else ''} of {n} paired repeat{'s' if n > 1 else ''}{bw}</div></div>")
 
     def _counters_html(self) -> str:
         c = self.state.counters()

@@ -137,13 +137,16 @@ class Unknowns:
     its best floor (the engine curve and the band over the unknowns' box of one
     :class:`~combine_lab.model.unknowns.Verdict`), False for the current floor's engine curve alone;
     ``engines``: the engine sentence (:func:`engines_sentence`); ``band``: the band over the box and
-    what makes it pay ('' without a verdict); ``beats``: the floor beats MTE-only over the whole box."""
+    what makes it pay ('' without a verdict); ``beats``: the floor beats MTE-only over the whole box;
+    ``low``, ``high``: the band's ends (NaN without a verdict)."""
 
     floor: int
     suggested: bool
     engines: str
     band: str = ""
     beats: bool = False
+    low: float = float("nan")
+    high: float = float("nan")
 
 
 class ModelledState:
@@ -288,7 +291,7 @@ class ModelledState:
                     + ("it beats MTE-only throughout" if v.beats else
                        f"no floor beats MTE-only under these assumptions; {v.pays_if()}"))
             return Unknowns(int(v.floor), True, engines_sentence(v.floor, v.engines, v.label, v.against), band,
-                            bool(v.beats))
+                            bool(v.beats), float(v.low), float(v.high))
         m = self.modelled
         if m.get("engines_curve") is None or "floor" not in m:
             return None

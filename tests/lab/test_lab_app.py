@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import re
 
+import numpy as np
 import pytest
 from conftest import LAB_EXTRA, host_processes, require
 
@@ -702,3 +703,73 @@ def test_the_floor_in_mib_and_on_a_log_slider_sets_whole_bytes(nothing_launches)
     assert app.state.values()["min_sdma_bytes"] == "lots" and "cl-bad" in app.controls["min_sdma_bytes"]._dom_classes
     app.floor_mib.value = "4"
     assert app.state.values()["min_sdma_bytes"] == 4 * 2 ** 20 and app.plan is not None
+
+
+# ---- issue 32 item 5: the history sortable, filterable, exportable, two runs compared ----
+
+def test_the_history_panel_sorts_filters_exports_and_compares(nothing_launches, tmp_path):
+    import base64
+    import io
+
+    import pandas as pd
+    from test_lab_history import HISTORY
+
+    app = TuningApp(targets=["cpu"], **SMALL)
+    app.state.restore({"values": app.state.values(), "history": HISTORY.to_dict("records")})
+    app._render_history()
+    body = app.history_html.value
+    assert [int(x) for x in re.findall(r"<tr><td>(\d+)</td>", body)] == [1, 2, 3]
+    assert "<th>algbw classic / doubleplane (GB/s)</th>" in body and "<td>10.00 / 11.11</td>" in body
+    assert "<td>1,933,312 B</td>" in body  # the floor in exact bytes, as everywhere
+    app.history_sort.value = "speed-up"
+    app.history_descending.value = True
+    assert [int(x) for x in re.findall(r"<tr><td>(\d+)</td>", app.history_html.value)] == [2, 1, 3]
+    app.history_filter.value = "zipf"
+    assert [int(x) for x in re.findall(r"<tr><td>(\d+)</td>", app.history_html.value)] == [2, 1]
+    assert "2 of 3 runs shown" in app.history_html.value
+    # the CSV of what is shown: in the page as a download, and to a file
+    link = re.search(r"download='tuning_history.csv' href='data:text/csv;base64,([^']+)'>Export CSV \(2 runs\)",
+                     app.history_csv_html.value)
+    shown = pd.read_csv(io.StringIO(base64.b64decode(link.group(1)).decode()))
+    assert list(shown["run"]) == [2, 1] and list(shown.columns) == app_mod.HISTORY_COLUMNS
+    path = app.export_history(tmp_path / "h.csv")
+    assert path.read_text() == base64.b64decode(link.group(1)).decode()
+    # two runs compared as combine-lab diff compares them: the last two by default
+    assert (app.compare_a.value, app.compare_b.value) == (2, 3) and list(app.compare_a.options) == [1, 2, 3]
+    app.compare_a.value, app.compare_b.value = 1, 2
+    text = html.unescape(app.history_compare_html.value)
+    assert "Run 2 against run 1" in text and "Inputs: min_sdma_bytes 2,097,152 -> 1,933,312; settings reference -> " \
+        "segment-c4" in text
+    assert "<td>doubleplane</td><td>comm_only/us</td><td>90.000</td><td>88.000-92.000</td><td>70.000</td>" in text
+    assert "B faster, beyond noise" in text and "within noise" in text
+    app.compare_b.value = 1
+    assert "Pick two runs" in app.history_compare_html.value
+
+
+def test_the_headline_numbers_come_first(quick_runs, no_leaks):
+    """Issue 32 item 5: the speed-up and its range before any prose, measured and modelled."""
+    app = quick_runs.app = TuningApp(targets=["cpu"], **SMALL)
+    m = app.modelled
+    assert app.modelled_html.value.startswith(f"<div class='cl-headline cl-modelled-headline'><span "
+                                              f"class='cl-headline-number'>{m['speedup']:.3f}x</span> ")
+    assert "modelled on a3</span>" in app.modelled_html.value.split("cl-modelled-line")[0]
+    assert app.run() is not None
+    h = app.history.iloc[-1]
+    v = app.verdict_html.value
+    assert v.startswith(f"<div class='cl-headline' role='status'><span class='cl-headline-number'>"
+                        f"{h['comm_only_speedup']:.3f}x</span> <span class='cl-headline-verdict'>"
+                        f"{html.escape(str(h['comm_only_verdict']))}</span> <span class='cl-measured-tag'>measured")
+    assert "of 1 paired repeat;" in v and "cl-headline-range" not in v  # one repeat: no range to give
+    alg = (h["comm_only_classic_algbw_GBps"], h["comm_only_doubleplane_algbw_GBps"])
+    assert np.isfinite(alg).all() and f"algbw {alg[0]:,.2f} / {alg[1]:,.2f} GB/s" in v
+    assert v.index("cl-headline") < v.index("x_out")
+
+
+def test_the_modelled_headline_carries_the_band_over_the_unknowns(nothing_launches):
+    app = TuningApp(targets=["cpu"], model="a3", pes=16, routing_model="deepseek")
+    app.suggest()
+    assert "over the unknowns]" not in app.modelled_html.value  # the band is of Suggest's floor, not this one
+    app.use_suggestion()
+    u = app.state.unknowns()
+    assert f"<span class='cl-headline-range'>[{u.low:.2f}-{u.high:.2f} over the unknowns]</span>" in \
+        app.modelled_html.value and (round(u.low, 2), round(u.high, 2)) == (0.30, 1.14)
