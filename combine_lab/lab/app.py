@@ -78,6 +78,7 @@ from .app_html import Disclosure, note, parse_number, table
 from .app_modelled import ModelledView
 from .app_runs import RunsView
 from .app_sweep import SweepPanel
+from .app_trace import TraceView
 from .server import on_stop_signal, stop_other_kernel
 from .tuning import HISTORY_COLUMNS, MODELS, ROUTING_MODELS, ROWS_COLUMNS, TuningState, format_bytes, routing_string
 
@@ -98,7 +99,7 @@ def _stop_runs_of_this_process(_signum=None, _frame=None) -> None:
         app.stop_run("the page was reloaded: its new kernel took over")
 
 
-class TuningApp(FormView, ModelledView, RunsView, HistoryView):
+class TuningApp(FormView, ModelledView, RunsView, HistoryView, TraceView):
     """Controls, plan view, modelled time and run panel for one combine case: a view of a
     :class:`~combine_lab.lab.tuning.TuningState`.
 
@@ -220,6 +221,7 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView):
         self._build_modelled_widgets()
         self._build_run_widgets()
         self._build_history_widgets()
+        self._build_trace_widgets()
         self.bridge = make_bridge()
         if self.bridge is not None:
             self.bridge.key = STORAGE_KEY if self.keep_across_reload else ""
@@ -245,7 +247,7 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView):
         run_row = widgets.HBox([self.run_button, self.progress, self.status],
                                layout=widgets.Layout(flex_flow="row wrap", width="100%", align_items="center"))
         run_row.add_class("cl-run-row")
-        run_box = widgets.VBox([self.run_title, run_row, self.run_note,
+        run_box = widgets.VBox([self.run_title, run_row, self.run_note, self._trace_row(), self.trace_note,
                                 self.verdict_html, self.counters_section.box, self.compare_html,
                                 widgets.HTML("<h4 class='cl-h'>History <span class='cl-measured-tag'>measured</span>"
                                              "</h4><div class='cl-note'>speed-up = classic time / doubleplane time "

@@ -773,3 +773,32 @@ def test_the_modelled_headline_carries_the_band_over_the_unknowns(nothing_launch
     u = app.state.unknowns()
     assert f"<span class='cl-headline-range'>[{u.low:.2f}-{u.high:.2f} over the unknowns]</span>" in \
         app.modelled_html.value and (round(u.low, 2), round(u.high, 2)) == (0.30, 1.14)
+
+
+# ---- issue 32: the app's Trace button writes what compare --trace writes ----
+
+def test_the_trace_button_writes_the_perfetto_json_of_both_variants(tmp_path, twin_binary, no_leaks):
+    import json
+
+    app = TuningApp(targets=["cpu"], **SMALL)
+    app.trace_dir = tmp_path
+    app.trace_button.click()
+    app._trace_thread.join(120)
+    path = tmp_path / f"trace_{app.spec.case_id}_twin.json"
+    assert app.trace_path == path and f"Trace written: {path} (measured on the CPU twin;" in \
+        html.unescape(app.trace_note.value)
+    doc = json.loads(path.read_text())
+    ev = doc["traceEvents"]
+    procs = sorted(e["args"]["name"] for e in ev if e.get("name") == "process_name")
+    assert procs == sorted(f"{v} PE {pe} (measured on the CPU twin)" for v in ("classic", "doubleplane")
+                           for pe in range(SMALL["pes"])), procs
+    threads = {e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+    assert {"host: launch", "AIV core 0"} <= threads and any(t.startswith("SDMA queue") for t in threads)
+    assert doc["metadata"]["title"] == f"{app.spec.case_id} ({app.spec.routing}), 2 PEs, measured on the CPU twin"
+    # modelled on the panel's model: the same tracks, in modelled time; nothing of a Run is kept
+    got = app.trace(tmp_path / "m.json", clock="model")
+    assert got == tmp_path / "m.json" and "modelled on a3" in json.loads(got.read_text())["metadata"]["clocks"][0]
+    assert len(app.history) == 0 and not app.running
+    app.set(topk=99)  # values that cannot be used: nothing traced, and said beside the button
+    assert app.trace(tmp_path / "x.json") is None and not (tmp_path / "x.json").exists()
+    assert "not traced: Cannot plan this case: topk=99" in html.unescape(app.trace_note.value)
