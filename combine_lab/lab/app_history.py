@@ -150,11 +150,10 @@ class HistoryView:
         runs = [int(r) for r in st.history["run"]]
         for w, default in ((self.compare_a, runs[-2] if len(runs) > 1 else None),
                            (self.compare_b, runs[-1] if runs else None)):
-            if list(w.options) != runs:
-                keep = w.value if w.value in runs else default
+            if list(w.options) != runs:  # a new Run: the last two compared, the newest as B
                 with self._held():
                     w.options = runs
-                    w.value = keep
+                    w.value = default
         self.history_plot_html.value = (fitted_svg(st.figures["history"], st.figure_width) if "history" in st.figures
                                         else "")
         self._render_history_compare()

@@ -744,6 +744,10 @@ def test_the_history_panel_sorts_filters_exports_and_compares(nothing_launches, 
     assert "B faster, beyond noise" in text and "within noise" in text
     app.compare_b.value = 1
     assert "Pick two runs" in app.history_compare_html.value
+    more = HISTORY.assign(run=HISTORY["run"] + 3)  # new Runs: the last two compared, the newest as B
+    app.state.restore({"values": app.state.values(), "history": pd.concat([HISTORY, more]).to_dict("records")})
+    app._render_history()
+    assert (app.compare_a.value, app.compare_b.value) == (5, 6) and list(app.compare_b.options) == [1, 2, 3, 4, 5, 6]
 
 
 def test_the_headline_numbers_come_first(quick_runs, no_leaks):
