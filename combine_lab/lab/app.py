@@ -6,10 +6,16 @@ compares both variants.
     app = TuningApp()
     app                      # in a notebook: controls, plan view, modelled time, run panel
 
-This module is the view: widgets, layout, CSS, event wiring and rendering to HTML. What is
-planned, modelled, run and kept, and every figure, is the state's (:attr:`TuningApp.state`,
-no widgets, tested without ipywidgets); the figures the app shows inline are the very drawings
-the notebook shows and :meth:`TuningApp.save_figures` saves (:mod:`.svg`, :mod:`.plots`).
+This module is the view, in pieces: the layout, the plan view and keeping across a reload here;
+the controls in :mod:`.app_form` (grouped: case, routing, kernel, timing; the floor also in MiB and
+on a log slider), the modelled panel in :mod:`.app_modelled`, the run panel in :mod:`.app_runs`,
+the history (sort, filter, CSV, two Runs compared) in :mod:`.app_history`, Trace in
+:mod:`.app_trace`, HTML pieces in :mod:`.app_html`, the browser-side part in :mod:`.app_bridge` with
+the page's CSS and JavaScript as package files (``lab/static/``), and the kernel's process control
+in :mod:`.server`. What is planned, modelled, run and kept, and every figure, is the state's
+(:attr:`TuningApp.state`, no widgets, tested without ipywidgets); the figures the app shows inline
+are the very drawings the notebook shows and :meth:`TuningApp.save_figures` saves (:mod:`.svg`,
+:mod:`.plots`; the comparison and history drawn to the app's width).
 
 A changed control is handed to the state, which replans at once and runs nothing; the page then
 shows the new plan (segment map and plane bytes in one update), the modelled panel and, when
