@@ -51,6 +51,8 @@ class RunsView:
         why = st.run_refusal()
         self._event("run-state", disabled=bool(why), running=st.running)
         self.run_button.disabled = bool(why)
+        if hasattr(self, "trace_button"):  # no Trace while a Run goes on (it would be refused)
+            self.trace_button.disabled = st.running or self.tracing
         if st.running and self._request is not None:
             changed = [FIELDS[k].shown for k, v in self._request.values.items() if st.values().get(k) != v]
             text = ("Running with the values as they were when Run was pressed"
@@ -198,6 +200,11 @@ class RunsView:
         with self._lock:
             st = self.state
             if st.running:
+                return False
+            if self.tracing:  # one launch at a time: a Trace's PEs and a Run's would share the machine
+                self._last_run_text = ("<div class='cl-run-off' style='color:#b00020'>Not run: a Trace goes on; press "
+                                       "Run when it is written.</div>")
+                self._render_run_state()
                 return False
             request = st.prepare_run()
             self._event("start", started=request is not None, message=st.message, h=st.values().get("h"))

@@ -45,6 +45,11 @@ class TraceView:
         self.trace_path: Path | None = None
         self._trace_thread: threading.Thread | None = None
 
+    @property
+    def tracing(self) -> bool:
+        """True while a Trace goes on (its thread has not said where the file went yet)."""
+        return getattr(self, "_trace_thread", None) is not None and self._trace_thread.is_alive()
+
     def _trace_row(self) -> widgets.Widget:
         row = widgets.HBox([self.trace_clock, self.trace_button], layout=widgets.Layout(flex_flow="row wrap",
                                                                                        width="100%"))
@@ -67,7 +72,7 @@ class TraceView:
         clock = clock or TRACE_CLOCKS[self.trace_clock.value]
         with self._lock:
             st = self.state
-            if st.running or (self._trace_thread is not None and self._trace_thread.is_alive()):
+            if st.running or self.tracing:
                 self._trace_said("a Run or a Trace goes on: wait for it", error=True)
                 return False
             request = st.prepare_run()

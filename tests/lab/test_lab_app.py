@@ -806,3 +806,22 @@ def test_the_trace_button_writes_the_perfetto_json_of_both_variants(tmp_path, tw
     app.set(topk=99)  # values that cannot be used: nothing traced, and said beside the button
     assert app.trace(tmp_path / "x.json") is None and not (tmp_path / "x.json").exists()
     assert "not traced: Cannot plan this case: topk=99" in html.unescape(app.trace_note.value)
+
+
+def test_no_run_while_a_trace_goes_on_and_no_trace_while_a_run_does(monkeypatch):
+    import threading
+
+    from combine_lab.run import build as build_mod
+
+    go = threading.Event()
+    monkeypatch.setattr(build_mod, "build", lambda *a, **k: None)
+    monkeypatch.setattr(harness, "execute", lambda runs, **k: (go.wait(30), [])[1])
+    app = TuningApp(targets=["cpu"], **SMALL)
+    assert app.start_trace(clock="twin") and app.tracing and app.trace_button.disabled
+    assert app.start_run() is False and "Not run: a Trace goes on" in app.run_note.value
+    assert app.start_trace() is False and "a Run or a Trace goes on" in app.trace_note.value
+    go.set()
+    app._trace_thread.join(30)
+    assert not app.tracing and not app.trace_button.disabled
+    assert "Trace: no variant ran, nothing written" in app.trace_note.value and app.trace_path is None
+    assert len(app.history) == 0
