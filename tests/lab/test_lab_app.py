@@ -825,3 +825,56 @@ def test_no_run_while_a_trace_goes_on_and_no_trace_while_a_run_does(monkeypatch)
     assert not app.tracing and not app.trace_button.disabled
     assert "Trace: no variant ran, nothing written" in app.trace_note.value and app.trace_path is None
     assert len(app.history) == 0
+
+
+# ---- issue 32 item 4: the two figure faults whose fix is in plots.py / svg.py (another engineer's) ----
+# strict xfails: they pass (and so fail here) the day the figure is fixed, and then lose their mark
+
+def _legend_over_ticks(fig) -> list[str]:
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    out = []
+    for ax in fig.axes:
+        leg = ax.get_legend()
+        if leg is not None:
+            box = leg.get_window_extent(r)
+            out += [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels()
+                    if t.get_text() and box.overlaps(t.get_window_extent(r))]
+    return out
+
+
+def test_in_the_app_no_legend_covers_a_tick(quick_runs, no_leaks):
+    """The comparison drawn to the app's width (1225 px at 1280): its legends clear the tick labels."""
+    app = quick_runs.app = TuningApp(targets=["cpu"], **SMALL)
+    app.run()
+    fig = app.state.compare_figure
+    w, h = fig.get_size_inches()
+    fig.set_size_inches(1225 / 96, h)
+    try:
+        assert _legend_over_ticks(fig) == []
+    finally:
+        fig.set_size_inches(w, h)
+
+
+@pytest.mark.xfail(strict=True, reason="plots.compare_per_pe: at its own 8.8 in (saved PNGs, the notebook) the "
+                                       "two-column legend reaches over the y tick labels (fix in plots.py)")
+def test_the_saved_comparison_has_no_legend_over_a_tick(twin_binary):
+    from combine_lab.lab import plots
+    app = TuningApp(targets=["cpu"], **{**SMALL, "pes": 4, "repeats": 2})
+    runs = harness.compare(Case(app.spec, app.state.case.expert_ids, app.state.case.expert_scales), warmup=0,
+                           loops=1, repeats=2, prof_pe="all")
+    assert _legend_over_ticks(plots.compare_per_pe(runs)) == []
+
+
+@pytest.mark.xfail(strict=True, reason="svg._colorbar: the label's last line sits at the bar's top - 6 px, a tick at "
+                                       "the top draws its text from top - 4 px: '(MiB)' touches it (fix in svg.py)")
+def test_the_heat_maps_unit_clears_its_top_tick(nothing_launches):
+    """The segment map of 64 PEs (stacked view): the colour bar's "(MiB)" line against its top tick's text."""
+    app = TuningApp(targets=["cpu"], pes=64, bs=64, h=8192, topk=2, expert_per_pe=2, routing_model="zipf")
+    svg = app.state.figures["segment_map"].svg
+    texts = [(float(x), float(y), float(fs), t) for x, y, fs, t in
+             re.findall(r"<text x='([\d.]+)' y='([\d.]+)' font-size='([\d.]+)'[^>]*>([^<]*)</text>", svg)]
+    for lx, ly, lfs, label in [t for t in texts if t[3].startswith("(MiB)")]:
+        ticks = [t for t in texts if abs(t[0] - lx - 20) < 30 and 0 < t[1] - ly < 30]
+        tick_top = min(t[1] - 0.75 * t[2] for t in ticks)  # a digit's height above its baseline
+        assert ly + 0.25 * lfs + 2 <= tick_top, (label, ly, ticks)  # the label's descent, then 2 px clear
