@@ -54,7 +54,10 @@ reload button.
 Everything a browser would do can be done from Python, which is how the tests drive it:
 set ``app.controls[name].value`` (or :meth:`TuningApp.set`), call :meth:`TuningApp.run` (waits
 for the Run), :meth:`TuningApp.start_run` (does not), :meth:`TuningApp.wait`,
-:meth:`TuningApp.suggest`, :meth:`TuningApp.use_suggestion` or ``app.run_button.click()``, then
+:meth:`TuningApp.suggest`, :meth:`TuningApp.use_suggestion`, :meth:`TuningApp.trace`,
+:meth:`TuningApp.export_history` or ``app.run_button.click()`` (the floor: ``app.floor_mib.value``,
+``app.floor_slider.value``; the history: ``app.history_sort``, ``app.history_filter``,
+``app.compare_a`` / ``app.compare_b``), then
 read ``app.plan``, ``app.sdma_table``, ``app.modelled``, ``app.suggestion``, ``app.message``,
 ``app.history``, ``app.rows``, ``app.last_runs`` (the state's). Bad values never raise: every
 problem is listed in one readable message (``app.message``) and nothing is planned or launched.
@@ -140,6 +143,11 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView, TraceView):
             button's state. With ``COMBINE_LAB_APP_EVENTS=FILE`` in the kernel's environment each
             event is also appended to FILE as a line (the browser tests print it when they fail).
         restored: what the last restore from the browser said ('' when nothing was restored).
+        floor_mib, floor_slider, floor_bytes: the floor in MiB (a text box and a log slider, 1 KiB
+            to 256 MiB) and its exact bytes beside them; they set ``min_sdma_bytes`` in whole bytes.
+        history_sort, history_descending, history_filter, history_csv_html, compare_a, compare_b,
+            history_compare_html: the history's sort, filter, CSV download and two Runs compared.
+        trace_clock, trace_button, trace_note, trace_dir, trace_path: Trace (:meth:`trace`).
     """
 
     def __init__(self, targets: list[str] | None = None, *, max_uniform_x_bytes: int = 256 * 2 ** 20,
