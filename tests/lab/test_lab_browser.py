@@ -189,7 +189,10 @@ class Session:
 def browser_session(chromium_path: str, folder: Path):
     """A chromium and a :class:`Session`; on any failure inside, the screenshots and console log."""
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path, args=["--no-sandbox"])
+        # classic scrollbars, as a person's chromium shows them (Playwright hides them by default; issue 32:
+        # with them shown, boxes overflowed by 4 px)
+        browser = pw.chromium.launch(executable_path=chromium_path, args=["--no-sandbox"],
+                                     ignore_default_args=["--hide-scrollbars"])
         s = Session(browser, folder)
         try:
             yield s
@@ -470,6 +473,8 @@ def test_app_page_after_the_cull_keyboard_run_reload_and_kernel_death(chromium_p
             page.keyboard.press("Space")
             page.wait_for_selector(".cl-app .cl-params", state="visible", timeout=SHORT)
             assert_no_clipping(page)
+            assert page.evaluate(CLASSIC_SCROLLBAR_JS) > 0 and page.evaluate(OVERFLOW_JS) == [], \
+                page.evaluate(OVERFLOW_JS)
             s.shot("disclosures_open_focus_ring")
 
             # Run by keyboard; h changed during it is planned at once; the bar counts; focus back on Run
@@ -643,6 +648,8 @@ def test_tuning_notebook_in_jupyterlab_by_keyboard_and_saved_clean(chromium_path
             page.keyboard.press("Enter")
             page.wait_for_selector(".cl-app .cl-history-all", state="visible", timeout=SHORT)
             assert_no_clipping(page)
+            assert page.evaluate(CLASSIC_SCROLLBAR_JS) > 0 and page.evaluate(OVERFLOW_JS) == [], \
+                page.evaluate(OVERFLOW_JS)  # JupyterLab's column, classic scrollbars: no box past its edge
             page.locator(".cl-app .cl-history").scroll_into_view_if_needed()
             s.shot("history_by_keyboard")
 
