@@ -88,6 +88,7 @@ from .app_modelled import ModelledView
 from .app_runs import RunsView
 from .app_sweep import SweepPanel
 from .app_trace import TraceView
+from .segments import segment_text
 from .server import on_stop_signal, stop_other_kernel
 from .tuning import HISTORY_COLUMNS, MODELS, ROUTING_MODELS, ROWS_COLUMNS, TuningState, format_bytes, routing_string
 
@@ -232,6 +233,7 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView, TraceView):
         self.plan_figures.add_class("cl-plan-figures")
         self.sdma_html = widgets.HTML(layout=wide)
         self.sdma_html.add_class("cl-sdma")
+        self._build_segment_lookup()
         self._build_modelled_widgets()
         self._build_run_widgets()
         self._build_history_widgets()
@@ -245,7 +247,8 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView, TraceView):
         controls = self._controls_box()
         self.sdma_section = Disclosure("SDMA segments listed by the planner", self.sdma_html, "sdma")
         plan_box = widgets.VBox([widgets.HTML("<h4 class='cl-h'>Plan (nothing runs)</h4>"), self.plan_summary,
-                                 self.plan_figures, self.sdma_section.box], layout=widgets.Layout(width="100%"))
+                                 self.plan_figures, self._segment_row(), self.segment_html, self.sdma_section.box],
+                                layout=widgets.Layout(width="100%"))
         self.params_section = Disclosure("The model's parameters (values, units, where from)", self.assumed_html,
                                           "params")
         model_box = widgets.VBox([
@@ -354,11 +357,54 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView, TraceView):
         self.message_html.value = (f"<div class='cl-message' role='status' style='border-left:4px solid {colour};"
                                    f"padding:4px 8px;color:{colour}'>{html.escape(text)}</div>") if text else ""
 
+    def _build_segment_lookup(self) -> None:
+        """One segment of the plan by its (PE, local_expert, src_rank) and why the rule sent it by its
+        plane (:func:`~combine_lab.lab.segments.segment_text`): the segment map's cells, by keyboard."""
+        style = {"description_width": "initial"}
+        self.segment_pick = {n: widgets.Dropdown(options=[0], value=0, description=label, style=style,
+                                                 layout=widgets.Layout(width=w))
+                             for n, label, w in (("pe", "segment of PE", "160px"), ("local_expert", "local_expert",
+                                                                                         "150px"),
+                                                 ("src_rank", "src_rank", "130px"))}
+        for n, w in self.segment_pick.items():
+            w.add_class(f"cl-segment-{n}")
+            w.observe(self._on_segment_pick, names="value")
+        self.segment_html = widgets.HTML(layout=widgets.Layout(width="100%"))
+        self.segment_html.add_class("cl-segment-text")
+
+    def _segment_row(self) -> widgets.Widget:
+        row = widgets.HBox(list(self.segment_pick.values()), layout=widgets.Layout(flex_flow="row wrap",
+                                                                                   width="100%"))
+        row.add_class("cl-segment-row")
+        return row
+
+    def _on_segment_pick(self, _change) -> None:
+        if not self._hold:
+            with self._lock:
+                self._render_segment()
+
+    def _render_segment(self) -> None:
+        p = self.state.plan
+        if p is None:
+            self.segment_html.value = ""
+            return
+        sizes = {"pe": p.pes, "local_expert": p.expert_per_pe, "src_rank": p.pes}
+        with self._held():
+            for n, w in self.segment_pick.items():
+                if len(w.options) != sizes[n]:
+                    keep = w.value if w.value is not None and w.value < sizes[n] else 0
+                    w.options = list(range(sizes[n]))
+                    w.value = keep
+        v = {n: int(w.value) for n, w in self.segment_pick.items()}
+        self.segment_html.value = (f"<div class='cl-note cl-segment-why' role='status'>"
+                                   f"{html.escape(segment_text(p, v['pe'], v['local_expert'], v['src_rank']))}</div>")
+
     def _render_plan(self) -> None:
         st, p, spec = self.state, self.state.plan, self.state.spec
         if p is None:  # the plan view showed another case: cleared, never shown as this one's
             self.plan_summary.value = self.sdma_html.value = self.plan_figures.value = ""
             self.sdma_section.set_title("SDMA segments listed by the planner")
+            self._render_segment()
             return
         t = p.totals
         mte, sdma = int(t["mte_bytes"].sum()), int(t["sdma_bytes"].sum())
@@ -381,6 +427,7 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView, TraceView):
         self.sdma_section.set_title(f"SDMA segments listed by the planner ({len(st.sdma_table)})")
         # both figures in one value: they change together in the page
         self.plan_figures.value = st.figures["segment_map"].svg + st.figures["plane_bytes"].svg
+        self._render_segment()
 
     @staticmethod
     def _settings_note(settings) -> str:

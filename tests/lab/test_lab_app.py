@@ -891,3 +891,19 @@ def test_each_segment_map_cell_says_what_it_holds_on_hover(nothing_launches):
     rows = app.plan.segments.set_index(["pe", "local_expert", "src_rank"])["token_count"]
     for d, le, s, title in cells:
         assert f"{int(rows.loc[(int(d), int(le), int(s))]):,} rows" in title, title
+
+
+def test_the_segment_lookup_says_why_a_segment_took_its_plane(nothing_launches):
+    from combine_lab.lab.segments import segment_text
+    app = TuningApp(targets=["cpu"], **{**SMALL, "pes": 4})
+    assert [len(app.segment_pick[n].options) for n in ("pe", "local_expert", "src_rank")] == [4, 2, 4]
+    pe, s = next((int(r.pe), int(r.src_rank)) for r in app.sdma_table.itertuples())  # an SDMA segment of the plan
+    le = int(app.sdma_table.iloc[0]["local_expert"])
+    app.segment_pick["pe"].value, app.segment_pick["local_expert"].value = pe, le
+    app.segment_pick["src_rank"].value = s
+    assert html.unescape(app.segment_html.value).endswith(segment_text(app.plan, pe, le, s) + "</div>")
+    assert " by SDMA: at or above the floor" in html.unescape(app.segment_html.value)
+    app.set(pes=2)  # fewer PEs: the pickers follow, the text is of the new plan
+    assert list(app.segment_pick["pe"].options) == [0, 1] and app.segment_pick["src_rank"].value < 2
+    app.set(topk=99)  # no plan: no text
+    assert app.segment_html.value == ""

@@ -814,6 +814,11 @@ def _dashboard_steps(s: Session, server) -> None:
     assert 1_933_312 < floor <= 2 ** 21 * 2 ** 0.25 + 1 and page.input_value(".cl-app .cl-control-min_sdma_bytes "
                                                                              "input") == str(floor)
     assert page.inner_text(".cl-app .cl-floor-bytes") == f"= {floor:,} B"
+    # a segment of the map by keyboard, and why the rule sent it by its plane
+    tab_to(page, "(a) => a.tagName === 'SELECT' && !!a.closest('.cl-segment-src_rank')")
+    page.keyboard.press("ArrowDown")
+    wait_app(page, "() => document.querySelector('.cl-app .cl-segment-why').innerText.includes('back to src_rank 1 by')")
+    assert "(docs/decision-rule.md#1-the-rule)" in page.inner_text(".cl-app .cl-segment-why")
     s.shot("floor_in_mib")
 
     # deepseek at 16 PEs: Suggest and the engine line say one thing, once, every byte count as 1,933,312 B

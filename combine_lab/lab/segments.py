@@ -1,0 +1,54 @@
+"""One segment of a plan and why the rule sent it by its plane (docs/decision-rule.md#1-the-rule):
+what the app's segment lookup says, and what a segment map cell's hover could say. Pure: a
+:class:`~combine_lab.planning.planner.Plan` in, numbers and a sentence out (no widgets, no figures)."""
+
+from __future__ import annotations
+
+from ..errors import ParameterError
+
+__all__ = ["segment_details", "segment_text"]
+
+
+def segment_details(plan, pe: int, local_expert: int, src_rank: int) -> dict:
+    """Segment (``local_expert``, ``src_rank``) of destination PE ``pe`` in ``plan``: ``rows``,
+    ``bytes`` (rows * h * sizeof(T)), ``plane`` ("MTE" or "SDMA", the plan's), and the rule's terms
+    in integers as docs/decision-rule.md#1-the-rule writes them: ``local`` (src_rank == pe),
+    ``floor`` (min_sdma_bytes), ``threshold_num`` (the PE's remote rows * row bytes),
+    ``threshold_den`` (max(pes - 1, 1) * expert_per_pe), ``above_average`` (bytes * den > num) and
+    ``why`` (the reason its plane was chosen). Raises ParameterError naming the index out of range."""
+    for name, v, n in (("pe", pe, plan.pes), ("local_expert", local_expert, plan.expert_per_pe),
+                       ("src_rank", src_rank, plan.pes)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < n:
+            raise ParameterError(f"{name}={v!r}: must be an int in [0, {n})", parameter=name, value=v)
+    seg = plan.segments
+    mine = seg[seg["pe"] == pe]
+    row = mine[(mine["local_expert"] == local_expert) & (mine["src_rank"] == src_rank)].iloc[0]
+    row_bytes = plan.h * plan.itemsize
+    rows, nbytes = int(row["token_count"]), int(row["bytes"])
+    remote_rows = int(mine.loc[mine["src_rank"] != pe, "token_count"].sum())
+    num, den = remote_rows * row_bytes, max(plan.pes - 1, 1) * plan.expert_per_pe
+    local, above, floor = src_rank == pe, nbytes * den > num, int(plan.min_sdma_bytes)
+    if plan.variant != "doubleplane":
+        why = "classic sends every segment by MTE"
+    elif local:
+        why = "the PE's own segment (local): always MTE"
+    elif rows == 0:
+        why = "empty: nothing to send"
+    elif nbytes < floor:
+        why = f"below the floor ({nbytes:,} B < {floor:,} B)"
+    elif not above:
+        why = f"at or below PE {pe}'s average remote segment ({nbytes:,} B * {den} <= {num:,})"
+    else:
+        why = (f"at or above the floor ({nbytes:,} B >= {floor:,} B) and above PE {pe}'s average remote segment "
+               f"({nbytes:,} B * {den} > {num:,})")
+    return {"pe": pe, "local_expert": local_expert, "src_rank": src_rank, "rows": rows, "bytes": nbytes,
+            "plane": str(row["plane"]), "local": local, "floor": floor, "threshold_num": num, "threshold_den": den,
+            "above_average": bool(above), "why": why}
+
+
+def segment_text(plan, pe: int, local_expert: int, src_rank: int) -> str:
+    """:func:`segment_details` as one sentence: "PE 2 sends 102 rows (3,342,336 B) of local_expert 0
+    back to src_rank 0 by SDMA: at or above the floor ... (docs/decision-rule.md#1-the-rule)"."""
+    d = segment_details(plan, pe, local_expert, src_rank)
+    return (f"PE {pe} sends {d['rows']:,} row{'s' if d['rows'] != 1 else ''} ({d['bytes']:,} B) of local_expert "
+            f"{local_expert} back to src_rank {src_rank} by {d['plane']}: {d['why']} (docs/decision-rule.md#1-the-rule)")

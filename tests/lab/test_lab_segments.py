@@ -1,0 +1,53 @@
+"""One segment and why the rule sent it by its plane (combine_lab/lab/segments.py,
+docs/decision-rule.md#1-the-rule): the app's segment lookup, the segment map's cells by keyboard."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from combine_lab.errors import ParameterError
+from combine_lab.lab.segments import segment_details, segment_text
+from combine_lab.planning.planner import plan_counts
+
+# 3 PEs, one expert each, rows of 1024 int32 = 4096 B; PE 0 gets 10 rows from itself, 600 from PE 1, 100 from PE 2
+# (ep_recv_count is cumulative per PE, as the kernel reads it)
+COUNTS = np.cumsum(np.array([[10, 600, 100], [0, 5, 7], [1, 1, 1]], dtype=np.int64), axis=1)
+
+
+def test_each_reason_of_the_rule_in_its_integers():
+    p = plan_counts(COUNTS, 1024, 4, "doubleplane", 2 * 2 ** 20)
+    sdma = segment_details(p, 0, 0, 1)
+    # remote rows of PE 0: 700 -> 2,867,200 B over max(3 - 1, 1) * 1 = 2 remote segments
+    assert sdma == {"pe": 0, "local_expert": 0, "src_rank": 1, "rows": 600, "bytes": 2_457_600, "plane": "SDMA",
+                    "local": False, "floor": 2_097_152, "threshold_num": 2_867_200, "threshold_den": 2,
+                    "above_average": True,
+                    "why": "at or above the floor (2,457,600 B >= 2,097,152 B) and above PE 0's average remote "
+                           "segment (2,457,600 B * 2 > 2,867,200)"}
+    assert segment_details(p, 0, 0, 0)["why"] == "the PE's own segment (local): always MTE"
+    assert segment_details(p, 0, 0, 2)["why"] == "below the floor (409,600 B < 2,097,152 B)"
+    assert segment_details(p, 1, 0, 0)["why"] == "empty: nothing to send"
+    low = plan_counts(COUNTS, 1024, 4, "doubleplane", 0)
+    d = segment_details(low, 0, 0, 2)
+    assert d["plane"] == "MTE" and d["why"] == "at or below PE 0's average remote segment (409,600 B * 2 <= 2,867,200)"
+    assert segment_details(plan_counts(COUNTS, 1024, 4, "classic", 0), 0, 0, 1)["why"] == \
+        "classic sends every segment by MTE"
+    assert segment_text(p, 0, 0, 1) == (
+        "PE 0 sends 600 rows (2,457,600 B) of local_expert 0 back to src_rank 1 by SDMA: at or above the floor "
+        "(2,457,600 B >= 2,097,152 B) and above PE 0's average remote segment (2,457,600 B * 2 > 2,867,200) "
+        "(docs/decision-rule.md#1-the-rule)")
+    # the plan's plane is the rule's, segment by segment
+    for pe in range(3):
+        for s in range(3):
+            d = segment_details(low, pe, 0, s)
+            want = s != pe and d["rows"] > 0 and d["bytes"] * d["threshold_den"] > d["threshold_num"]
+            assert (d["plane"] == "SDMA") == want, d
+
+
+def test_an_index_out_of_range_is_named():
+    p = plan_counts(COUNTS, 1024, 4, "doubleplane", 0)
+    with pytest.raises(ParameterError, match=r"src_rank=3: must be an int in \[0, 3\)") as e:
+        segment_details(p, 0, 0, 3)
+    assert e.value.parameter == "src_rank"
+    with pytest.raises(ParameterError, match=r"local_expert=1: must be an int in \[0, 1\)"):
+        segment_details(p, 0, 1, 0)
