@@ -323,25 +323,22 @@ def app_notebook(folder: str | os.PathLike, kernel_name: str = KERNEL_NAME) -> P
     return path
 
 
-#: voila's page template for the app (written at start into the app's folder): voila's own "lab"
-#: template without the icon font it loads from a CDN (the app uses no icons; offline the request
-#: fails twice on every load).
+#: voila's page template for the app (package files, ``lab/static/voila/``, copied at start into the
+#: app's folder): voila's own "lab" template without the icon font it loads from a CDN (the app uses
+#: no icons; offline the request fails twice on every load).
 TEMPLATE = "combine_lab"
-_TEMPLATE_CONF = {"base_template": "lab"}
-_FONT_AWESOME = ('<link rel="stylesheet" href="https://cdn.jsdelivr.net/npm/@fortawesome/fontawesome-free@^5/css/'
-                 '{}.min.css" type="text/css" />')
-_TEMPLATE_INDEX = ("{%- extends 'lab/index.html.j2' -%}\n{%- block notebook_css -%}\n{{ super() | replace('"
-                   + _FONT_AWESOME.format("all") + "', '') | replace('" + _FONT_AWESOME.format("v4-shims")
-                   + "', '') }}\n{%- endblock notebook_css -%}\n")
+_TEMPLATE_FILES = ("conf.json", "index.html.j2")
 
 
 def write_template(folder: str | os.PathLike) -> Path:
-    """Write the app page's voila template (:data:`TEMPLATE`) under ``<folder>/share`` (a Jupyter
-    data folder the voila process is given); returns its folder."""
+    """Write the app page's voila template (:data:`TEMPLATE`, the package's ``lab/static/voila/``)
+    under ``<folder>/share`` (a Jupyter data folder the voila process is given); returns its folder."""
+    from importlib import resources
     out = Path(folder) / "share" / "voila" / "templates" / TEMPLATE
     out.mkdir(parents=True, exist_ok=True)
-    (out / "conf.json").write_text(json.dumps(_TEMPLATE_CONF))
-    (out / "index.html.j2").write_text(_TEMPLATE_INDEX)
+    for name in _TEMPLATE_FILES:
+        text = resources.files("combine_lab.lab").joinpath("static", "voila", name).read_text(encoding="utf-8")
+        (out / name).write_text(text)
     return out
 
 

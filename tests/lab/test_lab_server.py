@@ -332,3 +332,25 @@ def test_a_saved_notebook_keeps_no_outputs_or_widget_state():
     assert other == {"type": "file", "content": "x"}
     assert f"--ContentsManager.pre_save_hook={STRIP_HOOK}" in lab_command(Path("/nb"), 1, "t")
     assert not [c for c in lab_command(Path("/nb"), 1, "t", keep_outputs=True) if "pre_save_hook" in c]
+
+
+def test_the_app_page_files_are_package_files(tmp_path):
+    """Issue 30 item 3: the app's CSS, JavaScript and voila's page template are files of the package
+    (lab/static/, package data), the template without the CDN icon font voila's own would load."""
+    from importlib import resources
+
+    from combine_lab.lab.app_bridge import css_html, static_text
+    from combine_lab.lab.server import write_template
+    static = resources.files("combine_lab.lab").joinpath("static")
+    assert css_html() == "<style>\n" + static.joinpath("app.css").read_text() + "</style>"
+    assert static_text("bridge.js").rstrip().endswith("export default { render };")
+    out = write_template(tmp_path)
+    assert out == tmp_path / "share" / "voila" / "templates" / "combine_lab"
+    assert json.loads((out / "conf.json").read_text()) == {"base_template": "lab"}
+    index = (out / "index.html.j2").read_text()
+    assert index == static.joinpath("voila", "index.html.j2").read_text()
+    assert index.startswith("{%- extends 'lab/index.html.j2' -%}") and index.count("fontawesome-free") == 2
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        import tomllib
+        data = tomllib.load(f)["tool"]["setuptools"]["package-data"]["combine_lab.lab"]
+    assert data == ["static/*.css", "static/*.js", "static/voila/*.j2", "static/voila/*.json"]
