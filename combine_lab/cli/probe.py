@@ -49,7 +49,8 @@ def register(sub) -> None:
                                    "(14 KiB and 1-2 MiB, to one peer and to all), the MTE put of one row single- and "
                                    "double-buffered, flag puts and their round trip, quiet and SDMA quiet, polling a "
                                    "ready slot. Writes one CSV that combine-lab calibrate fits from. The first hour "
-                                   "on an NPU: probe, then calibrate, then suggest with the fitted machine.")
+                                   "on an NPU (docs/npu.md#11-the-first-hour-on-an-npu): environment, doctor, the npu "
+                                   "tests, probe --model a3, calibrate, suggest on the fitted machine, compare.")
     p.add_argument("-pes", type=int, default=2, help="PEs (processes; on the NPU devices --fnpu..): at least 2; "
                    "peers to 'many' are all but PE 0 (default 2)")
     p.add_argument("--model", default=None, help="a2, a3 or a .toml: PE 0 sends to the first PE of each link class "
