@@ -220,46 +220,6 @@ class ClassFit:
     note: str = ""
 
 
-@dataclass(frozen=True)
-class ProbePairs:
-    """The pairs a probe of ``pes`` PEs measures on ``model``: ``reached`` (link class, the first
-    PE of that class from PE 0), nearest first; ``unreached`` (link class, the PEs a run needs to
-    reach it)."""
-
-    model: str
-    pes: int
-    reached: tuple[tuple[str, int], ...]
-    unreached: tuple[tuple[str, int], ...]
-
-    def text(self) -> str:
-        """'link classes of a3 at 4 PEs: die_pair (PE 0 -> 1), card (PE 0 -> 2); not reached: server
-        (PE 0 -> 16: needs -pes 17 or more)'."""
-        got = ", ".join(f"{c} (PE 0 -> {d})" for c, d in self.reached)
-        out = f"link classes of {self.model} at {self.pes} PEs: {got}"
-        if self.unreached:
-            out += "; not reached: " + ", ".join(f"{c} (PE 0 -> {n - 1}: needs -pes {n} or more)"
-                                                 for c, n in self.unreached)
-        return out
-
-
-def probe_pairs(model, pes: int) -> ProbePairs:
-    """Which link classes of ``model`` (an NpuModel) a run of ``pes`` PEs reaches from PE 0, by its
-    rank map (:meth:`~combine_lab.model.machines.NpuModel.pair_class`; docs/probe.md#6-link-classes):
-    the first PE of each class is PE 1 (the nearest), PE dies_per_card (another card) or PE
-    dies_per_card * cards_per_server (another server). Raises ParameterError (``pes`` above what
-    the model has)."""
-    model.pair_class(pes)  # pes within the machine, else its ParameterError
-    t = model.topology
-    first: dict[int, int] = {}
-    for d in sorted({1, t.dies_per_card, t.dies_per_card * t.cards_per_server}):
-        if 1 <= d < t.max_pes:
-            first.setdefault(int(model.pair_class(d + 1)[0, d]), d)
-    order = sorted(first.items(), key=lambda kv: kv[1])
-    names = [c.name for c in model.links]
-    return ProbePairs(model.name, pes, tuple((names[c], d) for c, d in order if d < pes),
-                      tuple((names[c], d + 1) for c, d in order if d >= pes))
-
-
 def _model_class(model: NpuModel, label: str, r: ProbeRow) -> int:
     """The model's class (index into ``model.links``) of CSV class ``label`` (by name), else of row
     ``r``'s pair in the model's rank map."""
@@ -531,6 +491,7 @@ def fit_probe(rows: list[ProbeRow], model: NpuModel, free: list[str] | None = No
     pes = max(r.pes for r in rows)
     unreached = ()
     if model.links and pes <= model.topology.max_pes:
+        from ..run.probe import probe_pairs  # the plan's own rule for which PEs reach which class
         unreached = tuple((n, k) for n, k in probe_pairs(model, pes).unreached if n not in written.values())
     r0 = rows[0]
     on = f"{'the CPU twin' if r0.target == 'cpu' else 'NPU'} {r0.soc}, {r0.pes} PEs" + (f" ({r0.note})" if r0.note else "")

@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ParameterError
-from ..model.probe_fit import ProbePairs, probe_pairs  # noqa: F401 (the plan's pairs; re-exported)
 from ..formats.probe_csv import BUILDS, PROBE_KINDS, SDMA_KINDS, ProbeRow, write_probe_csv
 from ..planning.cores import aiv_cores as soc_aiv_cores
 from . import build as build_mod, toolchain
@@ -162,6 +161,46 @@ def probe_plan(pes: int, *, cores=None, sdma_bytes=None, row_bytes=DEFAULT_ROW_B
 SENDING_KINDS = ("sdma", "sdma_issue", "mte_put", "flag", "flag_rtt")
 
 
+@dataclass(frozen=True)
+class ProbePairs:
+    """The pairs a probe of ``pes`` PEs measures on ``model``: ``reached`` (link class, the first
+    PE of that class from PE 0), nearest first; ``unreached`` (link class, the PEs a run needs to
+    reach it)."""
+
+    model: str
+    pes: int
+    reached: tuple[tuple[str, int], ...]
+    unreached: tuple[tuple[str, int], ...]
+
+    def text(self) -> str:
+        """'link classes of a3 at 4 PEs: die_pair (PE 0 -> 1), card (PE 0 -> 2); not reached: server
+        (PE 0 -> 16: needs -pes 17 or more)'."""
+        got = ", ".join(f"{c} (PE 0 -> {d})" for c, d in self.reached)
+        out = f"link classes of {self.model} at {self.pes} PEs: {got}"
+        if self.unreached:
+            out += "; not reached: " + ", ".join(f"{c} (PE 0 -> {n - 1}: needs -pes {n} or more)"
+                                                 for c, n in self.unreached)
+        return out
+
+
+def probe_pairs(model, pes: int) -> ProbePairs:
+    """Which link classes of ``model`` (an NpuModel) a run of ``pes`` PEs reaches from PE 0, by its
+    rank map (:meth:`~combine_lab.model.machines.NpuModel.pair_class`; docs/probe.md#6-link-classes):
+    the first PE of each class is PE 1 (the nearest), PE dies_per_card (another card) or PE
+    dies_per_card * cards_per_server (another server). Raises ParameterError (``pes`` above what
+    the model has)."""
+    model.pair_class(pes)  # pes within the machine, else its ParameterError
+    t = model.topology
+    first: dict[int, int] = {}
+    for d in sorted({1, t.dies_per_card, t.dies_per_card * t.cards_per_server}):
+        if 1 <= d < t.max_pes:
+            first.setdefault(int(model.pair_class(d + 1)[0, d]), d)
+    order = sorted(first.items(), key=lambda kv: kv[1])
+    names = [c.name for c in model.links]
+    return ProbePairs(model.name, pes, tuple((names[c], d) for c, d in order if d < pes),
+                      tuple((names[c], d + 1) for c, d in order if d >= pes))
+
+
 def _by_link_class(plan: list[Measurement], model, pes: int, sdma_bytes, sdma_puts: int) -> list[Measurement]:
     """``plan`` with each row's link class named, then the sdma rows of each farther class reached."""
     pairs = probe_pairs(model, pes)
@@ -206,9 +245,8 @@ def run_probe(pes: int = 2, out: str | os.PathLike = "output/probe/combine_probe
               env: dict[str, str] | None = None, model=None, **plan_kw) -> tuple[Path, list[ProbeRow]]:
     """Build the probe for ``target``, run the plan (:func:`probe_plan` with ``plan_kw``) on ``pes``
     PEs (on the NPU: devices ``fnpu`` .. ``fnpu + pes - 1``) and write the probe CSV to ``out``
-    (whole or not at all; its folder is made). ``model`` (a name such as a2 or a3, a .toml, or an
-    NpuModel): the rank map whose link classes the plan measures (:func:`probe_pairs`), on the
-    twin as on the NPU.
+    (whole or not at all; its folder is made). ``model`` (an NpuModel, e.g. ``load_model("a3")``):
+    the rank map whose link classes the plan measures (:func:`probe_pairs`), on the twin as on the NPU.
 
     Returns (the CSV's path, its rows). Raises ParameterError (a bad plan parameter, before
     anything is built), TargetUnavailable / BuildError (the build), LaunchError (a PE failed or
@@ -225,9 +263,6 @@ def run_probe(pes: int = 2, out: str | os.PathLike = "output/probe/combine_probe
         aiv, sdma = npu_plan_facts({**os.environ, **(env or {})}, aiv)
     elif aiv is None:
         aiv = _twin_aiv(env)
-    if model is not None and not hasattr(model, "pair_class"):
-        from ..model.machines import load_model
-        model = load_model(model)
     plan = probe_plan(pes, aiv_cores=aiv, sdma=sdma, model=model, **plan_kw)
     binary = build_mod.build(target, build_dir=build_dir, program=PROBE_BINARY)
     work = owned_temp_dir("probe")
