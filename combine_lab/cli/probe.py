@@ -26,9 +26,14 @@ def _probe(a: argparse.Namespace) -> int:
     model = None
     if a.model:
         model = load_model(a.model)
-        print(f"probe: {probe_pairs(model, a.pes).text()} (docs/probe.md#6-link-classes)")
+        pairs = probe_pairs(model, a.pes) if a.pes >= 2 else None  # fewer: run_probe refuses -pes
+        if pairs is not None:
+            print(f"probe: {pairs.text()} (docs/probe.md#6-link-classes)")
     path, rows = run_probe(a.pes, a.out, target=a.target, fnpu=a.fnpu, timeout_s=a.timeout, model=model, **kw)
     first = rows[0]
+    if model is not None and first.build == "mte-only" and len(pairs.reached) > 1:
+        print(f"probe: this build has no SDMA: only {pairs.reached[0][0]} was probed (the farther classes' rows "
+              "are SDMA rows)")
     what = f"measured on the CPU twin ({first.note})" if first.target == "cpu" else f"measured on the NPU {first.soc}"
     print(f"probe: {len(rows)} measurements on {a.pes} PEs, {what}; time of one launch: the median of "
           f"{first.times_us.size} repeats, spread min-max")

@@ -150,3 +150,17 @@ def test_an_npu_build_without_sdma_plans_no_sdma_row_and_k_follows_the_socs_aiv_
     with pytest.raises(ParameterError) as e:
         probe_plan(4, aiv_cores=aiv, sdma=why, sdma_bytes=(4096,))
     assert str(e.value) == f"sdma_bytes=[4096]: SDMA rows refused: {why}"
+
+
+def test_probe_on_a_build_without_sdma_says_only_the_nearest_class_was_probed(tmp_path, capsys, monkeypatch):
+    """An MTE-only build plans no SDMA row, and a farther class's rows are SDMA rows: the probe says so."""
+    import combine_lab.cli.probe as cli_probe
+    from combine_lab.formats.probe_csv import ProbeRow
+    import numpy as np
+    row = ProbeRow("quiet", 4, 0, None, 1, 1, 32, 0, "", np.array([1.0, 1.0]), "npu", "Ascend910B4", "", "mte-only")
+    monkeypatch.setattr(cli_probe, "run_probe", lambda *a, **k: (tmp_path / "p.csv", [row]))
+    assert main(["probe", "-pes", "4", "--model", "a3", "--target", "npu"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("probe: link classes of a3 at 4 PEs: die_pair (PE 0 -> 1), card (PE 0 -> 2); ")
+    assert out[1] == ("probe: this build has no SDMA: only die_pair was probed (the farther classes' rows are SDMA "
+                      "rows)")
