@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence, Union
 
 import pandas as pd
 
+from .kernels import DOUBLEPLANE
 from .case.case import Case, make_case
 from .case.spec import CaseSpec
 from .errors import ParameterError
@@ -117,7 +118,7 @@ class Run:
             from .run.kernel_source import kernel_source
             object.__setattr__(self, "kernel", kernel_source(self.kernel))
         if self.variant is None:
-            object.__setattr__(self, "variant", self.kernel.rule if self.kernel is not None else "doubleplane")
+            object.__setattr__(self, "variant", self.kernel.rule if self.kernel is not None else DOUBLEPLANE)
 
     @property
     def label(self) -> str:

@@ -19,7 +19,7 @@ PACKAGE = ROOT / "combine_lab"
 
 #: The stages, in the order of the flow; a module may import its own stage and those before it.
 #: errors, params and folders serve every stage; the top-level __init__ and __main__ sit above all.
-LAYERS = ["errors", "values", "folders", "case", "formats", "planning", "run", "model", "results", "harness", "cluster",
+LAYERS = ["errors", "values", "folders", "kernels", "case", "formats", "planning", "run", "model", "results", "harness", "cluster",
           "lab", "cli"]
 
 
@@ -234,3 +234,19 @@ def test_docs_layout_lists_every_module():
     modules = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if not docstring_only(p)}
     assert modules - listed == set(), f"not in docs/layout.md: {sorted(modules - listed)}"
     assert listed - modules == set(), f"in docs/layout.md but not in the package: {sorted(listed - modules)}"
+
+
+#: Modules that still spell the rules' names, each with why: the app's two modules are being split
+#: (issue 30 item 3), the model's are migrated last. The target is at most 6 (issue 30's done-when).
+_STILL_SPELLING = {"lab/app.py", "lab/tuning.py", "model/__init__.py", "model/calibrate.py", "model/modelled.py",
+                   "model/stream.py", "model/suggest.py", "model/unknowns.py"}
+
+
+def test_variant_names_spelled_in_few_modules():
+    """The rules' names are strings in ``kernels.py`` only (docs/layout.md#3-adding-a-variant), and in
+    the modules not yet migrated; a new module that spells them fails here."""
+    spelled = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+               if re.search(r"\"(classic|doubleplane)\"|'(classic|doubleplane)'", p.read_text())}
+    assert "kernels.py" in spelled
+    assert spelled - {"kernels.py"} <= _STILL_SPELLING, sorted(spelled - {"kernels.py"} - _STILL_SPELLING)
+    assert len(spelled) == 1 + len(_STILL_SPELLING & spelled) <= 9

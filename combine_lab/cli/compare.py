@@ -47,6 +47,9 @@ def register(sub) -> None:
                         "one SDMA call per contiguous segment), c<N> (N AIV cores per source rank), segment-c<N>; "
                         "classic and doubleplane run under each, the speed-up per case and settings "
                         "(docs/variants.md)")
-    p.add_argument("--baseline", choices=["hccl"], default=None,
-                   help="also run torch.distributed all_to_all + weighted sum (HCCL on npu; gloo, CPU tensors, on cpu)")
+    p.add_argument("--baseline", default=None, metavar="hccl|NAME",
+                   help="hccl: also run torch.distributed all_to_all + weighted sum (HCCL on npu; gloo, CPU tensors, "
+                        "on cpu); NAME: the kernel every speed-up is against, one this command runs (doubleplane, "
+                        "classic-c6, a --kernel-source label such as user:mine; default: each kernel against its "
+                        "same-settings classic)")
     p.set_defaults(handler=_compare)

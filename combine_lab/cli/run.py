@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..kernels import CLASSIC, DOUBLEPLANE
 from ..errors import ParameterError
 
 from ..planning.settings import parse_variant_label
@@ -28,14 +29,14 @@ def _variant_flag(text: str) -> str:
 def _run(a: argparse.Namespace) -> int:
     # with --kernel-source: your kernel instead of the lab's; --variant then names the rule whose plan
     # its counters are compared with (default: the kernel's own, docs/own-kernel.md)
-    if a.kernel_source and a.variant and a.variant not in ("classic", "doubleplane"):
+    if a.kernel_source and a.variant and a.variant not in (CLASSIC, DOUBLEPLANE):
         raise ParameterError(f"--variant {a.variant}: with --kernel-source, --variant names the rule its counters are "
                              "compared with (classic or doubleplane); kernel settings are the lab kernel's")
     if a.kernel_source and a.variant and a.kernel_rule and a.variant != a.kernel_rule:
         raise ParameterError(f"--variant {a.variant} and --rule {a.kernel_rule}: with --kernel-source both name the "
                              "rule its counters are compared with; give one")
     a.only_kernels, a.rule = bool(a.kernel_source), a.variant if a.kernel_source else None
-    return run_variants(a, [a.variant or "doubleplane"])
+    return run_variants(a, [a.variant or DOUBLEPLANE])
 
 
 def register(sub) -> None:

@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
+from ..kernels import CLASSIC, DOUBLEPLANE
 from ..errors import ParameterError
 from ..formats.files import write_atomic
 # the plan views' drawings, and what every figure shares (units, colours, the PE's role)
@@ -41,8 +42,8 @@ __all__ = ["byte_unit", "byte_label", "new_figure", "segment_map", "plane_bytes_
            "modelled_floors", "what_if_saving", "NO_SDMA_CASE", "sends_sdma", "WIDTH"]
 
 #: Bar/line colour per variant (classic = MTE only, doubleplane = MTE + SDMA).
-VARIANT_COLORS = {"classic": "#7f7f7f", "doubleplane": "#1f77b4"}
-_VARIANT_LABEL = {"classic": "classic (MTE only)", "doubleplane": "doubleplane (MTE + SDMA)"}
+VARIANT_COLORS = {CLASSIC: "#7f7f7f", DOUBLEPLANE: "#1f77b4"}
+_VARIANT_LABEL = {CLASSIC: "classic (MTE only)", DOUBLEPLANE: "doubleplane (MTE + SDMA)"}
 _PLANE_COLORS = {"MTE": "#9ecae1", "SDMA": SDMA_COLOR}
 _PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
 _EMPTY_EDGE = "#8c8c8c"
@@ -133,7 +134,7 @@ def sends_sdma(res) -> bool:
 def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     """comm_only and full_op of doubleplane against classic, per profiled PE.
 
-    ``runs``: ``{"classic": RunResult, "doubleplane": RunResult}`` as
+    ``runs``: ``{CLASSIC: RunResult, DOUBLEPLANE: RunResult}`` as
     :func:`combine_lab.harness.compare` returns (keyed by label: with kernel settings
     ``classic-c4``, ``doubleplane-segment-c4``, named so in the legend). Bars are CoreMaxTime/us (the slowest
     core's mean over the profiled loops, docs/formats.md#3-perf-csv) for each PE that was
@@ -147,7 +148,7 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     any_run = next(iter(runs.values()))
     # keyed by label: a run's kernel settings follow its combine (doubleplane-segment-c4)
     combine = {k: k.split("-")[0] for k in runs}
-    dual = next((r for k, r in runs.items() if combine[k] == "doubleplane"), None)
+    dual = next((r for k, r in runs.items() if combine[k] == DOUBLEPLANE), None)
     no_sdma = dual is not None and not sends_sdma(dual)
     names = dict(_VARIANT_LABEL, doubleplane="doubleplane (no SDMA here)") if no_sdma else _VARIANT_LABEL
     label = {k: names.get(c, k) + ("" if k == c or c not in names else f", {k.removeprefix(c + '-')}")
@@ -195,12 +196,12 @@ def history_plot(history: pd.DataFrame, dpi: int = 72) -> Figure:
     if len(history):
         x = history["run"].to_numpy()
         share = history["sdma_share"].to_numpy(dtype=float) if "sdma_share" in history else np.ones(len(x))
-        for v in ("classic", "doubleplane"):
+        for v in (CLASSIC, DOUBLEPLANE):
             a1.plot(x, history[f"comm_only_{v}_us"], "o-", color=VARIANT_COLORS[v], label=v)
         none = ~(share > 0)
         if none.any():  # the same bytes in both: the points say so, not "MTE + SDMA"
             a1.plot(x[none], history["comm_only_doubleplane_us"].to_numpy()[none], "o", mfc="white",
-                    color=VARIANT_COLORS["doubleplane"], label="doubleplane, no SDMA traffic (= classic)")
+                    color=VARIANT_COLORS[DOUBLEPLANE], label="doubleplane, no SDMA traffic (= classic)")
         sp = history["comm_only_speedup"].to_numpy(dtype=float)
         if {"comm_only_speedup_lo", "comm_only_speedup_hi"} <= set(history.columns):  # the spread, min-max
             lo = np.nan_to_num(sp - history["comm_only_speedup_lo"].to_numpy(dtype=float))
@@ -358,7 +359,7 @@ def settings_times(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 
     cases = list(dict.fromkeys(zip(summary["case_id"], summary["routing"])))
     fig = new_figure(8.8, max(3.0, 0.5 * len(cases) * len(groups) + 1.8), dpi)
     ax = fig.add_axes((0.34, 0.14, 0.5, 0.72))
-    colors = {"classic": "#1f77b4", "doubleplane": SDMA_COLOR}
+    colors = {CLASSIC: "#1f77b4", DOUBLEPLANE: SDMA_COLOR}
     labels, y = [], 0.0
     for case, routing in cases:
         for group in groups:
@@ -367,7 +368,7 @@ def settings_times(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 
             if sel.empty:
                 continue
             r = sel.iloc[0]
-            for k, v in enumerate(("classic", "doubleplane")):
+            for k, v in enumerate((CLASSIC, DOUBLEPLANE)):
                 mid, lo, hi = (float(r[f"{metric}_{v}{s}_us"]) for s in ("", "_lo", "_hi"))
                 if not np.isfinite(mid):
                     continue

@@ -18,6 +18,7 @@ from typing import Callable, Union
 import numpy as np
 import pandas as pd
 
+from ..kernels import DOUBLEPLANE
 from ..case.case import Case, make_case
 from ..formats.casefiles import case_dir_of, check_x_out, read_case, read_rank_file, read_x_out, write_case
 from ..case.spec import CaseSpec
@@ -373,7 +374,7 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
         from .kernel_source import kernel_source as as_kernel
         ks = as_kernel(kernel_source)
     if variant is None:
-        variant = ks.rule if ks is not None else "doubleplane"
+        variant = ks.rule if ks is not None else DOUBLEPLANE
     if variant not in VARIANTS:
         raise ParameterError(f"variant={variant!r}: must be one of {', '.join(map(repr, VARIANTS))}")
     settings = parse_settings(settings)
@@ -405,7 +406,7 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
             raise ParameterError(f"COMBINE_TWIN_SOC={twin_soc!r}: {TWIN_SOCS}") from None
     if target == "cpu":
         check_kernel_settings(settings, variant, twin_soc or TWIN_DEFAULT_SOC)
-    elif settings.segment and variant != "doubleplane":
+    elif settings.segment and variant != DOUBLEPLANE:
         check_kernel_settings(settings, variant)
     if binary is None:
         why = refusals(target, [variant]).get(variant)
