@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..kernels import CLASSIC, DOUBLEPLANE, RULES
+from ..kernels import DOUBLEPLANE, RULES
 from ..errors import ParameterError
 from .cores import chunk_bounds, kernel_constant
 from .settings import REFERENCE, KernelSettings, check_kernel_settings, parse_settings
