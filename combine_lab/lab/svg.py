@@ -23,7 +23,18 @@ map + plane bytes redraw, in a kernel, median [quartiles] over 9-14 redraws, thr
 - ipympl (the same views in matplotlib on ipympl canvases, drawn in place: Agg and the PNG it
   sends): 125-203 ms [124-207]: over the 50 ms budget.
 
-So the live views stay SVG strings, drawn in milliseconds at the size they are shown (pixels)
+- matplotlib's own SVG output (issue 30 item 4; ``benchmarks/bench_lab.py``, ``bench_matplotlib_svg``:
+  the three views, segment map, plane bytes and modelled time over floors, ``savefig(format="svg")``
+  with the browser's text, as :func:`combine_lab.lab.plots.figure_svg` writes any figure; 2 shared
+  cores, median over 7-9 redraws, three runs): 168-220 ms with the figures built once and their
+  artists updated, 290-398 ms built anew, against 14.7-15.1 ms for these drawings of the same
+  views: 3-4x over the 50 ms budget in place (6-8x built anew) before the page gets the text,
+  for the same views (the segment map's 512 x 64 cells as one image, 128 bars, 64 markers twice,
+  one step line).
+
+So the live views stay SVG strings, and these three views only: every other figure of the lab is
+matplotlib's (:mod:`.plots`, :mod:`.sweep_plots`), where nothing is redrawn while a slider moves. The
+views stay SVG strings, drawn in milliseconds at the size they are shown (pixels)
 with the browser's own text (sharp at any pixel density). A grid of many cells (the stacked
 segment map of more than :data:`MAX_PANELS` PEs) is one PNG (Pillow) with one pixel per cell,
 scaled with ``image-rendering: pixelated``: crisp blocks, never blurred.
