@@ -187,9 +187,9 @@ def clock_model(text: str):
     return load_model(text[len("model:"):])
 
 
-def _specs(a: argparse.Namespace, payload: bool = True) -> list[CaseSpec]:
+def _specs(a: argparse.Namespace, payload: bool = True, measured: bool = True) -> list[CaseSpec]:
     # the folders a run writes to, and the placement flags, before anything is drawn, written or launched
-    if a.perf and payload:  # a modelled run writes to its own folder (_run_modelled checks that one)
+    if a.perf and payload and measured:  # a modelled run writes to its own folder (checked where it is made)
         usable_folder(a.output_dir, "--output-dir")
     if a.work_dir is not None:
         usable_folder(a.work_dir, "--work-dir")
@@ -343,7 +343,7 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     # the lab's runs: label -> (variant, settings, settings groups whose summary it belongs to)
     entries = group_variants(variants, getattr(a, "settings", None))
     variants = list(entries)
-    specs = _specs(a, payload=model is None or bool(kernels))
+    specs = _specs(a, payload=model is None or bool(kernels), measured=model is None)
     # on a model the slowest PE by default, as suggest prices it (the combine ends when every PE has)
     prof_pe = "all" if model is not None and a.prof_pe is None else _prof_pe(a.prof_pe, specs)
     _check_run_flags(a, specs, modelled=model is not None)
