@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import ParameterError
 from ..planning.settings import SETTINGS_LABEL_FORM, parse_settings
 from ..run.runner import VARIANTS
 from .cases import add_case_flags, run_variants
@@ -27,8 +28,8 @@ def _settings_flag(text: str) -> list[str]:
     for t in labels:
         try:
             parse_settings(t)
-        except ValueError as e:  # parse_settings' own words: N >= 1, the closest label
-            raise argparse.ArgumentTypeError(str(e).replace(f"settings={t!r}: ", f"{t!r}: ", 1)) from None
+        except ParameterError as e:  # parse_settings' own words (its allowed): N >= 1, the closest label
+            raise argparse.ArgumentTypeError(f"{t!r}: {e.allowed}") from None
     return list(dict.fromkeys(labels))
 
 

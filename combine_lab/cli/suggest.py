@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..kernels import CLASSIC, DOUBLEPLANE
+from ..kernels import DOUBLEPLANE
 from ..case.case import make_case
 from ..errors import ParameterError
 from ..folders import usable_folder
@@ -43,7 +43,7 @@ def settings_labels(variants: str | None, cores: str | None, soc: str) -> list[s
             parsed.append(parse_variant_label(v))
         except ParameterError as e:
             raise ParameterError(f"--variant {v!r}: must be {VARIANT_LABEL_FORM}"
-                                 + (f" ({e})" if "segment" in str(e) and CLASSIC in v else ""),
+                                 + ("" if e.allowed == f"must be {VARIANT_LABEL_FORM}" else f" ({e})"),
                                  parameter="--variant", value=v) from None
     limit = min(aiv_cores(soc), MAX_SDMA_BLOCKS)
     if cores is None:
@@ -82,7 +82,8 @@ def _suggest(a: argparse.Namespace) -> int:
                              f"{len(labels)} ({','.join(labels)})", parameter="--out", value=a.out)
     specs = _specs(a, payload=False)
     if len(specs) != 1:
-        raise ParameterError(f"suggest prices one case: the lists make {len(specs)}; give single values")
+        raise ParameterError(f"suggest prices one case: the lists make {len(specs)}; give single values",
+                             parameter="--*-list", value=len(specs), allowed="one case")
     case = make_case(specs[0])
     rows = case_rows(case, model.soc)
     print(f"case: {specs[0].case_id} routing {specs[0].routing}")

@@ -46,13 +46,12 @@ def parse_settings(label: str | KernelSettings | None) -> KernelSettings:
     text = str(label).strip().lower()
     m = _SETTINGS_RE.match(text)
     if m and int(m[2] or m[3] or 1) < 1:
-        raise ParameterError(f"settings={label!r}: N must be >= 1 (cores per source rank; c1 is the reference's "
-                             f"one core); the labels are {SETTINGS_LABEL_FORM}", parameter="settings", value=label)
+        raise ParameterError.of("settings", label, "N must be >= 1 (cores per source rank; c1 is the reference's "
+                                f"one core); the labels are {SETTINGS_LABEL_FORM}")
     if not m:
         near = difflib.get_close_matches(text, ["reference", "segment"], n=1, cutoff=0.6)
         hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise ParameterError(f"settings={label!r}: must be {SETTINGS_LABEL_FORM}{hint}", parameter="settings",
-                             value=label)
+        raise ParameterError.of("settings", label, f"must be {SETTINGS_LABEL_FORM}{hint}")
     return KernelSettings(segment=bool(m[1]), cores_per_rank=int(m[2] or m[3] or 1))
 
 
@@ -73,17 +72,16 @@ def parse_variant_label(label: str) -> tuple[str, KernelSettings]:
     text = str(label).strip().lower()
     variant, _, rest = text.partition("-")
     if variant not in RULES:
-        raise ParameterError(f"variant={label!r}: must be {VARIANT_LABEL_FORM}", parameter="variant", value=label)
+        raise ParameterError.of("variant", label, f"must be {VARIANT_LABEL_FORM}")
     try:
         settings = parse_settings(rest or None)
     except ParameterError:
-        raise ParameterError(f"variant={label!r}: must be {VARIANT_LABEL_FORM}", parameter="variant",
-                             value=label) from None
+        raise ParameterError.of("variant", label, f"must be {VARIANT_LABEL_FORM}") from None
     if rest == "reference":
-        raise ParameterError(f"variant={label!r}: must be {VARIANT_LABEL_FORM}", parameter="variant", value=label)
+        raise ParameterError.of("variant", label, f"must be {VARIANT_LABEL_FORM}")
     if settings.segment and not SENDS_SDMA[variant]:
-        raise ParameterError(f"variant={label!r}: 'segment' is a doubleplane setting (classic sends nothing by "
-                             "SDMA); use doubleplane-segment", parameter="variant", value=label)
+        raise ParameterError.of("variant", label, "'segment' is a doubleplane setting (classic sends nothing by "
+                                "SDMA); use doubleplane-segment")
     return variant, settings
 
 
