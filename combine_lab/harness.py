@@ -37,7 +37,7 @@ from .model import modelled
 from .model.modelled import ModelledResult
 from .model.machines import NpuModel
 from .planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
-from .planning.settings import check_kernel_settings, group_variants, parse_settings, variant_label
+from .planning.settings import check_kernel_settings, group_variants, parse_settings, variant_label, lab_kernel
 from .results.rows import ERROR, REFUSED, NotRun, ResultRow, result_row
 from .results.tables import TIDY_COLUMNS, tidy_rows
 from .run.launch import LaunchError
@@ -127,6 +127,14 @@ class Run:
         if self.kernel is not None:
             return self.kernel.label
         return self.variant if self.variant == BASELINE else variant_label(self.variant, self.settings)
+
+    @property
+    def descriptor(self):
+        """The kernel this run runs, as a :class:`combine_lab.kernels.Kernel` (name, source, rule,
+        settings, supports; its default speed-up ``baseline``); None for the all_to_all baseline."""
+        if self.variant == BASELINE:
+            return None
+        return self.kernel.kernel if self.kernel is not None else lab_kernel(self.variant, self.settings)
 
     @property
     def modelled(self) -> bool:

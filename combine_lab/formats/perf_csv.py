@@ -33,12 +33,13 @@ from typing import Iterable, Iterator, Mapping
 
 import pandas as pd
 
-from ..kernels import CLASSIC, DOUBLEPLANE
+from ..kernels import CLASSIC
+from ..kernels import FILE_PREFIX as KERNEL_FILE_PREFIX
 from ..errors import ResultFileError
 from .files import STAGING_PREFIX, write_atomic
 
 #: The file-name prefix of each variant, as the reference names its two drivers' files.
-FILE_PREFIX = {CLASSIC: "combine", DOUBLEPLANE: "combine_doubleplane"}
+FILE_PREFIX = KERNEL_FILE_PREFIX  # the descriptor's (combine_lab.kernels)
 
 #: The 18 fixed fields of a perf row (docs/formats.md#3-perf-csv), in order.
 PERF_COLUMNS = [

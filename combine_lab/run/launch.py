@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 import psutil
 
-from ..kernels import CLASSIC, DOUBLEPLANE
+from ..kernels import DRIVER_POLICY as KERNEL_DRIVER_POLICY
 from ..errors import CombineLabError, ParameterError
 
 SHM_PREFIX = "combine_twin_"
@@ -49,7 +49,7 @@ _SESSION_PID = re.compile(r"cl(\d+)_[0-9a-f]{12}$")
 
 #: The host driver's ``policy`` argument for each variant (host/host_args.cpp spells them
 #: mte_only and dual_plane); the only place the driver's own words for the variants appear.
-DRIVER_POLICY = {CLASSIC: "mte_only", DOUBLEPLANE: "dual_plane"}
+DRIVER_POLICY = KERNEL_DRIVER_POLICY  # the descriptor's (combine_lab.kernels)
 
 
 @dataclass(frozen=True)
