@@ -88,3 +88,17 @@ def test_pair_speedups_pairs_repeats_and_settings_groups():
         ["reference", "user:mine", "classic", 2, 1.125, 1.0, 1.25, "within noise"],
         ["segment-c2", "doubleplane-segment-c2", "classic-c2", 2, 2.5, 2.0, 3.0, "faster"]]
     assert pair_table(p)["comm_only spread"].tolist() == ["1.000-1.250", "2.000-3.000"]
+
+
+def test_diff_compares_your_kernels_speedup_too(tmp_path, capsys):
+    for run in ("a", "b"):
+        assert cli.main(["compare", "--kernel-source", str(REFSTYLE), *CASE, "--output-dir", str(tmp_path / run),
+                         "--perf"]) == 0
+    capsys.readouterr()
+    assert cli.main(["diff", str(tmp_path / "a-model-a3"), str(tmp_path / "b-model-a3")]) == 0
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines() if "/ classic" in line]
+    assert lines == [
+        "shape_8_64_2_2_2 uniform speed-up user:refstyle / classic comm_only 0.442 - 0.442 - 1.000 tie: within the "
+        "model's resolution (5 %)",
+        "shape_8_64_2_2_2 uniform speed-up user:refstyle / classic full_op 0.529 - 0.529 - 1.000 tie: within the "
+        "model's resolution (5 %)"]
