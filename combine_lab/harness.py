@@ -385,6 +385,13 @@ class Comparison(dict):
                                                           o.repeat)]
         return pd.DataFrame(rows, columns=TIDY_COLUMNS)
 
+    def speedups(self, baseline: str | None = None) -> pd.DataFrame:
+        """The speed-up of every kernel that ran against ``baseline`` (a label; None: each against its
+        same-settings classic), per case over the repeats: :func:`combine_lab.results.pairs.pair_speedups`
+        (baseline time / kernel time, above 1: the kernel faster; docs/cli.md#9-repeats-spread-and-verdicts)."""
+        from .results.pairs import pair_speedups
+        return pair_speedups(self.tidy(), baseline, modelled=any(o.run.modelled for o in self.outcomes))
+
 
 def compare(case: CaseLike, *, clock: Union[str, NpuModel] = WALL, work_dir: str | os.PathLike | None = None,
             keep_files: bool = False, ipport: str | Callable[[], str] | None = None,

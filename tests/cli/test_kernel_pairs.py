@@ -102,3 +102,17 @@ def test_diff_compares_your_kernels_speedup_too(tmp_path, capsys):
         "model's resolution (5 %)",
         "shape_8_64_2_2_2 uniform speed-up user:refstyle / classic full_op 0.529 - 0.529 - 1.000 tie: within the "
         "model's resolution (5 %)"]
+
+
+def test_python_compare_gives_the_same_pairs():
+    from combine_lab import CaseSpec, compare
+    from combine_lab.model import load_model
+    runs = compare(CaseSpec(pes=2, bs=8, h=64, topk=2, expert_per_pe=1), clock=load_model("a3"),
+                   kernel_source=[REFSTYLE])
+    p = runs.speedups()
+    assert p[["kernel", "baseline", "comm_only_verdict"]].values.tolist() == [
+        ["doubleplane", "classic", "no SDMA: identical traffic"], ["user:refstyle", "classic", "slower (modelled point)"]]
+    assert round(float(p["comm_only_speedup"].iloc[1]), 4) == 0.4416
+    mine = runs.speedups("user:refstyle")
+    assert mine["baseline"].tolist() == ["user:refstyle"] * 2
+    assert round(float(mine["comm_only_speedup"].iloc[0]), 4) == round(1 / 0.441585, 4)
