@@ -671,3 +671,13 @@ def test_each_parameter_set_runs_into_its_own_folder(tmp_path, monkeypatch, caps
     assert [(r.label, r.output, r.record) for r in runs] == [
         ("03_sweep[set1]", tmp_path / "o2" / "03_sweep.set1" / "03_sweep.ipynb", {"bs": [8]})]
     assert runs[0].figures == [tmp_path / "o2" / "03_sweep.set1" / "fig.png"]
+
+
+def test_notebooks_write_into_the_current_folder_by_default(tmp_path, monkeypatch):
+    """``combine-lab notebooks`` without --out: the current folder's output/lab (or $COMBINE_LAB_OUTPUT),
+    as every command writes (docs/cli.md#1-commands); never the checkout's."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COMBINE_LAB_OUTPUT", raising=False)
+    assert records.command_output_dir() == tmp_path / "output" / "lab"
+    monkeypatch.setenv("COMBINE_LAB_OUTPUT", str(tmp_path / "elsewhere"))
+    assert records.command_output_dir() == tmp_path / "elsewhere"
