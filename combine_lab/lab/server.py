@@ -459,3 +459,44 @@ class AppServer(LabServer):
         killed = super().stop(grace_s)
         shutil.rmtree(self.root_dir, ignore_errors=True)
         return killed
+
+
+# ---------------------------------------------------------------------- process control of an app's kernel
+def end_children() -> None:
+    """End the processes this kernel started (a Run's PEs, a build): the kernel of a page that
+    was reloaded has nothing else of its own running. Processes that are already gone are skipped."""
+    try:
+        kids = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for k in kids:
+        try:
+            k.kill()
+        except psutil.Error:
+            pass
+
+
+def on_stop_signal(handler) -> None:
+    """Call ``handler(signum, frame)`` on SIGUSR1, the signal :func:`stop_other_kernel` sends: the
+    kernel of a reloaded page's new page asks this one to stop its Run. Python takes signal
+    handlers on the main thread only, so elsewhere nothing is installed."""
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR1, handler)
+
+
+def stop_other_kernel(data: dict) -> str:
+    """Ask the kernel of the page before the reload (``data["pid"]``) to stop its Run (SIGUSR1),
+    when it is a kernel beside this one (the same server started both); returns what was done
+    ('' when nothing was: no pid, this process, or not an ipykernel sibling)."""
+    pid = data.get("pid")
+    if not isinstance(pid, int) or pid == os.getpid():
+        return ""
+    try:
+        other, me = psutil.Process(pid), psutil.Process()
+        if other.ppid() != me.ppid() or "ipykernel" not in " ".join(other.cmdline()):
+            return ""
+        other.send_signal(signal.SIGUSR1)
+    except (psutil.Error, OSError):
+        return ""
+    return "The Run the page before the reload was making was stopped."

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import html
+import re
 
+import numpy as np
 import pytest
 from conftest import LAB_EXTRA, host_processes, require
 
@@ -12,7 +14,8 @@ require("ipywidgets", "IPython", "resvg_py", reason=LAB_EXTRA)
 from combine_lab.case.case import Case, make_case  # noqa: E402
 from combine_lab.errors import ParameterError, SpecError  # noqa: E402
 from combine_lab.lab import app as app_mod  # noqa: E402
-from combine_lab.lab import tuning  # noqa: E402
+from combine_lab.lab import app_form  # noqa: E402
+from combine_lab.lab import tuning, tuning_model  # noqa: E402
 from combine_lab.lab.app import TuningApp, routing_string  # noqa: E402
 from combine_lab.model.replay import replay  # noqa: E402
 from combine_lab.model.stream import case_rows  # noqa: E402
@@ -409,7 +412,15 @@ def test_layout_wraps_controls_and_shows_the_history_columns_that_matter(quick_r
     root = app.widget
     assert "cl-app" in root._dom_classes
     controls = root.children[1]
-    assert "cl-controls" in controls._dom_classes and list(controls.children) == list(app.controls.values())
+    # grouped (issue 32 item 5): case, routing, kernel (the floor in bytes, then in MiB), timing; every control once
+    assert "cl-controls" in controls._dom_classes
+    groups = {[c for c in g._dom_classes if c.startswith("cl-group-")][0]: g.children for g in controls.children}
+    assert list(groups) == ["cl-group-case", "cl-group-routing", "cl-group-kernel", "cl-group-timing"]
+    assert [w for g in groups.values() for w in g if w in app.controls.values()] == \
+        [app.controls[n] for _, names in app_mod.CONTROL_GROUPS.values() for n in names]
+    assert sorted(n for _, names in app_mod.CONTROL_GROUPS.values() for n in names) == sorted(app.controls)
+    kernel = list(groups["cl-group-kernel"])
+    assert kernel[1:5] == [app.controls["min_sdma_bytes"], app.floor_bytes, app.floor_mib, app.floor_slider]
     assert type(app.controls["h"]).__name__ == "Text" and not app.controls["h"].continuous_update
     assert app.run() is not None
     shown = app.history_html.value
@@ -505,16 +516,16 @@ def test_modelled_panel_follows_the_inputs_and_says_modelled(nothing_launches):
 
 
 def test_suggest_names_the_best_floor_and_sets_it(nothing_launches, monkeypatch):
-    monkeypatch.setattr(tuning, "AUTO_SUGGEST_SEGMENTS", 0)  # as for a large case: only the button computes it
+    monkeypatch.setattr(tuning_model, "AUTO_SUGGEST_SEGMENTS", 0)  # as for a large case: only the button computes it
     app = TuningApp(targets=["cpu"], model="a2", **{**SMALL, "min_sdma_bytes": 0})  # a2: the floor matters
     assert app.suggestion is None and app.use_button.disabled and "press <b>Suggest</b>" in app.modelled_html.value
     seen = []
-    real = tuning.model_suggest
+    real = tuning_model.model_suggest
 
     def watched(*a, **k):
         seen.append((app.suggest_button.disabled, app.use_button.disabled, "Computing" in app.suggest_status.value))
         return real(*a, **k)
-    monkeypatch.setattr(tuning, "model_suggest", watched)
+    monkeypatch.setattr(tuning_model, "model_suggest", watched)
     s = app.suggest()
     assert seen == [(True, True, True)] and not app.suggest_button.disabled and not app.use_button.disabled
     model, rows, _ = _model_truth(app, 0, "a2")
@@ -525,10 +536,11 @@ def test_suggest_names_the_best_floor_and_sets_it(nothing_launches, monkeypatch)
     c = app.state.floor_choice()
     assert not c.never and c.lo <= int(want.best["threshold_bytes"]) == c.hi
     status = html.unescape(app.suggest_status.value)
-    assert f"a floor from {tuning.format_bytes(c.lo)} to {tuning.format_bytes(c.hi)}" in status
+    assert f"a floor from {c.lo:,} B to {c.hi:,} B</b> ({tuning.format_bytes(c.lo)} to {tuning.format_bytes(c.hi)})" \
+        in status
     assert "modelled, not measured" in status and "cl-best" in app.modelled_html.value
     floor = app.use_suggestion()
-    assert c.lo <= floor <= c.hi and app.use_button.description == f"Use it: floor {app_mod.svg.floor_text(floor)}"
+    assert c.lo <= floor <= c.hi and app.use_button.description == f"Use it: floor {floor:,} B"
     assert app.controls["min_sdma_bytes"].value == str(floor) and app.plan.min_sdma_bytes == floor
     assert app.modelled["doubleplane_us"] == pytest.approx(float(want.best["modelled_us"]), rel=1e-9)
     assert app.suggestion is s  # the floor changed, not the case: the curve still holds
@@ -553,6 +565,47 @@ def test_a_tie_with_never_sdma_is_called_a_tie(nothing_launches):
     assert "never SDMA ties for best: no floor is faster" in html.unescape(app.modelled_html.value)
     assert app.use_suggestion() == largest + 1 and app.sdma_table.empty
     assert "a tie" in html.unescape(app.modelled_html.value)
+
+
+def _sentences(text: str) -> list[str]:
+    return [x.strip() for x in re.split(r"(?<=[.;:])\s+", text) if len(x.strip()) > 12]
+
+
+def test_suggest_and_the_engine_line_say_one_thing_in_one_format(nothing_launches):
+    """Issue 32 item 4: with deepseek at 16 PEs the engine line said "pays only if 32 or more run at
+    once" while Suggest said that no unknown changes it; Suggest said "no floor beats MTE-only under
+    these assumptions" twice and wrote its floor as 4,521,985 B and as 4521984 in one message."""
+    app = TuningApp(targets=["cpu"], model="a3", pes=16, routing_model="deepseek")
+    app.suggest()
+    status = html.unescape(re.sub("<[^>]+>", "", app.suggest_status.value))
+    panel = html.unescape(re.sub("<[^>]+>", "", app.modelled_html.value.split("<svg")[0]))
+    u = app.state.unknowns()
+    assert u.suggested and u.floor == 1_933_312 and not u.beats
+    # one source: the panel's engine sentence is the one Suggest's message gives
+    assert u.engines == ("doubleplane at floor 1,933,312 B: 2.9x slower with 1, 1.5x slower with 2, 1.1x faster with 4, "
+                         "1.1x faster with 8, 1.1x faster with 16, 1.1x faster with 32, 1.1x faster with 48 SDMA "
+                         "engines, the rest nominal: it pays only if 4 or more run at once")
+    assert f"SDMA engines alone: {u.engines}." in status and f"Over the unknown SDMA engine count: {u.engines} (" in panel
+    assert "(the floor Suggest names; this one is 2,097,152 B)" in panel and "At floor 2,097,152 B:" in panel
+    assert status.count("no floor beats MTE-only under these assumptions") == 1
+    said = _sentences(status)
+    assert len(said) == len(set(said)), [x for x in said if said.count(x) > 1]
+    # every byte count in exact bytes with thousands separators: no bare 1933312
+    assert re.findall(r"\d{5,}", status + panel) == [], re.findall(r"\d{5,}", status + panel)
+    assert "a floor from 1,638,401 B to 1,933,312 B (1.56 MiB to 1.84 MiB)" in status
+    app.use_suggestion()  # at that floor the panel speaks of it alone
+    panel = html.unescape(re.sub("<[^>]+>", "", app.modelled_html.value.split("<svg")[0]))
+    assert f"Over the unknown SDMA engine count: {u.engines} (modelled;" in panel and "Suggest names" not in panel
+
+
+def test_the_parameters_table_writes_values_as_the_model_does(nothing_launches):
+    """Issue 32 item 4: "8.000 engines": a count is written 8, a rate 0.2, as in the model's file."""
+    app = TuningApp(targets=["cpu"], model="a3", **SMALL)
+    cells = re.findall(r"<tr><td>([a-z_A-Z]+)</td><td>([^<]*)</td><td>([^<]*)</td>", app.assumed_html.value)
+    got = {name: (value, unit) for name, value, unit in cells}
+    assert got["sdma_engines"] == ("8", "engines") and got["egress_GBps"] == ("196", "GB/s")
+    assert got["mte_put_us"][0] == "0.2" or "." in got["mte_put_us"][0] or got["mte_put_us"][0].isdigit()
+    assert not [v for v, _ in got.values() if v.endswith(".000")]
 
 
 def test_suggest_without_a_plan_says_so(nothing_launches):
@@ -591,7 +644,9 @@ def test_settings_controls_mark_bad_values_and_a_run_uses_them(monkeypatch, no_l
     assert m["classic_us"] == pytest.approx(float(classic.core_max("comm_only").max()), rel=1e-12)
     shown = html.unescape(app.modelled_html.value)
     assert f"{m['doubleplane_us']:,.1f} us</b> with doubleplane-segment-c4, {m['classic_us']:,.1f} us with classic-c4" in shown
-    assert "doubleplane-segment-c4 at floor 0 B: " in shown
+    # the engine line is Suggest's (one source: its verdict at the floor it names), against the group's classic
+    assert "Over the unknown SDMA engine count: doubleplane-segment-c4 at floor 4,096 B: 1.6x slower with 1" in shown
+    assert "SDMA engines than classic-c4, the rest nominal" in shown and "this one is 0 B" in shown
     assert app.run() is not None
     assert list(app.rows["variant"]) == ["classic-c4", "doubleplane-segment-c4"]
     assert "<td>16_64_2_4_2, segment-c4</td>" in app.history_html.value
@@ -623,3 +678,216 @@ def test_the_apps_sweep_runs_the_case_over_lists_here_and_on_a_cluster(twin_bina
     assert sw.result[cols].equals(here[cols])  # the same cases and checks as dask tasks
     app.set(h=-64)
     assert not sw.start() and "the app's values cannot be used" in sw.error
+
+
+# ---- issue 32 item 5: the floor in MiB, with a log slider and the exact bytes beside it ----
+
+def test_the_floor_in_mib_and_on_a_log_slider_sets_whole_bytes(nothing_launches):
+    app = TuningApp(targets=["cpu"], **SMALL)
+    assert app.controls["min_sdma_bytes"].value == "2097152" and app.floor_mib.value == "2"
+    assert app.floor_slider.value == 2.0 and "= <b>2,097,152 B</b>" in app.floor_bytes.value
+    app.floor_mib.value = "1.84375"  # typed in MiB: the byte box, the plan and the slider follow, exactly
+    assert app.state.values()["min_sdma_bytes"] == 1_933_312 and app.plan.min_sdma_bytes == 1_933_312
+    assert app.controls["min_sdma_bytes"].value == "1933312" and "= <b>1,933,312 B</b>" in app.floor_bytes.value
+    assert app.floor_slider.value == pytest.approx(1.84375, rel=1e-12)
+    app.floor_slider.value = 2 ** -1.5  # a quarter step of the log slider: rounded to whole bytes
+    assert app.state.values()["min_sdma_bytes"] == round(2 ** -1.5 * 2 ** 20) == 370_728
+    assert app.floor_mib.value == app_form.floor_mib_text(370_728) == f"{370_728 / 2 ** 20:.12g}"
+    app.controls["min_sdma_bytes"].value = "0"  # the byte box takes any floor; the slider rests at its low end
+    assert app.floor_mib.value == "0" and app.floor_slider.value == 2 ** -10
+    assert "= <b>0 B</b> (every segment over its PE's average)" in app.floor_bytes.value
+    app.controls["min_sdma_bytes"].value = "-1"  # a bad floor: marked at the byte box; MiB and slider keep theirs
+    assert "cl-bad" in app.controls["min_sdma_bytes"]._dom_classes and app.floor_mib.value == "0"
+    assert "no floor: see the byte box" in app.floor_bytes.value
+    app.floor_mib.value = "lots"  # no number: handed on as typed, named at the byte box
+    assert app.state.values()["min_sdma_bytes"] == "lots" and "cl-bad" in app.controls["min_sdma_bytes"]._dom_classes
+    app.floor_mib.value = "4"
+    assert app.state.values()["min_sdma_bytes"] == 4 * 2 ** 20 and app.plan is not None
+
+
+# ---- issue 32 item 5: the history sortable, filterable, exportable, two runs compared ----
+
+def test_the_history_panel_sorts_filters_exports_and_compares(nothing_launches, tmp_path):
+    import base64
+    import io
+
+    import pandas as pd
+    from test_lab_history import HISTORY
+
+    app = TuningApp(targets=["cpu"], **SMALL)
+    app.state.restore({"values": app.state.values(), "history": HISTORY.to_dict("records")})
+    app._render_history()
+    body = app.history_html.value
+    assert [int(x) for x in re.findall(r"<tr><td>(\d+)</td>", body)] == [1, 2, 3]
+    assert "<th>algbw classic / doubleplane (GB/s)</th>" in body and "<td>10.00 / 11.11</td>" in body
+    assert "<td>1,933,312 B</td>" in body  # the floor in exact bytes, as everywhere
+    app.history_sort.value = "speed-up"
+    app.history_descending.value = True
+    assert [int(x) for x in re.findall(r"<tr><td>(\d+)</td>", app.history_html.value)] == [2, 1, 3]
+    app.history_filter.value = "zipf"
+    assert [int(x) for x in re.findall(r"<tr><td>(\d+)</td>", app.history_html.value)] == [2, 1]
+    assert "2 of 3 runs shown" in app.history_html.value
+    # the CSV of what is shown: in the page as a download, and to a file
+    link = re.search(r"download='tuning_history.csv' href='data:text/csv;base64,([^']+)'>Export CSV \(2 runs\)",
+                     app.history_csv_html.value)
+    shown = pd.read_csv(io.StringIO(base64.b64decode(link.group(1)).decode()))
+    assert list(shown["run"]) == [2, 1] and list(shown.columns) == app_mod.HISTORY_COLUMNS
+    path = app.export_history(tmp_path / "h.csv")
+    assert path.read_text() == base64.b64decode(link.group(1)).decode()
+    # two runs compared as combine-lab diff compares them: the last two by default
+    assert (app.compare_a.value, app.compare_b.value) == (2, 3) and list(app.compare_a.options) == [1, 2, 3]
+    app.compare_a.value, app.compare_b.value = 1, 2
+    text = html.unescape(app.history_compare_html.value)
+    assert "Run 2 against run 1" in text and "Inputs: min_sdma_bytes 2,097,152 -> 1,933,312; settings reference -> " \
+        "segment-c4" in text
+    assert "<td>doubleplane</td><td>comm_only/us</td><td>90.000</td><td>88.000-92.000</td><td>70.000</td>" in text
+    assert "B faster, beyond noise" in text and "within noise" in text
+    app.compare_b.value = 1
+    assert "Pick two runs" in app.history_compare_html.value
+    more = HISTORY.assign(run=HISTORY["run"] + 3)  # new Runs: the last two compared, the newest as B
+    app.state.restore({"values": app.state.values(), "history": pd.concat([HISTORY, more]).to_dict("records")})
+    app._render_history()
+    assert (app.compare_a.value, app.compare_b.value) == (5, 6) and list(app.compare_b.options) == [1, 2, 3, 4, 5, 6]
+
+
+def test_the_headline_numbers_come_first(quick_runs, no_leaks):
+    """Issue 32 item 5: the speed-up and its range before any prose, measured and modelled."""
+    app = quick_runs.app = TuningApp(targets=["cpu"], **SMALL)
+    m = app.modelled
+    assert app.modelled_html.value.startswith(f"<div class='cl-headline cl-modelled-headline'><span "
+                                              f"class='cl-headline-number'>{m['speedup']:.3f}x</span> ")
+    assert "modelled on a3</span>" in app.modelled_html.value.split("cl-modelled-line")[0]
+    assert app.run() is not None
+    h = app.history.iloc[-1]
+    v = app.verdict_html.value
+    assert v.startswith(f"<div class='cl-headline' role='status'><span class='cl-headline-number'>"
+                        f"{h['comm_only_speedup']:.3f}x</span> <span class='cl-headline-verdict'>"
+                        f"{html.escape(str(h['comm_only_verdict']))}</span> <span class='cl-measured-tag'>measured")
+    assert "of 1 paired repeat;" in v and "cl-headline-range" not in v  # one repeat: no range to give
+    alg = (h["comm_only_classic_algbw_GBps"], h["comm_only_doubleplane_algbw_GBps"])
+    assert np.isfinite(alg).all() and f"algbw {alg[0]:,.2f} / {alg[1]:,.2f} GB/s" in v
+    assert v.index("cl-headline") < v.index("x_out")
+
+
+def test_the_modelled_headline_carries_the_band_over_the_unknowns(nothing_launches):
+    app = TuningApp(targets=["cpu"], model="a3", pes=16, routing_model="deepseek")
+    app.suggest()
+    assert "over the unknowns]" not in app.modelled_html.value  # the band is of Suggest's floor, not this one
+    app.use_suggestion()
+    u = app.state.unknowns()
+    assert f"<span class='cl-headline-range'>[{u.low:.2f}-{u.high:.2f} over the unknowns]</span>" in \
+        app.modelled_html.value and (round(u.low, 2), round(u.high, 2)) == (0.30, 1.14)
+
+
+# ---- issue 32: the app's Trace button writes what compare --trace writes ----
+
+def test_the_trace_button_writes_the_perfetto_json_of_both_variants(tmp_path, twin_binary, no_leaks):
+    import json
+
+    app = TuningApp(targets=["cpu"], **SMALL)
+    app.trace_dir = tmp_path
+    app.trace_button.click()
+    app._trace_thread.join(120)
+    path = tmp_path / f"trace_{app.spec.case_id}_twin.json"
+    assert app.trace_path == path and f"Trace written: {path} (measured on the CPU twin;" in \
+        html.unescape(app.trace_note.value)
+    doc = json.loads(path.read_text())
+    ev = doc["traceEvents"]
+    procs = sorted(e["args"]["name"] for e in ev if e.get("name") == "process_name")
+    assert procs == sorted(f"{v} PE {pe} (measured on the CPU twin)" for v in ("classic", "doubleplane")
+                           for pe in range(SMALL["pes"])), procs
+    threads = {e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+    assert {"host: launch", "AIV core 0"} <= threads and any(t.startswith("SDMA queue") for t in threads)
+    assert doc["metadata"]["title"] == f"{app.spec.case_id} ({app.spec.routing}), 2 PEs, measured on the CPU twin"
+    # modelled on the panel's model: the same tracks, in modelled time; nothing of a Run is kept
+    got = app.trace(tmp_path / "m.json", clock="model")
+    assert got == tmp_path / "m.json" and "modelled on a3" in json.loads(got.read_text())["metadata"]["clocks"][0]
+    assert len(app.history) == 0 and not app.running
+    app.set(topk=99)  # values that cannot be used: nothing traced, and said beside the button
+    assert app.trace(tmp_path / "x.json") is None and not (tmp_path / "x.json").exists()
+    assert "not traced: Cannot plan this case: topk=99" in html.unescape(app.trace_note.value)
+
+
+def test_no_run_while_a_trace_goes_on_and_no_trace_while_a_run_does(monkeypatch):
+    import threading
+
+    from combine_lab.run import build as build_mod
+
+    go = threading.Event()
+    monkeypatch.setattr(build_mod, "build", lambda *a, **k: None)
+    monkeypatch.setattr(harness, "execute", lambda runs, **k: (go.wait(30), [])[1])
+    app = TuningApp(targets=["cpu"], **SMALL)
+    assert app.start_trace(clock="twin") and app.tracing and app.trace_button.disabled
+    assert app.start_run() is False and "Not run: a Trace goes on" in app.run_note.value
+    assert app.start_trace() is False and "a Run or a Trace goes on" in app.trace_note.value
+    go.set()
+    app._trace_thread.join(30)
+    assert not app.tracing and not app.trace_button.disabled
+    assert "Trace: no variant ran, nothing written" in app.trace_note.value and app.trace_path is None
+    assert len(app.history) == 0
+
+
+# ---- issue 32 item 4: the two figure faults whose fix is in plots.py / svg.py (another engineer's) ----
+# strict xfails: they pass (and so fail here) the day the figure is fixed, and then lose their mark
+
+def _legend_over_ticks(fig) -> list[str]:
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    out = []
+    for ax in fig.axes:
+        leg = ax.get_legend()
+        if leg is not None:
+            box = leg.get_window_extent(r)
+            out += [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels()
+                    if t.get_text() and box.overlaps(t.get_window_extent(r))]
+    return out
+
+
+def test_in_the_app_no_legend_covers_a_tick(quick_runs, no_leaks):
+    """The comparison drawn to the app's width (1225 px at 1280): its legends clear the tick labels."""
+    app = quick_runs.app = TuningApp(targets=["cpu"], **SMALL)
+    app.run()
+    fig = app.state.compare_figure
+    w, h = fig.get_size_inches()
+    fig.set_size_inches(1225 / 96, h)
+    try:
+        assert _legend_over_ticks(fig) == []
+    finally:
+        fig.set_size_inches(w, h)
+
+
+@pytest.mark.xfail(strict=True, reason="plots.compare_per_pe: at its own 8.8 in (saved PNGs, the notebook) the "
+                                       "two-column legend reaches over the y tick labels (fix in plots.py)")
+def test_the_saved_comparison_has_no_legend_over_a_tick(twin_binary):
+    from combine_lab.lab import plots
+    app = TuningApp(targets=["cpu"], **{**SMALL, "pes": 4, "repeats": 2})
+    runs = harness.compare(Case(app.spec, app.state.case.expert_ids, app.state.case.expert_scales), warmup=0,
+                           loops=1, repeats=2, prof_pe="all")
+    assert _legend_over_ticks(plots.compare_per_pe(runs)) == []
+
+
+@pytest.mark.xfail(strict=True, reason="svg._colorbar: the label's last line sits at the bar's top - 6 px, a tick at "
+                                       "the top draws its text from top - 4 px: '(MiB)' touches it (fix in svg.py)")
+def test_the_heat_maps_unit_clears_its_top_tick(nothing_launches):
+    """The segment map of 64 PEs (stacked view): the colour bar's "(MiB)" line against its top tick's text."""
+    app = TuningApp(targets=["cpu"], pes=64, bs=64, h=8192, topk=2, expert_per_pe=2, routing_model="zipf")
+    svg = app.state.figures["segment_map"].svg
+    texts = [(float(x), float(y), float(fs), t) for x, y, fs, t in
+             re.findall(r"<text x='([\d.]+)' y='([\d.]+)' font-size='([\d.]+)'[^>]*>([^<]*)</text>", svg)]
+    for lx, ly, lfs, label in [t for t in texts if t[3].startswith("(MiB)")]:
+        ticks = [t for t in texts if abs(t[0] - lx - 20) < 30 and 0 < t[1] - ly < 30]
+        tick_top = min(t[1] - 0.75 * t[2] for t in ticks)  # a digit's height above its baseline
+        assert ly + 0.25 * lfs + 2 <= tick_top, (label, ly, ticks)  # the label's descent, then 2 px clear
+
+
+@pytest.mark.xfail(strict=True, reason="issue 32 item 5, hover on the segment map's cells: svg._panels draws its "
+                                       "cells without a title or data of their own (fix in svg.py)")
+def test_each_segment_map_cell_says_what_it_holds_on_hover(nothing_launches):
+    app = TuningApp(targets=["cpu"], **{**SMALL, "pes": 4})
+    svg = app.state.figures["segment_map"].svg
+    cells = re.findall(r"<rect[^>]*class='cl-cell'[^>]*data-pe='(\d+)'[^>]*data-le='(\d+)'[^>]*data-src='(\d+)'"
+                       r"[^>]*><title>([^<]*)</title></rect>", svg)
+    assert len(cells) == 4 * SMALL["expert_per_pe"] * 4
+    rows = app.plan.segments.set_index(["pe", "local_expert", "src_rank"])["token_count"]
+    for d, le, s, title in cells:
+        assert f"{int(rows.loc[(int(d), int(le), int(s))]):,} rows" in title, title

@@ -691,3 +691,215 @@ def test_tuning_notebook_in_jupyterlab_by_keyboard_and_saved_clean(chromium_path
     finally:
         kill_tree(proc)
         log.close()
+
+
+# ------------------------------------------------------------------------------- the app as a dashboard
+
+CLASSIC_SCROLLBAR_JS = """() => { const d = document.createElement('div');
+  d.style.cssText = 'width:100px;height:100px;overflow:scroll;position:absolute;top:-999px';
+  document.body.appendChild(d); const w = d.offsetWidth - d.clientWidth; d.remove(); return w; }"""
+
+#: Every box of the app whose content goes past it (a scrollbar that need not be there, or content cut):
+#: the tables' own scroll boxes may scroll when their table is wider than the page, nothing else may.
+OVERFLOW_JS = """() => { const app = document.querySelector('.cl-app'), bad = [];
+  for (const e of app.querySelectorAll('*')) {
+    if (e.offsetParent === null || e.closest('svg') || e.closest('.noUi-target')) continue;
+    const s = getComputedStyle(e), name = e.tagName + '.' + [...e.classList].slice(0, 3).join('.');
+    const scrolls = ['auto', 'scroll'].includes(s.overflowX);
+    const wide = e.classList.contains('cl-scroll') && e.firstElementChild &&
+      e.firstElementChild.getBoundingClientRect().width > e.clientWidth + 1;
+    if (scrolls && e.scrollWidth > e.clientWidth && !wide) bad.push('scrollbar: ' + name + ' ' + (e.scrollWidth - e.clientWidth));
+    const p = e.parentElement;
+    if (!p || p.closest('.cl-scroll') && p !== app) continue;
+    const r = e.getBoundingClientRect(), q = p.getBoundingClientRect();
+    if (r.width > 0 && r.right > q.right + 0.5 && !e.closest('.cl-scroll')) bad.push('past its box: ' + name + ' ' + Math.round(r.right - q.right));
+  }
+  return bad; }"""
+
+#: matplotlib's SVG names its groups (legend_1, xtick_3, ytick_2): a legend's box over a tick's, per figure.
+LEGEND_OVER_TICK_JS = """() => { const out = [];
+  for (const f of document.querySelectorAll('.cl-app svg.cl-figure')) {
+    const ticks = [...f.querySelectorAll('g[id^=xtick], g[id^=ytick]')].map(g => [g.id, g.getBoundingClientRect()]);
+    for (const l of f.querySelectorAll('g[id^=legend]')) {
+      const a = l.getBoundingClientRect();
+      for (const [id, b] of ticks)
+        if (b.width > 0 && a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1)
+          out.push(l.id + ' over ' + id);
+    }
+  }
+  return out; }"""
+
+TEXT_JS = """(sel) => { const e = document.querySelector(sel); if (!e) return '';
+  const c = e.cloneNode(true); c.querySelectorAll('svg').forEach((s) => s.remove()); return c.innerText; }"""
+
+
+def _select_by_keys(page, name: str, text: str) -> None:
+    """Reach the dropdown ``name`` by Tab and pick the option starting with ``text`` by typing it."""
+    tab_to(page, control(name))
+    page.keyboard.type(text)
+
+
+def test_app_dashboard_by_keyboard_with_classic_scrollbars(chromium_path, tmp_path, twin_binary):
+    """Issue 32 items 4 and 5 at 1280 x 800, keyboard only, classic scrollbars on: the controls in groups
+    without a ragged grid, no box past its edge, the floor in MiB and on a log slider beside its exact
+    bytes, Suggest and the engine line saying one thing in one number format, the headline numbers
+    first, the comparison and history figures as wide as the app, the history sorted, filtered,
+    exported and two of its Runs compared, the Trace button."""
+    from combine_lab.lab.server import AppServer
+
+    folder = artifacts("voila_dashboard")
+    log = open(tmp_path / "voila.log", "w")
+    server = AppServer.start(log=log)
+    try:
+        with sync_playwright() as pw:
+            # Playwright hides scrollbars in headless chromium; a person's browser shows classic ones
+            browser = pw.chromium.launch(executable_path=chromium_path, args=["--no-sandbox"],
+                                         ignore_default_args=["--hide-scrollbars"])
+            s = Session(browser, folder)
+            try:
+                _dashboard_steps(s, server)
+            except BaseException:
+                s.failure()
+                raise
+            finally:
+                with contextlib.suppress(Exception):
+                    browser.close()
+        assert_screenshots(s.shots, ["grouped_controls", "floor_in_mib", "suggest_one_sentence", "run_headline",
+                                     "history_compared", "traced"])
+    except BaseException:
+        log.flush()
+        print("voila's log, its last 40 lines:\n" + "".join((tmp_path / "voila.log").read_text().splitlines(True)[-40:]))
+        raise
+    finally:
+        server.stop()
+        log.close()
+    assert not host_processes()
+
+
+def _dashboard_steps(s: Session, server) -> None:
+    page = s.page
+    page.goto(server.url)
+    page.wait_for_selector(".cl-app .cl-segment-map", state="visible", timeout=SHORT)
+    assert page.evaluate(CLASSIC_SCROLLBAR_JS) > 0, "classic scrollbars are off"
+    # grouped controls, each group one column: every input of a group starts at one x (no ragged grid)
+    groups = page.evaluate("""() => [...document.querySelectorAll('.cl-app .cl-group')].map(g => [
+        g.querySelector('.cl-group-title').innerText,
+        [...new Set([...g.querySelectorAll('.cl-control input[type=text], .cl-control select')]
+          .map(i => Math.round(i.getBoundingClientRect().left)))]])""")
+    assert [g[0] for g in groups] == ["Case", "Routing", "Kernel: SDMA floor, settings", "Timing: where, how long"]
+    assert all(len(g[1]) == 1 for g in groups), groups
+    assert page.evaluate(OVERFLOW_JS) == [], page.evaluate(OVERFLOW_JS)
+    s.shot("grouped_controls")
+
+    # the floor in MiB, typed; the exact bytes beside it; the log slider by its arrow keys
+    page.focus(".cl-app .cl-control-pes input")
+    tab_to(page, "(a) => !!a.closest('.cl-floor-mib') && a.tagName === 'INPUT'")
+    page.keyboard.press("Control+A")
+    page.keyboard.type("1.84375")
+    page.keyboard.press("Enter")
+    wait_app(page, "() => document.querySelector('.cl-app .cl-segment-map').getAttribute('data-floor') === '1933312'")
+    assert page.input_value(".cl-app .cl-control-min_sdma_bytes input") == "1933312"
+    assert page.inner_text(".cl-app .cl-floor-bytes") == "= 1,933,312 B"
+    tab_to(page, "(a) => a.classList.contains('noUi-handle') && !!a.closest('.cl-floor-slider')")
+    page.keyboard.press("ArrowRight")
+    wait_app(page, "() => document.querySelector('.cl-app .cl-segment-map').getAttribute('data-floor') !== '1933312'")
+    floor = int(page.get_attribute(".cl-app .cl-segment-map", "data-floor"))
+    assert 1_933_312 < floor <= 2 ** 21 * 2 ** 0.25 + 1 and page.input_value(".cl-app .cl-control-min_sdma_bytes "
+                                                                             "input") == str(floor)
+    assert page.inner_text(".cl-app .cl-floor-bytes") == f"= {floor:,} B"
+    s.shot("floor_in_mib")
+
+    # deepseek at 16 PEs: Suggest and the engine line say one thing, once, every byte count as 1,933,312 B
+    type_value(page, "pes", "16")
+    _select_by_keys(page, "routing_model", "deepseek")
+    wait_app(page, "() => document.querySelector('.cl-app .cl-plan-figures').innerHTML.includes('deepseek') || "
+                   "document.querySelector('.cl-app .cl-control-routing_model select').value === 'deepseek'")
+    wait_app(page, "() => (document.querySelector('.cl-app .cl-modelled-engines') || {}).innerText")
+    tab_to(page, BUTTON.format("cl-suggest"))
+    page.keyboard.press("Enter")
+    page.wait_for_selector(".cl-app .cl-suggestion", state="visible", timeout=SHORT)
+    said = page.inner_text(".cl-app .cl-suggestion")
+    panel = page.evaluate(TEXT_JS, ".cl-app .cl-modelled-panel")
+    assert said.count("no floor beats MTE-only under these assumptions") == 1, said
+    assert re.findall(r"\d{5,}", said + panel) == [], re.findall(r"\d{5,}", said + panel)
+    engines = re.search(r"SDMA engines alone: (.*?run at once)\.", said).group(1)
+    assert f"Over the unknown SDMA engine count: {engines}" in panel, (engines, panel)
+    assert panel.index("x") < panel.index("At floor")  # the headline number before the prose
+    tab_to(page, BUTTON.format("cl-toggle-params"))
+    page.keyboard.press("Enter")
+    page.wait_for_selector(".cl-app .cl-params", state="visible", timeout=SHORT)
+    cells = page.evaluate("() => [...document.querySelectorAll('.cl-app .cl-params tr')].map(r => "
+                          "[...r.querySelectorAll('td')].slice(0, 3).map(c => c.innerText))")
+    assert ["sdma_engines", "8", "engines"] in cells, cells
+    assert page.evaluate(OVERFLOW_JS) == [], page.evaluate(OVERFLOW_JS)
+    s.shot("suggest_one_sentence")
+
+    # two Runs by keyboard: the headline first, the figures as wide as the app
+    type_value(page, "pes", "4")
+    _select_by_keys(page, "routing_model", "zipf")
+    type_value(page, "bs", "64")
+    type_value(page, "loops", "1")
+    type_value(page, "repeats", "2")
+    type_value(page, "min_sdma_bytes", "2097152")
+    wait_app(page, "() => !document.querySelector('.cl-app button.cl-run').disabled && "
+                   "document.querySelector('.cl-app .cl-segment-map').getAttribute('data-pes') === '4'")
+    for n in (1, 2):
+        tab_to(page, BUTTON.format("cl-run"))
+        page.keyboard.press("Enter")
+        wait_app(page, f"() => document.querySelector('.cl-app .cl-run-note').innerText.includes('Run {n} done') && "
+                       "!document.querySelector('.cl-app button.cl-run').disabled", LONG)
+        if n == 1:
+            type_value(page, "min_sdma_bytes", "0")
+            wait_app(page, "() => document.querySelector('.cl-app .cl-segment-map').getAttribute('data-floor') === '0'")
+    first = page.evaluate("() => document.querySelector('.cl-app .cl-verdict .widget-html-content')"
+                          ".firstElementChild.className")
+    assert first == "cl-headline", first
+    assert re.match(r"\d+\.\d{3}x \[\d+\.\d\d-\d+\.\d\d\] ", page.inner_text(".cl-app .cl-verdict .cl-headline"))
+    app_w, figs = page.evaluate("""() => [document.querySelector('.cl-app').clientWidth,
+        [...document.querySelectorAll('.cl-app svg.cl-figure')].map(f => f.getBoundingClientRect().width)]""")
+    widths = (app_w, figs)
+    assert len(figs) == 5 and min(figs) > app_w - 24, widths  # the plan's, the model's, comparison, history
+    assert page.evaluate(LEGEND_OVER_TICK_JS) == [], page.evaluate(LEGEND_OVER_TICK_JS)
+    page.locator(".cl-app .cl-history").scroll_into_view_if_needed()
+    s.shot("run_headline")
+
+    # the history: sorted and filtered by keyboard, its CSV in the page, runs 1 and 2 compared as diff does
+    tab_to(page, "(a) => a.tagName === 'SELECT' && !!a.closest('.cl-history-sort')")
+    page.keyboard.type("speed-up")
+    wait_app(page, "() => document.querySelector('.cl-app .cl-history-sort select').value === 'speed-up'")
+    tab_to(page, "(a) => a.tagName === 'INPUT' && !!a.closest('.cl-history-descending')")
+    page.keyboard.press("Space")
+    wait_app(page, "() => { const v = [...document.querySelectorAll('.cl-app .cl-history-table tr')].slice(1)"
+                   ".map(r => parseFloat(r.querySelectorAll('td')[6].innerText)); return v.length === 2 && v[0] >= v[1]; }")
+    speeds = page.evaluate("() => [...document.querySelectorAll('.cl-app .cl-history-table tr')].slice(1)"
+                           ".map(r => parseFloat(r.querySelectorAll('td')[6].innerText))")
+    assert speeds == sorted(speeds, reverse=True) and len(speeds) == 2, speeds
+    tab_to(page, "(a) => a.tagName === 'INPUT' && !!a.closest('.cl-history-filter')")
+    page.keyboard.type("run=1")
+    page.keyboard.press("Enter")
+    wait_app(page, "() => document.querySelector('.cl-app .cl-history-table').querySelectorAll('tr').length === 2")
+    assert "1 of 2 runs shown" in page.inner_text(".cl-app .cl-history")
+    tab_to(page, "(a) => a.tagName === 'A' && a.classList.contains('cl-csv-link')", back=False)
+    href = page.get_attribute(".cl-app a.cl-csv-link", "href")
+    import base64
+    csv = base64.b64decode(href.split(",", 1)[1]).decode()
+    assert csv.splitlines()[0].startswith("run,case_id,routing,") and len(csv.splitlines()) == 2
+    verdicts = page.evaluate("() => [...document.querySelectorAll('.cl-app .cl-history-diff tr')].slice(1)"
+                             ".map(r => r.lastElementChild.innerText)")
+    assert verdicts and set(verdicts) <= {"B faster, beyond noise", "B slower, beyond noise", "within noise"}, verdicts
+    assert "Inputs: min_sdma_bytes 2,097,152 -> 0" in page.inner_text(".cl-app .cl-history-compare")
+    assert page.evaluate(OVERFLOW_JS) == [], page.evaluate(OVERFLOW_JS)
+    page.locator(".cl-app .cl-history-compare").scroll_into_view_if_needed()
+    s.shot("history_compared")
+
+    # Trace: the file compare --trace writes, where the page says
+    tab_to(page, BUTTON.format("cl-trace"))
+    page.keyboard.press("Enter")
+    wait_app(page, "() => document.querySelector('.cl-app .cl-trace-note').innerText.includes('Trace written')", LONG)
+    name = re.search(r"Trace written: (\S+\.json)", page.inner_text(".cl-app .cl-trace-note")).group(1)
+    doc = json.loads((server.root_dir / name).read_text())
+    assert {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"} == {
+        f"{v} PE {pe} (measured on the CPU twin)" for v in ("classic", "doubleplane") for pe in range(4)}
+    page.locator(".cl-app .cl-trace-note").scroll_into_view_if_needed()
+    s.shot("traced")
+    assert s.js_errors() == [], s.js_errors()

@@ -19,7 +19,7 @@ from conftest import host_processes
 from combine_lab import harness
 from combine_lab.case.case import make_case
 from combine_lab.errors import ParameterError
-from combine_lab.lab import tuning
+from combine_lab.lab import tuning, tuning_model
 from combine_lab.lab.svg import SvgFigure
 from combine_lab.lab.tuning import FIELDS, RUN_VIEWS, Field, Problem, TuningState
 from combine_lab.model.machines import load_model
@@ -205,7 +205,7 @@ def test_modelled_panel_and_suggest(nothing_launches, monkeypatch):
     assert s.modelled["doubleplane_us"] == pytest.approx(truth2["doubleplane"], rel=1e-12)
     assert s.run_inputs().keys() == set(FIELDS) - {"model"}
     # a large case: the curve waits for suggest()
-    monkeypatch.setattr(tuning, "AUTO_SUGGEST_SEGMENTS", 0)
+    monkeypatch.setattr(tuning_model, "AUTO_SUGGEST_SEGMENTS", 0)
     s.set(model="a3", h=4096)
     assert s.suggestion is None and not s.modelled["curve"] and s.suggested_floor() is None
     assert s.use_suggestion() is None and s.suggest_size() == (2, 8)
