@@ -10,6 +10,9 @@ and the notebooks headless.
    Target (issue 18): median under 50 ms. Timed too: the state's whole replan
    (:class:`combine_lab.lab.tuning.TuningState`: plan, modelled panel), the app's (plus the
    widgets' HTML) after an ``h`` change, and one segment map saved as PNG (resvg).
+   Then the three plan views (with the modelled time over floors) as matplotlib's own SVG output
+   (``savefig(format="svg")``, figures updated in place and built anew) against svg.py's: the
+   measurement behind keeping svg.py for those views (issue 30 item 4; :mod:`combine_lab.lab.svg`).
    With ``--plot-libraries``: the same plan redraw by each candidate library in a kernel
    (``benchmarks/plot_candidates.py``: svg, plotly FigureWidget, bqplot, ipympl), those installed.
 2. The three notebooks with their default parameters through ``combine-lab notebooks``
@@ -103,6 +106,41 @@ def bench_plan_view(repeats: int, out: Path) -> bool:
     return med < PLAN_TARGET_S
 
 
+def bench_matplotlib_svg(repeats: int) -> dict:
+    """The three plan views (segment map, plane bytes, modelled time over floors) as matplotlib's own
+    SVG output against svg.py's drawings of the same views, redrawn at pes 64 bs 4096 (h alternating):
+    median seconds per redraw, plan included, of ``svg``, ``matplotlib SVG, in place`` (figures built
+    once, artists updated) and ``matplotlib SVG, built anew``."""
+    from combine_lab.lab import svg
+    spec = CaseSpec(**SHAPE, routing=ROUTING)
+    case = make_case(spec)
+    p0 = plan_counts(case.ep_recv_count, spec.h, spec.itemsize, "doubleplane")
+    curve0 = plot_candidates._floors_curve(p0)
+    classic0 = float(curve0["modelled_us"].iloc[0])
+
+    def ours(p):
+        curve = plot_candidates._floors_curve(p)
+        return len(svg.segment_map_svg(p, spec.dtype) + svg.plane_bytes_svg(p)
+                   + plots.modelled_floors(curve, "modelled on a3", p.min_sdma_bytes, classic_us=classic0).svg)
+
+    candidates = {"svg.py": ours,
+                  "matplotlib SVG, in place": plot_candidates.setup_mplsvg(p0, in_place=True)[0],
+                  "matplotlib SVG, built anew": plot_candidates.setup_mplsvg(p0, in_place=False)[0]}
+    out = {}
+    for name, redraw in candidates.items():
+        redraw(p0)  # warm-up
+        times = []
+        for i in range(repeats):
+            t0 = time.perf_counter()
+            size = redraw(plan_counts(case.ep_recv_count, spec.h // 2 if i % 2 else spec.h, spec.itemsize,
+                                      "doubleplane"))
+            times.append(time.perf_counter() - t0)
+        out[name] = statistics.median(times)
+        print(f"three plan views, {name} ({size:,} characters): {_spread(times)} (target < "
+              f"{PLAN_TARGET_S * 1e3:.0f} ms): {'PASS' if out[name] < PLAN_TARGET_S else 'FAIL'}")
+    return out
+
+
 def bench_plot_libraries(repeats: int) -> None:
     """The plan redraw by each candidate library in a kernel (what the app would pay, Python side)."""
     names = [n for n in plot_candidates.CANDIDATES if importlib.util.find_spec(plot_candidates.NEEDS[n])]
@@ -156,6 +194,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"cpus: {os.cpu_count()}")
     ok = bench_plan_view(args.repeats, out)
+    bench_matplotlib_svg(args.repeats)
     if args.plot_libraries:
         bench_plot_libraries(args.repeats)
     if not args.skip_notebooks:

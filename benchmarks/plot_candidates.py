@@ -76,6 +76,100 @@ def _plane_arrays(p):
             t["remote_avg_segment_bytes"].to_numpy(float) / div2, p.min_sdma_bytes / div2, unit2)
 
 
+def _floors_curve(p):
+    """A modelled-time curve over SDMA floors for the third view (drawing cost only: its values are
+    made up from the plan, 24 floors from 64 KiB to 8 GiB plus never)."""
+    import pandas as pd
+    floors = [-1] + [1 << e for e in range(16, 40, 1)][:24]
+    base = float(p.totals["mte_bytes"].sum() + p.totals["sdma_bytes"].sum()) / 1e6
+    return pd.DataFrame({"threshold_bytes": floors,
+                         "modelled_us": [base * (1.0 + 0.3 * np.cos(i / 4.0)) for i in range(len(floors))]})
+
+
+def setup_mplsvg(p, in_place: bool = True):
+    """matplotlib's own SVG output of the three plan views (segment map, plane bytes, modelled time over
+    floors): the figures built once and their artists updated (``in_place``), or built anew each
+    redraw; each redraw ends with ``savefig(format="svg")`` with the browser's text, as
+    :func:`combine_lab.lab.plots.figure_svg` writes any matplotlib figure."""
+    import io
+    import matplotlib
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    pes, epp = p.pes, p.expert_per_pe
+    blues, reds = colormaps["Blues"], colormaps["Reds"]
+    rc = {"svg.fonttype": "none", "font.family": ["DejaVu Sans", "sans-serif"]}
+
+    def build():
+        fig = Figure(figsize=(9, 6.2), dpi=72)
+        FigureCanvasAgg(fig)
+        ax = fig.add_axes((0.1, 0.12, 0.64, 0.76))
+        img = ax.imshow(np.zeros((pes * epp, pes, 4)), aspect="auto", interpolation="nearest")
+        cb = fig.colorbar(matplotlib.cm.ScalarMappable(cmap=blues), ax=ax)
+        ax.set_xlabel("src_rank")
+        ax.set_ylabel("PE, local_expert")
+        fig2 = Figure(figsize=(11, 3.6), dpi=72)
+        FigureCanvasAgg(fig2)
+        a1, a2 = fig2.subplots(1, 2)
+        x = np.arange(pes)
+        b_mte = a1.bar(x, np.zeros(pes), color="#9ecae1", label="MTE")
+        b_sd = a1.bar(x, np.zeros(pes), color="#d62728", label="SDMA")
+        a1.legend(fontsize=8)
+        dots, = a2.plot(x, np.zeros(pes), "o", color="black", label="largest remote segment")
+        ticks, = a2.plot(x, np.zeros(pes), "_", color="#d62728", label="remote average")
+        line = a2.axhline(0, color="grey", linestyle="--", label="SDMA floor")
+        a2.legend(fontsize=8)
+        fig3 = Figure(figsize=(9, 3.4), dpi=72)
+        FigureCanvasAgg(fig3)
+        a3 = fig3.add_axes((0.1, 0.16, 0.85, 0.7))
+        step, = a3.step([1, 2], [1, 2], where="post", label="modelled comm_only")
+        classic = a3.axhline(0, color="grey", linestyle="--", label="classic")
+        a3.set_xscale("log", base=2)
+        a3.legend(fontsize=8)
+        return (fig, ax, img, cb), (fig2, a1, a2, b_mte, b_sd, dots, ticks, line), (fig3, a3, step, classic)
+
+    views = [build()]
+
+    def redraw(p):
+        (fig, ax, img, cb), (fig2, a1, a2, b_mte, b_sd, dots, ticks, line), (fig3, a3, step, classic) = \
+            views[0] if in_place else build()
+        z, mask, unit = _stacked_arrays(p)
+        lo, hi = np.nanmin(z), np.nanmax(z)
+        f = np.nan_to_num((z - lo) / max(hi - lo, 1e-12))
+        rgba = np.where(mask[..., None], reds(f), blues(f))
+        rgba[np.isnan(z)] = (0.93, 0.93, 0.93, 1.0)
+        img.set_data(rgba)
+        cb.mappable.set_clim(lo, hi)
+        ax.set_title(f"Segment map, h {p.h}, floor {p.min_sdma_bytes} ({unit})")
+        mte, sd, u, largest, avg, floor, u2 = _plane_arrays(p)
+        for r, m, s_ in zip(b_sd, mte, sd):
+            r.set_y(m)
+            r.set_height(s_)
+        for r, m in zip(b_mte, mte):
+            r.set_height(m)
+        a1.set_ylabel(f"payload ({u})")
+        dots.set_ydata(largest)
+        ticks.set_ydata(avg)
+        line.set_ydata([floor, floor])
+        a2.set_ylabel(f"segment payload ({u2})")
+        curve = _floors_curve(p)
+        pts = curve[curve["threshold_bytes"] > 0]
+        step.set_data(pts["threshold_bytes"].to_numpy(float), pts["modelled_us"].to_numpy(float))
+        classic.set_ydata([float(curve["modelled_us"].iloc[0])] * 2)
+        for a in (a1, a2, a3):
+            a.relim()
+            a.autoscale_view()
+        out = 0
+        with matplotlib.rc_context(rc):
+            for fg in (fig, fig2, fig3):
+                buf = io.StringIO()
+                fg.savefig(buf, format="svg")
+                out += len(buf.getvalue())
+        return out
+    redraw(p)
+    return redraw, views
+
+
 def setup_plotly(p):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots

@@ -192,6 +192,15 @@ if(COMBINE_NPU_ARCH STREQUAL "dav-c220")
   list(APPEND _npu_defs COMBINE_NPU_FFTS=1 FFTS_CONFIG=1)
 endif()
 
+# SHMEM's compile options for every target (its CMakeLists.txt: add_compile_definitions
+# _GLIBCXX_USE_CXX11_ABI=1 with USE_CXX11_ABI on, its default; add_compile_options -D_FORTIFY_SOURCE=2,
+# -fstack-protector-strong, -DL2_CACHE_HINT -DTILING_KEY_VAR "to avoid Ascend C interference"), and
+# its plain C++ ones (CMAKE_CPP_COMPILE_OPTIONS: -xc++, -include stdint.h, -include stddef.h). What
+# this build leaves out of SHMEM's, and why: docs/npu.md#12-build-flags-against-shmems-examples.
+set(COMBINE_SHMEM_COMPILE_FLAGS -D_GLIBCXX_USE_CXX11_ABI=1 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
+    -DL2_CACHE_HINT -DTILING_KEY_VAR)
+set(COMBINE_SHMEM_CPP_FLAGS -xc++ "SHELL:-include stdint.h" "SHELL:-include stddef.h" ${COMBINE_SHMEM_COMPILE_FLAGS})
+
 # ---- the kernel: int32_t and float16_t instances in one source, a shared library ----
 if(COMBINE_BISHENG_FLAGS STREQUAL "asc")
   if(COMBINE_NPU_ARCH STREQUAL "dav-c220")
@@ -234,7 +243,8 @@ function(combine_npu_kernel_library target)
   endif()
   target_include_directories(${target} PRIVATE ${K_INCLUDES} ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
   target_compile_definitions(${target} PRIVATE ${_npu_defs})
-  target_compile_options(${target} PRIVATE ${_kernel_flags} -O2 -Wno-macro-redefined -Wno-ignored-attributes)
+  target_compile_options(${target} PRIVATE ${_kernel_flags} -O2 -Wno-macro-redefined -Wno-ignored-attributes
+                         ${COMBINE_SHMEM_COMPILE_FLAGS})
   target_link_options(${target} PRIVATE ${_link_flags})
   target_link_directories(${target} PRIVATE "${COMBINE_CANN_LIBDIR}")
   target_link_libraries(${target} PRIVATE ${COMBINE_NPU_LINK_LIBS} "${COMBINE_SHMEM_LIB}")
@@ -253,7 +263,7 @@ if(COMBINE_KERNEL_DIR AND COMBINE_KERNEL_MAIN)
   target_include_directories(${COMBINE_KERNEL_MAIN} PRIVATE "${COMBINE_KERNEL_DIR}" ${COMBINE_KERNEL_INCLUDES}
                              ${COMBINE_SHMEM_INCLUDES} ${COMBINE_CANN_INCLUDES})
   target_compile_definitions(${COMBINE_KERNEL_MAIN} PRIVATE ${_npu_defs})
-  target_compile_options(${COMBINE_KERNEL_MAIN} PRIVATE -xc++)
+  target_compile_options(${COMBINE_KERNEL_MAIN} PRIVATE ${COMBINE_SHMEM_CPP_FLAGS})
   target_link_directories(${COMBINE_KERNEL_MAIN} PRIVATE "${COMBINE_CANN_LIBDIR}")
   target_link_libraries(${COMBINE_KERNEL_MAIN} PRIVATE ${COMBINE_NPU_LINK_LIBS} "${COMBINE_SHMEM_LIB}" combine_kernel)
   set_target_properties(${COMBINE_KERNEL_MAIN} PROPERTIES BUILD_RPATH "${_npu_rpath}")
@@ -266,7 +276,7 @@ if(COMBINE_KERNEL_DIR)
   target_include_directories(combine_user_entry PRIVATE "${COMBINE_KERNEL_DIR}" host ${COMBINE_SHMEM_INCLUDES}
                              ${COMBINE_CANN_INCLUDES})
   target_compile_definitions(combine_user_entry PRIVATE ${_npu_defs})
-  target_compile_options(combine_user_entry PRIVATE -xc++)
+  target_compile_options(combine_user_entry PRIVATE ${COMBINE_SHMEM_CPP_FLAGS})
   set(_host_extra $<TARGET_OBJECTS:combine_user_entry>)
 endif()
 add_executable(combine_host ${COMBINE_HOST_SOURCES} ${_host_extra})
@@ -275,7 +285,7 @@ target_compile_definitions(combine_host PRIVATE ${_npu_defs})
 if(COMBINE_KERNEL_DIR)
   target_compile_definitions(combine_host PRIVATE COMBINE_USER_KERNEL=1)
 endif()
-target_compile_options(combine_host PRIVATE -xc++)
+target_compile_options(combine_host PRIVATE ${COMBINE_SHMEM_CPP_FLAGS})
 target_link_directories(combine_host PRIVATE "${COMBINE_CANN_LIBDIR}")
 target_link_libraries(combine_host PRIVATE ${COMBINE_NPU_LINK_LIBS} "${COMBINE_SHMEM_LIB}" combine_kernel)
 set_target_properties(combine_host PROPERTIES BUILD_RPATH "${_npu_rpath}")

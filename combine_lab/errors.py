@@ -98,7 +98,7 @@ class ParameterError(CombineLabError, ValueError):
     """A parameter other than the case's own is invalid: how to plan, run, sweep or show a case.
 
     The message names the parameter, the value given and what is allowed, e.g.
-    ``"loops=0: must be an int >= 1"`` or ``"variant='dual_plane': must be one of 'classic', 'doubleplane'"``.
+    ``"loops=0: must be an int >= 1"`` or ``"settings='segmnt': must be 'reference', 'segment', ..."``.
     """
 
 

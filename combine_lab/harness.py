@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence, Union
 
 import pandas as pd
 
+from .kernels import DOUBLEPLANE
 from .case.case import Case, make_case
 from .case.spec import CaseSpec
 from .errors import ParameterError
@@ -36,7 +37,7 @@ from .model import modelled
 from .model.modelled import ModelledResult
 from .model.machines import NpuModel
 from .planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
-from .planning.settings import check_kernel_settings, group_variants, parse_settings, variant_label
+from .planning.settings import check_kernel_settings, group_variants, parse_settings, variant_label, lab_kernel
 from .results.rows import ERROR, REFUSED, NotRun, ResultRow, result_row
 from .results.tables import TIDY_COLUMNS, tidy_rows
 from .run.launch import LaunchError
@@ -117,7 +118,7 @@ class Run:
             from .run.kernel_source import kernel_source
             object.__setattr__(self, "kernel", kernel_source(self.kernel))
         if self.variant is None:
-            object.__setattr__(self, "variant", self.kernel.rule if self.kernel is not None else "doubleplane")
+            object.__setattr__(self, "variant", self.kernel.rule if self.kernel is not None else DOUBLEPLANE)
 
     @property
     def label(self) -> str:
@@ -126,6 +127,14 @@ class Run:
         if self.kernel is not None:
             return self.kernel.label
         return self.variant if self.variant == BASELINE else variant_label(self.variant, self.settings)
+
+    @property
+    def descriptor(self):
+        """The kernel this run runs, as a :class:`combine_lab.kernels.Kernel` (name, source, rule,
+        settings, supports; its default speed-up ``baseline``); None for the all_to_all baseline."""
+        if self.variant == BASELINE:
+            return None
+        return self.kernel.kernel if self.kernel is not None else lab_kernel(self.variant, self.settings)
 
     @property
     def modelled(self) -> bool:
@@ -375,6 +384,13 @@ class Comparison(dict):
         rows = [r for o in self.outcomes for r in tidy_rows(o.row, o.spec, o.perf if o.result is not None else None,
                                                           o.repeat)]
         return pd.DataFrame(rows, columns=TIDY_COLUMNS)
+
+    def speedups(self, baseline: str | None = None) -> pd.DataFrame:
+        """The speed-up of every kernel that ran against ``baseline`` (a label; None: each against its
+        same-settings classic), per case over the repeats: :func:`combine_lab.results.pairs.pair_speedups`
+        (baseline time / kernel time, above 1: the kernel faster; docs/cli.md#9-repeats-spread-and-verdicts)."""
+        from .results.pairs import pair_speedups
+        return pair_speedups(self.tidy(), baseline, modelled=any(o.run.modelled for o in self.outcomes))
 
 
 def compare(case: CaseLike, *, clock: Union[str, NpuModel] = WALL, work_dir: str | os.PathLike | None = None,

@@ -94,20 +94,18 @@ def as_list(value: Any, kind: Callable[[Any], Any] = int, name: str = "value") -
         if kind is int:
             try:
                 out.append(as_int(item))
-            except ValueError as e:
-                raise ParameterError(f"{name}={shown!r}: {str(e) or f'{item!r} is not a valid int'}", parameter=name,
-                                     value=shown) from None
+            except ValueError as e:  # as_int's own words (ValueError, not a lab error: nothing to read back)
+                raise ParameterError.of(name, shown, str(e) or f"{item!r} is not a valid int") from None
             continue
         try:
             v = kind(item)
         except (TypeError, ValueError):
-            raise ParameterError(f"{name}={shown!r}: {item!r} is not a valid {kind.__name__}",
-                                 parameter=name, value=shown) from None
+            raise ParameterError.of(name, shown, f"{item!r} is not a valid {kind.__name__}") from None
         if isinstance(v, str) and v == "":
             continue
         out.append(v)
     if not out:
-        raise ParameterError(f"{name}={shown!r}: must hold at least one value", parameter=name, value=shown)
+        raise ParameterError.of(name, shown, "must hold at least one value")
     return out
 
 
@@ -145,8 +143,9 @@ def _parse_type(text: str):
     try:
         return walk(ast.parse(text.strip(), mode="eval").body)
     except (SyntaxError, ValueError):
-        raise ParameterError(f"type {text!r}: must be one of int, float, bool, str, list[int], list[float], "
-                             "list[str], Optional[T]") from None
+        allowed = "int, float, bool, str, list[int], list[float], list[str], Optional[T]"
+        raise ParameterError(f"type {text!r}: must be one of {allowed}", parameter="type", value=text,
+                             allowed=allowed) from None
 
 
 def describe_type(declared: str) -> str:
@@ -216,11 +215,12 @@ def convert(value: Any, declared: str, name: str = "value") -> Any:
     if t[0] == "list":
         try:
             return as_list(value, _SCALARS[t[1]], name)
-        except ParameterError as e:
-            detail = str(e).split(": ", 1)[-1]
-            raise ParameterError(f"parameter {name}={value!r}: expected {expected} ({detail})") from None
+        except ParameterError as e:  # its allowed: what as_list said of the item
+            raise ParameterError(f"parameter {name}={value!r}: expected {expected} ({e.allowed})", parameter=name,
+                                 value=value, allowed=expected) from None
     try:
         return _scalar(value, t[0])
     except (ValueError, TypeError, OverflowError) as e:
         why = f" ({e})" if isinstance(e, ValueError) and str(e) else ""
-        raise ParameterError(f"parameter {name}={value!r}: expected {expected}{why}") from None
+        raise ParameterError(f"parameter {name}={value!r}: expected {expected}{why}", parameter=name, value=value,
+                             allowed=expected) from None

@@ -85,6 +85,7 @@ void timed_barrier_all(double seconds, const char* when) {
 // its own scalar cache line) or your kernel's (the reference's: 32 B slots right after the payload).
 struct DriverWindow {
     uint64_t total, payload_bytes, stride, status_off, status_slot, flag_bytes;
+    uint64_t alloc = 0;  // what the driver allocates: total, and the lab kernel's SDMA quiet receipts after it
     uint64_t positions_off = 0, inbox_off = 0, inbox_stride = 0;  // the segment variant's area (0: none)
     uint64_t row_bytes = 0;  // what a payload slot receives, for the twin's checker (0: your kernel's, any put)
 };
@@ -93,15 +94,15 @@ DriverWindow driver_window(const HostArgs& a) {
 #if COMBINE_USER_KERNEL
     const combine::UserWindow w = combine::user_window(a.bs, a.topk, a.h, a.elem_bytes());
     return DriverWindow{w.total_bytes, w.status_off, w.stride, w.status_off, combine::kUserStatusSlotBytes,
-                        combine::kUserStatusSlotBytes, 0, 0, 0, 0};
+                        combine::kUserStatusSlotBytes, w.total_bytes, 0, 0, 0, 0};
 #else
     const combine::WindowLayout w =
         a.policy == combine::Policy::DualPlaneSegment
             ? combine::window_layout(a.bs, a.topk, a.h, a.elem_bytes(), uint32_t(a.pe_size), a.expert_per_pe)
             : combine::window_layout(a.bs, a.topk, a.h, a.elem_bytes());
     return DriverWindow{w.total_bytes, w.status_off - w.payload_off, w.stride, w.status_off, combine::kStatusStride,
-                        combine::kStatusFlagBytes, w.positions_off, w.inbox_off, w.inbox_stride,
-                        uint64_t(a.h) * a.elem_bytes()};
+                        combine::kStatusFlagBytes, combine::align_line(w.total_bytes) + combine::kSdmaReceiptBytes,
+                        w.positions_off, w.inbox_off, w.inbox_stride, uint64_t(a.h) * a.elem_bytes()};
 #endif
 }
 
@@ -120,6 +121,14 @@ int report_wait_timeouts(const uint8_t* diag, uint32_t block_dim, const HostArgs
         memcpy(&rec, diag + uint64_t(b) * combine::kDiagRecordBytes, sizeof rec);
         if (rec.kind == int32_t(combine::WaitKind::None)) continue;
         ++n;
+        if (rec.kind == int32_t(combine::WaitKind::SdmaQuiet)) {  // slot, expert: first, last row; word: rows; seen: PE
+            fprintf(stderr, "combine_host: PE %d core %d: SDMA quiet gave up after %.3f s (SHMEM's quiet returns after "
+                            "1000000 polls as if all had landed): expand_x rows %d..%d (%d rows, the first to PE %d) "
+                            "went by SDMA and may not have landed; the core wrote none of its SDMA rows' flags\n",
+                    a.pe_id, rec.core, double(rec.waited) / cyc_per_us * 1e-6, rec.slot, rec.expert, rec.word,
+                    rec.seen);
+            continue;
+        }
         if (rec.kind == int32_t(combine::WaitKind::Bases)) {
             fprintf(stderr, "combine_host: PE %d core %d: timed out after %.1f s waiting for the segment bases of PE %d "
                             "(inbox slot %d, word %d of %u is %d): PE %d never published its layout\n", a.pe_id, rec.core,
@@ -182,7 +191,7 @@ int main(int argc, char** argv) {
     attr.n_pes = a.pe_size;
     snprintf(attr.ip_port, sizeof attr.ip_port, "%s", a.ipport.c_str());
     // The window plus 1 MiB of slack, in 2 MiB units.
-    attr.local_mem_size = (w.total + (1u << 20) + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    attr.local_mem_size = (w.alloc + (1u << 20) + (2u << 20) - 1) / (2u << 20) * (2u << 20);
     // data_op_engine_type_t is an enum: MTE | SDMA is an int and must be cast back.
     attr.option_attr.data_op_engine_type = static_cast<data_op_engine_type_t>(COMBINE_DATA_OP_ENGINES);
     if (aclshmemx_init_attr(ACLSHMEMX_INIT_WITH_DEFAULT, &attr) != 0) {
@@ -190,14 +199,14 @@ int main(int argc, char** argv) {
         return 5;
     }
     // The slots are 64 B lines (kStatusSlotBytes): aclshmem_malloc guarantees only 16 B.
-    uint8_t* window = static_cast<uint8_t*>(aclshmem_align(combine::kStatusSlotBytes, w.total));
+    uint8_t* window = static_cast<uint8_t*>(aclshmem_align(combine::kStatusSlotBytes, w.alloc));
     if (window == nullptr) {
         fprintf(stderr, "combine_host: PE %d: aclshmem_align(%u, %llu) failed\n", a.pe_id, combine::kStatusSlotBytes,
-                (unsigned long long)w.total);
+                (unsigned long long)w.alloc);
         platform_abort_peers();
         return 5;
     }
-    CHECK_ACL(aclrtMemset(window, w.total, 0, w.total));
+    CHECK_ACL(aclrtMemset(window, w.alloc, 0, w.alloc));
     const uint64_t status_bytes = (w.positions_off ? w.positions_off : w.total) - w.status_off;
     platform_label_window(window, w.payload_bytes, w.stride, window + w.status_off, status_bytes, w.status_slot,
                           w.flag_bytes, w.row_bytes);

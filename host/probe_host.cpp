@@ -6,11 +6,13 @@
 //     probe_soc <soc name> <AIV cores>
 //     probe_build sdma|mte-only       (whether SHMEM's SDMA calls are real in this build)
 //     probe_row <index> <us> <us> ...
-// PE 0 is the sender of every measurement; PE 1 answers the flag round trips; the others take
-// part in the barriers only (their windows receive).
+// PE 0 is the sender of every measurement; its first destination is the line's `dst` (the pair,
+// and so the link class, the measurement crosses: docs/probe.md#6-link-classes), which also
+// answers the flag round trips; the others take part in the barriers only (their windows receive).
 //
 // Usage: probe_host <pe_size> <pe_id> <ipport> <g_npus> <first_npu> <plan_file>
-// Plan file: one measurement per line, `kind cores puts bytes peers buffers repeats warmup`,
+// Plan file: one measurement per line, `kind cores puts bytes peers buffers repeats warmup dst`
+// (puts go to PEs dst .. dst + peers - 1 in turn),
 // kind one of sdma sdma_issue mte_put flag flag_rtt quiet sdma_quiet wait.
 // Exit status: 0 ok, 1 bad arguments or plan, 5 runtime failure, 6 its launcher was gone before
 // it started, 7 a bounded wait timed out (the message names the PE, core and slot).
@@ -50,7 +52,7 @@ int g_pe = -1;
 struct Row {
     std::string kind_name;
     probe::Kind kind;
-    uint32_t cores, puts, peers, buffers, repeats, warmup;
+    uint32_t cores, puts, peers, buffers, repeats, warmup, dst;
     uint64_t bytes;
 };
 
@@ -82,9 +84,10 @@ bool read_plan(const char* path, int pes, int64_t aiv_cores, std::vector<Row>* r
         if (line.empty()) continue;
         std::istringstream f(line);
         Row r{};
-        if (!(f >> r.kind_name >> r.cores >> r.puts >> r.bytes >> r.peers >> r.buffers >> r.repeats >> r.warmup)) {
+        if (!(f >> r.kind_name >> r.cores >> r.puts >> r.bytes >> r.peers >> r.buffers >> r.repeats >> r.warmup >>
+              r.dst)) {
             *error = "plan line " + std::to_string(n) + ": '" + line +
-                     "': need `kind cores puts bytes peers buffers repeats warmup`";
+                     "': need `kind cores puts bytes peers buffers repeats warmup dst`";
             return false;
         }
         bool known = false;
@@ -99,6 +102,7 @@ bool read_plan(const char* path, int pes, int64_t aiv_cores, std::vector<Row>* r
             : r.cores < 1 || r.cores > max_cores ? "cores must be 1 .. min(AIV cores, 48)"
             : r.puts < 1 ? "puts must be >= 1"
             : r.peers < 1 || int(r.peers) >= pes ? "peers must be 1 .. pes - 1"
+            : r.dst < 1 || int64_t(r.dst) + r.peers > pes ? "dst must be 1 .. pes - peers (PE 0 sends to dst ..)"
             : r.buffers < 1 || r.buffers > probe::kUbStages ? "buffers must be 1 or 2"
             : r.repeats < 1 ? "repeats must be >= 1"
             : uses_payload(r.kind) && (r.bytes < 32 || r.bytes % 32) ? "bytes must be a positive multiple of 32"
@@ -213,14 +217,14 @@ int main(int argc, char** argv) {
         // Fresh flag slots for every measurement (round-trip values restart at 1).
         CHECK_ACL(aclrtMemset(window + flags_off, win - flags_off, 0, win - flags_off));
         host_guard::timed_barrier_all(kProgram, pe, 1.25 * timeout_s, "before a measurement");
-        const bool active = pe == 0 || (r.kind == probe::Kind::FlagRtt && pe == 1);
+        const bool active = pe == 0 || (r.kind == probe::Kind::FlagRtt && pe == int(r.dst));
         const uint32_t role = pe == 0 ? probe::kRoleSend : probe::kRoleAnswer;
         std::vector<double> times;
         for (uint32_t l = 0; l < r.warmup + r.repeats; ++l) {
             if (active) {
                 CHECK_ACL(aclrtMemset(d_rec, rec_bytes, 0, rec_bytes));
                 probe::launch_probe(r.cores, stream, d_src, window, d_rec, r.kind, role, r.puts, r.bytes, max_bytes,
-                                    r.peers, r.buffers, l, wait_budget);
+                                    r.dst, r.peers, r.buffers, l, wait_budget);
                 const aclError e = aclrtSynchronizeStreamWithTimeout(stream, stream_timeout_ms);
                 if (e == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) {
                     fprintf(stderr, "%s: PE %d: timed out after %.1f s waiting for the probe kernel (%s, measurement "

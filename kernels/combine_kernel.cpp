@@ -91,6 +91,7 @@ public:
         inbox_ = window + w.inbox_off;
         inbox_stride_ = w.inbox_stride;
         row_bytes_ = uint64_t(h) * sizeof(T);
+        receipt_ = (__gm__ int32_t*)(window + align_line(w.total_bytes) + uint64_t(core_ % kMaxSdmaBlocks) * 2 * 64);
     }
 
     __aicore__ inline void Process() {
@@ -349,14 +350,15 @@ private:
                 // Bounded by SQEs, not calls: quiet before this call's would overflow the ring.
                 const uint32_t sqes = sdma_sqes(uint64_t(n) * sizeof(T));
                 if (outstanding > 0 && outstanding + sqes > fault::SdmaRingSqes(kSdmaQuietEvery)) {
-                    aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
+                    SdmaQuiet(sdma_ub);
                     outstanding = 0;
                 }
                 aclshmemx_sdma_put_nbi<T>(DstPayload(s.seg, row), expand_x_ + uint64_t(row) * h_, sdma_ub,
                                           kUbSdmaBytes, n, s.src_rank, SdmaSyncId());
+                NoteSdmaRows(row, one_call ? end : row + 1, s.src_rank);
                 outstanding += sqes;
                 if (outstanding >= fault::SdmaRingSqes(kSdmaQuietEvery)) {
-                    aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
+                    SdmaQuiet(sdma_ub);
                     outstanding = 0;
                 }
             }
@@ -379,16 +381,14 @@ private:
         if (any_mte) aclshmem_quiet();
         // 3. SDMA flags, only once the copy engine has finished their payload.
         if (sdma_rows > 0) {
-            if constexpr (!fault::kSdmaFlagBeforeSdmaQuiet)
-                aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
+            if constexpr (!fault::kSdmaFlagBeforeSdmaQuiet) SdmaQuiet(sdma_ub);
             if constexpr (!fault::kSegmentFlagBeforeSdmaQuiet) {
-                for (const Segment s : MySegments()) {
-                    if (UseSdma(s.seg)) PutFlags(FlagChunkBegin(s.seg), FlagChunkEnd(s.seg), s.src_rank);
+                for (const Segment s : MySegments()) {  // none over rows a quiet could not vouch for
+                    if (UseSdma(s.seg) && !sdma_lost_) PutFlags(FlagChunkBegin(s.seg), FlagChunkEnd(s.seg), s.src_rank);
                 }
             }
             aclshmem_quiet();
-            if constexpr (fault::kSdmaFlagBeforeSdmaQuiet)  // the flags went before it
-                aclshmemx_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId());
+            if constexpr (fault::kSdmaFlagBeforeSdmaQuiet) SdmaQuiet(sdma_ub);  // the flags went before it
         }
     }
 
@@ -414,6 +414,30 @@ private:
             }
         }
         return true;
+    }
+
+    // The rows [begin, end) of one SDMA call to `pe`, until the quiet that vouches for them.
+    __aicore__ inline void NoteSdmaRows(uint32_t begin, uint32_t end, int pe) {
+        if (quiet_rows_ == 0) {
+            quiet_first_ = begin;
+            quiet_pe_ = pe;
+        }
+        quiet_last_ = end - 1;
+        quiet_rows_ += end - begin;
+    }
+
+    // An SDMA quiet that says whether it worked (combine_sdma_quiet): one that gave up leaves its
+    // rows (the first such quiet's) in this core's diagnostics line, and no SDMA flag of this core
+    // goes out after it (docs/hardware-rules.md#16-sdma-quiet-receipts).
+    __aicore__ inline void SdmaQuiet(__ubuf__ T* sdma_ub) {
+        const int64_t start = AscendC::GetSystemCycle();
+        const bool landed = combine_sdma_quiet<T>(sdma_ub, kUbSdmaBytes, SdmaSyncId(), receipt_, receipt_ + 16);
+        if (!landed && !sdma_lost_) {
+            sdma_lost_ = true;
+            ReportWaitTimeout(WaitKind::SdmaQuiet, quiet_first_, int32_t(quiet_last_), quiet_rows_, quiet_pe_,
+                              AscendC::GetSystemCycle() - start);
+        }
+        quiet_rows_ = 0;
     }
 
     // This core's line of the diagnostics buffer: what it gave up waiting for (WaitTimeout).
@@ -629,6 +653,10 @@ private:
     uint32_t waited_token_ = 0;  // stage 2: the last token whose flags this core waited for
     bool stage_busy_[kUbMteBuffers] = {false, false};
     bool gave_up_ = false;  // a wait of this core timed out: it waits for nothing more in this launch
+    __gm__ int32_t* receipt_ = nullptr;  // this core's two receipt lines (combine_sdma_quiet)
+    uint32_t quiet_first_ = 0, quiet_last_ = 0, quiet_rows_ = 0;  // SDMA rows since the last quiet
+    int quiet_pe_ = 0;                                            // the PE of the first of them
+    bool sdma_lost_ = false;  // an SDMA quiet of this core gave up: its SDMA rows are not flagged
 };
 
 }  // namespace combine

@@ -164,7 +164,10 @@ inline uint32_t launch_block_dim(uint32_t pes, uint32_t aiv_cores, uint32_t core
 // record per core, each on its own 64 B line of the diagnostics buffer, zero while all is well.
 // StatusSlot: a status slot's flag; Bases: the segment variant's inbox (slot = the receiver PE whose
 // bases never came).
-enum class WaitKind : int32_t { None = 0, StatusSlot = 1, Bases = 2 };
+// SdmaQuiet: an SDMA quiet that gave up (combine_sdma_quiet false): `slot` and `expert` are the
+// first and last expand_x rows its SDMA puts carried, `word` how many rows, `seen` the PE of the
+// first, `waited` the cycles the quiet took; the core writes no flag of its SDMA rows after it.
+enum class WaitKind : int32_t { None = 0, StatusSlot = 1, Bases = 2, SdmaQuiet = 3 };
 struct WaitTimeout {
     int32_t kind;     // WaitKind
     int32_t core;     // the core that gave up
@@ -175,6 +178,12 @@ struct WaitTimeout {
     int64_t waited;   // system cycles waited
 };
 constexpr uint32_t kDiagRecordBytes = 64;
+
+// SDMA quiet receipts (combine_sdma_quiet, kernels/combine_platform.h): per core that may issue
+// SDMA (blocks 0..47), two 64 B lines after the window, on a line of their own: the receipt's source
+// then its destination. The driver allocates them with the window; the window's layout (what the
+// planner counts) does not include them.
+constexpr uint64_t kSdmaReceiptBytes = uint64_t(kMaxSdmaBlocks) * 2 * 64;
 static_assert(sizeof(WaitTimeout) <= kDiagRecordBytes, "a core's wait record fits its line");
 
 // Launch one combine on `stream` with `block_dim` AIV cores (launch_block_dim with the same

@@ -1,7 +1,8 @@
 // The one place where the NPU build (bisheng + CANN + SHMEM) and the CPU twin build
 // (clang + host/twin) differ for the kernel. Both include the same headers by the same names
 // (kernel_operator.h from Ascend C, shmem.h from SHMEM; the twin's stand in for them on the
-// CPU). What differs is spelling, never logic: the kernel source is identical for both.
+// CPU). What differs is spelling, never logic: the kernel source is identical for both (one
+// step aside: the SDMA quiet's receipt, which the twin's quiet stands in for; combine_sdma_quiet below).
 #pragma once
 
 #include <cstdint>
@@ -58,3 +59,43 @@ __aicore__ inline void gm_invalidate(__gm__ void* p, uint32_t n) {
     }
 }
 __aicore__ inline void gm_flush(__gm__ void* p, uint32_t n) { gm_invalidate(p, n); }
+
+// The SDMA quiet that says whether it worked. SHMEM's aclshmemx_sdma_quiet polls its completion
+// flag 1,000,000 times and then returns as if every descriptor had run
+// (src/device/gm2gm/engine/shmem_device_sdma.hpp): flags written after it could announce rows that
+// never landed. combine_sdma_quiet is that quiet and returns false when the core's SDMA puts
+// before it did not all land (docs/hardware-rules.md#16-sdma-quiet-receipts). On the NPU it proves
+// it with a receipt: one more SDMA put, 32 B from `receipt_src` to this PE's own `receipt_dst`
+// (two 64 B lines of this core), queued on the core's stream behind the payload (a stream runs its
+// SQEs in order, which SHMEM's own quiet relies on), carrying a token the line has never held; the
+// token there after the quiet means everything before it ran. On the twin the quiet knows what it
+// waited for, and models the give-up where asked (COMBINE_TWIN_SDMA_QUIET_GIVEUP):
+// the receipt is the one step the twin leaves out, so its counters stay the plan's.
+#if !defined(COMBINE_TARGET_TWIN)
+template <typename T>
+__aicore__ inline bool combine_sdma_quiet(__ubuf__ T* ub, uint32_t ub_size, uint32_t sync_id,
+                                          __gm__ int32_t* receipt_src, __gm__ int32_t* receipt_dst) {
+#if COMBINE_NPU_SDMA
+    gm_invalidate(receipt_dst, 32);
+    const int32_t token = receipt_dst[0] + 1;  // never the line's value: the last receipt that landed, plus 1
+    for (uint32_t w = 0; w < 8; ++w) receipt_src[w] = token;
+    gm_flush(receipt_src, 32);
+    aclshmemx_sdma_put_nbi<int32_t>(receipt_dst, receipt_src, (__ubuf__ int32_t*)ub, ub_size, 8, aclshmem_my_pe(),
+                                    sync_id);
+    aclshmemx_sdma_quiet<T>(ub, ub_size, sync_id);
+    gm_invalidate(receipt_dst, 32);
+    return receipt_dst[0] == token && receipt_dst[7] == token;
+#else
+    (void)ub, (void)ub_size, (void)sync_id, (void)receipt_src, (void)receipt_dst;
+    return true;  // no SDMA in this build: no call reaches here (the driver refuses doubleplane)
+#endif
+}
+#else
+template <typename T>
+inline bool combine_sdma_quiet(__ubuf__ T* ub, uint32_t ub_size, uint32_t sync_id, __gm__ int32_t* /*receipt_src*/,
+                               __gm__ int32_t* /*receipt_dst*/, const char* file = __builtin_FILE(),
+                               int line = __builtin_LINE()) {
+    aclshmemx_sdma_quiet<T>(ub, ub_size, sync_id, file, line);
+    return twin::sdma_quiet_landed();
+}
+#endif

@@ -14,9 +14,9 @@ namespace probe {
 class ProbeKernel {
 public:
     __aicore__ inline ProbeKernel(GM_ADDR src, GM_ADDR window, GM_ADDR records, uint32_t kind, uint32_t role,
-                                  uint32_t puts, uint64_t bytes, uint64_t max_bytes, uint32_t peers, uint32_t buffers,
-                                  uint32_t seq, uint64_t wait_budget)
-        : kind_(kind), role_(role), puts_(puts), peers_(peers), buffers_(buffers),
+                                  uint32_t puts, uint64_t bytes, uint64_t max_bytes, uint32_t first, uint32_t peers,
+                                  uint32_t buffers, uint32_t seq, uint64_t wait_budget)
+        : kind_(kind), role_(role), puts_(puts), first_(first), peers_(peers), buffers_(buffers),
           seq_(seq), wait_budget_(wait_budget) {
         my_pe_ = aclshmem_my_pe();
         pes_ = aclshmem_n_pes();
@@ -61,9 +61,9 @@ private:
     __aicore__ static inline __ubuf__ int32_t* StatusUb() { return ub_at<int32_t>(kUbStatusOff); }
     __aicore__ static inline __ubuf__ int32_t* StageUb(uint32_t b) { return ub_at<int32_t>(kUbStageOff + b * kUbStageBytes); }
 
-    // Put j of this core goes to the j-th of its peers (PEs after this one, wrapping).
+    // Put j of this core goes to the j-th of its peers (`first` PEs after this one and on, wrapping).
     __aicore__ inline int PeerOf(uint32_t j) const {
-        return int((uint32_t(my_pe_) + 1 + (core_ + j) % peers_) % uint32_t(pes_));
+        return int((uint32_t(my_pe_) + first_ + (core_ + j) % peers_) % uint32_t(pes_));
     }
     __aicore__ inline __gm__ int32_t* Slot(uint32_t core, uint32_t slot) const {
         return (__gm__ int32_t*)(flags_ + (uint64_t(core) * kSlotsPerCore + slot) * kFlagSlotBytes);
@@ -132,12 +132,12 @@ private:
         aclshmemx_mte_put_nbi<int32_t>(Slot(core_, slot), StatusUb(), kStatusWords, pe, kMteSyncId);
     }
 
-    // The sender pings PE my_pe + 1 (its slot 0) and waits for the answer in its own slot 1;
-    // the answerer waits for each ping and answers PE my_pe - 1 the same way. Values continue
+    // The sender pings PE my_pe + first (its slot 0) and waits for the answer in its own slot 1;
+    // the answerer waits for each ping and answers PE my_pe - first the same way. Values continue
     // from launch to launch (seq), so no slot is reset between them.
     __aicore__ inline void RoundTrips() {
         const bool send = role_ == kRoleSend;
-        const int peer = int((uint32_t(my_pe_) + (send ? 1u : uint32_t(pes_) - 1u)) % uint32_t(pes_));
+        const int peer = int((uint32_t(my_pe_) + (send ? first_ : uint32_t(pes_) - first_)) % uint32_t(pes_));
         for (uint32_t i = 0; i < puts_ && !gave_up_; ++i) {
             const int32_t value = int32_t(seq_ * puts_ + i + 1);
             if (send) {
@@ -192,7 +192,7 @@ private:
     __gm__ int32_t* dst_row_ = nullptr;
     __gm__ ProbeRecord* rec_ = nullptr;
     uint32_t kind_, role_, puts_;
-    uint32_t peers_, buffers_, seq_;
+    uint32_t first_, peers_, buffers_, seq_;
     uint64_t wait_budget_;
     uint64_t stride_ = 0;
     uint32_t elems_ = 0, core_ = 0;
@@ -204,20 +204,22 @@ private:
 
 extern "C" COMBINE_KERNEL_ATTRS __global__ __aicore__ void combine_probe(
     uint64_t ffts_addr, GM_ADDR src, GM_ADDR window, GM_ADDR records, uint32_t kind, uint32_t role, uint32_t puts,
-    uint64_t bytes, uint64_t max_bytes, uint32_t peers, uint32_t buffers, uint32_t seq, uint64_t wait_budget) {
+    uint64_t bytes, uint64_t max_bytes, uint32_t first, uint32_t peers, uint32_t buffers, uint32_t seq,
+    uint64_t wait_budget) {
     util_set_ffts_config(ffts_addr);  // first thing, as SHMEM's kernels do
-    probe::ProbeKernel op(src, window, records, kind, role, puts, bytes, max_bytes, peers, buffers, seq, wait_budget);
+    probe::ProbeKernel op(src, window, records, kind, role, puts, bytes, max_bytes, first, peers, buffers, seq,
+                          wait_budget);
     op.Process();
 }
 
 namespace probe {
 
 void launch_probe(uint32_t cores, void* stream, uint8_t* src, uint8_t* window, uint8_t* records, Kind kind,
-                  uint32_t role, uint32_t puts, uint64_t bytes, uint64_t max_bytes, uint32_t peers, uint32_t buffers,
-                  uint32_t seq, uint64_t wait_budget) {
+                  uint32_t role, uint32_t puts, uint64_t bytes, uint64_t max_bytes, uint32_t first, uint32_t peers,
+                  uint32_t buffers, uint32_t seq, uint64_t wait_budget) {
     const uint64_t ffts = util_get_ffts_config();
     combine_probe<<<cores, nullptr, stream>>>(ffts, src, window, records, uint32_t(kind), role, puts, bytes, max_bytes,
-                                              peers, buffers, seq, wait_budget);
+                                              first, peers, buffers, seq, wait_budget);
 }
 
 }  // namespace probe

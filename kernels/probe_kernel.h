@@ -84,12 +84,13 @@ static_assert(sizeof(ProbeRecord) <= kRecordBytes, "a core's record fits its lin
 // One launch of the probe on `stream` with `cores` AIV blocks. `src` (GM, cores * row_stride
 // bytes: each core's rows), `window` (this PE's symmetric window, window_bytes(max_bytes)),
 // `records` (cores * kRecordBytes, zeroed by the host). Put j of core c goes to PE
-// (my_pe + 1 + (c + j) % peers) % n_pes (1 <= peers < n_pes); the rtt's sender pings PE my_pe + 1,
-// the answerer (role kRoleAnswer) answers PE my_pe - 1;
+// (my_pe + first + (c + j) % peers) % n_pes (1 <= first, first + peers <= n_pes: `first` picks the
+// pair, and so the link class, a measurement crosses: docs/probe.md#6-link-classes); the rtt's
+// sender pings PE my_pe + first, the answerer (role kRoleAnswer) answers PE my_pe - first;
 // `seq` numbers the launch (rtt flag values continue from seq * puts); `wait_budget`: how long
 // any wait lasts, in system cycles.
 void launch_probe(uint32_t cores, void* stream, uint8_t* src, uint8_t* window, uint8_t* records, Kind kind,
-                  uint32_t role, uint32_t puts, uint64_t bytes, uint64_t max_bytes, uint32_t peers, uint32_t buffers,
-                  uint32_t seq, uint64_t wait_budget);
+                  uint32_t role, uint32_t puts, uint64_t bytes, uint64_t max_bytes, uint32_t first, uint32_t peers,
+                  uint32_t buffers, uint32_t seq, uint64_t wait_budget);
 
 }  // namespace probe

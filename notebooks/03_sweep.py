@@ -79,6 +79,7 @@ csv_name: str = "sweep.csv"
 model: str = "a2"                      # the machine the modelled section prices the cases on (a2, a3)
 model_pes: int = 8                     # also model the same grid at this many PEs (0: only the cases above)
 cluster: "Optional[str]" = None        # None: here; local, local:N or tcp://HOST:PORT: cases as dask tasks (docs/lab.md)
+kernel_source: "Optional[str]" = None  # your kernel's folder (docs/own-kernel.md): run beside the lab's, one speed-up table
 
 # %%
 # Parameters given as text (papermill -r, -p strings, YAML) become their declared types, or stop here.
@@ -140,7 +141,7 @@ if with_sdma == 0:
 csv_path = out / csv_name
 tidy = sweep.run_sweep(grid, warmup=int(warmup), loops=int(loops), repeats=int(repeats), target=target,
                        min_sdma_bytes=int(min_sdma_bytes), prof_pe=prof, csv_path=csv_path, settings=groups,
-                       cluster=cluster)
+                       cluster=cluster, kernel_source=kernel_source)
 print(f"{len(tidy)} rows -> {csv_path}")
 display(tidy.head(4))
 
@@ -170,6 +171,19 @@ summary_path = out / (csv_path.stem + "_summary.csv")
 summary.to_csv(summary_path, index=False)
 display(tables.readable(summary))
 print("summary ->", summary_path)
+
+# %% [markdown]
+# ### Every kernel's speed-up, in one table
+#
+# Each kernel against its same-settings classic (baseline time / kernel time of the same repeat, above 1: the
+# kernel faster): the lab's doubleplane of each settings group and, with `kernel_source`, your kernel on the
+# same case files (docs/own-kernel.md). `pairs.pair_speedups(tidy, "doubleplane")` measures every kernel
+# against the lab's doubleplane instead (docs/cli.md#9-repeats-spread-and-verdicts).
+
+# %%
+from combine_lab.results import pairs
+
+display(pairs.pair_table(pairs.pair_speedups(tidy)))
 
 # %% [markdown]
 # ## Plot

@@ -1,5 +1,6 @@
 """``combine-lab build``: build the lab's driver, or your own kernel with it, or your kernel folder's
-own driver (``main.cpp``) against the twin, so that the reference's run script runs it unchanged.
+own driver (``main.cpp``) against the twin (or, ``--target npu``, by bisheng as SHMEM's own build
+makes it), so that the reference's run script runs it unchanged.
 
     combine-lab build                                                    # the lab's driver (twin)
     combine-lab build --kernel-source ~/shmem/examples/combine/combine_doubleplane
@@ -69,18 +70,16 @@ def _build(a: argparse.Namespace) -> int:
         print(f"driver: {binary} (the lab's driver with {ks.label}, built from {ks.path} unchanged)")
         print(f"build log: {binary.parent / build_mod.BUILD_LOG} (each launch the twin's copy rewrote)")
         return 0
-    if a.target != "cpu":
-        raise ParameterError("--main: builds the folder's main.cpp against the twin (on an NPU, SHMEM's own build "
-                             "builds it)", parameter="target", value=a.target)
     name = a.main or main_name(ks.path)
     folder = Path(a.bin_dir) if a.bin_dir is not None else main_bin_dir(ks)
     if folder is None:
         raise ParameterError(f"--bin-dir: {ks.path} is not an example of a SHMEM checkout; say where the driver goes",
                              parameter="bin_dir")
     usable_folder(folder, "--bin-dir")
-    binary = build_mod.build("cpu", kernel=ks, main=name)
+    binary = build_mod.build(a.target, kernel=ks, main=name)  # npu: bisheng, cmake/npu.cmake COMBINE_KERNEL_MAIN
     dst = install(binary, folder, name)
-    print(f"driver: {dst} ({ks.path / 'main.cpp'} and its kernel, built unchanged against the CPU twin)")
+    against = "the CPU twin" if a.target == "cpu" else "CANN and SHMEM by bisheng"
+    print(f"driver: {dst} ({ks.path / 'main.cpp'} and its kernel, built unchanged against {against})")
     print(f"build log: {binary.parent / build_mod.BUILD_LOG}")
     run_sh = ks.path / "scripts" / "run.sh"
     if run_sh.is_file():
@@ -91,11 +90,12 @@ def _build(a: argparse.Namespace) -> int:
 def register(sub) -> None:
     """Add ``build`` to ``sub`` (argparse sub-parsers)."""
     p = sub.add_parser("build", help="build the driver, with your own kernel (--kernel-source), or your kernel "
-                                     "folder's own main.cpp against the twin (--main), e.g. for the reference's run.sh")
+                                     "folder's own main.cpp (--main; the twin, or --target npu), e.g. for the "
+                                     "reference's run.sh")
     p.add_argument("--kernel-source", default=None, metavar="DIR",
                    help="a folder with your own combine kernel (docs/own-kernel.md), built unchanged")
     p.add_argument("--main", nargs="?", const="", default=None, metavar="NAME",
-                   help="build the folder's own main.cpp against the twin as NAME (default: the name its "
+                   help="build the folder's own main.cpp (against the twin, or --target npu) as NAME (default: the name its "
                         "scripts/run.sh runs, e.g. combine for SHMEM's combine_classic, else the folder's name) "
                         "into --bin-dir")
     p.add_argument("--bin-dir", default=None, metavar="DIR",

@@ -18,7 +18,7 @@ from ..errors import ParameterError
 from ..formats.probe_csv import build_refusal, is_probe_csv, read_probe_csv
 from ..model.calibrate import calibrate, data_refusal, measurements_from_csvs, outside_ranges
 from ..model.machines import load_model
-from ..model.probe_fit import fit_probe, model_key
+from ..model.probe_fit import fit_probe
 from ..values import as_list
 from .cases import add_clock_alias
 
@@ -90,8 +90,7 @@ def calibrate_probe(a: argparse.Namespace) -> int:
     if why:
         return refuse(why, a.out)
     fit = fit_probe(rows, model, free, source=str(a.csv[0]))
-    values = {model_key(model, n, fit.cls): fit.params[n].value for n in fit.free if fit.params[n].value is not None}
-    outside = [] if a.allow_outside_range else outside_ranges(model, values)
+    outside = [] if a.allow_outside_range else outside_ranges(model, fit.values())
     return finish_fit(fit.report(), fit.usable, fit.fitted_model, a.out,
                       f"calibrated by combine-lab calibrate from the probe CSV {a.csv[0]}, starting from {model.name}",
                       {"files": [str(a.csv[0])], "target": ", ".join(t for t, _ in ran),

@@ -8,7 +8,6 @@ import argparse
 import dataclasses
 import math
 import os
-import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from ..harness import Outcome
 from ..results.bandwidth import case_bandwidth
 from ..formats.perf_csv import gib_per_s
 from ..planning.planner import VARIANTS
-from ..results.rows import FAIL, METRICS, ResultRow
+from ..results.rows import FAIL, METRICS, ResultRow, fold_repeats
 
 
 #: The run table: column title -> field of :class:`RepeatedRow`.
@@ -98,7 +97,7 @@ def repeated_rows(outcomes: list[Outcome], summary: pd.DataFrame) -> list[Repeat
             for m in ("comm_only", "full_op"):
                 t = [r.time_us(m) for r in ran if math.isfinite(r.time_us(m))]
                 if t:
-                    times[m] = (float(statistics.median(t)), min(t), max(t))
+                    times[m] = fold_repeats(t)
         med = times.get("comm_only", (first.comm_only_us,))[0]
         spec_bytes = next((o.spec for o in os_), None)
         data = spec_bytes.bs * spec_bytes.topk * spec_bytes.h * spec_bytes.itemsize * spec_bytes.pes \
@@ -171,13 +170,15 @@ def speedup_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_run_summary(folder: Path, a: argparse.Namespace, outcomes: list[Outcome], summary: pd.DataFrame,
-                      rows: list, modelled: str | None = None) -> Path:
+                      rows: list, modelled: str | None = None, pairs: pd.DataFrame | None = None) -> Path:
     """The run's summary (:mod:`combine_lab.formats.summaries`, docs/formats.md#11-run-summary) in
     ``folder``: per case and variant the check, every repeat's times and their median and spread, the
     planned and counted bytes, and per case and settings group the speed-up with its spread and
     verdict (``speedup_by_settings``; ``speedup``: the reference group's, else the first group's);
     what ``combine-lab diff`` compares. ``modelled``: the model's caption ("modelled on ...") of a
-    ``--clock model:NAME`` run, which then says so in ``measured``."""
+    ``--clock model:NAME`` run, which then says so in ``measured``. ``pairs``
+    (:func:`combine_lab.results.pairs.pair_speedups`: your kernels beside the lab's, or ``--baseline
+    NAME``) adds ``speedup_pairs`` per case: kernel, baseline, settings and per metric the speed-up."""
     each: dict[tuple, dict[str, list[float]]] = {}
     for o in outcomes:
         if o.row.ran:
@@ -205,6 +206,13 @@ def write_run_summary(folder: Path, a: argparse.Namespace, outcomes: list[Outcom
         c["speedup_by_settings"][group] = {
             m: {"median": _num(srow[f"{m}_speedup"]), "min": _num(srow[f"{m}_speedup_lo"]),
                 "max": _num(srow[f"{m}_speedup_hi"]), "verdict": srow[f"{m}_verdict"]} for m in METRICS}
+    for _, prow in (pairs if pairs is not None else pd.DataFrame()).iterrows():
+        c = cases.get(prow["case_id"])
+        if c is not None:
+            c.setdefault("speedup_pairs", []).append({
+                "kernel": prow["kernel"], "baseline": prow["baseline"], "settings": prow["settings"],
+                **{m: {"median": _num(prow[f"{m}_speedup"]), "min": _num(prow[f"{m}_speedup_lo"]),
+                       "max": _num(prow[f"{m}_speedup_hi"]), "verdict": prow[f"{m}_verdict"]} for m in METRICS}})
     for c in cases.values():
         groups = c["speedup_by_settings"]
         c["speedup"] = groups.get("reference", next(iter(groups.values()), {}))

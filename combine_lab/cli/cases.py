@@ -30,6 +30,7 @@ from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
 from ..planning.settings import group_variants
 from ..harness import BASELINE, WALL, Outcome, Run
 from ..results.rows import ERROR, METRICS, PASS, modelled_verdict
+from ..results.pairs import pair_speedups, pair_table
 from ..results.tables import summarize, tidy_rows
 from ..run.build import VariantRefused
 from ..run.kernel_source import kernel_source
@@ -45,6 +46,8 @@ from ..results.trace import TraceRecording
 
 #: SHMEM's bootstrap address when -ipport is not given (docs/cli.md#2-case-flags).
 DEFAULT_IPPORT = "tcp://127.0.0.1:8767"
+#: ``--baseline hccl``: the all_to_all baseline (any other value names a kernel to compare against).
+HCCL = "hccl"
 #: A 127.0.0.1 bootstrap moves to port + (launch index mod this), one port per launch.
 PORT_SPAN = 1000
 
@@ -184,9 +187,9 @@ def clock_model(text: str):
     return load_model(text[len("model:"):])
 
 
-def _specs(a: argparse.Namespace, payload: bool = True) -> list[CaseSpec]:
+def _specs(a: argparse.Namespace, payload: bool = True, measured: bool = True) -> list[CaseSpec]:
     # the folders a run writes to, and the placement flags, before anything is drawn, written or launched
-    if a.perf and payload:  # a modelled run writes to its own folder (_run_modelled checks that one)
+    if a.perf and payload and measured:  # a modelled run writes to its own folder (checked where it is made)
         usable_folder(a.output_dir, "--output-dir")
     if a.work_dir is not None:
         usable_folder(a.work_dir, "--work-dir")
@@ -340,11 +343,15 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     # the lab's runs: label -> (variant, settings, settings groups whose summary it belongs to)
     entries = group_variants(variants, getattr(a, "settings", None))
     variants = list(entries)
-    specs = _specs(a, payload=model is None or bool(kernels))
+    specs = _specs(a, payload=model is None or bool(kernels), measured=model is None)
     # on a model the slowest PE by default, as suggest prices it (the combine ends when every PE has)
     prof_pe = "all" if model is not None and a.prof_pe is None else _prof_pe(a.prof_pe, specs)
     _check_run_flags(a, specs, modelled=model is not None)
-    baseline = bool(getattr(a, "baseline", None))
+    # --baseline hccl: the all_to_all baseline's row; --baseline NAME: the kernel every speed-up is against
+    names = list(entries) + [k.label for k in kernels]
+    against = getattr(a, "baseline", None)
+    baseline = against == HCCL
+    against = None if against in (None, HCCL) else _baseline_name(against, names)
     if model is not None:
         for flag, given in (("--chaos", a.chaos is not None), ("--baseline", baseline)):
             if given:
@@ -435,7 +442,18 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
         if any(isinstance(r, RepeatedRow) and r.bandwidth for r in rows):
             print(BANDWIDTH_NOTE)
         speedups = speedup_table(summary) if len(summary) and len(variants) > 1 else pd.DataFrame()
-        if len(speedups) and model is not None:  # one point per case: its uncertainty is the unknown parameters
+        pairs = pair_speedups(tidy, against, modelled=model is not None) \
+            if (kernels or against) and (a.perf or model is not None) else pd.DataFrame()
+        if len(pairs):  # your kernels and the lab's in one table, each against its baseline
+            print("speed-up = baseline time / kernel time (above 1: the kernel faster)"
+                  + (f", modelled on {model.name}: a point, no spread" if model is not None else
+                     f", the median of {repeats} paired repeat{'s' if repeats > 1 else ''} and its spread (min-max); "
+                     "within noise: the spread covers 1")
+                  + ("" if against else "; each kernel against its same-settings classic (--baseline NAME for another)"))
+            shown = pair_table(pairs)
+            print((shown.drop(columns=["repeats", "comm_only spread", "full_op spread"]) if model is not None
+                   else shown).to_string(index=False))
+        elif len(speedups) and model is not None:  # one point per case: its uncertainty is the unknown parameters
             print(f"speed-up = classic time / doubleplane time (above 1: doubleplane faster), modelled on {model.name}: "
                   "a point, no spread; how it moves over the unknown parameters: combine-lab suggest")
             print(speedups.drop(columns=["repeats", "comm_only spread", "full_op spread"]).to_string(index=False))
@@ -447,7 +465,7 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
         trace.write(outcomes)
         if a.perf:
             path = write_run_summary(base, a, outcomes, summary, rows,
-                                     model.caption() if model is not None else None)
+                                     model.caption() if model is not None else None, pairs)
             print(f"run summary: {path}")
         clock = model.caption() if model is not None else \
             "measured on the CPU twin" if a.target == "cpu" else f"measured on {a.target}"
@@ -464,6 +482,21 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     for r in [r for r in ran if not passed(r)] + failed:  # the last word: a PASS of x_out is not a passed run
         print(f"combine-lab: FAILED {r.variant} {r.case_id}: {_why_failed(r)}", file=sys.stderr)
     return 0 if all(passed(r) for r in ran) and not failed else 1
+
+
+def _baseline_name(text: str, names: list[str]) -> str:
+    """``--baseline NAME``: one of the runs of this command (``names``: the lab's variant labels and your
+    kernels' labels).
+
+    Raises:
+        ParameterError: naming --baseline, the value and what it may be.
+    """
+    name = text.strip()
+    if name not in names:
+        raise ParameterError(f"--baseline={text!r}: must be {HCCL} (the all_to_all baseline) or one of the kernels "
+                             f"this command runs: {', '.join(names)}", parameter="--baseline", value=text,
+                             allowed=", ".join((HCCL, *names)))
+    return name
 
 
 def _why_failed(r) -> str:

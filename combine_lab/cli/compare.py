@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import ParameterError
 from ..planning.settings import SETTINGS_LABEL_FORM, parse_settings
 from ..run.runner import VARIANTS
 from .cases import add_case_flags, run_variants
@@ -27,8 +28,8 @@ def _settings_flag(text: str) -> list[str]:
     for t in labels:
         try:
             parse_settings(t)
-        except ValueError as e:  # parse_settings' own words: N >= 1, the closest label
-            raise argparse.ArgumentTypeError(str(e).replace(f"settings={t!r}: ", f"{t!r}: ", 1)) from None
+        except ParameterError as e:  # parse_settings' own words (its allowed): N >= 1, the closest label
+            raise argparse.ArgumentTypeError(f"{t!r}: {e.allowed}") from None
     return list(dict.fromkeys(labels))
 
 
@@ -47,6 +48,9 @@ def register(sub) -> None:
                         "one SDMA call per contiguous segment), c<N> (N AIV cores per source rank), segment-c<N>; "
                         "classic and doubleplane run under each, the speed-up per case and settings "
                         "(docs/variants.md)")
-    p.add_argument("--baseline", choices=["hccl"], default=None,
-                   help="also run torch.distributed all_to_all + weighted sum (HCCL on npu; gloo, CPU tensors, on cpu)")
+    p.add_argument("--baseline", default=None, metavar="hccl|NAME",
+                   help="hccl: also run torch.distributed all_to_all + weighted sum (HCCL on npu; gloo, CPU tensors, "
+                        "on cpu); NAME: the kernel every speed-up is against, one this command runs (doubleplane, "
+                        "classic-c6, a --kernel-source label such as user:mine; default: each kernel against its "
+                        "same-settings classic)")
     p.set_defaults(handler=_compare)

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from ..lab.notebooks import KERNEL_NAME, load_params, run_notebooks
-from ..lab.records import default_output_dir
+from ..lab.records import command_output_dir
 from .cluster import add_cluster_flag
 
 
@@ -28,7 +28,7 @@ def _cmd_notebooks(args: argparse.Namespace) -> int:
         runs = run_notebooks(args.out, params, args.only, kernel_name=args.kernel, timeout_s=args.timeout, log=print,
                              out_name="--out")
     # the folder above every run's (a parameter set's run is in its own subfolder)
-    out = Path(os.path.commonpath([r.output.parent for r in runs])) if runs else Path(args.out or default_output_dir())
+    out = Path(os.path.commonpath([r.output.parent for r in runs])) if runs else Path(args.out or command_output_dir())
     figures = sorted({p for r in runs for p in r.figures})  # this run's, not what the folder held before
     print(f"executed notebooks, {len(figures)} figures (PNG) and records in {out}")
     return 0 if all(r.ok for r in runs) else 1
@@ -42,7 +42,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--params", default=None, help="YAML or JSON file: {notebook: {param: value}} and/or "
                    "{param: value} for every notebook that declares it; a notebook given a list of "
                    "mappings runs once per set, into <out>/<notebook>.<set_name or setN>/")
-    p.add_argument("--out", default=None, help="output folder (default output/lab)")
+    p.add_argument("--out", default=None, help="output folder (default: the current folder's output/lab, or $COMBINE_LAB_OUTPUT)")
     p.add_argument("--only", nargs="+", default=None, help="notebooks to run, e.g. 03_sweep or sweep (default all)")
     p.add_argument("--kernel", default=KERNEL_NAME, help=f"Jupyter kernel (default {KERNEL_NAME})")
     p.add_argument("--timeout", type=float, default=600.0, help="limit per cell, seconds (default 600)")

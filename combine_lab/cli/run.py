@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..kernels import CLASSIC, DOUBLEPLANE
 from ..errors import ParameterError
 
 from ..planning.settings import parse_variant_label
@@ -20,22 +21,23 @@ def _variant_flag(text: str) -> str:
     with the allowed forms."""
     try:
         parse_variant_label(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e).removeprefix("variant=")) from None
+    except ParameterError as e:  # its fields: the label given and what is allowed
+        raise argparse.ArgumentTypeError(f"{e.value!r}: {e.allowed}") from None
     return text.strip().lower()
 
 
 def _run(a: argparse.Namespace) -> int:
     # with --kernel-source: your kernel instead of the lab's; --variant then names the rule whose plan
     # its counters are compared with (default: the kernel's own, docs/own-kernel.md)
-    if a.kernel_source and a.variant and a.variant not in ("classic", "doubleplane"):
+    if a.kernel_source and a.variant and a.variant not in (CLASSIC, DOUBLEPLANE):
         raise ParameterError(f"--variant {a.variant}: with --kernel-source, --variant names the rule its counters are "
-                             "compared with (classic or doubleplane); kernel settings are the lab kernel's")
+                             "compared with (classic or doubleplane); kernel settings are the lab kernel's",
+                             parameter="--variant", value=a.variant, allowed=" or ".join((CLASSIC, DOUBLEPLANE)))
     if a.kernel_source and a.variant and a.kernel_rule and a.variant != a.kernel_rule:
         raise ParameterError(f"--variant {a.variant} and --rule {a.kernel_rule}: with --kernel-source both name the "
-                             "rule its counters are compared with; give one")
+                             "rule its counters are compared with; give one", parameter="--variant", value=a.variant)
     a.only_kernels, a.rule = bool(a.kernel_source), a.variant if a.kernel_source else None
-    return run_variants(a, [a.variant or "doubleplane"])
+    return run_variants(a, [a.variant or DOUBLEPLANE])
 
 
 def register(sub) -> None:

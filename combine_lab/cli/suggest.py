@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..kernels import DOUBLEPLANE
 from ..case.case import make_case
 from ..errors import ParameterError
 from ..folders import usable_folder
@@ -35,14 +36,14 @@ def settings_labels(variants: str | None, cores: str | None, soc: str) -> list[s
     Raises:
         ParameterError: naming the flag, the value and what is allowed.
     """
-    names = [v.strip() for v in (variants or "doubleplane").split(",")]
+    names = [v.strip() for v in (variants or DOUBLEPLANE).split(",")]
     parsed = []
     for v in names:
         try:
             parsed.append(parse_variant_label(v))
         except ParameterError as e:
             raise ParameterError(f"--variant {v!r}: must be {VARIANT_LABEL_FORM}"
-                                 + (f" ({e})" if "segment" in str(e) and "classic" in v else ""),
+                                 + ("" if e.allowed == f"must be {VARIANT_LABEL_FORM}" else f" ({e})"),
                                  parameter="--variant", value=v) from None
     limit = min(aiv_cores(soc), MAX_SDMA_BLOCKS)
     if cores is None:
@@ -72,7 +73,7 @@ def settings_labels(variants: str | None, cores: str | None, soc: str) -> list[s
 def _suggest(a: argparse.Namespace) -> int:
     model = load_model(a.model)
     labels = settings_labels(a.variant, a.cores_per_rank, model.soc)
-    if a.what_if and labels != ["doubleplane"]:
+    if a.what_if and labels != [DOUBLEPLANE]:
         raise ParameterError(f"--what-if {a.what_if} with --variant {','.join(labels)}: the what-if prices the "
                              "reference's doubleplane (one SDMA call per segment, not built); doubleplane-segment is "
                              "that variant as built", parameter="--what-if", value=a.what_if)
@@ -81,7 +82,8 @@ def _suggest(a: argparse.Namespace) -> int:
                              f"{len(labels)} ({','.join(labels)})", parameter="--out", value=a.out)
     specs = _specs(a, payload=False)
     if len(specs) != 1:
-        raise ParameterError(f"suggest prices one case: the lists make {len(specs)}; give single values")
+        raise ParameterError(f"suggest prices one case: the lists make {len(specs)}; give single values",
+                             parameter="--*-list", value=len(specs), allowed="one case")
     case = make_case(specs[0])
     rows = case_rows(case, model.soc)
     print(f"case: {specs[0].case_id} routing {specs[0].routing}")

@@ -33,11 +33,13 @@ from typing import Iterable, Iterator, Mapping
 
 import pandas as pd
 
+from ..kernels import CLASSIC
+from ..kernels import FILE_PREFIX as KERNEL_FILE_PREFIX
 from ..errors import ResultFileError
 from .files import STAGING_PREFIX, write_atomic
 
 #: The file-name prefix of each variant, as the reference names its two drivers' files.
-FILE_PREFIX = {"classic": "combine", "doubleplane": "combine_doubleplane"}
+FILE_PREFIX = KERNEL_FILE_PREFIX  # the descriptor's (combine_lab.kernels)
 
 #: The 18 fixed fields of a perf row (docs/formats.md#3-perf-csv), in order.
 PERF_COLUMNS = [
@@ -77,7 +79,7 @@ def file_prefix(variant: str) -> str:
         return FILE_PREFIX[variant]
     # the labels of combine_lab.planning.settings.variant_label, read here without the planner
     m = _LABEL.match(str(variant))
-    if not m or (m[1] == "classic" and m[2]) or not (m[2] or m[3]):
+    if not m or (m[1] == CLASSIC and m[2]) or not (m[2] or m[3]):
         raise ResultFileError(f"variant={variant!r}: must be one of {', '.join(map(repr, FILE_PREFIX))}, or one "
                               "with kernel settings such as 'doubleplane-segment-c6'")
     return FILE_PREFIX[m[1]] + "".join(f"_{x[1:]}" for x in (m[2], m[3]) if x)

@@ -11,7 +11,11 @@ issuing at once), ``puts`` (operations per core per launch: puts, quiets, polls 
 (cores * puts * bytes / time_us / 1e3 for sdma and mte_put, else empty), ``target`` (cpu = the
 twin, npu), ``soc``, ``build`` (``sdma``: SHMEM's SDMA calls are real in the build that timed
 it; ``mte-only``: a build without SDMA, CANN < 9.0.0 or Ascend950, whose SDMA calls are empty
-stand-ins), ``note`` (what the times are).
+stand-ins), ``link_class`` (the link class of the pair PE src -> dst in the rank map of the
+model the probe was planned on, ``probe --model a2|a3``: ``die_pair``, ``card``, ``server`` on
+a3; classes joined by ``+`` where the peers span several; empty for a row that sends nothing or a
+probe planned without a model), ``note`` (what the times are). A file of the older header (without
+``link_class``) is read with that column empty.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from ..errors import ParameterError, ResultFileError
 from .files import write_atomic
 
 PROBE_HEADER = ("kind", "pes", "src", "dst", "peers", "cores", "puts", "bytes", "buffering", "time_us", "repeats",
-                "spread_us", "times_us", "GBps", "target", "soc", "build", "note")
+                "spread_us", "times_us", "GBps", "target", "soc", "build", "link_class", "note")
+#: The header before ``link_class`` (its files still read, the column empty).
+OLD_PROBE_HEADER = tuple(c for c in PROBE_HEADER if c != "link_class")
 #: What each kind times, in the order a probe runs them (kernels/probe_kernel.h ``Kind``).
 PROBE_KINDS = ("sdma", "sdma_issue", "mte_put", "flag", "flag_rtt", "quiet", "sdma_quiet", "wait")
 #: Kinds that time SHMEM's SDMA calls (empty stand-ins in an MTE-only build).
@@ -43,7 +49,7 @@ BANDWIDTH_KINDS = ("sdma", "mte_put")
 class ProbeRow:
     """One measurement: what ran (``kind``, ``pes``, ``src``, ``dst``, ``peers``, ``cores``, ``puts``,
     ``bytes``, ``buffering``) and ``times_us`` float64 [repeats], one launch each, microseconds;
-    ``build``: one of :data:`BUILDS`."""
+    ``build``: one of :data:`BUILDS`; ``link_class``: the pair's class ('' where none was planned)."""
 
     kind: str
     pes: int
@@ -59,6 +65,7 @@ class ProbeRow:
     soc: str = ""
     note: str = ""
     build: str = "sdma"
+    link_class: str = ""
 
     @property
     def time_us(self) -> float:
@@ -76,8 +83,10 @@ class ProbeRow:
         return self.cores * self.puts * self.bytes / self.time_us / 1e3
 
     def label(self) -> str:
-        """'sdma cores=2 puts=8 bytes=14336 peers=1' -- how the fit names a row."""
+        """'sdma cores=2 puts=8 bytes=14336 peers=1' -- how the fit names a row; ' dst=2' added where
+        the first destination is not PE 1 (a farther link class's row)."""
         extra = f" {self.buffering}" if self.buffering else ""
+        extra += f" dst={self.dst}" if self.dst not in (None, 1) else ""
         return f"{self.kind} cores={self.cores} puts={self.puts} bytes={self.bytes} peers={self.peers}{extra}"
 
 
@@ -94,7 +103,8 @@ def probe_csv_text(rows: list[ProbeRow]) -> str:
         g = r.gbps
         w.writerow([r.kind, r.pes, r.src, "" if r.dst is None else r.dst, r.peers, r.cores, r.puts, r.bytes,
                     r.buffering, _fmt(r.time_us), len(r.times_us), _fmt(r.spread_us),
-                    ";".join(_fmt(t) for t in r.times_us), "" if g is None else _fmt(g), r.target, r.soc, r.build, r.note])
+                    ";".join(_fmt(t) for t in r.times_us), "" if g is None else _fmt(g), r.target, r.soc, r.build,
+                    r.link_class, r.note])
     return out.getvalue()
 
 
@@ -105,14 +115,14 @@ def write_probe_csv(path: str | os.PathLike, rows: list[ProbeRow]) -> Path:
 
 
 def is_probe_csv(path: str | os.PathLike) -> bool:
-    """True when the file's first line is :data:`PROBE_HEADER` (how calibrate tells a probe CSV
-    from a perf CSV); False for any other file, or one that cannot be read."""
+    """True when the file's first line is :data:`PROBE_HEADER` or :data:`OLD_PROBE_HEADER` (how
+    calibrate tells a probe CSV from a perf CSV); False for any other file, or one that cannot be read."""
     try:
         with open(path, newline="", encoding="utf-8") as f:
             first = f.readline()
     except (OSError, UnicodeDecodeError):
         return False
-    return tuple(next(csv.reader([first]), [])) == PROBE_HEADER
+    return tuple(next(csv.reader([first]), [])) in (PROBE_HEADER, OLD_PROBE_HEADER)
 
 
 def read_probe_csv(path: str | os.PathLike) -> list[ProbeRow]:
@@ -129,18 +139,18 @@ def read_probe_csv(path: str | os.PathLike) -> list[ProbeRow]:
         raise ResultFileError(f"{path}: cannot read it ({e})", parameter=None) from None
     reader = csv.reader(io.StringIO(text))
     header = tuple(next(reader, []))
-    if header != PROBE_HEADER:
+    if header not in (PROBE_HEADER, OLD_PROBE_HEADER):
         raise ResultFileError(f"{path}: not a probe CSV: its header is {','.join(header)!r}, a probe CSV's is "
                               f"{','.join(PROBE_HEADER)!r} (docs/probe.md#3-the-csv)", parameter=None)
     rows = []
     for line, cells in enumerate(reader, start=2):
         if not cells:
             continue
-        rec = dict(zip(PROBE_HEADER, cells))
+        rec = {"link_class": "", **dict(zip(header, cells))}
         col = "?"
         try:
-            if len(cells) != len(PROBE_HEADER):
-                raise ValueError(f"{len(cells)} columns, not {len(PROBE_HEADER)}")
+            if len(cells) != len(header):
+                raise ValueError(f"{len(cells)} columns, not {len(header)}")
             col = "kind"
             if rec["kind"] not in PROBE_KINDS:
                 raise ValueError(f"{rec['kind']!r} is not one of {', '.join(PROBE_KINDS)}")
@@ -160,7 +170,7 @@ def read_probe_csv(path: str | os.PathLike) -> list[ProbeRow]:
             raise ResultFileError(f"{path}: line {line}, column {col}: {e}", parameter=None) from None
         rows.append(ProbeRow(rec["kind"], ints["pes"], ints["src"], dst, ints["peers"], ints["cores"], ints["puts"],
                              ints["bytes"], rec["buffering"], times, rec["target"], rec["soc"], rec["note"],
-                             rec["build"]))
+                             rec["build"], rec["link_class"]))
     if not rows:
         raise ResultFileError(f"{path}: a probe CSV without a measurement", parameter=None)
     return rows

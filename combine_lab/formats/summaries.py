@@ -6,7 +6,7 @@
     {"format": "combine_lab run summary 1", "command": "...", "target": "cpu", "clock": "wall",
      "measured": "measured on the CPU twin: ...", "repeats": 5, "warmup": 5, "loops": 50,
      "cases": [{"case_id": "shape_512_4096_2_8_8", "routing": "...", "dtype": "int32_t",
-                "variants": {"classic": {"check": "PASS", "repeats": 5,
+                "variants": {<label: classic, ...>: {"check": "PASS", "repeats": 5,
                                          "comm_only_us": {"median": 5437.0, "min": 5012.1, "max": 5890.2,
                                                           "each": [...]},
                                          "full_op_us": {...}, "mte_bytes": ..., "sdma_bytes": ...}, ...},

@@ -20,7 +20,7 @@ from ..cluster.tasks import TOKEN_VAR
 from ..folders import own_folders, usable_folder
 from ..formats.files import write_atomic
 from .notebooks import KERNEL_NAME, NotebookRun, find_notebooks, param_sets, run_notebooks
-from .records import default_output_dir
+from .records import command_output_dir
 
 __all__ = ["run_notebooks_on_cluster", "task_pes"]
 
@@ -70,7 +70,7 @@ def run_notebooks_on_cluster(cluster, out_dir: str | os.PathLike | None = None, 
     from ..cluster import Cluster, connect, map_tasks
     notebooks = find_notebooks(None, only)
     sets = param_sets(params or {}, notebooks)  # checked here: nothing sent yet
-    out = usable_folder(Path(out_dir) if out_dir is not None else default_output_dir(), out_name).resolve()
+    out = usable_folder(Path(out_dir) if out_dir is not None else command_output_dir(), out_name).resolve()
     pes = [task_pes(ps.params) for ps in sets]
     own = not isinstance(cluster, Cluster)
     cl = connect(cluster, pes=max(pes)) if own else cluster

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kernels import CLASSIC, DOUBLEPLANE
 from ..case.case import Case
 from ..planning.explain import core_load, decision_table, dispatch_table, segment_table
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, plan
@@ -227,16 +228,16 @@ def check_core_rows(case: Case, pe: int, core: int, answer,
     if got is None:
         return _wrong_type(name, answer, "a pair of ints (classic_rows, doubleplane_rows)")
     loads = {}
-    for variant in ("classic", "doubleplane"):
+    for variant in (CLASSIC, DOUBLEPLANE):
         load = core_load(plan(case, variant, min_sdma_bytes=min_sdma_bytes)).set_index(["pe", "core"])
         loads[variant] = load.loc[(pe, core)]
-    truth = (int(loads["classic"]["mte_rows"]), int(loads["doubleplane"]["mte_rows"]))
+    truth = (int(loads[CLASSIC]["mte_rows"]), int(loads[DOUBLEPLANE]["mte_rows"]))
     if got == truth:
         mib = 2 ** 20
         return ExerciseResult(name, True, f"core {core} of PE {pe} puts {truth[0]} rows "
-                              f"({loads['classic']['mte_bytes'] / mib:.2f} MiB) by MTE with classic and "
-                              f"{truth[1]} rows ({loads['doubleplane']['mte_bytes'] / mib:.2f} MiB) with doubleplane; "
-                              f"the copy engine moves the other {int(loads['doubleplane']['sdma_rows'])} rows")
+                              f"({loads[CLASSIC]['mte_bytes'] / mib:.2f} MiB) by MTE with classic and "
+                              f"{truth[1]} rows ({loads[DOUBLEPLANE]['mte_bytes'] / mib:.2f} MiB) with doubleplane; "
+                              f"the copy engine moves the other {int(loads[DOUBLEPLANE]['sdma_rows'])} rows")
     return ExerciseResult(name, False, f"your answer {answer!r}: core {core} serves the segments whose src_rank is "
                           f"{core} (one per local_expert); add up their rows, then leave out the rows of the SDMA "
                           "segments (outlined in red) for doubleplane. Two numbers: (classic, doubleplane)")

@@ -35,7 +35,7 @@ from ..errors import LabError, ParameterError
 from ..folders import own_folders, usable_folder
 from ..formats.files import PART_MARK, write_failed
 from ..values import convert
-from .records import RECORD_SUFFIX, default_output_dir
+from .records import RECORD_SUFFIX, command_output_dir
 
 __all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "declared_parameters", "declared_types",
            "headless_defaults", "split_params", "param_sets", "ParamSet", "SET_KEY", "run_notebooks", "require_kernel", "KERNEL_NAME",
@@ -384,7 +384,7 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
 
     Args:
         out_dir: where executed copies, figures and records go (created); default
-            :func:`combine_lab.lab.records.default_output_dir`. Passed to each notebook as ``output_dir``.
+            :func:`combine_lab.lab.records.command_output_dir` (the current folder's ``output/lab``). Passed to each notebook as ``output_dir``.
         params: a params mapping (see :func:`split_params`, and :func:`param_sets` for several
             sets of one notebook: each run in ``out_dir/<stem>.<set>/``, passed as its ``output_dir``);
             a parameter it does not set takes its headless value where the notebook declares one
@@ -406,7 +406,7 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
     notebooks = find_notebooks(folder, only)
     runs = param_sets(params or {}, notebooks)  # bad names or parameters: nothing created yet
     require_kernel(kernel_name)
-    out = Path(out_dir) if out_dir is not None else default_output_dir()
+    out = Path(out_dir) if out_dir is not None else command_output_dir()
     out = usable_folder(out, out_name).resolve()
     results = []
     old_backend = os.environ.get("MPLBACKEND")

@@ -24,7 +24,7 @@ from ..folders import usable_folder
 from ..formats.files import write_atomic
 from ..values import convert
 
-__all__ = ["default_output_dir", "output_dir", "write_record", "read_record", "RECORD_SUFFIX", "check_parameters",
+__all__ = ["default_output_dir", "command_output_dir", "output_dir", "write_record", "read_record", "RECORD_SUFFIX", "check_parameters",
            "annotation_text"]
 
 #: A notebook's record is ``<output_dir>/<notebook stem><RECORD_SUFFIX>``.
@@ -72,6 +72,15 @@ def default_output_dir() -> Path:
     """``$COMBINE_LAB_OUTPUT`` if set, else ``<repository>/output/lab`` (ignored by git)."""
     env = os.environ.get("COMBINE_LAB_OUTPUT")
     return Path(env) if env else Path(__file__).resolve().parents[2] / "output" / "lab"
+
+
+def command_output_dir() -> Path:
+    """Where ``combine-lab notebooks`` (and its ``--cluster`` batch) writes without ``--out``:
+    ``$COMBINE_LAB_OUTPUT`` if set, else the current folder's ``output/lab``, as every command writes
+    into its output flag or the current folder (docs/cli.md#1-commands); a notebook opened in
+    JupyterLab keeps :func:`default_output_dir`."""
+    env = os.environ.get("COMBINE_LAB_OUTPUT")
+    return Path(env) if env else Path.cwd() / "output" / "lab"
 
 
 def output_dir(value: str | os.PathLike | None = None) -> Path:

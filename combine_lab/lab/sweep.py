@@ -21,6 +21,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from ..kernels import CLASSIC, DOUBLEPLANE
 from ..case.case import make_case
 from ..case.grid import Grid, make_grid
 from ..errors import ParameterError
@@ -70,7 +71,7 @@ def planned_shares(specs, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES) -> pd.Da
         specs = specs.specs
     rows = []
     for spec in specs:
-        t = plan(make_case(spec), "doubleplane", min_sdma_bytes=int(min_sdma_bytes)).totals
+        t = plan(make_case(spec), DOUBLEPLANE, min_sdma_bytes=int(min_sdma_bytes)).totals
         sdma, total = int(t["sdma_bytes"].sum()), int((t["mte_bytes"] + t["sdma_bytes"]).sum())
         rows.append({"case_id": spec.case_id, "routing": spec.routing, "pes": spec.pes, "bs": spec.bs, "h": spec.h,
                      "topk": spec.topk, "expert_per_pe": spec.expert_per_pe, "payload_bytes": total,
@@ -100,7 +101,7 @@ def check_settings(settings, target: str = "cpu") -> list[str]:
                                  f"{SETTINGS_LABEL_FORM}", parameter="settings", value=settings) from None
         if target == "cpu":
             try:
-                check_kernel_settings(st, "doubleplane" if st.segment else "classic", soc)
+                check_kernel_settings(st, DOUBLEPLANE if st.segment else CLASSIC, soc)
             except (ParameterError, ValueError) as e:
                 raise ParameterError(f"settings={settings!r}: {text!r}: {e}", parameter="settings",
                                      value=settings) from None
@@ -251,36 +252,36 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
     nan = float("nan")
     for spec in specs:
         rows = case_rows(make_case(spec), model.soc)
-        masks = {"classic": rows.sdma("classic", 0), "doubleplane": rows.sdma("doubleplane", int(min_sdma_bytes))}
+        masks = {CLASSIC: rows.sdma(CLASSIC, 0), DOUBLEPLANE: rows.sdma(DOUBLEPLANE, int(min_sdma_bytes))}
         # no SDMA row and the same settings: doubleplane replays classic's inputs, so its times are classic's
-        same = st["doubleplane"] == st["classic"] and np.array_equal(masks["doubleplane"], masks["classic"])
+        same = st[DOUBLEPLANE] == st[CLASSIC] and np.array_equal(masks[DOUBLEPLANE], masks[CLASSIC])
         try:
-            t = {"classic": priced(replay, st["classic"], rows, masks["classic"], model)}
-            t["doubleplane"] = t["classic"] if same else priced(replay, st["doubleplane"], rows, masks["doubleplane"],
+            t = {CLASSIC: priced(replay, st[CLASSIC], rows, masks[CLASSIC], model)}
+            t[DOUBLEPLANE] = t[CLASSIC] if same else priced(replay, st[DOUBLEPLANE], rows, masks[DOUBLEPLANE],
                                                                 model)
         except NotModelled as e:  # said of the group asked for (its classic may be classic-c4)
             raise NotModelled(group, e.why) from None
         # the what-if of one SDMA call per segment is the reference's (a settings group is built, not a what-if)
-        seg = float(replay(rows, masks["doubleplane"], model, sdma_mode="segment").core_max("comm_only").max()) \
-            if st["doubleplane"].is_reference else nan
+        seg = float(replay(rows, masks[DOUBLEPLANE], model, sdma_mode="segment").core_max("comm_only").max()) \
+            if st[DOUBLEPLANE].is_reference else nan
         rec = {"case_id": spec.case_id, "routing": spec.routing, "dtype": spec.dtype, "pes": spec.pes, "bs": spec.bs,
                "h": spec.h, "topk": spec.topk, "expert_per_pe": spec.expert_per_pe,
                "min_sdma_bytes": int(min_sdma_bytes), "settings": group, "repeats": 1}
         for metric in ("comm_only", "full_op"):
-            c, d = (float(t[v].core_max(metric).max()) for v in ("classic", "doubleplane"))
+            c, d = (float(t[v].core_max(metric).max()) for v in (CLASSIC, DOUBLEPLANE))
             rec.update({f"{metric}_classic_us": c, f"{metric}_doubleplane_us": d, f"{metric}_speedup": c / d,
                         f"{metric}_speedup_lo": c / d, f"{metric}_speedup_hi": c / d})
         if not band:
             rec.update({"comm_only_speedup_lo": nan, "comm_only_speedup_hi": nan})
-        elif masks["doubleplane"].any():  # the verdict over the unknowns
+        elif masks[DOUBLEPLANE].any():  # the verdict over the unknowns
             try:
                 # the band against this group's own classic, as its speed-up column
-                v = priced(verdict, st["doubleplane"], rows, model, int(min_sdma_bytes), baseline=st["classic"],
+                v = priced(verdict, st[DOUBLEPLANE], rows, model, int(min_sdma_bytes), baseline=st[CLASSIC],
                            joint=False)  # the band alone: no ranking
                 rec.update({"comm_only_speedup_lo": v.low, "comm_only_speedup_hi": v.high})
             except ParameterError:  # no range over the unknowns for these settings: none shown
                 rec.update({"comm_only_speedup_lo": nan, "comm_only_speedup_hi": nan})
-        sdma_bytes = int((rows.counts * masks["doubleplane"]).sum() * rows.row_bytes)
+        sdma_bytes = int((rows.counts * masks[DOUBLEPLANE]).sum() * rows.row_bytes)
         total = int(rows.counts.sum() * rows.row_bytes)
         dual = rec["comm_only_doubleplane_us"]
         rec.update({"sdma_share": sdma_bytes / total if total else 0.0, "sdma_bytes": sdma_bytes,

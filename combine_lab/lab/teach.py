@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..kernels import CLASSIC
 from ..case.case import Case, case_from_arrays
 from ..formats.casefiles import rank_file
 from ..case.spec import CaseSpec
@@ -235,7 +236,7 @@ def unsent_slot_wait(case: Case, src_rank: int, token: int, k: int, wait_s: floa
         ids[token, k] = 0  # "valid" now: the PE waits for it, but no PE holds its row
         ids.tofile(path)
         try:
-            run_case(prepared, "classic", timeout_s=10 * wait_s + 20, env={"COMBINE_TWIN_TIMEOUT_S": f"{wait_s:g}"})
+            run_case(prepared, CLASSIC, timeout_s=10 * wait_s + 20, env={"COMBINE_TWIN_TIMEOUT_S": f"{wait_s:g}"})
         except LaunchError as e:
             return str(e)
     raise ParameterError("the run ended although a PE waited for a slot nobody sends")

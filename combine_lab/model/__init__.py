@@ -4,8 +4,9 @@
 The public surface, importable from here::
 
     from combine_lab.model import load_model, model_case, suggest
+    from combine_lab.kernels import DOUBLEPLANE
     a3 = load_model("a3")                       # NpuModel: parameters with units and sources
-    priced = model_case(make_case(spec), "doubleplane", a3)   # ModelledResult, modelled on a3
+    priced = model_case(make_case(spec), DOUBLEPLANE, a3)   # ModelledResult, modelled on a3
     best = suggest(spec, a3)                    # the SDMA floor curve and the best floor
 
 - :mod:`.machines`: :class:`NpuModel`, :func:`load_model`, :func:`model_names`, :data:`PARAMETERS`;

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..kernels import CLASSIC, DOUBLEPLANE
 from ..case.case import Case, make_case
 from ..case.spec import DTYPES, DTYPES_TEXT, CaseSpec
 from ..errors import ParameterError
@@ -91,10 +92,10 @@ def identified_by(name: str) -> str:
 def variant_of_csv(path: str | Path) -> str:
     """classic or doubleplane, from a perf CSV's file name (docs/formats.md#3-perf-csv)."""
     name = Path(path).name
-    if "doubleplane" in name:
-        return "doubleplane"
+    if DOUBLEPLANE in name:
+        return DOUBLEPLANE
     if re.match(r"combine_(classic_)?perf_", name):
-        return "classic"
+        return CLASSIC
     raise ParameterError(f"{path}: not a perf CSV name (combine_perf_rank<r>.csv, combine_doubleplane_perf_rank<r>.csv, "
                          "or their _summary.csv)")
 

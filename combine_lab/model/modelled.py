@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..kernels import CLASSIC, DOUBLEPLANE
 from ..case.case import Case
 from ..errors import ParameterError
 from ..planning.cores import kernel_constant
@@ -109,7 +110,7 @@ def model_case(case: Case, variant: str, model: NpuModel, min_sdma_bytes: int = 
             min(AIV cores, 48): :func:`~combine_lab.planning.settings.check_kernel_settings`).
     """
     settings = parse_settings(settings)
-    check_kernel_settings(settings, variant if variant in ("classic", "doubleplane") else "doubleplane", model.soc)
+    check_kernel_settings(settings, variant if variant in (CLASSIC, DOUBLEPLANE) else DOUBLEPLANE, model.soc)
     plan = make_plan(case, variant, min_sdma_bytes=min_sdma_bytes, settings=settings)
     pes = case.spec.pes
     if prof_pe == "all":

@@ -22,6 +22,10 @@ The estimates (times per launch t, n operations per core, bytes B; us and GB/s):
   one peer at two sizes or more, sdma_sqe_us and sdma_GBps (least squares); sdma_engines = k w_1 / w_k
   at the largest k, identified only when fewer than 0.8 k ran at once (else it is only a lower
   bound). Rows to several peers, and k > 1 at the other sizes, are held out.
+- Link classes (docs/probe.md#6-link-classes): the one-peer sdma rows fall into groups by their
+  ``link_class`` (else by the model's class of their pair); the nearest group (PE 0 -> 1) is fitted
+  as above, each other group alone for its class's sdma_sqe_us and sdma_GBps, in that class's SDMA
+  cost form, with the nearest group's sdma_issue_us and sdma_quiet_us (:class:`ClassFit`).
 """
 
 from __future__ import annotations
@@ -105,13 +109,31 @@ class ProbeFit:
     held_out: list[HeldOut] = field(default_factory=list)
     source: str = ""
     measured_on: str = ""
-    #: the link class (index into ``model.links``) whose SDMA parameters the one-peer rows fit
+    #: the link class (index into ``model.links``) whose SDMA parameters the nearest one-peer rows fit
     cls: int = 0
+    #: the farther link classes the probe reached, one fit each
+    classes: list["ClassFit"] = field(default_factory=list)
+    #: the model's link classes the probe's PEs did not reach, as (class, PEs needed)
+    unreached: tuple[tuple[str, int], ...] = ()
 
     @property
     def unidentified(self) -> list[str]:
-        """The free parameters the data cannot identify (or whose held-out rows fail)."""
-        return [n for n in self.free if not self.params[n].identified]
+        """The free parameters the data cannot identify (or whose held-out rows fail); a farther
+        class's written link parameter as ``<class>.<name>``."""
+        return [n for n in self.free if not self.params[n].identified] + \
+            [f"{c.label}.{n}" for c in self.classes if c.written for n in c.params if n in self.free
+             and not c.params[n].identified]
+
+    def values(self) -> dict[str, float]:
+        """The values this fit writes, by the model's parameter names (``<class>.<name>`` for link
+        ones): the free ones with a value, of the nearest class and every farther written one."""
+        out = {model_key(self.model, n, self.cls): self.params[n].value for n in self.free
+               if self.params[n].value is not None}
+        for c in self.classes:
+            if c.written:
+                out.update({model_key(self.model, n, c.cls): f.value for n, f in c.params.items()
+                            if n in self.free and f.value is not None})
+        return out
 
     @property
     def usable(self) -> bool:
@@ -124,10 +146,11 @@ class ProbeFit:
         if not self.usable:
             raise ParameterError(f"the probe fit cannot identify {', '.join(self.unidentified)}: not usable")
         params = dict(self.model.params)
-        for n in self.free:
-            f = self.params[n]
+        fitted = [(n, self.params[n], self.cls) for n in self.free]
+        fitted += [(n, f, c.cls) for c in self.classes if c.written for n, f in c.params.items() if n in self.free]
+        for n, f, cls in fitted:
             lo, hi = f.iqr
-            key = model_key(self.model, n, self.cls)
+            key = model_key(self.model, n, cls)
             params[key] = replace(params[key], value=float(f.value), assumed=False, fit=True,
                                 source=f"P: measured by combine-lab probe ({self.source}; {self.measured_on}), "
                                        f"IQR of the repeats {lo:.4g}-{hi:.4g} {f.unit}; {f.how}")
@@ -141,14 +164,21 @@ class ProbeFit:
                  f"(IQR / median), held-out rows within {HELD_OUT_LIMIT:.0%}"]
         w = max(len(n) for n in PROBE_PARAMETERS)
         for n in PROBE_PARAMETERS:
-            f = self.params[n]
-            mark = "" if n in self.free else " (not asked for)"
-            if f.identified:
-                lo, hi = f.iqr
-                lines.append(f"  {n:<{w}} {f.value:>10.4g} {f.unit:<5} IQR {lo:.4g}-{hi:.4g}  identified{mark}: {f.how}")
-            else:
-                val = "-" if f.value is None else f"{f.value:.4g}"
-                lines.append(f"  {n:<{w}} {val:>10} {f.unit:<5} NOT identified{mark}: {f.how}")
+            lines.append(self._line(n, self.params[n], w))
+        if self.model.links:
+            c = self.model.links[self.cls]
+            lines.append(f"  (sdma_sqe_us, sdma_GBps above: link class {c.name} of {self.model.name}, its "
+                         f"{c.form} form)")
+        for c in self.classes:
+            mc = self.model.links[c.cls]
+            lines.append(f"link class {c.label} (PE 0 -> {c.dst}; {self.model.name}'s {mc.name}, its {mc.form} form):")
+            for n, f in c.params.items():
+                lines.append(self._line(n, f, w))
+            if not c.written:
+                lines.append(f"  not written: {c.note}")
+        for name, need in self.unreached:
+            lines.append(f"link class {name}: not probed (PE 0 -> {need - 1}: a probe of -pes {need} or more "
+                         f"reaches it); its link parameters stay {self.model.name}'s")
         if self.held_out:
             lines.append("held-out rows (not used by the fit), time of one launch:")
             for h in self.held_out:
@@ -159,22 +189,74 @@ class ProbeFit:
         else:
             lines.append(f"NOT usable: the data cannot identify {', '.join(self.unidentified)}")
             for n in self.unidentified:
-                lines.append(f"  {n}: identified by {NEEDS[n]} (where it is noise: more repeats, a quieter machine)")
+                lines.append(f"  {n}: identified by {NEEDS[n.split('.')[-1]]} (where it is noise: more repeats, a "
+                             "quieter machine)")
             ok = [n for n in self.free if self.params[n].identified]
             if ok:
                 lines.append(f"  (--free {','.join(ok)} fits only the identified ones)")
         return "\n".join(lines)
 
+    def _line(self, n: str, f: "FittedParam", w: int) -> str:
+        mark = "" if n in self.free else " (not asked for)"
+        if f.identified:
+            lo, hi = f.iqr
+            return f"  {n:<{w}} {f.value:>10.4g} {f.unit:<5} IQR {lo:.4g}-{hi:.4g}  identified{mark}: {f.how}"
+        val = "-" if f.value is None else f"{f.value:.4g}"
+        return f"  {n:<{w}} {val:>10} {f.unit:<5} NOT identified{mark}: {f.how}"
 
-def probed_class(rows: list[ProbeRow], model: NpuModel) -> int:
-    """The link class (index into ``model.links``) of the pair the one-peer SDMA rows measure (the
-    first such pair; the probe sends from PE 0 to PE 1): the class whose ``sdma_sqe_us`` and
-    ``sdma_GBps`` those rows fit (docs/probe.md#4-the-fit)."""
+
+@dataclass
+class ClassFit:
+    """The fit of one farther link class: ``label`` (the CSV's link_class), ``dst`` (its PE from PE
+    0), ``cls`` (index into the model's links), ``params`` (sdma_sqe_us and sdma_GBps); ``written``:
+    whether the fitted model takes them (not when the model prices this pair as a class already
+    written, ``note`` says so)."""
+
+    label: str
+    dst: int
+    cls: int
+    params: dict[str, FittedParam]
+    written: bool = True
+    note: str = ""
+
+
+def _model_class(model: NpuModel, label: str, r: ProbeRow) -> int:
+    """The model's class (index into ``model.links``) of CSV class ``label`` (by name), else of row
+    ``r``'s pair in the model's rank map."""
+    names = [c.name for c in model.links]
+    if label in names:
+        return names.index(label)
     if len(model.links) <= 1:
         return 0
-    pairs = sorted({(r.pes, r.src, r.dst) for r in rows if r.kind == "sdma" and r.peers == 1 and r.dst is not None})
-    pes, src, dst = pairs[0] if pairs else (2, 0, 1)
-    return int(model.pair_class(max(pes, src + 1, dst + 1))[src, dst])
+    return int(model.pair_class(max(r.pes, r.src + 1, r.dst + 1))[r.src, r.dst])
+
+
+def _label(model: NpuModel, r: ProbeRow) -> str:
+    if r.link_class:
+        return r.link_class
+    return model.links[_model_class(model, "", r)].name if model.links else ""
+
+
+def link_groups(rows: list[ProbeRow], model: NpuModel) -> list[tuple[str, int, int]]:
+    """(link class label, its PE from PE 0, the model's class index) of each group of one-peer sdma
+    rows, nearest first (docs/probe.md#6-link-classes): a row's label is its CSV ``link_class``,
+    else the model's class of its pair."""
+    first: dict[str, ProbeRow] = {}
+    for r in rows:
+        if r.kind == "sdma" and r.peers == 1 and r.dst is not None:
+            first.setdefault(_label(model, r), r)
+    return [(lab, r.dst, _model_class(model, lab, r)) for lab, r in sorted(first.items(), key=lambda kv: kv[1].dst)]
+
+
+def probed_class(rows: list[ProbeRow], model: NpuModel) -> int:
+    """The link class (index into ``model.links``) of the nearest pair the one-peer SDMA rows
+    measure (the probe sends from PE 0 to PE 1 first): the class whose ``sdma_sqe_us`` and
+    ``sdma_GBps`` the main fit gives (docs/probe.md#4-the-fit); farther pairs are
+    :func:`link_groups`' others."""
+    groups = link_groups(rows, model)
+    if groups:
+        return groups[0][2]
+    return int(model.pair_class(2)[0, 1]) if len(model.links) > 1 else 0
 
 
 def model_key(model: NpuModel, name: str, cls: int) -> str:
@@ -188,14 +270,13 @@ def model_key(model: NpuModel, name: str, cls: int) -> str:
 # ---- estimates from one view of the times (the medians, or one repeat of every row) ----
 
 class _Est:
-    def __init__(self, rows: list[ProbeRow], t: np.ndarray, model: NpuModel):
+    def __init__(self, rows: list[ProbeRow], t: np.ndarray, model: NpuModel, cls: int):
         self.rows, self.t, self.m = rows, t, model
         self.v: dict[str, float | None] = {}
         self.how: dict[str, str] = {}
         self.held: list[HeldOut] = []
         self.sdma_w1: dict[int, float] = {}
         # the probed pair's class: its SDMA cost form (additive c + b / BW, or max(c, b / BW) per descriptor)
-        cls = probed_class(rows, model)
         self.is_max = bool(model.links[cls].form == "max") if model.links else False
 
     def sel(self, kind: str, **kw) -> list[int]:
@@ -339,23 +420,14 @@ class _Est:
             self.held.append(HeldOut(r.label(), float(self.t[i]), pred, deps))
 
 
-def fit_probe(rows: list[ProbeRow], model: NpuModel, free: list[str] | None = None, source: str = "") -> ProbeFit:
-    """Fit the probe parameters of ``model`` (an :class:`NpuModel`, whose sourced values such as
-    core_gm_GBps the estimates use) from ``rows`` (a probe CSV's). ``free``: the parameters asked
-    for (default all of :data:`PROBE_PARAMETERS`). Returns a :class:`ProbeFit`; raises
-    ParameterError for a ``free`` name that a probe cannot fit."""
-    free = list(PROBE_PARAMETERS) if free is None else list(free)
-    bad = [n for n in free if n not in PROBE_PARAMETERS]
-    if bad or not free:
-        raise ParameterError(f"free={free!r}: a probe CSV fits {', '.join(PROBE_PARAMETERS)}", parameter="free",
-                             value=free)
-    cls = probed_class(rows, model)
+def _fit(rows: list[ProbeRow], model: NpuModel, cls: int, names) -> tuple[dict[str, FittedParam], list[HeldOut]]:
+    """The parameters ``names`` from ``rows`` in class ``cls``'s terms: each identified or why not."""
     med = np.array([r.time_us for r in rows])
-    main = _Est(rows, med, model).run()
+    main = _Est(rows, med, model, cls).run()
     reps = min(len(r.times_us) for r in rows)
-    views = [_Est(rows, np.array([r.times_us[j] for r in rows]), model).run() for j in range(reps)]
+    views = [_Est(rows, np.array([r.times_us[j] for r in rows]), model, cls).run() for j in range(reps)]
     params = {}
-    for n in PROBE_PARAMETERS:
+    for n in names:
         f = FittedParam(n, model.params[model_key(model, n, cls)].unit, main.v[n], None, False, main.how[n])
         if f.value is not None:
             per = np.array([v.v[n] for v in views if v.v[n] is not None])
@@ -374,19 +446,56 @@ def fit_probe(rows: list[ProbeRow], model: NpuModel, free: list[str] | None = No
     # A pair fitted together (one straight line) stands or falls together.
     for pair in (("mte_put_us", "mte_remote_GBps"), ("sdma_sqe_us", "sdma_GBps")):
         for n, other in (pair, pair[::-1]):
-            if params[n].identified and not params[other].identified:
+            if n in params and other in params and params[n].identified and not params[other].identified:
                 params[n].identified = False
                 params[n].how = f"fitted with {other}, which is not identified; {params[n].how}"
     for h in main.held:
         if abs(h.error) > HELD_OUT_LIMIT:
             for n in h.params:
-                if params[n].identified:
+                if n in params and params[n].identified:
                     params[n].identified = False
                     params[n].how = f"the held-out row {h.label} is predicted {h.error:+.0%} off " \
                                     f"(limit {HELD_OUT_LIMIT:.0%}); {params[n].how}"
+    return params, main.held
+
+
+def fit_probe(rows: list[ProbeRow], model: NpuModel, free: list[str] | None = None, source: str = "") -> ProbeFit:
+    """Fit the probe parameters of ``model`` (an :class:`NpuModel`, whose sourced values such as
+    core_gm_GBps the estimates use) from ``rows`` (a probe CSV's): every one of
+    :data:`PROBE_PARAMETERS` from the nearest link class's rows, and sdma_sqe_us and sdma_GBps of
+    each farther class the rows reach (:func:`link_groups`, :class:`ClassFit`). ``free``: the
+    parameters asked for (default all of :data:`PROBE_PARAMETERS`; a link one is asked for in every
+    class probed). Returns a :class:`ProbeFit`; raises ParameterError for a ``free`` name that a
+    probe cannot fit."""
+    free = list(PROBE_PARAMETERS) if free is None else list(free)
+    bad = [n for n in free if n not in PROBE_PARAMETERS]
+    if bad or not free:
+        raise ParameterError(f"free={free!r}: a probe CSV fits {', '.join(PROBE_PARAMETERS)}", parameter="free",
+                             value=free)
+    groups = link_groups(rows, model)
+    cls = probed_class(rows, model)
+    label = {id(r): _label(model, r) for r in rows if r.kind == "sdma" and r.peers == 1 and r.dst is not None}
+    nearest = groups[0][0] if groups else None
+    main_rows = [r for r in rows if label.get(id(r), nearest) == nearest]
+    params, held = _fit(main_rows, model, cls, PROBE_PARAMETERS)
+    classes, written = [], {cls: nearest}
+    for lab, dst, c in groups[1:]:
+        sub = [r for r in rows if r.kind != "sdma" or label.get(id(r)) == lab]
+        fitted, _ = _fit(sub, model, c, ("sdma_sqe_us", "sdma_GBps"))
+        if c in written:
+            note = f"{model.name} prices PE 0 -> {dst} as its class {model.links[c].name}, written from {written[c]}"
+            classes.append(ClassFit(lab, dst, c, fitted, False, note))
+        else:
+            written[c] = lab
+            classes.append(ClassFit(lab, dst, c, fitted))
+    pes = max(r.pes for r in rows)
+    unreached = ()
+    if model.links and pes <= model.topology.max_pes:
+        from ..run.probe import probe_pairs  # the plan's own rule for which PEs reach which class
+        unreached = tuple((n, k) for n, k in probe_pairs(model, pes).unreached if n not in written.values())
     r0 = rows[0]
     on = f"{'the CPU twin' if r0.target == 'cpu' else 'NPU'} {r0.soc}, {r0.pes} PEs" + (f" ({r0.note})" if r0.note else "")
-    return ProbeFit(model, params, free, main.held, source, on, cls)
+    return ProbeFit(model, params, free, held, source, on, cls, classes, unreached)
 
 
 def fit_probe_csv(path: str | Path, model: NpuModel, free: list[str] | None = None) -> ProbeFit:

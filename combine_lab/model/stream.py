@@ -29,6 +29,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..kernels import CLASSIC, DOUBLEPLANE
 from ..case.case import Case
 from ..planning.cores import kernel_constant, launch_block_dim
 from ..planning.planner import sdma_mask
@@ -125,7 +126,7 @@ class CaseRows:
         if settings == self.settings:
             return self
         if settings.cores_per_rank != 1:
-            check_kernel_settings(settings, "doubleplane", self.soc)
+            check_kernel_settings(settings, DOUBLEPLANE, self.soc)
         return replace(self, settings=settings, block_dim=launch_block_dim(self.pes, self.soc, settings.cores_per_rank))
 
     def layout_slots(self, pe: int) -> np.ndarray:
@@ -137,7 +138,7 @@ class CaseRows:
 
     def sdma(self, variant: str, min_sdma_bytes: int) -> np.ndarray:
         """bool [pes, epp*pes]: SDMA segments of ``variant`` (the planner's rule, one place)."""
-        if variant == "classic":
+        if variant == CLASSIC:
             return np.zeros(self.counts.shape, dtype=bool)
         return sdma_mask(self.counts, self.row_bytes, min_sdma_bytes)
 
@@ -153,7 +154,7 @@ def case_rows(case: Case, soc: str, settings: KernelSettings | str | None = None
     """
     settings = parse_settings(settings)
     if settings.cores_per_rank != 1:
-        check_kernel_settings(settings, "doubleplane", soc)
+        check_kernel_settings(settings, DOUBLEPLANE, soc)
     s = case.spec
     order = case._receive_order()  # flat slots sorted by expert, then slot
     per_rank = s.bs * s.topk

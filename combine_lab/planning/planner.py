@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..kernels import DOUBLEPLANE, RULES
 from ..errors import ParameterError
 from .cores import chunk_bounds, kernel_constant
 from .settings import REFERENCE, KernelSettings, check_kernel_settings, parse_settings
@@ -29,7 +30,7 @@ from .settings import REFERENCE, KernelSettings, check_kernel_settings, parse_se
 __all__ = ["VARIANTS", "DEFAULT_MIN_SDMA_BYTES", "SDMA_SQE_BYTES", "Plan", "plan", "plan_counts", "sdma_calls"]
 
 #: The two combines, by the reference's names: MTE only, and MTE + SDMA by the decision rule.
-VARIANTS = ("classic", "doubleplane")
+VARIANTS = RULES  # the rules the planner knows (combine_lab.kernels)
 #: The default SDMA floor: 2 MiB (docs/decision-rule.md#6-the-floor).
 DEFAULT_MIN_SDMA_BYTES = 2 * 1024 * 1024
 #: SHMEM cuts one aclshmemx_sdma_put_nbi into SQEs of at most 1 MiB (the twin does the same).
@@ -49,7 +50,7 @@ class Plan:
     threshold_num / threshold_den), sdma_calls and sdma_sqes (aclshmemx_sdma_put_nbi calls and
     the 1 MiB SQEs they become), control_writes and control_bytes (the segment variant's
     published bases and their ready flags; 0 otherwise). Also pes, expert_per_pe, h, itemsize,
-    variant ('classic' or 'doubleplane'), min_sdma_bytes and settings (KernelSettings).
+    variant (classic or doubleplane), min_sdma_bytes and settings (KernelSettings).
     """
 
     segments: pd.DataFrame
@@ -127,13 +128,13 @@ def sdma_calls(counts: np.ndarray, sdma: np.ndarray, row_bytes: int, settings: K
     return calls, sqes
 
 
-def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str = "doubleplane",
+def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str = DOUBLEPLANE,
                 min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES, settings: KernelSettings | str | None = None) -> Plan:
     """Plan from cumulative receive counts.
 
     ``ep_recv_count``: int [pes, expert_per_pe*pes], row d = PE d's cumulative counts
     (docs/protocol.md#2-dispatch-layout); ``h``: elements per row; ``itemsize``: bytes per element;
-    ``variant``: 'doubleplane' (the rule of docs/decision-rule.md#1-the-rule) or 'classic' (all MTE); ``min_sdma_bytes``:
+    ``variant``: doubleplane (the rule of docs/decision-rule.md#1-the-rule) or classic (all MTE); ``min_sdma_bytes``:
     SDMA floor in bytes (2 MiB by default, docs/decision-rule.md#6-the-floor); ``settings``: the kernel's
     settings (KernelSettings or a settings label, docs/variants.md; default the reference's).
 
@@ -145,7 +146,7 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str =
     if variant not in VARIANTS:
         raise ParameterError(f"variant={variant!r}: must be one of {', '.join(map(repr, VARIANTS))}")
     settings = parse_settings(settings)
-    if settings.segment and variant != "doubleplane":
+    if settings.segment and variant != DOUBLEPLANE:
         check_kernel_settings(settings, variant)  # raises: segment is a doubleplane setting
     h = _check_int("h", h, 1)
     itemsize = _check_int("itemsize", itemsize, 1)
@@ -174,7 +175,7 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str =
         counts, remote_rows = counts.astype(object), remote_rows.astype(object)
     seg_bytes = counts * row_bytes
     num = remote_rows * row_bytes
-    if variant == "doubleplane":
+    if variant == DOUBLEPLANE:
         sdma = sdma_mask(counts, row_bytes, min_sdma_bytes)
     else:
         sdma = np.zeros((pes, S), dtype=bool)
@@ -208,9 +209,9 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str =
     return Plan(seg_df, totals, pes, epp, h, itemsize, variant, min_sdma_bytes, settings)
 
 
-def plan(case, variant: str = "doubleplane", min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
+def plan(case, variant: str = DOUBLEPLANE, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
          settings: KernelSettings | str | None = None) -> Plan:
-    """Plan the planes of a Case (docs/decision-rule.md#1-the-rule) for ``variant`` ('doubleplane' or
-    'classic') with the kernel's ``settings`` (docs/variants.md): ``plan_counts(case.ep_recv_count,
+    """Plan the planes of a Case (docs/decision-rule.md#1-the-rule) for ``variant`` (doubleplane or
+    classic) with the kernel's ``settings`` (docs/variants.md): ``plan_counts(case.ep_recv_count,
     case.spec.h, case.spec.itemsize, variant, min_sdma_bytes, settings)``. Same errors."""
     return plan_counts(case.ep_recv_count, case.spec.h, case.spec.itemsize, variant, min_sdma_bytes, settings)

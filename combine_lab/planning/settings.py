@@ -12,48 +12,23 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from dataclasses import dataclass
 
 from ..errors import ParameterError
+from ..kernels import DOUBLEPLANE, DRIVER_POLICY, LAB, REFERENCE, RULES, SENDS_SDMA, Kernel, KernelSettings
 from .cores import MAX_SDMA_BLOCKS, TWIN_DEFAULT_SOC, aiv_cores
 
 __all__ = ["KernelSettings", "REFERENCE", "parse_settings", "parse_variant_label", "variant_label",
-           "check_kernel_settings", "driver_policy", "group_variants", "SETTINGS_LABEL_FORM", "VARIANT_LABEL_FORM"]
+           "check_kernel_settings", "driver_policy", "lab_kernel", "group_variants", "SETTINGS_LABEL_FORM", "VARIANT_LABEL_FORM"]
 
 #: What a settings label looks like, for error messages.
 SETTINGS_LABEL_FORM = "'reference', 'segment', 'c<N>' or 'segment-c<N>' (N: cores per source rank)"
 #: What a variant label looks like, for error messages.
-VARIANT_LABEL_FORM = ("'classic', 'doubleplane', then optionally '-segment' (doubleplane only) and '-c<N>' "
-                      "(N: cores per source rank), e.g. 'doubleplane-segment-c6'")
+VARIANT_LABEL_FORM = (f"{', '.join(map(repr, RULES))}, then optionally '-segment' ({DOUBLEPLANE} only) and "
+                      f"'-c<N>' (N: cores per source rank), e.g. '{DOUBLEPLANE}-segment-c6'")
 
 _SETTINGS_RE = re.compile(r"^(?:(segment)(?:-c(\d+))?|c(\d+)|reference)$")
 
 
-@dataclass(frozen=True)
-class KernelSettings:
-    """How the lab's kernel is built to run (docs/variants.md).
-
-    ``segment``: the receiver's layout by expert, one SDMA call per contiguous chunk of an SDMA
-    segment (the driver's policy ``dual_plane_segment``; doubleplane only). ``cores_per_rank``:
-    AIV cores per source rank, 1 (the reference's structure) to the SoC's AIV cores.
-    """
-
-    segment: bool = False
-    cores_per_rank: int = 1
-
-    @property
-    def label(self) -> str:
-        """``reference``, ``segment``, ``c<N>`` or ``segment-c<N>``."""
-        parts = (["segment"] if self.segment else []) + ([f"c{self.cores_per_rank}"] if self.cores_per_rank != 1 else [])
-        return "-".join(parts) or "reference"
-
-    @property
-    def is_reference(self) -> bool:
-        return not self.segment and self.cores_per_rank == 1
-
-
-#: The reference's structure: one core per source rank, one SDMA call per row.
-REFERENCE = KernelSettings()
 
 
 def parse_settings(label: str | KernelSettings | None) -> KernelSettings:
@@ -71,13 +46,12 @@ def parse_settings(label: str | KernelSettings | None) -> KernelSettings:
     text = str(label).strip().lower()
     m = _SETTINGS_RE.match(text)
     if m and int(m[2] or m[3] or 1) < 1:
-        raise ParameterError(f"settings={label!r}: N must be >= 1 (cores per source rank; c1 is the reference's "
-                             f"one core); the labels are {SETTINGS_LABEL_FORM}", parameter="settings", value=label)
+        raise ParameterError.of("settings", label, "N must be >= 1 (cores per source rank; c1 is the reference's "
+                                f"one core); the labels are {SETTINGS_LABEL_FORM}")
     if not m:
         near = difflib.get_close_matches(text, ["reference", "segment"], n=1, cutoff=0.6)
         hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise ParameterError(f"settings={label!r}: must be {SETTINGS_LABEL_FORM}{hint}", parameter="settings",
-                             value=label)
+        raise ParameterError.of("settings", label, f"must be {SETTINGS_LABEL_FORM}{hint}")
     return KernelSettings(segment=bool(m[1]), cores_per_rank=int(m[2] or m[3] or 1))
 
 
@@ -97,18 +71,17 @@ def parse_variant_label(label: str) -> tuple[str, KernelSettings]:
     """
     text = str(label).strip().lower()
     variant, _, rest = text.partition("-")
-    if variant not in ("classic", "doubleplane"):
-        raise ParameterError(f"variant={label!r}: must be {VARIANT_LABEL_FORM}", parameter="variant", value=label)
+    if variant not in RULES:
+        raise ParameterError.of("variant", label, f"must be {VARIANT_LABEL_FORM}")
     try:
         settings = parse_settings(rest or None)
     except ParameterError:
-        raise ParameterError(f"variant={label!r}: must be {VARIANT_LABEL_FORM}", parameter="variant",
-                             value=label) from None
+        raise ParameterError.of("variant", label, f"must be {VARIANT_LABEL_FORM}") from None
     if rest == "reference":
-        raise ParameterError(f"variant={label!r}: must be {VARIANT_LABEL_FORM}", parameter="variant", value=label)
-    if settings.segment and variant == "classic":
-        raise ParameterError(f"variant={label!r}: 'segment' is a doubleplane setting (classic sends nothing by "
-                             "SDMA); use doubleplane-segment", parameter="variant", value=label)
+        raise ParameterError.of("variant", label, f"must be {VARIANT_LABEL_FORM}")
+    if settings.segment and not SENDS_SDMA[variant]:
+        raise ParameterError.of("variant", label, "'segment' is a doubleplane setting (classic sends nothing by "
+                                "SDMA); use doubleplane-segment")
     return variant, settings
 
 
@@ -129,7 +102,7 @@ def check_kernel_settings(settings: KernelSettings, variant: str, soc: str = TWI
     if not isinstance(cpr, int) or isinstance(cpr, bool) or not 1 <= cpr <= limit:
         raise ParameterError(f"cores_per_rank={cpr!r}: must be an int in [1, {limit}] (the {aiv} AIV cores of {soc}; "
                              f"at most {MAX_SDMA_BLOCKS} cores issue SDMA)", parameter="cores_per_rank", value=cpr)
-    if settings.segment and variant != "doubleplane":
+    if settings.segment and not SENDS_SDMA.get(variant, False):
         raise ParameterError(f"segment with variant={variant!r}: the segment layout is a doubleplane setting (classic "
                              "sends nothing by SDMA)", parameter="variant", value=variant)
     return settings
@@ -137,9 +110,8 @@ def check_kernel_settings(settings: KernelSettings, variant: str, soc: str = TWI
 
 def driver_policy(variant: str, settings: KernelSettings) -> str:
     """The host driver's policy argument (host/host_args.cpp): mte_only, dual_plane or dual_plane_segment."""
-    if variant == "classic":
-        return "mte_only"
-    return "dual_plane_segment" if settings.segment else "dual_plane"
+    policy = DRIVER_POLICY[variant]
+    return f"{policy}_segment" if settings.segment and SENDS_SDMA[variant] else policy
 
 
 def group_variants(variants: list[str], groups: list | None) -> dict[str, tuple]:
@@ -158,7 +130,7 @@ def group_variants(variants: list[str], groups: list | None) -> dict[str, tuple]
             base, st = parse_variant_label(v)
             if group is not None:
                 st = parse_settings(group)
-                if base == "classic":
+                if not SENDS_SDMA[base]:
                     st = dataclasses.replace(st, segment=False)
             g = st.label if group is None else parse_settings(group).label
             label = variant_label(base, st)
@@ -167,3 +139,17 @@ def group_variants(variants: list[str], groups: list | None) -> dict[str, tuple]
             if g not in out[label][2]:
                 out[label][2].append(g)
     return out
+
+
+def lab_kernel(variant: str, settings: KernelSettings | str | None = None) -> Kernel:
+    """The lab's kernel as a :class:`~combine_lab.kernels.Kernel`: ``variant`` a rule or a variant
+    label (``doubleplane-segment-c6``), ``settings`` a settings label or KernelSettings (None: the
+    label's own). Its name is the variant label, its baseline the same-settings classic.
+
+    Raises:
+        ParameterError: a bad variant or settings label (the allowed forms in the message).
+    """
+    rule, st = parse_variant_label(variant)
+    if settings is not None:
+        st = parse_settings(settings)
+    return Kernel(variant_label(rule, st), rule, LAB, st)

@@ -22,6 +22,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ..kernels import RULE_TITLES
 from ..errors import ResultFileError
 from ..formats.files import write_atomic
 from ..formats.perf_csv import (PERF_METRICS, comparison_figure_name, figure_name, file_prefix, fixed4,
@@ -30,7 +31,7 @@ from ..formats.perf_csv import (PERF_METRICS, comparison_figure_name, figure_nam
 __all__ = ["perf_rows", "perf_figure", "write_figures", "comparison_figure", "write_comparison_figures",
            "markdown_report", "write_report"]
 
-_LABEL = {"classic": "classic (MTE only)", "doubleplane": "doubleplane (MTE + SDMA)"}
+_LABEL = dict(RULE_TITLES)
 _BANDWIDTH = "Bandwidth/GB/s"
 _TIME = "CoreMaxTime/us"
 #: Columns of the Markdown tables, in order (``cores``: how many cores recorded the frame).

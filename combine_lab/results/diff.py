@@ -9,7 +9,9 @@ reported as a difference of single measurements, never called beyond noise.
 The speed-up (classic / doubleplane) is compared per settings group (``compare --settings``:
 ``speedup_by_settings`` of the summary, docs/formats.md#11-run-summary); a summary written before
 the groups were kept holds one ``speedup``, read as the reference group's. A case, variant or
-settings group in one run only is said so ("only in A" / "only in B").
+settings group in one run only is said so ("only in A" / "only in B"). The speed-ups of other pairs
+(your kernels against their baseline, ``compare --baseline NAME``: ``speedup_pairs``) are compared
+the same way, as ``speed-up <kernel> / <baseline>``.
 
 Two modelled runs (``clock`` ``model:...``) are points without spread: a difference within the
 model's resolution (5 %, docs/timing-model.md#8-choosing-the-floor) is a tie, else B is faster or
@@ -23,8 +25,10 @@ import math
 
 import pandas as pd
 
+from ..kernels import CLASSIC, rule_of
+
 __all__ = ["DIFF_COLUMNS", "diff_runs", "speedup_groups", "BEYOND_FASTER", "BEYOND_SLOWER", "WITHIN_NOISE",
-           "ONE_REPEAT", "ONLY_IN_A", "ONLY_IN_B", "MODELLED_TIE", "NOT_COMPARED"]
+           "ONE_REPEAT", "ONLY_IN_A", "ONLY_IN_B", "MODELLED_TIE", "NOT_COMPARED", "extra_pairs"]
 
 #: Columns of :func:`diff_runs`.
 DIFF_COLUMNS = ["case_id", "routing", "variant", "metric", "a", "a_spread", "b", "b_spread", "b_over_a", "verdict"]
@@ -122,4 +126,26 @@ def diff_runs(a: dict, b: dict) -> pd.DataFrame:
                     rows.append(_row(k, label, m, p, q, ratio, word))
                 elif p or q:
                     rows.append(_row(k, label, m, p, q, math.nan, ONLY_IN_A if p else ONLY_IN_B))
+        px, py = extra_pairs(x), extra_pairs(y)
+        for pair in [*px, *(p for p in py if p not in px)]:
+            label = f"speed-up {pair[0]} / {pair[1]}" + ("" if pair[2] == "reference" else f" {pair[2]}")
+            for m in ("comm_only", "full_op"):
+                p, q = px.get(pair, {}).get(m), py.get(pair, {}).get(m)
+                if p and q:
+                    ratio, word = _compare(p, q, lower_is_better=False, clocks=clocks)
+                    rows.append(_row(k, label, m, p, q, ratio, word))
+                elif p or q:
+                    rows.append(_row(k, label, m, p, q, math.nan, ONLY_IN_A if p else ONLY_IN_B))
     return pd.DataFrame(rows, columns=DIFF_COLUMNS)
+
+
+def extra_pairs(case: dict) -> dict:
+    """(kernel, baseline, settings) -> {metric: {median, min, max, verdict}} of one case's
+    ``speedup_pairs`` (your kernels, ``compare --baseline NAME``; docs/formats.md#11-run-summary)
+    that its settings groups do not already hold: a pair whose kernel or baseline is not the lab's
+    (a label with ':'), or whose baseline is not a classic (the groups' speed-up is against classic)."""
+    out = {}
+    for p in case.get("speedup_pairs") or []:
+        if ":" in p["kernel"] or ":" in p["baseline"] or rule_of(p["baseline"]) != CLASSIC:
+            out[(p["kernel"], p["baseline"], p.get("settings", "reference"))] = p
+    return out

@@ -26,6 +26,7 @@ from typing import Iterable, Union
 
 import numpy as np
 
+from ..kernels import CLASSIC, DOUBLEPLANE
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
 from ..run.baseline import BaselineResult
@@ -34,7 +35,7 @@ from ..model.unknowns import RESOLUTION
 from ..run.runner import RunResult
 
 __all__ = ["PASS", "FAIL", "REFUSED", "ERROR", "METRICS", "SPEEDUP", "NO_SDMA", "NotRun", "ResultRow", "ROW_COLUMNS",
-           "result_row", "speedup", "spread", "verdict", "modelled_verdict", "FASTER", "SLOWER", "TIE", "WITHIN_NOISE",
+           "result_row", "speedup", "spread", "fold_repeats", "verdict", "modelled_verdict", "FASTER", "SLOWER", "TIE", "WITHIN_NOISE",
            "compare_rows", "COMPARISON_COLUMNS"]
 
 #: Values of ``ResultRow.check``: x_out matched golden on every PE, or not; the variant was
@@ -253,6 +254,17 @@ def spread(values) -> tuple[float, float]:
     return (float(v.min()), float(v.max())) if v.size else (float("nan"), float("nan"))
 
 
+def fold_repeats(values) -> tuple[float, float, float]:
+    """The one fold of a run's repeats into what the lab reports (docs/cli.md#9-repeats-spread-and-verdicts):
+    (median, min, max) of ``values`` (times in us, or speed-ups; NaN left out); all NaN when none.
+    The run table, the summary, the speed-up of any pair and the tuning app's history fold with it."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    if not v.size:
+        return (float("nan"),) * 3
+    return (float(np.median(v)), *spread(v))
+
+
 def verdict(speedups, sdma_bytes: float) -> str:
     """What the measured speed-ups of a case's repeats say, in one word or phrase
     (docs/cli.md#9-repeats-spread-and-verdicts).
@@ -325,9 +337,9 @@ def compare_rows(rows: Iterable[ResultRow]) -> dict:
 
     out: dict = {}
     for m in METRICS:
-        c, d = t("classic", m), t("doubleplane", m)
+        c, d = t(CLASSIC, m), t(DOUBLEPLANE, m)
         out.update({f"{m}_classic_us": c, f"{m}_doubleplane_us": d, f"{m}_speedup": speedup(c, d)})
-    dual = by_variant.get("doubleplane")
+    dual = by_variant.get(DOUBLEPLANE)
     out["sdma_share"] = dual.sdma_share if dual is not None and dual.ran else nan
     ran = [r for r in by_variant.values() if r.ran]
     if any(r.check == FAIL for r in ran):

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..kernels import CLASSIC, DOUBLEPLANE
 from ..case.spec import CaseSpec
 from ..errors import ParameterError, ResultFileError
 from ..formats.files import write_atomic
@@ -30,10 +31,11 @@ from ..formats.perf_csv import PERF_COLUMNS, fixed4
 from ..planning.planner import VARIANTS
 from ..model.modelled import MODELLED
 from .bandwidth import algbw_gbps, busbw_factor
-from .rows import FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, ResultRow, first_line, speedup, spread, verdict
+from .rows import (FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, ResultRow, compare_rows, first_line, fold_repeats,
+                   speedup, verdict)
 
 __all__ = ["TIDY_COLUMNS", "SUMMARY_COLUMNS", "tidy_rows", "write_sweep_csv", "read_sweep_csv", "summarize",
-           "losses", "readable"]
+           "losses", "readable", "compare_over_repeats"]
 
 #: Every column of the tidy table, in order: the perf columns, ``core_times_us`` (the per-core
 #: times, us with 4 decimals as in the perf CSV, joined by ';'), the sweep's ``repeat`` (0, 1, ...)
@@ -146,7 +148,7 @@ def summarize(tidy: pd.DataFrame) -> pd.DataFrame:
         row.update(pes=int(first["Npus"]), bs=int(first["BS"]), h=int(first["H"]), topk=int(first["TopK"]),
                    expert_per_pe=int(first["ExpertPerPe"]))
         ran = g[g["check"].isin([PASS, FAIL, MODELLED])]  # a priced run has times too
-        dual = ran[ran["variant"] == "doubleplane"]
+        dual = ran[ran["variant"] == DOUBLEPLANE]
         row["sdma_share"] = float(dual["sdma_share"].iloc[0]) if len(dual) else float("nan")
         row["sdma_bytes"] = dual["sdma_bytes"].iloc[0] if len(dual) else float("nan")
         for metric in METRICS:
@@ -156,14 +158,12 @@ def summarize(tidy: pd.DataFrame) -> pd.DataFrame:
             for v in VARIANTS:
                 t = per[v] if v in per.index.get_level_values(0) else pd.Series(dtype=float)
                 times[v] = t
-                vals = t.to_numpy(dtype=float)
-                row[f"{metric}_{v}_us"] = float(np.median(vals)) if vals.size else float("nan")
-                row[f"{metric}_{v}_lo_us"], row[f"{metric}_{v}_hi_us"] = spread(vals)
-            both = pd.concat({"classic": times["classic"], "doubleplane": times["doubleplane"]}, axis=1).dropna()
-            paired = speedup(both["classic"], both["doubleplane"])  # same repeat's pair
+                row[f"{metric}_{v}_us"], row[f"{metric}_{v}_lo_us"], row[f"{metric}_{v}_hi_us"] = \
+                    fold_repeats(t.to_numpy(dtype=float))
+            both = pd.concat({CLASSIC: times[CLASSIC], DOUBLEPLANE: times[DOUBLEPLANE]}, axis=1).dropna()
+            paired = speedup(both[CLASSIC], both[DOUBLEPLANE])  # same repeat's pair
             paired = paired[~np.isnan(paired)]
-            row[f"{metric}_speedup"] = float(np.median(paired)) if paired.size else float("nan")
-            row[f"{metric}_speedup_lo"], row[f"{metric}_speedup_hi"] = spread(paired)
+            row[f"{metric}_speedup"], row[f"{metric}_speedup_lo"], row[f"{metric}_speedup_hi"] = fold_repeats(paired)
             row[f"{metric}_verdict"] = verdict(paired, row["sdma_bytes"])
             if metric == "comm_only":
                 row["repeats"] = int(paired.size)
@@ -241,3 +241,27 @@ def _pair(r, what: str) -> str:
     a summary has none (one written before them) or nothing was timed."""
     vals = [r.get(f"comm_only_{v}_{what}_GBps", np.nan) for v in VARIANTS]
     return " / ".join(f"{float(v):.1f}" if pd.notna(v) and np.isfinite(float(v)) else "-" for v in vals)
+
+
+def compare_over_repeats(rows: list[ResultRow], tidy: pd.DataFrame | None) -> dict:
+    """One comparison of a case's classic and doubleplane over every repeat (the tuning app's history
+    row): :func:`~combine_lab.results.rows.compare_rows` of the last repeat's ``rows`` (the SDMA
+    share, the reason of a variant that did not run), its times, speed-ups and verdicts replaced by
+    :func:`summarize` of ``tidy`` (every repeat's tidy rows; None or empty: nothing timed, the
+    speed-up's spread NaN and its verdict "no run"), its check FAIL and counters_ok False when any
+    repeat's were. Keys: :data:`~combine_lab.results.rows.COMPARISON_COLUMNS` and per metric
+    ``<metric>_speedup_lo``, ``_hi``, ``_verdict``."""
+    out = compare_rows(rows)
+    for m in METRICS:
+        out.update({f"{m}_speedup_lo": float("nan"), f"{m}_speedup_hi": float("nan"), f"{m}_verdict": "no run"})
+    summary = summarize(tidy) if tidy is not None and len(tidy) else None
+    if summary is None or not len(summary):
+        return out
+    s = summary.iloc[0]
+    for m in METRICS:
+        for k in (f"{CLASSIC}_us", f"{DOUBLEPLANE}_us", "speedup", "speedup_lo", "speedup_hi", "verdict"):
+            out[f"{m}_{k}"] = s[f"{m}_{k}"]
+    if out["check"] == PASS and not s["check_ok"]:
+        out["check"] = FAIL
+    out["counters_ok"] = bool(out["counters_ok"]) and bool(s["counters_ok"])
+    return out

@@ -28,6 +28,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
+from ..kernels import CLASSIC, DOUBLEPLANE
 from ..errors import ParameterError
 from . import build as build_mod
 from .toolchain import (CANN_FIX, SDMA_SOC_FIX, SHMEM_FIX, SOC_FIX, CannInfo, NpuInfo, Probes, ShmemInfo, cann_info,
@@ -62,7 +63,7 @@ def npu_variant_refusal(variant: str, env: dict[str, str] | None = None,
     if not cann.ok:
         return (f"variant={variant} on target=npu: refused: no usable CANN here ({cann.problem}), and every variant "
                 f"needs it: {CANN_FIX}")
-    if variant != "doubleplane":
+    if variant != DOUBLEPLANE:
         return None
     if cann.sdma:
         soc = env.get("COMBINE_NPU_SOC") or npu_info(env, probes or Probes(), None).soc
@@ -110,11 +111,11 @@ class Capabilities:
         """Variant -> '' when it can run on ``target`` here, else the fix."""
         if target == "cpu":
             fix = "" if self.rows["twin"].available else self.rows["twin"].fix
-            return {"classic": fix, "doubleplane": fix}
+            return {CLASSIC: fix, DOUBLEPLANE: fix}
         if target != "npu":
             raise ParameterError(f"target={target!r}: must be cpu or npu")
         fix = self.npu_fix()
-        return {"classic": fix, "doubleplane": fix or self.rows["sdma"].fix}
+        return {CLASSIC: fix, DOUBLEPLANE: fix or self.rows["sdma"].fix}
 
     def baselines(self) -> dict[str, str]:
         """Baseline backend -> '' when ``compare --baseline hccl`` can run it here, else the fix:

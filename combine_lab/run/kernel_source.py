@@ -3,8 +3,8 @@
 every check the lab's own kernel gets (docs/own-kernel.md).
 
     ks = kernel_source("~/shmem/examples/combine/combine_doubleplane")
-    ks.label   # 'reference:doubleplane': how results name it, beside the lab's 'doubleplane'
-    ks.rule    # 'doubleplane': the plan its twin counters are compared with
+    ks.label   # reference:doubleplane: how results name it, beside the lab's doubleplane
+    ks.rule    # doubleplane: the plan its twin counters are compared with
 
 The entry contract (:data:`ENTRY_CONTRACT`, the reference's, docs/own-kernel.md#2-the-entry-contract)
 is checked here, from the files' text, before anything is built: a folder that does not meet it is
@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..kernels import DOUBLEPLANE, ENTRY_SUPPORTS, REFERENCE_CHECKOUT, USER, Kernel
 from ..errors import ParameterError
 from ..planning.planner import VARIANTS
 
@@ -100,6 +101,13 @@ class KernelSource:
             h.update(p.name.encode())
             h.update(p.read_bytes())
         return h.hexdigest()
+
+    @property
+    def kernel(self) -> Kernel:
+        """This folder's :class:`~combine_lab.kernels.Kernel`: its label as the name, its rule, source
+        ``reference`` (a SHMEM checkout's examples) or ``user``, the dtypes of the entry contract."""
+        source = REFERENCE_CHECKOUT if self.label.startswith(f"{REFERENCE_CHECKOUT}:") else USER
+        return Kernel(self.label, self.rule, source, path=self.path, supports=ENTRY_SUPPORTS)
 
     def __str__(self) -> str:
         return f"{self.label} ({self.path})"
@@ -221,7 +229,7 @@ RULE_LINE = re.compile(r"combine-lab\s+rule:\s*(\w+)")
 def declared_rule(folder: Path) -> tuple[str, str]:
     """(rule, where it was declared) of kernel folder ``folder``: a ``combine-lab rule: <rule>`` line of its
     CMakeLists.txt or combine_kernel.h (``"<file>:<line>"``), else its name's (``classic`` or ``doubleplane``
-    in it: SHMEM's examples), else ``("doubleplane", "a guess")``.
+    in it: SHMEM's examples), else doubleplane, "a guess".
 
     Raises:
         KernelSourceError: a declaration names a rule that is not ``classic`` or ``doubleplane``.
@@ -242,4 +250,4 @@ def declared_rule(folder: Path) -> tuple[str, str]:
     for rule in VARIANTS:
         if rule in lower:
             return rule, "its folder's name"
-    return "doubleplane", "a guess"
+    return DOUBLEPLANE, "a guess"

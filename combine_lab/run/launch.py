@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 
 import psutil
 
+from ..kernels import DRIVER_POLICY as KERNEL_DRIVER_POLICY
 from ..errors import CombineLabError, ParameterError
 
 SHM_PREFIX = "combine_twin_"
@@ -48,16 +49,48 @@ _SESSION_PID = re.compile(r"cl(\d+)_[0-9a-f]{12}$")
 
 #: The host driver's ``policy`` argument for each variant (host/host_args.cpp spells them
 #: mte_only and dual_plane); the only place the driver's own words for the variants appear.
-DRIVER_POLICY = {"classic": "mte_only", "doubleplane": "dual_plane"}
+DRIVER_POLICY = KERNEL_DRIVER_POLICY  # the descriptor's (combine_lab.kernels)
+
+
+@dataclass(frozen=True)
+class WaitGaveUp:
+    """A twin status wait that gave up (host/twin/twin_heap.cpp): PE ``pe``'s core ``core`` waited
+    ``seconds`` for status slot ``slot`` and nothing landed (docs/twin.md#2-sessions-and-cleanup)."""
+
+    pe: int
+    core: int
+    seconds: float
+    slot: int
+
+
+#: The twin's line for a wait that gave up, as its fatal() prints it on the PE's stderr.
+_WAIT_GAVE_UP = re.compile(r"PE (\d+) core (\d+): timed out after ([\d.]+) s waiting for status slot (\d+)")
+
+
+def wait_gave_up(stderr: str) -> WaitGaveUp | None:
+    """The first wait that gave up in a PE's stderr (the twin's own line), or None. The one reader of
+    that line: errors carry the result (:attr:`LaunchError.wait`), nobody parses a message."""
+    m = _WAIT_GAVE_UP.search(stderr or "")
+    return WaitGaveUp(int(m[1]), int(m[2]), float(m[3]), int(m[4])) if m else None
 
 
 class LaunchError(CombineLabError, RuntimeError):
-    """A PE failed or the run timed out. ``pe`` is the first failing PE (or None on timeout)."""
+    """A PE failed or the run timed out. ``pe`` is the first failing PE (or None on timeout);
+    ``timed_out``: the launcher's limit (``timeout_s``) ran out with PEs still running; ``wait``: a
+    twin status wait that gave up (:class:`WaitGaveUp`: which PE, core and slot), when one did."""
 
-    def __init__(self, message: str, pe: int | None = None, returncode: int | None = None):
-        super().__init__(message)
+    def __init__(self, message: str, pe: int | None = None, returncode: int | None = None, *,
+                 timed_out: bool = False, wait: WaitGaveUp | None = None, **fields):
+        super().__init__(message, **fields)  # parameter=, value=: a limit that ran out names itself
         self.pe = pe
         self.returncode = returncode
+        self.timed_out = timed_out
+        self.wait = wait
+
+    @property
+    def hung(self) -> bool:
+        """True when the run did not end by itself: the launcher's limit ran out or a wait gave up."""
+        return self.timed_out or self.wait is not None
 
 
 @dataclass
@@ -434,7 +467,8 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
                 said = {pe: _tail(log_dir / f"pe{pe}.stderr") for pe in running}
                 tails = "\n".join(f"--- PE {pe} stderr:\n{t}" for pe, t in said.items() if t)
                 raise LaunchError(f"timed out after {timeout_s:.1f} s: PEs {running} still running "
-                                  f"(session {session})\n{tails}")
+                                  f"(session {session})\n{tails}", timed_out=True, parameter="timeout_s", value=timeout_s,
+                                  wait=next((w for w in map(wait_gave_up, said.values()) if w), None))
             time.sleep(_POLL_S)
         codes = [p.poll() for p in procs]
         for f in files:
@@ -451,7 +485,9 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
             if stopped:
                 origin = stopped[0]
             c = codes[origin]
-            raise LaunchError(_failure_text(origin, c, origin in stopped, failed, log_dir), pe=origin, returncode=c)
+            waits = [wait_gave_up(_tail(log_dir / f"pe{pe}.stderr", 200)) for pe in [origin, *failed]]
+            raise LaunchError(_failure_text(origin, c, origin in stopped, failed, log_dir), pe=origin, returncode=c,
+                              wait=next((w for w in waits if w), None))
         return [PeOutcome(pe, codes[pe], (log_dir / f"pe{pe}.stdout").read_text(errors="replace"),
                           (log_dir / f"pe{pe}.stderr").read_text(errors="replace")) for pe in range(pes)]
     finally:

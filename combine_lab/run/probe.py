@@ -10,13 +10,20 @@ one peer and to all the others; the issue of SDMA puts alone; MTE puts of one ro
 single- and double-buffered; flag puts; the flag round trip; aclshmem_quiet and the SDMA quiet
 with nothing outstanding; polls of a ready slot. A build without SDMA (CANN < 9.0.0, Ascend950)
 gets no SDMA row: its SDMA calls are empty stand-ins (kernels/combine_platform.h).
+
+With a machine model (``model=``, ``probe --model a2|a3``) the plan follows its rank map
+(:meth:`~combine_lab.model.machines.NpuModel.pair_class`, docs/probe.md#6-link-classes): PE 0 sends
+to the first PE of each link class a run of ``pes`` PEs reaches (:func:`probe_pairs`; on A3 PE 1,
+the other die of its card, PE 2, another card, PE 16, another server); the nearest class gets the
+whole plan, each farther one the SDMA rows that fit its own link parameters, and every row names
+its class (the CSV's ``link_class``).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +52,10 @@ TWIN_NOTE = "twin: CPU threads copying memory on this machine, not an NPU's time
 
 @dataclass(frozen=True)
 class Measurement:
-    """One line of the plan (host/probe_host.cpp reads ``kind cores puts bytes peers buffers repeats warmup``)."""
+    """One line of the plan (host/probe_host.cpp reads ``kind cores puts bytes peers buffers repeats warmup
+    dst``): PE 0 sends to PEs ``dst`` .. ``dst + peers - 1`` in turn; ``link_class``: the class of
+    those pairs in the model's rank map ('' without a model, or for a row that sends nothing;
+    classes joined by '+' where the peers span several)."""
 
     kind: str
     cores: int
@@ -55,10 +65,12 @@ class Measurement:
     buffers: int
     repeats: int
     warmup: int
+    dst: int = 1
+    link_class: str = ""
 
     def line(self) -> str:
         return f"{self.kind} {self.cores} {self.puts} {self.bytes} {self.peers} {self.buffers} {self.repeats} " \
-               f"{self.warmup}"
+               f"{self.warmup} {self.dst}"
 
 
 def _positive_ints(name: str, values, low: int, high: int, multiple: int = 1) -> tuple[int, ...]:
@@ -79,7 +91,7 @@ def _one(name: str, value, low: int, high: int) -> int:
 
 def probe_plan(pes: int, *, cores=None, sdma_bytes=None, row_bytes=DEFAULT_ROW_BYTES,
                repeats: int = 5, warmup: int = 1, sdma_puts: int = 8, mte_puts: int = 32, ops: int = 32,
-               rtt: int = 16, aiv_cores: int = MAX_CORES, sdma: str = "") -> list[Measurement]:
+               rtt: int = 16, aiv_cores: int = MAX_CORES, sdma: str = "", model=None) -> list[Measurement]:
     """The measurements of one probe run, in the order they run.
 
     Args:
@@ -97,6 +109,10 @@ def probe_plan(pes: int, *, cores=None, sdma_bytes=None, row_bytes=DEFAULT_ROW_B
         aiv_cores: the SoC's AIV cores (a k above it is refused).
         sdma: '' when the build has SDMA; else why not (the plan then has no SDMA row, and
             ``cores`` or ``sdma_bytes`` given are refused with that reason).
+        model: an :class:`~combine_lab.model.machines.NpuModel` whose rank map picks the pairs
+            (:func:`probe_pairs`): the nearest class (PE 0 -> 1) gets every row, each farther class
+            reached gets sdma rows of one core to its first PE at each of ``sdma_bytes``; None:
+            every row PE 0 -> 1.., no link class named.
 
     Returns a list of :class:`Measurement`. Raises ParameterError naming the parameter, its value
     and what is allowed, before anything is built or launched.
@@ -135,8 +151,72 @@ def probe_plan(pes: int, *, cores=None, sdma_bytes=None, row_bytes=DEFAULT_ROW_B
     if not sdma:
         plan.append(Measurement("sdma_quiet", 1, ops, 0, 1, 1, **rw))
     plan.append(Measurement("wait", 1, ops, 0, 1, 1, **rw))
+    if model is not None:
+        plan = _by_link_class(plan, model, pes, sdma_bytes if not sdma else (), sdma_puts)
     assert all(m.kind in PROBE_KINDS for m in plan) and not (sdma and any(m.kind in SDMA_KINDS for m in plan))
     return plan
+
+
+#: The kinds whose rows send to a peer (the others time this PE alone).
+SENDING_KINDS = ("sdma", "sdma_issue", "mte_put", "flag", "flag_rtt")
+
+
+@dataclass(frozen=True)
+class ProbePairs:
+    """The pairs a probe of ``pes`` PEs measures on ``model``: ``reached`` (link class, the first
+    PE of that class from PE 0), nearest first; ``unreached`` (link class, the PEs a run needs to
+    reach it)."""
+
+    model: str
+    pes: int
+    reached: tuple[tuple[str, int], ...]
+    unreached: tuple[tuple[str, int], ...]
+
+    def text(self) -> str:
+        """'link classes of a3 at 4 PEs: die_pair (PE 0 -> 1), card (PE 0 -> 2); not reached: server
+        (PE 0 -> 16: needs -pes 17 or more)'."""
+        got = ", ".join(f"{c} (PE 0 -> {d})" for c, d in self.reached)
+        out = f"link classes of {self.model} at {self.pes} PEs: {got}"
+        if self.unreached:
+            out += "; not reached: " + ", ".join(f"{c} (PE 0 -> {n - 1}: needs -pes {n} or more)"
+                                                 for c, n in self.unreached)
+        return out
+
+
+def probe_pairs(model, pes: int) -> ProbePairs:
+    """Which link classes of ``model`` (an NpuModel) a run of ``pes`` PEs reaches from PE 0, by its
+    rank map (:meth:`~combine_lab.model.machines.NpuModel.pair_class`; docs/probe.md#6-link-classes):
+    the first PE of each class is PE 1 (the nearest), PE dies_per_card (another card) or PE
+    dies_per_card * cards_per_server (another server). Raises ParameterError (``pes`` above what
+    the model has)."""
+    model.pair_class(pes)  # pes within the machine, else its ParameterError
+    t = model.topology
+    first: dict[int, int] = {}
+    for d in sorted({1, t.dies_per_card, t.dies_per_card * t.cards_per_server}):
+        if 1 <= d < t.max_pes:
+            first.setdefault(int(model.pair_class(d + 1)[0, d]), d)
+    order = sorted(first.items(), key=lambda kv: kv[1])
+    names = [c.name for c in model.links]
+    return ProbePairs(model.name, pes, tuple((names[c], d) for c, d in order if d < pes),
+                      tuple((names[c], d + 1) for c, d in order if d >= pes))
+
+
+def _by_link_class(plan: list[Measurement], model, pes: int, sdma_bytes, sdma_puts: int) -> list[Measurement]:
+    """``plan`` with each row's link class named, then the sdma rows of each farther class reached."""
+    pairs = probe_pairs(model, pes)
+    cls = model.pair_class(pes)[0]
+    names = [c.name for c in model.links]
+
+    def classes(dst: int, peers: int) -> str:
+        return "+".join(names[i] for i in sorted({int(cls[p]) for p in range(dst, dst + peers)}))
+
+    out = [replace(m, link_class=classes(m.dst, m.peers) if m.kind in SENDING_KINDS else "") for m in plan]
+    rw = dict(repeats=plan[0].repeats, warmup=plan[0].warmup)
+    for name, dst in pairs.reached[1:]:
+        for b in sdma_bytes:
+            n = sdma_puts if b < (1 << 20) else max(1, sdma_puts // 4)
+            out.append(Measurement("sdma", 1, n, b, 1, 1, dst=dst, link_class=name, **rw))
+    return out
 
 
 def _parse_stdout(text: str, plan: list[Measurement]) -> tuple[str, int, str, list[np.ndarray]]:
@@ -162,10 +242,11 @@ def _parse_stdout(text: str, plan: list[Measurement]) -> tuple[str, int, str, li
 
 def run_probe(pes: int = 2, out: str | os.PathLike = "output/probe/combine_probe.csv", *, target: str = "cpu",
               fnpu: int = 0, timeout_s: float = 300.0, build_dir: str | os.PathLike | None = None,
-              env: dict[str, str] | None = None, **plan_kw) -> tuple[Path, list[ProbeRow]]:
+              env: dict[str, str] | None = None, model=None, **plan_kw) -> tuple[Path, list[ProbeRow]]:
     """Build the probe for ``target``, run the plan (:func:`probe_plan` with ``plan_kw``) on ``pes``
     PEs (on the NPU: devices ``fnpu`` .. ``fnpu + pes - 1``) and write the probe CSV to ``out``
-    (whole or not at all; its folder is made).
+    (whole or not at all; its folder is made). ``model`` (an NpuModel, e.g. ``load_model("a3")``):
+    the rank map whose link classes the plan measures (:func:`probe_pairs`), on the twin as on the NPU.
 
     Returns (the CSV's path, its rows). Raises ParameterError (a bad plan parameter, before
     anything is built), TargetUnavailable / BuildError (the build), LaunchError (a PE failed or
@@ -182,7 +263,7 @@ def run_probe(pes: int = 2, out: str | os.PathLike = "output/probe/combine_probe
         aiv, sdma = npu_plan_facts({**os.environ, **(env or {})}, aiv)
     elif aiv is None:
         aiv = _twin_aiv(env)
-    plan = probe_plan(pes, aiv_cores=aiv, sdma=sdma, **plan_kw)
+    plan = probe_plan(pes, aiv_cores=aiv, sdma=sdma, model=model, **plan_kw)
     binary = build_mod.build(target, build_dir=build_dir, program=PROBE_BINARY)
     work = owned_temp_dir("probe")
     try:
@@ -196,8 +277,9 @@ def run_probe(pes: int = 2, out: str | os.PathLike = "output/probe/combine_probe
     finally:
         shutil.rmtree(work, ignore_errors=True)
     note = TWIN_NOTE if target == "cpu" else ""
-    rows = [ProbeRow(m.kind, pes, 0, None if m.kind in ("quiet", "sdma_quiet", "wait") else 1, m.peers, m.cores,
-                     m.puts, m.bytes, BUFFERING[m.buffers] if m.kind == "mte_put" else "", t, target, soc, note, build)
+    rows = [ProbeRow(m.kind, pes, 0, None if m.kind in ("quiet", "sdma_quiet", "wait") else m.dst, m.peers, m.cores,
+                     m.puts, m.bytes, BUFFERING[m.buffers] if m.kind == "mte_put" else "", t, target, soc, note, build,
+                     m.link_class)
             for m, t in zip(plan, times)]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,6 @@ per-plane counters and the plan they must equal.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Callable, Union
 import numpy as np
 import pandas as pd
 
+from ..kernels import DOUBLEPLANE
 from ..case.case import Case, make_case
 from ..formats.casefiles import case_dir_of, check_x_out, read_case, read_rank_file, read_x_out, write_case
 from ..case.spec import CaseSpec
@@ -291,11 +291,11 @@ def _kernel_failure(e: LaunchError, ks, case: Case) -> KernelFailed:
     which slot, whose token, and whether it is masked (a kernel that waits for a masked slot hangs)."""
     text = str(e)
     first = text.splitlines()[0] if text else "failed"
-    m = re.search(r"PE (\d+) core (\d+): timed out after ([\d.]+) s waiting for status slot (\d+)", text)
-    if m is None:
+    w = e.wait
+    if w is None:
         return KernelFailed(f"{ks.label} ({ks.path}) failed: {first}\n{text[len(first) + 1:]}".rstrip(),
-                            pe=e.pe, returncode=e.returncode)
-    pe, core, secs, slot = int(m[1]), int(m[2]), m[3], int(m[4])
+                            pe=e.pe, returncode=e.returncode, timed_out=e.timed_out)
+    pe, core, secs, slot = w.pe, w.core, f"{w.seconds:.1f}", w.slot  # seconds as the twin prints them (%.1f)
     s = case.spec
     token, k = divmod(slot, s.topk)
     why = ""
@@ -306,7 +306,7 @@ def _kernel_failure(e: LaunchError, ks, case: Case) -> KernelFailed:
             else f", sent by PE {expert // s.expert_per_pe})")
     return KernelFailed(f"{ks.label} ({ks.path}) hung: PE {pe} core {core} waited {secs} s for status slot "
                         f"{slot}{why}; every PE was stopped and nothing was left behind\n{text}",
-                        pe=pe, returncode=e.returncode)
+                        pe=pe, returncode=e.returncode, timed_out=e.timed_out, wait=w)
 
 
 def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
@@ -373,7 +373,7 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
         from .kernel_source import kernel_source as as_kernel
         ks = as_kernel(kernel_source)
     if variant is None:
-        variant = ks.rule if ks is not None else "doubleplane"
+        variant = ks.rule if ks is not None else DOUBLEPLANE
     if variant not in VARIANTS:
         raise ParameterError(f"variant={variant!r}: must be one of {', '.join(map(repr, VARIANTS))}")
     settings = parse_settings(settings)
@@ -405,7 +405,7 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
             raise ParameterError(f"COMBINE_TWIN_SOC={twin_soc!r}: {TWIN_SOCS}") from None
     if target == "cpu":
         check_kernel_settings(settings, variant, twin_soc or TWIN_DEFAULT_SOC)
-    elif settings.segment and variant != "doubleplane":
+    elif settings.segment and variant != DOUBLEPLANE:
         check_kernel_settings(settings, variant)
     if binary is None:
         why = refusals(target, [variant]).get(variant)

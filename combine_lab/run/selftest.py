@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 import psutil
 
+from ..kernels import CLASSIC, DOUBLEPLANE
 from ..case.case import case_from_arrays
 from ..formats.casefiles import rank_file
 from ..case.spec import CaseSpec
@@ -111,77 +112,77 @@ class BrokenKernel:
 
 BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
     BrokenKernel("MTE_FLAG_BEFORE_QUIET", "MTE status flags written before the quiet that completes their payload",
-                 CHECKER_SPEC, "classic", MTE_NOT_COMPLETE, min_sdma_bytes=2 << 20, chaos_seed=None),
+                 CHECKER_SPEC, CLASSIC, MTE_NOT_COMPLETE, min_sdma_bytes=2 << 20, chaos_seed=None),
     BrokenKernel("SDMA_FLAG_BEFORE_SDMA_QUIET", "SDMA rows' flags written before the SDMA quiet",
-                 CHECKER_SPEC, "doubleplane", SDMA_NOT_COMPLETE, chaos_seed=None),
+                 CHECKER_SPEC, DOUBLEPLANE, SDMA_NOT_COMPLETE, chaos_seed=None),
     BrokenKernel("SDMA_RING_OVERRUN", "no SDMA quiet before the outstanding SQEs exceed the assumed ring depth (256)",
-                 many_sdma_rows_case, "doubleplane", "more than the 256 its ring is assumed to hold", chaos_seed=None),
+                 many_sdma_rows_case, DOUBLEPLANE, "more than the 256 its ring is assumed to hold", chaos_seed=None),
     BrokenKernel("UB_REUSE", "one MTE staging buffer refilled while its last UB -> GM leg is in flight",
-                 CHECKER_SPEC, "classic", "UB reuse:", min_sdma_bytes=2 << 20, corrupts=True),
+                 CHECKER_SPEC, CLASSIC, "UB reuse:", min_sdma_bytes=2 << 20, corrupts=True),
     BrokenKernel("SDMA_FROM_CORE_48", "one core per source rank at 50 PEs: cores 48.. issue SDMA, which SHMEM "
-                 "gives no stream", sdma_from_core_48_case, "doubleplane", "did nothing: SHMEM creates SDMA streams",
+                 "gives no stream", sdma_from_core_48_case, DOUBLEPLANE, "did nothing: SHMEM creates SDMA streams",
                  chaos_seed=None, env={"COMBINE_TWIN_SOC": "Ascend910B2"}, corrupts=True),
-    BrokenKernel("SHARED_SYNC_ID", "one sync id for both planes", CHECKER_SPEC, "doubleplane",
+    BrokenKernel("SHARED_SYNC_ID", "one sync id for both planes", CHECKER_SPEC, DOUBLEPLANE,
                  "serves both planes"),
     BrokenKernel("SHARED_MTE_SYNC_ID", "both MTE staging buffers' puts on one sync_id: MTE2 may set its bit again "
-                 "before MTE3 waited", CHECKER_SPEC, "classic",
+                 "before MTE3 waited", CHECKER_SPEC, CLASSIC,
                  "may run on MTE2 before WaitFlag<HardEvent::MTE2_MTE3>(1) inside aclshmemx_mte_put_nbi",
                  min_sdma_bytes=2 << 20, chaos_seed=None),
     BrokenKernel("SHARED_CACHE_LINE", "32 B status slots, two per 64 B cache line: a clean after a reset can undo "
-                 "a neighbour's flag", SHARED_LINE_SPEC, "classic",
+                 "a neighbour's flag", SHARED_LINE_SPEC, CLASSIC,
                  "two status slots share a 64 B scalar cache line", min_sdma_bytes=2 << 20, chaos_seed=None),
     BrokenKernel("PARTIAL_STATUS_WAIT", "a status slot waited on at its first word only", CHECKER_SPEC,
-                 "doubleplane", "was waited on at word mask 0x01 of its 8 words"),
-    BrokenKernel("UB_OVERLAP", "the SDMA scratch placed inside an MTE staging buffer", CHECKER_SPEC, "doubleplane",
+                 DOUBLEPLANE, "was waited on at word mask 0x01 of its 8 words"),
+    BrokenKernel("UB_OVERLAP", "the SDMA scratch placed inside an MTE staging buffer", CHECKER_SPEC, DOUBLEPLANE,
                  "UB regions overlap: UB [1024, 66560) used as MTE staging (by aclshmemx_mte_put_nbi (GM -> UB -> GM)) "
                  "and UB [1024, 1088) used as SDMA scratch", chaos_seed=None, fatal=True),
     BrokenKernel("UB_PAST_END", "an MTE staging buffer running past the core's 192 KiB UB",
-                 CHECKER_SPEC, "classic", "MTE staging UB [132096, 197632) runs past the core's 192 KiB UB",
+                 CHECKER_SPEC, CLASSIC, "MTE staging UB [132096, 197632) runs past the core's 192 KiB UB",
                  min_sdma_bytes=2 << 20, chaos_seed=None, fatal=True),
     BrokenKernel("DEVICE_BARRIER", "SHMEM's device barrier_all in an AIV-only kernel (it is for MIX kernels)",
-                 CHECKER_SPEC, "classic", "aclshmem_barrier_all called from an AIV-only kernel",
+                 CHECKER_SPEC, CLASSIC, "aclshmem_barrier_all called from an AIV-only kernel",
                  min_sdma_bytes=2 << 20, chaos_seed=None, fatal=True),
     BrokenKernel("BLOCKS_OVER_AIV", "41 blocks on a 40-core SoC with a core barrier: the 41st waits for a wave that "
-                 "never comes", CaseSpec(pes=41, bs=2, h=8, topk=1, expert_per_pe=1), "classic",
+                 "never comes", CaseSpec(pes=41, bs=2, h=8, topk=1, expert_per_pe=1), CLASSIC,
                  "exceeds the 40 AIV cores of Ascend910B3", min_sdma_bytes=2 << 20, chaos_seed=None,
                  env={"COMBINE_TWIN_SOC": "Ascend910B3", "COMBINE_TWIN_TIMEOUT_S": "2"}, fatal=True),
     # Stage 2's pipes (twin_pipes.cpp): each missing flag is reported always and, in chaos mode,
     # lets the pipes run the wrong way round, so x_out is wrong.
     BrokenKernel("NO_MTE2_V_WAIT", "stage 2 casts an input tile without waiting (MTE2_V) for its DataCopy",
-                 CHECKER_SPEC, "classic", "Cast (half -> float) reads UB [132096, 132136) before DataCopyPad (GM -> UB) "
+                 CHECKER_SPEC, CLASSIC, "Cast (half -> float) reads UB [132096, 132136) before DataCopyPad (GM -> UB) "
                  "has written it (no SetFlag/WaitFlag<HardEvent::MTE2_V> between them)", min_sdma_bytes=2 << 20,
                  corrupts=True),
     BrokenKernel("NO_V_MTE2_WAIT", "stage 2 refills an input tile the vector unit may still read (no V_MTE2)",
-                 CHECKER_SPEC, "classic", "DataCopyPad (GM -> UB) writes UB [132096, 132136) while Cast (half -> float) "
+                 CHECKER_SPEC, CLASSIC, "DataCopyPad (GM -> UB) writes UB [132096, 132136) while Cast (half -> float) "
                  "may still read it (no SetFlag/WaitFlag<HardEvent::V_MTE2> between them)", min_sdma_bytes=2 << 20,
                  corrupts=True),
     BrokenKernel("NO_PIPE_V_BARRIER", "stage 2 adds what Muls wrote with no PipeBarrier<PIPE_V> between them",
-                 CHECKER_SPEC, "classic", "Add (float) reads UB [148480, 148560) before Muls (float) has written it "
+                 CHECKER_SPEC, CLASSIC, "Add (float) reads UB [148480, 148560) before Muls (float) has written it "
                  "(no PipeBarrier<PIPE_V> between them)", min_sdma_bytes=2 << 20, corrupts=True),
     BrokenKernel("NO_V_MTE3_WAIT", "stage 2 copies an output tile to x_out before the vector unit wrote it (no V_MTE3)",
-                 CHECKER_SPEC, "classic", "DataCopyPad (UB -> GM) reads UB [164864, 164904) before Cast (float -> half) "
+                 CHECKER_SPEC, CLASSIC, "DataCopyPad (UB -> GM) reads UB [164864, 164904) before Cast (float -> half) "
                  "has written it (no SetFlag/WaitFlag<HardEvent::V_MTE3> between them)", min_sdma_bytes=2 << 20,
                  corrupts=True),
     BrokenKernel("NO_MTE3_V_WAIT", "stage 2 overwrites an output tile MTE3 may still copy out (no MTE3_V)",
-                 CHECKER_SPEC, "classic", "Cast (float -> half) writes UB [164864, 164904) while DataCopyPad (UB -> GM) "
+                 CHECKER_SPEC, CLASSIC, "Cast (float -> half) writes UB [164864, 164904) while DataCopyPad (UB -> GM) "
                  "may still read it (no SetFlag/WaitFlag<HardEvent::MTE3_V> between them)", min_sdma_bytes=2 << 20,
                  corrupts=True),
     BrokenKernel("DATACOPY_UNALIGNED", "stage 2 uses DataCopy for rows of 40 B: whole 32-byte blocks only",
-                 CHECKER_SPEC, "classic", "DataCopy (GM -> UB) of 20 half (40 B) to UB [132096, 132160): DataCopy moves "
+                 CHECKER_SPEC, CLASSIC, "DataCopy (GM -> UB) of 20 half (40 B) to UB [132096, 132160): DataCopy moves "
                  "whole 32-byte blocks, so only 32 B arrive", min_sdma_bytes=2 << 20, chaos_seed=None, corrupts=True),
     BrokenKernel("NO_INIT_SOC_STATE", "vector instructions without AscendC::InitSocState() first", CHECKER_SPEC,
-                 "classic", "DataCopyPad (GM -> UB) before AscendC::InitSocState(): a kernel with LocalTensors at fixed "
+                 CLASSIC, "DataCopyPad (GM -> UB) before AscendC::InitSocState(): a kernel with LocalTensors at fixed "
                  "addresses (no TPipe) must set the core's mask mode and atomic state first", min_sdma_bytes=2 << 20,
                  chaos_seed=None),
     # The variants beyond the reference (docs/variants.md).
     BrokenKernel("SEGMENT_FLAG_BEFORE_SDMA_QUIET", "segment variant: a segment's flags written right after its SDMA "
-                 "call, before the SDMA quiet that completes its last SQE", SEGMENT_SPEC, "doubleplane",
+                 "call, before the SDMA quiet that completes its last SQE", SEGMENT_SPEC, DOUBLEPLANE,
                  SDMA_NOT_COMPLETE, settings="segment", chaos_seed=None),
     BrokenKernel("NO_BASES_WAIT", "segment variant: rows put into a receiver's layout without waiting for the bases "
-                 "it publishes", SEGMENT_SPEC, "doubleplane", "layout by expert before this core waited for PE",
+                 "it publishes", SEGMENT_SPEC, DOUBLEPLANE, "layout by expert before this core waited for PE",
                  settings="segment", chaos_seed=None),
     BrokenKernel("OTHER_GROUP_FLAG", "2 cores per source rank: each core writes the flags of the other core's chunk "
-                 "(no core barrier orders that core's payload before them)", two_row_segments_case, "classic",
+                 "(no core barrier orders that core's payload before them)", two_row_segments_case, CLASSIC,
                  ("with no core barrier between them", "with no payload put issued for it in this launch",
                   "before its payload was complete"), min_sdma_bytes=2 << 20, settings="c2", chaos_seed=None),
 ]}
@@ -261,8 +262,8 @@ def try_refstyle_bug(name: str, folder: str | os.PathLike) -> tuple[bool, str]:
 
 
 #: The real kernel's runs of the self-test per case: (variant, settings label, min_sdma_bytes).
-REAL_KERNEL_RUNS = (("classic", "reference", 2 << 20), ("doubleplane", "reference", 0),
-                    ("doubleplane", "segment-c2", 0), ("classic", "c3", 2 << 20))
+REAL_KERNEL_RUNS = ((CLASSIC, "reference", 2 << 20), (DOUBLEPLANE, "reference", 0),
+                    (DOUBLEPLANE, "segment-c2", 0), (CLASSIC, "c3", 2 << 20))
 
 
 def build_broken_kernels(build_dir: str | os.PathLike | None = None) -> dict[str, Path]:
@@ -404,7 +405,7 @@ def _run_selftest(seeds: int, tag: str) -> Report:
                     res = run_case(spec, variant, min_sdma_bytes=min_sdma, chaos_seed=seed, timeout_s=60,
                                    settings=settings)
                 except LaunchError as e:
-                    rep.hangs += "timed out" in str(e)
+                    rep.hangs += e.hung
                     rep.failures.append(f"{spec.case_id} {variant}/{settings} seed {seed}: {str(e).splitlines()[0]}")
                     continue
                 rep.violations += res.violation_count
@@ -417,11 +418,11 @@ def _run_selftest(seeds: int, tag: str) -> Report:
     fault_ok = 0
     spec = CaseSpec(pes=2, bs=4, h=32, topk=2, expert_per_pe=2, dtype="float16_t", routing="external")
     ids = np.array([[[0, 2], [1, -1], [-1, -1], [3, 0]]] * 2, dtype=np.int32)
-    res = run_case(case_from_arrays(spec, np.ones((2, 4, 32)), ids, np.full((2, 4, 2), .5)), "doubleplane",
+    res = run_case(case_from_arrays(spec, np.ones((2, 4, 32)), ids, np.full((2, 4, 2), .5)), DOUBLEPLANE,
                    min_sdma_bytes=0)
     rep.cases += 1
     fault_ok += res.ok and not res.x_out[0][2].any()
-    res = run_case(CaseSpec(pes=2, bs=4, h=32, topk=2, expert_per_pe=2, routing="zipf:0.5"), "doubleplane",
+    res = run_case(CaseSpec(pes=2, bs=4, h=32, topk=2, expert_per_pe=2, routing="zipf:0.5"), DOUBLEPLANE,
                    min_sdma_bytes=0, warmup=2, loops=3, env={"COMBINE_HOST_REPEAT_CHECK": "1"})
     rep.cases += 1
     fault_ok += res.driver_status == [0, 0]
@@ -432,10 +433,10 @@ def _run_selftest(seeds: int, tag: str) -> Report:
         t0 = time.monotonic()
         rep.cases += 1
         try:
-            run_case(prepared, "classic", timeout_s=20, env={"COMBINE_TWIN_TIMEOUT_S": "2"})
+            run_case(prepared, CLASSIC, timeout_s=20, env={"COMBINE_TWIN_TIMEOUT_S": "2"})
             rep.failures.append("a case whose rows were removed did not hang")
         except LaunchError as e:
-            if "timed out after" in str(e) and "status slot" in str(e) and time.monotonic() - t0 < 15:
+            if e.wait is not None and time.monotonic() - t0 < 15:
                 fault_ok += 1
             else:
                 rep.hangs += 1

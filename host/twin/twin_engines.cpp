@@ -107,6 +107,25 @@ std::vector<Region> g_regions;
 
 thread_local std::vector<Put> tl_sdma_pending;  // chaos: land at the next SDMA quiet
 thread_local uint64_t tl_sdma_outstanding = 0;  // this core's SQEs since its last SDMA quiet (this launch)
+thread_local uint64_t tl_sdma_stalled = 0;      // this core's SQEs its stalled stream never ran (give-up fault)
+thread_local bool tl_quiet_gave_up = false;      // the last SDMA quiet of this core gave up
+
+// SHMEM's SDMA quiet gives up after this many polls of its completion flag and returns silently
+// (src/device/gm2gm/engine/shmem_device_sdma.hpp, aclshmemi_sdma_poll_for_completion).
+constexpr uint64_t kShmemSdmaQuietPolls = 1000000;
+
+// COMBINE_TWIN_SDMA_QUIET_GIVEUP=<pe>:<core>: that core's SDMA stream stalls (its descriptors
+// never run), so its quiets give up as SHMEM's does once its polls run out. A fault outside the
+// kernel: the kernel must report it (combine_sdma_quiet, kernels/combine_platform.h), not flag
+// the rows. Read once.
+static bool sdma_stream_stalled(int core) {
+    static int pe = -2, at = -1;
+    if (pe == -2) {
+        const char* env = getenv("COMBINE_TWIN_SDMA_QUIET_GIVEUP");
+        if (env == nullptr || sscanf(env, "%d:%d", &pe, &at) != 2) pe = -1;
+    }
+    return pe == pe_state().my_pe && at == core;
+}
 // The segment variant: per receiver PE, (launch << 8 | words) this core waited on of its inbox slot.
 thread_local std::vector<uint32_t> tl_inbox_waited;
 thread_local int tl_inbox_core = -1;
@@ -653,6 +672,8 @@ void counters_end_launch() {
 void core_finish() {
     pipes_core_end();
     tl_sdma_outstanding = 0;
+    tl_sdma_stalled = 0;
+    tl_quiet_gave_up = false;
     land_shuffled(tl_sdma_pending, 2);
 }
 
@@ -784,6 +805,10 @@ void sdma_put(void* dst_sym, const void* src, void* ub, uint32_t ub_size, size_t
         if (bytes == 0) break;
     }
     g_last.sdma.sqes.fetch_add(sqes.size(), std::memory_order_relaxed);
+    if (sdma_stream_stalled(core)) {  // the fault: written into the ring, never run
+        tl_sdma_stalled += sqes.size();
+        return;
+    }
     const uint64_t before = tl_sdma_outstanding;
     tl_sdma_outstanding += sqes.size();
     if (before <= kSdmaRingSqes && tl_sdma_outstanding > kSdmaRingSqes) {  // once per overrun
@@ -827,6 +852,13 @@ void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id, const Site& site) 
     // Its last step resets the completion flag through the scratch: MTE3, then an MTE3->MTE2
     // flag with no barrier after it.
     sdma_internal_flags(sync_id, site, false);
+    tl_quiet_gave_up = false;
+    if (tl_sdma_stalled > 0) {  // the stalled stream: SHMEM's polls run out and it returns as if all were done
+        for (uint64_t poll = 0; poll < kShmemSdmaQuietPolls; ++poll) (void)g_sdma->done[core].load(std::memory_order_acquire);
+        tl_sdma_stalled = 0;
+        tl_quiet_gave_up = true;
+        return;
+    }
     order_sdma_quiet();  // once it returns, every SDMA put of this core is delivered
     if (chaos_seed()) {
         land_shuffled(tl_sdma_pending, 3);
@@ -839,6 +871,12 @@ void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id, const Site& site) 
             fatal("timed out after %.1f s waiting for SDMA quiet (%llu of %llu descriptors done)", w.elapsed_s(),
                   (unsigned long long)g_sdma->done[core].load(), (unsigned long long)want);
     }
+}
+
+bool sdma_quiet_landed() {
+    const bool landed = !tl_quiet_gave_up;
+    tl_quiet_gave_up = false;
+    return landed;
 }
 
 void mte_quiet(const Site& site) {

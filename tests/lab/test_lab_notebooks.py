@@ -251,6 +251,31 @@ def test_papermill_sweep_over_kernel_settings(tmp_path, no_leaks):
     assert not (tmp_path / "sweep.csv").exists()
 
 
+@pytest.mark.slow  # a Jupyter kernel started by the papermill CLI
+def test_papermill_sweep_with_your_kernel_in_the_one_speedup_table(tmp_path, no_leaks):
+    """-p kernel_source DIR: your kernel runs beside the lab's on the same case files, and the notebook's
+    speed-up table holds it and the lab's doubleplane, each against classic (docs/own-kernel.md)."""
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "papermill", str(NOTEBOOKS / "03_sweep.ipynb"), str(tmp_path / "out.ipynb"),
+         "-p", "bs_list", "[8]", "-p", "h_list", "64", "-p", "routings", "hot-expert:0.5", "-p", "loops", "1",
+         "-p", "warmup", "0", "-p", "repeats", "1", "-p", "prof_pe", "0", "-p", "min_sdma_bytes", "0",
+         "-p", "model_pes", "0", "-p", "output_dir", str(tmp_path), "-k", notebooks.KERNEL_NAME,
+         "-p", "kernel_source", str(ROOT / "tests" / "kernels" / "combine_refstyle"), "--no-progress-bar"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    tidy = read_sweep_csv(tmp_path / "sweep.csv")
+    assert list(tidy.loc[tidy["Metric"] == "comm_only", "variant"]) == ["classic", "doubleplane", "user:refstyle"]
+    book = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    [cell] = [c for c in book.cells if c.cell_type == "code" and "pair_speedups(tidy)" in c.source]
+    from combine_lab.results.pairs import pair_speedups
+    pairs = pair_speedups(tidy)
+    assert pairs[["kernel", "baseline", "repeats"]].values.tolist() == [["doubleplane", "classic", 1],
+                                                                        ["user:refstyle", "classic", 1]]
+    shown = cell.outputs[0]["data"]["text/html"]
+    assert shown.count("<td>classic</td>") == 2 and "<td>user:refstyle</td>" in shown
+
+
 def test_notebooks_declare_parameters():
     import papermill
     declared = papermill.inspect_notebook(str(NOTEBOOKS / "03_sweep.ipynb"))
@@ -671,3 +696,13 @@ def test_each_parameter_set_runs_into_its_own_folder(tmp_path, monkeypatch, caps
     assert [(r.label, r.output, r.record) for r in runs] == [
         ("03_sweep[set1]", tmp_path / "o2" / "03_sweep.set1" / "03_sweep.ipynb", {"bs": [8]})]
     assert runs[0].figures == [tmp_path / "o2" / "03_sweep.set1" / "fig.png"]
+
+
+def test_notebooks_write_into_the_current_folder_by_default(tmp_path, monkeypatch):
+    """``combine-lab notebooks`` without --out: the current folder's output/lab (or $COMBINE_LAB_OUTPUT),
+    as every command writes (docs/cli.md#1-commands); never the checkout's."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COMBINE_LAB_OUTPUT", raising=False)
+    assert records.command_output_dir() == tmp_path / "output" / "lab"
+    monkeypatch.setenv("COMBINE_LAB_OUTPUT", str(tmp_path / "elsewhere"))
+    assert records.command_output_dir() == tmp_path / "elsewhere"

@@ -14,7 +14,7 @@ import pytest
 
 from combine_lab.cli import main
 from combine_lab.errors import ParameterError, ResultFileError
-from combine_lab.formats.probe_csv import (PROBE_HEADER, ProbeRow, build_refusal, is_probe_csv, read_probe_csv,
+from combine_lab.formats.probe_csv import (OLD_PROBE_HEADER, PROBE_HEADER, ProbeRow, build_refusal, is_probe_csv, read_probe_csv,
                                           write_probe_csv)
 from combine_lab.model.machines import load_model
 from combine_lab.model import costs
@@ -189,7 +189,8 @@ def test_csv_round_trip_and_its_header(tmp_path):
     rows = synthetic()
     path = write_probe_csv(tmp_path / "p.csv", rows)
     assert path.read_text().splitlines()[0] == ",".join(PROBE_HEADER) == \
-        "kind,pes,src,dst,peers,cores,puts,bytes,buffering,time_us,repeats,spread_us,times_us,GBps,target,soc,build,note"
+        "kind,pes,src,dst,peers,cores,puts,bytes,buffering,time_us,repeats,spread_us,times_us,GBps,target,soc,build," \
+        "link_class,note"
     back = read_probe_csv(path)
     assert [r.label() for r in back] == [r.label() for r in rows]
     assert all(np.allclose(a.times_us, b.times_us, rtol=0, atol=5e-5) for a, b in zip(back, rows))  # 4 decimals
@@ -201,3 +202,82 @@ def test_csv_round_trip_and_its_header(tmp_path):
     bad.write_text(path.read_text().replace("sdma,4,0,1,1,1,8,14336", "sdma,4,0,1,1,1,8,lots", 1))
     with pytest.raises(ResultFileError, match=r"bad.csv: line 2, column bytes: invalid literal"):
         read_probe_csv(bad)
+
+
+def test_a_file_of_the_older_header_reads_with_no_link_class(tmp_path):
+    new = write_probe_csv(tmp_path / "p.csv", synthetic())
+    lines = new.read_text().splitlines()
+    cut = PROBE_HEADER.index("link_class")
+    old = tmp_path / "old.csv"
+    old.write_text("\n".join(",".join(c for i, c in enumerate(line.split(",")) if i != cut) for line in lines) + "\n")
+    assert old.read_text().splitlines()[0] == ",".join(OLD_PROBE_HEADER)
+    assert is_probe_csv(old)
+    back = read_probe_csv(old)
+    assert [r.label() for r in back] == [r.label() for r in synthetic()] and {r.link_class for r in back} == {""}
+
+
+CARD = {"sdma_sqe_us": 2.0, "sdma_GBps": 30.0}  # a3's card class: the additive form
+
+
+def by_class(sdma_bytes=(14336, MiB, 2 * MiB)):
+    """synthetic() as a probe of 4 PEs planned on a3 writes it: the die pair's rows named, then
+    the sdma rows of one core to PE 2 (another card) made with CARD in the additive form."""
+    rows = [dataclasses.replace(r, link_class="die_pair" if r.peers == 1 else "die_pair+card")
+            if r.kind in ("sdma", "sdma_issue", "mte_put", "flag", "flag_rtt") else r for r in synthetic()]
+    for b in sdma_bytes:
+        w = float(costs.call_us(b, CARD["sdma_sqe_us"], CARD["sdma_GBps"] * 1e3, False))
+        n = 8 if b < MiB else 2
+        t = TRUE["sdma_issue_us"] + n * w + TRUE["sdma_quiet_us"]
+        rows.append(ProbeRow("sdma", 4, 0, 2, 1, 1, n, b, "", t * np.ones(3), "npu", "Ascend910_9391",
+                             link_class="card"))
+    return rows
+
+
+def test_each_link_class_probed_is_fitted_alone_and_written_to_its_class(tmp_path, capsys):
+    """A probe of 4 PEs on a3 reaches the die pair (PE 0 -> 1) and a card (PE 0 -> 2): each class's
+    SDMA parameters come back exactly, in its own cost form; the server class is named as not probed."""
+    model = load_model("a3")
+    fit = fit_probe(by_class(), model, source="classes.csv")
+    assert fit.usable, fit.report()
+    assert [(c.label, c.dst, model.links[c.cls].name, c.written) for c in fit.classes] == [("card", 2, "card", True)]
+    card = fit.classes[0].params
+    assert {n: card[n].value for n in card} == pytest.approx(CARD, rel=1e-9)
+    assert all(card[n].identified for n in card)
+    assert fit.params["sdma_GBps"].value == pytest.approx(TRUE["sdma_GBps"], rel=1e-9)  # the die pair's
+    assert fit.unreached == (("server", 17),)
+    report = fit.report()
+    assert "  (sdma_sqe_us, sdma_GBps above: link class die_pair of a3, its max form)" in report
+    assert "link class card (PE 0 -> 2; a3's card, its additive form):" in report
+    assert ("link class server: not probed (PE 0 -> 16: a probe of -pes 17 or more reaches it); its link "
+            "parameters stay a3's") in report
+    path = write_probe_csv(tmp_path / "classes.csv", by_class())
+    assert {r.link_class for r in read_probe_csv(path)} == {"die_pair", "die_pair+card", "card", ""}
+    rc = main(["calibrate", str(path), "--model", "a3", "--free", "sdma_sqe_us,sdma_GBps", "--out",
+               str(tmp_path / "m.toml")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    doc = tomllib.loads((tmp_path / "m.toml").read_text())
+    for cls, want in (("die_pair", TRUE), ("card", CARD)):
+        for n in ("sdma_sqe_us", "sdma_GBps"):
+            assert doc["links"][cls][n]["value"] == pytest.approx(want[n], rel=1e-4), (cls, n)
+            assert doc["links"][cls][n]["source"].startswith(f"P: measured by combine-lab probe ({path}; ")
+    a3 = tomllib.loads(Path(model.path).read_text())
+    assert doc["links"]["server"] == a3["links"]["server"]  # not probed: untouched
+    # one class's rows too noisy: that class's parameters are named, nothing written
+    noisy = [dataclasses.replace(r, times_us=r.times_us * np.array([1.0, 3.0, 1.0])) if r.link_class == "card" else r
+             for r in by_class()]
+    fit = fit_probe(noisy, model, free=["sdma_sqe_us", "sdma_GBps"])
+    assert fit.unidentified == ["card.sdma_sqe_us", "card.sdma_GBps"] and not fit.usable
+    assert "  card.sdma_GBps: identified by sdma rows of one core to one peer at two or more sizes" in fit.report()
+
+
+def test_the_twins_one_class_model_fits_each_probed_class_and_writes_the_nearest():
+    """host (the twin's model) prices every pair as one class: a probe planned on a3's rank map
+    still shows a fit per class, and the model takes the nearest class's."""
+    twin = [dataclasses.replace(r, target="cpu", soc="Ascend910B3") for r in by_class()]
+    fit = fit_probe(twin, load_model("host"))
+    assert [(c.label, c.dst, c.written) for c in fit.classes] == [("card", 2, False)]
+    assert fit.classes[0].note == "host prices PE 0 -> 2 as its class all, written from die_pair"
+    assert fit.classes[0].params["sdma_sqe_us"].value == pytest.approx(CARD["sdma_sqe_us"], rel=1e-9)
+    assert fit.unreached == () and "link class card (PE 0 -> 2; host's all, its additive form):" in fit.report()
+    assert fit.values()["all.sdma_sqe_us"] == fit.params["sdma_sqe_us"].value

@@ -106,6 +106,23 @@ def test_the_same_run_gives_identical_values_in_cli_sweep_and_app(two_runs, monk
     summary = tables.summarize(tidy).iloc[0]
     assert summary["comm_only_speedup"] == history["comm_only_speedup"]
     assert summary["full_op_speedup"] == history["full_op_speedup"]
+    # the one fold over repeats the app's history is (results.tables.compare_over_repeats): this
+    # Comparison has no outcomes (nothing over repeats: no spread, "no run"), the sweep's tidy has one
+    over = tables.compare_over_repeats([result_row(res) for res in two_runs.values()], None)
+    diff = {k: (over[k], history[k]) for k in [*COMPARISON_COLUMNS, "comm_only_speedup_lo", "comm_only_verdict"]
+            if not same(over[k], history[k])}
+    assert diff == {}
+    over = tables.compare_over_repeats([result_row(res) for res in two_runs.values()], tidy)
+    assert (over["comm_only_speedup"], over["comm_only_speedup_lo"], over["comm_only_speedup_hi"]) == (
+        summary["comm_only_speedup"], summary["comm_only_speedup"], summary["comm_only_speedup"])
+
+
+def test_one_fold_of_repeats():
+    """Median, min and max of the repeats, NaN left out: the run table, summaries and pairs fold with it."""
+    from combine_lab.results.rows import fold_repeats
+    assert fold_repeats([3.0, float("nan"), 1.0, 2.0]) == (2.0, 1.0, 3.0)
+    assert fold_repeats([4.0, 1.0]) == (2.5, 1.0, 4.0)
+    assert all(math.isnan(v) for v in fold_repeats([float("nan")]))
 
 
 def test_a_refused_doubleplane_is_a_row_with_its_reason_in_the_app(old_cann_npu, tmp_path, no_leaks):

@@ -131,6 +131,10 @@ void mte_put_ub(void* dst, const void* ub_src, size_t bytes, int pe, uint32_t sy
 void sdma_put(void* dst, const void* src, void* ub, uint32_t ub_size, size_t bytes, int pe, uint32_t sync_id,
               const Site& site);
 void sdma_quiet(void* ub, uint32_t ub_size, uint32_t sync_id, const Site& site);
+// Whether the calling core's last SDMA quiet saw every SDMA put of the core land (false: it gave
+// up, COMBINE_TWIN_SDMA_QUIET_GIVEUP); what the NPU build proves with a receipt
+// (combine_sdma_quiet, kernels/combine_platform.h). Twin only.
+bool sdma_quiet_landed();
 void prof_start(uint32_t frame);
 void prof_end(uint32_t frame);
 }  // namespace twin

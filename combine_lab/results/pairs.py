@@ -1,0 +1,105 @@
+"""The speed-up of any pair of kernels on the same case: the lab's variants and your kernels
+(``--kernel-source``) in one table (docs/cli.md#9-repeats-spread-and-verdicts).
+
+A kernel's speed-up is baseline time / its time of the same repeat (above 1: the kernel is
+faster), folded over the repeats as every median is (:func:`~combine_lab.results.rows.fold_repeats`).
+By default each kernel is measured against its same-settings classic
+(:attr:`combine_lab.kernels.Kernel.baseline`: ``doubleplane-segment-c6`` against ``classic-c6``, your
+kernel against ``classic``); ``compare --baseline NAME`` measures every other kernel against NAME
+(your kernel against the lab's ``doubleplane``, say).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..kernels import CLASSIC
+from ..planning.settings import lab_kernel
+from ..model.modelled import MODELLED
+from .rows import FAIL, METRICS, PASS, fold_repeats, modelled_verdict, speedup, verdict
+
+__all__ = ["PAIR_COLUMNS", "default_baseline", "pair_speedups", "pair_table"]
+
+#: Columns of :func:`pair_speedups`, in order.
+PAIR_COLUMNS = ["case_id", "routing", "settings", "kernel", "baseline", "repeats"] + [
+    c for m in METRICS for c in (f"{m}_speedup", f"{m}_speedup_lo", f"{m}_speedup_hi", f"{m}_verdict")]
+
+
+def default_baseline(name: str, is_lab: bool) -> str:
+    """The kernel ``name`` is measured against by default: for the lab's (a variant label) its
+    same-settings classic (``classic-c6``; '' for a classic, the baseline itself), for your kernel the
+    lab's ``classic``."""
+    return lab_kernel(name).baseline if is_lab else CLASSIC
+
+
+def pair_speedups(tidy: pd.DataFrame, baseline: str | None = None, modelled: bool = False) -> pd.DataFrame:
+    """One row per case, settings group and kernel with a baseline that ran: the speed-up of the pair.
+
+    ``tidy``: the tidy table (:func:`combine_lab.results.tables.tidy_rows` of every repeat: ``variant``
+    names the run, ``kernel`` is your kernel's folder, '' for the lab's); ``baseline``: the name every
+    other kernel is measured against (None: each against :func:`default_baseline`), looked up in the
+    kernel's settings group first, then among every run of the case; ``modelled``: times from a
+    timing model (one point per case, judged by :func:`~combine_lab.results.rows.modelled_verdict`).
+
+    Per repeat a run's time is CoreMaxTime/us of its slowest profiled PE; per metric the speed-up of
+    each repeat (baseline / kernel) folded into median, min and max, and the verdict: "no SDMA" only
+    for the lab's kernel against its own classic when it sent nothing by SDMA (identical traffic), else
+    by the spread. Columns: :data:`PAIR_COLUMNS`.
+    """
+    if tidy is None or tidy.empty:
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    tidy = tidy.assign(kernel=tidy["kernel"].fillna("").astype(str) if "kernel" in tidy.columns else "",
+                       settings=tidy["settings"] if "settings" in tidy.columns else "reference")
+    ran = tidy[tidy["check"].isin([PASS, FAIL, MODELLED])]
+    # a run without perf rows (your kernel priced from its recorded stream) has its row's own times
+    own = pd.Series(np.where(ran["Metric"] == "comm_only", ran["comm_only_us"], ran["full_op_us"]), index=ran.index)
+    ran = ran.assign(time=ran["CoreMaxTime/us"].fillna(own))
+    # (case, variant, metric, repeat) -> the slowest profiled PE's time; a run shared by groups counts once
+    per = ran.groupby(["CaseId", "variant", "Metric", "repeat"])["time"].max()
+    out = []
+    for (case_id, group), g in tidy.groupby(["CaseId", "settings"], sort=False):
+        for name, k in g.groupby("variant", sort=False):
+            is_lab = not str(k["kernel"].iloc[0])
+            if is_lab and "a2a" in name:  # the all_to_all baseline is a row of its own, not a kernel
+                continue
+            base = baseline if baseline is not None else default_baseline(name, is_lab)
+            if not base or base == name or (case_id, base) not in per.index.droplevel([2, 3]):
+                continue
+            sdma = float(k["sdma_bytes"].iloc[0]) if is_lab and baseline is None else math.nan
+            rec = {"case_id": case_id, "routing": k["routing"].iloc[0], "settings": group, "kernel": name,
+                   "baseline": base}
+            for m in METRICS:
+                mine, theirs = (per.get((case_id, n, m), pd.Series(dtype=float)) for n in (name, base))
+                mine.index, theirs.index = mine.index.get_level_values(-1), theirs.index.get_level_values(-1)
+                both = pd.concat({"b": theirs, "k": mine}, axis=1).dropna()
+                paired = np.asarray(speedup(both["b"], both["k"]), dtype=float)
+                paired = paired[~np.isnan(paired)]
+                rec[f"{m}_speedup"], rec[f"{m}_speedup_lo"], rec[f"{m}_speedup_hi"] = fold_repeats(paired)
+                rec[f"{m}_verdict"] = modelled_verdict(rec[f"{m}_speedup"], sdma) if modelled else verdict(paired, sdma)
+                if m == METRICS[0]:
+                    rec["repeats"] = int(paired.size)
+            if rec["repeats"]:
+                out.append(rec)
+    return pd.DataFrame(out, columns=PAIR_COLUMNS)
+
+
+def pair_table(pairs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`pair_speedups` as the CLI prints it: case, settings (only where a group is not the
+    reference's), kernel, baseline, repeats, then per metric the speed-up (3 decimals), its spread
+    ("min-max"; '-' for one repeat) and the verdict."""
+    grouped = len(pairs) and set(pairs["settings"]) != {"reference"}
+    rows = []
+    for _, r in pairs.iterrows():
+        rec = {"case": r["case_id"], **({"settings": r["settings"]} if grouped else {}), "kernel": r["kernel"],
+               "baseline": r["baseline"], "repeats": int(r["repeats"])}
+        for m in METRICS:
+            rec[f"{m} speed-up"] = f"{float(r[f'{m}_speedup']):.3f}"
+            rec[f"{m} spread"] = "-" if r["repeats"] < 2 else f"{r[f'{m}_speedup_lo']:.3f}-{r[f'{m}_speedup_hi']:.3f}"
+            rec[f"{m} verdict"] = r[f"{m}_verdict"]
+        rows.append(rec)
+    cols = ["case"] + (["settings"] if grouped else []) + ["kernel", "baseline", "repeats"] + [
+        f"{m} {c}" for m in METRICS for c in ("speed-up", "spread", "verdict")]
+    return pd.DataFrame(rows, columns=cols)

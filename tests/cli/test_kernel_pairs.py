@@ -1,0 +1,118 @@
+"""Your kernel and the lab's in one speed-up table: each against its same-settings classic, or every
+kernel against ``--baseline NAME`` (docs/cli.md#9-repeats-spread-and-verdicts)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from combine_lab import cli
+from combine_lab.errors import ParameterError
+from combine_lab.results.pairs import pair_speedups, pair_table
+
+ROOT = Path(__file__).resolve().parents[2]
+REFSTYLE = ROOT / "tests" / "kernels" / "combine_refstyle"
+CASE = ["-pes", "2", "-bs", "8", "-h", "64", "-topk", "2", "-expertPerPe", "1", "--clock", "model:a3"]
+
+
+def _pair_lines(out: str) -> list[str]:
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("speed-up = baseline time / kernel time"))
+    return [line.rstrip() for line in lines[start + 1:start + 4]]
+
+
+def test_user_kernel_and_the_labs_in_one_speedup_table(tmp_path, capsys):
+    """Modelled on a3 (deterministic): the lab's doubleplane and the user's kernel each against classic;
+    15.0704 us (classic, the slowest PE) / 34.128 us (user:refstyle, priced from its recorded stream) = 0.442."""
+    assert cli.main(["compare", "--kernel-source", str(REFSTYLE), *CASE, "--output-dir", str(tmp_path / "perf"),
+                     "--perf", "-a", "plot"]) == 0
+    out = capsys.readouterr().out
+    assert _pair_lines(out) == [
+        "            case        kernel baseline comm_only speed-up          comm_only verdict full_op speed-up            full_op verdict",
+        "shape_8_64_2_2_2   doubleplane  classic              1.000 no SDMA: identical traffic            1.000 no SDMA: identical traffic",
+        "shape_8_64_2_2_2 user:refstyle  classic              0.442    slower (modelled point)            0.529    slower (modelled point)",
+    ]
+    summary = json.loads((tmp_path / "perf-model-a3" / "combine_lab_summary.json").read_text())
+    pairs = summary["cases"][0]["speedup_pairs"]
+    assert [(p["kernel"], p["baseline"]) for p in pairs] == [("doubleplane", "classic"), ("user:refstyle", "classic")]
+    assert round(pairs[1]["comm_only"]["median"], 4) == 0.4416
+    # one comparison figure per metric holds all three
+    assert sorted(p.name for p in (tmp_path / "perf-model-a3").glob("combine_compare_*.png")) == [
+        "combine_compare_comm_only.png", "combine_compare_full_op.png"]
+
+
+def test_baseline_names_the_kernel_every_speedup_is_against(tmp_path, capsys):
+    assert cli.main(["compare", "--kernel-source", str(REFSTYLE), *CASE, "--output-dir", str(tmp_path / "perf"),
+                     "--baseline", "doubleplane"]) == 0
+    assert _pair_lines(capsys.readouterr().out) == [
+        "            case        kernel    baseline comm_only speed-up                comm_only verdict full_op speed-up                  full_op verdict",
+        "shape_8_64_2_2_2       classic doubleplane              1.000 tie (modelled point, within 5 %)            1.000 tie (modelled point, within 5 %)",
+        "shape_8_64_2_2_2 user:refstyle doubleplane              0.442          slower (modelled point)            0.529          slower (modelled point)",
+    ]
+
+
+def test_baseline_not_among_the_runs_is_refused(tmp_path, capsys):
+    from combine_lab.cli.cases import _baseline_name
+    with pytest.raises(ParameterError) as e:
+        _baseline_name("dp", ["classic", "doubleplane", "user:refstyle"])
+    assert (e.value.parameter, e.value.value) == ("--baseline", "dp")
+    assert cli.main(["compare", "--kernel-source", str(REFSTYLE), *CASE, "--output-dir", str(tmp_path / "perf"),
+                     "--baseline", "dp"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "combine-lab: error: --baseline='dp': must be hccl (the all_to_all baseline) or one of the kernels this "
+        "command runs: classic, doubleplane, user:refstyle")
+
+
+def _tidy(rows):
+    cols = ["CaseId", "routing", "variant", "kernel", "settings", "check", "Metric", "repeat", "CoreMaxTime/us",
+            "comm_only_us", "full_op_us", "sdma_bytes"]
+    return pd.DataFrame([dict(zip(cols, r)) for r in rows])
+
+
+def test_pair_speedups_pairs_repeats_and_settings_groups():
+    """Paired by repeat: classic 10, 12 / user 8, 12 -> 1.25, 1.0 (median 1.125); doubleplane-segment-c2
+    is measured against classic-c2 of its group, not against classic."""
+    rows = []
+    for rep, (c, u, c2, d2) in enumerate([(10.0, 8.0, 6.0, 3.0), (12.0, 12.0, 6.0, 2.0)]):
+        for m in ("comm_only", "full_op"):
+            rows += [("k", "uniform", "classic", "", "reference", "PASS", m, rep, c, c, c, 0),
+                     ("k", "uniform", "user:mine", "/x", "reference", "PASS", m, rep, u, u, u, 0),
+                     ("k", "uniform", "classic-c2", "", "segment-c2", "PASS", m, rep, c2, c2, c2, 0),
+                     ("k", "uniform", "doubleplane-segment-c2", "", "segment-c2", "PASS", m, rep, d2, d2, d2, 64)]
+    p = pair_speedups(_tidy(rows))
+    assert p[["settings", "kernel", "baseline", "repeats", "comm_only_speedup", "comm_only_speedup_lo",
+              "comm_only_speedup_hi", "comm_only_verdict"]].values.tolist() == [
+        ["reference", "user:mine", "classic", 2, 1.125, 1.0, 1.25, "within noise"],
+        ["segment-c2", "doubleplane-segment-c2", "classic-c2", 2, 2.5, 2.0, 3.0, "faster"]]
+    assert pair_table(p)["comm_only spread"].tolist() == ["1.000-1.250", "2.000-3.000"]
+
+
+def test_diff_compares_your_kernels_speedup_too(tmp_path, capsys):
+    for run in ("a", "b"):
+        assert cli.main(["compare", "--kernel-source", str(REFSTYLE), *CASE, "--output-dir", str(tmp_path / run),
+                         "--perf"]) == 0
+    capsys.readouterr()
+    assert cli.main(["diff", str(tmp_path / "a-model-a3"), str(tmp_path / "b-model-a3")]) == 0
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines() if "/ classic" in line]
+    assert lines == [
+        "shape_8_64_2_2_2 uniform speed-up user:refstyle / classic comm_only 0.442 - 0.442 - 1.000 tie: within the "
+        "model's resolution (5 %)",
+        "shape_8_64_2_2_2 uniform speed-up user:refstyle / classic full_op 0.529 - 0.529 - 1.000 tie: within the "
+        "model's resolution (5 %)"]
+
+
+def test_python_compare_gives_the_same_pairs():
+    from combine_lab import CaseSpec, compare
+    from combine_lab.model import load_model
+    runs = compare(CaseSpec(pes=2, bs=8, h=64, topk=2, expert_per_pe=1), clock=load_model("a3"),
+                   kernel_source=[REFSTYLE])
+    p = runs.speedups()
+    assert p[["kernel", "baseline", "comm_only_verdict"]].values.tolist() == [
+        ["doubleplane", "classic", "no SDMA: identical traffic"], ["user:refstyle", "classic", "slower (modelled point)"]]
+    assert round(float(p["comm_only_speedup"].iloc[1]), 4) == 0.4416
+    mine = runs.speedups("user:refstyle")
+    assert mine["baseline"].tolist() == ["user:refstyle"] * 2
+    assert round(float(mine["comm_only_speedup"].iloc[0]), 4) == round(1 / 0.441585, 4)
