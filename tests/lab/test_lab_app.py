@@ -866,8 +866,8 @@ def test_the_saved_comparison_has_no_legend_over_a_tick(twin_binary):
     assert _legend_over_ticks(plots.compare_per_pe(runs)) == []
 
 
-@pytest.mark.xfail(strict=True, reason="svg._colorbar: the label's last line sits at the bar's top - 6 px, a tick at "
-                                       "the top draws its text from top - 4 px: '(MiB)' touches it (fix in svg.py)")
+@pytest.mark.xfail(strict=True, reason="svg_parts._colorbar: the label's last line sits at the bar's top - 6 px, a tick at "
+                                       "the top draws its text from top - 4 px: '(MiB)' touches it (fix in svg_parts.py)")
 def test_the_heat_maps_unit_clears_its_top_tick(nothing_launches):
     """The segment map of 64 PEs (stacked view): the colour bar's "(MiB)" line against its top tick's text."""
     app = TuningApp(targets=["cpu"], pes=64, bs=64, h=8192, topk=2, expert_per_pe=2, routing_model="zipf")
