@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from combine_lab.errors import ParameterError
-from combine_lab.lab.segments import segment_details, segment_text
+from combine_lab.lab.segments import segment_details, segment_text, segment_texts
 from combine_lab.planning.planner import plan_counts
 
 # 3 PEs, one expert each, rows of 1024 int32 = 4096 B; PE 0 gets 10 rows from itself, 600 from PE 1, 100 from PE 2
@@ -51,3 +51,22 @@ def test_an_index_out_of_range_is_named():
     assert e.value.parameter == "src_rank"
     with pytest.raises(ParameterError, match=r"local_expert=1: must be an int in \[0, 1\)"):
         segment_details(p, 0, 1, 0)
+
+
+def test_every_segments_text_at_once_is_the_one_by_one_text():
+    for variant, floor in (("doubleplane", 2 * 2 ** 20), ("doubleplane", 0), ("classic", 0)):
+        p = plan_counts(COUNTS, 1024, 4, variant, floor)
+        texts = segment_texts(p)
+        assert texts.shape == (3, 1, 3)
+        assert [texts[d, 0, s] for d in range(3) for s in range(3)] == \
+            [segment_text(p, d, 0, s) for d in range(3) for s in range(3)]
+
+
+def test_the_texts_follow_the_segments_layout_with_several_experts():
+    rng = np.random.default_rng(7)
+    counts = np.cumsum(rng.integers(0, 400, size=(4, 2 * 4)), axis=1)  # 4 PEs, 2 experts: segment = le * pes + src
+    p = plan_counts(counts, 2048, 2, "doubleplane", 1 << 20)
+    texts = segment_texts(p)
+    assert all(texts[d, le, s] == segment_text(p, d, le, s) for d in range(4) for le in range(2) for s in range(4))
+    d = segment_details(p, 3, 1, 2)
+    assert d["rows"] == int(counts[3, 1 * 4 + 2] - counts[3, 1 * 4 + 1])
