@@ -415,6 +415,10 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
             from ..results.analysis import comparison_figures
             for line in comparison_figures(base, {k: (folders[k], rules[k]) for k in written}, a.analyse == "plot", clock):
                 print(line)
+        if a.perf:  # every kernel's speed-up in one figure per metric (results/analysis.py)
+            from ..results.analysis import speedup_figures
+            for line in speedup_figures(base, pairs, a.analyse == "plot", clock):
+                print(line)
     return _exit_status(outcomes, getattr(a, "counters_may_differ", False))
 
 

@@ -39,9 +39,18 @@ def test_user_kernel_and_the_labs_in_one_speedup_table(tmp_path, capsys):
     pairs = summary["cases"][0]["speedup_pairs"]
     assert [(p["kernel"], p["baseline"]) for p in pairs] == [("doubleplane", "classic"), ("user:refstyle", "classic")]
     assert round(pairs[1]["comm_only"]["median"], 4) == 0.4416
-    # one comparison figure per metric holds all three
-    assert sorted(p.name for p in (tmp_path / "perf-model-a3").glob("combine_compare_*.png")) == [
-        "combine_compare_comm_only.png", "combine_compare_full_op.png"]
+    # one comparison figure per metric holds all three, one speed-up figure per metric both pairs
+    assert sorted(p.name for p in (tmp_path / "perf-model-a3").glob("combine_*_*.png")) == [
+        "combine_compare_comm_only.png", "combine_compare_full_op.png", "combine_speedup_comm_only.png",
+        "combine_speedup_full_op.png"]
+    from combine_lab.results.analysis import speedup_figure
+    from combine_lab.results.pairs import PAIR_COLUMNS
+    pairs_df = pd.DataFrame([{**{c: None for c in PAIR_COLUMNS}, "case_id": "k", "kernel": k, "baseline": "classic",
+                              "comm_only_speedup": s, "comm_only_speedup_lo": s, "comm_only_speedup_hi": s}
+                             for k, s in (("doubleplane", 1.0), ("user:refstyle", 0.4416))])
+    ax = speedup_figure(pairs_df, "comm_only").axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["doubleplane / classic", "user:refstyle / classic"]
+    assert [round(b.get_height(), 4) for b in ax.patches] == [1.0, 0.4416]
 
 
 def test_baseline_names_the_kernel_every_speedup_is_against(tmp_path, capsys):
