@@ -31,9 +31,9 @@ def test_user_kernel_and_the_labs_in_one_speedup_table(tmp_path, capsys):
                      "--perf", "-a", "plot"]) == 0
     out = capsys.readouterr().out
     assert _pair_lines(out) == [
-        "            case        kernel baseline comm_only speed-up          comm_only verdict full_op speed-up            full_op verdict",
-        "shape_8_64_2_2_2   doubleplane  classic              1.000 no SDMA: identical traffic            1.000 no SDMA: identical traffic",
-        "shape_8_64_2_2_2 user:refstyle  classic              0.442    slower (modelled point)            0.529    slower (modelled point)",
+        "            case routing        kernel baseline comm_only speed-up          comm_only verdict full_op speed-up            full_op verdict",
+        "shape_8_64_2_2_2 uniform   doubleplane  classic              1.000 no SDMA: identical traffic            1.000 no SDMA: identical traffic",
+        "shape_8_64_2_2_2 uniform user:refstyle  classic              0.442    slower (modelled point)            0.529    slower (modelled point)",
     ]
     summary = json.loads((tmp_path / "perf-model-a3" / "combine_lab_summary.json").read_text())
     pairs = summary["cases"][0]["speedup_pairs"]
@@ -57,9 +57,9 @@ def test_baseline_names_the_kernel_every_speedup_is_against(tmp_path, capsys):
     assert cli.main(["compare", "--kernel-source", str(REFSTYLE), *CASE, "--output-dir", str(tmp_path / "perf"),
                      "--baseline", "doubleplane"]) == 0
     assert _pair_lines(capsys.readouterr().out) == [
-        "            case        kernel    baseline comm_only speed-up                comm_only verdict full_op speed-up                  full_op verdict",
-        "shape_8_64_2_2_2       classic doubleplane              1.000 tie (modelled point, within 5 %)            1.000 tie (modelled point, within 5 %)",
-        "shape_8_64_2_2_2 user:refstyle doubleplane              0.442          slower (modelled point)            0.529          slower (modelled point)",
+        "            case routing        kernel    baseline comm_only speed-up                comm_only verdict full_op speed-up                  full_op verdict",
+        "shape_8_64_2_2_2 uniform       classic doubleplane              1.000 tie (modelled point, within 5 %)            1.000 tie (modelled point, within 5 %)",
+        "shape_8_64_2_2_2 uniform user:refstyle doubleplane              0.442          slower (modelled point)            0.529          slower (modelled point)",
     ]
 
 
