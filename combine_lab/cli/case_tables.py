@@ -19,7 +19,9 @@ from ..harness import Outcome
 from ..results.bandwidth import case_bandwidth
 from ..formats.perf_csv import gib_per_s
 from ..planning.planner import VARIANTS
-from ..results.rows import FAIL, METRICS, ResultRow, fold_repeats
+from ..results.pairs import pair_speedups, pair_table
+from ..results.rows import FAIL, METRICS, ResultRow, fold_repeats, modelled_verdict
+from ..results.tables import summarize, tidy_rows
 
 
 #: The run table: column title -> field of :class:`RepeatedRow`.
@@ -105,6 +107,57 @@ def repeated_rows(outcomes: list[Outcome], summary: pd.DataFrame) -> list[Repeat
         out.append(RepeatedRow(row, len(ran), times, gib_per_s(data, med) if math.isfinite(med) else math.nan,
                                case_bandwidth(os_, spec_bytes) if spec_bytes is not None else {}))
     return out
+
+
+def fold_outcomes(outcomes: list[Outcome], entries: dict, timed: bool, perf: bool, modelled: bool) -> tuple:
+    """A run's outcomes as (tidy table, summary, table rows): a run shared by several settings groups
+    (``entries``: label -> (variant, settings, groups); classic in reference and segment) counts in
+    each; the summary (:func:`combine_lab.results.tables.summarize`) only when something was ``timed``,
+    judged by the model's tie rule when ``modelled`` (one deterministic point per case); the rows
+    folded per case and variant (:func:`repeated_rows`) whenever something was timed (your kernel
+    alone has no summary row, but its repeats fold all the same), else one per outcome."""
+    tidy = pd.DataFrame([t for o in outcomes for g in entries.get(o.row.variant, (0, 0, [o.row.settings]))[2]
+                         for t in tidy_rows(dataclasses.replace(o.row, settings=g), o.spec,
+                                            o.perf if o.result is not None else None, o.repeat)])
+    summary = summarize(tidy) if timed else pd.DataFrame()
+    if modelled and len(summary):
+        for m in METRICS:
+            summary[f"{m}_verdict"] = [modelled_verdict(x, b) for x, b in
+                                       zip(summary[f"{m}_speedup"], summary["sdma_bytes"])]
+    rows = repeated_rows(outcomes, summary) if len(summary) or perf else [o.row for o in outcomes]
+    return tidy, summary, rows
+
+
+def print_speedups(summary: pd.DataFrame, tidy: pd.DataFrame, *, several: bool, pairs: bool, against: str | None,
+                   model, repeats: int) -> pd.DataFrame:
+    """Print the run's speed-up table, what it is above it, and return the pairs (empty when none).
+
+    With ``pairs`` (your kernels ran, or ``--baseline NAME``, and something was timed): one table of every
+    kernel against its baseline (:func:`combine_lab.results.pairs.pair_table`); else, with ``several``
+    of the lab's variants, the summary's classic / doubleplane table (:func:`speedup_table`). ``model``:
+    the NpuModel of a modelled run (a point per case: no spread columns), else None."""
+    found = pair_speedups(tidy, against, modelled=model is not None) if pairs else pd.DataFrame()
+    points = ["repeats", "comm_only spread", "full_op spread"]  # a model's point has no spread
+    if len(found):
+        print("speed-up = baseline time / kernel time (above 1: the kernel faster)"
+              + (f", modelled on {model.name}: a point, no spread" if model is not None else
+                 f", the median of {repeats} paired repeat{'s' if repeats > 1 else ''} and its spread (min-max); "
+                 "within noise: the spread covers 1")
+              + ("" if against else "; each kernel against its same-settings classic (--baseline NAME for another)"))
+        shown = pair_table(found)
+        print((shown.drop(columns=points) if model is not None else shown).to_string(index=False))
+        return found
+    speedups = speedup_table(summary) if len(summary) and several else pd.DataFrame()
+    if len(speedups) and model is not None:  # one point per case: its uncertainty is the unknown parameters
+        print(f"speed-up = classic time / doubleplane time (above 1: doubleplane faster), modelled on {model.name}: "
+              "a point, no spread; how it moves over the unknown parameters: combine-lab suggest")
+        print(speedups.drop(columns=points).to_string(index=False))
+    elif len(speedups):
+        print(f"speed-up = classic time / doubleplane time (above 1: doubleplane faster), the median of "
+              f"{repeats} paired repeat{'s' if repeats > 1 else ''} and its spread (min-max); within noise: the "
+              "spread covers 1")
+        print(speedups.to_string(index=False))
+    return found
 
 
 def _summary_by_case(summary: pd.DataFrame) -> dict:

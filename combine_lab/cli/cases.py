@@ -18,8 +18,6 @@ import sys
 import warnings
 from pathlib import Path
 
-import pandas as pd
-
 from ..case.grid import make_grid
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
@@ -29,17 +27,15 @@ from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
 from ..planning.settings import group_variants
 from ..harness import BASELINE, WALL, Outcome, Run
-from ..results.rows import ERROR, METRICS, PASS, modelled_verdict
-from ..results.pairs import pair_speedups, pair_table
-from ..results.tables import summarize, tidy_rows
+from ..results.rows import ERROR, PASS
 from ..run.build import VariantRefused
 from ..run.kernel_source import kernel_source
 from ..run.launch import check_ipport
 from ..formats.perf_csv import (counters_name, perf_summary_name, rank_files, staged_outputs,
                                 variant_dir, write_summary_csv)
 from ..run.runner import RunResult, case_wait_budget_s, refusals
-from .case_tables import (BANDWIDTH_NOTE, RepeatedRow, _measured_caption, repeated_rows, speedup_table,  # noqa: F401
-                          table_text, write_run_summary)  # (RepeatedRow, repeated_rows: also for callers here)
+from .case_tables import (BANDWIDTH_NOTE, RepeatedRow, _measured_caption, fold_outcomes, print_speedups, table_text,
+                          write_run_summary)
 from .cluster import add_cluster_flag, executor
 from ..results.trace import TraceRecording
 
@@ -352,22 +348,7 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     against = getattr(a, "baseline", None)
     baseline = against == HCCL
     against = None if against in (None, HCCL) else _baseline_name(against, names)
-    if model is not None:
-        for flag, given in (("--chaos", a.chaos is not None), ("--baseline", baseline)):
-            if given:
-                raise ParameterError(f"{flag}: runs the kernel; --clock model:{model.name} prices it without running")
-        base, refused = Path(f"{a.output_dir}-model-{model.name}"), {}
-    else:
-        base, refused = Path(a.output_dir), {v: why for v, (b, _, _) in entries.items()
-                                             for why in [refusals(a.target, [b]).get(b)] if why}
-        refused.update({k.label: why for k in kernels for why in [refusals(a.target, [k.rule]).get(k.rule)] if why})
-        if refused and len(refused) == len(variants) + len(kernels):  # nothing would run: say why, exit 2
-            raise VariantRefused(next(iter(refused.values())))
-        for why in refused.values():
-            print(f"combine-lab: {why}", file=sys.stderr)
-        if baseline:
-            from ..run.baseline import require_baseline
-            require_baseline(a.target)  # before anything runs: the fix if it cannot
+    base, refused = _base_and_refused(a, entries, kernels, model, baseline)
     # label -> folder: the lab's variants, then your kernels (their files named as their rule's)
     separate = len(variants) + len(kernels) > 1
     folders = {v: variant_dir(base, v, separate) for v in variants}
@@ -384,19 +365,8 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     clock = model if model is not None else WALL
     trace = TraceRecording(getattr(a, "trace", None), model)
     trace.check(specs, kernels, a.target, [st for _, st, _ in entries.values()])
-    runs = []
-    for spec in specs:
-        runs += [Run(spec, b, clock=clock, repeats=repeats, warmup=warmup, loops=loops, perf=a.perf,
-                     prof_pe=prof_pe, min_sdma_bytes=a.min_sdma_bytes, target=a.target, timeout_s=a.timeout,
-                     chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, settings=st, group=groups[0], env=trace.env(label))
-                 for label, (b, st, groups) in entries.items()]
-        runs += [Run(spec, k.rule, clock=clock, repeats=repeats, warmup=warmup,
-                     loops=loops, perf=a.perf, prof_pe=prof_pe, min_sdma_bytes=a.min_sdma_bytes, target=a.target,
-                     timeout_s=a.timeout, chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, kernel=k,
-                     env=trace.env(k.label)) for k in kernels]
-        if baseline:
-            runs.append(Run(spec, BASELINE, warmup=a.warmup, loops=a.loops, target=a.target, timeout_s=a.timeout,
-                            fnpu=a.fnpu))
+    runs = _runs(a, specs, entries, kernels, baseline, trace, clock=clock, repeats=repeats, warmup=warmup,
+                 loops=loops, prof_pe=prof_pe)
     run_all = executor(a, max(s.pes for s in specs), DEFAULT_IPPORT)  # --cluster: connected and checked now
     outcomes: list[Outcome] = []
     outs = [base, *written.values()] if a.perf else []
@@ -419,19 +389,8 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
             if gone and model is None:
                 print(f"combine-lab: replaced an earlier {variant} run's files in {folders[variant]} ({len(gone)} of "
                       "its files, not this run's, removed)", file=sys.stderr)
-        # a run shared by several settings groups (classic in reference and segment) counts in each
-        tidy = pd.DataFrame([t for o in outcomes for g in entries.get(o.row.variant, (0, 0, [o.row.settings]))[2]
-                             for t in tidy_rows(dataclasses.replace(o.row, settings=g), o.spec,
-                                                o.perf if o.result is not None else None, o.repeat)])
-        summary = summarize(tidy) if a.perf or model is not None else pd.DataFrame()
-        if model is not None and len(summary):
-            # a model is deterministic: one point per case, judged by the model's tie rule (its resolution)
-            for m in METRICS:
-                summary[f"{m}_verdict"] = [modelled_verdict(x, b) for x, b in
-                                           zip(summary[f"{m}_speedup"], summary["sdma_bytes"])]
-        # folded per case and variant whenever something was timed: your kernel alone has no summary
-        # row (it compares the lab's variants), but its repeats fold all the same
-        rows = repeated_rows(outcomes, summary) if len(summary) or a.perf else [o.row for o in outcomes]
+        tidy, summary, rows = fold_outcomes(outcomes, entries, timed=a.perf or model is not None, perf=a.perf,
+                                            modelled=model is not None)
         print(model.caption() if model is not None else _measured_caption(a, repeats))
         if model is not None:
             print("times: CoreMaxTime/us of the " + ("slowest PE (every PE priced, as suggest does)" if prof_pe == "all"
@@ -441,27 +400,8 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
         print(table_text(rows))
         if any(isinstance(r, RepeatedRow) and r.bandwidth for r in rows):
             print(BANDWIDTH_NOTE)
-        speedups = speedup_table(summary) if len(summary) and len(variants) > 1 else pd.DataFrame()
-        pairs = pair_speedups(tidy, against, modelled=model is not None) \
-            if (kernels or against) and (a.perf or model is not None) else pd.DataFrame()
-        if len(pairs):  # your kernels and the lab's in one table, each against its baseline
-            print("speed-up = baseline time / kernel time (above 1: the kernel faster)"
-                  + (f", modelled on {model.name}: a point, no spread" if model is not None else
-                     f", the median of {repeats} paired repeat{'s' if repeats > 1 else ''} and its spread (min-max); "
-                     "within noise: the spread covers 1")
-                  + ("" if against else "; each kernel against its same-settings classic (--baseline NAME for another)"))
-            shown = pair_table(pairs)
-            print((shown.drop(columns=["repeats", "comm_only spread", "full_op spread"]) if model is not None
-                   else shown).to_string(index=False))
-        elif len(speedups) and model is not None:  # one point per case: its uncertainty is the unknown parameters
-            print(f"speed-up = classic time / doubleplane time (above 1: doubleplane faster), modelled on {model.name}: "
-                  "a point, no spread; how it moves over the unknown parameters: combine-lab suggest")
-            print(speedups.drop(columns=["repeats", "comm_only spread", "full_op spread"]).to_string(index=False))
-        elif len(speedups):
-            print(f"speed-up = classic time / doubleplane time (above 1: doubleplane faster), the median of "
-                  f"{repeats} paired repeat{'s' if repeats > 1 else ''} and its spread (min-max); within noise: the "
-                  "spread covers 1")
-            print(speedups.to_string(index=False))
+        pairs = print_speedups(summary, tidy, several=len(variants) > 1, pairs=bool(kernels or against) and (a.perf or model is not None),
+                               against=against, model=model, repeats=repeats)
         trace.write(outcomes)
         if a.perf:
             path = write_run_summary(base, a, outcomes, summary, rows,
@@ -475,13 +415,64 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
             from ..results.analysis import comparison_figures
             for line in comparison_figures(base, {k: (folders[k], rules[k]) for k in written}, a.analyse == "plot", clock):
                 print(line)
+        if a.perf:  # every kernel's speed-up in one figure per metric (results/analysis.py)
+            from ..results.analysis import speedup_figures
+            for line in speedup_figures(base, pairs, a.analyse == "plot", clock):
+                print(line)
+    return _exit_status(outcomes, getattr(a, "counters_may_differ", False))
+
+
+def _base_and_refused(a: argparse.Namespace, entries: dict, kernels: list, model, baseline: bool) -> tuple:
+    """(the output folder above every kernel's, label -> why the target refuses it), checked before
+    anything runs: a model's run writes to ``<output-dir>-model-NAME`` and refuses --chaos and
+    --baseline hccl (they run the kernel); on a target, what it refuses is said on stderr, and when
+    it refuses everything asked for, raises VariantRefused (exit 2); --baseline hccl's fix if it cannot."""
+    if model is not None:
+        for flag, given in (("--chaos", a.chaos is not None), ("--baseline", baseline)):
+            if given:
+                raise ParameterError(f"{flag}: runs the kernel; --clock model:{model.name} prices it without running",
+                                     parameter=flag)
+        return Path(f"{a.output_dir}-model-{model.name}"), {}
+    refused = {v: why for v, (b, _, _) in entries.items() for why in [refusals(a.target, [b]).get(b)] if why}
+    refused.update({k.label: why for k in kernels for why in [refusals(a.target, [k.rule]).get(k.rule)] if why})
+    if refused and len(refused) == len(entries) + len(kernels):  # nothing would run: say why, exit 2
+        raise VariantRefused(next(iter(refused.values())))
+    for why in refused.values():
+        print(f"combine-lab: {why}", file=sys.stderr)
+    if baseline:
+        from ..run.baseline import require_baseline
+        require_baseline(a.target)  # before anything runs: the fix if it cannot
+    return Path(a.output_dir), refused
+
+
+def _exit_status(outcomes: list[Outcome], may_differ: bool) -> int:
+    """0 when every run that ran passed (your kernel's counters may differ from its rule's plan with
+    ``may_differ``: --counters-may-differ) and none of your kernels failed, else 1; each failure said
+    last on stderr (a PASS of x_out is not a passed run)."""
     ran = [o.row for o in outcomes if o.row.ran]
     failed = [o.row for o in outcomes if o.row.check == ERROR]  # your kernel failed or hung (the lab's raise: exit 2)
-    may_differ = getattr(a, "counters_may_differ", False)
     passed = lambda r: r.ok or (may_differ and bool(r.kernel) and dataclasses.replace(r, counters_ok=True).ok)  # noqa: E731
-    for r in [r for r in ran if not passed(r)] + failed:  # the last word: a PASS of x_out is not a passed run
+    for r in [r for r in ran if not passed(r)] + failed:
         print(f"combine-lab: FAILED {r.variant} {r.case_id}: {_why_failed(r)}", file=sys.stderr)
     return 0 if all(passed(r) for r in ran) and not failed else 1
+
+
+def _runs(a: argparse.Namespace, specs: list[CaseSpec], entries: dict, kernels: list, baseline: bool, trace,
+          **common) -> list[Run]:
+    """Per case, in order: the lab's runs (``entries``: label -> (variant, settings, groups)), your
+    kernels, then the all_to_all baseline (``baseline``); ``common``: clock, repeats, warmup, loops,
+    prof_pe, as every kernel's run takes them."""
+    flags = dict(perf=a.perf, min_sdma_bytes=a.min_sdma_bytes, target=a.target, timeout_s=a.timeout,
+                 chaos_seed=a.chaos, fnpu=a.fnpu, fpe=a.fpe, **common)
+    runs = []
+    for spec in specs:
+        runs += [Run(spec, b, settings=st, group=groups[0], env=trace.env(label), **flags)
+                 for label, (b, st, groups) in entries.items()]
+        runs += [Run(spec, k.rule, kernel=k, env=trace.env(k.label), **flags) for k in kernels]
+        if baseline:
+            runs.append(Run(spec, BASELINE, warmup=a.warmup, loops=a.loops, target=a.target, timeout_s=a.timeout,
+                            fnpu=a.fnpu))
+    return runs
 
 
 def _baseline_name(text: str, names: list[str]) -> str:

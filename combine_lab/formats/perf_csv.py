@@ -113,6 +113,12 @@ def comparison_figure_name(metric: str) -> str:
     return f"combine_compare_{metric}.png"
 
 
+def speedup_figure_name(metric: str) -> str:
+    """``combine_speedup_<metric>.png``: the ``-a plot`` figure of every kernel's speed-up against its
+    baseline (your kernels and the lab's: docs/cli.md#9-repeats-spread-and-verdicts), in the run's output folder."""
+    return f"combine_speedup_{metric}.png"
+
+
 def report_name(variant: str) -> str:
     """``<prefix>_perf_report.md``: the ``-a md`` tables."""
     return f"{file_prefix(variant)}_perf_report.md"

@@ -26,10 +26,10 @@ from ..kernels import RULE_TITLES
 from ..errors import ResultFileError
 from ..formats.files import write_atomic
 from ..formats.perf_csv import (PERF_METRICS, comparison_figure_name, figure_name, file_prefix, fixed4,
-                                perf_summary_name, rank_files, read_perf_csv, report_name)
+                                perf_summary_name, rank_files, read_perf_csv, report_name, speedup_figure_name)
 
 __all__ = ["perf_rows", "perf_figure", "write_figures", "comparison_figure", "write_comparison_figures",
-           "markdown_report", "write_report"]
+           "markdown_report", "write_report", "speedup_figure", "speedup_figures"]
 
 _LABEL = dict(RULE_TITLES)
 _BANDWIDTH = "Bandwidth/GB/s"
@@ -230,3 +230,49 @@ def write_report(folder: str | Path, variant: str, note: str = "") -> Path:
     """Write :func:`markdown_report` to ``folder / report_name(variant)``; returns the path."""
     path = Path(folder) / report_name(variant)
     return write_atomic(path, markdown_report(folder, variant, note))
+
+
+def speedup_figure(pairs: pd.DataFrame, metric: str, note: str = "") -> Figure:
+    """Every kernel's speed-up in one figure: ``pairs`` (:func:`combine_lab.results.pairs.pair_speedups`)
+    per case one bar per kernel at the median speed-up of ``metric`` (baseline time / kernel time of
+    the same repeat; above the line at 1: the kernel faster) with the repeats' min-max as an error
+    bar, labelled "kernel / baseline". The title names the metric and ``note``, the clock."""
+    cases = list(dict.fromkeys(pairs["case_id"]))
+    labels = list(dict.fromkeys(f"{k} / {b}" for k, b in zip(pairs["kernel"], pairs["baseline"])))
+    fig = Figure(figsize=(max(8.0, 2.0 + 1.4 * len(cases) * max(len(labels), 1) / 2), 4.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    width = 0.8 / max(len(labels), 1)
+    for i, label in enumerate(labels):
+        mine = pairs[[f"{k} / {b}" == label for k, b in zip(pairs["kernel"], pairs["baseline"])]]
+        by_case = {r["case_id"]: (float(r[f"{metric}_speedup"]), float(r[f"{metric}_speedup_lo"]),
+                                  float(r[f"{metric}_speedup_hi"])) for _, r in mine.iterrows()}
+        _bars(ax, [c + (i - (len(labels) - 1) / 2) * width for c in range(len(cases))],
+              [by_case.get(c, (float("nan"),) * 3) for c in cases], width=width, label=label)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(len(cases)), cases, rotation=30 if len(cases) > 1 else 0, ha="right" if len(cases) > 1 else "center")
+    ax.set_xlabel("case (shape_bs_h_topk_E_pes)")
+    ax.set_ylabel(f"{metric} speed-up: baseline time / kernel time (1)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(title="kernel / baseline", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    title = (f"{metric} speed-up of every kernel against its baseline{', ' + note if note else ''}; bars: median "
+             "over paired repeats, error bars: min-max; above 1: the kernel faster")
+    fig.suptitle(textwrap.fill(title, width=int(fig.get_figwidth() * 10)), fontsize="medium")
+    return fig
+
+
+def speedup_figures(folder: str | Path, pairs: pd.DataFrame, draw: bool, note: str = "") -> list[str]:
+    """After a ``--perf`` run: with ``draw`` (``-a plot``) and pairs to show, :func:`speedup_figure` of
+    each metric written into ``folder`` (:func:`combine_lab.formats.perf_csv.speedup_figure_name`), else
+    an earlier run's removed (a folder holds one run's files). Returns the lines to print."""
+    paths = [Path(folder) / speedup_figure_name(m) for m in PERF_METRICS]
+    if not (draw and len(pairs)):
+        for path in paths:
+            path.unlink(missing_ok=True)
+        return []
+    for metric, path in zip(PERF_METRICS, paths):
+        buf = io.BytesIO()
+        speedup_figure(pairs, metric, note).savefig(buf, format="png", dpi=100)
+        write_atomic(path, buf.getvalue())
+    return ["speed-up figures: " + ", ".join(str(p) for p in paths)]
+

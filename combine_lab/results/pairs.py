@@ -88,18 +88,18 @@ def pair_speedups(tidy: pd.DataFrame, baseline: str | None = None, modelled: boo
 
 def pair_table(pairs: pd.DataFrame) -> pd.DataFrame:
     """:func:`pair_speedups` as the CLI prints it: case, settings (only where a group is not the
-    reference's), kernel, baseline, repeats, then per metric the speed-up (3 decimals), its spread
+    reference's), routing, kernel, baseline, repeats, then per metric the speed-up (3 decimals), its spread
     ("min-max"; '-' for one repeat) and the verdict."""
     grouped = len(pairs) and set(pairs["settings"]) != {"reference"}
     rows = []
     for _, r in pairs.iterrows():
-        rec = {"case": r["case_id"], **({"settings": r["settings"]} if grouped else {}), "kernel": r["kernel"],
-               "baseline": r["baseline"], "repeats": int(r["repeats"])}
+        rec = {"case": r["case_id"], **({"settings": r["settings"]} if grouped else {}), "routing": r["routing"],
+               "kernel": r["kernel"], "baseline": r["baseline"], "repeats": int(r["repeats"])}
         for m in METRICS:
             rec[f"{m} speed-up"] = f"{float(r[f'{m}_speedup']):.3f}"
             rec[f"{m} spread"] = "-" if r["repeats"] < 2 else f"{r[f'{m}_speedup_lo']:.3f}-{r[f'{m}_speedup_hi']:.3f}"
             rec[f"{m} verdict"] = r[f"{m}_verdict"]
         rows.append(rec)
-    cols = ["case"] + (["settings"] if grouped else []) + ["kernel", "baseline", "repeats"] + [
+    cols = ["case"] + (["settings"] if grouped else []) + ["routing", "kernel", "baseline", "repeats"] + [
         f"{m} {c}" for m in METRICS for c in ("speed-up", "spread", "verdict")]
     return pd.DataFrame(rows, columns=cols)

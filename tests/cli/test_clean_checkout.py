@@ -20,8 +20,9 @@ def _git(cwd: Path, *args: str) -> str:
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_compare_from_a_clean_copy_leaves_git_status_ignored_clean(tmp_path):
-    """compare with your kernel, --perf and -a plot on a timing model (nothing built: cheap), run from
-    another folder with the copy as the package: its files land in that folder, none in the copy."""
+    """compare --perf -a plot on a timing model (nothing built or launched: cheap), run from another
+    folder with the copy as the package: its files land in that folder, none in the copy (builds, your
+    kernel's too, go to the cache folder: run.build.cache_root)."""
     clone = tmp_path / "clone"
     files = [f for f in _git(ROOT, "ls-files", "-co", "--exclude-standard").splitlines() if (ROOT / f).is_file()]
     for f in files:
@@ -34,9 +35,8 @@ def test_compare_from_a_clean_copy_leaves_git_status_ignored_clean(tmp_path):
     here.mkdir()
     env = {**os.environ, "PYTHONPATH": str(clone), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
     env.pop("COMBINE_LAB_OUTPUT", None)
-    cmd = [sys.executable, "-m", "combine_lab", "compare", "--kernel-source", str(clone / "tests/kernels/combine_refstyle"),
-           "-pes", "2", "-bs", "8", "-h", "64", "-topk", "2", "-expertPerPe", "1", "--clock", "model:a3", "--perf",
-           "-a", "plot"]
+    cmd = [sys.executable, "-m", "combine_lab", "compare", "-pes", "2", "-bs", "8", "-h", "64", "-topk", "2",
+           "-expertPerPe", "1", "--clock", "model:a3", "--perf", "-a", "plot"]
     res = subprocess.run(cmd, cwd=here, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert _git(clone, "status", "--ignored", "--porcelain") == ""

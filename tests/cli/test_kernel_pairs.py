@@ -31,26 +31,35 @@ def test_user_kernel_and_the_labs_in_one_speedup_table(tmp_path, capsys):
                      "--perf", "-a", "plot"]) == 0
     out = capsys.readouterr().out
     assert _pair_lines(out) == [
-        "            case        kernel baseline comm_only speed-up          comm_only verdict full_op speed-up            full_op verdict",
-        "shape_8_64_2_2_2   doubleplane  classic              1.000 no SDMA: identical traffic            1.000 no SDMA: identical traffic",
-        "shape_8_64_2_2_2 user:refstyle  classic              0.442    slower (modelled point)            0.529    slower (modelled point)",
+        "            case routing        kernel baseline comm_only speed-up          comm_only verdict full_op speed-up            full_op verdict",
+        "shape_8_64_2_2_2 uniform   doubleplane  classic              1.000 no SDMA: identical traffic            1.000 no SDMA: identical traffic",
+        "shape_8_64_2_2_2 uniform user:refstyle  classic              0.442    slower (modelled point)            0.529    slower (modelled point)",
     ]
     summary = json.loads((tmp_path / "perf-model-a3" / "combine_lab_summary.json").read_text())
     pairs = summary["cases"][0]["speedup_pairs"]
     assert [(p["kernel"], p["baseline"]) for p in pairs] == [("doubleplane", "classic"), ("user:refstyle", "classic")]
     assert round(pairs[1]["comm_only"]["median"], 4) == 0.4416
-    # one comparison figure per metric holds all three
-    assert sorted(p.name for p in (tmp_path / "perf-model-a3").glob("combine_compare_*.png")) == [
-        "combine_compare_comm_only.png", "combine_compare_full_op.png"]
+    # one comparison figure per metric holds all three, one speed-up figure per metric both pairs
+    assert sorted(p.name for p in (tmp_path / "perf-model-a3").glob("combine_*_*.png")) == [
+        "combine_compare_comm_only.png", "combine_compare_full_op.png", "combine_speedup_comm_only.png",
+        "combine_speedup_full_op.png"]
+    from combine_lab.results.analysis import speedup_figure
+    from combine_lab.results.pairs import PAIR_COLUMNS
+    pairs_df = pd.DataFrame([{**{c: None for c in PAIR_COLUMNS}, "case_id": "k", "kernel": k, "baseline": "classic",
+                              "comm_only_speedup": s, "comm_only_speedup_lo": s, "comm_only_speedup_hi": s}
+                             for k, s in (("doubleplane", 1.0), ("user:refstyle", 0.4416))])
+    ax = speedup_figure(pairs_df, "comm_only").axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["doubleplane / classic", "user:refstyle / classic"]
+    assert [round(b.get_height(), 4) for b in ax.patches] == [1.0, 0.4416]
 
 
 def test_baseline_names_the_kernel_every_speedup_is_against(tmp_path, capsys):
     assert cli.main(["compare", "--kernel-source", str(REFSTYLE), *CASE, "--output-dir", str(tmp_path / "perf"),
                      "--baseline", "doubleplane"]) == 0
     assert _pair_lines(capsys.readouterr().out) == [
-        "            case        kernel    baseline comm_only speed-up                comm_only verdict full_op speed-up                  full_op verdict",
-        "shape_8_64_2_2_2       classic doubleplane              1.000 tie (modelled point, within 5 %)            1.000 tie (modelled point, within 5 %)",
-        "shape_8_64_2_2_2 user:refstyle doubleplane              0.442          slower (modelled point)            0.529          slower (modelled point)",
+        "            case routing        kernel    baseline comm_only speed-up                comm_only verdict full_op speed-up                  full_op verdict",
+        "shape_8_64_2_2_2 uniform       classic doubleplane              1.000 tie (modelled point, within 5 %)            1.000 tie (modelled point, within 5 %)",
+        "shape_8_64_2_2_2 uniform user:refstyle doubleplane              0.442          slower (modelled point)            0.529          slower (modelled point)",
     ]
 
 
