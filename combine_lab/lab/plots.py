@@ -131,13 +131,16 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
                    yerr=[(s["median"] - s["lo"]).to_numpy(), (s["hi"] - s["median"]).to_numpy()], capsize=3,
                    color=VARIANT_COLORS.get(combine[variant]), label=label[variant])
             top = max(top, float(s["hi"].max()) if len(s) else 0.0)
-        ax.set_ylim(0, top * 1.3 if top > 0 else 1.0)  # room for the legend
+        ax.set_ylim(0, top * 1.08 if top > 0 else 1.0)
         ax.set_title(f"{metric}, measured", fontsize=10)
         ax.set_xlabel("profiled PE")
         ax.set_ylabel("CoreMaxTime (us)")
         pes = sorted(set().union(*[set(_perf_by_pe(r, metric).index) for r in runs.values()]))
         ax.set_xticks(pes)
-        ax.legend(fontsize=8, loc="upper right", ncols=2)
+    # one legend for both panels, above them: inside a panel it reached over the y tick labels
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.80), ncols=max(len(runs), 1),
+               fontsize=8, frameon=False)
     verdict = ", ".join(f"{v} {'PASS' if r.check_ok else 'FAIL'}" for v, r in runs.items())
     where = f"{any_run.target} (the CPU twin)" if any_run.target == "cpu" else any_run.target
     pes = any_run.case_id.rsplit("_", 1)[-1]  # shape_bs_h_topk_E_pes
@@ -146,7 +149,7 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     fig.suptitle(f"Measured on {where}: {any_run.case_id} {any_run.routing}, {pes} PEs; median of {n} repeat"
                  f"{'s' if n > 1 else ''}, bars min-max\nx_out {verdict}"
                  + (f"; {NO_SDMA_CASE}" if no_sdma else ""), fontsize=10)
-    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.15, top=0.76, wspace=0.28)
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.15, top=0.72, wspace=0.28)
     return fig
 
 

@@ -57,7 +57,8 @@ from matplotlib import colormaps
 from .svg_parts import (ANNOTATE_CELLS, byte_label, byte_unit, EMPTY_COLOR, floor_text, largest_remote_segment, MAX_PANELS,
                         MIN_CELL_PX, PE_ROLE, plan_arrays, png_cells, SDMA_COLOR, SvgFigure, WIDTH, _Axes,
                         _byte_ticks, _Canvas, _colorbar, _hex, _INK, _legend, _linear_ticks, _MTE_COLOR,
-                        _Norm, _num, _pe_ticks, _text_width, _tick_labels, _wrap)
+                        _Norm, _e, _num, _pe_ticks, _text_width, _tick_labels, _wrap)
+from .segments import segment_texts
 
 __all__ = ["SvgFigure", "segment_map_svg", "plane_bytes_svg", "modelled_floors_svg", "png_cells", "floor_text",
            "WIDTH", "byte_unit", "byte_label", "plan_arrays", "largest_remote_segment", "SDMA_COLOR", "EMPTY_COLOR",
@@ -87,11 +88,11 @@ def segment_map_svg(plan, dtype: str = "", width: int = WIDTH, max_panels: int =
         cv.text(width / 2, 18 + 17 * i, ln, size=13, anchor="middle", weight="600")
     top = 18 + 17 * len(lines) + 8
     if pes <= max_panels:
-        return _panels(cv, scaled, rows, sdma, norm, unit, pes, epp, width, top, title, data)
+        return _panels(cv, scaled, rows, sdma, norm, unit, pes, epp, width, top, title, data, segment_texts(plan))
     return _stacked(cv, scaled, sdma, norm, unit, pes, epp, width, top, title, data)
 
 
-def _panels(cv, scaled, rows, sdma, norm, unit, pes, epp, width, top, title, data) -> str:
+def _panels(cv, scaled, rows, sdma, norm, unit, pes, epp, width, top, title, data, tips) -> str:
     bar_w = 130
     first_m, other_m, right_m = 62, 28, 12  # the first panel of a row carries the y label
 
@@ -131,6 +132,11 @@ def _panels(cv, scaled, rows, sdma, norm, unit, pes, epp, width, top, title, dat
                     dark = float(norm(scaled[d, le, s])) < 0.6
                     cv.text(x + cell_w / 2, y + cell_h / 2 + font * 0.35, rows[d, le, s], size=font, anchor="middle",
                             weight="600", color="white" if dark else "black", cls="cl-count")
+        for le in range(epp):  # transparent, over the cells: what each holds and why its plane, on hover
+            for s in range(pes):
+                cv.add(f"<rect x='{_num(ox + s * cell_w)}' y='{_num(oy + le * cell_h)}' width='{_num(cell_w)}' "
+                       f"height='{_num(cell_h)}' fill='none' pointer-events='all' class='cl-cell' data-pe='{d}' "
+                       f"data-le='{le}' data-src='{s}'><title>{_e(tips[d, le, s])}</title></rect>")
         for le in range(epp):
             for s in range(pes):
                 if sdma[d, le, s]:
@@ -167,7 +173,7 @@ def _stacked(cv, scaled, sdma, norm, unit, pes, epp, width, top, title, data) ->
     png = png_cells(np.round(rgb * 255).astype(np.uint8))
     left, img_w = 84, width - 84 - 250
     img_h = float(min(520, max(260, 2 * n)))
-    x0, y0 = left, top + 34  # room for the colour bars' labels
+    x0, y0 = left, top + 40  # room for the colour bars' labels
     cv.add(f"<image x='{x0}' y='{y0}' width='{img_w}' height='{_num(img_h)}' preserveAspectRatio='none' "
            f"style='image-rendering:pixelated' href='data:image/png;base64,{base64.b64encode(png).decode()}'/>")
     ax = _Axes(cv, x0, y0, img_w, img_h, (-0.5, pes - 0.5), (n - 0.5, -0.5))

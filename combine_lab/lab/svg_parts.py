@@ -338,7 +338,7 @@ def _colorbar(cv: _Canvas, x, y, w, h, cmap_name: str, norm: _Norm, label: str, 
     """A vertical colour bar at (x, y), ``label`` written above it (wrapped to 120 px)."""
     lines = _wrap(label, 11.5, 120)
     for i, ln in enumerate(lines):
-        cv.text(x, y - 6 - 14 * (len(lines) - 1 - i), ln, size=11.5)
+        cv.text(x, y - 11 - 14 * (len(lines) - 1 - i), ln, size=11.5)  # clear of a tick's text at the top
     cmap = colormaps[cmap_name]
     stops = "".join(f"<stop offset='{i / 16:.4f}' stop-color='{_hex(cmap(i / 16))}'/>" for i in range(17))
     cv.add(f"<defs><linearGradient id='{gid}' x1='0' y1='1' x2='0' y2='0'>{stops}</linearGradient></defs>")

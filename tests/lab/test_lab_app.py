@@ -827,20 +827,20 @@ def test_no_run_while_a_trace_goes_on_and_no_trace_while_a_run_does(monkeypatch)
     assert len(app.history) == 0
 
 
-# ---- issue 32 item 4: the two figure faults whose fix is in plots.py / svg.py (another engineer's) ----
-# strict xfails: they pass (and so fail here) the day the figure is fixed, and then lose their mark
+# ---- issue 32 items 4 and 5: the figure faults of plots.py / svg.py ----
 
 def _legend_over_ticks(fig) -> list[str]:
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
-    out = []
+    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    assert legends, "the figure has no legend"
+    ticks = []  # drawn tick labels only: a tick past the view limits keeps a stale, undrawn label
     for ax in fig.axes:
-        leg = ax.get_legend()
-        if leg is not None:
-            box = leg.get_window_extent(r)
-            out += [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels()
-                    if t.get_text() and box.overlaps(t.get_window_extent(r))]
-    return out
+        for axis, (lo, hi) in ((ax.xaxis, sorted(ax.get_xlim())), (ax.yaxis, sorted(ax.get_ylim()))):
+            ticks += [t.label1 for t in axis.get_major_ticks()
+                      if t.label1.get_text() and t.label1.get_visible() and lo <= t.get_loc() <= hi]
+    return [t.get_text() for leg in legends for t in ticks
+            if leg.get_window_extent(r).overlaps(t.get_window_extent(r))]
 
 
 def test_in_the_app_no_legend_covers_a_tick(quick_runs, no_leaks):
@@ -856,8 +856,6 @@ def test_in_the_app_no_legend_covers_a_tick(quick_runs, no_leaks):
         fig.set_size_inches(w, h)
 
 
-@pytest.mark.xfail(strict=True, reason="plots.compare_per_pe: at its own 8.8 in (saved PNGs, the notebook) the "
-                                       "two-column legend reaches over the y tick labels (fix in plots.py)")
 def test_the_saved_comparison_has_no_legend_over_a_tick(twin_binary):
     from combine_lab.lab import plots
     app = TuningApp(targets=["cpu"], **{**SMALL, "pes": 4, "repeats": 2})
@@ -866,8 +864,6 @@ def test_the_saved_comparison_has_no_legend_over_a_tick(twin_binary):
     assert _legend_over_ticks(plots.compare_per_pe(runs)) == []
 
 
-@pytest.mark.xfail(strict=True, reason="svg_parts._colorbar: the label's last line sits at the bar's top - 6 px, a tick at "
-                                       "the top draws its text from top - 4 px: '(MiB)' touches it (fix in svg_parts.py)")
 def test_the_heat_maps_unit_clears_its_top_tick(nothing_launches):
     """The segment map of 64 PEs (stacked view): the colour bar's "(MiB)" line against its top tick's text."""
     app = TuningApp(targets=["cpu"], pes=64, bs=64, h=8192, topk=2, expert_per_pe=2, routing_model="zipf")
@@ -880,8 +876,6 @@ def test_the_heat_maps_unit_clears_its_top_tick(nothing_launches):
         assert ly + 0.25 * lfs + 2 <= tick_top, (label, ly, ticks)  # the label's descent, then 2 px clear
 
 
-@pytest.mark.xfail(strict=True, reason="issue 32 item 5, hover on the segment map's cells: svg._panels draws its "
-                                       "cells without a title or data of their own (fix in svg.py)")
 def test_each_segment_map_cell_says_what_it_holds_on_hover(nothing_launches):
     app = TuningApp(targets=["cpu"], **{**SMALL, "pes": 4})
     svg = app.state.figures["segment_map"].svg
