@@ -164,6 +164,16 @@ class NpuModel:
                                  f"({self.topology.why or self.topology.text()})", parameter="pes", value=pes)
         return _pair_class(self.topology, tuple(c.pair for c in self.links), int(pes))
 
+    def link_class(self, src, dst) -> np.ndarray | str:
+        """The name of the link class PE ``src`` uses to write to PE ``dst`` (ints or int arrays,
+        broadcast together; a str for two ints, else an array of str): the rank map of
+        :class:`Topology` (:func:`link_class`, the stable entry point; docs/timing-model.md#4-machines-and-parameters).
+
+        Raises:
+            ParameterError: a rank < 0 or beyond the machine (``parameter="src"`` or ``"dst"``).
+        """
+        return link_class(self, src, dst)
+
     @property
     def assumed(self) -> list[str]:
         """Names of the assumed parameters, in file order."""
@@ -308,6 +318,64 @@ def _pair_class(t: Topology, pairs: tuple[str, ...], pes: int) -> np.ndarray:
             out[kind == k] = wider if wider is not None else narrower
     out.flags.writeable = False
     return out
+
+
+def rank_place(model: NpuModel, rank) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(server, card, die) of ``rank`` (int or int array) on ``model``'s rank map
+    (:class:`Topology`): die ``r % dies_per_card`` of card ``r // dies_per_card % cards_per_server``
+    of server ``r // (dies_per_card * cards_per_server)``; each int64 like ``rank``. A machine of
+    one class for every pair (the older file form) is one server of one card per rank.
+
+    Raises:
+        ParameterError: a rank < 0 or >= the machine's PEs (``parameter="rank"``).
+    """
+    return _place(model, rank, "rank")
+
+
+def _place(model: NpuModel, rank, what: str):
+    t = model.topology
+    r = np.asarray(rank, dtype=np.int64)
+    if r.size and (r.min() < 0 or r.max() >= t.max_pes):
+        bad = int(r.min()) if r.min() < 0 else int(r.max())
+        raise ParameterError(f"{what}={bad}: a rank of {model.name} in [0, {t.max_pes - 1}] "
+                             f"({t.why or t.text()})", parameter=what, value=bad)
+    card = r // t.dies_per_card
+    return card // t.cards_per_server, card % t.cards_per_server, r % t.dies_per_card
+
+
+def link_class(model: NpuModel, src, dst) -> np.ndarray | str:
+    """The name of the link class (``model.links[i].name``: on a3 ``die_pair``, ``card`` or
+    ``server``; on a2 ``hccs``) that PE ``src`` uses to write to PE ``dst``: the rank map
+    (:func:`rank_place`) -> same card, same server or another server -> the class taking that
+    pair (a kind with no class of its own takes the next wider class that has one, as
+    :meth:`NpuModel.pair_class`). A PE and itself: its own die's class. ``src`` and ``dst``:
+    ints or int arrays (broadcast); a str for two ints, else an array of str of the broadcast
+    shape. The one rank map the model, the probe fits and the bandwidth tables share
+    (docs/timing-model.md#4-machines-and-parameters).
+
+    Raises:
+        ParameterError: a rank < 0 or beyond the machine (``parameter="src"`` or ``"dst"``).
+    """
+    s, d = np.broadcast_arrays(np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64))
+    ss, sc, _ = _place(model, s, "src")
+    ds, dc, _ = _place(model, d, "dst")
+    kind = np.where((ss == ds) & (sc == dc), 0, np.where(ss == ds, 1, 2))
+    pairs = tuple(c.pair for c in model.links)
+    # the class of each kind, as _pair_class picks it (a 3 x 3 rank map of one die per kind)
+    by_kind = np.array([_kind_class(pairs, k) for k in range(3)], dtype=np.int64)
+    names = np.array([c.name for c in model.links], dtype=object)[by_kind[kind]]
+    return str(names) if kind.ndim == 0 else names
+
+
+def _kind_class(pairs: tuple[str, ...], k: int) -> int:
+    """The class index that takes pairs of kind ``k`` (0 same card, 1 same server, 2 other server)."""
+    if "any" in pairs:
+        return pairs.index("any")
+    if PAIRS[k] in pairs:
+        return pairs.index(PAIRS[k])
+    wider = next((pairs.index(w) for w in PAIRS[k + 1:3] if w in pairs), None)
+    narrower = next((pairs.index(w) for w in reversed(PAIRS[:k]) if w in pairs), 0)
+    return wider if wider is not None else narrower
 
 
 def model_names() -> list[str]:

@@ -191,6 +191,24 @@ def test_the_rank_map_gives_each_pe_pair_its_link_class():
                             "models more))")
 
 
+def test_link_class_is_the_rank_map_by_name():
+    """The public rank map (machines.link_class): a name per PE pair, the same as pair_class."""
+    from combine_lab.model.machines import link_class, rank_place
+
+    a3 = load_model("a3")
+    assert [link_class(a3, 0, d) for d in (0, 1, 2, 15, 16, 767)] == ["die_pair", "die_pair", "card", "card",
+                                                                       "server", "server"]
+    r = np.arange(64)
+    names = np.array([c.name for c in a3.links], dtype=object)
+    assert (link_class(a3, r[:, None], r[None, :]) == names[a3.pair_class(64)]).all()
+    assert a3.link_class(17, 16) == "die_pair" and link_class(load_model("a2"), 3, 5) == "hccs"
+    assert [x.tolist() for x in rank_place(a3, [0, 1, 2, 17, 767])] == [[0, 0, 0, 1, 47], [0, 0, 1, 0, 7],
+                                                                       [0, 1, 0, 1, 1]]
+    with pytest.raises(ParameterError) as e:
+        link_class(load_model("a2"), 0, 8)
+    assert e.value.parameter == "dst" and str(e.value).startswith("dst=8: a rank of a2 in [0, 7] (")
+
+
 def test_a_far_link_class_prices_its_own_parameters():
     """One SDMA segment from PE 0 to PE 1 (the die pair) and to PE 16 (another server): each is
     priced by its class's descriptor cost, bandwidth and form."""
