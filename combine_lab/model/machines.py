@@ -35,10 +35,14 @@ PARAMETERS = {
     "egress_GBps": "GB/s", "core_gm_GBps": "GB/s", "mte_remote_GBps": "GB/s",
     "mte_put_us": "us", "flag_us": "us", "flag_latency_us": "us", "quiet_us": "us", "sdma_engines": "engines",
     "sdma_issue_us": "us", "sdma_quiet_us": "us", "vec_elems_per_us": "elements/us", "wait_us": "us",
-    "barrier_us": "us",
+    "barrier_us": "us", "hbm_GBps": "GB/s",
 }
 #: The parameters of each link class, with their unit.
 LINK_PARAMETERS = {"link_GBps": "GB/s", "sdma_sqe_us": "us", "sdma_GBps": "GB/s"}
+#: Link parameters a class may have (absent: no such limit, infinite): ``uplink_GBps``, what all
+#: the dies of one server send over the class together, one way (a3's ``server`` class: the
+#: server's uplinks into the SuperPoD network; docs/timing-model.md#3-costs).
+OPTIONAL_LINK_PARAMETERS = {"uplink_GBps": "GB/s"}
 #: SDMA cost forms of one descriptor of b bytes: c + b / BW (additive) or max(c, b / BW) (max:
 #: the descriptor's fixed cost overlapped with its bytes).
 SDMA_FORMS = ("additive", "max")
@@ -144,8 +148,17 @@ class NpuModel:
         return self.params[self._key(name)]
 
     def link_values(self, name: str) -> np.ndarray:
-        """float64 [classes]: link parameter ``name`` of each class, in :attr:`links` order."""
-        return np.array([self.params[f"{c.name}.{name}"].value for c in self.links], dtype=np.float64)
+        """float64 [classes]: link parameter ``name`` of each class, in :attr:`links` order (an
+        optional one, :data:`OPTIONAL_LINK_PARAMETERS`, is ``inf`` where a class has none)."""
+        default = np.inf if name in OPTIONAL_LINK_PARAMETERS else None
+        return np.array([self.params[f"{c.name}.{name}"].value if default is None or f"{c.name}.{name}" in self.params
+                         else default for c in self.links], dtype=np.float64)
+
+    def server_dies(self, pes: int) -> np.ndarray:
+        """int64 [pes]: how many PEs of a launch of ``pes`` share each PE's server (the rank map,
+        :func:`rank_place`): what a server's uplinks are divided by (docs/timing-model.md#3-costs)."""
+        server = rank_place(self, np.arange(int(pes)))[0]
+        return np.bincount(server)[server]
 
     @property
     def max_form(self) -> np.ndarray:
@@ -240,8 +253,9 @@ class NpuModel:
             link = {"pair": c.pair, "what": c.what, "sdma_form": c.form}
             if c.form_source:
                 link["sdma_form_source"] = c.form_source
-            for n in LINK_PARAMETERS:
-                link[n] = _entry(self.params[f"{c.name}.{n}"])
+            for n in (*LINK_PARAMETERS, *OPTIONAL_LINK_PARAMETERS):
+                if f"{c.name}.{n}" in self.params:
+                    link[n] = _entry(self.params[f"{c.name}.{n}"])
             doc["links"][c.name] = link
         return write_atomic(Path(path), tomli_w.dumps(doc))
 
@@ -453,6 +467,9 @@ def load_model(name: str | Path) -> NpuModel:
         links.append(LinkClass(cname, pair, str(e.get("what", "")), form, str(e.get("sdma_form_source", ""))))
         for n, unit in LINK_PARAMETERS.items():
             params[f"{cname}.{n}"] = _param(p, f"{cname}.{n}", e[n], unit)
+        for n, unit in OPTIONAL_LINK_PARAMETERS.items():
+            if n in e:
+                params[f"{cname}.{n}"] = _param(p, f"{cname}.{n}", e[n], unit)
     t = doc.get("topology")
     topo = Topology(int(t.get("dies_per_card", 1)), int(t.get("cards_per_server", 1 << 30)),
                     int(t.get("servers", 1)), str(t.get("why", ""))) if t else Topology(1, 1 << 30, 1)
