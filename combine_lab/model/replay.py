@@ -123,6 +123,26 @@ def _fair_moved(owner: np.ndarray, totals: np.ndarray, x: np.ndarray) -> np.ndar
     return pre[owner, below] + (K - below) * x
 
 
+class _SparseFair:
+    """:func:`_fair_moved` over senders listed sparsely: sender i of group ``group[i]`` (int [n])
+    moves ``totals[i]`` bytes in all (float [n]); ``groups``: how many groups. Called with queries
+    (group int [q], x float [q]): for each, the sum over that group's senders of min(total, x)."""
+
+    def __init__(self, group: np.ndarray, totals: np.ndarray, groups: int):
+        order = np.lexsort((totals, group))
+        self.g, t = group[order], totals[order]
+        self.span = float(t.max(initial=0.0)) + 1.0
+        self.key = self.g * self.span + t
+        self.csum = np.concatenate([[0.0], np.cumsum(t)])
+        self.start = np.searchsorted(self.g, np.arange(groups), side="left")
+        self.end = np.searchsorted(self.g, np.arange(groups), side="right")
+
+    def __call__(self, qg: np.ndarray, x: np.ndarray) -> np.ndarray:
+        pos = np.searchsorted(self.key, qg * self.span + x, side="right")
+        pos = np.clip(pos, self.start[qg], self.end[qg])
+        return self.csum[pos] - self.csum[self.start[qg]] + (self.end[qg] - pos) * x
+
+
 def _fair_work(owner: np.ndarray, calls: np.ndarray, per_call: np.ndarray):
     """A function of queries x: for each i, the sum over the senders k of PE ``owner[i]`` of
     ``min(calls[owner, k], x[i]) * per_call[owner, k]``: the engines' work when every core has had
@@ -248,9 +268,16 @@ class Stage1:
         mte_remote = nbytes * (remote & ~sd)
         link_sdma = np.bincount(pair, weights=nbytes * sd, minlength=V * P)
         # Every sender on a link: each core's MTE bytes to that destination, and the engines' SDMA
-        # (float [V * P, B + 1]): they share the link fairly, however many cores a source rank has.
-        on_link = np.concatenate([np.bincount(pair * B + core % B, weights=mte_remote, minlength=V * P * B)
-                                  .reshape(V * P, B), link_sdma[:, None]], axis=1)
+        # (sparse: the (link, sender) pairs that move anything): they share the link fairly, however
+        # many cores a source rank has.
+        if N == 1:  # one core per source rank: a link has one core's MTE and the engines' SDMA
+            link_mte = np.bincount(pair, weights=mte_remote, minlength=V * P)
+            on_link = lambda g, x: np.minimum(link_mte[g], x) + np.minimum(link_sdma[g], x)  # noqa: E731
+        else:
+            dense = np.bincount(pair * (B + 1) + core % B, weights=mte_remote, minlength=V * P * (B + 1))
+            dense[B::B + 1] = link_sdma
+            sender_key = np.flatnonzero(dense)
+            on_link = _SparseFair(sender_key // (B + 1), dense[sender_key], V * P)
         core_remote = np.bincount(core, weights=mte_remote, minlength=V * B).reshape(V, B)
         pe_sdma = (n2 * sd2).sum(axis=1) * row
         senders = np.concatenate([core_remote, pe_sdma[:, None]], axis=1)  # [V, B + 1]
@@ -319,7 +346,7 @@ class Stage1:
         self.n_c = n_c.ravel()
         self.engine_work = work_done(n_c).ravel()
         # Fair-share bounds of the SDMA calls: their links (each core's dsts) and the PE's egress.
-        sdma_link = np.where(sd, (_fair_moved(np.arange(V * P), on_link, link_sdma) / link_pair)[pair], 0.0)
+        sdma_link = np.where(sd, (on_link(np.arange(V * P), link_sdma) / link_pair)[pair], 0.0)
         self.core_first, self.core_of_first = firsts, ks_core[firsts]
         link_bound = np.zeros(V * B)
         if len(ks_core):
@@ -329,10 +356,20 @@ class Stage1:
         bd = bytes_done(n_c).ravel()                 # the engines' bytes when each core's calls are done
         busy = (n_c > 0).ravel()
         self.egress_bytes = np.where(busy, _fair_moved(owner, senders, bd), 0.0)
-        self.sdma_hbm_bytes = np.where(busy, _fair_moved(owner, hbm_senders, bd), 0.0)
+        # HBM and uplinks bound a core's completion (its SDMA calls, its last MTE chunk), not each
+        # chunk: one query per core (the chunks before its last are bounded by the links and egress)
+        hb = _fair_moved(np.tile(owner, 2), hbm_senders, np.concatenate([bd, core_read.ravel()]))
+        self.sdma_hbm_bytes = np.where(busy, hb[:V * B], 0.0)
+        core_hbm_bytes = hb[V * B:]
         up_frac = np.divide(pe_sdma_up, pe_sdma, out=np.zeros(V), where=pe_sdma > 0)[owner]
-        self.sdma_up_t = np.where(busy & (up_frac > 0),
-                                  _fair_moved(owner, up_senders, bd * up_frac) / up_rate[owner], 0.0)
+        if up_senders.any():
+            ut = _fair_moved(np.tile(owner, 2), up_senders, np.concatenate([bd * up_frac, core_up.ravel()]))
+            ut = ut / np.tile(up_rate[owner], 2)
+        else:
+            ut = np.zeros(2 * V * B)
+        sdma_up_t = np.where(busy & (up_frac > 0), ut[:V * B], 0.0)
+        core_up_t = np.where(core_up.ravel() > 0, ut[V * B:], 0.0)
+        self.sdma_static = np.maximum(self.link_bound, sdma_up_t)  # the bounds that no point moves
 
         # ---- MTE chunks in loop order: their bounds by the links and the egress ----
         is_mte = ~sd & (n > 0)
@@ -342,12 +379,18 @@ class Stage1:
         so_far = _grouped_cumsum(ks_core, k_mte_remote, firsts)     # its remote MTE bytes so far
         fp = pair[far]
         self.far = far
-        read_so_far = _grouped_cumsum(ks_core, np.where(is_mte, nbytes, 0.0), firsts)  # its GM -> UB bytes so far
-        self.mte_hbm_bytes = _fair_moved(v[is_mte], hbm_senders, read_so_far[is_mte])
-        on_up = far & up_c
-        up_so_far = _grouped_cumsum(ks_core, np.where(on_up, nbytes, 0.0), firsts)      # its bytes off the server
-        self.far_up_t = np.where(on_up[far], _fair_moved(v[far], up_senders, up_so_far[far]) / up_rate[v[far]], 0.0)
-        self.far_link = _fair_moved(fp, on_link, to_dst[far]) / link_pair[fp]
+        # each core's last MTE chunk carries its HBM and uplink bounds (its whole reads, its bytes off the server)
+        last = np.full(len(ks_core), False)
+        if len(ks_core):
+            at_last = np.maximum.reduceat(np.where(is_mte, np.arange(len(ks_core)), -1), firsts)
+            last[at_last[at_last >= 0]] = True
+        self.last_mte = last
+        self.mte_hbm_bytes = core_hbm_bytes[ks_core[last]]
+        static = np.full(len(ks_core), -np.inf)
+        static[far] = on_link(fp, to_dst[far]) / link_pair[fp]
+        static[last] = np.maximum(static[last], core_up_t[ks_core[last]])
+        self.far_static = static[far]            # the bounds that no point moves
+        self.last_static = static[last]
         self.far_egress_bytes = _fair_moved(v[far], senders, so_far[far])
         self.key, self.ks_core, self.is_mte = key, ks_core, is_mte
         self.k_n, self.k_remote, self.k_cls = n, remote, cls
@@ -392,8 +435,8 @@ class Stage1:
         t = t + self.issues_after * issue
         egress, hbm = _rate(m["egress_GBps"]), _rate(m["hbm_GBps"])
         sdma_own = issue + self.engine_work / engines
-        sdma_done = np.maximum.reduce([sdma_own, np.broadcast_to(self.link_bound, t.shape), self.egress_bytes / egress,
-                                       self.sdma_hbm_bytes / hbm, np.broadcast_to(self.sdma_up_t, t.shape)])
+        sdma_done = np.maximum(np.maximum(sdma_own, self.sdma_static),
+                               np.maximum(self.egress_bytes / egress, self.sdma_hbm_bytes / hbm))
 
         # ---- MTE chunks in loop order: pipeline, then (payload done, within the bounds) quiet, flags ----
         gm = _rate(m["core_gm_GBps"])
@@ -406,10 +449,9 @@ class Stage1:
         D = pipe + tail
         C = _grouped_cumsum(ks_core, D, self.core_first)
         bound = np.full((K, len(ks_core)), -np.inf)
-        bound[:, is_mte] = self.mte_hbm_bytes / hbm
-        bound[:, self.far] = np.maximum.reduce([bound[:, self.far], np.broadcast_to(self.far_link, (K, self.far.sum())),
-                                                self.far_egress_bytes / egress,
-                                                np.broadcast_to(self.far_up_t, (K, self.far.sum()))])
+        bound[:, self.far] = np.maximum(self.far_static, self.far_egress_bytes / egress)
+        last = self.last_mte
+        bound[:, last] = np.maximum(np.maximum(bound[:, last], self.last_static), self.mte_hbm_bytes / hbm)
         lead = _group_scan(ks_core, np.where(is_mte, start + bound + tail - C, -np.inf))
         end = C + np.maximum(start, lead)
         mte_end = np.full((K, V * B), -np.inf)

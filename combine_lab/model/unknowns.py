@@ -44,7 +44,7 @@ ENGINES = (1, 2, 4, 8, 16, 32, 48)
 #: The parameters stage 1 reads (comm_only); SDMA ones only where a plan sends by SDMA; the
 #: segment layout's step also reads :data:`LAYOUT_READS`.
 STAGE1_READS = ("egress_GBps", "core_gm_GBps", "mte_remote_GBps", "mte_put_us", "flag_us", "quiet_us",
-                "sdma_engines", "sdma_issue_us", "sdma_quiet_us")
+                "sdma_engines", "sdma_issue_us", "sdma_quiet_us", "hbm_GBps")
 SDMA_READS = ("sdma_engines", "sdma_issue_us", "sdma_quiet_us")
 LAYOUT_READS = ("flag_latency_us", "barrier_us")
 #: Units of parameters that are counts: only whole values are priced.
@@ -211,9 +211,9 @@ class Pricer:
         self.pes = np.arange(rows.pes) if pes is None else np.asarray(pes)
         p = self.pes
         self.plan = Stage1(rows.counts[p], mask[p], p, rows.pes, rows.block_dim, rows.epp, rows.row_bytes, model,
-                           **settings_args(rows))
+                           **settings_args(rows), incoming=rows.incoming_bytes[p])
         self.classic = Stage1(base.counts[p], np.zeros_like(mask[p]), p, rows.pes, base.block_dim, base.epp,
-                              base.row_bytes, model, **settings_args(base))
+                              base.row_bytes, model, **settings_args(base), incoming=rows.incoming_bytes[p])
         reads = set(STAGE1_READS) | (set(LAYOUT_READS) if rows.settings.segment else set())
         if not mask.any():
             reads -= set(SDMA_READS)
