@@ -182,11 +182,13 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorde
         for c, ops in enumerate(cores):
             t, issued = 0.0, 0
             last_sdma_quiet = max((i for i, o in enumerate(ops) if o.kind == "sdma_quiet"), default=-1)
+            stage2 = next((i for i, o in enumerate(ops) if o.kind in ("wait", "load", "store", "barrier")), len(ops))
+            last_put = max((i for i, o in enumerate(ops[:stage2]) if o.kind in ("mte_put", "mte_put_ub")), default=-1)
             mte_start = None
             pipe_a = pipe_b = None  # the pipeline of the puts since the last quiet: GM -> UB, UB -> dst ends
             pending: set[int] = set()  # remote destinations among them
             to_dst: dict[int, float] = {}
-            so_far = read_so_far = up_so_far = 0.0
+            so_far = 0.0
             sdma_dsts: set[int] = set()
             for i, o in enumerate(ops):
                 if o.kind in ("wait", "load", "store", "barrier"):
@@ -214,23 +216,19 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorde
                     pipe_a = (t if pipe_a is None else pipe_a) + a
                     pipe_b = max(pipe_a, pipe_b if pipe_b is not None else -math.inf) + b
                     span = (pipe_b - b, pipe_b)
-                    if o.kind == "mte_put":
-                        read_so_far += o.nbytes
                     if o.dst != pe and o.kind == "mte_put":
                         to_dst[o.dst] = to_dst.get(o.dst, 0.0) + o.nbytes
                         so_far += o.nbytes
                         pending.add(o.dst)
-                        if up_cls[classes[pe, o.dst]]:
-                            up_so_far += o.nbytes
                 elif o.kind == "quiet":
                     if pipe_b is not None:
                         bound = max((on_link(d, to_dst[d]) / link[pe, d] for d in pending), default=-math.inf)
                         if pending:
                             bound = max(bound, fair(so_far) / egress)
-                            if any(up_cls[classes[pe, d]] for d in pending):
-                                bound = max(bound, fair(up_so_far, up_senders) / up_rate[pe])
-                        if read_so_far:  # the die's HBM: its GM -> UB reads
-                            bound = max(bound, fair(read_so_far, hbm_senders) / hbm)
+                        if last_put < i:  # the core's last MTE run: its HBM reads and its bytes off the server
+                            bound = max(bound, fair(core_read[c], hbm_senders) / hbm)
+                            if core_up[c]:
+                                bound = max(bound, fair(core_up[c], up_senders) / up_rate[pe])
                         t = max(t, pipe_b, mte_start + bound)
                         t_in = max(t_in, pipe_b)
                     t += m["quiet_us"]
