@@ -343,10 +343,9 @@ def _k_smallest(keys: np.ndarray, k: int) -> np.ndarray:
     t = np.float32(np.median(np.partition(sample, c, axis=1)[:, c]))
     if not np.isfinite(t):  # fewer than 3k positive weights: the exact way
         return _k_smallest_exact(keys, k)
-    mask = keys < t
-    cnt = mask.sum(axis=1)
-    flat = np.flatnonzero(mask)
+    flat = np.flatnonzero(keys < t)
     rows, cols = flat // E, flat % E
+    cnt = np.bincount(rows, minlength=m)
     vals = keys.ravel()[flat].astype(np.float64)
     order = np.argsort(rows * (2.0 * float(t) + 1.0) + vals, kind="stable")  # by row, then key
     cols, vals = cols[order], vals[order]
