@@ -226,6 +226,8 @@ class Stage1:
     chunk j sent by core j of the group serving its source rank (groups ``block_dim / N``), each
     chunk priced as a segment of its own on its own core; ``layout``: the segment layout's step
     first (:func:`layout_us`); ``sdma_mode="segment"`` then prices one SDMA call per chunk.
+    ``incoming``: float [V], the bytes written into each row's PE in the launch (its HBM takes them
+    in: :attr:`.stream.CaseRows.incoming_bytes`; default what the PE sends, a balanced exchange).
 
     Raises ValueError for an unknown ``sdma_mode``.
     """
