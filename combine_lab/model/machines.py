@@ -450,6 +450,9 @@ def load_model(name: str | Path) -> NpuModel:
     if not links_raw:  # the older form: one class for every pair
         links_raw = {"all": {"pair": "any", "what": "every PE pair", "sdma_form": "additive",
                              **{n: raw.pop(n) for n in LINK_PARAMETERS if n in raw}}}
+    if "hbm_GBps" not in raw:  # a file written before HBM was priced: it reads as before
+        raw["hbm_GBps"] = {"value": 1e9, "unit": "GB/s", "assumed": [1e9, 1e9], "calibrate": False,
+                           "reason": "not in this (older) model file: HBM not priced, as when it was written"}
     missing, unknown = sorted(set(PARAMETERS) - set(raw)), sorted(set(raw) - set(PARAMETERS))
     if missing or unknown:
         raise ParameterError(f"{p}: parameters missing {missing} / unknown {unknown}")

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from combine_lab import CaseSpec, make_case
 from combine_lab.case.case import case_from_arrays
 from combine_lab.errors import ParameterError
-from combine_lab.model.machines import OPTIONAL_LINK_PARAMETERS, LINK_PARAMETERS, PARAMETERS, load_model, model_names
+from combine_lab.model.machines import (LINK_PARAMETERS, MODELS_DIR, OPTIONAL_LINK_PARAMETERS, PARAMETERS, load_model,
+                                        model_names)
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows, core_runs, Run
 
@@ -211,6 +212,19 @@ def test_published_values_carry_their_grade_and_their_fit():
     assert {"mte_put_us", "flag_latency_us", "quiet_us", "sdma_engines", "sdma_issue_us"} <= set(a2.assumed)
     assert a3.params["sdma_engines"].range == (1.0, 48.0)
     assert model_names() == ["a2", "a3", "host"]
+
+
+def test_a_model_file_from_before_hbm_was_priced_still_loads(tmp_path):
+    text = (MODELS_DIR / "a2.toml").read_text()
+    start = text.index("[params.hbm_GBps]")
+    old = tmp_path / "old.toml"
+    old.write_text(text[:start] + text[text.index("[params.barrier_us]"):])
+    m = load_model(old)
+    assert m["hbm_GBps"] == 1e9 and not m.params["hbm_GBps"].fit and "older" in m.params["hbm_GBps"].rationale
+    case = one_segment_case(2, {1: 37}, 1024)
+    rows = case_rows(case, SOC)
+    assert replay(rows, rows.sdma("classic", 0), m).comm_only.tolist() == \
+        replay(rows, rows.sdma("classic", 0), A2).comm_only.tolist()
 
 
 def test_the_rank_map_gives_each_pe_pair_its_link_class():
