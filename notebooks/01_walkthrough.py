@@ -777,11 +777,11 @@ record["modelled"]["slowest_core"] = slowest
 # In a whole case that is not the question: `comm_only` is the slowest core's stage 1, and SDMA
 # pays when it takes enough bytes off *that* core while the engine copies them beside it. The
 # cell's output above says which core that is (run it, or see it in `combine-lab docs`). With
-# this notebook's parameters: where links are slow (a2), classic's slowest core is a remote one,
-# driving the hot expert's rows across the link, and handing its big segment to the engines
-# shortens it until the local core (local rows go by MTE, always) sets `comm_only`; where
-# links are fast (a3), the local core is the slowest from the start, and no floor changes
-# `comm_only`, whatever SDMA takes off the remote core. Neither is a verdict on its own: what that
+# this notebook's parameters, on both machines classic's slowest core is a remote one, driving the
+# hot expert's rows across the link, and handing its big segment to the engines shortens it:
+# where links are fast (a3's die pair), until the local core (local rows go by MTE, always) sets
+# `comm_only`; where they are slow (a2, one HCCS link at 20.3 GB/s that the engines and the cores
+# share), not that far: the remote core stays the slowest, only less so. Neither is a verdict on its own: what that
 # cell prints under each curve gives the speed-up over the unknowns' ranges (how many SDMA engines
 # run at once first), and a floor is called best only when it wins by more than the model's
 # resolution over all of them (docs/timing-model.md#8-choosing-the-floor). So the best

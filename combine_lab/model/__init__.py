@@ -9,7 +9,8 @@ The public surface, importable from here::
     priced = model_case(make_case(spec), DOUBLEPLANE, a3)   # ModelledResult, modelled on a3
     best = suggest(spec, a3)                    # the SDMA floor curve and the best floor
 
-- :mod:`.machines`: :class:`NpuModel`, :func:`load_model`, :func:`model_names`, :data:`PARAMETERS`;
+- :mod:`.machines`: :class:`NpuModel`, :func:`load_model`, :func:`model_names`, :data:`PARAMETERS`,
+  :func:`link_class` (the rank map: the link class name of a PE pair), :func:`rank_place`;
 - :mod:`.stream`: the operation stream of a case (:func:`case_rows`, :class:`CaseRows`);
 - :mod:`.replay`: :func:`replay` (one plan in virtual time), :func:`stage1` (many floors at once);
 - :mod:`.modelled`: :func:`model_case` (a run_case without the run), :class:`ModelledResult`;
@@ -23,10 +24,10 @@ The harness (:mod:`combine_lab.harness`) prices a Run whose clock is an NpuModel
 from __future__ import annotations
 
 from .modelled import MODELLED, ModelledResult, model_case
-from .machines import PARAMETERS, NpuModel, load_model, model_names
+from .machines import PARAMETERS, NpuModel, link_class, load_model, model_names, rank_place
 from .replay import ModelledTimes, replay, stage1
 from .stream import CaseRows, case_rows
 from .suggest import Suggestion, suggest
 
-__all__ = ["NpuModel", "load_model", "model_names", "PARAMETERS", "CaseRows", "case_rows", "ModelledTimes", "replay",
+__all__ = ["NpuModel", "link_class", "rank_place", "load_model", "model_names", "PARAMETERS", "CaseRows", "case_rows", "ModelledTimes", "replay",
            "stage1", "MODELLED", "ModelledResult", "model_case", "Suggestion", "suggest"]

@@ -32,9 +32,30 @@ def mte_remote_rate(model: NpuModel, cls) -> np.ndarray:
 
 def sdma_rate(model: NpuModel, cls) -> np.ndarray:
     """One SDMA stream's byte rate over class ``cls`` (bytes/us): ``<class>.sdma_GBps``, its table's
-    fit. The link's capacity bounds all streams and cores on it together (the fair-share bound of
+    fit, never above the link (``min(sdma_GBps, link_GBps)``: one stream cannot outrun its link;
+    the shipped fits are made so, docs/timing-model.md#4-machines-and-parameters). The link's
+    capacity bounds all streams and cores on it together (the fair-share bound of
     :mod:`.replay`), not one call."""
-    return rate(model.link_values("sdma_GBps"))[cls]
+    return np.minimum(rate(model.link_values("sdma_GBps")), rate(model.link_values("link_GBps")))[cls]
+
+
+def uplink_classes(model: NpuModel) -> np.ndarray:
+    """bool [classes]: the classes whose traffic crosses the server's uplinks (a finite
+    ``<class>.uplink_GBps``: a3's ``server``)."""
+    return np.isfinite(model.link_values("uplink_GBps"))
+
+
+def uplink_share(model: NpuModel, pes: int) -> np.ndarray:
+    """float64 [pes]: bytes/us of its server's uplinks each PE of a launch of ``pes`` may use:
+    ``uplink_GBps`` divided equally among the server's PEs in the launch
+    (:meth:`~combine_lab.model.machines.NpuModel.server_dies`; an approximation: a die that sends
+    less off its server would leave more to the others, so the heaviest die is priced a little
+    slow). ``inf`` where no class has uplinks."""
+    up = model.link_values("uplink_GBps")
+    up = up[np.isfinite(up)]
+    if not len(up):
+        return np.full(int(pes), np.inf)
+    return rate(float(up.min())) / model.server_dies(pes)
 
 
 def call_us(nbytes, c_us, bw, is_max) -> np.ndarray:

@@ -35,10 +35,14 @@ PARAMETERS = {
     "egress_GBps": "GB/s", "core_gm_GBps": "GB/s", "mte_remote_GBps": "GB/s",
     "mte_put_us": "us", "flag_us": "us", "flag_latency_us": "us", "quiet_us": "us", "sdma_engines": "engines",
     "sdma_issue_us": "us", "sdma_quiet_us": "us", "vec_elems_per_us": "elements/us", "wait_us": "us",
-    "barrier_us": "us",
+    "barrier_us": "us", "hbm_GBps": "GB/s",
 }
 #: The parameters of each link class, with their unit.
 LINK_PARAMETERS = {"link_GBps": "GB/s", "sdma_sqe_us": "us", "sdma_GBps": "GB/s"}
+#: Link parameters a class may have (absent: no such limit, infinite): ``uplink_GBps``, what all
+#: the dies of one server send over the class together, one way (a3's ``server`` class: the
+#: server's uplinks into the SuperPoD network; docs/timing-model.md#3-costs).
+OPTIONAL_LINK_PARAMETERS = {"uplink_GBps": "GB/s"}
 #: SDMA cost forms of one descriptor of b bytes: c + b / BW (additive) or max(c, b / BW) (max:
 #: the descriptor's fixed cost overlapped with its bytes).
 SDMA_FORMS = ("additive", "max")
@@ -144,8 +148,17 @@ class NpuModel:
         return self.params[self._key(name)]
 
     def link_values(self, name: str) -> np.ndarray:
-        """float64 [classes]: link parameter ``name`` of each class, in :attr:`links` order."""
-        return np.array([self.params[f"{c.name}.{name}"].value for c in self.links], dtype=np.float64)
+        """float64 [classes]: link parameter ``name`` of each class, in :attr:`links` order (an
+        optional one, :data:`OPTIONAL_LINK_PARAMETERS`, is ``inf`` where a class has none)."""
+        default = np.inf if name in OPTIONAL_LINK_PARAMETERS else None
+        return np.array([self.params[f"{c.name}.{name}"].value if default is None or f"{c.name}.{name}" in self.params
+                         else default for c in self.links], dtype=np.float64)
+
+    def server_dies(self, pes: int) -> np.ndarray:
+        """int64 [pes]: how many PEs of a launch of ``pes`` share each PE's server (the rank map,
+        :func:`rank_place`): what a server's uplinks are divided by (docs/timing-model.md#3-costs)."""
+        server = rank_place(self, np.arange(int(pes)))[0]
+        return np.bincount(server)[server]
 
     @property
     def max_form(self) -> np.ndarray:
@@ -163,6 +176,16 @@ class NpuModel:
             raise ParameterError(f"pes={pes}: {self.name} models at most {self.topology.max_pes} PEs "
                                  f"({self.topology.why or self.topology.text()})", parameter="pes", value=pes)
         return _pair_class(self.topology, tuple(c.pair for c in self.links), int(pes))
+
+    def link_class(self, src, dst) -> np.ndarray | str:
+        """The name of the link class PE ``src`` uses to write to PE ``dst`` (ints or int arrays,
+        broadcast together; a str for two ints, else an array of str): the rank map of
+        :class:`Topology` (:func:`link_class`, the stable entry point; docs/timing-model.md#4-machines-and-parameters).
+
+        Raises:
+            ParameterError: a rank < 0 or beyond the machine (``parameter="src"`` or ``"dst"``).
+        """
+        return link_class(self, src, dst)
 
     @property
     def assumed(self) -> list[str]:
@@ -230,8 +253,9 @@ class NpuModel:
             link = {"pair": c.pair, "what": c.what, "sdma_form": c.form}
             if c.form_source:
                 link["sdma_form_source"] = c.form_source
-            for n in LINK_PARAMETERS:
-                link[n] = _entry(self.params[f"{c.name}.{n}"])
+            for n in (*LINK_PARAMETERS, *OPTIONAL_LINK_PARAMETERS):
+                if f"{c.name}.{n}" in self.params:
+                    link[n] = _entry(self.params[f"{c.name}.{n}"])
             doc["links"][c.name] = link
         return write_atomic(Path(path), tomli_w.dumps(doc))
 
@@ -310,6 +334,64 @@ def _pair_class(t: Topology, pairs: tuple[str, ...], pes: int) -> np.ndarray:
     return out
 
 
+def rank_place(model: NpuModel, rank) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(server, card, die) of ``rank`` (int or int array) on ``model``'s rank map
+    (:class:`Topology`): die ``r % dies_per_card`` of card ``r // dies_per_card % cards_per_server``
+    of server ``r // (dies_per_card * cards_per_server)``; each int64 like ``rank``. A machine of
+    one class for every pair (the older file form) is one server of one card per rank.
+
+    Raises:
+        ParameterError: a rank < 0 or >= the machine's PEs (``parameter="rank"``).
+    """
+    return _place(model, rank, "rank")
+
+
+def _place(model: NpuModel, rank, what: str):
+    t = model.topology
+    r = np.asarray(rank, dtype=np.int64)
+    if r.size and (r.min() < 0 or r.max() >= t.max_pes):
+        bad = int(r.min()) if r.min() < 0 else int(r.max())
+        raise ParameterError(f"{what}={bad}: a rank of {model.name} in [0, {t.max_pes - 1}] "
+                             f"({t.why or t.text()})", parameter=what, value=bad)
+    card = r // t.dies_per_card
+    return card // t.cards_per_server, card % t.cards_per_server, r % t.dies_per_card
+
+
+def link_class(model: NpuModel, src, dst) -> np.ndarray | str:
+    """The name of the link class (``model.links[i].name``: on a3 ``die_pair``, ``card`` or
+    ``server``; on a2 ``hccs``) that PE ``src`` uses to write to PE ``dst``: the rank map
+    (:func:`rank_place`) -> same card, same server or another server -> the class taking that
+    pair (a kind with no class of its own takes the next wider class that has one, as
+    :meth:`NpuModel.pair_class`). A PE and itself: its own die's class. ``src`` and ``dst``:
+    ints or int arrays (broadcast); a str for two ints, else an array of str of the broadcast
+    shape. The one rank map the model, the probe fits and the bandwidth tables share
+    (docs/timing-model.md#4-machines-and-parameters).
+
+    Raises:
+        ParameterError: a rank < 0 or beyond the machine (``parameter="src"`` or ``"dst"``).
+    """
+    s, d = np.broadcast_arrays(np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64))
+    ss, sc, _ = _place(model, s, "src")
+    ds, dc, _ = _place(model, d, "dst")
+    kind = np.where((ss == ds) & (sc == dc), 0, np.where(ss == ds, 1, 2))
+    pairs = tuple(c.pair for c in model.links)
+    # the class of each kind, as _pair_class picks it (a 3 x 3 rank map of one die per kind)
+    by_kind = np.array([_kind_class(pairs, k) for k in range(3)], dtype=np.int64)
+    names = np.array([c.name for c in model.links], dtype=object)[by_kind[kind]]
+    return str(names) if kind.ndim == 0 else names
+
+
+def _kind_class(pairs: tuple[str, ...], k: int) -> int:
+    """The class index that takes pairs of kind ``k`` (0 same card, 1 same server, 2 other server)."""
+    if "any" in pairs:
+        return pairs.index("any")
+    if PAIRS[k] in pairs:
+        return pairs.index(PAIRS[k])
+    wider = next((pairs.index(w) for w in PAIRS[k + 1:3] if w in pairs), None)
+    narrower = next((pairs.index(w) for w in reversed(PAIRS[:k]) if w in pairs), 0)
+    return wider if wider is not None else narrower
+
+
 def model_names() -> list[str]:
     """Models shipped in data/npu_models/ (e.g. ['a2', 'a3', 'host'])."""
     return sorted(p.stem for p in MODELS_DIR.glob("*.toml"))
@@ -368,6 +450,9 @@ def load_model(name: str | Path) -> NpuModel:
     if not links_raw:  # the older form: one class for every pair
         links_raw = {"all": {"pair": "any", "what": "every PE pair", "sdma_form": "additive",
                              **{n: raw.pop(n) for n in LINK_PARAMETERS if n in raw}}}
+    if "hbm_GBps" not in raw:  # a file written before HBM was priced: it reads as before
+        raw["hbm_GBps"] = {"value": 1e9, "unit": "GB/s", "assumed": [1e9, 1e9], "calibrate": False,
+                           "reason": "not in this (older) model file: HBM not priced, as when it was written"}
     missing, unknown = sorted(set(PARAMETERS) - set(raw)), sorted(set(raw) - set(PARAMETERS))
     if missing or unknown:
         raise ParameterError(f"{p}: parameters missing {missing} / unknown {unknown}")
@@ -385,6 +470,9 @@ def load_model(name: str | Path) -> NpuModel:
         links.append(LinkClass(cname, pair, str(e.get("what", "")), form, str(e.get("sdma_form_source", ""))))
         for n, unit in LINK_PARAMETERS.items():
             params[f"{cname}.{n}"] = _param(p, f"{cname}.{n}", e[n], unit)
+        for n, unit in OPTIONAL_LINK_PARAMETERS.items():
+            if n in e:
+                params[f"{cname}.{n}"] = _param(p, f"{cname}.{n}", e[n], unit)
     t = doc.get("topology")
     topo = Topology(int(t.get("dies_per_card", 1)), int(t.get("cards_per_server", 1 << 30)),
                     int(t.get("servers", 1)), str(t.get("why", ""))) if t else Topology(1, 1 << 30, 1)

@@ -88,9 +88,13 @@ def block_us(form: str, c_us: float, bw_GBps: float, nbytes) -> np.ndarray:
     return call_us(nbytes, c_us, bw_GBps * 1e3, form == "max")
 
 
-def fit_table(name: str, form: str) -> Fit:
+def fit_table(name: str, form: str, cap_GBps: float | None = None) -> Fit:
     """Least-squares fit of table ``name`` by ``form`` (``additive`` or ``max``) over its rows
-    from ``min_block`` up: the log of modelled over published block time, minimised."""
+    from ``min_block`` up: the log of modelled over published block time, minimised.
+
+    ``cap_GBps``: the class's ``link_GBps``. One stream never moves faster than its link, so a
+    free fit whose BW lands above it (a short table's c and BW trade off) is re-made with BW at the
+    cap and only c fitted (docs/timing-model.md#4-machines-and-parameters)."""
     from scipy.optimize import least_squares  # slow to import: only where a fit is made
 
     t = TABLES[name]
@@ -107,5 +111,13 @@ def fit_table(name: str, form: str) -> Fit:
         if best is None or f.cost < best.cost:
             best = f
     c, bw = np.exp(best.x)
+    if cap_GBps is not None and bw > cap_GBps:
+        bw = float(cap_GBps)
+        best = None
+        for c0 in (0.3, 1.0, 3.0):
+            f = least_squares(lambda x: res([x[0], np.log(bw)]), [np.log(c0)], method="trf")
+            if best is None or f.cost < best.cost:
+                best = f
+        c = float(np.exp(best.x[0]))
     err = float(np.max(np.abs(block_us(form, c, bw, B) / T - 1)) * 100)
     return Fit(form, float(c), float(bw), err, len(rows))

@@ -44,8 +44,8 @@ import numpy as np
 from ..case.case import Case
 from ..errors import ParameterError
 from .machines import NpuModel
-from .costs import link_rate, mte_remote_rate, sdma_call_us
-from .replay import ModelledTimes
+from .costs import link_rate, mte_remote_rate, sdma_call_us, uplink_classes, uplink_share
+from .replay import ModelledTimes, stage2_hbm_us
 
 __all__ = ["Op", "RecordedStream", "read_stream", "replay_recorded", "model_kernel"]
 
@@ -124,24 +124,41 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorde
     remote_rate = mte_remote_rate(m, classes)
     engines = m["sdma_engines"]
     valid = (case.expert_ids >= 0) & (case.expert_ids < s.moe_expert_num)
+    hbm = _rate(m["hbm_GBps"])
+    up_cls, up_rate = uplink_classes(m), uplink_share(m, P)
+    incoming = np.zeros(P)  # bytes written into each PE's window (its HBM takes them in)
+    for cores in stream.ops:
+        for ops in cores:
+            for o in ops:
+                if o.kind in ("mte_put", "mte_put_ub", "sdma_put") and 0 <= o.dst < P:
+                    incoming[o.dst] += o.nbytes
 
     comm = np.zeros((P, B))
     land: dict[tuple[int, int], float] = {}  # (owner PE, status slot) -> when its flag lands
     for pe in range(P):
         cores = stream.ops[pe]
         # ---- what the PE sends in all: links, senders, every core's SDMA calls ----
-        link_mte: dict[int, float] = {}
         link_sdma: dict[int, float] = {}
         core_remote = np.zeros(B)
         calls = np.zeros(B)
         work = np.zeros(B)
         sent = np.zeros(B)
+        core_read = np.zeros(B)
+        core_up = np.zeros(B)
+        core_dst: dict[int, np.ndarray] = {}  # per destination: each core's remote MTE bytes to it
+        sdma_up = 0.0
         for c, ops in enumerate(cores):
             for o in ops:
+                if o.kind == "mte_put":
+                    core_read[c] += o.nbytes
                 if o.kind == "mte_put" and o.dst != pe:
                     core_remote[c] += o.nbytes
-                    link_mte[o.dst] = link_mte.get(o.dst, 0.0) + o.nbytes
+                    core_dst.setdefault(o.dst, np.zeros(B))[c] += o.nbytes
+                    if up_cls[classes[pe, o.dst]]:
+                        core_up[c] += o.nbytes
                 elif o.kind == "sdma_put":
+                    if o.dst != pe and up_cls[classes[pe, o.dst]]:
+                        sdma_up += o.nbytes
                     link_sdma[o.dst] = link_sdma.get(o.dst, 0.0) + o.nbytes
                     calls[c] += 1
                     work[c] += float(sdma_call_us(m, classes[pe, o.dst], o.nbytes))
@@ -149,9 +166,15 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorde
         per_call = np.divide(work, calls, out=np.zeros(B), where=calls > 0)
         per_byte = np.divide(sent, calls, out=np.zeros(B), where=calls > 0)
         senders = np.append(core_remote, sum(link_sdma.values()))
+        hbm_senders = np.append(core_read, [sum(link_sdma.values()), incoming[pe]])
+        up_senders = np.append(core_up, sdma_up)
+        up_frac = sdma_up / sum(link_sdma.values()) if sdma_up else 0.0
 
-        def fair(x: float) -> float:  # bytes the PE's senders moved when each has moved up to x of its own
-            return float(np.minimum(senders, x).sum())
+        def fair(x: float, who: np.ndarray = senders) -> float:  # bytes moved when each sender has moved up to x
+            return float(np.minimum(who, x).sum())
+
+        def on_link(d: int, x: float) -> float:  # bytes on link pe -> d when each sender there moved up to x
+            return float(np.minimum(core_dst.get(d, np.zeros(B)), x).sum()) + min(link_sdma.get(d, 0.0), x)
 
         def served(k: int, per: np.ndarray) -> float:  # round robin: every core's first k calls, at their average
             return float((np.minimum(calls, k) * per).sum())
@@ -159,6 +182,8 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorde
         for c, ops in enumerate(cores):
             t, issued = 0.0, 0
             last_sdma_quiet = max((i for i, o in enumerate(ops) if o.kind == "sdma_quiet"), default=-1)
+            stage2 = next((i for i, o in enumerate(ops) if o.kind in ("wait", "load", "store", "barrier")), len(ops))
+            last_put = max((i for i, o in enumerate(ops[:stage2]) if o.kind in ("mte_put", "mte_put_ub")), default=-1)
             mte_start = None
             pipe_a = pipe_b = None  # the pipeline of the puts since the last quiet: GM -> UB, UB -> dst ends
             pending: set[int] = set()  # remote destinations among them
@@ -176,9 +201,10 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorde
                 elif o.kind == "sdma_quiet":
                     done = m["sdma_issue_us"] + served(issued, per_call) / engines
                     if i == last_sdma_quiet and issued:
-                        links = max(((link_sdma[d] + min(link_sdma[d], link_mte.get(d, 0.0))) / link[pe, d]
-                                     for d in sdma_dsts), default=0.0)
-                        done = max(done, links, fair(served(issued, per_byte)) / egress)
+                        links = max((on_link(d, link_sdma[d]) / link[pe, d] for d in sdma_dsts), default=0.0)
+                        x = served(issued, per_byte)
+                        done = max(done, links, fair(x) / egress, fair(x, hbm_senders) / hbm,
+                                   fair(x * up_frac, up_senders) / up_rate[pe] if up_frac else 0.0)
                     t = max(t, done) + m["sdma_quiet_us"]
                     if recorder is not None:
                         recorder.sdma_served(pe, c, issued, done)
@@ -196,10 +222,13 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorde
                         pending.add(o.dst)
                 elif o.kind == "quiet":
                     if pipe_b is not None:
-                        bound = max(((to_dst[d] + min(to_dst[d], link_sdma.get(d, 0.0))) / link[pe, d] for d in pending),
-                                    default=-math.inf)
+                        bound = max((on_link(d, to_dst[d]) / link[pe, d] for d in pending), default=-math.inf)
                         if pending:
                             bound = max(bound, fair(so_far) / egress)
+                        if last_put < i:  # the core's last MTE run: its HBM reads and its bytes off the server
+                            bound = max(bound, fair(core_read[c], hbm_senders) / hbm)
+                            if core_up[c]:
+                                bound = max(bound, fair(core_up[c], up_senders) / up_rate[pe])
                         t = max(t, pipe_b, mte_start + bound)
                         t_in = max(t_in, pipe_b)
                     t += m["quiet_us"]
@@ -215,6 +244,7 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorde
     # ---- stage 2: per token as each core first touches it ----
     read = row / core_gm
     full = np.zeros((P, B))
+    moved = np.zeros((P, B))  # stage 2's HBM bytes per core: rows read, x_out rows written
     for pe in range(P):
         for c, ops in enumerate(stream.ops[pe]):
             first = next((i for i, o in enumerate(ops) if o.kind in ("wait", "load", "store", "barrier")), len(ops))
@@ -234,9 +264,11 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorde
                 n_read = len(loaded) if loaded else sum(1 for sl in waited if valid[pe, sl // s.topk, sl % s.topk])
                 e_in, waited_at = e, max(e, arrive) + len(waited) * m["wait_us"]
                 e = waited_at + n_read * (read + s.h / m["vec_elems_per_us"]) + read
+                moved[pe, c] += (n_read + 1) * row
                 if recorder is not None:
                     recorder.token(pe, c, token, e_in, waited_at, e)
             full[pe, c] = e
+    full = np.maximum(full, stage2_hbm_us(comm, moved, m["hbm_GBps"]))
     full_op = np.repeat(full.max(axis=1, keepdims=True) + m["barrier_us"], B, axis=1)
     for pe in range(P) if recorder is not None else ():
         for c in range(B):

@@ -20,20 +20,25 @@ The model, run by run (times in microseconds; bytes per microsecond = GB/s * 1e3
   ``sdma_quiet_us``.
 - **Link classes**: every parameter named ``<class>.<name>`` is that of the PE pair's class
   (:meth:`.machines.NpuModel.pair_class`: on A3 the die pair, the cards of a server, the servers).
-- **Links and egress** are shared fairly: one link per ordered PE pair at its class's
-  ``link_GBps`` one way, all usable at once, each PE sending at most ``egress_GBps`` in all. Senders (a
-  core's MTE writes, the engines' SDMA) progress at equal shares, so a sender that has moved X
-  bytes cannot be done before the link (or egress) moved X of its own and up to X of every
-  other sender's bytes: ``sum(min(bytes_k, X)) / bandwidth``, a bound on its completion.
+- **Shared limits** (docs/timing-model.md#3-costs), each shared fairly: one link per ordered PE
+  pair at its class's ``link_GBps`` one way (every core's MTE writes to that PE and the engines'
+  SDMA on it: 48 cores on one link queue there), each PE sending at most ``egress_GBps`` in all,
+  what it sends to other servers at its share of the server's uplinks (``uplink_GBps`` over the
+  server's PEs in the launch), and its HBM (``hbm_GBps``) serving its cores' GM -> UB reads, its
+  SDMA reads and the rows written into it. Senders progress at equal shares, so a sender that has
+  moved X bytes cannot be done before the resource moved X of its own and up to X of every other
+  sender's bytes: ``sum(min(bytes_k, X)) / bandwidth``, a bound on its completion;
+  :attr:`ModelledTimes.queue_us` is how long each core waited on them.
 - **Stage 2**, per token of a core's block: wait for the last of its valid slots' flags
   (``wait_us`` per slot polled), then read each valid row (``core_gm_GBps``), cast, scale and add
-  it (``h / vec_elems_per_us``), and write x_out (one row); then ``barrier_us`` after the
-  slowest core of the PE.
+  it (``h / vec_elems_per_us``), and write x_out (one row), the PE's cores sharing its HBM
+  (:func:`stage2_hbm_us`); then ``barrier_us`` after the slowest core of the PE.
 
 Deterministic, and monotone by construction (every time is sums and maxima of costs that grow
 with bytes and shrink with bandwidth). Approximations, said where times are shown: a row larger
-than a staging buffer overlaps its chunks as if whole; HBM contention and the cache work are in
-the per-operation costs; the engines' round-robin ignores when each core issues.
+than a staging buffer overlaps its chunks as if whole; the cache work is in the per-operation
+costs; the uplinks are split equally among a server's PEs; the engines' round-robin ignores when
+each core issues.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .costs import link_rate, mte_remote_rate, sdma_call_us
+from .costs import link_rate, mte_remote_rate, sdma_call_us, uplink_classes, uplink_share
 from .machines import LINK_PARAMETERS, ModelPoints, NpuModel
 from .stream import SDMA_QUIET_EVERY, CaseRows
 
@@ -60,6 +65,7 @@ class ModelledTimes:
     full_op: np.ndarray
     block_dim: int
     caption: str
+    queue_us: np.ndarray | None = None  # float64 [pes, block_dim]: waited on shared limits (Stage1.price)
 
     def core_max(self, metric: str) -> np.ndarray:
         """float64 [pes]: CoreMaxTime/us of each PE for ``metric`` (comm_only or full_op)."""
@@ -115,6 +121,26 @@ def _fair_moved(owner: np.ndarray, totals: np.ndarray, x: np.ndarray) -> np.ndar
     flat = (np.arange(P)[:, None] * span + srt).ravel()
     below = np.searchsorted(flat, owner * span + x, side="right") - owner * K  # senders with totals <= x
     return pre[owner, below] + (K - below) * x
+
+
+class _SparseFair:
+    """:func:`_fair_moved` over senders listed sparsely: sender i of group ``group[i]`` (int [n])
+    moves ``totals[i]`` bytes in all (float [n]); ``groups``: how many groups. Called with queries
+    (group int [q], x float [q]): for each, the sum over that group's senders of min(total, x)."""
+
+    def __init__(self, group: np.ndarray, totals: np.ndarray, groups: int):
+        order = np.lexsort((totals, group))
+        self.g, t = group[order], totals[order]
+        self.span = float(t.max(initial=0.0)) + 1.0
+        self.key = self.g * self.span + t
+        self.csum = np.concatenate([[0.0], np.cumsum(t)])
+        self.start = np.searchsorted(self.g, np.arange(groups), side="left")
+        self.end = np.searchsorted(self.g, np.arange(groups), side="right")
+
+    def __call__(self, qg: np.ndarray, x: np.ndarray) -> np.ndarray:
+        pos = np.searchsorted(self.key, qg * self.span + x, side="right")
+        pos = np.clip(pos, self.start[qg], self.end[qg])
+        return self.csum[pos] - self.csum[self.start[qg]] + (self.end[qg] - pos) * x
 
 
 def _fair_work(owner: np.ndarray, calls: np.ndarray, per_call: np.ndarray):
@@ -200,13 +226,15 @@ class Stage1:
     chunk j sent by core j of the group serving its source rank (groups ``block_dim / N``), each
     chunk priced as a segment of its own on its own core; ``layout``: the segment layout's step
     first (:func:`layout_us`); ``sdma_mode="segment"`` then prices one SDMA call per chunk.
+    ``incoming``: float [V], the bytes written into each row's PE in the launch (its HBM takes them
+    in: :attr:`.stream.CaseRows.incoming_bytes`; default what the PE sends, a balanced exchange).
 
     Raises ValueError for an unknown ``sdma_mode``.
     """
 
     def __init__(self, counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, block_dim: int,
                  epp: int, row_bytes: int, model: NpuModel, sdma_mode: str = "row", *, cores_per_rank: int = 1,
-                 layout: bool = False):
+                 layout: bool = False, incoming: np.ndarray | None = None):
         if sdma_mode not in SDMA_MODES:
             raise ValueError(f"sdma_mode={sdma_mode!r}: one of {SDMA_MODES}")
         N = max(int(cores_per_rank), 1)
@@ -240,12 +268,33 @@ class Stage1:
         # Bytes per link (pe -> src) and per sender; a PE's senders: its B cores (MTE), its engines (SDMA).
         pair = v * P + src
         mte_remote = nbytes * (remote & ~sd)
-        link_mte = np.bincount(pair, weights=mte_remote, minlength=V * P)
         link_sdma = np.bincount(pair, weights=nbytes * sd, minlength=V * P)
+        # Every sender on a link: each core's MTE bytes to that destination, and the engines' SDMA
+        # (sparse: the (link, sender) pairs that move anything): they share the link fairly, however
+        # many cores a source rank has.
+        if N == 1:  # one core per source rank: a link has one core's MTE and the engines' SDMA
+            link_mte = np.bincount(pair, weights=mte_remote, minlength=V * P)
+            on_link = lambda g, x: np.minimum(link_mte[g], x) + np.minimum(link_sdma[g], x)  # noqa: E731
+        else:
+            dense = np.bincount(pair * (B + 1) + core % B, weights=mte_remote, minlength=V * P * (B + 1))
+            dense[B::B + 1] = link_sdma
+            sender_key = np.flatnonzero(dense)
+            on_link = _SparseFair(sender_key // (B + 1), dense[sender_key], V * P)
         core_remote = np.bincount(core, weights=mte_remote, minlength=V * B).reshape(V, B)
         pe_sdma = (n2 * sd2).sum(axis=1) * row
         senders = np.concatenate([core_remote, pe_sdma[:, None]], axis=1)  # [V, B + 1]
         owner = np.repeat(np.arange(V), B)
+        # The die's HBM: its cores' GM -> UB reads (every MTE chunk), its SDMA reads and the rows
+        # written into its window (``incoming``, default what it sends: a balanced exchange).
+        core_read = np.bincount(core, weights=nbytes * ~sd, minlength=V * B).reshape(V, B)
+        inc = n2.sum(axis=1) * row if incoming is None else np.broadcast_to(np.asarray(incoming, dtype=np.float64), (V,))
+        hbm_senders = np.concatenate([core_read, pe_sdma[:, None], inc[:, None]], axis=1)  # [V, B + 2]
+        # The server's uplinks: what the PE sends off its server, at its share of them.
+        up_c = uplink_classes(m)[cls] & remote
+        up_rate = uplink_share(m, P)[self.pe_of]                                           # [V] bytes/us
+        core_up = np.bincount(core, weights=nbytes * (up_c & ~sd), minlength=V * B).reshape(V, B)
+        pe_sdma_up = np.bincount(v, weights=nbytes * (up_c & sd), minlength=V)
+        up_senders = np.concatenate([core_up, pe_sdma_up[:, None]], axis=1)                # [V, B + 1]
 
         # ---- SDMA calls: per core, in loop order; the engines go round-robin across the PE's cores ----
         if sdma_mode == "row":  # one call per row; its cost is its link class's
@@ -299,15 +348,30 @@ class Stage1:
         self.n_c = n_c.ravel()
         self.engine_work = work_done(n_c).ravel()
         # Fair-share bounds of the SDMA calls: their links (each core's dsts) and the PE's egress.
-        sdma_link = np.where(sd, ((link_sdma + np.minimum(link_sdma, link_mte)) / link_pair)[pair], 0.0)
+        sdma_link = np.where(sd, (on_link(np.arange(V * P), link_sdma) / link_pair)[pair], 0.0)
         self.core_first, self.core_of_first = firsts, ks_core[firsts]
         link_bound = np.zeros(V * B)
         if len(ks_core):
             link_bound[self.core_of_first] = np.maximum.reduceat(sdma_link, firsts)
         # the egress bounds as bytes: divided by each point's egress rate when priced
         self.link_bound = link_bound
-        self.egress_bytes = np.where(n_c > 0, _fair_moved(owner, senders, bytes_done(n_c).ravel()).reshape(V, B),
-                                     0.0).ravel()
+        bd = bytes_done(n_c).ravel()                 # the engines' bytes when each core's calls are done
+        busy = (n_c > 0).ravel()
+        self.egress_bytes = np.where(busy, _fair_moved(owner, senders, bd), 0.0)
+        # HBM and uplinks bound a core's completion (its SDMA calls, its last MTE chunk), not each
+        # chunk: one query per core (the chunks before its last are bounded by the links and egress)
+        hb = _fair_moved(np.tile(owner, 2), hbm_senders, np.concatenate([bd, core_read.ravel()]))
+        self.sdma_hbm_bytes = np.where(busy, hb[:V * B], 0.0)
+        core_hbm_bytes = hb[V * B:]
+        up_frac = np.divide(pe_sdma_up, pe_sdma, out=np.zeros(V), where=pe_sdma > 0)[owner]
+        if up_senders.any():
+            ut = _fair_moved(np.tile(owner, 2), up_senders, np.concatenate([bd * up_frac, core_up.ravel()]))
+            ut = ut / np.tile(up_rate[owner], 2)
+        else:
+            ut = np.zeros(2 * V * B)
+        sdma_up_t = np.where(busy & (up_frac > 0), ut[:V * B], 0.0)
+        core_up_t = np.where(core_up.ravel() > 0, ut[V * B:], 0.0)
+        self.sdma_static = np.maximum(self.link_bound, sdma_up_t)  # the bounds that no point moves
 
         # ---- MTE chunks in loop order: their bounds by the links and the egress ----
         is_mte = ~sd & (n > 0)
@@ -317,7 +381,18 @@ class Stage1:
         so_far = _grouped_cumsum(ks_core, k_mte_remote, firsts)     # its remote MTE bytes so far
         fp = pair[far]
         self.far = far
-        self.far_link = (to_dst[far] + np.minimum(to_dst[far], link_sdma[fp])) / link_pair[fp]
+        # each core's last MTE chunk carries its HBM and uplink bounds (its whole reads, its bytes off the server)
+        last = np.full(len(ks_core), False)
+        if len(ks_core):
+            at_last = np.maximum.reduceat(np.where(is_mte, np.arange(len(ks_core)), -1), firsts)
+            last[at_last[at_last >= 0]] = True
+        self.last_mte = last
+        self.mte_hbm_bytes = core_hbm_bytes[ks_core[last]]
+        static = np.full(len(ks_core), -np.inf)
+        static[far] = on_link(fp, to_dst[far]) / link_pair[fp]
+        static[last] = np.maximum(static[last], core_up_t[ks_core[last]])
+        self.far_static = static[far]            # the bounds that no point moves
+        self.last_static = static[last]
         self.far_egress_bytes = _fair_moved(v[far], senders, so_far[far])
         self.key, self.ks_core, self.is_mte = key, ks_core, is_mte
         self.k_n, self.k_remote, self.k_cls = n, remote, cls
@@ -326,19 +401,29 @@ class Stage1:
         self.rows_c = np.bincount(core, weights=sdma_rows, minlength=V * B)
         self.sd, self.S = sd, S
 
-    def price(self, model: NpuModel | ModelPoints, flags: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    def price(self, model: NpuModel | ModelPoints, flags: bool = True, queue: bool = False):
         """comm_only float64 [K, V, block_dim] in us at the K points of ``model`` (K = 1 for an
         NpuModel), and (``flags``) flag_start float64 [K, V*epp*pes*N]: when each chunk's first status
-        flag is issued, chunk ``j`` of segment ``s`` of row ``v`` at ``(v*epp*pes + s)*N + j``.
+        flag is issued, chunk ``j`` of segment ``s`` of row ``v`` at ``(v*epp*pes + s)*N + j``;
+        with ``queue`` a third value, queue_us float64 [K, V, block_dim]: how long each core waited
+        on the shared limits (its links, the egress, the server's uplinks, the HBM) beyond its own
+        MTE pipeline and its SDMA calls' engine work (docs/timing-model.md#3-costs).
 
         Raises ValueError: a point whose links' parameters are not those it was built on.
         """
         m = _points(model)
+        if queue:
+            if len(m) > PRICE_BLOCK:
+                raise ValueError(f"Stage1.price: queue=True prices at most {PRICE_BLOCK} points")
+            return self._price(m, flags, True)
+        return self._price(m, flags, False)[:2]
+
+    def _price(self, m: ModelPoints, flags: bool, queue: bool):
         if len(m) > PRICE_BLOCK:  # in blocks: a few points' arrays stay in cache
-            parts = [self.price(ModelPoints(m.model, {n: x[i:i + PRICE_BLOCK] for n, x in m.values.items()}), flags)
-                     for i in range(0, len(m), PRICE_BLOCK)]
-            return (np.concatenate([c for c, _ in parts]),
-                    np.concatenate([f for _, f in parts]) if flags else None)
+            parts = [self._price(ModelPoints(m.model, {n: x[i:i + PRICE_BLOCK] for n, x in m.values.items()}), flags,
+                                 False) for i in range(0, len(m), PRICE_BLOCK)]
+            return (np.concatenate([c for c, _, _ in parts]),
+                    np.concatenate([f for _, f, _ in parts]) if flags else None, None)
         base = self.model
         if m.model.links != base.links or any(
                 not np.array_equal(m.link_values(n), base.link_values(n)) for n in LINK_PARAMETERS):
@@ -350,9 +435,10 @@ class Stage1:
         for act, done in self.quiets:  # SDMA quiet j of each core that has one
             t[:, act] = np.maximum(t[:, act] + SDMA_QUIET_EVERY * issue, issue + done / engines) + sq
         t = t + self.issues_after * issue
-        egress = _rate(m["egress_GBps"])
-        sdma_done = np.maximum.reduce([issue + self.engine_work / engines, np.broadcast_to(self.link_bound, t.shape),
-                                       self.egress_bytes / egress])
+        egress, hbm = _rate(m["egress_GBps"]), _rate(m["hbm_GBps"])
+        sdma_own = issue + self.engine_work / engines
+        sdma_done = np.maximum(np.maximum(sdma_own, self.sdma_static),
+                               np.maximum(self.egress_bytes / egress, self.sdma_hbm_bytes / hbm))
 
         # ---- MTE chunks in loop order: pipeline, then (payload done, within the bounds) quiet, flags ----
         gm = _rate(m["core_gm_GBps"])
@@ -365,13 +451,24 @@ class Stage1:
         D = pipe + tail
         C = _grouped_cumsum(ks_core, D, self.core_first)
         bound = np.full((K, len(ks_core)), -np.inf)
-        bound[:, self.far] = np.maximum(self.far_link, self.far_egress_bytes / egress)
+        bound[:, self.far] = np.maximum(self.far_static, self.far_egress_bytes / egress)
+        last = self.last_mte
+        bound[:, last] = np.maximum(np.maximum(bound[:, last], self.last_static), self.mte_hbm_bytes / hbm)
         lead = _group_scan(ks_core, np.where(is_mte, start + bound + tail - C, -np.inf))
         end = C + np.maximum(start, lead)
         mte_end = np.full((K, V * B), -np.inf)
         if len(ks_core):
             mte_end[:, self.core_of_first] = np.maximum.reduceat(np.where(is_mte, end, -np.inf), self.core_first,
                                                                  axis=1)
+        waited = None
+        if queue:  # without the shared limits a core's last MTE chunk ends at start + its own pipeline
+            own = np.full((K, V * B), -np.inf)
+            if len(ks_core):
+                own[:, self.core_of_first] = np.maximum.reduceat(np.where(is_mte, start + C, -np.inf),
+                                                                 self.core_first, axis=1)
+            fin = np.isfinite(mte_end)
+            waited = np.where(fin, np.where(fin, mte_end, 0.0) - np.where(fin, own, 0.0), 0.0)
+            waited = waited + np.where(self.n_c > 0, np.maximum(sdma_done - sdma_own, 0.0), 0.0)
         t = np.where(np.isfinite(mte_end), mte_end + quiet, t)
 
         # ---- SDMA tail: wait for this core's calls, then the SDMA rows' flags in loop order ----
@@ -386,19 +483,23 @@ class Stage1:
             t0 = layout_us(self.pe_of, self.pes, self.epp, m)                # [K, V]
             comm_only = comm_only + np.repeat(t0, B, axis=1)
             out = None if out is None else out + np.repeat(t0, self.S, axis=1)
-        return comm_only.reshape(K, V, B), out
+        if queue:
+            return comm_only.reshape(K, V, B), out, waited.reshape(K, V, B)
+        return comm_only.reshape(K, V, B), out, None
 
 
 def stage1(counts: np.ndarray, sdma: np.ndarray, pe_of: np.ndarray, pes: int, block_dim: int, epp: int,
            row_bytes: int, model: NpuModel, sdma_mode: str = "row", *, cores_per_rank: int = 1,
-           layout: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """:class:`Stage1` built and priced at ``model`` (same arguments).
+           layout: bool = False, incoming: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:class:`Stage1` built and priced at ``model`` (same arguments; ``incoming``: float [V] bytes
+    written into each row's PE in the launch, :attr:`.stream.CaseRows.incoming_bytes`, default
+    what the PE sends).
 
     Returns (comm_only float64 [V, block_dim] in us, flag_start float64 [V*epp*pes*N]: when each
     chunk's first status flag is issued, chunk ``j`` of segment ``s`` of row ``v`` at
     ``(v*epp*pes + s)*N + j``). Raises ValueError for an unknown ``sdma_mode``."""
     comm, flags = Stage1(counts, sdma, pe_of, pes, block_dim, epp, row_bytes, model, sdma_mode,
-                         cores_per_rank=cores_per_rank, layout=layout).price(model)
+                         cores_per_rank=cores_per_rank, layout=layout, incoming=incoming).price(model)
     return comm[0], flags[0]
 
 
@@ -419,8 +520,9 @@ def replay(rows: CaseRows, sdma: np.ndarray, model: NpuModel, sdma_mode: str | N
     """
     P, B, m = rows.pes, rows.block_dim, model
     row = float(rows.row_bytes)
-    comm_only, flag_start = stage1(rows.counts, sdma, np.arange(P), P, B, rows.epp, rows.row_bytes, m,
-                                   **settings_args(rows, sdma_mode))
+    st = Stage1(rows.counts, sdma, np.arange(P), P, B, rows.epp, rows.row_bytes, m,
+                **settings_args(rows, sdma_mode), incoming=rows.incoming_bytes)
+    comm_only, flag_start, queue_us = (x[0] for x in st.price(m, queue=True))
 
     # ---- Stage 2: every slot's flag landing, each token's last one, a scan per core ----
     at, after = rows.landing  # each slot's chunk (-1: no row) and its place in it
@@ -435,10 +537,28 @@ def replay(rows: CaseRows, sdma: np.ndarray, model: NpuModel, sdma_mode: str | N
     work = nv * (read + rows.h / m["vec_elems_per_us"] + m["wait_us"]) + read
     per = -(-rows.bs // B)
     pad = B * per - rows.bs
+    moved = np.pad((nv + 1.0) * row, ((0, 0), (0, pad))).reshape(P, B, per).sum(axis=2)  # HBM bytes per core
     arrive = np.pad(arrive, ((0, 0), (0, pad)), constant_values=-np.inf).reshape(P, B, per)
     work = np.pad(work, ((0, 0), (0, pad))).reshape(P, B, per)
     S_ = np.cumsum(work, axis=2)
     lead2 = np.maximum.accumulate(arrive - (S_ - work), axis=2)
     end2 = S_[:, :, -1] + np.maximum(comm_only, lead2[:, :, -1])
+    end2 = np.maximum(end2, stage2_hbm_us(comm_only, moved, m["hbm_GBps"]))
     full_op = np.repeat(end2.max(axis=1, keepdims=True) + m["barrier_us"], B, axis=1)
-    return ModelledTimes(comm_only, full_op, B, model.caption())
+    return ModelledTimes(comm_only, full_op, B, model.caption(), queue_us)
+
+
+def stage2_hbm_us(comm_only: np.ndarray, moved: np.ndarray, hbm_GBps: float) -> np.ndarray:
+    """float64 [pes, cores]: the HBM bound of stage 2 (us): the PE's cores read their rows and write
+    x_out through one HBM (``hbm_GBps``), shared fairly, so a core that moves X bytes (``moved``,
+    float [pes, cores]) ends no earlier than the PE's first core to start stage 2 (``comm_only``'s
+    minimum) plus ``sum(min(moved_k, X)) / hbm`` over the PE's cores (docs/timing-model.md#3-costs).
+    The one rule :func:`replay` and :mod:`.recorded` share."""
+    fair = _fair_rows(np.asarray(moved, dtype=np.float64))
+    return comm_only.min(axis=1, keepdims=True) + fair / _rate(hbm_GBps)
+
+
+def _fair_rows(moved: np.ndarray) -> np.ndarray:
+    """float [P, B]: for each core, sum over its PE's cores k of min(moved[k], moved[core])."""
+    P, B = moved.shape
+    return _fair_moved(np.repeat(np.arange(P), B), moved, moved.ravel()).reshape(P, B)

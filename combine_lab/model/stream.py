@@ -114,6 +114,12 @@ class CaseRows:
         """float64 [pes, bs]: valid slots of each token (the rows stage 2 reduces)."""
         return self.valid.sum(axis=2).astype(np.float64)
 
+    @cached_property
+    def incoming_bytes(self) -> np.ndarray:
+        """float64 [pes]: bytes stage 1 writes into each PE's window, from every PE (its own
+        tokens' rows): what its HBM takes in while it sends (docs/timing-model.md#3-costs)."""
+        return np.bincount(self.owner, minlength=self.pes).astype(np.float64) * self.row_bytes
+
     def with_settings(self, settings: KernelSettings | str | None) -> "CaseRows":
         """These rows under other kernel ``settings`` (their block_dim on the same SoC).
 

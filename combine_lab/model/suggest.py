@@ -31,8 +31,9 @@ from .unknowns import RESOLUTION, Verdict, in_full_op, verdict as unknowns_verdi
 NEVER = -1  # the floor of the classic plan in the curve's threshold column
 
 METRICS = ("comm_only", "full_op")
-#: Chunks (rows x segments) the floor curve prices at once: larger blocks only cost memory traffic.
-CURVE_BLOCK_CHUNKS = 1 << 19
+#: Chunks (rows x segments) the floor curve prices at once: larger blocks only cost memory traffic
+#: (the README case's curve: 0.60 s at 2**19, 0.43 s at 2**16, 0.51 s at 2**14, CPU).
+CURVE_BLOCK_CHUNKS = 1 << 16
 
 
 @dataclass
@@ -206,7 +207,7 @@ def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if:
             times = _comm_only_curve(rows, model, mode) if variant == "doubleplane" else np.zeros(1)
             classic_c, _ = stage1(classic_rows.counts, rows.sdma("classic", 0), np.arange(rows.pes), rows.pes,
                                   classic_rows.block_dim, rows.epp, rows.row_bytes, model,
-                                  **settings_args(classic_rows))
+                                  **settings_args(classic_rows), incoming=rows.incoming_bytes)
             times[floors == NEVER] = float(classic_c.max())  # never SDMA: the classic kernel, same cores
         else:
             times = np.array([replay(classic_rows, rows.sdma("classic", 0), model) if f == NEVER else
@@ -218,7 +219,8 @@ def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if:
         classic = float(curve["modelled_us"].iloc[-1])
     elif metric == "comm_only":
         classic = float(stage1(reference.counts, rows.sdma("classic", 0), np.arange(rows.pes), rows.pes,
-                               reference.block_dim, rows.epp, rows.row_bytes, model)[0].max())
+                               reference.block_dim, rows.epp, rows.row_bytes, model,
+                               incoming=rows.incoming_bytes)[0].max())
     else:
         classic = float(replay(reference, rows.sdma("classic", 0), model).core_max(metric).max())
     curve["speedup"] = classic / curve["modelled_us"]
@@ -292,7 +294,7 @@ def _comm_only_curve(rows: CaseRows, model: NpuModel, mode: str | None) -> np.nd
     for i in range(0, len(pe_of), step):  # rows are independent: in blocks, so the arrays stay small
         pe, c = pe_of[i:i + step], cut[i:i + step]
         comm, _ = stage1(rows.counts[pe], above[pe] & (seg_bytes[pe] >= c[:, None]), pe, P, rows.block_dim, rows.epp,
-                         rows.row_bytes, model, **settings_args(rows, mode))
+                         rows.row_bytes, model, **settings_args(rows, mode), incoming=rows.incoming_bytes[pe])
         slowest[i:i + step] = comm.max(axis=1)
     # PE p's plan at floor f: as many of its sizes as are >= f (none for the classic plan).
     f = np.where(floors == NEVER, np.inf, floors.astype(np.float64))

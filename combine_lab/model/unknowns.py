@@ -7,7 +7,7 @@ each parameter, their ratio is not. A parameter only doubleplane reads (the SDMA
 segment layout also its step's flag latency and barrier) moves the ratio one way, so its extremes
 lie at its range's ends: the band's low end has each at the end that slows doubleplane, the high
 end at the other. The parameters both plans read (the MTE ones) are searched: every vertex of
-their ranges, then a local optimiser (scipy's bounded Powell) from the most extreme vertex of each end,
+their ranges, then a local optimiser (a bounded compass search, :func:`compass_search`) from the most extreme vertex of each end,
 and the end is the most extreme value found (a value the model takes at a stated point: the
 point is reported). ``sdma_engines`` is a count: it is only ever set to whole numbers (its ends,
 and the engine curve's counts). The suite checks the band by sampling random points of the box.
@@ -44,7 +44,7 @@ ENGINES = (1, 2, 4, 8, 16, 32, 48)
 #: The parameters stage 1 reads (comm_only); SDMA ones only where a plan sends by SDMA; the
 #: segment layout's step also reads :data:`LAYOUT_READS`.
 STAGE1_READS = ("egress_GBps", "core_gm_GBps", "mte_remote_GBps", "mte_put_us", "flag_us", "quiet_us",
-                "sdma_engines", "sdma_issue_us", "sdma_quiet_us")
+                "sdma_engines", "sdma_issue_us", "sdma_quiet_us", "hbm_GBps")
 SDMA_READS = ("sdma_engines", "sdma_issue_us", "sdma_quiet_us")
 LAYOUT_READS = ("flag_latency_us", "barrier_us")
 #: Units of parameters that are counts: only whole values are priced.
@@ -211,9 +211,9 @@ class Pricer:
         self.pes = np.arange(rows.pes) if pes is None else np.asarray(pes)
         p = self.pes
         self.plan = Stage1(rows.counts[p], mask[p], p, rows.pes, rows.block_dim, rows.epp, rows.row_bytes, model,
-                           **settings_args(rows))
+                           **settings_args(rows), incoming=rows.incoming_bytes[p])
         self.classic = Stage1(base.counts[p], np.zeros_like(mask[p]), p, rows.pes, base.block_dim, base.epp,
-                              base.row_bytes, model, **settings_args(base))
+                              base.row_bytes, model, **settings_args(base), incoming=rows.incoming_bytes[p])
         reads = set(STAGE1_READS) | (set(LAYOUT_READS) if rows.settings.segment else set())
         if not mask.any():
             reads -= set(SDMA_READS)
@@ -256,16 +256,45 @@ def _corner(names: list[str], model: NpuModel, slow: bool) -> dict[str, float]:
     return out
 
 
+def compass_search(f, x0: np.ndarray, tol: float, budget: int) -> np.ndarray:
+    """A bounded compass (pattern) search for a minimum of ``f`` on the unit box [0, 1]^d from
+    ``x0`` (float [d]): each round prices every move of ``step`` along one coordinate, both ways
+    (clipped to the box), at once (``f`` maps float [K, d] to [K]); it takes the best move that
+    lowers ``f``, else halves the step, from 1/4 until below ``tol`` or after ``budget`` points.
+    Deterministic; returns the point (float [d]). The box's ends are vertices already priced, so
+    a local search from the most extreme vertex is what the band needs (docs/timing-model.md#8-choosing-the-floor)."""
+    x = np.asarray(x0, dtype=np.float64).copy()
+    fx = float(f(x[None, :])[0])
+    step, used = 0.25, 1
+    while step >= tol and used < budget:
+        moves = []
+        for i in range(len(x)):
+            for sgn in (1.0, -1.0):
+                y = x.copy()
+                y[i] = min(max(x[i] + sgn * step, 0.0), 1.0)
+                if y[i] != x[i]:
+                    moves.append(y)
+        if not moves:
+            step /= 2
+            continue
+        vals = np.asarray(f(np.array(moves)), dtype=np.float64)
+        used += len(moves)
+        j = int(np.argmin(vals))
+        if vals[j] < fx - 1e-12 * abs(fx):
+            x, fx = moves[j], float(vals[j])
+        else:
+            step /= 2
+    return x
+
+
 def box_search(pricer: Pricer, grid: dict[str, np.ndarray], cl: np.ndarray, dp: np.ndarray) -> tuple[tuple, tuple]:
     """The band's ends over the box: from the vertices ``grid`` (name -> [K] values, every
     unknown of ``pricer.names`` at an end) and each PE's classic and variant time there (``cl``,
     ``dp``: [K, pes], :meth:`Pricer.per_pe`), a bounded local search
-    (scipy.optimize.minimize, Powell) over the continuous parameters both plans read, from the
+    (:func:`compass_search`) over the continuous parameters both plans read, from the
     :data:`STARTS` most extreme vertices of each end, the others held at that vertex; each point it
     ends at priced again with every PE. Returns ((low, low_at), (high, high_at)), ``*_at``: name ->
     value."""
-    from scipy.optimize import minimize  # here: importing it costs every command a quarter second
-
     model, names = pricer.model, pricer.names
     free = [n for n in pricer.shared if model.params[n].unit not in COUNT_UNITS
             and model.params[n].range[1] > model.params[n].range[0]]
@@ -286,14 +315,14 @@ def box_search(pricer: Pricer, grid: dict[str, np.ndarray], cl: np.ndarray, dp: 
             lo = np.array([model.params[n].range[0] for n in free])
             span = np.array([model.params[n].range[1] for n in free]) - lo
 
-            def f(x, at=at):
-                point = dict(at, **{n: lo[i] + span[i] * float(x[i]) for i, n in enumerate(free)})
-                return sign * float(small.speedups({n: [v] for n, v in point.items()})[0])
+            def f(x, at=at):  # x: [K, len(free)] in the unit box -> sign * speed-up [K]
+                point = {n: np.full(len(x), v) for n, v in at.items()}
+                point.update({n: lo[i] + span[i] * x[:, i] for i, n in enumerate(free)})
+                return sign * small.speedups(point)
 
             x0 = np.array([(at[n] - lo[i]) / span[i] for i, n in enumerate(free)])
-            r = minimize(f, x0, method="Powell", bounds=[(0.0, 1.0)] * len(free),
-                         options={"xtol": _XTOL, "ftol": 1e-6, "maxfev": _FEV * len(free)})
-            found.append(dict(at, **{n: lo[i] + span[i] * float(np.clip(r.x[i], 0, 1)) for i, n in enumerate(free)}))
+            x = compass_search(f, x0, _XTOL, _FEV * len(free))
+            found.append(dict(at, **{n: lo[i] + span[i] * float(x[i]) for i, n in enumerate(free)}))
         if found:
             full = pricer.speedups({n: np.array([p[n] for p in found]) for n in names})
             for p, s in zip(found, full):

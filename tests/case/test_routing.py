@@ -264,3 +264,19 @@ def test_deepseek_preset_matches_reported_skew():
 def test_deepseek_works_at_other_shapes():
     ids, _ = draw_routing(CaseSpec(3, 10, 1, 5, 2, routing="deepseek"))
     assert ids.shape == (3, 10, 5) and ids.min() >= 0 and ids.max() < 6
+
+
+def test_k_smallest_is_exactly_argpartition_then_a_stable_sort():
+    """The threshold path of weighted_topk_distinct's selection gives exactly the argpartition way,
+    ties, zero weights and rows with few keys below the threshold included."""
+    from combine_lab.case.routing import _k_smallest, _k_smallest_exact
+
+    rng = np.random.default_rng(7)
+    for E, k, m in ((512, 8, 4096), (64, 8, 2048), (40, 3, 1024)):
+        p = np.arange(1, E + 1, dtype=np.float64) ** -1.3
+        p[::7] = 0.0
+        with np.errstate(divide="ignore"):
+            inv = np.where(p > 0, 1 / np.where(p > 0, p, 1), np.inf).astype(np.float32)
+        keys = rng.standard_exponential((m, E), dtype=np.float32) * inv
+        keys[::5, 3] = keys[::5, 4]  # ties
+        assert np.array_equal(_k_smallest(keys, k), _k_smallest_exact(keys, k))

@@ -582,11 +582,11 @@ def test_walkthrough_sections_ran_their_checks(lab_out):
     m = r["modelled"]
     assert m["caption"].startswith("modelled on a2") and "assumed" in m["caption"]
     assert m["segment_formula_equals_replay"] and set(m["speedup_at_2MiB"]) == {"a2", "a3"}
-    # what the section's prose says of its case: on a2 classic's slowest core is a remote one and SDMA
-    # shortens it until the local core is; on a3 the local core is, and the floor changes nothing
-    assert m["slowest_core"] == {"a2 classic": "remote", "a2 doubleplane": "local", "a3 classic": "local",
+    # what the section's prose says of its case: on both machines classic's slowest core is a remote
+    # one and SDMA shortens it; on a3 until the local core is, on a2 (one slow link) not that far
+    assert m["slowest_core"] == {"a2 classic": "remote", "a2 doubleplane": "remote", "a3 classic": "remote",
                                  "a3 doubleplane": "local"}
-    assert m["speedup_at_2MiB"]["a2"] > 1 and m["speedup_at_2MiB"]["a3"] == 1.0
+    assert m["speedup_at_2MiB"]["a2"] > 1 and m["speedup_at_2MiB"]["a3"] > 1  # SDMA pays on both at 2 MiB
     assert (lab_out / "01_core_timeline.png").is_file() and (lab_out / "01_segment_crossover.png").is_file()
     # section 11: each setting bit-identical to classic and counted as planned; the segment layout sends
     # the skewed case's one SDMA segment (64 rows of 32 KiB) in one call, one per core's chunk with c2;

@@ -211,7 +211,9 @@ def test_modelled_byte_axes_read_plain_byte_values_and_keep_the_legend_inside():
     from combine_lab.model.suggest import suggest
     assert [plots.byte_label(v) for v in (512, 256 << 10, 1 << 20, 3 << 19, 2 << 20)] == \
         ["512 B", "256 KiB", "1 MiB", "1.5 MiB", "2 MiB"]
-    m = load_model("a2").with_values(sdma_engines=1.0)  # one engine: no crossover on a2
+    # one engine and a quick put: no crossover on a2 (at the nominal put, MTE and one engine's SDMA tie
+    # per row since both run at A2's write link, 20.284 GB/s)
+    m = load_model("a2").with_values(sdma_engines=1.0, mte_put_us=0.5)
     case = make_case(CaseSpec(pes=2, bs=64, h=16384, topk=2, expert_per_pe=2, routing="hot-expert:0.5"))
     s = suggest(case_rows(case, m.soc), m, what_if="segment")
     seg = teach.one_segment(m, [1, 8, 64, 255], h=16384, itemsize=4)

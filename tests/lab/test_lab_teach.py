@@ -146,7 +146,9 @@ def test_bad_input_is_refused_naming_the_parameter():
 
 def test_crossover_text_says_when_there_is_none_and_why():
     from combine_lab.model.machines import load_model
-    a2, a3 = load_model("a2").with_values(sdma_engines=1.0), load_model("a3")  # a2 with one engine: no crossover
+    # a2 with one engine and a quick put: no crossover (at the nominal put, MTE and one engine's SDMA tie
+    # per row since both run at A2's write link, 20.284 GB/s)
+    a2, a3 = load_model("a2").with_values(sdma_engines=1.0, mte_put_us=0.5), load_model("a3")
     sizes = [1, 2, 4, 8, 16, 32, 64, 128, 255]
     seg = teach.one_segment(a2, sizes, h=16384, itemsize=4)
     assert (seg["faster"] == "MTE").all()
@@ -162,4 +164,4 @@ def test_crossover_text_says_when_there_is_none_and_why():
     seg3 = teach.one_segment(a3, sizes, h=7168, itemsize=2)
     text3 = teach.crossover_text(seg3, a3, 14336)
     first = int(seg3.loc[seg3["faster"] == "SDMA", "rows"].iloc[0])
-    assert first == 2 and text3.startswith("Crossover at 2 rows (28,672 B)")
+    assert first == 4 and text3.startswith("Crossover at 4 rows (57,344 B)")  # 2 rows before the per-leg copy rate

@@ -94,3 +94,27 @@ def test_cores_per_rank_recorded_stream_prices_as_its_plan(spec, variant, settin
     assert recorded.block_dim == planned.block_dim == {"c3": 12, "c6": 48, "c2": 6}[settings]
     np.testing.assert_allclose(recorded.comm_only, planned.comm_only, rtol=1e-9, atol=0)
     np.testing.assert_allclose(recorded.full_op, planned.full_op, rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("settings", ["reference", "c2"])
+def test_shared_limits_price_the_same_op_by_op(settings):
+    """Where HBM, the server uplinks and a link shared by a source rank's cores bind (a3 at 32 PEs,
+    two servers, with a slow HBM and tapered uplinks), the op-by-op price of the plan-derived stream
+    is the plan-derived price (no twin run: the stream the lab's kernel records, derived)."""
+    from combine_lab.results.trace import derived_stream
+
+    spec = CaseSpec(pes=32, bs=64, h=2048, topk=4, expert_per_pe=2, dtype="float16_t", routing="zipf:1.2")
+    case = make_case(spec)
+    m = load_model("a3").with_values(**{"hbm_GBps": 30.0, "server.uplink_GBps": 200.0, "egress_GBps": 5000.0})
+    rows = case_rows(case, m.soc).with_settings(settings)
+    for variant in ("classic", "doubleplane"):
+        sdma = rows.sdma(variant, 0)
+        planned = replay(rows, sdma, m)
+        stream, _ = derived_stream(rows, sdma)
+        recorded = replay_recorded(stream, case, m)
+        np.testing.assert_allclose(recorded.comm_only, planned.comm_only, rtol=1e-9, atol=0)
+        np.testing.assert_allclose(recorded.full_op, planned.full_op, rtol=1e-9, atol=0)
+    classic = replay(rows, rows.sdma("classic", 0), m)
+    nominal = replay(rows, rows.sdma("classic", 0), load_model("a3"))
+    assert classic.core_max("comm_only").max() > 3 * nominal.core_max("comm_only").max()  # the limits bind
+    assert classic.queue_us.max() > 190 and nominal.queue_us.max() == 0.0

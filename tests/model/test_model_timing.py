@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from combine_lab import CaseSpec, make_case
 from combine_lab.case.case import case_from_arrays
 from combine_lab.errors import ParameterError
-from combine_lab.model.machines import LINK_PARAMETERS, PARAMETERS, load_model, model_names
+from combine_lab.model.machines import (LINK_PARAMETERS, MODELS_DIR, OPTIONAL_LINK_PARAMETERS, PARAMETERS, load_model,
+                                        model_names)
 from combine_lab.model.replay import replay
 from combine_lab.model.stream import case_rows, core_runs, Run
 
@@ -55,6 +56,28 @@ def test_one_mte_segment_equals_its_closed_form():
     # PE 1's tokens: the last flag lands, then each core's block of tokens is reduced in turn.
     last_flag = a + b + (n - 1) * max(a, b) + A2["quiet_us"] + n * A2["flag_us"] + A2["flag_latency_us"]
     assert t.full_op[1, 0] >= last_flag
+
+
+def test_forty_cores_on_one_link_queue_there():
+    """c40 on A2: the 40 cores of PE 0 split 400 rows of 64 KiB to PE 1, all over one HCCS link.
+    Alone a core would move its 10 rows in ~47 us; together they wait on the link (20.284 GB/s), so
+    each ends when the link has moved all 26.2 MB, and queue_us shows the wait. One core per
+    source rank (the reference) has the link to itself: no queue."""
+    case = one_segment_case(2, {1: 400}, 16384)
+    rows = case_rows(case, SOC)
+    c40 = rows.with_settings("c40")
+    t = replay(c40, c40.sdma("classic", 0), A2)
+    wire = 400 * 65536 / (A2["link_GBps"] * 1e3)
+    tail = 2 * A2["quiet_us"] + 10 * A2["flag_us"]
+    assert t.comm_only[0] == pytest.approx(np.full(40, wire + tail), rel=1e-9)
+    a = 65536 / (A2["core_gm_GBps"] * 1e3)
+    b = 65536 / (min(A2["mte_remote_GBps"], A2["link_GBps"]) * 1e3) + A2["mte_put_us"]
+    alone = a + b + 9 * max(a, b)
+    assert t.queue_us[0] == pytest.approx(np.full(40, wire - alone), rel=1e-9)
+    assert round(float(t.queue_us[0, 0]), 1) == 1249.5 and (t.queue_us[1] == 0).all()
+    ref = replay(rows, rows.sdma("classic", 0), A2)
+    assert ref.queue_us[0, 1] == 0.0 and ref.comm_only[0, 1] == pytest.approx(
+        a + b + 399 * b + 2 * A2["quiet_us"] + 400 * A2["flag_us"], rel=1e-9)
 
 
 def test_one_sdma_segment_equals_its_closed_form():
@@ -154,9 +177,10 @@ def test_the_same_inputs_give_identical_times():
 def test_every_parameter_has_a_unit_and_a_source_or_is_assumed(name):
     m = load_model(name)
     assert [n for n in m.params if "." not in n] == list(PARAMETERS)
-    assert [n for n in m.params if "." in n] == [f"{c.name}.{p}" for c in m.links for p in LINK_PARAMETERS]
+    optional = {"a3": ["server.uplink_GBps"]}.get(name, [])  # OPTIONAL_LINK_PARAMETERS: a3's server uplinks
+    assert [n for n in m.params if "." in n] == [f"{c.name}.{p}" for c in m.links for p in LINK_PARAMETERS] + optional
     for n, p in m.params.items():
-        assert p.unit == (PARAMETERS.get(n) or LINK_PARAMETERS[n.split(".")[1]])
+        assert p.unit == (PARAMETERS.get(n) or {**LINK_PARAMETERS, **OPTIONAL_LINK_PARAMETERS}[n.split(".")[1]])
         assert p.source or (p.assumed and p.rationale and p.range and p.range[0] <= p.value <= p.range[1]), p
     assert m.caption().startswith(f"modelled on {name} (")
     assert m.caption().endswith("assumed parameters: " + ", ".join(m.assumed))
@@ -164,10 +188,23 @@ def test_every_parameter_has_a_unit_and_a_source_or_is_assumed(name):
 
 def test_published_values_carry_their_grade_and_their_fit():
     a2, a3 = load_model("a2"), load_model("a3")
-    assert a2["link_GBps"] == 26.81 and a2.param("link_GBps").source.startswith("M: hicann/hixl")
+    # A2's link is the most one stream WROTE over it (the combine writes), not the read maximum 26.81
+    assert a2["link_GBps"] == 20.284 and a2.param("link_GBps").source.startswith("M: hicann/hixl")
+    assert "D2rD write at 2 MiB" in a2.param("link_GBps").source
     assert a2.params["egress_GBps"].source.startswith("H: ")
-    assert a2.param("sdma_sqe_us").derivation == {"table": "hixl_a2_write", "form": "additive", "c_us": 1.016,
-                                                  "BW_GBps": 20.6, "worst_error_pct": 1.7, "rows": 8}
+    # the free fit's BW (20.6) is above the link: held at it, c fitted (one stream never outruns its link)
+    assert a2.param("sdma_sqe_us").derivation == {"table": "hixl_a2_write", "form": "additive", "c_us": 0.99,
+                                                  "BW_GBps": 20.28, "worst_error_pct": 2.3, "rows": 8,
+                                                  "BW_cap_GBps": 20.284}
+    for m in (a2, a3):  # every one-stream fit at most its link
+        assert (m.link_values("sdma_GBps") <= m.link_values("link_GBps")).all()
+    assert a3.link_values("sdma_GBps").tolist() == [167.31, 133.87, 125.17]
+    # the per-leg copy rate prices the profiling sample (190 KiB put + signal, 4.40-4.95 us) at its mean
+    sample = 2 * 194560 / (a3["core_gm_GBps"] * 1e3) + a3["mte_put_us"] + a3["flag_us"]
+    assert 4.40 <= sample <= 4.95 and abs(sample - 4.675) < 0.001
+    assert (a2["hbm_GBps"], a3["hbm_GBps"]) == (1200.0, 1420.0) and a3.param("hbm_GBps").source.startswith("D: ")
+    up = a3.param("server.uplink_GBps")
+    assert (up.value, up.range, up.assumed) == (3136.0, (784.0, 3136.0), True)
     assert [(c.name, c.pair, c.form) for c in a3.links] == [("die_pair", "same_card", "max"),
                                                             ("card", "same_server", "additive"),
                                                             ("server", "other_server", "additive")]
@@ -175,6 +212,19 @@ def test_published_values_carry_their_grade_and_their_fit():
     assert {"mte_put_us", "flag_latency_us", "quiet_us", "sdma_engines", "sdma_issue_us"} <= set(a2.assumed)
     assert a3.params["sdma_engines"].range == (1.0, 48.0)
     assert model_names() == ["a2", "a3", "host"]
+
+
+def test_a_model_file_from_before_hbm_was_priced_still_loads(tmp_path):
+    text = (MODELS_DIR / "a2.toml").read_text()
+    start = text.index("[params.hbm_GBps]")
+    old = tmp_path / "old.toml"
+    old.write_text(text[:start] + text[text.index("[params.barrier_us]"):])
+    m = load_model(old)
+    assert m["hbm_GBps"] == 1e9 and not m.params["hbm_GBps"].fit and "older" in m.params["hbm_GBps"].rationale
+    case = one_segment_case(2, {1: 37}, 1024)
+    rows = case_rows(case, SOC)
+    assert replay(rows, rows.sdma("classic", 0), m).comm_only.tolist() == \
+        replay(rows, rows.sdma("classic", 0), A2).comm_only.tolist()
 
 
 def test_the_rank_map_gives_each_pe_pair_its_link_class():
@@ -189,6 +239,24 @@ def test_the_rank_map_gives_each_pe_pair_its_link_class():
     assert str(e.value) == ("pes=16: a2 models at most 8 PEs (one A2 server: 8 cards in an HCCS full mesh; between "
                             "A2 servers (RoCE) no one-stream table is published, so the model stops at 8 PEs (a3 "
                             "models more))")
+
+
+def test_link_class_is_the_rank_map_by_name():
+    """The public rank map (machines.link_class): a name per PE pair, the same as pair_class."""
+    from combine_lab.model.machines import link_class, rank_place
+
+    a3 = load_model("a3")
+    assert [link_class(a3, 0, d) for d in (0, 1, 2, 15, 16, 767)] == ["die_pair", "die_pair", "card", "card",
+                                                                       "server", "server"]
+    r = np.arange(64)
+    names = np.array([c.name for c in a3.links], dtype=object)
+    assert (link_class(a3, r[:, None], r[None, :]) == names[a3.pair_class(64)]).all()
+    assert a3.link_class(17, 16) == "die_pair" and link_class(load_model("a2"), 3, 5) == "hccs"
+    assert [x.tolist() for x in rank_place(a3, [0, 1, 2, 17, 767])] == [[0, 0, 0, 1, 47], [0, 0, 1, 0, 7],
+                                                                       [0, 1, 0, 1, 1]]
+    with pytest.raises(ParameterError) as e:
+        link_class(load_model("a2"), 0, 8)
+    assert e.value.parameter == "dst" and str(e.value).startswith("dst=8: a rank of a2 in [0, 7] (")
 
 
 def test_a_far_link_class_prices_its_own_parameters():

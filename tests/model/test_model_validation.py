@@ -12,8 +12,9 @@
    the die on each source rank's rows: c6 on A3's 48, c5 on A2's 40) and the reference's (one core
    per source rank, min(pes, 48) cores). The target (issue 28): like for like within 25 % at every
    normal EP and the EP8 -> EP128 trend within 25 %. It is NOT met: the bands below are what the
-   model reaches (docs/timing-model.md#11-validation says so and why), asserted as they are so that
-   a change to the model that moves them has to say so here and there.
+   model reaches with every shared limit priced (links shared by every core on them, egress, server
+   uplinks, HBM, the per-leg copy rate; docs/timing-model.md#11-validation says so and why),
+   asserted as they are so that a change to the model that moves them has to say so here and there.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from combine_lab.model.stream import case_rows
 CHECK_BANDS = {
     "hixl_a3_die_pair": (0.12, "the same die pair through HIXL's hixl_cs path"),
     "memfabric_a3_die_pair": (0.12, "host-driven; its blocks from 1 MiB, where the host's issue no longer shows"),
-    "hixl_a3_server": (0.30, "the HCCL comm-domain path, which adds its own per-block overhead (c 4.6 us, not 3.3)"),
+    # 0.30 when it was written; since the fits are held at their links (c 3.16 us, not 3.29) its 16 KiB
+    # block misses by 30.4 %: the band says so rather than hide it
+    "hixl_a3_server": (0.31, "the HCCL comm-domain path, which adds its own per-block overhead (c 4.6 us, not 3.16)"),
 }
 
 #: DeepEP-Ascend's published combines (sgl-project/sgl-kernel-npu README and PR 176): machine, mode,
@@ -47,11 +50,11 @@ DEEPEP = [
 #: The target: published / modelled within 25 % either way, like for like (the closest structure).
 TARGET = 1.25
 #: What the closest structure reaches, published / nominal (docs/timing-model.md#11-validation): A3
-#: normal 1.30-1.81 (the model 1.3-1.8x optimistic, more so the larger the EP: target not met),
-#: A3 low-latency 0.89-1.02 (within the target), A2 low-latency 1.79 (not met).
-REACHED = {("a3", "normal"): (1.30, 1.81), ("a3", "low-latency"): (0.89, 1.03), ("a2", "low-latency"): (1.79, 1.80)}
+#: normal 1.39-1.91 (the model 1.4-1.9x optimistic, more so the larger the EP: target not met),
+#: A3 low-latency 0.97-1.10 (within the target), A2 low-latency 1.57 (not met).
+REACHED = {("a3", "normal"): (1.39, 1.92), ("a3", "low-latency"): (0.97, 1.11), ("a2", "low-latency"): (1.57, 1.58)}
 #: The reference's structure where it has 32 or more cores: published / nominal reached.
-REFERENCE_REACHED = (1.04, 1.75)
+REFERENCE_REACHED = (1.12, 1.85)
 
 
 def closest(machine: str) -> str:
@@ -75,9 +78,11 @@ def test_every_fitted_value_is_its_tables_fit_and_no_check_row_fits_anything():
             d = p.derivation
             t = TABLES[d["table"]]
             assert t.use == "fit" and t.chip == name and n.split(".")[0] == t.link, (n, d)
-            f = fit_table(d["table"], d["form"])
-            assert (round(f.c_us, 3), round(f.bw_GBps, 1), round(f.worst_error_pct, 1), f.rows) == (
+            f = fit_table(d["table"], d["form"], d.get("BW_cap_GBps"))
+            assert (round(f.c_us, 3), round(f.bw_GBps, 2), round(f.worst_error_pct, 1), f.rows) == (
                 d["c_us"], d["BW_GBps"], d["worst_error_pct"], d["rows"]), n
+            # one stream never outruns its link: the cap is the class's link_GBps
+            assert d["BW_cap_GBps"] == m[f"{t.link}.link_GBps"] and f.bw_GBps <= d["BW_cap_GBps"], n
             assert p.value == (d["c_us"] if n.endswith("sdma_sqe_us") else d["BW_GBps"])
             assert m.links[[c.name for c in m.links].index(t.link)].form == d["form"]
             fitted.add(d["table"])
@@ -146,9 +151,10 @@ def test_deepep_ascend_with_the_reference_structure(machine, mode, ep, tokens, g
 
 @pytest.mark.slow
 def test_the_ep8_to_ep128_trend():
-    """Published normal-mode time grows 1.54x from EP8 to EP128; the closest structure's 1.11x: the
-    trend is missed by 28 % (target 25 %): the model has no shared limit that grows with the EP."""
+    """Published normal-mode time grows 1.54x from EP8 to EP128; the closest structure's 1.12x: the
+    trend is missed by 37 % (target 25 %): at their published or nominal values no shared limit the
+    model prices grows with the EP (the server uplinks would at their 4:1 taper end, not at nominal)."""
     pub = published_us(4096, 81.0) / published_us(4096, 125.0)
     model = priced("a3", 128, 4096, "c6")[0] / priced("a3", 8, 4096, "c6")[0]
-    assert round(pub, 3) == 1.543 and 1.11 <= model <= 1.12
-    assert 1.37 <= pub / model <= 1.39  # NOT within TARGET
+    assert round(pub, 3) == 1.543 and 1.12 <= model <= 1.13
+    assert 1.37 <= pub / model <= 1.38  # NOT within TARGET

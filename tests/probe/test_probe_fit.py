@@ -23,7 +23,7 @@ from combine_lab.model.probe_fit import PROBE_PARAMETERS, fit_probe, probed_clas
 TRUE = {"quiet_us": 1.5, "sdma_quiet_us": 3.0, "wait_us": 0.5, "flag_us": 0.25, "sdma_issue_us": 0.75,
         "mte_put_us": 1.25, "mte_remote_GBps": 20.0, "flag_latency_us": 2.0, "sdma_sqe_us": 0.9, "sdma_GBps": 50.0,
         "sdma_engines": 4.0}
-CORE_GM = 40.0  # a3's core_gm_GBps, which the MTE estimate takes from the model
+CORE_GM = load_model("a3")["core_gm_GBps"]  # the MTE estimate takes it from the model
 MiB = 1 << 20
 
 

@@ -63,8 +63,8 @@ def _check(path, clock_word):
         assert count["SDMA call"] == t["sdma_calls"] and count["SDMA descriptor"] == t["sdma_sqes"]
         assert count["flag put"] == t["mte_rows"] + t["sdma_rows"]  # one status flag per row sent
         for (p, tid), v in slices.items():
-            if p == pid:  # a track is a sequence: no two slices overlap
-                assert all(a["ts"] + a["dur"] <= b["ts"] + 1e-6 for a, b in zip(v, v[1:])), tracks[(p, tid)]
+            if p == pid:  # a track is a sequence: no two slices overlap (ts and dur each rounded to 1e-6 us)
+                assert all(a["ts"] + a["dur"] <= b["ts"] + 2e-6 for a, b in zip(v, v[1:])), tracks[(p, tid)]
     starts = {e["id"]: e for e in ev if e["ph"] == "s"}
     ends = {e["id"]: e for e in ev if e["ph"] == "f"}
     flags = sum(1 for v in slices.values() for e in v if e["name"] == "flag put")
