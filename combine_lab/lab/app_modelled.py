@@ -15,6 +15,7 @@ from ..model.unknowns import RESOLUTION
 from .app_html import note, table
 from .tuning import MODELS, format_bytes
 from .tuning_model import bytes_text
+from ..kernels import CLASSIC, DOUBLEPLANE
 
 __all__ = ["ModelledView"]
 
@@ -77,14 +78,14 @@ class ModelledView:
             self.assumed_html.value = self._assumed_table(st.model())
             return
         sp = m["speedup"]
-        names = m.get("labels", {"classic": "classic", "doubleplane": "doubleplane"})
+        names = m.get("labels", {CLASSIC: CLASSIC, DOUBLEPLANE: DOUBLEPLANE})
         faster = ("a tie: SDMA changes nothing here, modelled" if abs(sp - 1) < 1e-9 else
                   f"a tie: within the model's resolution ({RESOLUTION:.0%})" if abs(sp - 1) <= RESOLUTION else
-                  f"{names['doubleplane']} faster" if sp > 1 else f"{names['doubleplane']} slower")
+                  f"{names[DOUBLEPLANE]} faster" if sp > 1 else f"{names[DOUBLEPLANE]} slower")
         line = self._modelled_headline(sp, faster) + (
             f"<div class='cl-modelled-line' style='font-size:13px'>At floor {bytes_text(m['floor'])}: modelled comm_only "
-            f"<b>{m['doubleplane_us']:,.1f} us</b> with {html.escape(names['doubleplane'])}, "
-            f"{m['classic_us']:,.1f} us with {html.escape(names['classic'])}: "
+            f"<b>{m['doubleplane_us']:,.1f} us</b> with {html.escape(names[DOUBLEPLANE])}, "
+            f"{m['classic_us']:,.1f} us with {html.escape(names[CLASSIC])}: "
             f"speed-up {sp:.3f} ({faster}); kernel settings {html.escape(m.get('settings', 'reference'))}; "
             f"<i>{html.escape(self._model_line(st.model()))}</i>.</div>")
         line += self._engines_html()

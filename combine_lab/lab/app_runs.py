@@ -18,6 +18,7 @@ from .app_html import fitted_svg, table
 from .app_sweep import failure_html
 from .server import end_children
 from .tuning import FIELDS, RUN_ERRORS
+from ..kernels import CLASSIC, DOUBLEPLANE
 
 __all__ = ["RunsView"]
 
@@ -77,7 +78,7 @@ class RunsView:
         for item in v["variants"]:
             name = item["name"]
             res = runs.get(item["variant"])
-            if item["combine"] == "doubleplane" and res is not None and not plots.sends_sdma(res):
+            if item["combine"] == DOUBLEPLANE and res is not None and not plots.sends_sdma(res):
                 name = f"{item['variant']} (no SDMA traffic in this case: = classic)"
             if item["check"] not in ("PASS", "FAIL"):  # refused: its reason, no check
                 lines.append(f"<li><b>{name}</b>: <span style='color:#b35900'>{item['check']}</span>: "
@@ -105,7 +106,7 @@ class RunsView:
         lo, hi = h["comm_only_speedup_lo"], h["comm_only_speedup_hi"]
         rng = (f"<span class='cl-headline-range'>[{lo:.2f}-{hi:.2f}]</span> " if n > 1 and np.isfinite(lo)
                and np.isfinite(hi) else "")
-        alg = [h.get(f"comm_only_{v}_algbw_GBps", float("nan")) for v in ("classic", "doubleplane")]
+        alg = [h.get(f"comm_only_{v}_algbw_GBps", float("nan")) for v in (CLASSIC, DOUBLEPLANE)]
         bw = (f"; algbw {alg[0]:,.2f} / {alg[1]:,.2f} GB/s (classic / doubleplane, the slowest profiled PE)"
               if all(np.isfinite(a) for a in alg) else "")
         return (f"<div class='cl-headline' role='status'><span class='cl-headline-number'>"
@@ -276,8 +277,8 @@ class RunsView:
         """Build if needed, run classic and doubleplane on the chosen target, check, plot, record,
         and wait for it (:meth:`start_run`, then :meth:`wait`).
 
-        Returns the :class:`~combine_lab.harness.Comparison` (``{"classic": RunResult,
-        "doubleplane": RunResult}``; a variant the target refuses is left out, with its reason in
+        Returns the :class:`~combine_lab.harness.Comparison` (``{CLASSIC: RunResult,
+        DOUBLEPLANE: RunResult}``; a variant the target refuses is left out, with its reason in
         ``.refused``, and recorded as a REFUSED row), or None when the values are invalid, the
         case is too large for ``max_run_bytes``, a Run goes on, or the run failed: then
         ``message`` and the note beside the button say why and (for the first two) nothing was

@@ -20,6 +20,7 @@ from ..planning.settings import group_variants
 from ..results.trace import TraceRecording
 from ..run import build as build_mod
 from .tuning import RUN_ERRORS
+from ..kernels import CLASSIC, DOUBLEPLANE
 
 __all__ = ["TraceView", "TRACE_CLOCKS"]
 
@@ -94,14 +95,14 @@ class TraceView:
         return [Run(request.case, variant, clock=model if model is not None else harness.WALL, warmup=0, loops=1,
                     prof_pe=0, min_sdma_bytes=v["min_sdma_bytes"], target=v["target"],
                     timeout_s=self.state.timeout_s, settings=st, group=request.settings.label, env=rec.env(label))
-                for label, (variant, st, _) in group_variants(["classic", "doubleplane"],
+                for label, (variant, st, _) in group_variants([CLASSIC, DOUBLEPLANE],
                                                               [request.settings.label]).items()]
 
     def _trace_thread_main(self, request, out: Path, model) -> None:
         path, error = None, None
         try:
             with TraceRecording(str(out), model) as rec:
-                settings = [st for _, st, _ in group_variants(["classic", "doubleplane"],
+                settings = [st for _, st, _ in group_variants([CLASSIC, DOUBLEPLANE],
                                                               [request.settings.label]).values()]
                 rec.check([request.case.spec], [], request.values["target"], settings)
                 if model is None:

@@ -14,11 +14,12 @@ import pandas as pd
 from ..errors import ParameterError
 from ..results.diff import DIFF_COLUMNS, diff_runs
 from ..results.rows import COMPARISON_COLUMNS, METRICS, ROW_COLUMNS
+from ..kernels import CLASSIC, DOUBLEPLANE
 
 __all__ = ["HISTORY_COLUMNS", "ROWS_COLUMNS", "SORTABLE", "history_view", "history_csv", "compare_history_runs",
            "run_inputs_changed"]
 
-_VARIANTS = ("classic", "doubleplane")
+_VARIANTS = (CLASSIC, DOUBLEPLANE)
 
 #: Columns of ``TuningState.history``, one row per Run: the case, its run values and its kernel
 #: ``settings`` label (docs/variants.md: ``reference``, ``segment-c4``, ...), then the Run's

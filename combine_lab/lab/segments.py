@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ParameterError
+from ..kernels import DOUBLEPLANE
 
 __all__ = ["segment_details", "segment_text", "segment_texts"]
 
@@ -30,7 +31,7 @@ def segment_details(plan, pe: int, local_expert: int, src_rank: int) -> dict:
     remote_rows = int(mine.loc[mine["src_rank"] != pe, "token_count"].sum())
     num, den = remote_rows * row_bytes, max(plan.pes - 1, 1) * plan.expert_per_pe
     local, above, floor = src_rank == pe, nbytes * den > num, int(plan.min_sdma_bytes)
-    if plan.variant != "doubleplane":
+    if plan.variant != DOUBLEPLANE:
         why = "classic sends every segment by MTE"
     elif local:
         why = "the PE's own segment (local): always MTE"
@@ -78,7 +79,7 @@ def segment_texts(plan) -> np.ndarray:
         for le in range(epp):
             for s in range(pes):
                 r, b = int(rows[d, le, s]), int(nbytes[d, le, s])
-                if plan.variant != "doubleplane":
+                if plan.variant != DOUBLEPLANE:
                     why = "classic sends every segment by MTE"
                 elif s == d:
                     why = "the PE's own segment (local): always MTE"

@@ -72,6 +72,7 @@ from .form import (_CASE_FIELDS, FIELDS, MODELS, ROUTING_MODELS, RUN_INPUTS, Fie
 from .history import HISTORY_COLUMNS, ROWS_COLUMNS
 from .tuning_model import AUTO_SUGGEST_SEGMENTS, FloorChoice, ModelledState, floor_choice
 from .tuning_runs import RUN_ERRORS, RUN_VIEWS, RunRequest, RunsState
+from ..kernels import DOUBLEPLANE
 
 __all__ = ["TuningState", "Field", "Problem", "RunRequest", "FloorChoice", "floor_choice", "FIELDS", "ROUTING_MODELS", "MODELS", "RUN_INPUTS",
            "HISTORY_COLUMNS", "ROWS_COLUMNS", "VIEWS", "RUN_VIEWS", "RUN_ERRORS", "AUTO_SUGGEST_SEGMENTS",
@@ -373,7 +374,7 @@ class TuningState(ModelledState, RunsState):
             self._sync_run_views()
             return None
         case = self._case_for(spec)
-        p = plan_counts(case.ep_recv_count, spec.h, spec.itemsize, "doubleplane", int(self._values["min_sdma_bytes"]),
+        p = plan_counts(case.ep_recv_count, spec.h, spec.itemsize, DOUBLEPLANE, int(self._values["min_sdma_bytes"]),
                         self.settings)
         self.spec, self.plan = spec, p
         self.message = ""

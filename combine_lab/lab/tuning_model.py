@@ -25,6 +25,7 @@ from ..planning.settings import REFERENCE, KernelSettings, group_variants, varia
 from . import plots
 from .form import MODELS, _is_int, format_bytes
 from .pricing import NotModelled, not_modelled_text, priced
+from ..kernels import CLASSIC, DOUBLEPLANE
 
 __all__ = ["FloorChoice", "floor_choice", "AUTO_SUGGEST_SEGMENTS", "ModelledState", "model_suggest", "bytes_text",
            "engines_sentence", "Unknowns"]
@@ -111,14 +112,14 @@ def bytes_text(n) -> str:
     return f"{int(n):,} B"
 
 
-def engines_sentence(floor: int, engines, label: str = "doubleplane", against: str = "classic") -> str:
+def engines_sentence(floor: int, engines, label: str = DOUBLEPLANE, against: str = CLASSIC) -> str:
     """Over the unknown SDMA engine count (DataFrame engines, speedup; the rest nominal): "doubleplane
     at floor 2,097,152 B: parity with 1, ..., 1.2x faster with 48 SDMA engines, the rest nominal: it
     pays only if 32 or more run at once" (or: with none of them). The words and the rule are
     :func:`combine_lab.model.unknowns.engines_line`'s (a speed-up within :data:`RESOLUTION` is parity),
     the floor written as the app writes bytes (:func:`bytes_text`)."""
-    than = "" if against == "classic" else f" than {against}"
-    if label.startswith("classic"):
+    than = "" if against == CLASSIC else f" than {against}"
+    if label.startswith(CLASSIC):
         return f"{label} (no SDMA): {word(float(engines['speedup'].iloc[0]))}{than} with any number of SDMA engines"
     parts = [f"{word(x)} with {int(e)}" for e, x in zip(engines["engines"], engines["speedup"])]
     pays = next((int(e) for e, x in zip(engines["engines"], engines["speedup"]) if x > 1 + RESOLUTION), None)
@@ -205,32 +206,32 @@ class ModelledState:
             self.figures.pop("modelled")
             return
         floor = int(self._values["min_sdma_bytes"])
-        ckey = (self._curve_key(model), "classic")
+        ckey = (self._curve_key(model), CLASSIC)
         if ckey not in self._classic_cache:
-            self._classic_cache = {ckey: self._comm_only(under["classic"], rows.sdma("classic", 0), model)}
+            self._classic_cache = {ckey: self._comm_only(under[CLASSIC], rows.sdma(CLASSIC, 0), model)}
         classic = self._classic_cache[ckey]
-        dual = self._comm_only(under["doubleplane"], rows.sdma("doubleplane", floor), model)
+        dual = self._comm_only(under[DOUBLEPLANE], rows.sdma(DOUBLEPLANE, floor), model)
         key = self._curve_key(model)
         small = rows.pes * rows.counts.shape[1] <= AUTO_SUGGEST_SEGMENTS
         if self._suggestion_key != key:
             self.suggestion, self._suggestion_key = None, None
             if small:
-                self.suggestion, self._suggestion_key = model_suggest(under["doubleplane"], model, "comm_only"), key
+                self.suggestion, self._suggestion_key = model_suggest(under[DOUBLEPLANE], model, "comm_only"), key
         labels = {v: variant_label(v, s) for v, s in vs.items()}
         # against this group's own classic (classic-c4 for segment-c4), as the speed-up beside it
-        curve = (engines_curve(under["doubleplane"], model, floor, baseline=vs["classic"])
-                 if small and rows.sdma("doubleplane", floor).any() else None)
-        engines = engines_line(floor, curve, labels["doubleplane"]) if curve is not None else ""
+        curve = (engines_curve(under[DOUBLEPLANE], model, floor, baseline=vs[CLASSIC])
+                 if small and rows.sdma(DOUBLEPLANE, floor).any() else None)
+        engines = engines_line(floor, curve, labels[DOUBLEPLANE]) if curve is not None else ""
         self.modelled = {"model": model.name, "caption": model.caption(), "floor": floor, "classic_us": classic,
                          "doubleplane_us": dual, "speedup": classic / dual if dual > 0 else float("nan"),
                          "curve": self.suggestion is not None, "engines_line": engines, "settings": st.label,
-                         "engines_curve": (curve, labels["doubleplane"]) if curve is not None else None,
+                         "engines_curve": (curve, labels[DOUBLEPLANE]) if curve is not None else None,
                          "labels": labels}
         self._set_modelled_figure()
 
     def _variant_settings(self, st: KernelSettings) -> dict[str, KernelSettings]:
         """classic's and doubleplane's settings under the group ``st`` (classic without the segment layout)."""
-        return {v: s for v, s, _ in group_variants(["classic", "doubleplane"], [st.label]).values()}
+        return {v: s for v, s, _ in group_variants([CLASSIC, DOUBLEPLANE], [st.label]).values()}
 
     def _set_modelled_figure(self) -> None:
         m, s, w = dict(self.modelled), self.suggestion, self.figure_width
@@ -262,15 +263,15 @@ class ModelledState:
         rows = self._model_rows(model)
         st = self.settings
         try:
-            s = priced(model_suggest, self._variant_settings(st)["doubleplane"], rows, model, "comm_only")
+            s = priced(model_suggest, self._variant_settings(st)[DOUBLEPLANE], rows, model, "comm_only")
         except NotModelled as e:
             self.message = f"Cannot suggest a floor on {model.name}: {not_modelled_text(st.label, e.why)}"
             return None
         floor = int(self._values["min_sdma_bytes"])
-        if st.is_reference and not self.modelled.get("engines_line") and rows.sdma("doubleplane", floor).any():
+        if st.is_reference and not self.modelled.get("engines_line") and rows.sdma(DOUBLEPLANE, floor).any():
             curve = engines_curve(rows, model, floor)
             self.modelled["engines_line"] = engines_line(floor, curve)
-            self.modelled["engines_curve"] = (curve, "doubleplane")
+            self.modelled["engines_curve"] = (curve, DOUBLEPLANE)
         self.suggest_seconds = time.perf_counter() - t0
         self.suggestion, self._suggestion_key = s, self._curve_key(model)
         self.modelled["curve"] = True

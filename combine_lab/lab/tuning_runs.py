@@ -25,6 +25,7 @@ from ..run.launch import LaunchError
 from . import plots
 from .form import FIELDS, format_bytes
 from .history import HISTORY_COLUMNS, ROWS_COLUMNS
+from ..kernels import CLASSIC, DOUBLEPLANE
 
 __all__ = ["RunRequest", "RUN_ERRORS", "RUN_VIEWS", "RunsState"]
 
@@ -35,7 +36,7 @@ RUN_VIEWS = ("verdict", "counters", "compare")
 RUN_ERRORS = (SpecError, ParameterError, CaseFileError, ResultFileError, build_mod.BuildError, LaunchError, OSError,
               ValueError)
 
-_VARIANT_NAME = {"classic": "classic (MTE only)", "doubleplane": "doubleplane (MTE + SDMA)"}
+_VARIANT_NAME = {CLASSIC: "classic (MTE only)", DOUBLEPLANE: "doubleplane (MTE + SDMA)"}
 
 
 @dataclass(frozen=True)
@@ -153,8 +154,8 @@ class RunsState:
     def run(self, progress: Callable[[int, str], None] | None = None):
         """Build if needed, run classic and doubleplane on the target, check, record.
 
-        Returns the :class:`~combine_lab.harness.Comparison` (``{"classic": RunResult,
-        "doubleplane": RunResult}``; a variant the target refuses is left out, with its reason in
+        Returns the :class:`~combine_lab.harness.Comparison` (``{CLASSIC: RunResult,
+        DOUBLEPLANE: RunResult}``; a variant the target refuses is left out, with its reason in
         ``.refused``, and recorded as a REFUSED row), or None when the values are invalid, the case
         is too large for ``max_run_bytes``, a Run goes on, or the run failed: then ``message``
         says why and (but for the last) nothing was launched. ``progress``: see :meth:`execute`.
@@ -189,7 +190,7 @@ class RunsState:
         request's case: the inputs may have changed while it ran), each in the request's settings group."""
         refused, v, group = getattr(runs, "refused", {}), request.values, request.settings.label
         rows = []
-        for variant, st, _ in group_variants(["classic", "doubleplane"], [group]).values():
+        for variant, st, _ in group_variants([CLASSIC, DOUBLEPLANE], [group]).values():
             label = variant_label(variant, st)
             if label in runs:
                 rows.append(result_row(runs[label], group))
@@ -209,8 +210,8 @@ class RunsState:
         nan = float("nan")
         for m in METRICS:
             out.update({f"{m}_speedup_lo": nan, f"{m}_speedup_hi": nan, f"{m}_verdict": "no run"})
-            out.update({f"{m}_{v}_{k}_us": nan for v in ("classic", "doubleplane") for k in ("lo", "hi")})
-        out.update({f"comm_only_{v}_{b}_GBps": nan for v in ("classic", "doubleplane") for b in ("algbw", "busbw")})
+            out.update({f"{m}_{v}_{k}_us": nan for v in (CLASSIC, DOUBLEPLANE) for k in ("lo", "hi")})
+        out.update({f"comm_only_{v}_{b}_GBps": nan for v in (CLASSIC, DOUBLEPLANE) for b in ("algbw", "busbw")})
         outcomes = getattr(runs, "outcomes", [])
         summary = summarize(runs.tidy()) if outcomes else None
         if summary is None or not len(summary):
@@ -220,7 +221,7 @@ class RunsState:
             for k in ("classic_us", "doubleplane_us", "speedup", "speedup_lo", "speedup_hi", "verdict",
                       "classic_lo_us", "classic_hi_us", "doubleplane_lo_us", "doubleplane_hi_us"):
                 out[f"{m}_{k}"] = s[f"{m}_{k}"]
-        for v in ("classic", "doubleplane"):  # nccl-tests' bandwidths of the slowest profiled PE
+        for v in (CLASSIC, DOUBLEPLANE):  # nccl-tests' bandwidths of the slowest profiled PE
             for b in ("algbw", "busbw"):
                 out[f"comm_only_{v}_{b}_GBps"] = s.get(f"comm_only_{v}_{b}_GBps", float("nan"))
         if out["check"] == PASS and not s["check_ok"]:

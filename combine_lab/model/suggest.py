@@ -27,6 +27,7 @@ from .machines import NpuModel
 from .replay import SDMA_MODES, replay, settings_args, stage1
 from .stream import CaseRows
 from .unknowns import RESOLUTION, Verdict, in_full_op, verdict as unknowns_verdict
+from ..kernels import CLASSIC, DOUBLEPLANE
 
 NEVER = -1  # the floor of the classic plan in the curve's threshold column
 
@@ -52,7 +53,7 @@ class Suggestion:
     caption: str
     verdict: Verdict | None = None
     at_default: Verdict | None = None  # the verdict (its band, no ranking) at the default 2 MiB floor, where that is another
-    label: str = "doubleplane"  # the variant label priced (docs/variants.md)
+    label: str = DOUBLEPLANE  # the variant label priced (docs/variants.md)
 
     @property
     def beats(self) -> bool:
@@ -67,7 +68,7 @@ class Suggestion:
             pick = never if b["threshold_bytes"] == NEVER else f"min_sdma_bytes={int(b['threshold_bytes'])}"
             return f"best: {pick}: {b['modelled_us']:.3f} us, {b['speedup']:.3f}x classic"
         v = self.verdict
-        if self.label != "doubleplane" and v.floor != NEVER:  # other settings: the verdict's classic, then the reference's
+        if self.label != DOUBLEPLANE and v.floor != NEVER:  # other settings: the verdict's classic, then the reference's
             row = self.curve.loc[self.curve["threshold_bytes"] == v.floor].iloc[0]
             same = " (MTE only, the same cores)" if v.against == self._classic else ""
             return (f"{self.label} at min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us; against {v.against}{same}: "
@@ -98,7 +99,7 @@ class Suggestion:
     def _classic(self) -> str:
         """The plan of the never-SDMA row: classic with the same cores per source rank."""
         cores = self.label.rpartition("-c")[2] if "-c" in self.label else ""
-        return f"classic-c{cores}" if cores.isdigit() else "classic"
+        return f"classic-c{cores}" if cores.isdigit() else CLASSIC
 
     def shown(self, most: int | None = 40) -> list[int]:
         """Positions in :attr:`curve` of the floors :meth:`text` shows: every one, or with more than
@@ -118,7 +119,7 @@ class Suggestion:
         no limit) the table shows ``most`` of them, evenly spread, always with the best floor, 2 MiB
         and never SDMA, and says how many it left out."""
         shown = self.curve.iloc[self.shown(most)].copy()
-        shown["threshold"] = [(f"never SDMA ({self._classic})" if self._classic != "classic" else "never SDMA")
+        shown["threshold"] = [(f"never SDMA ({self._classic})" if self._classic != CLASSIC else "never SDMA")
                               if t == NEVER else f"{t}" for t in shown["threshold_bytes"]]
         cols = ["threshold", "sdma_segments", "sdma_bytes", "modelled_us", "speedup"] + \
             [c for c in shown.columns if c.endswith("_us") and c not in ("modelled_us",)]
@@ -131,7 +132,7 @@ class Suggestion:
         if self.at_default is not None:
             d = self.at_default
             unknown = f"{d.engines_line()} (the default floor)\n{d.band_text()}\n{d.pays_if()}\n{unknown}"
-        priced = "" if self.label == "doubleplane" else (
+        priced = "" if self.label == DOUBLEPLANE else (
             f"priced: {self.label} (docs/variants.md); speed-up = the reference's classic (one core per source rank) "
             "/ this\n")
         return (f"{self.caption}\n{priced}metric: {self.metric} (the slowest PE's CoreMaxTime/us)\n{table}{note}\n"
@@ -143,7 +144,7 @@ def thresholds(rows: CaseRows) -> np.ndarray:
     then :data:`NEVER`."""
     counts = rows.counts
     P, S = counts.shape
-    above = rows.sdma("doubleplane", 0)  # remote, non-empty and above the PE's average
+    above = rows.sdma(DOUBLEPLANE, 0)  # remote, non-empty and above the PE's average
     sizes = np.unique(counts[above] * rows.row_bytes)[::-1]
     out = list(sizes.astype(np.int64))
     if DEFAULT_MIN_SDMA_BYTES not in out:
@@ -154,7 +155,7 @@ def thresholds(rows: CaseRows) -> np.ndarray:
 
 def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if: str | None = None,
             unknowns: bool = True, *, settings: KernelSettings | str | None = None,
-            variant: str = "doubleplane", baseline: KernelSettings | str | None = None) -> Suggestion:
+            variant: str = DOUBLEPLANE, baseline: KernelSettings | str | None = None) -> Suggestion:
     """Modelled time of ``metric`` at every floor where the plan of ``rows``' case changes, and
     (``unknowns``) the verdict over the unknowns at the best floor that sends anything by SDMA
     (:func:`.unknowns.verdict`, on comm_only).
@@ -162,7 +163,7 @@ def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if:
     ``settings``: the kernel's settings priced (KernelSettings or a settings label; default
     ``rows.settings``, docs/variants.md#6-what-the-model-says); the never-SDMA row is classic with the
     same cores per source rank, and ``speedup`` is the reference's classic (one core per source rank)
-    over each row, so that settings compare on one scale. ``variant="classic"`` prices the classic
+    over each row, so that settings compare on one scale. ``variant=CLASSIC`` prices the classic
     kernel under ``settings`` alone (one row: never SDMA), its verdict at that point.
     ``baseline``: the classic the verdict (engine lines, band, pays_from) is against: default, for
     doubleplane, classic with the same cores per source rank (does SDMA pay for these settings?);
@@ -181,8 +182,8 @@ def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if:
     if what_if is not None and (what_if not in SDMA_MODES or what_if == "row"):
         raise ParameterError(f"what_if={what_if!r}: segment (SDMA calls per segment, one SQE per MiB)",
                              parameter="what_if", value=what_if)
-    if variant not in ("classic", "doubleplane"):
-        raise ParameterError(f"variant={variant!r}: must be 'classic' or 'doubleplane'", parameter="variant",
+    if variant not in (CLASSIC, DOUBLEPLANE):
+        raise ParameterError(f"variant={variant!r}: must be CLASSIC or DOUBLEPLANE", parameter="variant",
                              value=variant)
     settings = rows.settings if settings is None else parse_settings(settings)
     check_kernel_settings(settings, variant, rows.soc)
@@ -193,9 +194,9 @@ def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if:
                              parameter="what_if", value=what_if)
     rows = rows.with_settings(settings)
     label = variant_label(variant, settings)
-    floors = thresholds(rows) if variant == "doubleplane" else np.array([NEVER], dtype=np.int64)
+    floors = thresholds(rows) if variant == DOUBLEPLANE else np.array([NEVER], dtype=np.int64)
     # SDMA segments and bytes at each floor: the above-average segments of at least that size.
-    sizes = np.sort((rows.counts * rows.row_bytes)[rows.sdma("doubleplane", 0)])
+    sizes = np.sort((rows.counts * rows.row_bytes)[rows.sdma(DOUBLEPLANE, 0)])
     at_least = len(sizes) - np.searchsorted(sizes, np.where(floors == NEVER, np.iinfo(np.int64).max, floors))
     total = np.concatenate([[0], np.cumsum(sizes[::-1])])
     curve = pd.DataFrame({"threshold_bytes": floors, "sdma_segments": at_least.astype(np.int64),
@@ -204,44 +205,44 @@ def suggest(rows: CaseRows, model: NpuModel, metric: str = "comm_only", what_if:
     modes = [None] + ([what_if] if what_if else [])
     for mode in modes:
         if metric == "comm_only":
-            times = _comm_only_curve(rows, model, mode) if variant == "doubleplane" else np.zeros(1)
-            classic_c, _ = stage1(classic_rows.counts, rows.sdma("classic", 0), np.arange(rows.pes), rows.pes,
+            times = _comm_only_curve(rows, model, mode) if variant == DOUBLEPLANE else np.zeros(1)
+            classic_c, _ = stage1(classic_rows.counts, rows.sdma(CLASSIC, 0), np.arange(rows.pes), rows.pes,
                                   classic_rows.block_dim, rows.epp, rows.row_bytes, model,
                                   **settings_args(classic_rows), incoming=rows.incoming_bytes)
             times[floors == NEVER] = float(classic_c.max())  # never SDMA: the classic kernel, same cores
         else:
-            times = np.array([replay(classic_rows, rows.sdma("classic", 0), model) if f == NEVER else
-                              replay(rows, rows.sdma("doubleplane", int(f)), model, mode) for f in floors])
+            times = np.array([replay(classic_rows, rows.sdma(CLASSIC, 0), model) if f == NEVER else
+                              replay(rows, rows.sdma(DOUBLEPLANE, int(f)), model, mode) for f in floors])
             times = np.array([t.core_max(metric).max() for t in times])
         curve["modelled_us" if mode is None else f"{mode}_us"] = times
     reference = rows.with_settings(REFERENCE)
     if settings.is_reference:
         classic = float(curve["modelled_us"].iloc[-1])
     elif metric == "comm_only":
-        classic = float(stage1(reference.counts, rows.sdma("classic", 0), np.arange(rows.pes), rows.pes,
+        classic = float(stage1(reference.counts, rows.sdma(CLASSIC, 0), np.arange(rows.pes), rows.pes,
                                reference.block_dim, rows.epp, rows.row_bytes, model,
                                incoming=rows.incoming_bytes)[0].max())
     else:
-        classic = float(replay(reference, rows.sdma("classic", 0), model).core_max(metric).max())
+        classic = float(replay(reference, rows.sdma(CLASSIC, 0), model).core_max(metric).max())
     curve["speedup"] = classic / curve["modelled_us"]
     if what_if:
         curve[f"{what_if}_saving_us"] = curve["modelled_us"] - curve[f"{what_if}_us"]
     best = curve.loc[curve["modelled_us"].idxmin()]  # first minimum: the largest such floor
     v = None
     against = parse_settings(baseline) if baseline is not None else (
-        KernelSettings(False, settings.cores_per_rank) if variant == "doubleplane" else REFERENCE)
+        KernelSettings(False, settings.cores_per_rank) if variant == DOUBLEPLANE else REFERENCE)
     with_sdma = curve[(curve["threshold_bytes"] != NEVER) & (curve["sdma_segments"] > 0)]
-    if unknowns and variant == "classic":
-        v = unknowns_verdict(rows, model, NEVER, "classic", baseline=against)
+    if unknowns and variant == CLASSIC:
+        v = unknowns_verdict(rows, model, NEVER, CLASSIC, baseline=against)
     elif unknowns and len(with_sdma):
         v = unknowns_verdict(rows, model, int(with_sdma.loc[with_sdma["modelled_us"].idxmin(), "threshold_bytes"]),
                              baseline=against)
     d = None
-    if v is not None and variant == "doubleplane" and v.floor != DEFAULT_MIN_SDMA_BYTES and \
-            rows.sdma("doubleplane", DEFAULT_MIN_SDMA_BYTES).any():
+    if v is not None and variant == DOUBLEPLANE and v.floor != DEFAULT_MIN_SDMA_BYTES and \
+            rows.sdma(DOUBLEPLANE, DEFAULT_MIN_SDMA_BYTES).any():
         d = unknowns_verdict(rows, model, DEFAULT_MIN_SDMA_BYTES, joint=False, baseline=against)
     if metric == "full_op":  # one yardstick: the engine lines in the metric asked for
-        v = None if v is None else in_full_op(v, rows, model, "classic" if variant == "classic" else "doubleplane",
+        v = None if v is None else in_full_op(v, rows, model, CLASSIC if variant == CLASSIC else DOUBLEPLANE,
                                                 against)
         d = None if d is None else in_full_op(d, rows, model, baseline=against)
     caption = model.caption()
@@ -268,7 +269,7 @@ def band_records(rows: CaseRows, model: NpuModel, s: Suggestion, floors=None) ->
         row = s.curve.loc[s.curve["threshold_bytes"] == int(f)].iloc[0]
         v = have.get(int(f))
         if v is None:
-            v = unknowns_verdict(rows, model, int(f), "classic" if f == NEVER else variant, joint=False,
+            v = unknowns_verdict(rows, model, int(f), CLASSIC if f == NEVER else variant, joint=False,
                                  baseline=against)
         rec = v.record()
         rec.update({"min_sdma_bytes": int(f), "sdma_segments": int(row["sdma_segments"]),
@@ -284,7 +285,7 @@ def _comm_only_curve(rows: CaseRows, model: NpuModel, mode: str | None) -> np.nd
     floors = thresholds(rows)
     P = rows.pes
     seg_bytes = rows.counts * rows.row_bytes
-    above = rows.sdma("doubleplane", 0)
+    above = rows.sdma(DOUBLEPLANE, 0)
     own = [np.unique(seg_bytes[p][above[p]])[::-1] for p in range(P)]  # each PE's sizes, largest first
     first = np.cumsum([0] + [len(u) + 1 for u in own])
     pe_of = np.repeat(np.arange(P), [len(u) + 1 for u in own])
@@ -367,7 +368,7 @@ def suggest_settings(rows: CaseRows, model: NpuModel, labels, metric: str = "com
         label = variant_label(variant, settings)
         out[label] = sg
         v = sg.verdict
-        if variant == "doubleplane" and v is not None:
+        if variant == DOUBLEPLANE and v is not None:
             floor = v.floor
             us = float(sg.curve.loc[sg.curve["threshold_bytes"] == floor, "modelled_us"].iloc[0])
             sp = float(sg.curve.loc[sg.curve["threshold_bytes"] == floor, "speedup"].iloc[0])
@@ -378,7 +379,7 @@ def suggest_settings(rows: CaseRows, model: NpuModel, labels, metric: str = "com
         recs.append({"variant": label, "best_floor": int(floor), "modelled_us": us, "speedup": sp,
                      "low": v.low if v is not None else sp, "high": v.high if v is not None else sp,
                      "verdict": band_word(v.low, v.high) if v is not None else band_word(sp, sp),
-                     "pays_from": v.pays_from if v is not None and variant == "doubleplane" else None,
+                     "pays_from": v.pays_from if v is not None and variant == DOUBLEPLANE else None,
                      "measure_first": str(v.sensitivity["parameter"].iloc[0])
                      if v is not None and v.sensitivity["spread"].iloc[0] > 0 else "-"})
     table = pd.DataFrame(recs)

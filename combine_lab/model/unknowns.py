@@ -36,6 +36,7 @@ from ..planning.settings import REFERENCE, KernelSettings, parse_settings, varia
 from .machines import NpuModel
 from .replay import Stage1, settings_args
 from .stream import CaseRows
+from ..kernels import CLASSIC, DOUBLEPLANE
 
 #: Below this relative difference two modelled times are a tie (5 %).
 RESOLUTION = 0.05
@@ -94,13 +95,13 @@ class Verdict:
     sensitivity: pd.DataFrame
     no_effect: tuple[str, ...]
     pays_from: int | None
-    label: str = "doubleplane"  # the variant label priced (docs/variants.md): doubleplane-segment-c6, classic-c6
+    label: str = DOUBLEPLANE  # the variant label priced (docs/variants.md): doubleplane-segment-c6, classic-c6
     low_at: dict = field(default_factory=dict)
     high_at: dict = field(default_factory=dict)
     vertices: pd.DataFrame | None = None
     interactions: pd.DataFrame | None = None
     engines_needed: int | None = None
-    against: str = "classic"  # the classic the speed-up is over: classic (the reference's), classic-c6, ...
+    against: str = CLASSIC  # the classic the speed-up is over: classic (the reference's), classic-c6, ...
     metric: str = "comm_only"  # of the engine curve and pays_from; the band is comm_only's
     held: tuple[str, ...] = ()  # assumed link-class parameters, not searched (held at nominal)
     limits: dict = field(default_factory=dict)  # name -> (">=" or "<=", bound): how far each may move and still pay
@@ -177,7 +178,7 @@ class Verdict:
                 "limits": {n: [op, float(x)] for n, (op, x) in self.limits.items()}, "pays_if": self.pays_if()}
 
 
-def engines_line(floor: int, engines: pd.DataFrame, label: str = "doubleplane", against: str = "classic",
+def engines_line(floor: int, engines: pd.DataFrame, label: str = DOUBLEPLANE, against: str = CLASSIC,
                  metric: str = "comm_only") -> str:
     """'doubleplane at floor F B: 10.3x slower with 1, ..., parity with 48 SDMA engines, the rest
     nominal: it pays only if N or more run at once' (or: with none of them), from an
@@ -185,9 +186,9 @@ def engines_line(floor: int, engines: pd.DataFrame, label: str = "doubleplane", 
     one sends no SDMA: 'classic-c6 (no SDMA): 1.6x faster with any number of SDMA engines');
     ``against``: the classic it is compared with, named where it is not the reference's; ``metric``:
     named where it is not comm_only."""
-    than = "" if against == "classic" else f" than {against}"
+    than = "" if against == CLASSIC else f" than {against}"
     of = "" if metric == "comm_only" else f" ({metric})"
-    if label.startswith("classic"):
+    if label.startswith(CLASSIC):
         return f"{label} (no SDMA){of}: {word(float(engines['speedup'].iloc[0]))}{than} with any number of SDMA engines"
     parts = [f"{word(s)} with {int(e)}" for e, s in zip(engines["engines"], engines["speedup"])]
     pays = next((int(e) for e, x in zip(engines["engines"], engines["speedup"]) if x > 1 + RESOLUTION), None)
@@ -203,7 +204,7 @@ class Pricer:
     ``names``: the assumed parameters comm_only reads here; ``only_variant``: those of them the
     classic baseline never reads (the ratio is monotone in each)."""
 
-    def __init__(self, rows: CaseRows, model: NpuModel, floor: int, variant: str = "doubleplane",
+    def __init__(self, rows: CaseRows, model: NpuModel, floor: int, variant: str = DOUBLEPLANE,
                  baseline: KernelSettings = REFERENCE, pes: np.ndarray | None = None):
         self.rows, self.model, self.floor, self.variant, self.baseline = rows, model, int(floor), variant, baseline
         mask = rows.sdma(variant, int(floor))
@@ -354,7 +355,7 @@ def factorial(grid: dict[str, np.ndarray], speedup: np.ndarray, model: NpuModel)
 
 
 def engines_curve(rows: CaseRows, model: NpuModel, floor: int, cache: dict | None = None,
-                  variant: str = "doubleplane", *, baseline: KernelSettings | str | None = None) -> pd.DataFrame:
+                  variant: str = DOUBLEPLANE, *, baseline: KernelSettings | str | None = None) -> pd.DataFrame:
     """The speed-up of ``variant`` (under ``rows.settings``) at ``floor`` over classic under
     ``baseline`` (default the reference's) at each engine count of :data:`ENGINES` (DataFrame:
     engines, speedup), the rest nominal. ``cache``: unused (kept for callers)."""
@@ -382,20 +383,20 @@ def _pay_limit(pr: Pricer, at: dict, name: str) -> tuple[str, float] | None:
     return ("<=" if p.cost else ">=", float(good))
 
 
-def engines_curve_full_op(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doubleplane", *,
+def engines_curve_full_op(rows: CaseRows, model: NpuModel, floor: int, variant: str = DOUBLEPLANE, *,
                           baseline: KernelSettings | str | None = None) -> pd.DataFrame:
     """:func:`engines_curve` in full_op (the slowest PE's, one replay per engine count)."""
     from .replay import replay
 
     base = rows.with_settings(parse_settings(baseline))
-    classic = float(replay(base, rows.sdma("classic", 0), model).core_max("full_op").max())
+    classic = float(replay(base, rows.sdma(CLASSIC, 0), model).core_max("full_op").max())
     mask = rows.sdma(variant, int(floor))
     s = [classic / float(replay(rows, mask, model.with_values(sdma_engines=float(e))).core_max("full_op").max())
          for e in ENGINES]
     return pd.DataFrame({"engines": ENGINES, "speedup": s})
 
 
-def in_full_op(v: Verdict, rows: CaseRows, model: NpuModel, variant: str = "doubleplane",
+def in_full_op(v: Verdict, rows: CaseRows, model: NpuModel, variant: str = DOUBLEPLANE,
                baseline: KernelSettings | str | None = None) -> Verdict:
     """``v`` with its engine curve and ``pays_from`` in full_op (:func:`engines_curve_full_op`);
     the band stays comm_only's and says so."""
@@ -406,7 +407,7 @@ def in_full_op(v: Verdict, rows: CaseRows, model: NpuModel, variant: str = "doub
     return replace(v, engines=eng, pays_from=pays, metric="full_op")
 
 
-def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doubleplane", *,
+def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = DOUBLEPLANE, *,
             baseline: KernelSettings | str | None = None, joint: bool = True) -> Verdict:
     """The :class:`Verdict` of ``variant`` at ``floor`` (bytes) for ``rows``' case on ``model``, under
     the kernel settings of ``rows`` (docs/variants.md), against classic under ``baseline`` (default
@@ -464,4 +465,4 @@ def verdict(rows: CaseRows, model: NpuModel, floor: int, variant: str = "doublep
     return Verdict(int(floor), nominal, float(low), float(high), pd.DataFrame({"engines": ENGINES, "speedup": eng}),
                    sens, tuple(n for n in model.assumed if n not in pr.reads and "." not in n), pays,
                    variant_label(variant, rows.settings), low_at, high_at, vertices, inter, needed,
-                   variant_label("classic", baseline), held=tuple(n for n in model.assumed if "." in n), limits=limits)
+                   variant_label(CLASSIC, baseline), held=tuple(n for n in model.assumed if "." in n), limits=limits)
