@@ -308,15 +308,19 @@ class ModelledState:
         return floor_choice(s)
 
     def suggested_floor(self) -> int | None:
-        """The floor :meth:`use_suggestion` would set (bytes; :attr:`FloorChoice.floor`: inside the
-        interval of best floors, the current floor when it is one of them; for "never SDMA" one
-        byte above every segment the rule could pick), or None without a current suggestion."""
+        """The floor :meth:`use_suggestion` would set (bytes), or None without a current suggestion:
+        the current floor when it is one of the best; else the floor Suggest priced its band over
+        the unknowns at, when that is one of them; else :attr:`FloorChoice.floor` (inside the
+        interval of best floors; for "never SDMA" one byte above every segment the rule could pick)."""
         c = self.floor_choice()
         if c is None:
             return None
         cur = self._values["min_sdma_bytes"]
         if not c.never and _is_int(cur) and c.lo <= cur <= c.hi:
             return int(cur)
+        v = self.suggestion.verdict
+        if not c.never and v is not None and c.lo <= v.floor <= c.hi:
+            return int(v.floor)  # the floor Suggest's band is of: Use it shows that band, not another floor's
         return c.floor
 
     def use_suggestion(self) -> int | None:
