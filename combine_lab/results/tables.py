@@ -247,20 +247,28 @@ def compare_over_repeats(rows: list[ResultRow], tidy: pd.DataFrame | None) -> di
     """One comparison of a case's classic and doubleplane over every repeat (the tuning app's history
     row): :func:`~combine_lab.results.rows.compare_rows` of the last repeat's ``rows`` (the SDMA
     share, the reason of a variant that did not run), its times, speed-ups and verdicts replaced by
-    :func:`summarize` of ``tidy`` (every repeat's tidy rows; None or empty: nothing timed, the
-    speed-up's spread NaN and its verdict "no run"), its check FAIL and counters_ok False when any
-    repeat's were. Keys: :data:`~combine_lab.results.rows.COMPARISON_COLUMNS` and per metric
-    ``<metric>_speedup_lo``, ``_hi``, ``_verdict``."""
+    :func:`summarize` of ``tidy`` (every repeat's tidy rows; None or empty: nothing timed, every spread
+    and bandwidth NaN and the verdicts "no run"), its check FAIL and counters_ok False when any
+    repeat's were. Keys: :data:`~combine_lab.results.rows.COMPARISON_COLUMNS`, per metric
+    ``<metric>_speedup_lo``, ``_hi``, ``_verdict`` and each variant's ``<metric>_<variant>_lo_us`` /
+    ``_hi_us``, and nccl-tests' ``comm_only_<variant>_algbw_GBps`` / ``_busbw_GBps`` (slowest profiled PE)."""
     out = compare_rows(rows)
+    nan = float("nan")
     for m in METRICS:
-        out.update({f"{m}_speedup_lo": float("nan"), f"{m}_speedup_hi": float("nan"), f"{m}_verdict": "no run"})
+        out.update({f"{m}_speedup_lo": nan, f"{m}_speedup_hi": nan, f"{m}_verdict": "no run"})
+        out.update({f"{m}_{v}_{k}_us": nan for v in VARIANTS for k in ("lo", "hi")})
+    out.update({f"comm_only_{v}_{b}_GBps": nan for v in VARIANTS for b in ("algbw", "busbw")})
     summary = summarize(tidy) if tidy is not None and len(tidy) else None
     if summary is None or not len(summary):
         return out
     s = summary.iloc[0]
     for m in METRICS:
-        for k in (f"{CLASSIC}_us", f"{DOUBLEPLANE}_us", "speedup", "speedup_lo", "speedup_hi", "verdict"):
+        for k in ("speedup", "speedup_lo", "speedup_hi", "verdict",
+                  *(f"{v}_{k}" for v in VARIANTS for k in ("us", "lo_us", "hi_us"))):
             out[f"{m}_{k}"] = s[f"{m}_{k}"]
+    for v in VARIANTS:
+        for b in ("algbw", "busbw"):
+            out[f"comm_only_{v}_{b}_GBps"] = s.get(f"comm_only_{v}_{b}_GBps", nan)
     if out["check"] == PASS and not s["check_ok"]:
         out["check"] = FAIL
     out["counters_ok"] = bool(out["counters_ok"]) and bool(s["counters_ok"])

@@ -24,23 +24,35 @@ def _pair_lines(out: str) -> list[str]:
     return [line.rstrip() for line in lines[start + 1:start + 4]]
 
 
+def _medians(run_summary: Path) -> dict:
+    """metric -> label -> the median time (us) of a run summary's one case."""
+    case = json.loads(run_summary.read_text())["cases"][0]
+    return {m: {v: rec[f"{m}_us"]["median"] for v, rec in case["variants"].items()} for m in ("comm_only", "full_op")}
+
+
 def test_user_kernel_and_the_labs_in_one_speedup_table(tmp_path, capsys):
-    """Modelled on a3 (deterministic): the lab's doubleplane and the user's kernel each against classic;
-    15.0704 us (classic, the slowest PE) / 34.128 us (user:refstyle, priced from its recorded stream) = 0.442."""
+    """Modelled on a3 (deterministic): the lab's doubleplane and the user's kernel (priced from its
+    recorded stream) each against classic: classic's median / the kernel's, of the same run's times."""
     assert cli.main(["compare", "--kernel-source", str(REFSTYLE), *CASE, "--output-dir", str(tmp_path / "perf"),
                      "--perf", "-a", "plot"]) == 0
     out = capsys.readouterr().out
-    assert _pair_lines(out) == [
-        "            case routing        kernel baseline comm_only speed-up          comm_only verdict full_op speed-up            full_op verdict",
-        "shape_8_64_2_2_2 uniform   doubleplane  classic              1.000 no SDMA: identical traffic            1.000 no SDMA: identical traffic",
-        "shape_8_64_2_2_2 uniform user:refstyle  classic              0.442    slower (modelled point)            0.529    slower (modelled point)",
-    ]
-    summary = json.loads((tmp_path / "perf-model-a3" / "combine_lab_summary.json").read_text())
+    folder = tmp_path / "perf-model-a3"
+    t = _medians(folder / "combine_lab_summary.json")
+    mine = {m: t[m]["classic"] / t[m]["user:refstyle"] for m in t}
+    assert mine["comm_only"] < 0.95 and mine["full_op"] < 0.95  # so "slower", beyond the model's 5 %
+    assert [line.split() for line in _pair_lines(out)] == [
+        ["case", "routing", "kernel", "baseline", "comm_only", "speed-up", "comm_only", "verdict", "full_op",
+         "speed-up", "full_op", "verdict"],
+        ["shape_8_64_2_2_2", "uniform", "doubleplane", "classic", "1.000", *"no SDMA: identical traffic".split(),
+         "1.000", *"no SDMA: identical traffic".split()],
+        ["shape_8_64_2_2_2", "uniform", "user:refstyle", "classic", f"{mine['comm_only']:.3f}",
+         *"slower (modelled point)".split(), f"{mine['full_op']:.3f}", *"slower (modelled point)".split()]]
+    summary = json.loads((folder / "combine_lab_summary.json").read_text())
     pairs = summary["cases"][0]["speedup_pairs"]
     assert [(p["kernel"], p["baseline"]) for p in pairs] == [("doubleplane", "classic"), ("user:refstyle", "classic")]
-    assert round(pairs[1]["comm_only"]["median"], 4) == 0.4416
+    assert pairs[1]["comm_only"]["median"] == pytest.approx(mine["comm_only"], rel=1e-12)
     # one comparison figure per metric holds all three, one speed-up figure per metric both pairs
-    assert sorted(p.name for p in (tmp_path / "perf-model-a3").glob("combine_*_*.png")) == [
+    assert sorted(p.name for p in folder.glob("combine_*_*.png")) == [
         "combine_compare_comm_only.png", "combine_compare_full_op.png", "combine_speedup_comm_only.png",
         "combine_speedup_full_op.png"]
     from combine_lab.results.analysis import speedup_figure
@@ -55,12 +67,14 @@ def test_user_kernel_and_the_labs_in_one_speedup_table(tmp_path, capsys):
 
 def test_baseline_names_the_kernel_every_speedup_is_against(tmp_path, capsys):
     assert cli.main(["compare", "--kernel-source", str(REFSTYLE), *CASE, "--output-dir", str(tmp_path / "perf"),
-                     "--baseline", "doubleplane"]) == 0
-    assert _pair_lines(capsys.readouterr().out) == [
-        "            case routing        kernel    baseline comm_only speed-up                comm_only verdict full_op speed-up                  full_op verdict",
-        "shape_8_64_2_2_2 uniform       classic doubleplane              1.000 tie (modelled point, within 5 %)            1.000 tie (modelled point, within 5 %)",
-        "shape_8_64_2_2_2 uniform user:refstyle doubleplane              0.442          slower (modelled point)            0.529          slower (modelled point)",
-    ]
+                     "--perf", "--baseline", "doubleplane"]) == 0
+    t = _medians(tmp_path / "perf-model-a3" / "combine_lab_summary.json")
+    mine = {m: t[m]["doubleplane"] / t[m]["user:refstyle"] for m in t}
+    tie = "tie (modelled point, within 5 %)".split()
+    assert [line.split() for line in _pair_lines(capsys.readouterr().out)][1:] == [
+        ["shape_8_64_2_2_2", "uniform", "classic", "doubleplane", "1.000", *tie, "1.000", *tie],
+        ["shape_8_64_2_2_2", "uniform", "user:refstyle", "doubleplane", f"{mine['comm_only']:.3f}",
+         *"slower (modelled point)".split(), f"{mine['full_op']:.3f}", *"slower (modelled point)".split()]]
 
 
 def test_baseline_not_among_the_runs_is_refused(tmp_path, capsys):
@@ -105,12 +119,11 @@ def test_diff_compares_your_kernels_speedup_too(tmp_path, capsys):
                          "--perf"]) == 0
     capsys.readouterr()
     assert cli.main(["diff", str(tmp_path / "a-model-a3"), str(tmp_path / "b-model-a3")]) == 0
+    t = _medians(tmp_path / "a-model-a3" / "combine_lab_summary.json")
+    x = {m: f"{t[m]['classic'] / t[m]['user:refstyle']:.3f}" for m in t}
     lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines() if "/ classic" in line]
-    assert lines == [
-        "shape_8_64_2_2_2 uniform speed-up user:refstyle / classic comm_only 0.442 - 0.442 - 1.000 tie: within the "
-        "model's resolution (5 %)",
-        "shape_8_64_2_2_2 uniform speed-up user:refstyle / classic full_op 0.529 - 0.529 - 1.000 tie: within the "
-        "model's resolution (5 %)"]
+    assert lines == [f"shape_8_64_2_2_2 uniform speed-up user:refstyle / classic {m} {x[m]} - {x[m]} - 1.000 tie: "
+                     "within the model's resolution (5 %)" for m in ("comm_only", "full_op")]
 
 
 def test_python_compare_gives_the_same_pairs():
@@ -121,7 +134,9 @@ def test_python_compare_gives_the_same_pairs():
     p = runs.speedups()
     assert p[["kernel", "baseline", "comm_only_verdict"]].values.tolist() == [
         ["doubleplane", "classic", "no SDMA: identical traffic"], ["user:refstyle", "classic", "slower (modelled point)"]]
-    assert round(float(p["comm_only_speedup"].iloc[1]), 4) == 0.4416
+    from combine_lab.results.rows import result_row
+    c, k = (result_row(runs[v]).comm_only_us for v in ("classic", "user:refstyle"))
+    assert float(p["comm_only_speedup"].iloc[1]) == pytest.approx(c / k, rel=1e-12)
     mine = runs.speedups("user:refstyle")
     assert mine["baseline"].tolist() == ["user:refstyle"] * 2
-    assert round(float(mine["comm_only_speedup"].iloc[0]), 4) == round(1 / 0.441585, 4)
+    assert float(mine["comm_only_speedup"].iloc[0]) == pytest.approx(k / c, rel=1e-12)
