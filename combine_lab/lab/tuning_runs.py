@@ -18,8 +18,8 @@ from ..case.spec import CaseSpec
 from ..errors import CaseFileError, ParameterError, ResultFileError, SpecError
 from ..planning.capacity import window_geometry
 from ..planning.settings import KernelSettings, group_variants, variant_label
-from ..results.rows import FAIL, METRICS, PASS, REFUSED, NotRun, ResultRow, compare_rows, result_row
-from ..results.tables import summarize
+from ..results.rows import REFUSED, NotRun, ResultRow, result_row
+from ..results.tables import compare_over_repeats
 from ..run import build as build_mod
 from ..run.launch import LaunchError
 from . import plots
@@ -202,32 +202,9 @@ class RunsState:
 
     @staticmethod
     def _over_repeats(runs, rows: list[ResultRow]) -> dict:
-        """The history's comparison of a Run: :func:`compare_rows` of its last repeat's rows (the
-        SDMA share, the reason of a variant that did not run), its times, speed-ups and verdicts
-        replaced by the summary over every repeat (:func:`combine_lab.results.tables.summarize`), its
-        check FAIL and counters_ok False when any repeat's were."""
-        out = compare_rows(rows)
-        nan = float("nan")
-        for m in METRICS:
-            out.update({f"{m}_speedup_lo": nan, f"{m}_speedup_hi": nan, f"{m}_verdict": "no run"})
-            out.update({f"{m}_{v}_{k}_us": nan for v in (CLASSIC, DOUBLEPLANE) for k in ("lo", "hi")})
-        out.update({f"comm_only_{v}_{b}_GBps": nan for v in (CLASSIC, DOUBLEPLANE) for b in ("algbw", "busbw")})
-        outcomes = getattr(runs, "outcomes", [])
-        summary = summarize(runs.tidy()) if outcomes else None
-        if summary is None or not len(summary):
-            return out
-        s = summary.iloc[0]
-        for m in METRICS:
-            for k in ("classic_us", "doubleplane_us", "speedup", "speedup_lo", "speedup_hi", "verdict",
-                      "classic_lo_us", "classic_hi_us", "doubleplane_lo_us", "doubleplane_hi_us"):
-                out[f"{m}_{k}"] = s[f"{m}_{k}"]
-        for v in (CLASSIC, DOUBLEPLANE):  # nccl-tests' bandwidths of the slowest profiled PE
-            for b in ("algbw", "busbw"):
-                out[f"comm_only_{v}_{b}_GBps"] = s.get(f"comm_only_{v}_{b}_GBps", float("nan"))
-        if out["check"] == PASS and not s["check_ok"]:
-            out["check"] = FAIL
-        out["counters_ok"] = bool(out["counters_ok"]) and bool(s["counters_ok"])
-        return out
+        """The history's comparison of a Run: the one fold of repeats
+        (:func:`combine_lab.results.tables.compare_over_repeats`) of its rows and every repeat's tidy rows."""
+        return compare_over_repeats(rows, runs.tidy() if getattr(runs, "outcomes", []) else None)
 
     def finish_run(self, request: RunRequest, runs) -> None:
         """Record ``request``'s completed Run: result rows, a history row, the verdict, counters
