@@ -22,8 +22,7 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import ParameterError
-from .build import BuildError, source_root
+from ..errors import CombineLabError, ParameterError
 
 #: Where the patches lie, under the source root.
 BROKEN_FOLDER = Path("kernels") / "broken"
@@ -32,14 +31,18 @@ _COPIED = {".cpp", ".h"}
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
-class BrokenPatchError(BuildError):
-    """A broken kernel's patch does not apply to the kernel as it is now (or is not a unified diff)."""
+class BrokenPatchError(CombineLabError, RuntimeError):
+    """A broken kernel's patch does not apply to the kernel as it is now (or is not a unified diff);
+    :func:`~combine_lab.run.build.build` raises it as its BuildError."""
 
 
 def folder(root: str | os.PathLike | None = None) -> Path:
-    """``<root>/kernels/broken`` (``root``: the source root, default :func:`~combine_lab.run.build.source_root`):
-    the folder of the patches."""
-    return (Path(root) if root is not None else source_root()) / BROKEN_FOLDER
+    """``<root>/kernels/broken``: the folder of the patches. ``root``: the source root; default
+    ``COMBINE_LAB_SOURCE``, else the folder above the package, as
+    :func:`~combine_lab.run.build.source_root` has it (build.py imports this module, so not from there)."""
+    if root is None:
+        root = os.environ.get("COMBINE_LAB_SOURCE") or Path(__file__).resolve().parents[2]
+    return Path(root) / BROKEN_FOLDER
 
 
 def names(root: str | os.PathLike | None = None) -> list[str]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CombineLabError, ParameterError
+from . import broken as overlays
 from . import toolchain
 
 TARGETS = ("cpu", "npu")
@@ -278,8 +279,7 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
     if broken and target != "cpu":
         raise ParameterError(f"broken: the broken kernels run on the twin only, not target={target!r}",
                              parameter="broken", value=broken)
-    from . import broken as overlays  # imports this module
-    broken_fp = overlays.fingerprint(broken) if broken else ""  # ParameterError for a name with no patch
+    broken_fp = overlays.fingerprint(broken, source_root()) if broken else ""  # ParameterError for a name with no patch
     config_args: list[str] = [f"-DCOMBINE_BROKEN_KERNELS={';'.join(broken)}"]
     if target == "cpu":
         cxx = twin_cxx()
@@ -336,7 +336,10 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
                   "30 s on 2 cores; log: {log})", file=sys.stderr, flush=True)
         log.write_text("")
         if broken:  # the broken kernels' copies of kernels/, each with its patch (a changed one rebuilt alone)
-            overlays.write_sources(broken, bdir / "broken_src")
+            try:
+                overlays.write_sources(broken, bdir / "broken_src", root)
+            except overlays.BrokenPatchError as e:
+                raise BuildError(str(e)) from e
         if old_config is not None and old_config != config:
             # Another NPU toolchain (CANN, SHMEM, SoC): CMake cannot switch compilers in place.
             shutil.rmtree(bdir / "CMakeFiles", ignore_errors=True)

@@ -273,7 +273,8 @@ def build_broken_kernels(build_dir: str | os.PathLike | None = None) -> dict[str
     ``kernels/`` there); returns name -> driver.
 
     Raises:
-        BuildError: the build failed (BrokenPatchError: a patch no longer applies to the kernel).
+        BuildError: the build failed, or a patch no longer applies to the kernel (the message names
+            the patch and its hunk: combine_lab.run.broken.BrokenPatchError).
     """
     folder = Path(build_dir) if build_dir is not None else default_build_dir("cpu").parent / "broken"
     build("cpu", build_dir=folder, broken=list(BROKEN_KERNELS))

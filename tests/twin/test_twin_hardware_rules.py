@@ -1,5 +1,5 @@
 """The twin refuses what the NPU would get wrong (docs/hardware-rules.md#1-how-the-twin-enforces-rules): every broken
-kernel of the self-test, built from the kernel's own fault-injection switches, is caught
+kernel of the self-test, built from its patch of the kernel (kernels/broken/<name>.patch), is caught
 the way BROKEN_KERNELS says, with the PE, core, operation and UB range named; the real
 kernel keeps those rules at 64 PEs on 40- and 48-core SoCs with counters = plan."""
 
