@@ -24,10 +24,8 @@
 //   Cast, Muls, Add on UB tiles, double-buffered), write x_out, reset the flags; then SHMEM's
 //   soft core barrier. The host barriers all PEs after the stream sync, before the next launch.
 //
-// Broken kernels for the checker's self-test: the fault:: names (kernels/combine_faults.h,
-// the only reader of the COMBINE_FAULT_* switches; built only by combine_lab's self-test and
-// tests, never installed). In the real kernel every fault::k* is false and every hook returns
-// its first argument.
+// This file is the real kernel only. The self-test's broken kernels (docs/hardware-rules.md#12-broken-kernels)
+// are patches of it, kernels/broken/<name>.patch, applied to a copy in the self-test's build folder.
 #include <type_traits>
 
 #include "combine_platform.h"
@@ -96,7 +94,7 @@ public:
 
     __aicore__ inline void Process() {
         // static Tensor programming: set the core's state before any vector instruction
-        if constexpr (!fault::kNoInitSocState) AscendC::InitSocState();
+        AscendC::InitSocState();
         FillStatusBlock();
         SHMEMI_PROF_START(kProfFrameFullOp);
         SHMEMI_PROF_START(kProfFrameCommOnly);
@@ -104,11 +102,10 @@ public:
         SendSegments();
         SHMEMI_PROF_END(kProfFrameCommOnly);
         ReduceTokens();
-        if constexpr (fault::kDeviceBarrier) aclshmem_barrier_all();  // SHMEM's device barrier: MIX kernels only
         // full_op ends when every core of this PE is done. An AIV-only kernel has no hardware
         // SyncAll (that needs a MIX kernel): SHMEM's own core barrier on GM flags, as its AIV
         // examples end (docs/hardware-rules.md#9-cores-waves-and-barriers).
-        if constexpr (!fault::kNoCoreBarrier) aclshmemi_barrier_core_soft();
+        aclshmemi_barrier_core_soft();
         if (layout_ && core_ == 0) ResetInbox();  // every core of this PE is done with the bases
         SHMEMI_PROF_END(kProfFrameFullOp);
     }
@@ -180,10 +177,10 @@ private:
     template <typename U>
     __aicore__ inline void PutMte(__gm__ U* dst, __gm__ U* src, uint32_t n, int dst_pe) {
         const uint32_t buf = next_stage_;
-        next_stage_ = fault::NextStage((next_stage_ + 1) % kUbMteBuffers);
+        next_stage_ = (next_stage_ + 1) % kUbMteBuffers;
         if (stage_busy_[buf]) AscendC::WaitFlag<AscendC::HardEvent::MTE3_MTE2>(int32_t(kStageEvent0 + buf));
         aclshmemx_mte_put_nbi<U>(dst, src, ub_at<U>(StageOff(buf)), kUbMteStageBytes, n, dst_pe, StageSyncId(buf));
-        if constexpr (!fault::kUbReuse) StageInFlight(buf);
+        StageInFlight(buf);
     }
 
     // The MTE3->MTE2 flag behind the UB -> GM leg just issued from staging buffer `buf`.
@@ -201,14 +198,12 @@ private:
     }
 
     // Where staging buffer `buf` and the SDMA scratch lie in UB (kernels/combine_kernel.h).
-    __aicore__ static inline uint32_t StageOff(uint32_t buf) {
-        return fault::StageOff(kUbMteOff + buf * kUbMteStageBytes, buf);
-    }
-    __aicore__ static inline uint32_t SdmaOff() { return fault::SdmaOff(kUbSdmaOff); }
+    __aicore__ static inline uint32_t StageOff(uint32_t buf) { return kUbMteOff + buf * kUbMteStageBytes; }
+    __aicore__ static inline uint32_t SdmaOff() { return kUbSdmaOff; }
 
     // The sync_id the puts through staging buffer `buf` pair their own flags on.
-    __aicore__ static inline uint32_t StageSyncId(uint32_t buf) { return fault::StageSyncId(kStageEvent0 + buf); }
-    __aicore__ static inline uint32_t SdmaSyncId() { return fault::SdmaSyncId(kSdmaSyncId); }
+    __aicore__ static inline uint32_t StageSyncId(uint32_t buf) { return kStageEvent0 + buf; }
+    __aicore__ static inline uint32_t SdmaSyncId() { return kSdmaSyncId; }
 
     // The segments this core serves, in the order every phase of SendSegments walks them: source
     // ranks core_, core_ + cores_, ... (launch_block_dim), each with its epp_ experts, segment
@@ -300,9 +295,7 @@ private:
     // Waits (bounded) until receiver `receiver` has published its bases to this PE, then makes
     // them visible to this core's scalar loads. False when the wait gave up.
     __aicore__ inline bool HaveLayout(uint32_t receiver) {
-        if constexpr (!fault::kNoBasesWait) {
-            if (!WaitSlot(InboxReady(receiver), WaitKind::Bases, receiver, 0)) return false;
-        }
+        if (!WaitSlot(InboxReady(receiver), WaitKind::Bases, receiver, 0)) return false;
         gm_invalidate(InboxBases(receiver), epp_ * 4);
         return true;
     }
@@ -318,14 +311,6 @@ private:
             for (uint32_t w = 0; w < kStatusWords; ++w) flag[w] = 0;
             gm_flush(flag, kStatusFlagBytes);
         }
-    }
-
-    // The chunk whose flags this core writes: its own (OTHER_GROUP_FLAG: the next core's).
-    __aicore__ inline uint32_t FlagChunkBegin(uint32_t seg) const {
-        return fault::kOtherGroupFlag ? ChunkAt(seg, (chunk_ + 1) % cpr_) : ChunkBegin(seg);
-    }
-    __aicore__ inline uint32_t FlagChunkEnd(uint32_t seg) const {
-        return fault::kOtherGroupFlag ? ChunkAt(seg, (chunk_ + 1) % cpr_ + 1) : ChunkEnd(seg);
     }
 
     __aicore__ inline void SendSegments() {
@@ -349,7 +334,7 @@ private:
                 const uint32_t n = one_call ? (end - begin) * h_ : h_;
                 // Bounded by SQEs, not calls: quiet before this call's would overflow the ring.
                 const uint32_t sqes = sdma_sqes(uint64_t(n) * sizeof(T));
-                if (outstanding > 0 && outstanding + sqes > fault::SdmaRingSqes(kSdmaQuietEvery)) {
+                if (outstanding > 0 && outstanding + sqes > kSdmaQuietEvery) {
                     SdmaQuiet(sdma_ub);
                     outstanding = 0;
                 }
@@ -357,13 +342,12 @@ private:
                                           kUbSdmaBytes, n, s.src_rank, SdmaSyncId());
                 NoteSdmaRows(row, one_call ? end : row + 1, s.src_rank);
                 outstanding += sqes;
-                if (outstanding >= fault::SdmaRingSqes(kSdmaQuietEvery)) {
+                if (outstanding >= kSdmaQuietEvery) {
                     SdmaQuiet(sdma_ub);
                     outstanding = 0;
                 }
             }
             sdma_rows += end - begin;
-            if constexpr (fault::kSegmentFlagBeforeSdmaQuiet) PutFlags(begin, end, s.src_rank);  // its SQEs in flight
         }
         // 2. MTE segments: payload, quiet, then their flags.
         bool any_mte = false;
@@ -372,23 +356,19 @@ private:
             if (begin == end || UseSdma(s.seg)) continue;
             if (layout_ && !HaveLayout(uint32_t(s.src_rank))) continue;
             for (uint32_t row = begin; row < end; ++row) PutRowMte(s.seg, row, s.src_rank);
-            if constexpr (fault::kMteFlagBeforeQuiet) PutFlags(begin, end, s.src_rank);  // before their payload's quiet
             aclshmem_quiet();
             ReleaseStaging();
-            if constexpr (!fault::kMteFlagBeforeQuiet) PutFlags(FlagChunkBegin(s.seg), FlagChunkEnd(s.seg), s.src_rank);
+            PutFlags(begin, end, s.src_rank);  // this core's own chunk: the payload it put
             any_mte = true;
         }
         if (any_mte) aclshmem_quiet();
         // 3. SDMA flags, only once the copy engine has finished their payload.
         if (sdma_rows > 0) {
-            if constexpr (!fault::kSdmaFlagBeforeSdmaQuiet) SdmaQuiet(sdma_ub);
-            if constexpr (!fault::kSegmentFlagBeforeSdmaQuiet) {
-                for (const Segment s : MySegments()) {  // none over rows a quiet could not vouch for
-                    if (UseSdma(s.seg) && !sdma_lost_) PutFlags(FlagChunkBegin(s.seg), FlagChunkEnd(s.seg), s.src_rank);
-                }
+            SdmaQuiet(sdma_ub);
+            for (const Segment s : MySegments()) {  // none over rows a quiet could not vouch for
+                if (UseSdma(s.seg) && !sdma_lost_) PutFlags(ChunkBegin(s.seg), ChunkEnd(s.seg), s.src_rank);
             }
             aclshmem_quiet();
-            if constexpr (fault::kSdmaFlagBeforeSdmaQuiet) SdmaQuiet(sdma_ub);  // the flags went before it
         }
     }
 
@@ -402,8 +382,7 @@ private:
     // waited for (`kind`: status slot `slot` of `expert`, or receiver `slot`'s inbox); false then.
     __aicore__ inline bool WaitSlot(__gm__ int32_t* flag, WaitKind kind, uint32_t slot, int32_t expert) {
         if (gave_up_) return false;
-        const uint32_t words = fault::StatusWaitWords(kStatusWords, kind == WaitKind::StatusSlot);
-        for (uint32_t w = 0; w < words; ++w) {
+        for (uint32_t w = 0; w < kStatusWords; ++w) {
             const int64_t start = AscendC::GetSystemCycle();
             while (!aclshmem_int32_test(flag + w, ACLSHMEM_CMP_EQ, kStatusReady)) {
                 const int64_t waited = AscendC::GetSystemCycle() - start;
@@ -513,9 +492,9 @@ private:
         AscendC::GlobalTensor<T> row;
         row.SetGlobalBuffer(SlotPayload(p.t * topk_ + p.k) + p.h0, n);
         // in[side]: V has read its last tile
-        if constexpr (!fault::kNoVMte2Wait) AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(side));
+        AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(side));
         CopyTile(in, row, n);
-        if constexpr (!fault::kNoMte2VWait) AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(ReduceEvent(side));
+        AscendC::SetFlag<AscendC::HardEvent::MTE2_V>(ReduceEvent(side));
     }
 
     // One tile of n elements, GM -> UB (MTE2) or UB -> GM (MTE3). DataCopy moves whole 32-byte
@@ -525,7 +504,7 @@ private:
     __aicore__ static inline void CopyTile(const Dst& dst, const Src& src, uint32_t n) {
         const uint32_t bytes = uint32_t(n * sizeof(T));
         const AscendC::DataCopyExtParams params(1, bytes, 0, 0, 0);
-        if (fault::WholeBlocks(bytes % 32 == 0)) {
+        if (bytes % 32 == 0) {
             AscendC::DataCopy(dst, src, n);
         } else if constexpr (std::is_same_v<Dst, AscendC::LocalTensor<T>>) {
             AscendC::DataCopyPad(dst, src, params, AscendC::DataCopyPadExtParams<T>());
@@ -538,14 +517,14 @@ private:
     __aicore__ inline void AccumulateTile(const AscendC::LocalTensor<T>& in, uint32_t side,
                                           const AscendC::LocalTensor<float>& cast, const AscendC::LocalTensor<float>& acc,
                                           float scale, uint32_t n) {
-        if constexpr (!fault::kNoMte2VWait) AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(ReduceEvent(side));
+        AscendC::WaitFlag<AscendC::HardEvent::MTE2_V>(ReduceEvent(side));
         AscendC::PipeBarrier<PIPE_V>();  // cast: the last Add still reads it
         AscendC::Cast(cast, in, ReduceCast<T>::kIn, n);
         // in[side] may be refilled
-        if constexpr (!fault::kNoVMte2Wait) AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(side));
+        AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(side));
         AscendC::PipeBarrier<PIPE_V>();
         AscendC::Muls(cast, cast, scale, int32_t(n));
-        if constexpr (!fault::kNoPipeVBarrier) AscendC::PipeBarrier<PIPE_V>();  // Add reads what Muls wrote
+        AscendC::PipeBarrier<PIPE_V>();  // Add reads what Muls wrote
         AscendC::Add(acc, acc, cast, int32_t(n));
     }
 
@@ -553,15 +532,15 @@ private:
     __aicore__ inline void WriteTile(const AscendC::LocalTensor<float>& acc, const AscendC::LocalTensor<T>& out,
                                      uint32_t side, uint32_t t, uint32_t h0, uint32_t n) {
         // out[side]: its last copy out is done
-        if constexpr (!fault::kNoMte3VWait) AscendC::WaitFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(side));
+        AscendC::WaitFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(side));
         AscendC::PipeBarrier<PIPE_V>();  // acc: the last Add wrote it
         AscendC::Cast(out, acc, ReduceCast<T>::kOut, n);
-        if constexpr (!fault::kNoVMte3Wait) AscendC::SetFlag<AscendC::HardEvent::V_MTE3>(ReduceEvent(side));
-        if constexpr (!fault::kNoVMte3Wait) AscendC::WaitFlag<AscendC::HardEvent::V_MTE3>(ReduceEvent(side));
+        AscendC::SetFlag<AscendC::HardEvent::V_MTE3>(ReduceEvent(side));
+        AscendC::WaitFlag<AscendC::HardEvent::V_MTE3>(ReduceEvent(side));
         AscendC::GlobalTensor<T> dst;
         dst.SetGlobalBuffer(x_out_ + uint64_t(t) * h_ + h0, n);
         CopyTile(dst, out, n);
-        if constexpr (!fault::kNoMte3VWait) AscendC::SetFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(side));
+        AscendC::SetFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(side));
     }
 
     __aicore__ inline void ReduceTokens() {
@@ -582,8 +561,8 @@ private:
             LocalTensor<T>(TPosition::VECOUT, kUbReduceOutOff, kReduceTile),
             LocalTensor<T>(TPosition::VECOUT, kUbReduceOutOff + kReduceTileBytes, kReduceTile)};
         for (uint32_t b = 0; b < kReduceBuffers; ++b) {  // every side starts free
-            if constexpr (!fault::kNoVMte2Wait) AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(b));
-            if constexpr (!fault::kNoMte3VWait) AscendC::SetFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(b));
+            AscendC::SetFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(b));
+            AscendC::SetFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(b));
         }
         waited_token_ = t_end;  // none yet
         Load cur{};
@@ -620,8 +599,8 @@ private:
             }
         }
         for (uint32_t b = 0; b < kReduceBuffers; ++b) {  // pair the flags still set
-            if constexpr (!fault::kNoVMte2Wait) AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(b));
-            if constexpr (!fault::kNoMte3VWait) AscendC::WaitFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(b));
+            AscendC::WaitFlag<AscendC::HardEvent::V_MTE2>(ReduceEvent(b));
+            AscendC::WaitFlag<AscendC::HardEvent::MTE3_V>(ReduceEvent(b));
         }
         AscendC::PipeBarrier<PIPE_ALL>();  // x_out complete before the kernel ends
     }

@@ -92,16 +92,8 @@ constexpr uint32_t kMteSyncId = 1;    // EVENT_ID1: status puts
 constexpr uint32_t kStageEvent0 = 2;  // EVENT_ID2, EVENT_ID3: staging buffer 0, 1 (its puts' sync_id, free again)
 constexpr uint32_t kReduceEvent0 = 4; // EVENT_ID4, EVENT_ID5: stage-2 tile 0, 1
 
-}  // namespace combine
-
-// The self-test's broken kernels: their switches and the choices they change (after the UB map
-// and event ids above, which it names).
-#include "combine_faults.h"
-
-namespace combine {
-
 // Distance between two status slots in the window: a whole line each.
-constexpr uint32_t kStatusStride = fault::StatusStride(kStatusSlotBytes);
+constexpr uint32_t kStatusStride = kStatusSlotBytes;
 
 __host_aicore__ inline uint64_t payload_stride(uint32_t h, uint32_t elem_bytes) {
     const uint64_t row = uint64_t(h) * elem_bytes;
@@ -156,7 +148,7 @@ inline uint32_t launch_block_dim(uint32_t pes, uint32_t aiv_cores, uint32_t core
     const uint32_t cpr = cores_per_rank < 1 ? 1 : cores_per_rank;
     const uint32_t groups_cap = cap0 / cpr > 0 ? cap0 / cpr : 1;
     const uint32_t groups = pes < groups_cap ? pes : groups_cap;
-    return fault::LaunchBlocks(groups * cpr, pes);
+    return groups * cpr;
 }
 
 // What a core of the kernel leaves for the host when one of its waits gives up (no device

@@ -1,7 +1,7 @@
 """What the walkthrough shows besides tables: the kernel's own source, the decision rule's
 arithmetic, what a wait for a slot nobody sends does, and one segment priced by formula.
 
-    kernel_source("UseSdma")                 # the function as it is in kernels/ now, fault injection left out
+    kernel_source("UseSdma")                 # the function as it is in kernels/ now, character for character
     rule_arithmetic(6393, 358008, 6000, 56)  # integer rule vs float averages on one segment
     float32_tie(6000, 56)                    # the first exact tie float32 would send by SDMA
     unsent_slot_wait(case, src_rank=0, token=1, k=1)   # the twin's message when a PE waits for a masked slot
@@ -40,17 +40,12 @@ __all__ = ["KERNEL_FILE", "KernelSource", "kernel_source", "rule_arithmetic", "f
 #: The kernel's source file, read whenever :func:`kernel_source` is called.
 KERNEL_FILE = Path(__file__).resolve().parents[2] / "kernels" / "combine_kernel.cpp"
 
-# The kernel's fault-injection forms (kernels/combine_faults.h): `if constexpr ([!]fault::kName) ...`,
-# one line or a braced block, and hooks `fault::Hook(real, ...)` that return their first argument.
-_FAULT_IF = re.compile(r"^(?P<indent>\s*)if constexpr \((?P<neg>!?)fault::\w+\)\s*(?P<rest>.*)$")
-_FAULT_HOOK = re.compile(r"\bfault::\w+\(")
-
 
 @dataclass(frozen=True)
 class KernelSource:
     """Lines ``first``..``last`` (1-based) of ``path``: the function ``name`` as the file has it
-    (``text``), fault-injection branches left out unless asked for. Shown in a notebook as a C++
-    block under its file and line numbers."""
+    (``text``, its lines as they are, only the common indentation removed). Shown in a notebook as
+    a C++ block under its file and line numbers."""
 
     name: str
     path: Path
@@ -72,77 +67,11 @@ class KernelSource:
         return self.text
 
 
-def _hooks_to_real(line: str) -> str:
-    """``fault::Hook(real, ...)`` -> ``real``: what each hook returns in the real kernel."""
-    while (m := _FAULT_HOOK.search(line)) is not None:
-        depth, i, first_end = 1, m.end(), None
-        while i < len(line) and depth:
-            c = line[i]
-            if c in "([{":
-                depth += 1
-            elif c in ")]}":
-                depth -= 1
-            elif c == "," and depth == 1 and first_end is None:
-                first_end = i
-            i += 1
-        if depth:  # the call runs on past this line: leave it as written
-            return line
-        line = line[:m.start()] + line[m.end():first_end if first_end is not None else i - 1].strip() + line[i:]
-    return line
-
-
-def _without_faults(lines: list[str]) -> list[str]:
-    """The lines as the real kernel compiles them, where every ``fault::k*`` is false
-    (kernels/combine_faults.h): ``if constexpr (fault::k...) ...`` left out, ``if constexpr
-    (!fault::k...) ...`` reduced to what it guards (a one-line statement, or a braced block and
-    its ``else``), and each hook ``fault::Hook(real, ...)`` to ``real``."""
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        m = _FAULT_IF.match(lines[i])
-        if not m:
-            out.append(_hooks_to_real(lines[i]))
-            i += 1
-            continue
-        keep, indent, rest = m["neg"] == "!", m["indent"], m["rest"]
-        if not rest.split("//", 1)[0].strip():  # one statement, on the next line(s) up to its `;`
-            i += 1
-            while i < len(lines):
-                if keep:
-                    ln = lines[i]
-                    out.append(_hooks_to_real(ln[4:] if ln.startswith(indent + "    ") else ln))
-                i += 1
-                if lines[i - 1].split("//", 1)[0].rstrip().endswith(";"):
-                    break
-            continue
-        if not rest.startswith("{"):  # one statement on the same line
-            if keep:
-                out.append(indent + _hooks_to_real(rest))
-            i += 1
-            continue
-        # A braced block: its lines up to the matching brace, then perhaps `} else {` and its own.
-        depth, i = 1, i + 1
-        while i < len(lines):
-            code = lines[i].split("//", 1)[0]
-            if depth == 1 and code.strip() == "} else {":
-                keep = not keep
-                i += 1
-                continue
-            depth += code.count("{") - code.count("}")
-            if depth <= 0:
-                break
-            if keep:
-                ln = lines[i]
-                out.append(_hooks_to_real(ln[4:] if ln.startswith(indent + "    ") else ln))
-            i += 1
-        i += 1
-    return out
-
-
-def kernel_source(name: str, path: str | Path | None = None, faults: bool = False) -> KernelSource:
+def kernel_source(name: str, path: str | Path | None = None) -> KernelSource:
     """The definition of function ``name`` in the kernel file (default :data:`KERNEL_FILE`), read now,
-    with the comment lines right above it; without the self-test's fault injection (``fault::`` names,
-    kernels/combine_faults.h) unless ``faults``.
+    with the comment lines right above it, as the file has them: the real kernel holds no switch of
+    the self-test's broken kernels (those are patches, kernels/broken/, docs/hardware-rules.md#12-broken-kernels),
+    so nothing is left out.
 
     Raises ParameterError when the file has no definition of ``name``.
     """
@@ -167,8 +96,6 @@ def kernel_source(name: str, path: str | Path | None = None, faults: bool = Fals
     while first > 0 and lines[first - 1].strip().startswith("//"):
         first -= 1
     body = lines[first:end + 1]
-    if not faults:
-        body = _without_faults(body)
     indent = min((len(ln) - len(ln.lstrip()) for ln in body if ln.strip()), default=0)
     return KernelSource(name, p, first + 1, end + 1, "\n".join(ln[indent:] for ln in body))
 

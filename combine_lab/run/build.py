@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CombineLabError, ParameterError
+from . import broken as overlays
 from . import toolchain
 
 TARGETS = ("cpu", "npu")
@@ -203,10 +204,10 @@ def build_status(target: str = "cpu", build_dir: str | os.PathLike | None = None
     return ("up to date" if data.get("fingerprint") == fp else "stale"), bdir
 
 
-def fault_binary(build_dir: str | os.PathLike, fault: str) -> Path:
-    """The driver built with the kernel's ``COMBINE_FAULT_<fault>`` switch in ``build_dir``
-    (see :func:`build`'s ``faults``)."""
-    return Path(build_dir) / f"{BINARY_NAME}_fault_{fault}"
+def broken_binary(build_dir: str | os.PathLike, name: str) -> Path:
+    """The driver built with broken kernel ``name`` (``kernels/broken/<name>.patch``) in ``build_dir``
+    (see :func:`build`'s ``broken``)."""
+    return Path(build_dir) / f"{BINARY_NAME}_broken_{name}"
 
 
 def kernel_build_dir(kernel, target: str = "cpu", soc: str | None = None, main: bool = False) -> Path:
@@ -218,7 +219,7 @@ def kernel_build_dir(kernel, target: str = "cpu", soc: str | None = None, main: 
 
 
 def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force: bool = False,
-          faults: list[str] | None = None, soc: str | None = None, kernel=None, main: str | None = None,
+          broken: list[str] | None = None, soc: str | None = None, kernel=None, main: str | None = None,
           program: str = BINARY_NAME) -> Path:
     """Configure and build the host driver for ``target``; return the binary's path.
 
@@ -231,11 +232,11 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
         target: ``"cpu"`` (the CPU twin) or ``"npu"``.
         build_dir: folder for CMake's files; default :func:`default_build_dir`.
         force: rebuild even if nothing changed.
-        faults: cpu only: fault-injection switches of the kernel source (``"UB_REUSE"`` turns on
-            ``COMBINE_FAULT_UB_REUSE``): beside the driver, one more driver per fault
-            (:func:`fault_binary`), sharing the twin's library; the self-test's deliberately broken
-            kernels are built this way, never from edited copies of the source. Use its own
-            ``build_dir``.
+        broken: cpu only: the self-test's broken kernels to build (names of ``kernels/broken/<name>.patch``,
+            docs/hardware-rules.md#12-broken-kernels): beside the driver, one more driver per name
+            (:func:`broken_binary`), built from a copy of ``kernels/`` with that patch applied, written
+            into ``<build_dir>/broken_src/<name>`` (:mod:`~combine_lab.run.broken`); the twin's library
+            is shared. The checkout's kernel is only read. Use its own ``build_dir``.
         soc: npu only: the SoC to build for (sets the bisheng arch); default ``COMBINE_NPU_SOC``,
             else the SoC of the visible NPUs. The default folder is per SoC.
         kernel: your own kernel (a folder, or a :class:`~combine_lab.run.kernel_source.KernelSource`,
@@ -252,7 +253,8 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
             ``--target all probe_host``). Same folder, same fingerprint.
 
     Raises:
-        ParameterError: ``target`` is not one of :data:`TARGETS`.
+        ParameterError: ``target`` is not one of :data:`TARGETS`; ``broken`` names no patch, or is
+            asked for with another target or with ``kernel``.
         TargetUnavailable: ``target="npu"`` without CANN, bisheng, SHMEM or a known SoC; raised
             before anything is run, the message names each missing piece and how to provide it.
         BuildError: cmake is missing, or configuring or compiling failed.
@@ -263,21 +265,22 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
     if kernel is not None:
         from .kernel_source import kernel_source
         kernel = kernel_source(kernel)
-        if faults:
-            raise ParameterError("faults: the broken kernels are the lab's kernel's; not with kernel=",
-                                 parameter="faults", value=faults)
+        if broken:
+            raise ParameterError("broken: the broken kernels are the lab's kernel's; not with kernel=",
+                                 parameter="broken", value=broken)
     if main is not None and (kernel is None or not re.fullmatch(r"[A-Za-z0-9_.-]+", main) or kernel.main is None):
         why = "needs kernel=" if kernel is None else f"{kernel.path} has no main.cpp" if kernel.main is None else \
             "an executable name: letters, digits, _ . -"
         raise ParameterError(f"main={main!r}: {why}", parameter="main", value=main)
-    if program not in PROGRAMS or (program != BINARY_NAME and (kernel is not None or faults)):
+    if program not in PROGRAMS or (program != BINARY_NAME and (kernel is not None or broken)):
         raise ParameterError(f"program={program!r}: one of {', '.join(PROGRAMS)} (probe_host: the lab's own build, "
-                             "without kernel= or faults=)", parameter="program", value=program)
-    for fault in faults or []:
-        if target != "cpu" or not fault.replace("_", "").isalnum() or fault.upper() != fault:
-            raise ParameterError(f"fault={fault!r}: an upper-case COMBINE_FAULT_<name> switch of the kernel, "
-                                 "cpu target only")
-    config_args: list[str] = [f"-DCOMBINE_FAULTS={';'.join(faults or [])}"]
+                             "without kernel= or broken=)", parameter="program", value=program)
+    broken = list(broken or [])
+    if broken and target != "cpu":
+        raise ParameterError(f"broken: the broken kernels run on the twin only, not target={target!r}",
+                             parameter="broken", value=broken)
+    broken_fp = overlays.fingerprint(broken, source_root()) if broken else ""  # ParameterError for a name with no patch
+    config_args: list[str] = [f"-DCOMBINE_BROKEN_KERNELS={';'.join(broken)}"]
     if target == "cpu":
         cxx = twin_cxx()
         if cxx is None:
@@ -312,14 +315,16 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
     log = bdir / BUILD_LOG
     with open(bdir / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if broken:
+            config_args.append(f"-DCOMBINE_BROKEN_SRC={bdir / 'broken_src'}")
         config = " ".join(config_args)
-        fp = _fingerprint(root, target, config + kernel_fp)
+        fp = _fingerprint(root, target, config + kernel_fp + broken_fp)
         old_config = None
         if stamp.is_file():
             try:
                 data = json.loads(stamp.read_text())
                 old_config = data.get("config", "")
-                made = [binary] + [fault_binary(bdir, f) for f in faults or []]
+                made = [binary] + [broken_binary(bdir, n) for n in broken]
                 if not force and all(b.is_file() for b in made) and data.get("fingerprint") == fp:
                     return binary
             except (OSError, ValueError):
@@ -330,12 +335,17 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
             print(f"combine-lab: building {what} in {bdir} (first run or sources changed; about "
                   "30 s on 2 cores; log: {log})", file=sys.stderr, flush=True)
         log.write_text("")
+        if broken:  # the broken kernels' copies of kernels/, each with its patch (a changed one rebuilt alone)
+            try:
+                overlays.write_sources(broken, bdir / "broken_src", root)
+            except overlays.BrokenPatchError as e:
+                raise BuildError(str(e)) from e
         if old_config is not None and old_config != config:
             # Another NPU toolchain (CANN, SHMEM, SoC): CMake cannot switch compilers in place.
             shutil.rmtree(bdir / "CMakeFiles", ignore_errors=True)
             (bdir / "CMakeCache.txt").unlink(missing_ok=True)
-        # The twin's folder is configured again on every rebuild: cheap, and the fault list it
-        # was configured with is then always the one asked for (a cache from an earlier list
+        # The twin's folder is configured again on every rebuild: cheap, and the broken kernels it
+        # was configured with are then always the ones asked for (a cache from an earlier list
         # would build only that list's drivers).
         if not (bdir / "CMakeCache.txt").is_file() or target == "cpu":
             gen = ["-G", "Ninja"] if shutil.which("ninja") and not (bdir / "CMakeCache.txt").is_file() else []

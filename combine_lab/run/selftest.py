@@ -1,11 +1,12 @@
 """``combine-lab selftest``: a short form of the protocol checker and the fault suite, with
 a one-screen report (cases tried, violations, hangs, leaks: all zero when healthy).
 
-The broken kernels are the real kernel source built with one of its compile-time
-fault-injection switches (``COMBINE_FAULT_<name>``, read only by kernels/combine_faults.h,
-whose names the kernel uses), each breaking one rule the hardware or the protocol imposes
-(docs/protocol.md#5-kernel-protocol and docs/hardware-rules.md#12-broken-kernels). They are built into their own build folders, never
-installed, and each must be caught by the twin in the way :data:`BROKEN_KERNELS` states.
+The broken kernels are the real kernel with one patch each, ``kernels/broken/<name>.patch``,
+applied to a copy of ``kernels/`` in the build folder (:mod:`~combine_lab.run.broken`), each breaking
+one rule the hardware or the protocol imposes (docs/protocol.md#5-kernel-protocol and
+docs/hardware-rules.md#12-broken-kernels); the real kernel's text carries none of them. They are
+built into their own build folder, never installed, and each must be caught by the twin in the
+way :data:`BROKEN_KERNELS` states.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..kernels import CLASSIC, DOUBLEPLANE
 from ..case.case import case_from_arrays
 from ..formats.casefiles import rank_file
 from ..case.spec import CaseSpec
-from .build import build, default_build_dir, fault_binary
+from .build import broken_binary, build, default_build_dir
 from .launch import LaunchError, tagged_host_pids, tagged_segments
 from ..planning.settings import variant_label
 from .runner import prepare_case, run_case
@@ -84,7 +85,7 @@ SDMA_NOT_COMPLETE = "is not complete: no aclshmemx_sdma_quiet (an MTE quiet does
 class BrokenKernel:
     """One deliberately broken kernel and how the twin must catch it.
 
-    ``fault``: the kernel's COMBINE_FAULT_<fault> switch; ``rule``: what it breaks;
+    ``name``: its patch, ``kernels/broken/<name>.patch``; ``rule``: what it breaks;
     ``case``: the case (a CaseSpec, or a function making one); ``variant``, ``settings`` (the
     kernel settings label, docs/variants.md), ``min_sdma_bytes``, ``chaos_seed`` and ``env`` (e.g.
     COMBINE_TWIN_SOC) of the run; ``evidence``: text that a violation must contain (or a tuple:
@@ -93,7 +94,7 @@ class BrokenKernel:
     ``corrupts``: x_out must also differ from golden.
     """
 
-    fault: str
+    name: str
     rule: str
     case: CaseSpec | Callable
     variant: str
@@ -110,78 +111,78 @@ class BrokenKernel:
         return any(e in text for e in ((self.evidence,) if isinstance(self.evidence, str) else self.evidence))
 
 
-BROKEN_KERNELS: dict[str, BrokenKernel] = {k.fault.lower(): k for k in [
-    BrokenKernel("MTE_FLAG_BEFORE_QUIET", "MTE status flags written before the quiet that completes their payload",
+BROKEN_KERNELS: dict[str, BrokenKernel] = {k.name: k for k in [
+    BrokenKernel("mte_flag_before_quiet", "MTE status flags written before the quiet that completes their payload",
                  CHECKER_SPEC, CLASSIC, MTE_NOT_COMPLETE, min_sdma_bytes=2 << 20, chaos_seed=None),
-    BrokenKernel("SDMA_FLAG_BEFORE_SDMA_QUIET", "SDMA rows' flags written before the SDMA quiet",
+    BrokenKernel("sdma_flag_before_sdma_quiet", "SDMA rows' flags written before the SDMA quiet",
                  CHECKER_SPEC, DOUBLEPLANE, SDMA_NOT_COMPLETE, chaos_seed=None),
-    BrokenKernel("SDMA_RING_OVERRUN", "no SDMA quiet before the outstanding SQEs exceed the assumed ring depth (256)",
+    BrokenKernel("sdma_ring_overrun", "no SDMA quiet before the outstanding SQEs exceed the assumed ring depth (256)",
                  many_sdma_rows_case, DOUBLEPLANE, "more than the 256 its ring is assumed to hold", chaos_seed=None),
-    BrokenKernel("UB_REUSE", "one MTE staging buffer refilled while its last UB -> GM leg is in flight",
+    BrokenKernel("ub_reuse", "one MTE staging buffer refilled while its last UB -> GM leg is in flight",
                  CHECKER_SPEC, CLASSIC, "UB reuse:", min_sdma_bytes=2 << 20, corrupts=True),
-    BrokenKernel("SDMA_FROM_CORE_48", "one core per source rank at 50 PEs: cores 48.. issue SDMA, which SHMEM "
+    BrokenKernel("sdma_from_core_48", "one core per source rank at 50 PEs: cores 48.. issue SDMA, which SHMEM "
                  "gives no stream", sdma_from_core_48_case, DOUBLEPLANE, "did nothing: SHMEM creates SDMA streams",
                  chaos_seed=None, env={"COMBINE_TWIN_SOC": "Ascend910B2"}, corrupts=True),
-    BrokenKernel("SHARED_SYNC_ID", "one sync id for both planes", CHECKER_SPEC, DOUBLEPLANE,
+    BrokenKernel("shared_sync_id", "one sync id for both planes", CHECKER_SPEC, DOUBLEPLANE,
                  "serves both planes"),
-    BrokenKernel("SHARED_MTE_SYNC_ID", "both MTE staging buffers' puts on one sync_id: MTE2 may set its bit again "
+    BrokenKernel("shared_mte_sync_id", "both MTE staging buffers' puts on one sync_id: MTE2 may set its bit again "
                  "before MTE3 waited", CHECKER_SPEC, CLASSIC,
                  "may run on MTE2 before WaitFlag<HardEvent::MTE2_MTE3>(1) inside aclshmemx_mte_put_nbi",
                  min_sdma_bytes=2 << 20, chaos_seed=None),
-    BrokenKernel("SHARED_CACHE_LINE", "32 B status slots, two per 64 B cache line: a clean after a reset can undo "
+    BrokenKernel("shared_cache_line", "32 B status slots, two per 64 B cache line: a clean after a reset can undo "
                  "a neighbour's flag", SHARED_LINE_SPEC, CLASSIC,
                  "two status slots share a 64 B scalar cache line", min_sdma_bytes=2 << 20, chaos_seed=None),
-    BrokenKernel("PARTIAL_STATUS_WAIT", "a status slot waited on at its first word only", CHECKER_SPEC,
+    BrokenKernel("partial_status_wait", "a status slot waited on at its first word only", CHECKER_SPEC,
                  DOUBLEPLANE, "was waited on at word mask 0x01 of its 8 words"),
-    BrokenKernel("UB_OVERLAP", "the SDMA scratch placed inside an MTE staging buffer", CHECKER_SPEC, DOUBLEPLANE,
+    BrokenKernel("ub_overlap", "the SDMA scratch placed inside an MTE staging buffer", CHECKER_SPEC, DOUBLEPLANE,
                  "UB regions overlap: UB [1024, 66560) used as MTE staging (by aclshmemx_mte_put_nbi (GM -> UB -> GM)) "
                  "and UB [1024, 1088) used as SDMA scratch", chaos_seed=None, fatal=True),
-    BrokenKernel("UB_PAST_END", "an MTE staging buffer running past the core's 192 KiB UB",
+    BrokenKernel("ub_past_end", "an MTE staging buffer running past the core's 192 KiB UB",
                  CHECKER_SPEC, CLASSIC, "MTE staging UB [132096, 197632) runs past the core's 192 KiB UB",
                  min_sdma_bytes=2 << 20, chaos_seed=None, fatal=True),
-    BrokenKernel("DEVICE_BARRIER", "SHMEM's device barrier_all in an AIV-only kernel (it is for MIX kernels)",
+    BrokenKernel("device_barrier", "SHMEM's device barrier_all in an AIV-only kernel (it is for MIX kernels)",
                  CHECKER_SPEC, CLASSIC, "aclshmem_barrier_all called from an AIV-only kernel",
                  min_sdma_bytes=2 << 20, chaos_seed=None, fatal=True),
-    BrokenKernel("BLOCKS_OVER_AIV", "41 blocks on a 40-core SoC with a core barrier: the 41st waits for a wave that "
+    BrokenKernel("blocks_over_aiv", "41 blocks on a 40-core SoC with a core barrier: the 41st waits for a wave that "
                  "never comes", CaseSpec(pes=41, bs=2, h=8, topk=1, expert_per_pe=1), CLASSIC,
                  "exceeds the 40 AIV cores of Ascend910B3", min_sdma_bytes=2 << 20, chaos_seed=None,
                  env={"COMBINE_TWIN_SOC": "Ascend910B3", "COMBINE_TWIN_TIMEOUT_S": "2"}, fatal=True),
     # Stage 2's pipes (twin_pipes.cpp): each missing flag is reported always and, in chaos mode,
     # lets the pipes run the wrong way round, so x_out is wrong.
-    BrokenKernel("NO_MTE2_V_WAIT", "stage 2 casts an input tile without waiting (MTE2_V) for its DataCopy",
+    BrokenKernel("no_mte2_v_wait", "stage 2 casts an input tile without waiting (MTE2_V) for its DataCopy",
                  CHECKER_SPEC, CLASSIC, "Cast (half -> float) reads UB [132096, 132136) before DataCopyPad (GM -> UB) "
                  "has written it (no SetFlag/WaitFlag<HardEvent::MTE2_V> between them)", min_sdma_bytes=2 << 20,
                  corrupts=True),
-    BrokenKernel("NO_V_MTE2_WAIT", "stage 2 refills an input tile the vector unit may still read (no V_MTE2)",
+    BrokenKernel("no_v_mte2_wait", "stage 2 refills an input tile the vector unit may still read (no V_MTE2)",
                  CHECKER_SPEC, CLASSIC, "DataCopyPad (GM -> UB) writes UB [132096, 132136) while Cast (half -> float) "
                  "may still read it (no SetFlag/WaitFlag<HardEvent::V_MTE2> between them)", min_sdma_bytes=2 << 20,
                  corrupts=True),
-    BrokenKernel("NO_PIPE_V_BARRIER", "stage 2 adds what Muls wrote with no PipeBarrier<PIPE_V> between them",
+    BrokenKernel("no_pipe_v_barrier", "stage 2 adds what Muls wrote with no PipeBarrier<PIPE_V> between them",
                  CHECKER_SPEC, CLASSIC, "Add (float) reads UB [148480, 148560) before Muls (float) has written it "
                  "(no PipeBarrier<PIPE_V> between them)", min_sdma_bytes=2 << 20, corrupts=True),
-    BrokenKernel("NO_V_MTE3_WAIT", "stage 2 copies an output tile to x_out before the vector unit wrote it (no V_MTE3)",
+    BrokenKernel("no_v_mte3_wait", "stage 2 copies an output tile to x_out before the vector unit wrote it (no V_MTE3)",
                  CHECKER_SPEC, CLASSIC, "DataCopyPad (UB -> GM) reads UB [164864, 164904) before Cast (float -> half) "
                  "has written it (no SetFlag/WaitFlag<HardEvent::V_MTE3> between them)", min_sdma_bytes=2 << 20,
                  corrupts=True),
-    BrokenKernel("NO_MTE3_V_WAIT", "stage 2 overwrites an output tile MTE3 may still copy out (no MTE3_V)",
+    BrokenKernel("no_mte3_v_wait", "stage 2 overwrites an output tile MTE3 may still copy out (no MTE3_V)",
                  CHECKER_SPEC, CLASSIC, "Cast (float -> half) writes UB [164864, 164904) while DataCopyPad (UB -> GM) "
                  "may still read it (no SetFlag/WaitFlag<HardEvent::MTE3_V> between them)", min_sdma_bytes=2 << 20,
                  corrupts=True),
-    BrokenKernel("DATACOPY_UNALIGNED", "stage 2 uses DataCopy for rows of 40 B: whole 32-byte blocks only",
+    BrokenKernel("datacopy_unaligned", "stage 2 uses DataCopy for rows of 40 B: whole 32-byte blocks only",
                  CHECKER_SPEC, CLASSIC, "DataCopy (GM -> UB) of 20 half (40 B) to UB [132096, 132160): DataCopy moves "
                  "whole 32-byte blocks, so only 32 B arrive", min_sdma_bytes=2 << 20, chaos_seed=None, corrupts=True),
-    BrokenKernel("NO_INIT_SOC_STATE", "vector instructions without AscendC::InitSocState() first", CHECKER_SPEC,
+    BrokenKernel("no_init_soc_state", "vector instructions without AscendC::InitSocState() first", CHECKER_SPEC,
                  CLASSIC, "DataCopyPad (GM -> UB) before AscendC::InitSocState(): a kernel with LocalTensors at fixed "
                  "addresses (no TPipe) must set the core's mask mode and atomic state first", min_sdma_bytes=2 << 20,
                  chaos_seed=None),
     # The variants beyond the reference (docs/variants.md).
-    BrokenKernel("SEGMENT_FLAG_BEFORE_SDMA_QUIET", "segment variant: a segment's flags written right after its SDMA "
+    BrokenKernel("segment_flag_before_sdma_quiet", "segment variant: a segment's flags written right after its SDMA "
                  "call, before the SDMA quiet that completes its last SQE", SEGMENT_SPEC, DOUBLEPLANE,
                  SDMA_NOT_COMPLETE, settings="segment", chaos_seed=None),
-    BrokenKernel("NO_BASES_WAIT", "segment variant: rows put into a receiver's layout without waiting for the bases "
+    BrokenKernel("no_bases_wait", "segment variant: rows put into a receiver's layout without waiting for the bases "
                  "it publishes", SEGMENT_SPEC, DOUBLEPLANE, "layout by expert before this core waited for PE",
                  settings="segment", chaos_seed=None),
-    BrokenKernel("OTHER_GROUP_FLAG", "2 cores per source rank: each core writes the flags of the other core's chunk "
+    BrokenKernel("other_group_flag", "2 cores per source rank: each core writes the flags of the other core's chunk "
                  "(no core barrier orders that core's payload before them)", two_row_segments_case, CLASSIC,
                  ("with no core barrier between them", "with no payload put issued for it in this launch",
                   "before its payload was complete"), min_sdma_bytes=2 << 20, settings="c2", chaos_seed=None),
@@ -268,19 +269,21 @@ REAL_KERNEL_RUNS = ((CLASSIC, "reference", 2 << 20), (DOUBLEPLANE, "reference", 
 
 def build_broken_kernels(build_dir: str | os.PathLike | None = None) -> dict[str, Path]:
     """Build every broken kernel of :data:`BROKEN_KERNELS` in one build folder (the twin compiled
-    once, the kernel once per ``COMBINE_FAULT_<NAME>`` switch); returns name -> driver.
+    once, the kernel once per patch, ``kernels/broken/<name>.patch``, each on its own copy of
+    ``kernels/`` there); returns name -> driver.
 
     Raises:
-        BuildError: the build failed.
+        BuildError: the build failed, or a patch no longer applies to the kernel (the message names
+            the patch and its hunk: combine_lab.run.broken.BrokenPatchError).
     """
     folder = Path(build_dir) if build_dir is not None else default_build_dir("cpu").parent / "broken"
-    build("cpu", build_dir=folder, faults=[k.fault for k in BROKEN_KERNELS.values()])
-    return {name: fault_binary(folder, k.fault) for name, k in BROKEN_KERNELS.items()}
+    build("cpu", build_dir=folder, broken=list(BROKEN_KERNELS))
+    return {name: broken_binary(folder, name) for name in BROKEN_KERNELS}
 
 
 def build_broken_kernel(name: str, build_dir: str | os.PathLike | None = None) -> Path:
     """The driver with the broken kernel ``name`` (a key of :data:`BROKEN_KERNELS`): the real kernel
-    source with its ``COMBINE_FAULT_<NAME>`` switch on (built with the others, once).
+    with its patch ``kernels/broken/<name>.patch`` applied (built with the others, once).
 
     Raises:
         KeyError: unknown name. BuildError: the build failed.

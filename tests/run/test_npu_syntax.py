@@ -145,13 +145,13 @@ def test_engine_mask_assigned_as_int_is_refused(tmp_path):
     assert "error: assigning to 'data_op_engine_type_t' from incompatible type 'int'" in failed["host/combine_host.cpp"]
 
 
-@pytest.mark.parametrize("helper", ["payload_stride", "window_layout", "StatusWaitWords"])
+@pytest.mark.parametrize("helper", ["payload_stride", "window_layout", "align_line"])
 def test_host_only_helper_called_from_aicore_code_is_refused(tmp_path, helper):
-    """A helper shared with the host needs __host_aicore__ when AI-core code calls it: the layout's,
-    and the fault-injection hooks (kernels/combine_faults.h), which the real kernel calls too."""
+    """A helper shared with the host needs __host_aicore__ when AI-core code calls it: the window
+    layout's (kernels/combine_kernel.h), which the kernel's constructor calls too."""
     path, decl = {"payload_stride": ("kernels/combine_kernel.h", "inline uint64_t"),
                   "window_layout": ("kernels/combine_kernel.h", "inline WindowLayout"),
-                  "StatusWaitWords": ("kernels/combine_faults.h", "constexpr uint32_t")}[helper]
+                  "align_line": ("kernels/combine_kernel.h", "inline uint64_t")}[helper]
     root = _mutated_tree(tmp_path, path, f"__host_aicore__ {decl} {helper}(", f"{decl} {helper}(")
     failed = _failures(compile_npu_branch(root, archs=A2A3))
     assert "kernel A2/A3 (AI core)" in failed and not set(failed) & set(HOST_ONLY)

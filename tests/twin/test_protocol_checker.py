@@ -6,35 +6,38 @@ under 20 seeds for both variants."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from combine_lab import cli
+from combine_lab.run import broken
 from combine_lab.run.runner import run_case
 from combine_lab.run.selftest import BROKEN_KERNELS, REFSTYLE_BUGS, try_refstyle_bug
 from combine_lab.run.selftest import CHECKER_SPEC as SPEC
 
-KERNEL = (Path(__file__).resolve().parents[2] / "kernels" / "combine_kernel.cpp").read_text().splitlines()
+#: The broken kernel whose flags go before each plane's quiet (kernels/broken/<name>.patch).
+BROKEN_OF = {"MTE": "mte_flag_before_quiet", "SDMA": "sdma_flag_before_sdma_quiet"}
 
 
-def line_of(text: str) -> int:
-    """The line of kernels/combine_kernel.cpp that holds ``text`` (once)."""
-    (line,) = [i for i, ln in enumerate(KERNEL, 1) if text in ln]
-    return line
+def site_of(name: str, text: str) -> str:
+    """``<name>/combine_kernel.cpp:<line>``: the line holding ``text`` (once) in broken kernel ``name``'s
+    copy of the kernel (its patch applied), as the twin's reports name it."""
+    (line,) = [i for i, ln in enumerate(broken.patched(name)["combine_kernel.cpp"].splitlines(), 1) if text in ln]
+    return f"{name}/combine_kernel.cpp:{line}"
 
 
-FLAG_PUT = line_of("aclshmemx_mte_put_nbi<int32_t>(SlotStatus(RowSlot(row)), block, kStatusWords, dst_pe, kMteSyncId)")
-MTE_PUT = line_of("aclshmemx_mte_put_nbi<U>(dst, src, ub_at<U>(StageOff(buf)), kUbMteStageBytes, n, dst_pe,")
-SDMA_PUT = line_of("aclshmemx_sdma_put_nbi<T>(DstPayload(s.seg, row), expand_x_ + uint64_t(row) * h_, sdma_ub,")
+FLAG_PUT = "aclshmemx_mte_put_nbi<int32_t>(SlotStatus(RowSlot(row)), block, kStatusWords, dst_pe, kMteSyncId)"
+MTE_PUT = "aclshmemx_mte_put_nbi<U>(dst, src, ub_at<U>(StageOff(buf)), kUbMteStageBytes, n, dst_pe,"
+SDMA_PUT = "aclshmemx_sdma_put_nbi<T>(DstPayload(s.seg, row), expand_x_ + uint64_t(row) * h_, sdma_ub,"
 
 
 def violation(plane: str) -> re.Pattern:
-    payload = (f"aclshmemx_mte_put_nbi at kernels/combine_kernel.cpp:{MTE_PUT}" if plane == "MTE"
-               else f"aclshmemx_sdma_put_nbi at kernels/combine_kernel.cpp:{SDMA_PUT}")
+    name = BROKEN_OF[plane]
+    payload = (f"aclshmemx_mte_put_nbi at {site_of(name, MTE_PUT)}" if plane == "MTE"
+               else f"aclshmemx_sdma_put_nbi at {site_of(name, SDMA_PUT)}")
     quiet = (r"aclshmem_quiet \(or aclshmem_fence, PipeBarrier<PIPE_ALL>\)" if plane == "MTE"
              else r"aclshmemx_sdma_quiet \(an MTE quiet does not complete SDMA\)")
-    return re.compile(rf"^PE \d core \d: status put \(aclshmemx_mte_put_nbi at kernels/combine_kernel.cpp:{FLAG_PUT}\) "
+    return re.compile(rf"^PE \d core \d: status put \(aclshmemx_mte_put_nbi at {re.escape(site_of(name, FLAG_PUT))}\) "
                       rf"makes slot \d+ on PE \d ready before its payload is delivered: the {plane} payload put "
                       rf"\({re.escape(payload)}\) is not complete: no {quiet} on this core comes between them; on the "
                       r"NPU the flag can land first, whatever the schedule \(docs/hardware-rules.md#14-happens-before\)$")

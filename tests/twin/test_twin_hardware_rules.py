@@ -1,5 +1,5 @@
 """The twin refuses what the NPU would get wrong (docs/hardware-rules.md#1-how-the-twin-enforces-rules): every broken
-kernel of the self-test, built from the kernel's own fault-injection switches, is caught
+kernel of the self-test, built from its patch of the kernel (kernels/broken/<name>.patch), is caught
 the way BROKEN_KERNELS says, with the PE, core, operation and UB range named; the real
 kernel keeps those rules at 64 PEs on 40- and 48-core SoCs with counters = plan."""
 
@@ -16,13 +16,22 @@ import pytest
 from combine_lab import CaseSpec, make_case, run_case
 from combine_lab.errors import ParameterError
 from combine_lab.planning.cores import TWIN_DEFAULT_SOC, TWIN_SOCS, aiv_cores, launch_block_dim, twin_soc, twin_socs
+from combine_lab.run import broken
 from combine_lab.run.build import build, twin_cxx
 from combine_lab.run.selftest import BROKEN_KERNELS, CHECKER_SPEC, try_broken_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The line of the kernel's status put (PutFlags), which the twin's reports name.
-FLAG_PUT = next(i for i, ln in enumerate((ROOT / "kernels" / "combine_kernel.cpp").read_text().splitlines(), 1)
-                if "aclshmemx_mte_put_nbi<int32_t>(SlotStatus(RowSlot(row))" in ln)
+
+
+def broken_site(name: str, text: str) -> str:
+    """``<name>/combine_kernel.cpp:<line>``: where the twin's report puts the line holding ``text`` in
+    broken kernel ``name``'s copy of the kernel (kernels/broken/<name>.patch applied: its own lines)."""
+    src = broken.patched(name)["combine_kernel.cpp"].splitlines()
+    return f"{name}/combine_kernel.cpp:{next(i for i, ln in enumerate(src, 1) if text in ln)}"
+
+
+#: The kernel's status put (PutFlags), whose line the twin's reports name.
+FLAG_PUT = "aclshmemx_mte_put_nbi<int32_t>(SlotStatus(RowSlot(row))"
 
 
 @pytest.mark.parametrize("name", list(BROKEN_KERNELS))
@@ -61,8 +70,8 @@ def test_sdma_from_core_48_does_nothing_and_says_so(broken_kernels, no_leaks):
                "0..47 only (block_dim must stay within min(AIV cores, 48))")
     launch = [dropped, dropped, "PE 0 core 48: SDMA quiet from a block with no SDMA stream (blocks 0..47 have one)",
               *[f"PE 0 core 48: status slot {s} on PE 48 became ready (MTE status put) with no payload "
-                f"put issued for it in this launch (inside aclshmemx_mte_put_nbi called at kernels/combine_kernel.cpp:"
-                f"{FLAG_PUT})" for s in (0, 1)]]
+                f"put issued for it in this launch (inside aclshmemx_mte_put_nbi called at "
+                f"{broken_site('sdma_from_core_48', FLAG_PUT)})" for s in (0, 1)]]
     assert res.launches == 2 and res.violation_count == 2 * len(launch)  # every twin run launches twice
     assert res.violations == (launch * 2)[:8]  # the first 8 of a PE are kept
     assert [r for r, c in enumerate(res.checks) if not c.ok] == [48]
@@ -78,12 +87,11 @@ def test_more_sdma_sqes_than_the_ring_holds_are_reported_and_the_real_kernel_qui
     real = run_case(case, "doubleplane", min_sdma_bytes=0, perf=False)
     assert real.check_ok and real.violation_count == 0 and real.counter_mismatches() == []
     assert real.plane_bytes()["sdma_puts"].tolist() == [300, 0, 0]
-    put = next(i for i, ln in enumerate((ROOT / "kernels" / "combine_kernel.cpp").read_text().splitlines(), 1)
-               if "aclshmemx_sdma_put_nbi<T>(DstPayload(s.seg, row)" in ln)
+    put = broken_site("sdma_ring_overrun", "aclshmemx_sdma_put_nbi<T>(DstPayload(s.seg, row)")
     res = run_case(case, "doubleplane", min_sdma_bytes=0, perf=False, binary=broken_kernels["sdma_ring_overrun"])
     overrun = ("PE 0 core 1: 257 SDMA SQEs (1 MiB each at most) outstanding since its last SDMA quiet, more than the "
                "256 its ring is assumed to hold: SHMEM writes them with no fullness check (inside "
-               f"aclshmemx_sdma_put_nbi called at kernels/combine_kernel.cpp:{put}; docs/hardware-rules.md#6-sdma)")
+               f"aclshmemx_sdma_put_nbi called at {put}; docs/hardware-rules.md#6-sdma)")
     assert res.violations == [overrun, overrun]  # once per launch, two launches
 
 
