@@ -1,15 +1,19 @@
 """One segment of a plan and why the rule sent it by its plane (docs/decision-rule.md#1-the-rule):
-what the app's segment lookup says, and what a segment map cell's hover could say. Pure: a
-:class:`~combine_lab.planning.planner.Plan` in, numbers and a sentence out (no widgets, no figures)."""
+what the app's segment lookup says, and what a segment map cell's hover says (a ``<title>`` per
+cell in the panels; in the stacked map, :func:`segment_cells_data` on its image and the bridge's
+JavaScript writing the same sentence). Pure: a :class:`~combine_lab.planning.planner.Plan` in,
+numbers and a sentence out (no widgets, no figures)."""
 
 from __future__ import annotations
+
+import base64
 
 import numpy as np
 
 from ..errors import ParameterError
 from ..kernels import DOUBLEPLANE
 
-__all__ = ["segment_details", "segment_text", "segment_texts"]
+__all__ = ["segment_details", "segment_text", "segment_texts", "segment_cells_data"]
 
 
 def segment_details(plan, pe: int, local_expert: int, src_rank: int) -> dict:
@@ -95,3 +99,28 @@ def segment_texts(plan) -> np.ndarray:
                 out[d, le, s] = (f"PE {d} sends {r:,} row{'s' if r != 1 else ''} ({b:,} B) of local_expert {le} "
                                  f"back to src_rank {s} by {plane[d, le, s]}: {why} (docs/decision-rule.md#1-the-rule)")
     return out
+
+
+def segment_cells_data(plan) -> dict | None:
+    """What the stacked segment map's image carries for its hover (``data-*`` attributes, name ->
+    str): each cell's :func:`segment_text` is rebuilt in the browser (combine_lab/lab/static/bridge.js)
+    from these, not sent as 32,768 sentences. ``pes``, ``epp`` (expert_per_pe), ``variant``,
+    ``floor`` (min_sdma_bytes), ``row-bytes`` (h * sizeof(T)); ``rows``: base64 of every segment's
+    token_count, little-endian unsigned of ``rows-bits`` (8, 16 or 32: the fewest that hold the
+    largest), in [pe, local_expert, src_rank] order (image row pe * epp + local_expert, column
+    src_rank); ``sdma``: base64 of the plan's SDMA mask in that order, 8 segments a byte, first
+    segment in the high bit (numpy's packbits). At pes 64, epp 8: 32,768 segments, 44 KiB of
+    text for uint8 rows. None when a count does not fit 32 bits (no hover then: the lookup under
+    the map still says each segment)."""
+    seg = plan.segments
+    rows = seg["token_count"].to_numpy(dtype=np.int64)
+    top = int(rows.max(initial=0))
+    bits = next((b for b in (8, 16, 32) if top < 2 ** b), None)
+    if bits is None or int(rows.min(initial=0)) < 0:
+        return None
+    packed = rows.astype(f"<u{bits // 8}").tobytes()
+    mask = np.packbits((seg["plane"].to_numpy() == "SDMA").astype(np.uint8)).tobytes()
+    return {"pes": str(plan.pes), "epp": str(plan.expert_per_pe), "variant": str(plan.variant),
+            "floor": str(int(plan.min_sdma_bytes)), "row-bytes": str(plan.h * plan.itemsize),
+            "rows-bits": str(bits), "rows": base64.b64encode(packed).decode(),
+            "sdma": base64.b64encode(mask).decode()}

@@ -58,7 +58,7 @@ from .svg_parts import (ANNOTATE_CELLS, byte_label, byte_unit, EMPTY_COLOR, floo
                         MIN_CELL_PX, PE_ROLE, plan_arrays, png_cells, SDMA_COLOR, SvgFigure, WIDTH, _Axes,
                         _byte_ticks, _Canvas, _colorbar, _hex, _INK, _legend, _linear_ticks, _MTE_COLOR,
                         _Norm, _e, _num, _pe_ticks, _text_width, _tick_labels, _wrap)
-from .segments import segment_texts
+from .segments import segment_cells_data, segment_texts
 
 __all__ = ["SvgFigure", "segment_map_svg", "plane_bytes_svg", "modelled_floors_svg", "png_cells", "floor_text",
            "WIDTH", "byte_unit", "byte_label", "plan_arrays", "largest_remote_segment", "SDMA_COLOR", "EMPTY_COLOR",
@@ -89,7 +89,7 @@ def segment_map_svg(plan, dtype: str = "", width: int = WIDTH, max_panels: int =
     top = 18 + 17 * len(lines) + 8
     if pes <= max_panels:
         return _panels(cv, scaled, rows, sdma, norm, unit, pes, epp, width, top, title, data, segment_texts(plan))
-    return _stacked(cv, scaled, sdma, norm, unit, pes, epp, width, top, title, data)
+    return _stacked(cv, scaled, sdma, norm, unit, pes, epp, width, top, title, data, segment_cells_data(plan))
 
 
 def _panels(cv, scaled, rows, sdma, norm, unit, pes, epp, width, top, title, data, tips) -> str:
@@ -162,7 +162,7 @@ def _panels(cv, scaled, rows, sdma, norm, unit, pes, epp, width, top, title, dat
     return cv.render(width, ly + 24, "cl-segment-map", title, data)
 
 
-def _stacked(cv, scaled, sdma, norm, unit, pes, epp, width, top, title, data) -> str:
+def _stacked(cv, scaled, sdma, norm, unit, pes, epp, width, top, title, data, cells) -> str:
     n = pes * epp
     flat = scaled.reshape(n, pes)
     mask = sdma.reshape(n, pes)
@@ -174,8 +174,11 @@ def _stacked(cv, scaled, sdma, norm, unit, pes, epp, width, top, title, data) ->
     left, img_w = 84, width - 84 - 250
     img_h = float(min(520, max(260, 2 * n)))
     x0, y0 = left, top + 40  # room for the colour bars' labels
+    # too many cells for a <title> each: the image carries the plan's segments, the app's bridge says a cell's
+    # segment_text on hover (combine_lab/lab/static/bridge.js)
+    hover = "".join(f" data-{k}='{_e(v)}'" for k, v in (cells or {}).items())
     cv.add(f"<image x='{x0}' y='{y0}' width='{img_w}' height='{_num(img_h)}' preserveAspectRatio='none' "
-           f"style='image-rendering:pixelated' href='data:image/png;base64,{base64.b64encode(png).decode()}'/>")
+           f"class='cl-cells'{hover} style='image-rendering:pixelated' href='data:image/png;base64,{base64.b64encode(png).decode()}'/>")
     ax = _Axes(cv, x0, y0, img_w, img_h, (-0.5, pes - 0.5), (n - 0.5, -0.5))
     for d in range(1, pes):
         y = ax.py(d * epp - 0.5)

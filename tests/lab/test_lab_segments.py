@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from combine_lab.errors import ParameterError
-from combine_lab.lab.segments import segment_details, segment_text, segment_texts
+from combine_lab.lab.segments import segment_cells_data, segment_details, segment_text, segment_texts
 from combine_lab.planning.planner import plan_counts
 
 # 3 PEs, one expert each, rows of 1024 int32 = 4096 B; PE 0 gets 10 rows from itself, 600 from PE 1, 100 from PE 2
@@ -70,3 +70,39 @@ def test_the_texts_follow_the_segments_layout_with_several_experts():
     assert all(texts[d, le, s] == segment_text(p, d, le, s) for d in range(4) for le in range(2) for s in range(4))
     d = segment_details(p, 3, 1, 2)
     assert d["rows"] == int(counts[3, 1 * 4 + 2] - counts[3, 1 * 4 + 1])
+
+
+def _decode_cells(data: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The stacked map's data-rows and data-sdma back to arrays, as docs/lab.md section 4 and
+    segment_cells_data's docstring describe them (independent of how they were written)."""
+    import base64
+    n = int(data["pes"]) * int(data["epp"]) * int(data["pes"])
+    rows = np.frombuffer(base64.b64decode(data["rows"]), dtype=f"<u{int(data['rows-bits']) // 8}")
+    bits = np.frombuffer(base64.b64decode(data["sdma"]), dtype=np.uint8)
+    sdma = np.array([(bits[i >> 3] >> (7 - (i & 7))) & 1 for i in range(n)], dtype=bool)
+    return rows, sdma
+
+
+def test_the_stacked_maps_cells_decode_to_the_plans_segments_exactly():
+    p = plan_counts(COUNTS, 1024, 4, "doubleplane", 2 * 2 ** 20)
+    data = segment_cells_data(p)
+    assert {k: v for k, v in data.items() if k not in ("rows", "sdma")} == {
+        "pes": "3", "epp": "1", "variant": "doubleplane", "floor": "2097152", "row-bytes": "4096", "rows-bits": "16"}
+    rows, sdma = _decode_cells(data)
+    assert rows.tolist() == [10, 600, 100, 0, 5, 7, 1, 1, 1]
+    assert sdma.tolist() == [False, True, False] + [False] * 6
+    # the app's shape (pes 64, epp 8: 32,768 segments): every count and plane in the plan's order
+    rng = np.random.default_rng(3)
+    counts = np.cumsum(rng.integers(0, 200, size=(64, 8 * 64)), axis=1)
+    p = plan_counts(counts, 7168, 4, "doubleplane", 0)
+    data = segment_cells_data(p)
+    rows, sdma = _decode_cells(data)
+    assert data["rows-bits"] == "8" and len(data["rows"]) == 43_692 and len(data["sdma"]) == 5464
+    assert np.array_equal(rows, p.segments["token_count"].to_numpy())
+    assert np.array_equal(sdma, (p.segments["plane"] == "SDMA").to_numpy()) and 0 < sdma.sum() < 32768
+    assert np.array_equal(int(data["row-bytes"]) * rows.astype(np.int64), p.segments["bytes"].to_numpy())
+    # a count of 2**32 or more has no encoding here: no hover data, the lookup under the map still says it
+    big = plan_counts(np.array([[0, 2 ** 32]], dtype=np.int64), 1, 1, "classic", 0)
+    assert segment_cells_data(big) is None
+    assert segment_cells_data(plan_counts(np.array([[0, 2 ** 32 - 1]], dtype=np.int64), 1, 1, "classic", 0))[
+        "rows-bits"] == "32"

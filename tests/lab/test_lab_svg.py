@@ -84,6 +84,11 @@ def test_segment_map_of_many_pes_is_one_pixel_per_cell():
     root = parse(svg.segment_map_svg(p))
     (img,) = root.iter(f"{NS}image")
     assert "pixelated" in img.get("style")
+    # what the app's hover needs, on the image (decoded and checked in tests/lab/test_lab_segments.py)
+    from combine_lab.lab.segments import segment_cells_data
+    assert "cl-cells" in img.get("class") and {k: img.get(f"data-{k}") for k in segment_cells_data(p)} == \
+        segment_cells_data(p)
+    assert img.get("data-pes") == "16" and img.get("data-epp") == "4" and img.get("data-floor") == "0"
     data = base64.b64decode(img.get("href").split(",", 1)[1])
     assert mpimg.imread(io.BytesIO(data), format="png").shape[:2] == (16 * 4, 16)
     words = texts(root).replace(" | ", " ")  # colour bar labels wrap onto two lines

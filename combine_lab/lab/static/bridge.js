@@ -1,6 +1,96 @@
+// The stacked segment map (more PEs than its panels) is one image of pes * epp rows x pes columns, too many
+// cells for a <title> each: the image carries the plan's segments (data-* attributes, combine_lab/lab/segments.py
+// segment_cells_data) and the pointer's cell gets segment_text's sentence, written here the same way.
+const cellData = new WeakMap();  // image -> its decoded segments (decoded once per drawing)
+
+function decodeCells(img) {
+  const src = img.getAttribute('data-rows');
+  const got = cellData.get(img);
+  if (got && got.src === src) return got;
+  const bytes = (b64) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  const a = (n) => Number(img.getAttribute('data-' + n));
+  const raw = bytes(src), bits = a('rows-bits');
+  const view = new DataView(raw.buffer), per = bits / 8, rows = new Array(raw.length / per);
+  for (let i = 0; i < rows.length; i++) {
+    rows[i] = per === 1 ? raw[i] : per === 2 ? view.getUint16(2 * i, true) : view.getUint32(4 * i, true);
+  }
+  const pes = a('pes'), epp = a('epp');
+  // the rule's numerator per PE: the rows of its remote segments (src_rank != pe) times the row bytes
+  const remote = new Array(pes).fill(0);
+  for (let d = 0; d < pes; d++) {
+    for (let le = 0; le < epp; le++) {
+      for (let s = 0; s < pes; s++) if (s !== d) remote[d] += rows[(d * epp + le) * pes + s];
+    }
+  }
+  const out = { src, pes, epp, rows, remote, sdma: bytes(img.getAttribute('data-sdma')),
+    variant: img.getAttribute('data-variant'), floor: BigInt(img.getAttribute('data-floor')),
+    rowBytes: BigInt(img.getAttribute('data-row-bytes')) };
+  cellData.set(img, out);
+  return out;
+}
+
+// 1234567 -> "1,234,567", as Python's f"{n:,}" (BigInt: exact at any size)
+const commas = (n) => n.toString().replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+
+function cellText(c, d, le, s) {
+  const i = (d * c.epp + le) * c.pes + s;
+  const r = c.rows[i], b = BigInt(r) * c.rowBytes;
+  const num = BigInt(c.remote[d]) * c.rowBytes, den = BigInt(Math.max(c.pes - 1, 1) * c.epp);
+  const plane = (c.sdma[i >> 3] >> (7 - (i & 7))) & 1 ? 'SDMA' : 'MTE';
+  let why;
+  if (c.variant !== 'doubleplane') why = 'classic sends every segment by MTE';
+  else if (s === d) why = "the PE's own segment (local): always MTE";
+  else if (r === 0) why = 'empty: nothing to send';
+  else if (b < c.floor) why = `below the floor (${commas(b)} B < ${commas(c.floor)} B)`;
+  else if (!(b * den > num)) why = `at or below PE ${d}'s average remote segment (${commas(b)} B * ${den} <= ${commas(num)})`;
+  else {
+    why = `at or above the floor (${commas(b)} B >= ${commas(c.floor)} B) and above PE ${d}'s average remote ` +
+      `segment (${commas(b)} B * ${den} > ${commas(num)})`;
+  }
+  return `PE ${d} sends ${commas(r)} row${r !== 1 ? 's' : ''} (${commas(b)} B) of local_expert ${le} ` +
+    `back to src_rank ${s} by ${plane}: ${why} (docs/decision-rule.md#1-the-rule)`;
+}
+
+function cellHover(root) {
+  const tip = document.createElement('div');
+  tip.className = 'cl-cell-tip';
+  tip.setAttribute('role', 'tooltip');
+  // styled here: the tooltip is the bridge's own element (fixed, so no box of the app clips or scrolls it)
+  Object.assign(tip.style, { position: 'fixed', display: 'none', zIndex: 1000, maxWidth: '420px',
+    padding: '4px 7px', background: '#fffff0', color: '#111', border: '1px solid #777', borderRadius: '3px',
+    font: '12px/1.35 sans-serif', pointerEvents: 'none', boxShadow: '0 1px 4px rgba(0,0,0,.25)' });
+  document.body.appendChild(tip);
+  const hide = () => { tip.style.display = 'none'; tip.removeAttribute('data-cell'); };
+  // on the app, not on the image: the map is redrawn (a new image) at every replan, and the white lines
+  // between PEs drawn over the image would take the pointer's events from it
+  root.addEventListener('pointermove', (e) => {
+    const map = e.target.closest && e.target.closest('svg.cl-segment-map');
+    const img = map && map.querySelector('image.cl-cells[data-rows]');
+    if (!img) { hide(); return; }
+    const box = img.getBoundingClientRect();
+    const fx = (e.clientX - box.left) / box.width, fy = (e.clientY - box.top) / box.height;
+    if (!(fx >= 0 && fx < 1 && fy >= 0 && fy < 1)) { hide(); return; }
+    const c = decodeCells(img);
+    const s = Math.floor(fx * c.pes), row = Math.floor(fy * c.pes * c.epp);
+    const d = Math.floor(row / c.epp), le = row % c.epp, cell = `${d} ${le} ${s}`;
+    if (tip.getAttribute('data-cell') !== cell) {
+      tip.textContent = cellText(c, d, le, s);
+      tip.setAttribute('data-cell', cell);
+    }
+    tip.style.display = 'block';
+    // beside the pointer, kept inside the window
+    const w = tip.offsetWidth, h = tip.offsetHeight;
+    const x = e.clientX + 14 + w > window.innerWidth ? e.clientX - 14 - w : e.clientX + 14;
+    const y = e.clientY + 16 + h > window.innerHeight ? e.clientY - 10 - h : e.clientY + 16;
+    tip.style.left = Math.max(0, x) + 'px'; tip.style.top = Math.max(0, y) + 'px';
+  });
+  root.addEventListener('pointerleave', hide);
+  return tip;
+}
+
 function render({ model, el }) {
   el.classList.add('cl-bridge');
-  let root = null, timers = [], observers = [], lastPong = Date.now(), banner = null, wasFocused = false;
+  let root = null, tip = null, timers = [], observers = [], lastPong = Date.now(), banner = null, wasFocused = false;
   const key = model.get('key');
   function setup() {
     root = el.closest('.cl-app');
@@ -77,6 +167,7 @@ function render({ model, el }) {
       e.target.value = String(v + (e.key === 'ArrowUp' ? step : -step));
       e.target.dispatchEvent(new Event('change', { bubbles: true }));
     }, true);  // capture: the text box's own keydown handler stops the event from bubbling
+    tip = cellHover(root);
     return true;
   }
   if (!setup()) { const t = setInterval(() => { if (setup()) clearInterval(t); }, 100); timers.push(t); }
@@ -117,6 +208,6 @@ function render({ model, el }) {
       root.setAttribute('inert', '');
     }
   }, 500));
-  return () => { timers.forEach(clearInterval); observers.forEach((o) => o.disconnect()); if (banner) banner.remove(); };
+  return () => { timers.forEach(clearInterval); observers.forEach((o) => o.disconnect()); if (banner) banner.remove(); if (tip) tip.remove(); };
 }
 export default { render };
