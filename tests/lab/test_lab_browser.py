@@ -915,3 +915,66 @@ def _dashboard_steps(s: Session, server) -> None:
     page.locator(".cl-app .cl-trace-note").scroll_into_view_if_needed()
     s.shot("traced")
     assert s.js_errors() == [], s.js_errors()
+
+
+# --------------------------------------------------------------------------- segment map hover
+
+HOVER_CELL_JS = """([d, le, s]) => { const img = document.querySelector('.cl-app svg.cl-segment-map image.cl-cells');
+  const r = img.getBoundingClientRect(), pes = Number(img.dataset.pes), epp = Number(img.dataset.epp);
+  return [r.left + (s + 0.5) * r.width / pes, r.top + (d * epp + le + 0.5) * r.height / (pes * epp)]; }"""
+
+
+def test_app_stacked_segment_map_says_a_cell_on_hover(chromium_path, tmp_path):
+    """Issue 32 item 5: more PEs than the map's panels (one image of pes * epp x pes cells), and the
+    pointer over a cell shows the cell's segment_text beside it, as the panels' <title>s do: the
+    PE, local_expert, src_rank, rows, bytes, plane and why; off the image, no tooltip."""
+    import numpy as np
+
+    from combine_lab.lab.segments import segment_texts
+    from combine_lab.lab.server import AppServer
+    from combine_lab.lab.svg import MAX_PANELS
+    from combine_lab.lab.tuning import TuningState
+
+    pes = 16
+    assert pes > MAX_PANELS
+    state = TuningState(targets=["cpu"])
+    state.set(pes=pes, min_sdma_bytes=0)  # a floor of 0: SDMA segments to point at
+    want = segment_texts(state.plan)
+    sdma = (state.plan.segments["plane"].to_numpy() == "SDMA").reshape(want.shape)
+    cells = [(0, 0, 0), tuple(int(i) for i in np.argwhere(sdma)[0]), (pes - 1, state.plan.expert_per_pe - 1, 3)]
+    folder = artifacts("voila_segment_hover")
+    log = open(tmp_path / "voila.log", "w")
+    server = AppServer.start(log=log)
+    try:
+        with browser_session(chromium_path, folder) as s:
+            page = s.page
+            page.goto(server.url)
+            page.wait_for_selector(".cl-app .cl-segment-map", state="visible", timeout=SHORT)
+            type_value(page, "pes", str(pes))
+            type_value(page, "min_sdma_bytes", "0")
+            wait_app(page, f"() => {{ const m = document.querySelector('.cl-app .cl-segment-map');"
+                           f" return m.getAttribute('data-pes') === '{pes}' && m.getAttribute('data-floor') === '0'; }}")
+            assert page.get_attribute(".cl-app .cl-segment-map", "data-h") == str(state.plan.h)
+            page.locator(".cl-app .cl-segment-map").scroll_into_view_if_needed()
+            for n, (d, le, src) in enumerate(cells):
+                x, y = page.evaluate(HOVER_CELL_JS, [d, le, src])
+                page.mouse.move(x, y, steps=3)
+                page.wait_for_selector(".cl-cell-tip", state="visible", timeout=SHORT)
+                assert page.inner_text(".cl-cell-tip") == want[d, le, src], (d, le, src)
+                box = page.locator(".cl-cell-tip").bounding_box()
+                assert 0 <= box["x"] and box["x"] + box["width"] <= VIEWPORT["width"], box  # inside the window
+                if n == 1:
+                    assert " by SDMA: at or above the floor (" in want[d, le, src]
+                    s.shot("hover_sdma_cell")
+            page.mouse.move(5, 5)  # off the map: the tooltip goes
+            page.wait_for_selector(".cl-cell-tip", state="hidden", timeout=SHORT)
+            assert s.js_errors() == [], s.js_errors()
+        assert_screenshots(s.shots, ["hover_sdma_cell"])
+    except BaseException:
+        log.flush()
+        print("voila's log, its last 40 lines:\n" + "".join((tmp_path / "voila.log").read_text().splitlines(True)[-40:]))
+        raise
+    finally:
+        server.stop()
+        log.close()
+    assert not host_processes()
