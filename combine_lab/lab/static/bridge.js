@@ -7,16 +7,26 @@ function decodeCells(img) {
   const src = img.getAttribute('data-rows');
   const got = cellData.get(img);
   if (got && got.src === src) return got;
-  const bytes = (b64) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  const bytes = (b64) => {
+    const t = atob(b64), out = new Uint8Array(t.length);
+    for (let i = 0; i < t.length; i++) out[i] = t.charCodeAt(i);
+    return out;
+  };
   const a = (n) => Number(img.getAttribute('data-' + n));
-  const raw = bytes(src), bits = a('rows-bits');
-  const view = new DataView(raw.buffer), per = bits / 8, rows = new Array(raw.length / per);
-  for (let i = 0; i < rows.length; i++) {
-    rows[i] = per === 1 ? raw[i] : per === 2 ? view.getUint16(2 * i, true) : view.getUint32(4 * i, true);
+  const raw = bytes(src), per = a('rows-bits') / 8;
+  // little-endian counts: a typed array over them where this machine is little-endian too, else read one by one
+  const littleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+  let rows;
+  if (per === 1) rows = raw;
+  else if (littleEndian) rows = per === 2 ? new Uint16Array(raw.buffer) : new Uint32Array(raw.buffer);
+  else {
+    const view = new DataView(raw.buffer);
+    rows = new Uint32Array(raw.length / per);
+    for (let i = 0; i < rows.length; i++) rows[i] = per === 2 ? view.getUint16(2 * i, true) : view.getUint32(4 * i, true);
   }
   const pes = a('pes'), epp = a('epp');
   // the rule's numerator per PE: the rows of its remote segments (src_rank != pe) times the row bytes
-  const remote = new Array(pes).fill(0);
+  const remote = new Float64Array(pes);
   for (let d = 0; d < pes; d++) {
     for (let le = 0; le < epp; le++) {
       for (let s = 0; s < pes; s++) if (s !== d) remote[d] += rows[(d * epp + le) * pes + s];
