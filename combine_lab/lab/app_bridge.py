@@ -2,8 +2,11 @@
 CSS and the bridge's JavaScript live in ``combine_lab/lab/static/`` (package data, so an installed
 package has them). What the bridge does is what widgets cannot: the width the figures have,
 settings and history kept in the tab across a reload, the focus back on Run after a Run, the
-notebook's shortcuts off inside the app, each control's reasons at the control, and a word on the
-page when the kernel stops answering (:data:`KERNEL_SILENT_S`, fed by a heartbeat thread)."""
+notebook's shortcuts off inside the app, each control's reasons at the control, the stacked
+segment map's cells said on hover (a tooltip, ``.cl-cell-tip``, with
+:func:`combine_lab.lab.segments.segment_text`'s sentence, written from the segments the map's image
+carries), and a word on the page when the kernel stops answering (:data:`KERNEL_SILENT_S`, fed by a
+heartbeat thread)."""
 
 from __future__ import annotations
 
@@ -52,7 +55,8 @@ def make_bridge():
 
     class _Bridge(anywidget.AnyWidget):
         """What the page does in the browser for the app (module docstring): width, storage,
-        focus after Run, the notebook's shortcuts off inside the app, a word when the kernel stops."""
+        focus after Run, the notebook's shortcuts off inside the app, the stacked segment map's hover,
+        a word when the kernel stops."""
         _esm = static_text("bridge.js")
         key = Unicode("").tag(sync=True)
         stored = Unicode("").tag(sync=True)

@@ -927,7 +927,8 @@ HOVER_CELL_JS = """([d, le, s]) => { const img = document.querySelector('.cl-app
 def test_app_stacked_segment_map_says_a_cell_on_hover(chromium_path, tmp_path):
     """Issue 32 item 5: more PEs than the map's panels (one image of pes * epp x pes cells), and the
     pointer over a cell shows the cell's segment_text beside it, as the panels' <title>s do: the
-    PE, local_expert, src_rank, rows, bytes, plane and why; off the image, no tooltip."""
+    PE, local_expert, src_rank, rows, bytes, plane and why; a replan under the still pointer takes
+    the old sentence away; off the image, no tooltip."""
     import numpy as np
 
     from combine_lab.lab.segments import segment_texts
@@ -966,6 +967,16 @@ def test_app_stacked_segment_map_says_a_cell_on_hover(chromium_path, tmp_path):
                 if n == 1:
                     assert " by SDMA: at or above the floor (" in want[d, le, src]
                     s.shot("hover_sdma_cell")
+            # a replan under the still pointer: the old map's sentence goes, the new map's cell says its own
+            d, le, src = cells[1]
+            type_value(page, "min_sdma_bytes", "1048576")
+            page.wait_for_selector(".cl-cell-tip", state="hidden", timeout=SHORT)
+            assert page.get_attribute(".cl-app .cl-segment-map", "data-floor") == "1048576"
+            state.set(min_sdma_bytes=1048576)
+            x, y = page.evaluate(HOVER_CELL_JS, [d, le, src])
+            page.mouse.move(x + 0.5, y, steps=2)
+            page.wait_for_selector(".cl-cell-tip", state="visible", timeout=SHORT)
+            assert page.inner_text(".cl-cell-tip") == segment_texts(state.plan)[d, le, src] != want[d, le, src]
             page.mouse.move(5, 5)  # off the map: the tooltip goes
             page.wait_for_selector(".cl-cell-tip", state="hidden", timeout=SHORT)
             assert s.js_errors() == [], s.js_errors()

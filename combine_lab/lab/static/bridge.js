@@ -61,7 +61,7 @@ function cellText(c, d, le, s) {
     `back to src_rank ${s} by ${plane}: ${why} (docs/decision-rule.md#1-the-rule)`;
 }
 
-function cellHover(root) {
+function cellHover(root, observers) {
   const tip = document.createElement('div');
   tip.className = 'cl-cell-tip';
   tip.setAttribute('role', 'tooltip');
@@ -70,7 +70,11 @@ function cellHover(root) {
     padding: '4px 7px', background: '#fffff0', color: '#111', border: '1px solid #777', borderRadius: '3px',
     font: '12px/1.35 sans-serif', pointerEvents: 'none', boxShadow: '0 1px 4px rgba(0,0,0,.25)' });
   document.body.appendChild(tip);
-  const hide = () => { tip.style.display = 'none'; tip.removeAttribute('data-cell'); };
+  let shown = null;  // the image whose cell the tooltip says
+  const hide = () => { tip.style.display = 'none'; tip.removeAttribute('data-cell'); shown = null; };
+  // a replan draws a new map under a still pointer: the old map's sentence goes with it
+  const mo = new MutationObserver(() => { if (shown && !shown.isConnected) hide(); });
+  mo.observe(root, { subtree: true, childList: true }); observers.push(mo);
   // on the app, not on the image: the map is redrawn (a new image) at every replan, and the white lines
   // between PEs drawn over the image would take the pointer's events from it
   root.addEventListener('pointermove', (e) => {
@@ -83,7 +87,8 @@ function cellHover(root) {
     const c = decodeCells(img);
     const s = Math.floor(fx * c.pes), row = Math.floor(fy * c.pes * c.epp);
     const d = Math.floor(row / c.epp), le = row % c.epp, cell = `${d} ${le} ${s}`;
-    if (tip.getAttribute('data-cell') !== cell) {
+    if (shown !== img || tip.getAttribute('data-cell') !== cell) {
+      shown = img;
       tip.textContent = cellText(c, d, le, s);
       tip.setAttribute('data-cell', cell);
     }
@@ -177,7 +182,7 @@ function render({ model, el }) {
       e.target.value = String(v + (e.key === 'ArrowUp' ? step : -step));
       e.target.dispatchEvent(new Event('change', { bubbles: true }));
     }, true);  // capture: the text box's own keydown handler stops the event from bubbling
-    tip = cellHover(root);
+    tip = cellHover(root, observers);
     return true;
   }
   if (!setup()) { const t = setInterval(() => { if (setup()) clearInterval(t); }, 100); timers.push(t); }
