@@ -40,9 +40,10 @@ segment map of more than :data:`MAX_PANELS` PEs) is one PNG (Pillow) with one pi
 scaled with ``image-rendering: pixelated``: crisp blocks, never blurred; its cells' hover comes from
 the segments it carries (:func:`~combine_lab.lab.segments.segment_cells_data`), read by the app's
 bridge (``static/bridge.js``): at pes 64 epp 8 (32,768 cells) the map's text grows from 85,180 to
-178,172 characters (deepseek, bs 4096: counts in uint16), 0.4 ms to encode, no change in the page's
-redraw (innerHTML and layout 1.7-2.7 ms median either way), 9-10 ms to decode at the first hover of
-a drawing and 0.1 ms a pointer move after it.
+178,172 characters (deepseek, bs 4096: counts in uint16), 0.4 ms to encode (``bench_lab.py``'s plan
++ segment map + plane bytes redraw: 15.1-15.4 ms median against 14.5-14.9 ms without, two runs
+each), no change in the page's redraw (innerHTML and layout 1.7-2.7 ms median either way,
+chromium), 9-10 ms to decode at the first hover of a drawing and 0.1 ms a pointer move after it.
 
 Each ``*_svg`` function returns one ``<svg>`` element as text (class ``cl-figure`` plus its own),
 with a title, axis labels and units; :func:`combine_lab.lab.plots.segment_map`,
@@ -187,7 +188,8 @@ def _stacked(cv, scaled, sdma, norm, unit, pes, epp, width, top, title, data, ce
     # segment_text on hover (combine_lab/lab/static/bridge.js)
     hover = "".join(f" data-{k}='{_e(v)}'" for k, v in (cells or {}).items())
     cv.add(f"<image x='{x0}' y='{y0}' width='{img_w}' height='{_num(img_h)}' preserveAspectRatio='none' "
-           f"class='cl-cells'{hover} style='image-rendering:pixelated' href='data:image/png;base64,{base64.b64encode(png).decode()}'/>")
+           f"class='cl-cells'{hover} style='image-rendering:pixelated' "
+           f"href='data:image/png;base64,{base64.b64encode(png).decode()}'/>")
     ax = _Axes(cv, x0, y0, img_w, img_h, (-0.5, pes - 0.5), (n - 0.5, -0.5))
     for d in range(1, pes):
         y = ax.py(d * epp - 0.5)

@@ -953,8 +953,8 @@ def test_app_stacked_segment_map_says_a_cell_on_hover(chromium_path, tmp_path):
             page.wait_for_selector(".cl-app .cl-segment-map", state="visible", timeout=SHORT)
             type_value(page, "pes", str(pes))
             type_value(page, "min_sdma_bytes", "0")
-            wait_app(page, f"() => {{ const m = document.querySelector('.cl-app .cl-segment-map');"
-                           f" return m.getAttribute('data-pes') === '{pes}' && m.getAttribute('data-floor') === '0'; }}")
+            wait_app(page, f"() => {{ const m = document.querySelector('.cl-app .cl-segment-map'); return "
+                           f"m.getAttribute('data-pes') === '{pes}' && m.getAttribute('data-floor') === '0'; }}")
             assert page.get_attribute(".cl-app .cl-segment-map", "data-h") == str(state.plan.h)
             page.locator(".cl-app .cl-segment-map").scroll_into_view_if_needed()
             for n, (d, le, src) in enumerate(cells):

@@ -22,7 +22,9 @@ function decodeCells(img) {
   else {
     const view = new DataView(raw.buffer);
     rows = new Uint32Array(raw.length / per);
-    for (let i = 0; i < rows.length; i++) rows[i] = per === 2 ? view.getUint16(2 * i, true) : view.getUint32(4 * i, true);
+    for (let i = 0; i < rows.length; i++) {
+      rows[i] = per === 2 ? view.getUint16(2 * i, true) : view.getUint32(4 * i, true);
+    }
   }
   const pes = a('pes'), epp = a('epp');
   // the rule's numerator per PE: the rows of its remote segments (src_rank != pe) times the row bytes
@@ -52,7 +54,9 @@ function cellText(c, d, le, s) {
   else if (s === d) why = "the PE's own segment (local): always MTE";
   else if (r === 0) why = 'empty: nothing to send';
   else if (b < c.floor) why = `below the floor (${commas(b)} B < ${commas(c.floor)} B)`;
-  else if (!(b * den > num)) why = `at or below PE ${d}'s average remote segment (${commas(b)} B * ${den} <= ${commas(num)})`;
+  else if (!(b * den > num)) {
+    why = `at or below PE ${d}'s average remote segment (${commas(b)} B * ${den} <= ${commas(num)})`;
+  }
   else {
     why = `at or above the floor (${commas(b)} B >= ${commas(c.floor)} B) and above PE ${d}'s average remote ` +
       `segment (${commas(b)} B * ${den} > ${commas(num)})`;
