@@ -47,7 +47,12 @@ __all__ = ["Grid", "make_grid", "planned_shares", "check_settings", "run_sweep",
 #: ``_hi`` columns repeat it: one deterministic value, no spread), the SDMA share of the plan, the
 #: what-if of one SDMA call per segment (comm_only, us) and its saving against the kernel's one call
 #: per row (us and % of doubleplane's comm_only), and the model's name and caption. ``settings``: the
-#: kernel settings group priced (docs/variants.md; :func:`model_grid`).
+#: kernel settings group priced (docs/variants.md; :func:`model_grid`). Every column but the what-if's,
+#: ``model`` and ``caption`` is a summary's (:data:`combine_lab.results.tables.SUMMARY_COLUMNS`), with the
+#: value a summary of the harness's model clock gives (tests/lab/test_lab_model_door.py). The grid
+#: prices through the model's facade, not the harness: the harness's clock plans each variant
+#: (the planner's segment table) and makes perf rows per PE, about 20x the time a case here takes
+#: (72 cases: 4.3 s against 0.19 s), which a grid of 10,000 cases cannot spend (benchmarks/bench_model_grid.py).
 MODELLED_COLUMNS = (["case_id", "routing", "dtype", "pes", "bs", "h", "topk", "expert_per_pe", "min_sdma_bytes",
                      "settings", "repeats"]
                     + [c for m in ("comm_only", "full_op") for c in (f"{m}_classic_us", f"{m}_doubleplane_us",

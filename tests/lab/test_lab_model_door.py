@@ -24,11 +24,16 @@ from combine_lab.model.suggest import suggest
 from combine_lab.model.unknowns import engines_curve, verdict
 from combine_lab.planning.planner import VARIANTS
 from combine_lab.planning.settings import group_variants
+from combine_lab.results.tables import SUMMARY_COLUMNS, TIDY_COLUMNS, summarize, tidy_rows
 
 A2 = load_model("a2")
 GRID = sweep.make_grid([2, 4], [64], [8192], [2], [2], ["uniform", "hot-expert:0.5"])
 ROWS = case_rows(make_case(GRID.specs[1]), A2.soc)  # hot-expert on 2 PEs: SDMA traffic at every floor
 MASK = ROWS.sdma(DOUBLEPLANE, 0)
+#: model_grid's columns that are no summary's: the what-if of one SDMA call per segment and the machine.
+MODEL_ONLY = {"segment_sdma_comm_only_us", "what_if_saving_us", "what_if_saving_pct", "model", "caption"}
+#: comm_only's range: over the model's unknowns in model_grid (NaN with band=False), over repeats in a summary.
+BAND = {"comm_only_speedup_lo", "comm_only_speedup_hi"}
 
 
 def test_the_facade_prices_as_the_model_does():
@@ -82,7 +87,8 @@ def test_model_grid_gives_the_harness_model_clock_numbers(floor, group):
             for spec in GRID.specs for v in (CLASSIC, DOUBLEPLANE)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows = [o.row for o in execute(runs)]
+        outcomes = list(execute(runs))
+    rows = [o.row for o in outcomes]
     for i, (c, d) in enumerate(zip(rows[::2], rows[1::2])):
         got = grid.iloc[i]
         assert (c.case_id, d.settings) == (got["case_id"], group)
@@ -92,3 +98,9 @@ def test_model_grid_gives_the_harness_model_clock_numbers(floor, group):
             assert got[f"{metric}_speedup"] == c.time_us(metric) / d.time_us(metric)
         assert (got["sdma_bytes"], got["sdma_share"]) == (d.sdma_bytes, d.sdma_share)
     assert np.isfinite(grid["comm_only_doubleplane_us"]).all() and (grid["sdma_share"] > 0).any()
+    # its columns are the summaries' where they share a name (results/tables.py), and mean the same
+    tidy = pd.DataFrame([t for o in outcomes for t in tidy_rows(o.row, o.spec, o.perf, o.repeat)], columns=TIDY_COLUMNS)
+    summary = summarize(tidy)
+    shared = [c for c in sweep.MODELLED_COLUMNS if c in SUMMARY_COLUMNS and c not in BAND]
+    assert set(sweep.MODELLED_COLUMNS) - set(SUMMARY_COLUMNS) == MODEL_ONLY
+    pd.testing.assert_frame_equal(grid[shared], summary[shared], check_dtype=False)
