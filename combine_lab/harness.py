@@ -33,7 +33,7 @@ from .kernels import DOUBLEPLANE
 from .case.case import Case, make_case
 from .case.spec import CaseSpec
 from .errors import ParameterError
-from .model import modelled
+from .model import facade
 from .model.modelled import ModelledResult
 from .model.machines import NpuModel
 from .planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
@@ -341,14 +341,13 @@ def _one(r: Run, rep: int, prepared: PreparedCase | None, the_case: Case, ipport
                            fnpu=r.fnpu)
         return Outcome(r, rep, the_case.spec, result_row(res), None, baseline=res)
     if r.modelled and r.kernel is not None:  # your kernel priced as it really issues its operations
-        from .model.recorded import model_kernel
-        res = model_kernel(prepared, r.kernel, r.clock, variant=r.variant, min_sdma_bytes=r.min_sdma_bytes,
-                           prof_pe=r.prof_pe, warmup=r.warmup, loops=r.loops, timeout_s=r.timeout_s, ipport=ipport,
-                           binary=r.binary)
+        res = facade.price_kernel(prepared, r.kernel, r.clock, variant=r.variant, min_sdma_bytes=r.min_sdma_bytes,
+                                  prof_pe=r.prof_pe, warmup=r.warmup, loops=r.loops, timeout_s=r.timeout_s,
+                                  ipport=ipport, binary=r.binary)
         perf = pd.concat([res.perf_rows(pe) for pe in res.prof_pes], ignore_index=True) if r.perf else pd.DataFrame()
     elif r.modelled:
-        res = modelled.model_case(the_case, r.variant, r.clock, r.min_sdma_bytes, r.prof_pe, r.warmup, r.loops,
-                                  settings=r.settings)
+        res = facade.price_case(the_case, r.variant, r.clock, r.min_sdma_bytes, r.prof_pe, r.warmup, r.loops,
+                                settings=r.settings)
         # priced whether or not files are asked for: a modelled run always has its times
         perf = pd.concat([res.perf_rows(pe) for pe in res.prof_pes], ignore_index=True)
     else:

@@ -261,3 +261,77 @@ def test_no_module_over_600_lines():
     sizes = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     over = {m: n for m, n in sizes.items() if n > 600 and m not in _OVER_600}
     assert over == {}, over
+
+
+# ------------------------------------------------------------------------- the model's one door
+#: The model's inner steps: outside combine_lab/model/ they are reached through model/facade.py.
+_MODEL_INNER_NAMES = {"replay", "stage1", "Stage1", "settings_args", "model_case", "replay_recorded", "model_kernel"}
+#: Modules of the model whose functions are its inner steps: imported as modules, only inside model/.
+_MODEL_INNER_MODULES = {"combine_lab.model.replay", "combine_lab.model.modelled", "combine_lab.model.recorded"}
+#: Modules outside model/ allowed an inner step, each with why.
+_MODEL_INNER_ALLOWED = {
+    # the trace draws every operation of a recorded stream at its virtual time, which only the
+    # op-by-op pricer yields (a price of the whole launch, the facade's, has no operations in it)
+    "combine_lab.results.trace": {"replay_recorded"},
+}
+
+
+def model_entries(source: str, module: str) -> set[str]:
+    """The model's inner steps ``source`` (the text of package module ``module``) reaches directly:
+    "<name> from <module>" for an inner name imported from any combine_lab.model module, "module
+    <module>" for an inner module imported whole, ".<name>" for an inner name used as an attribute
+    (``modelled.model_case(...)``)."""
+    package = module.rpartition(".")[0] if not is_package(module) else module
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out |= {f"module {a.name}" for a in node.names if a.name in _MODEL_INNER_MODULES}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target != "combine_lab.model" and not target.startswith("combine_lab.model."):
+                continue
+            for a in node.names:
+                if a.name in _MODEL_INNER_NAMES:  # its data types (ModelledTimes, ModelledResult, Op) are free
+                    out.add(f"{a.name} from {target}")
+                elif f"{target}.{a.name}" in _MODEL_INNER_MODULES:
+                    out.add(f"module {target}.{a.name}")
+        elif isinstance(node, ast.Attribute) and node.attr in _MODEL_INNER_NAMES - {"replay"}:
+            out.add(f".{node.attr}")
+    return out
+
+
+def test_model_entries_finds_every_way_in():
+    """The checker itself: each way a module could reach past the facade is named."""
+    src = ("from ..model.replay import replay, ModelledTimes\nfrom ..model import modelled, facade\n"
+           "from ..model.modelled import MODELLED, model_case\nimport combine_lab.model.recorded\n"
+           "from ..model.suggest import suggest\nx = modelled.model_case(1)\ny = facade.times(1)\n")
+    assert model_entries(src, "combine_lab.lab.sweep") == {
+        "replay from combine_lab.model.replay",
+        "module combine_lab.model.modelled", "model_case from combine_lab.model.modelled",
+        "module combine_lab.model.recorded", ".model_case"}
+    assert model_entries("from .replay import replay\n", "combine_lab.model.suggest") == \
+        {"replay from combine_lab.model.replay"}  # the checker judges any module; the test skips model/
+
+
+def test_the_model_is_entered_through_its_facade():
+    """Outside combine_lab/model/, the model is priced through model/facade.py (issue 30 item 2):
+    no module imports replay, stage1, model_case (or their modules) but the ones allowed, with why."""
+    found = {}
+    for p in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(p)
+        if name == "combine_lab.model" or name.startswith("combine_lab.model."):
+            continue
+        entries = {e for e in model_entries(p.read_text(), name)
+                   if e.split(" ")[0].lstrip(".") not in _MODEL_INNER_ALLOWED.get(name, set())}
+        if entries:
+            found[name] = sorted(entries)
+    assert found == {}, found
+    # every allowance is still used: one that is not is a door left open for nothing
+    for name, names in _MODEL_INNER_ALLOWED.items():
+        path = ROOT / Path(*name.split(".")).with_suffix(".py")
+        used = {e.split(" ")[0].lstrip(".") for e in model_entries(path.read_text(), name)}
+        assert names <= used, (name, names - used)

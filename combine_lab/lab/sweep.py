@@ -25,17 +25,16 @@ from ..kernels import CLASSIC, DOUBLEPLANE
 from ..case.case import make_case
 from ..case.grid import Grid, make_grid
 from ..errors import ParameterError
+from ..model import facade
 from ..model.machines import NpuModel
-from ..model.replay import replay
-from ..model.stream import case_rows
-from ..model.unknowns import RESOLUTION, verdict
+from ..model.unknowns import RESOLUTION
 from ..planning.cores import TWIN_DEFAULT_SOC
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, plan
 from ..planning.settings import SETTINGS_LABEL_FORM, check_kernel_settings, group_variants, parse_settings
 from ..values import as_list
 from ..run.kernel_source import kernel_source as kernel_source_of
 from ..harness import Run, execute, progress_bar
-from .pricing import NotModelled, not_modelled_text, priced
+from .pricing import NotModelled, not_modelled_text
 from ..results.tables import TIDY_COLUMNS, tidy_rows, write_sweep_csv
 from ..run import build as build_mod
 from ..run import runner
@@ -48,7 +47,12 @@ __all__ = ["Grid", "make_grid", "planned_shares", "check_settings", "run_sweep",
 #: ``_hi`` columns repeat it: one deterministic value, no spread), the SDMA share of the plan, the
 #: what-if of one SDMA call per segment (comm_only, us) and its saving against the kernel's one call
 #: per row (us and % of doubleplane's comm_only), and the model's name and caption. ``settings``: the
-#: kernel settings group priced (docs/variants.md; :func:`model_grid`).
+#: kernel settings group priced (docs/variants.md; :func:`model_grid`). Every column but the what-if's,
+#: ``model`` and ``caption`` is a summary's (:data:`combine_lab.results.tables.SUMMARY_COLUMNS`), with the
+#: value a summary of the harness's model clock gives (tests/lab/test_lab_model_door.py). The grid
+#: prices through the model's facade, not the harness: the harness's clock plans each variant
+#: (the planner's segment table) and makes perf rows per PE, about 20x the time a case here takes
+#: (72 cases: 4.3 s against 0.19 s), which a grid of 10,000 cases cannot spend (benchmarks/bench_model_grid.py).
 MODELLED_COLUMNS = (["case_id", "routing", "dtype", "pes", "bs", "h", "topk", "expert_per_pe", "min_sdma_bytes",
                      "settings", "repeats"]
                     + [c for m in ("comm_only", "full_op") for c in (f"{m}_classic_us", f"{m}_doubleplane_us",
@@ -221,7 +225,7 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
 
     ``settings``: one settings group (a label, docs/variants.md; None: ``reference``), priced as
     the sweep runs it (classic without the segment layout). Settings other than the reference's
-    are priced only where the model takes them (:func:`combine_lab.lab.pricing.priced`).
+    are priced only where the model takes them (:mod:`combine_lab.model.facade`).
 
     Returns a DataFrame of :data:`MODELLED_COLUMNS`, one row per case, in the order of ``specs``
     (CaseSpecs or a :class:`Grid`). Every time in it is modelled, never measured: its ``caption``
@@ -251,18 +255,18 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
     out = []
     nan = float("nan")
     for spec in specs:
-        rows = case_rows(make_case(spec), model.soc)
+        rows = facade.rows_of(make_case(spec), model)
         masks = {CLASSIC: rows.sdma(CLASSIC, 0), DOUBLEPLANE: rows.sdma(DOUBLEPLANE, int(min_sdma_bytes))}
         # no SDMA row and the same settings: doubleplane replays classic's inputs, so its times are classic's
         same = st[DOUBLEPLANE] == st[CLASSIC] and np.array_equal(masks[DOUBLEPLANE], masks[CLASSIC])
         try:
-            t = {CLASSIC: priced(replay, st[CLASSIC], rows, masks[CLASSIC], model)}
-            t[DOUBLEPLANE] = t[CLASSIC] if same else priced(replay, st[DOUBLEPLANE], rows, masks[DOUBLEPLANE],
-                                                                model)
+            t = {CLASSIC: facade.times(rows, masks[CLASSIC], model, settings=st[CLASSIC])}
+            t[DOUBLEPLANE] = t[CLASSIC] if same else facade.times(rows, masks[DOUBLEPLANE], model,
+                                                                  settings=st[DOUBLEPLANE])
         except NotModelled as e:  # said of the group asked for (its classic may be classic-c4)
             raise NotModelled(group, e.why) from None
         # the what-if of one SDMA call per segment is the reference's (a settings group is built, not a what-if)
-        seg = float(replay(rows, masks[DOUBLEPLANE], model, sdma_mode="segment").core_max("comm_only").max()) \
+        seg = float(facade.times(rows, masks[DOUBLEPLANE], model, what_if="segment").core_max("comm_only").max()) \
             if st[DOUBLEPLANE].is_reference else nan
         rec = {"case_id": spec.case_id, "routing": spec.routing, "dtype": spec.dtype, "pes": spec.pes, "bs": spec.bs,
                "h": spec.h, "topk": spec.topk, "expert_per_pe": spec.expert_per_pe,
@@ -276,8 +280,8 @@ def model_grid(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BY
         elif masks[DOUBLEPLANE].any():  # the verdict over the unknowns
             try:
                 # the band against this group's own classic, as its speed-up column
-                v = priced(verdict, st[DOUBLEPLANE], rows, model, int(min_sdma_bytes), baseline=st[CLASSIC],
-                           joint=False)  # the band alone: no ranking
+                v = facade.unknowns(rows, model, int(min_sdma_bytes), settings=st[DOUBLEPLANE], baseline=st[CLASSIC],
+                                    joint=False)  # the band alone: no ranking
                 rec.update({"comm_only_speedup_lo": v.low, "comm_only_speedup_hi": v.high})
             except ParameterError:  # no range over the unknowns for these settings: none shown
                 rec.update({"comm_only_speedup_lo": nan, "comm_only_speedup_hi": nan})
@@ -327,7 +331,7 @@ def _model_grid_on(cluster, specs: list, model: NpuModel, min_sdma_bytes: int, g
 def model_settings(specs, model: NpuModel, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,
                    settings=("reference",)) -> tuple[pd.DataFrame, dict[str, str]]:
     """:func:`model_grid` for the reference's settings and each group of ``settings`` the model
-    prices (:func:`combine_lab.lab.pricing.priced`), one after the other in one DataFrame (its
+    prices (:mod:`combine_lab.model.facade`), one after the other in one DataFrame (its
     ``settings`` column names the group); the reference's always, the baseline of every modelled
     comparison. Returns (that DataFrame, {label: "not modelled for <label> yet (...)"} for each group
     the model does not price yet).

@@ -27,10 +27,12 @@ from ..case.case import Case, case_from_arrays
 from ..formats.casefiles import rank_file
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
+from ..model import facade
+# the per-operation costs themselves: segment_formula writes the model's arithmetic out by hand, the
+# walkthrough's point, and one_segment checks it against the facade's replay of the kernel's stream
 from ..model.costs import link_rate, mte_remote_rate, sdma_call_us
 from ..model.machines import NpuModel
-from ..model.replay import replay
-from ..model.stream import SQE_BYTES, case_rows
+from ..model.stream import SQE_BYTES
 from ..run.launch import LaunchError
 from ..run.runner import prepare_case, run_case
 
@@ -225,12 +227,12 @@ def one_segment(model: NpuModel, sizes, h: int, itemsize: int = 2) -> pd.DataFra
         ids = np.full((2, n, 1), -1, dtype=np.int32)
         ids[1, :, 0] = 0  # PE 1's tokens went to expert 0 on PE 0, which sends them back
         case = case_from_arrays(spec, np.zeros((2, n, h)), ids, np.ones((2, n, 1)))
-        rows = case_rows(case, model.soc)
+        rows = facade.rows_of(case, model)
         times = {}
         for plane in ("MTE", "SDMA"):
             mask = np.zeros(rows.counts.shape, dtype=bool)
             mask[0, 1] = plane == "SDMA"  # the model prices any plan, not only the rule's
-            times[plane] = float(replay(rows, mask, model).comm_only[0, 1])
+            times[plane] = float(facade.times(rows, mask, model).comm_only[0, 1])
         row = h * itemsize
         f = {plane: segment_formula(model, n, row, plane) for plane in ("MTE", "SDMA")}
         out.append({"rows": n, "bytes": n * row, "mte_formula_us": f["MTE"], "mte_replay_us": times["MTE"],

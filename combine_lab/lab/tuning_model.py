@@ -14,17 +14,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ParameterError
+from ..model import facade
+from ..model.facade import floor_curve as model_suggest  # by this name: the app's tests watch it
 from ..model.machines import NpuModel, load_model
-from ..model.replay import settings_args, stage1
-from ..model.stream import CaseRows, case_rows
+from ..model.stream import CaseRows
 from ..model.suggest import NEVER, Suggestion
-from ..model.suggest import suggest as model_suggest
-from ..model.unknowns import ENGINES, RESOLUTION, engines_curve, engines_line, word
+from ..model.unknowns import ENGINES, RESOLUTION, engines_line, word
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 from ..planning.settings import REFERENCE, KernelSettings, group_variants, variant_label
 from . import plots
 from .form import MODELS, _is_int, format_bytes
-from .pricing import NotModelled, not_modelled_text, priced
+from .pricing import NotModelled, not_modelled_text
 from ..kernels import CLASSIC, DOUBLEPLANE
 
 __all__ = ["FloorChoice", "floor_choice", "AUTO_SUGGEST_SEGMENTS", "ModelledState", "model_suggest", "bytes_text",
@@ -166,16 +166,14 @@ class ModelledState:
         replaced when only h or dtype change (the routing, and so every count, stays)."""
         key = (self._case_key, id(self._case), model.soc)
         if key != self._rows_key:
-            self._rows, self._rows_key = case_rows(self._case, model.soc), key
+            self._rows, self._rows_key = facade.rows_of(self._case, model), key
         return dataclasses.replace(self._rows, h=self.spec.h, itemsize=self.spec.itemsize)
 
     @staticmethod
     def _comm_only(rows: CaseRows, mask: np.ndarray, model: NpuModel) -> float:
         """Modelled comm_only of the slowest PE (us) under ``rows.settings``: stage 1 only, which is
         all comm_only holds (the panel redraws at every change: no stage 2 priced for it)."""
-        comm, _ = stage1(rows.counts, mask, np.arange(rows.pes), rows.pes, rows.block_dim, rows.epp,
-                         rows.row_bytes, model, **settings_args(rows))
-        return float(comm.max())
+        return facade.comm_only_us(rows, mask, model)
 
     def _curve_key(self, model: NpuModel):
         st = self.settings
@@ -198,11 +196,12 @@ class ModelledState:
         vs = self._variant_settings(st)
         try:  # the case's rows under each variant's settings (classic without the segment layout)
             rows = self._model_rows(model)
-            under = {v: rows.with_settings(s) for v, s in vs.items()}
+            under = {v: facade.under(rows, s) for v, s in vs.items()}
         except ParameterError as e:  # settings the model's SoC cannot run: never the reference's numbers instead
             self.suggestion, self._suggestion_key = None, None
+            why = e.why if isinstance(e, NotModelled) else str(e)
             self.modelled = {"model": model.name, "caption": model.caption(), "settings": st.label,
-                             "not_modelled": not_modelled_text(st.label, str(e))}
+                             "not_modelled": not_modelled_text(st.label, why)}
             self.figures.pop("modelled")
             return
         floor = int(self._values["min_sdma_bytes"])
@@ -219,7 +218,7 @@ class ModelledState:
                 self.suggestion, self._suggestion_key = model_suggest(under[DOUBLEPLANE], model, "comm_only"), key
         labels = {v: variant_label(v, s) for v, s in vs.items()}
         # against this group's own classic (classic-c4 for segment-c4), as the speed-up beside it
-        curve = (engines_curve(under[DOUBLEPLANE], model, floor, baseline=vs[CLASSIC])
+        curve = (facade.engine_curve(under[DOUBLEPLANE], model, floor, baseline=vs[CLASSIC])
                  if small and rows.sdma(DOUBLEPLANE, floor).any() else None)
         engines = engines_line(floor, curve, labels[DOUBLEPLANE]) if curve is not None else ""
         self.modelled = {"model": model.name, "caption": model.caption(), "floor": floor, "classic_us": classic,
@@ -263,13 +262,13 @@ class ModelledState:
         rows = self._model_rows(model)
         st = self.settings
         try:
-            s = priced(model_suggest, self._variant_settings(st)[DOUBLEPLANE], rows, model, "comm_only")
+            s = model_suggest(rows, model, "comm_only", settings=self._variant_settings(st)[DOUBLEPLANE])
         except NotModelled as e:
             self.message = f"Cannot suggest a floor on {model.name}: {not_modelled_text(st.label, e.why)}"
             return None
         floor = int(self._values["min_sdma_bytes"])
         if st.is_reference and not self.modelled.get("engines_line") and rows.sdma(DOUBLEPLANE, floor).any():
-            curve = engines_curve(rows, model, floor)
+            curve = facade.engine_curve(rows, model, floor)
             self.modelled["engines_line"] = engines_line(floor, curve)
             self.modelled["engines_curve"] = (curve, DOUBLEPLANE)
         self.suggest_seconds = time.perf_counter() - t0
