@@ -13,6 +13,7 @@ fit that puts a parameter outside its stated range, unless --allow-outside-range
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..errors import ParameterError
 from ..formats.probe_csv import build_refusal, is_probe_csv, read_probe_csv
@@ -24,6 +25,11 @@ from .cases import add_clock_alias
 
 
 def _calibrate(a: argparse.Namespace) -> int:
+    for p in a.csv:  # a missing file is said as one, not as a name that is not a perf CSV's
+        if not Path(p).is_file():
+            raise ParameterError(f"csv={str(p)!r}: no such file (a probe CSV, or perf CSVs: "
+                                 "combine_perf_rank<r>.csv, combine_doubleplane_perf_rank<r>.csv)",
+                                 parameter="csv", value=str(p), allowed="existing CSV files")
     if any(is_probe_csv(p) for p in a.csv):  # a probe CSV (by its header): its own fit
         return calibrate_probe(a)
     model = load_model(a.model)

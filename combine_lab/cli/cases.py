@@ -311,6 +311,24 @@ def _report(o: Outcome) -> None:
             print(f"x_out mismatch on PE {r}{label}: {c}", file=sys.stderr)
 
 
+def _one_name_per_kernel(kernels: list) -> None:
+    """Refuse two ``--kernel-source`` folders that results would name alike (``user:<folder>``):
+    their rows, perf folders and speed-ups would land under one name and one would be lost.
+
+    Raises:
+        ParameterError: naming ``--kernel-source``, the name and both folders.
+    """
+    seen: dict[str, object] = {}
+    for k in kernels:
+        if k.label in seen:
+            other = seen[k.label]
+            same = "the same folder twice" if Path(other.path) == Path(k.path) else "two folders of one name"
+            raise ParameterError(f"--kernel-source: {same} ({other.path} and {k.path}) would both be named "
+                                 f"{k.label!r} in every table and output folder; give each its own folder name",
+                                 parameter="--kernel-source", value=str(k.path), allowed="folders of distinct names")
+        seen[k.label] = k
+
+
 def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     """Run ``variants`` on every case the flags ``a`` describe, print the table and the files
     written; return the exit status (0 every run passed, 1 a check or counter comparison failed).
@@ -330,6 +348,7 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     model = clock_model(getattr(a, "clock", "wall"))
     rule = getattr(a, "rule", None) or getattr(a, "kernel_rule", None)
     kernels = [kernel_source(d, rule=rule) for d in getattr(a, "kernel_source", None) or []]  # each checked first
+    _one_name_per_kernel(kernels)
     for k in kernels:
         if k.rule_from != "rule=":
             print(f"{k.label}: rule {k.rule} ({'from ' + k.rule_from if k.rule_from != 'a guess' else 'a guess'}; "

@@ -172,6 +172,9 @@ def kernel_source(path: str | os.PathLike | KernelSource, name: str | None = Non
         path = path.path
     where = Path(os.path.expanduser(str(path)))
     given = f"kernel_source={str(path)!r}"
+    if where.is_file():  # a kernel is a folder (its header, its sources, its CMakeLists.txt), not one file
+        raise KernelSourceError(f"{given}: is a file, not a folder; give the folder that holds it ({where.parent})",
+                                parameter="kernel_source", value=str(path))
     if not where.is_dir():
         raise KernelSourceError(f"{given}: no such folder", parameter="kernel_source", value=str(path))
     where = where.resolve()
