@@ -93,6 +93,8 @@ def receive_order(expert_ids: np.ndarray, moe_expert_num: int) -> np.ndarray:
     """
     flat = expert_ids.reshape(-1)
     slots = np.flatnonzero((flat >= 0) & (flat < moe_expert_num))
+    if moe_expert_num <= 1 << 16:  # slots ascend, so a stable sort by id orders by (id, slot); uint16's is a radix sort
+        return slots[np.argsort(flat[slots].astype(np.uint16), kind="stable")]
     return slots[np.lexsort((slots, flat[slots]))]
 
 

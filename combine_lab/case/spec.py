@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from ..errors import SpecError
@@ -13,9 +13,44 @@ from .routing import check_routing, parse_routing
 
 __all__ = ["DTYPES", "DTYPES_TEXT", "CaseSpec", "SpecError"]
 
+#: sizeof(T) of each ``-type``, known without importing ml_dtypes.
+_ITEMSIZE = {"int32_t": 4, "float16_t": 2, "bfloat16_t": 2}
+
+
+class _Dtypes(Mapping):
+    """The ``-type`` names and their numpy types, ml_dtypes imported on the first look-up of
+    bfloat16_t: the import costs about 0.5 s of CPU, which a modelled case never needs
+    (docs/timing-model.md#1-what-the-model-is). Equal to the plain dict of the same items."""
+
+    def __getitem__(self, name: str) -> type:
+        if name == "int32_t":
+            return np.int32
+        if name == "float16_t":
+            return np.float16
+        if name == "bfloat16_t":
+            import ml_dtypes  # lazily, see the class docstring
+
+            return ml_dtypes.bfloat16
+        raise KeyError(name)
+
+    def __iter__(self):
+        return iter(_ITEMSIZE)
+
+    def __len__(self) -> int:
+        return len(_ITEMSIZE)
+
+    def __contains__(self, name) -> bool:
+        return isinstance(name, str) and name in _ITEMSIZE
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
 #: Output/activation dtypes T the combine supports (docs/protocol.md#2-dispatch-layout): the
-#: ``-type`` names and their numpy types (bfloat16: ml_dtypes', whose casts round half to even).
-DTYPES = {"int32_t": np.int32, "float16_t": np.float16, "bfloat16_t": ml_dtypes.bfloat16}
+#: ``-type`` names and their numpy types (bfloat16: ml_dtypes', whose casts round half to even),
+#: a read-only mapping that equals ``{"int32_t": np.int32, "float16_t": np.float16,
+#: "bfloat16_t": ml_dtypes.bfloat16}``.
+DTYPES = _Dtypes()
 #: What a message says is allowed.
 DTYPES_TEXT = ", ".join(repr(d) for d in DTYPES)
 
@@ -83,7 +118,7 @@ class CaseSpec:
     @property
     def itemsize(self) -> int:
         """sizeof(T) in bytes (4 or 2)."""
-        return np.dtype(self.np_dtype).itemsize
+        return _ITEMSIZE[self.dtype]
 
     @property
     def row_bytes(self) -> int:

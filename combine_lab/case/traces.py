@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 #: Folder holding expert_counts.csv (the repository's data/routing/).
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "routing"
@@ -58,6 +57,8 @@ class Trace:
 
 @functools.lru_cache(maxsize=1)
 def _load_traces() -> dict[str, Trace]:
+    import pandas as pd  # here: a case without a trace never pays the import (docs/timing-model.md#1-what-the-model-is)
+
     table = pd.read_csv(DATA_DIR / "expert_counts.csv")
     table = table[table["selections_counted_per_token"] == table["top_k"]]
     traces = {}

@@ -45,6 +45,18 @@ def uplink_classes(model: NpuModel) -> np.ndarray:
     return np.isfinite(model.link_values("uplink_GBps"))
 
 
+#: The link class that does not go through a die's HCCS ports: the SIO between a card's two dies
+#: (docs/timing-model.md#4-machines-and-parameters: 196 GB/s per die across cards and 270 over SIO
+#: are given apart, H; SIO and an HCCS path are usable at once, O).
+OFF_EGRESS = ("die_pair",)
+
+
+def egress_classes(model: NpuModel) -> np.ndarray:
+    """bool [classes]: the classes whose bytes count against a die's ``egress_GBps`` (every class
+    but the SIO die pair, :data:`OFF_EGRESS`, which its own ``link_GBps`` bounds)."""
+    return np.array([c.name not in OFF_EGRESS for c in model.links], dtype=bool)
+
+
 def uplink_share(model: NpuModel, pes: int) -> np.ndarray:
     """float64 [pes]: bytes/us of its server's uplinks each PE of a launch of ``pes`` may use:
     ``uplink_GBps`` divided equally among the server's PEs in the launch

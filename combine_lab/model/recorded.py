@@ -17,7 +17,7 @@ The prices are :mod:`.replay`'s, applied to each operation in issue order, core 
   ``core_gm_GBps``; UB -> destination at ``core_gm_GBps`` locally, ``min(mte_remote, link)``
   remotely, plus ``mte_put_us``). ``quiet``: waits for that pipeline and, for remote puts, for the
   fair share of the links and egress moving the core's bytes so far (counted from its first MTE
-  put), then ``quiet_us``.
+  put; the egress without the SIO pair's bytes, :func:`.costs.egress_classes`), then ``quiet_us``.
 - ``flag``: ``flag_us`` each; it lands at its owner ``flag_latency_us`` later.
 - Stage 2 starts at a core's first ``wait``, ``load`` or ``store``: that is ``comm_only``. Per
   token, in the order the core first touches it: wait for the last flag of the slots it waits on
@@ -44,7 +44,7 @@ import numpy as np
 from ..case.case import Case
 from ..errors import ParameterError
 from .machines import NpuModel
-from .costs import link_rate, mte_remote_rate, sdma_call_us, uplink_classes, uplink_share
+from .costs import egress_classes, link_rate, mte_remote_rate, sdma_call_us, uplink_classes, uplink_share
 from .replay import ModelledTimes, stage2_hbm_us
 
 __all__ = ["Op", "RecordedStream", "read_stream", "replay_recorded", "model_kernel"]
@@ -126,6 +126,7 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorde
     valid = (case.expert_ids >= 0) & (case.expert_ids < s.moe_expert_num)
     hbm = _rate(m["hbm_GBps"])
     up_cls, up_rate = uplink_classes(m), uplink_share(m, P)
+    eg_cls = egress_classes(m)  # the die's egress: every class but the SIO pair's
     incoming = np.zeros(P)  # bytes written into each PE's window (its HBM takes them in)
     for cores in stream.ops:
         for ops in cores:
@@ -146,13 +147,13 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorde
         core_read = np.zeros(B)
         core_up = np.zeros(B)
         core_dst: dict[int, np.ndarray] = {}  # per destination: each core's remote MTE bytes to it
-        sdma_up = 0.0
+        sdma_up = sdma_eg = 0.0
         for c, ops in enumerate(cores):
             for o in ops:
                 if o.kind == "mte_put":
                     core_read[c] += o.nbytes
                 if o.kind == "mte_put" and o.dst != pe:
-                    core_remote[c] += o.nbytes
+                    core_remote[c] += o.nbytes * eg_cls[classes[pe, o.dst]]
                     core_dst.setdefault(o.dst, np.zeros(B))[c] += o.nbytes
                     if up_cls[classes[pe, o.dst]]:
                         core_up[c] += o.nbytes
@@ -160,12 +161,14 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorde
                     if o.dst != pe and up_cls[classes[pe, o.dst]]:
                         sdma_up += o.nbytes
                     link_sdma[o.dst] = link_sdma.get(o.dst, 0.0) + o.nbytes
+                    sdma_eg += o.nbytes * eg_cls[classes[pe, o.dst]]
                     calls[c] += 1
                     work[c] += float(sdma_call_us(m, classes[pe, o.dst], o.nbytes))
                     sent[c] += o.nbytes
         per_call = np.divide(work, calls, out=np.zeros(B), where=calls > 0)
         per_byte = np.divide(sent, calls, out=np.zeros(B), where=calls > 0)
-        senders = np.append(core_remote, sum(link_sdma.values()))
+        senders = np.append(core_remote, sdma_eg)
+        eg_frac = sdma_eg / sum(link_sdma.values()) if sdma_eg else 0.0
         hbm_senders = np.append(core_read, [sum(link_sdma.values()), incoming[pe]])
         up_senders = np.append(core_up, sdma_up)
         up_frac = sdma_up / sum(link_sdma.values()) if sdma_up else 0.0
@@ -203,7 +206,7 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorde
                     if i == last_sdma_quiet and issued:
                         links = max((on_link(d, link_sdma[d]) / link[pe, d] for d in sdma_dsts), default=0.0)
                         x = served(issued, per_byte)
-                        done = max(done, links, fair(x) / egress, fair(x, hbm_senders) / hbm,
+                        done = max(done, links, fair(x * eg_frac) / egress, fair(x, hbm_senders) / hbm,
                                    fair(x * up_frac, up_senders) / up_rate[pe] if up_frac else 0.0)
                     t = max(t, done) + m["sdma_quiet_us"]
                     if recorder is not None:
@@ -218,7 +221,7 @@ def replay_recorded(stream: RecordedStream, case: Case, model: NpuModel, recorde
                     span = (pipe_b - b, pipe_b)
                     if o.dst != pe and o.kind == "mte_put":
                         to_dst[o.dst] = to_dst.get(o.dst, 0.0) + o.nbytes
-                        so_far += o.nbytes
+                        so_far += o.nbytes * eg_cls[classes[pe, o.dst]]
                         pending.add(o.dst)
                 elif o.kind == "quiet":
                     if pipe_b is not None:

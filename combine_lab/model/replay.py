@@ -22,7 +22,8 @@ The model, run by run (times in microseconds; bytes per microsecond = GB/s * 1e3
   (:meth:`.machines.NpuModel.pair_class`: on A3 the die pair, the cards of a server, the servers).
 - **Shared limits** (docs/timing-model.md#3-costs), each shared fairly: one link per ordered PE
   pair at its class's ``link_GBps`` one way (every core's MTE writes to that PE and the engines'
-  SDMA on it: 48 cores on one link queue there), each PE sending at most ``egress_GBps`` in all,
+  SDMA on it: 48 cores on one link queue there), each PE sending at most ``egress_GBps`` in all but
+  its SIO pair's bytes (:func:`.costs.egress_classes`),
   what it sends to other servers at its share of the server's uplinks (``uplink_GBps`` over the
   server's PEs in the launch), and its HBM (``hbm_GBps``) serving its cores' GM -> UB reads, its
   SDMA reads and the rows written into it. Senders progress at equal shares, so a sender that has
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .costs import link_rate, mte_remote_rate, sdma_call_us, uplink_classes, uplink_share
+from .costs import egress_classes, link_rate, mte_remote_rate, sdma_call_us, uplink_classes, uplink_share
 from .machines import LINK_PARAMETERS, ModelPoints, NpuModel
 from .stream import SDMA_QUIET_EVERY, CaseRows
 
@@ -280,9 +281,13 @@ class Stage1:
             dense[B::B + 1] = link_sdma
             sender_key = np.flatnonzero(dense)
             on_link = _SparseFair(sender_key // (B + 1), dense[sender_key], V * P)
-        core_remote = np.bincount(core, weights=mte_remote, minlength=V * B).reshape(V, B)
+        # The die's egress: its bytes to other dies but the SIO pair's (costs.egress_classes).
+        eg = egress_classes(m)[cls]
+        mte_eg = mte_remote * eg
+        core_remote = np.bincount(core, weights=mte_eg, minlength=V * B).reshape(V, B)
         pe_sdma = (n2 * sd2).sum(axis=1) * row
-        senders = np.concatenate([core_remote, pe_sdma[:, None]], axis=1)  # [V, B + 1]
+        pe_sdma_eg = np.bincount(v, weights=nbytes * (sd & eg), minlength=V)
+        senders = np.concatenate([core_remote, pe_sdma_eg[:, None]], axis=1)  # [V, B + 1]
         owner = np.repeat(np.arange(V), B)
         # The die's HBM: its cores' GM -> UB reads (every MTE chunk), its SDMA reads and the rows
         # written into its window (``incoming``, default what it sends: a balanced exchange).
@@ -357,7 +362,8 @@ class Stage1:
         self.link_bound = link_bound
         bd = bytes_done(n_c).ravel()                 # the engines' bytes when each core's calls are done
         busy = (n_c > 0).ravel()
-        self.egress_bytes = np.where(busy, _fair_moved(owner, senders, bd), 0.0)
+        eg_frac = np.divide(pe_sdma_eg, pe_sdma, out=np.zeros(V), where=pe_sdma > 0)[owner]
+        self.egress_bytes = np.where(busy, _fair_moved(owner, senders, bd * eg_frac), 0.0)
         # HBM and uplinks bound a core's completion (its SDMA calls, its last MTE chunk), not each
         # chunk: one query per core (the chunks before its last are bounded by the links and egress)
         hb = _fair_moved(np.tile(owner, 2), hbm_senders, np.concatenate([bd, core_read.ravel()]))
@@ -378,7 +384,7 @@ class Stage1:
         far = is_mte & remote
         k_mte_remote = np.where(far, nbytes, 0.0)
         to_dst = _grouped_cumsum(ks_core * P + src, k_mte_remote)  # the core's MTE bytes to this dst so far
-        so_far = _grouped_cumsum(ks_core, k_mte_remote, firsts)     # its remote MTE bytes so far
+        so_far = _grouped_cumsum(ks_core, k_mte_remote * eg, firsts)  # its MTE bytes through the egress so far
         fp = pair[far]
         self.far = far
         # each core's last MTE chunk carries its HBM and uplink bounds (its whole reads, its bytes off the server)

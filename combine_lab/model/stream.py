@@ -164,19 +164,22 @@ def case_rows(case: Case, soc: str, settings: KernelSettings | str | None = None
     s = case.spec
     order = case._receive_order()  # flat slots sorted by expert, then slot
     per_rank = s.bs * s.topk
-    ids = case.expert_ids.reshape(-1)[order].astype(np.int64)
+    # The order runs through the (dest, seg) pairs in the order of segment_counts' flat index
+    # (expert e = dest*epp + local, then the slot's rank: key dest*S + local*pes + owner), so
+    # each pair's rows are one run of counts[dest, seg] rows: dest, seg and the place in the run
+    # follow from the counts alone, without sorting or comparing 2**21 keys.
+    counts = case.segment_counts.astype(np.int64)
+    S = counts.shape[1]
+    run = counts.ravel()
+    run_id = np.repeat(np.arange(run.size, dtype=np.int64), run)
+    dest, seg = run_id // S, run_id % S
+    pos = np.arange(len(order), dtype=np.int64)
+    pos -= np.repeat(np.cumsum(run) - run, run)
     owner = order // per_rank
-    dest = ids // s.expert_per_pe
-    seg = (ids % s.expert_per_pe) * s.pes + owner
-    key = ids * s.pes + owner  # non-decreasing along the order: one run per (dest, seg)
-    n = len(order)
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if n else np.zeros(0, dtype=np.int64)
-    group = np.cumsum(np.r_[True, key[1:] != key[:-1]]) - 1 if n else np.zeros(0, dtype=np.int64)
-    pos = np.arange(n, dtype=np.int64) - (starts[group] if n else 0)
     E = s.moe_expert_num
     valid = (case.expert_ids >= 0) & (case.expert_ids < E)
     rows = CaseRows(s.pes, s.expert_per_pe, s.bs, s.topk, s.h, s.itemsize,
-                    launch_block_dim(s.pes, soc, settings.cores_per_rank), case.segment_counts.astype(np.int64), dest,
+                    launch_block_dim(s.pes, soc, settings.cores_per_rank), counts, dest,
                     seg, pos, owner, order % per_rank, valid, settings, case.expert_ids.reshape(s.pes, -1), soc)
     return rows
 

@@ -11,10 +11,14 @@
    published GB/s), with two structures: the lab setting closest to DeepEP-Ascend's (every AIV of
    the die on each source rank's rows: c6 on A3's 48, c5 on A2's 40) and the reference's (one core
    per source rank, min(pes, 48) cores). The target (issue 28): like for like within 25 % at every
-   normal EP and the EP8 -> EP128 trend within 25 %. It is NOT met: the bands below are what the
-   model reaches with every shared limit priced (links shared by every core on them, egress, server
-   uplinks, HBM, the per-leg copy rate; docs/timing-model.md#11-validation says so and why),
+   normal EP and the EP8 -> EP128 trend within 25 %. The trend is met (1.25 against 1.54), the level
+   is NOT: the bands below are what the model reaches with every shared limit priced (links shared
+   by every core on them, the egress without the SIO's bytes, server uplinks, HBM, the per-leg copy
+   rate; docs/timing-model.md#11-validation says so and why),
    asserted as they are so that a change to the model that moves them has to say so here and there.
+4. What each candidate the model might leave out would do (docs/timing-model.md#11-validation): an
+   assumed per-row or per-token cost at the slow end of its range moves every EP alike, so none
+   makes the published trend; the uplinks' taper does.
 """
 
 from __future__ import annotations
@@ -50,11 +54,14 @@ DEEPEP = [
 #: The target: published / modelled within 25 % either way, like for like (the closest structure).
 TARGET = 1.25
 #: What the closest structure reaches, published / nominal (docs/timing-model.md#11-validation): A3
-#: normal 1.39-1.91 (the model 1.4-1.9x optimistic, more so the larger the EP: target not met),
-#: A3 low-latency 0.97-1.10 (within the target), A2 low-latency 1.57 (not met).
-REACHED = {("a3", "normal"): (1.39, 1.92), ("a3", "low-latency"): (0.97, 1.11), ("a2", "low-latency"): (1.57, 1.58)}
+#: normal 1.56-1.93 (the model 1.6-1.9x optimistic, more so the larger the EP: target not met),
+#: A3 low-latency 1.01-1.11 (within the target), A2 low-latency 1.58 (not met). Since the SIO's
+#: bytes are off the die's egress (costs.egress_classes): 1.39-1.91 and 0.98-1.10 before.
+REACHED = {("a3", "normal"): (1.56, 1.93), ("a3", "low-latency"): (1.00, 1.12), ("a2", "low-latency"): (1.57, 1.58)}
 #: The reference's structure where it has 32 or more cores: published / nominal reached.
-REFERENCE_REACHED = (1.12, 1.85)
+REFERENCE_REACHED = (1.13, 1.86)
+#: The published EP8 -> EP128 normal-mode trend (5800 / 3758 us) and the closest structure's.
+TREND_PUBLISHED, TREND_MODELLED = 1.54, 1.25
 
 
 def closest(machine: str) -> str:
@@ -137,6 +144,16 @@ def test_deepep_ascend_like_for_like_with_the_closest_structure(machine, mode, e
         assert 1 / TARGET <= published / nominal <= TARGET
 
 
+@pytest.mark.slow  # EP128
+def test_the_ep8_to_ep128_trend_is_within_25_percent():
+    """The target's second half, met since the SIO's bytes are off the die's egress: the cross-card
+    share grows from 6/8 of a die's rows at EP8 to 126/128 at EP128."""
+    published = published_us(4096, 81.0) / published_us(4096, 125.0)
+    modelled = priced("a3", 128, 4096, "c6")[0] / priced("a3", 8, 4096, "c6")[0]
+    assert (round(published, 2), round(modelled, 2)) == (TREND_PUBLISHED, TREND_MODELLED)
+    assert 1 / TARGET <= modelled / published <= TARGET  # 0.81
+
+
 @pytest.mark.parametrize("machine, mode, ep, tokens, gbps", ROWS)
 def test_deepep_ascend_with_the_reference_structure(machine, mode, ep, tokens, gbps):
     published = published_us(tokens, gbps)
@@ -149,12 +166,24 @@ def test_deepep_ascend_with_the_reference_structure(machine, mode, ep, tokens, g
         assert nominal > published, (published, nominal)
 
 
-@pytest.mark.slow
-def test_the_ep8_to_ep128_trend():
-    """Published normal-mode time grows 1.54x from EP8 to EP128; the closest structure's 1.12x: the
-    trend is missed by 37 % (target 25 %): at their published or nominal values no shared limit the
-    model prices grows with the EP (the server uplinks would at their 4:1 taper end, not at nominal)."""
-    pub = published_us(4096, 81.0) / published_us(4096, 125.0)
-    model = priced("a3", 128, 4096, "c6")[0] / priced("a3", 8, 4096, "c6")[0]
-    assert round(pub, 3) == 1.543 and 1.12 <= model <= 1.13
-    assert 1.37 <= pub / model <= 1.38  # NOT within TARGET
+#: docs/timing-model.md#11-validation, the candidates: each assumed per-row or per-token cost at the
+#: slow end of its range (the rest nominal), the closest structure's EP8 -> EP64 trend (published
+#: 5162 / 3758 us = 1.37): every die sends and receives the same 32768 rows at every EP (683 per
+#: core), so these move every EP together and none makes the trend; the uplinks' 4:1 taper does
+#: (too much). Range ends for the argument, not fitted values: the model keeps its nominals.
+TREND_CANDIDATES = {"mte_put_us": (3.0, 1.01), "mte_remote_GBps": (10.0, 1.18), "vec_elems_per_us": (10000.0, 1.19),
+                    "wait_us": (3.0, 1.13), "server.uplink_GBps": (784.0, 3.25)}
+
+
+def test_no_per_row_or_per_token_cost_makes_the_published_trend():
+    m = load_model("a3")
+    rows = {ep: case_rows(make_case(CaseSpec(pes=ep, bs=4096, h=7168, topk=8, expert_per_pe=256 // ep,
+                                             dtype="float16_t", routing="zipf:0")), m.soc).with_settings("c6")
+            for ep in (8, 64)}
+    published = published_us(4096, 91.0) / published_us(4096, 125.0)
+    assert round(published, 2) == 1.37
+    for name, (value, trend) in TREND_CANDIDATES.items():
+        mm = m.with_values(**{name: value})
+        t = {ep: float(replay(r, r.sdma("classic", 0), mm).core_max("full_op").max()) for ep, r in rows.items()}
+        assert round(t[64] / t[8], 2) == trend, name
+        assert (t[64] / t[8] < published) == (name != "server.uplink_GBps"), name
