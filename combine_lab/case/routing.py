@@ -133,10 +133,12 @@ def parse_routing(text: str) -> Routing:
         try:
             traces.get_trace(arg)
         except KeyError:
+            names = [t.removeprefix("trace:") for t in traces.list_traces()]
+            near = difflib.get_close_matches(str(arg), names, n=3, cutoff=0.6)
             raise SpecError(
-                f"routing={text!r}: unknown trace {arg!r}; names are MODEL/DOMAIN/LAYER "
-                f"with MODEL in {sorted(set(traces.MODEL_SHORT_NAMES.values()))}, "
-                f"see combine_lab.case.traces.list_traces()") from None
+                f"routing={text!r}: unknown trace {arg!r}; names are MODEL/DOMAIN/LAYER, one of "
+                f"{', '.join(names)}" + (f"; nearest: {', '.join(near)}" if near else ""),
+                parameter="routing", value=text, allowed=", ".join(names)) from None
         return Routing(name, arg, text)
     models = [*_NO_PARAM, "zipf", "hot-expert", "hot-rank", "trace"]
     near = difflib.get_close_matches(name.lower().replace("_", "-"), models, n=1, cutoff=0.75)

@@ -11,6 +11,7 @@ bends a bad value (warmup, loops, an out-of-range --prof-pe) the value is refuse
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import itertools
 import re
@@ -471,8 +472,13 @@ def _exit_status(outcomes: list[Outcome], may_differ: bool) -> int:
     ran = [o.row for o in outcomes if o.row.ran]
     failed = [o.row for o in outcomes if o.row.check == ERROR]  # your kernel failed or hung (the lab's raise: exit 2)
     passed = lambda r: r.ok or (may_differ and bool(r.kernel) and dataclasses.replace(r, counters_ok=True).ok)  # noqa: E731
+    said: dict[tuple, list[str]] = {}  # a run that failed in several repeats is said once, with their count
     for r in [r for r in ran if not passed(r)] + failed:
-        print(f"combine-lab: FAILED {r.variant} {r.case_id}: {_why_failed(r)}", file=sys.stderr)
+        said.setdefault((r.variant, r.case_id), []).append(_why_failed(r))
+    runs = collections.Counter((o.row.variant, o.row.case_id) for o in outcomes)
+    for (variant, case_id), why in said.items():
+        times = f" (in {len(why)} of {runs[(variant, case_id)]} repeats)" if runs[(variant, case_id)] > 1 else ""
+        print(f"combine-lab: FAILED {variant} {case_id}{times}: {why[0]}", file=sys.stderr)
     return 0 if all(passed(r) for r in ran) and not failed else 1
 
 

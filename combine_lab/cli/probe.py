@@ -36,12 +36,13 @@ def _probe(a: argparse.Namespace) -> int:
               "are SDMA rows)")
     what = f"measured on the CPU twin ({first.note})" if first.target == "cpu" else f"measured on the NPU {first.soc}"
     print(f"probe: {len(rows)} measurements on {a.pes} PEs, {what}; time of one launch: the median of "
-          f"{first.times_us.size} repeats, spread min-max")
+          f"{first.times_us.size} repeats, and their min-max")
     w = max(len(r.label()) for r in rows)
     for r in rows:
         gb = f"  {r.gbps:9.3f} GB/s" if r.gbps is not None else ""
         cls = f"  {r.link_class}" if r.link_class else ""
-        print(f"  {r.label():<{w}}  {r.time_us:10.3f} us  spread {r.spread_us:9.3f}{gb}{cls}")
+        lo, hi = float(r.times_us.min()), float(r.times_us.max())
+        print(f"  {r.label():<{w}}  {r.time_us:10.3f} us  min-max {lo:.3f}-{hi:.3f}{gb}{cls}")
     fit_on = "host" if a.target == "cpu" else (a.model or "a3")
     print(f"probe CSV: {path}\nnext: combine-lab calibrate {path} --model {fit_on} "
           "--out fitted.toml, then combine-lab suggest ... --model fitted.toml")

@@ -420,7 +420,8 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
                 target = here / nb.name
                 # papermill saves the notebook as it goes: to a temporary name, renamed when it is done, so
                 # that the folder never holds half an executed notebook (a full disk, Ctrl-C)
-                partial = here / f".{nb.name}{PART_MARK}{os.getpid()}"
+                # ... ending in .ipynb, the name papermill expects (else it warns of every notebook)
+                partial = here / f".{nb.name}{PART_MARK}{os.getpid()}.ipynb"
                 pngs_before = _pngs(here)
                 t0 = time.perf_counter()
                 ok, error = True, ""

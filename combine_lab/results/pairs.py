@@ -47,7 +47,8 @@ def pair_speedups(tidy: pd.DataFrame, baseline: str | None = None, modelled: boo
     Per repeat a run's time is CoreMaxTime/us of its slowest profiled PE; per metric the speed-up of
     each repeat (baseline / kernel) folded into median, min and max, and the verdict: "no SDMA" only
     for the lab's kernel against its own classic when it sent nothing by SDMA (identical traffic), else
-    by the spread. Columns: :data:`PAIR_COLUMNS`.
+    by the spread; "not valid: <name> failed its check" when either run's x_out failed or the twin saw
+    protocol violations in any repeat (its times time a broken kernel). Columns: :data:`PAIR_COLUMNS`.
     """
     if tidy is None or tidy.empty:
         return pd.DataFrame(columns=PAIR_COLUMNS)
@@ -59,6 +60,9 @@ def pair_speedups(tidy: pd.DataFrame, baseline: str | None = None, modelled: boo
     ran = ran.assign(time=ran["CoreMaxTime/us"].fillna(own))
     # (case, variant, metric, repeat) -> the slowest profiled PE's time; a run shared by groups counts once
     per = ran.groupby(["CaseId", "variant", "Metric", "repeat"])["time"].max()
+    # a run whose x_out failed or whose flags raced its payload in any repeat: its times are not a result
+    viol = pd.to_numeric(ran["violations"], errors="coerce").fillna(0) if "violations" in ran.columns else 0
+    failed = ran.assign(bad=(ran["check"] == FAIL) | (viol > 0)).groupby(["CaseId", "variant"])["bad"].any()
     out = []
     for (case_id, group), g in tidy.groupby(["CaseId", "settings"], sort=False):
         for name, k in g.groupby("variant", sort=False):
@@ -79,6 +83,9 @@ def pair_speedups(tidy: pd.DataFrame, baseline: str | None = None, modelled: boo
                 paired = paired[~np.isnan(paired)]
                 rec[f"{m}_speedup"], rec[f"{m}_speedup_lo"], rec[f"{m}_speedup_hi"] = fold_repeats(paired)
                 rec[f"{m}_verdict"] = modelled_verdict(rec[f"{m}_speedup"], sdma) if modelled else verdict(paired, sdma)
+                bad = [n for n in (name, base) if failed.get((case_id, n), False)]
+                if bad:
+                    rec[f"{m}_verdict"] = f"not valid: {' and '.join(bad)} failed its check"
                 if m == METRICS[0]:
                     rec["repeats"] = int(paired.size)
             if rec["repeats"]:

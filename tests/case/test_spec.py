@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from combine_lab.case.spec import DTYPES, CaseSpec, SpecError
+from combine_lab.case.traces import list_traces
 
 
 def test_properties_of_a_float16_case():
@@ -80,8 +81,9 @@ def test_uniform_allows_topk_above_expert_count():
     (dict(routing="trace:olmoe/github/7"),
      "routing='trace:olmoe/github/7': moe_expert_num=32 (pes*expert_per_pe) must equal the trace's expert count 64"),
     (dict(routing="trace:olmoe/github/8"),
-     "routing='trace:olmoe/github/8': unknown trace 'olmoe/github/8'; names are MODEL/DOMAIN/LAYER with MODEL "
-     "in ['mixtral', 'olmoe', 'olmoe-dpo', 'olmoe-sft'], see combine_lab.case.traces.list_traces()"),
+     "routing='trace:olmoe/github/8': unknown trace 'olmoe/github/8'; names are MODEL/DOMAIN/LAYER, one of "
+     + ", ".join(t.removeprefix("trace:") for t in list_traces())
+     + "; nearest: olmoe/github/7, olmoe/github/0, olmoe/github/15"),
 ])
 def test_spec_errors_name_field_value_and_rule(kwargs, message):
     base = dict(pes=4, bs=2, h=8, topk=8, expert_per_pe=8)

@@ -142,3 +142,50 @@ def test_python_compare_gives_the_same_pairs():
     mine = runs.speedups("user:refstyle")
     assert mine["baseline"].tolist() == ["user:refstyle"] * 2
     assert float(mine["comm_only_speedup"].iloc[0]) == pytest.approx(k / c, rel=1e-12)
+
+
+def _copy_kernel(tmp_path: Path, folder: str, drop_quiet: bool = False) -> Path:
+    import shutil
+    dst = tmp_path / folder / "combine_mine"
+    shutil.copytree(REFSTYLE, dst)
+    if drop_quiet:  # the user's bug: the status put no longer waits for its payload (aclshmem_quiet dropped)
+        src = dst / "combine_refstyle_kernel.cpp"
+        lines = src.read_text().splitlines(keepends=True)
+        assert lines[62].strip() == "aclshmem_quiet();", lines[62]
+        src.write_text("".join(lines[:62] + lines[63:]))
+    return dst
+
+
+def test_two_kernel_folders_of_one_name_are_refused_before_anything_runs(tmp_path, capsys):
+    """Both would be user:mine: one row, one perf folder, one speed-up; one kernel's results lost."""
+    a, b = _copy_kernel(tmp_path, "a"), _copy_kernel(tmp_path, "b")
+    assert cli.main(["compare", "--kernel-source", str(a), "--kernel-source", str(b), *CASE,
+                     "--output-dir", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"combine-lab: error: --kernel-source: two folders of one name ({a} and {b}) would both be named "
+        "'user:mine' in every table and output folder; give each its own folder name")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out-model-a3").exists()
+
+
+def test_a_kernel_file_instead_of_its_folder_is_said_so(tmp_path, capsys):
+    f = REFSTYLE / "combine_kernel.h"
+    assert cli.main(["run", "--kernel-source", str(f), *CASE]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"combine-lab: error: --kernel-source: kernel_source='{f}': is a file, not a folder; give the folder "
+        f"that holds it ({REFSTYLE})")
+
+
+def test_a_racing_kernels_speedup_is_not_a_verdict(tmp_path, capsys):
+    """On the twin a kernel whose flags race their payload gets no verdict: its times time a broken kernel."""
+    bug = _copy_kernel(tmp_path, "k", drop_quiet=True)
+    assert cli.main(["compare", "--kernel-source", str(bug), "-pes", "2", "-bs", "16", "-h", "256", "-topk", "2",
+                     "--perf", "--loops", "1", "--warmup", "0", "--repeats", "2",
+                     "--output-dir", str(tmp_path / "out")]) == 1
+    out, err = capsys.readouterr()
+    rows = [line.split() for line in _pair_lines(out)]
+    assert rows[2][:5] == ["shape_16_256_2_4_2", "uniform", "user:mine", "classic", "2"]
+    assert " ".join(rows[2]).count("not valid: user:mine failed its check") == 2  # comm_only and full_op
+    assert "not valid" not in " ".join(rows[1])  # the lab's doubleplane keeps its verdict
+    failed = [line for line in err.splitlines() if line.startswith("combine-lab: FAILED")]
+    assert len(failed) == 1 and failed[0].startswith(
+        "combine-lab: FAILED user:mine shape_16_256_2_4_2 (in 2 of 2 repeats): ") and "protocol violations" in failed[0]

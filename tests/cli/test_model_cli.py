@@ -204,3 +204,13 @@ def test_calibrate_refuses_a_fit_it_cannot_identify_and_exits_1(tmp_path, capsys
             "SDMA puts of 1-2 MiB to one peer of this link class; or doubleplane with wide rows") in out
     assert out.splitlines()[-1] == f"model: not written to {tmp_path / 'fit.toml'}: the fit is not usable"
     assert not (tmp_path / "fit.toml").exists() and "use --clock" not in out
+
+
+def test_calibrate_of_a_missing_csv_says_no_such_file(tmp_path, capsys):
+    """Not "not a perf CSV name": a probe CSV may have any name, the file is what is missing."""
+    missing = tmp_path / "nowhere" / "combine_probe.csv"
+    code, out, err = run_cli(["calibrate", str(missing), "--model", "host"], capsys)
+    assert code == 2 and out == ""
+    assert err.strip().splitlines()[-1] == (
+        f"combine-lab: error: csv='{missing}': no such file (a probe CSV, or perf CSVs: combine_perf_rank<r>.csv, "
+        "combine_doubleplane_perf_rank<r>.csv)")
