@@ -19,7 +19,6 @@ app and the walkthrough all run through here (the latter two by :func:`compare`)
 
 from __future__ import annotations
 
-import numbers
 import os
 import sys
 import warnings
@@ -43,6 +42,7 @@ from .results.tables import TIDY_COLUMNS, tidy_rows
 from .run.launch import LaunchError
 from .formats.sidecars import write_run_files
 from .run import runner
+from .run.options import RunOptions, check_repeats
 from .run.runner import CaseLike, KernelFailed, PreparedCase, RunResult, prepare_case, refusals
 
 __all__ = ["WALL", "BASELINE", "Run", "Outcome", "execute", "Comparison", "compare", "progress_bar"]
@@ -142,7 +142,8 @@ class Run:
         return isinstance(self.clock, NpuModel)
 
     def check(self) -> None:
-        """Raises ParameterError naming the field, the value and what is allowed, before anything runs."""
+        """Raises ParameterError naming the field, the value and what is allowed, before anything runs
+        (the run parameters by their validators in :mod:`combine_lab.run.options`, as run_case checks them)."""
         if self.variant not in VARIANTS + (BASELINE,):
             raise ParameterError(f"variant={self.variant!r}: must be one of "
                                  f"{', '.join(map(repr, VARIANTS + (BASELINE,)))}")
@@ -158,11 +159,16 @@ class Run:
                 check_kernel_settings(self.settings, self.variant, self.clock.soc)
         if not self.modelled and self.clock != WALL:
             raise ParameterError(f"clock={self.clock!r}: {WALL!r} or an NpuModel (combine_lab.model.load_model)")
-        for name in ("repeats", "loops", "warmup"):
-            v = getattr(self, name)
-            lo = 0 if name == "warmup" else 1
-            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < lo:
-                raise ParameterError(f"{name}={v!r}: must be an int >= {lo}", parameter=name, value=v)
+        check_repeats(self.repeats)
+        self.options  # noqa: B018 (each run parameter by its one validator: combine_lab.run.options)
+
+    @property
+    def options(self) -> RunOptions:
+        """How each repeat runs (warmup, loops, perf, prof_pe, min_sdma_bytes, target, timeout_s,
+        chaos_seed, fnpu, fpe), checked: raises ParameterError as :class:`~combine_lab.run.options.RunOptions`."""
+        return RunOptions(warmup=self.warmup, loops=self.loops, perf=self.perf, prof_pe=self.prof_pe,
+                          min_sdma_bytes=self.min_sdma_bytes, target=self.target, timeout_s=self.timeout_s,
+                          chaos_seed=self.chaos_seed, fnpu=self.fnpu, fpe=self.fpe)
 
 
 @dataclass
