@@ -160,7 +160,10 @@ class Run:
         if not self.modelled and self.clock != WALL:
             raise ParameterError(f"clock={self.clock!r}: {WALL!r} or an NpuModel (combine_lab.model.load_model)")
         check_repeats(self.repeats)
-        self.options  # noqa: B018 (each run parameter by its one validator: combine_lab.run.options)
+        options = self.options  # each run parameter by its one validator (combine_lab.run.options)
+        spec = _spec_of(self.case)
+        if spec is not None and self.variant != BASELINE:  # the profiled PE against the case's, before writing
+            options.prof_pes(spec.pes)
 
     @property
     def options(self) -> RunOptions:

@@ -169,8 +169,11 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
         specs = specs.specs
     # every run parameter by its one validator (combine_lab.run.options), before anything is built
     check_repeats(repeats)
-    RunOptions(warmup=warmup, loops=loops, prof_pe=prof_pe, min_sdma_bytes=min_sdma_bytes, target=target,
-               timeout_s=timeout_s)
+    options = RunOptions(warmup=warmup, loops=loops, prof_pe=prof_pe, min_sdma_bytes=min_sdma_bytes, target=target,
+                         timeout_s=timeout_s)
+    specs = list(specs)
+    for spec in specs:  # the profiled PE against every case's PEs
+        options.prof_pes(spec.pes)
     entries = group_variants(list(VARIANTS), check_settings(settings, target))
     if cluster is None:
         build_mod.build(target)  # on a cluster each worker builds (cached by the sources' hash)

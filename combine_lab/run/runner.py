@@ -434,7 +434,10 @@ class CaseRun:
             why = refusals(target, [self.variant]).get(self.variant)
             if why:
                 raise build_mod.VariantRefused(why)
-        _own_kernel_dtype(ks, getattr(getattr(self.case, "spec", self.case), "dtype", None))  # before writing
+        known = self.case.case.spec if isinstance(self.case, PreparedCase) else getattr(self.case, "spec", self.case)
+        if isinstance(known, CaseSpec):  # a spec or a Case: its PEs and dtype are refused before writing
+            self.options.prof_pes(known.pes)
+            _own_kernel_dtype(ks, known.dtype)
 
     def run(self, work_dir: str | os.PathLike | None = None, output_dir: str | os.PathLike | None = None,
             keep_files: bool = False) -> RunResult:
