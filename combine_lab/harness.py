@@ -145,12 +145,15 @@ class Run:
         """Raises ParameterError naming the field, the value and what is allowed, before anything runs
         (the run parameters by their validators in :mod:`combine_lab.run.options`, as run_case checks them)."""
         if self.variant not in VARIANTS + (BASELINE,):
-            raise ParameterError(f"variant={self.variant!r}: must be one of "
-                                 f"{', '.join(map(repr, VARIANTS + (BASELINE,)))}")
+            allowed = ", ".join(map(repr, VARIANTS + (BASELINE,)))
+            raise ParameterError(f"variant={self.variant!r}: must be one of {allowed}", parameter="variant",
+                                 value=self.variant, allowed=allowed)
         if self.kernel is not None and self.variant == BASELINE:
-            raise ParameterError(f"variant={BASELINE!r}: the baseline runs no kernel; kernel= names one")
+            raise ParameterError(f"variant={BASELINE!r}: the baseline runs no kernel; kernel= names one",
+                                 parameter="variant", value=BASELINE)
         if self.variant == BASELINE and self.modelled:
-            raise ParameterError(f"variant={BASELINE!r}: runs torch.distributed; a timing model prices the kernel only")
+            raise ParameterError(f"variant={BASELINE!r}: runs torch.distributed; a timing model prices the kernel only",
+                                 parameter="variant", value=BASELINE)
         if not self.settings.is_reference:
             if self.kernel is not None or self.variant == BASELINE:
                 raise ParameterError(f"settings={self.settings.label!r}: kernel settings are the lab kernel's "
@@ -158,7 +161,8 @@ class Run:
             if self.modelled:  # the model prices them on its SoC: refuse what that SoC cannot run
                 check_kernel_settings(self.settings, self.variant, self.clock.soc)
         if not self.modelled and self.clock != WALL:
-            raise ParameterError(f"clock={self.clock!r}: {WALL!r} or an NpuModel (combine_lab.model.load_model)")
+            raise ParameterError(f"clock={self.clock!r}: {WALL!r} or an NpuModel (combine_lab.model.load_model)",
+                                 parameter="clock", value=self.clock, allowed=f"{WALL!r} or an NpuModel")
         check_repeats(self.repeats)
         options = self.options  # each run parameter by its one validator (combine_lab.run.options)
         spec = _spec_of(self.case)
@@ -264,7 +268,7 @@ def execute(runs: Iterable[Run], *, progress: str | None = None, ipport: str | C
     """
     runs = list(runs)
     if on_error not in ("raise", "row"):
-        raise ParameterError(f"on_error={on_error!r}: 'raise' or 'row'")
+        raise ParameterError.of("on_error", on_error, "'raise' or 'row'")
     for r in runs:
         r.check()
     groups = _groups(runs)

@@ -179,7 +179,8 @@ def clock_model(text: str):
     if text == "wall":
         return None
     if not text.startswith("model:") or not text[len("model:"):]:
-        raise ParameterError(f"--clock={text!r}: wall or model:NAME (NAME: a2, a3, host, or a .toml file)")
+        raise ParameterError(f"--clock={text!r}: wall or model:NAME (NAME: a2, a3, host, or a .toml file)",
+                             parameter="clock", value=text, allowed="wall or model:NAME")
     from ..model.machines import load_model
     return load_model(text[len("model:"):])
 
@@ -245,15 +246,18 @@ def bootstrap_addresses(ipport: str):
     """
     m = re.fullmatch(r"tcp://([^\s:/]+):(\d+)", ipport)
     if not m:
-        raise ParameterError(f"-ipport={ipport!r}: must be tcp://HOST:PORT (default {DEFAULT_IPPORT})")
+        raise ParameterError(f"-ipport={ipport!r}: must be tcp://HOST:PORT (default {DEFAULT_IPPORT})",
+                             parameter="ipport", value=ipport, allowed="tcp://HOST:PORT")
     host, port = m.group(1), int(m.group(2))
     if host != "127.0.0.1":
         if not 1 <= port <= 65535:
-            raise ParameterError(f"-ipport={ipport!r}: port must be in [1, 65535]")
+            raise ParameterError(f"-ipport={ipport!r}: port must be in [1, 65535]", parameter="ipport", value=ipport,
+                                 allowed="port in [1, 65535]")
         return lambda: ipport
     if not 1 <= port <= 65535 - (PORT_SPAN - 1):
         raise ParameterError(f"-ipport={ipport!r}: a 127.0.0.1 port must be in [1, {65535 - (PORT_SPAN - 1)}] "
-                             f"(each launch takes the next of {PORT_SPAN} ports)")
+                             f"(each launch takes the next of {PORT_SPAN} ports)", parameter="ipport", value=ipport,
+                             allowed=f"a 127.0.0.1 port in [1, {65535 - (PORT_SPAN - 1)}]")
     launches = itertools.count()
     return lambda: f"tcp://127.0.0.1:{port + next(launches) % PORT_SPAN}"
 
@@ -265,7 +269,7 @@ def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec], modelled: boo
     if a.gnpus is not None and a.gnpus != a.pes:
         if not a.perf:
             raise ParameterError(f"-gnpus={a.gnpus}: must equal -pes={a.pes} (one node; with --perf it is set to "
-                                 f"each case's -pes)")
+                                 f"each case's -pes)", parameter="gnpus", value=a.gnpus, allowed=f"-pes={a.pes}")
         print(f"combine-lab: note: -gnpus={a.gnpus} set to each case's -pes (one node)", file=sys.stderr)
     for flag, check, value, reference in (("--warmup", check_warmup, a.warmup, "reads a negative value as 0"),
                                           ("--loops", check_loops, a.loops, "reads 0 or less as 1"),
@@ -274,7 +278,8 @@ def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec], modelled: boo
         why = f" (the reference's run script {reference}; here it is refused)" if reference else ""
         flag_check(flag, check, value, why)
     if a.analyse and not a.perf:
-        raise ParameterError(f"-a/--analyse={a.analyse}: needs --perf (it draws the perf CSVs of this run)")
+        raise ParameterError(f"-a/--analyse={a.analyse}: needs --perf (it draws the perf CSVs of this run)",
+                             parameter="analyse", value=a.analyse, allowed="with --perf")
     if a.prof_pe is not None and not a.perf and not modelled:
         print("combine-lab: note: --prof-pe has no effect without --perf (nothing is profiled)",
               file=sys.stderr)
