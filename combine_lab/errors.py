@@ -10,7 +10,9 @@ class alone:
 - :class:`CaseFileError`: reference case files on disk are missing or inconsistent;
 - :class:`ParameterError`: a parameter of planning, running or showing a case is invalid (a
   variant, warmup/loops, the SDMA floor, a PE or core index, a metric, a list of values, a
-  control name), not the case itself;
+  control name), not the case itself; the run parameters (warmup, loops, repeats, prof_pe, the SDMA
+  floor, target, timeout, chaos seed, fnpu, fpe) each by its one validator in
+  :mod:`combine_lab.run.options`, whatever the entry;
 - :class:`LabError`: the lab's notebook run is set up wrong (no notebooks folder, a params
   file that cannot be read, a notebook or parameter that does not exist);
 - :class:`Terminated`: SIGTERM, turned into the unwinding of a Ctrl-C by ``combine-lab``.

@@ -19,7 +19,6 @@ app and the walkthrough all run through here (the latter two by :func:`compare`)
 
 from __future__ import annotations
 
-import numbers
 import os
 import sys
 import warnings
@@ -43,6 +42,7 @@ from .results.tables import TIDY_COLUMNS, tidy_rows
 from .run.launch import LaunchError
 from .formats.sidecars import write_run_files
 from .run import runner
+from .run.options import RunOptions, check_repeats
 from .run.runner import CaseLike, KernelFailed, PreparedCase, RunResult, prepare_case, refusals
 
 __all__ = ["WALL", "BASELINE", "Run", "Outcome", "execute", "Comparison", "compare", "progress_bar"]
@@ -142,14 +142,18 @@ class Run:
         return isinstance(self.clock, NpuModel)
 
     def check(self) -> None:
-        """Raises ParameterError naming the field, the value and what is allowed, before anything runs."""
+        """Raises ParameterError naming the field, the value and what is allowed, before anything runs
+        (the run parameters by their validators in :mod:`combine_lab.run.options`, as run_case checks them)."""
         if self.variant not in VARIANTS + (BASELINE,):
-            raise ParameterError(f"variant={self.variant!r}: must be one of "
-                                 f"{', '.join(map(repr, VARIANTS + (BASELINE,)))}")
+            allowed = ", ".join(map(repr, VARIANTS + (BASELINE,)))
+            raise ParameterError(f"variant={self.variant!r}: must be one of {allowed}", parameter="variant",
+                                 value=self.variant, allowed=allowed)
         if self.kernel is not None and self.variant == BASELINE:
-            raise ParameterError(f"variant={BASELINE!r}: the baseline runs no kernel; kernel= names one")
+            raise ParameterError(f"variant={BASELINE!r}: the baseline runs no kernel; kernel= names one",
+                                 parameter="variant", value=BASELINE)
         if self.variant == BASELINE and self.modelled:
-            raise ParameterError(f"variant={BASELINE!r}: runs torch.distributed; a timing model prices the kernel only")
+            raise ParameterError(f"variant={BASELINE!r}: runs torch.distributed; a timing model prices the kernel only",
+                                 parameter="variant", value=BASELINE)
         if not self.settings.is_reference:
             if self.kernel is not None or self.variant == BASELINE:
                 raise ParameterError(f"settings={self.settings.label!r}: kernel settings are the lab kernel's "
@@ -157,12 +161,21 @@ class Run:
             if self.modelled:  # the model prices them on its SoC: refuse what that SoC cannot run
                 check_kernel_settings(self.settings, self.variant, self.clock.soc)
         if not self.modelled and self.clock != WALL:
-            raise ParameterError(f"clock={self.clock!r}: {WALL!r} or an NpuModel (combine_lab.model.load_model)")
-        for name in ("repeats", "loops", "warmup"):
-            v = getattr(self, name)
-            lo = 0 if name == "warmup" else 1
-            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < lo:
-                raise ParameterError(f"{name}={v!r}: must be an int >= {lo}", parameter=name, value=v)
+            raise ParameterError(f"clock={self.clock!r}: {WALL!r} or an NpuModel (combine_lab.model.load_model)",
+                                 parameter="clock", value=self.clock, allowed=f"{WALL!r} or an NpuModel")
+        check_repeats(self.repeats)
+        options = self.options  # each run parameter by its one validator (combine_lab.run.options)
+        spec = _spec_of(self.case)
+        if spec is not None and self.variant != BASELINE:  # the profiled PE against the case's, before writing
+            options.prof_pes(spec.pes)
+
+    @property
+    def options(self) -> RunOptions:
+        """How each repeat runs (warmup, loops, perf, prof_pe, min_sdma_bytes, target, timeout_s,
+        chaos_seed, fnpu, fpe), checked: raises ParameterError as :class:`~combine_lab.run.options.RunOptions`."""
+        return RunOptions(warmup=self.warmup, loops=self.loops, perf=self.perf, prof_pe=self.prof_pe,
+                          min_sdma_bytes=self.min_sdma_bytes, target=self.target, timeout_s=self.timeout_s,
+                          chaos_seed=self.chaos_seed, fnpu=self.fnpu, fpe=self.fpe)
 
 
 @dataclass
@@ -255,7 +268,7 @@ def execute(runs: Iterable[Run], *, progress: str | None = None, ipport: str | C
     """
     runs = list(runs)
     if on_error not in ("raise", "row"):
-        raise ParameterError(f"on_error={on_error!r}: 'raise' or 'row'")
+        raise ParameterError.of("on_error", on_error, "'raise' or 'row'")
     for r in runs:
         r.check()
     groups = _groups(runs)

@@ -111,7 +111,7 @@ FLAG_OF = {"dtype": "-type", "pes": "-pes", "bs": "-bs", "h": "-h", "topk": "-to
            "masked_fraction": "--masked-fraction", "min_sdma_bytes": "--min-sdma-bytes", "timeout_s": "--timeout",
            "warmup": "--warmup", "loops": "--loops", "prof_pe": "--prof-pe", "chaos_seed": "--chaos",
            "seed": "--seed", "routing": "--routing", "fnpu": "-fnpu", "gnpus": "-gnpus", "fpe": "-fpe",
-           "kernel_source": "--kernel-source"}
+           "kernel_source": "--kernel-source", "repeats": "--repeats"}
 
 
 def _with_flag(e: CombineLabError, command: str | None = None) -> str:
@@ -123,7 +123,8 @@ def _with_flag(e: CombineLabError, command: str | None = None) -> str:
         n = e.value
         return f"{flag}: " + str(e).replace(f"cores_per_rank={n!r}", f"cores_per_rank={n!r} (the N of c{n})", 1)
     flag = FLAG_OF.get(e.parameter) if e.parameter else None
-    return f"{flag}: {e}" if flag else str(e)
+    said = flag is not None and str(e).startswith(f"{flag}=")  # already said as the flag (cli.cases.flag_check)
+    return f"{flag}: {e}" if flag and not said else str(e)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,7 @@ from ..case.grid import make_grid
 from ..case.spec import CaseSpec
 from ..errors import ParameterError
 from ..folders import own_folders, usable_folder
-from ..values import as_list
+from ..values import as_int, as_list
 from ..planning.capacity import check_capacity
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
 from ..planning.settings import group_variants
@@ -32,6 +32,7 @@ from ..results.rows import ERROR, PASS
 from ..run.build import VariantRefused
 from ..run.kernel_source import kernel_source
 from ..run.launch import check_ipport
+from ..run.options import check_fnpu, check_fpe, check_loops, check_prof_pe, check_repeats, check_warmup
 from ..formats.perf_csv import (counters_name, perf_summary_name, rank_files, staged_outputs,
                                 variant_dir, write_summary_csv)
 from ..run.runner import RunResult, case_wait_budget_s, refusals
@@ -179,7 +180,8 @@ def clock_model(text: str):
     if text == "wall":
         return None
     if not text.startswith("model:") or not text[len("model:"):]:
-        raise ParameterError(f"--clock={text!r}: wall or model:NAME (NAME: a2, a3, host, or a .toml file)")
+        raise ParameterError(f"--clock={text!r}: wall or model:NAME (NAME: a2, a3, host, or a .toml file)",
+                             parameter="clock", value=text, allowed="wall or model:NAME")
     from ..model.machines import load_model
     return load_model(text[len("model:"):])
 
@@ -190,8 +192,7 @@ def _specs(a: argparse.Namespace, payload: bool = True, measured: bool = True) -
         usable_folder(a.output_dir, "--output-dir")
     if a.work_dir is not None:
         usable_folder(a.work_dir, "--work-dir")
-    if a.fnpu < 0:
-        raise ParameterError(f"-fnpu={a.fnpu}: must be an NPU id >= 0 (PE r runs on NPU fnpu + r)")
+    flag_check("-fnpu", check_fnpu, a.fnpu)
     if a.ipport is not None:
         check_ipport(a.ipport, "-ipport")
     axes = {
@@ -213,17 +214,27 @@ def _specs(a: argparse.Namespace, payload: bool = True, measured: bool = True) -
 
 def _prof_pe(text: str | None, specs: list[CaseSpec]):
     """--prof-pe as run_case takes it (default 0), checked against every case's PEs."""
-    if text is None or text == "all":
-        return 0 if text is None else "all"
+    if text is None:
+        return 0
     try:
-        pe = int(text)
+        pe = text if text == "all" else as_int(text)
     except ValueError:
-        raise ParameterError(f"--prof-pe={text!r}: must be a PE number or 'all'") from None
+        flag_check("--prof-pe", check_prof_pe, text)  # refused, as a PE number that is none: its words
+        raise
     fewest = min(specs, key=lambda s: s.pes)
-    if not 0 <= pe < fewest.pes:
-        raise ParameterError(f"--prof-pe={text}: must be 'all' or a PE in [0, {fewest.pes - 1}] "
-                             f"({fewest.case_id} has {fewest.pes} PEs)")
-    return pe
+    return flag_check("--prof-pe", check_prof_pe, pe, f" ({fewest.case_id} has {fewest.pes} PEs)", pes=fewest.pes)
+
+
+def flag_check(flag: str, check, value, why: str = "", **kw):
+    """``check(value, **kw)`` (a validator of :mod:`combine_lab.run.options`: the one check of a run
+    parameter) for a value given as ``flag``: returns what it returns; its refusal is said with the
+    flag, ``"--loops=0: must be an int >= 1" + why``, its fields kept (parameter, value, allowed)."""
+    try:
+        return check(value, **kw)
+    except ParameterError as e:
+        shown = repr(value) if isinstance(value, str) else value
+        raise ParameterError(f"{flag}={shown}: {e.allowed}{why}", parameter=e.parameter, value=e.value,
+                             allowed=e.allowed) from None
 
 
 def bootstrap_addresses(ipport: str):
@@ -236,15 +247,18 @@ def bootstrap_addresses(ipport: str):
     """
     m = re.fullmatch(r"tcp://([^\s:/]+):(\d+)", ipport)
     if not m:
-        raise ParameterError(f"-ipport={ipport!r}: must be tcp://HOST:PORT (default {DEFAULT_IPPORT})")
+        raise ParameterError(f"-ipport={ipport!r}: must be tcp://HOST:PORT (default {DEFAULT_IPPORT})",
+                             parameter="ipport", value=ipport, allowed="tcp://HOST:PORT")
     host, port = m.group(1), int(m.group(2))
     if host != "127.0.0.1":
         if not 1 <= port <= 65535:
-            raise ParameterError(f"-ipport={ipport!r}: port must be in [1, 65535]")
+            raise ParameterError(f"-ipport={ipport!r}: port must be in [1, 65535]", parameter="ipport", value=ipport,
+                                 allowed="port in [1, 65535]")
         return lambda: ipport
     if not 1 <= port <= 65535 - (PORT_SPAN - 1):
         raise ParameterError(f"-ipport={ipport!r}: a 127.0.0.1 port must be in [1, {65535 - (PORT_SPAN - 1)}] "
-                             f"(each launch takes the next of {PORT_SPAN} ports)")
+                             f"(each launch takes the next of {PORT_SPAN} ports)", parameter="ipport", value=ipport,
+                             allowed=f"a 127.0.0.1 port in [1, {65535 - (PORT_SPAN - 1)}]")
     launches = itertools.count()
     return lambda: f"tcp://127.0.0.1:{port + next(launches) % PORT_SPAN}"
 
@@ -256,17 +270,17 @@ def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec], modelled: boo
     if a.gnpus is not None and a.gnpus != a.pes:
         if not a.perf:
             raise ParameterError(f"-gnpus={a.gnpus}: must equal -pes={a.pes} (one node; with --perf it is set to "
-                                 f"each case's -pes)")
+                                 f"each case's -pes)", parameter="gnpus", value=a.gnpus, allowed=f"-pes={a.pes}")
         print(f"combine-lab: note: -gnpus={a.gnpus} set to each case's -pes (one node)", file=sys.stderr)
-    for flag, value, lo, reference in (("--warmup", a.warmup, 0, "reads a negative value as 0"),
-                                       ("--loops", a.loops, 1, "reads 0 or less as 1"),
-                                       ("--repeats", 1 if a.repeats is None else a.repeats, 1, None),
-                                       ("-fnpu", a.fnpu, 0, None), ("-fpe", a.fpe, 0, None)):
-        if value < lo:
-            why = f" (the reference's run script {reference}; here it is refused)" if reference else ""
-            raise ParameterError(f"{flag}={value}: must be an int >= {lo}{why}")
+    for flag, check, value, reference in (("--warmup", check_warmup, a.warmup, "reads a negative value as 0"),
+                                          ("--loops", check_loops, a.loops, "reads 0 or less as 1"),
+                                          ("--repeats", check_repeats, 1 if a.repeats is None else a.repeats, None),
+                                          ("-fpe", check_fpe, a.fpe, None)):
+        why = f" (the reference's run script {reference}; here it is refused)" if reference else ""
+        flag_check(flag, check, value, why)
     if a.analyse and not a.perf:
-        raise ParameterError(f"-a/--analyse={a.analyse}: needs --perf (it draws the perf CSVs of this run)")
+        raise ParameterError(f"-a/--analyse={a.analyse}: needs --perf (it draws the perf CSVs of this run)",
+                             parameter="analyse", value=a.analyse, allowed="with --perf")
     if a.prof_pe is not None and not a.perf and not modelled:
         print("combine-lab: note: --prof-pe has no effect without --perf (nothing is profiled)",
               file=sys.stderr)

@@ -12,12 +12,13 @@ from typing import Any
 import numpy as np
 
 from ..case.spec import DTYPES
-from ..errors import SpecError
+from ..errors import ParameterError, SpecError
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
+from ..run.options import CHECKS
 from . import plots
 
-__all__ = ["Field", "Problem", "FIELDS", "ROUTING_MODELS", "MODELS", "RUN_INPUTS", "routing_string", "format_bytes",
-           "default_trace"]
+__all__ = ["Field", "Problem", "FIELDS", "RUN_CHECKS", "ROUTING_MODELS", "MODELS", "RUN_INPUTS", "routing_string",
+           "format_bytes", "default_trace"]
 
 #: Routing models offered -> (name of the skew parameter, its default), None when the model
 #: takes no number; "trace" takes a trace name (MODEL/DOMAIN/LAYER).
@@ -75,7 +76,7 @@ def _is_number(v) -> bool:
 class Problem:
     """A value that cannot be used: ``name`` (the value's, as in :data:`FIELDS`, or "case" for a
     limit of the whole shape), the ``value`` given and the ``reason``; ``str()`` is the message
-    line, e.g. ``"loops=0: must be an integer >= 1"``."""
+    line, e.g. ``"loops=0: must be an int >= 1"``."""
 
     name: str
     value: Any
@@ -113,9 +114,16 @@ class Field:
         return self.label or self.name
 
     def check(self, value, options: tuple | None = None) -> list[Problem]:
-        """Every reason ``value`` is not allowed (empty: it is), never a corrected value.
+        """Every reason ``value`` is not allowed (empty: it is), never a corrected value; a run
+        parameter (:data:`RUN_CHECKS`) by its validator, in its words (``"loops=0: must be an int >= 1"``).
         ``options`` overrides :attr:`options` (the targets and traces found at run time)."""
         opts = self.options if options is None else options
+        if self.name in RUN_CHECKS:  # a run parameter: its one validator, as run_case and the CLI check it
+            try:
+                RUN_CHECKS[self.name](value)
+            except ParameterError as e:
+                return [Problem(self.name, value, e.allowed)]
+            return []
         if self.kind == "choice":
             if value not in (opts or ()):
                 shown = ", ".join(repr(o) for o in (opts or ())[:8]) + (", ..." if len(opts or ()) > 8 else "")
@@ -134,6 +142,10 @@ class Field:
             out.append(Problem(self.name, value, f"must be a multiple of {self.step}"))
         return out
 
+
+#: The form's run parameters -> their validators (:data:`combine_lab.run.options.CHECKS`): a control
+#: is marked with the words run_case, the harness and the command line refuse the value with.
+RUN_CHECKS = {n: CHECKS[n] for n in ("min_sdma_bytes", "warmup", "loops", "repeats")}
 
 #: Every value of the state, in the order the app shows its controls (then the model).
 FIELDS: dict[str, Field] = {f.name: f for f in (

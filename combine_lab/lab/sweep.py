@@ -33,6 +33,7 @@ from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, plan
 from ..planning.settings import SETTINGS_LABEL_FORM, check_kernel_settings, group_variants, parse_settings
 from ..values import as_list
 from ..run.kernel_source import kernel_source as kernel_source_of
+from ..run.options import RunOptions, check_repeats
 from ..harness import Run, execute, progress_bar
 from .pricing import NotModelled, not_modelled_text
 from ..results.tables import TIDY_COLUMNS, tidy_rows, write_sweep_csv
@@ -166,9 +167,13 @@ def run_sweep(specs, *, warmup: int = 0, loops: int = 2, repeats: int = 1, targe
     """
     if isinstance(specs, Grid):
         specs = specs.specs
-    for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("repeats", repeats, 1)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
-            raise ParameterError(f"{label}={v!r}: must be an int >= {lo}", parameter=label, value=v)
+    # every run parameter by its one validator (combine_lab.run.options), before anything is built
+    check_repeats(repeats)
+    options = RunOptions(warmup=warmup, loops=loops, prof_pe=prof_pe, min_sdma_bytes=min_sdma_bytes, target=target,
+                         timeout_s=timeout_s)
+    specs = list(specs)
+    for spec in specs:  # the profiled PE against every case's PEs
+        options.prof_pes(spec.pes)
     entries = group_variants(list(VARIANTS), check_settings(settings, target))
     if cluster is None:
         build_mod.build(target)  # on a cluster each worker builds (cached by the sources' hash)

@@ -31,6 +31,7 @@ from ..formats.casefiles import CheckResult, check_x_out, read_x_out
 from ..errors import ParameterError
 from .build import TargetUnavailable
 from .launch import free_port, launch_pes
+from .options import check_fnpu, check_loops, check_timeout_s, check_warmup
 
 #: target -> torch.distributed backend.
 BACKENDS = {"cpu": "gloo", "npu": "hccl"}
@@ -115,11 +116,13 @@ def run_baseline(prepared, *, target: str = "cpu", warmup: int = 1, loops: int =
 
     Raises:
         BaselineUnavailable: torch (cpu) or torch_npu and NPUs (npu) missing, before anything starts.
-        ParameterError: loops < 1 or warmup < 0.
+        ParameterError: warmup, loops, timeout_s or fnpu refused by :mod:`combine_lab.run.options`.
         LaunchError: a PE failed or the run timed out (every PE is stopped).
     """
-    if loops < 1 or warmup < 0:
-        raise ParameterError(f"warmup={warmup}, loops={loops}: need warmup >= 0 and loops >= 1")
+    # the run parameters by their one validators (combine_lab.run.options), as run_case checks them
+    warmup, loops = check_warmup(warmup), check_loops(loops)
+    check_timeout_s(timeout_s)
+    fnpu = check_fnpu(fnpu)
     backend = require_baseline(target)
     spec = prepared.case.spec
     run_dir = Path(tempfile.mkdtemp(prefix=f"baseline_{backend}_", dir=prepared.case_root))

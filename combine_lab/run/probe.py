@@ -33,6 +33,7 @@ from ..formats.probe_csv import BUILDS, PROBE_KINDS, SDMA_KINDS, ProbeRow, write
 from ..planning.cores import aiv_cores as soc_aiv_cores
 from . import build as build_mod, toolchain
 from .launch import LaunchError, bootstrap_ipport, launch_pes, owned_temp_dir
+from .options import check_timeout_s
 
 PROBE_BINARY = "probe_host"
 #: Defaults: the issue's k, the SDMA sizes (one 14 KiB row: h 7168 at 2 B; whole segments), MTE rows.
@@ -256,8 +257,7 @@ def run_probe(pes: int = 2, out: str | os.PathLike = "output/probe/combine_probe
     if target not in build_mod.TARGETS:
         raise ParameterError(f"target={target!r}: one of {', '.join(build_mod.TARGETS)}", parameter="target",
                              value=target)
-    if not (timeout_s > 0):
-        raise ParameterError(f"timeout_s={timeout_s!r}: must be > 0 seconds", parameter="timeout_s", value=timeout_s)
+    check_timeout_s(timeout_s)  # the one check of a run's limit (combine_lab.run.options)
     aiv, sdma = plan_kw.pop("aiv_cores", None), ""
     if target == "npu":
         aiv, sdma = npu_plan_facts({**os.environ, **(env or {})}, aiv)

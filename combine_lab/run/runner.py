@@ -26,6 +26,7 @@ from ..folders import usable_folder
 from ..planning.capacity import check_capacity
 from ..planning.cores import TWIN_DEFAULT_SOC, TWIN_SOCS, aiv_cores
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS, Plan
+from .options import RunOptions
 from ..planning.planner import plan as make_plan
 from ..planning.settings import REFERENCE, KernelSettings, check_kernel_settings, driver_policy, parse_settings, variant_label
 from . import build as build_mod
@@ -354,6 +355,9 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
         settings: the lab kernel's settings (KernelSettings or a label: ``reference``, ``segment``,
             ``c6``, ``segment-c6``; docs/variants.md), checked against the SoC before anything runs.
 
+    The run parameters are checked as :class:`~combine_lab.run.options.RunOptions` (one validator
+    each, shared with the harness, the command line and the app), the rest as :class:`CaseRun` is made.
+
     Returns:
         A :class:`RunResult`; x_out mismatches are reported in ``checks``, not raised.
 
@@ -368,129 +372,180 @@ def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int 
         KernelSourceError: ``kernel_source`` does not meet the entry contract (before anything runs).
         KernelFailed: your kernel failed or hung (a LaunchError that names the kernel and the slot).
     """
-    ks = None
-    if kernel_source is not None:
-        from .kernel_source import kernel_source as as_kernel
-        ks = as_kernel(kernel_source)
-    if variant is None:
-        variant = ks.rule if ks is not None else DOUBLEPLANE
-    if variant not in VARIANTS:
-        raise ParameterError(f"variant={variant!r}: must be one of {', '.join(map(repr, VARIANTS))}")
-    settings = parse_settings(settings)
-    if ks is not None and not settings.is_reference:
-        raise ParameterError(f"settings={settings.label!r}: kernel settings are the lab kernel's; your kernel "
-                             f"({ks.label}) runs as it is written", parameter="settings", value=settings.label)
-    for label, v, lo in (("warmup", warmup, 0), ("loops", loops, 1), ("min_sdma_bytes", min_sdma_bytes, 0),
-                         ("fpe", fpe, 0)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
-            raise ParameterError(f"{label}={v!r}: must be an int >= {lo}", parameter=label, value=v)
-    if chaos_seed is not None and (not isinstance(chaos_seed, (int, np.integer)) or isinstance(chaos_seed, bool)
-                                   or chaos_seed < 0 or target != "cpu"):
-        raise ParameterError(f"chaos_seed={chaos_seed!r}: must be an int >= 0, on target cpu (the twin)",
-                             parameter="chaos_seed", value=chaos_seed)
-    if not (timeout_s > 0):
-        raise ParameterError(f"timeout_s={timeout_s!r}: must be > 0 seconds", parameter="timeout_s", value=timeout_s)
-    if not isinstance(fnpu, (int, np.integer)) or isinstance(fnpu, bool) or fnpu < 0:
-        raise ParameterError(f"fnpu={fnpu!r}: must be an NPU id >= 0 (PE r runs on NPU fnpu + r)",
-                             parameter="fnpu", value=fnpu)
-    if ipport is not None and not callable(ipport):  # a function's addresses are checked as it makes them
-        check_ipport(ipport, "ipport")
-    if output_dir is not None:
-        usable_folder(output_dir, "output_dir")
-    twin_soc = (env or {}).get("COMBINE_TWIN_SOC") or os.environ.get("COMBINE_TWIN_SOC")
-    if target == "cpu" and twin_soc:
-        try:
-            aiv_cores(twin_soc)
-        except ValueError:
-            raise ParameterError(f"COMBINE_TWIN_SOC={twin_soc!r}: {TWIN_SOCS}") from None
-    if target == "cpu":
-        check_kernel_settings(settings, variant, twin_soc or TWIN_DEFAULT_SOC)
-    elif settings.segment and variant != DOUBLEPLANE:
-        check_kernel_settings(settings, variant)
-    if binary is None:
-        why = refusals(target, [variant]).get(variant)
-        if why:
-            raise build_mod.VariantRefused(why)
-    _own_kernel_dtype(ks, getattr(getattr(case, "spec", case), "dtype", None))  # a spec or a Case: before writing
-    prepared = prepare_case(case, work_dir, target)
-    spec = prepared.case.spec
-    _own_kernel_dtype(ks, spec.dtype)  # case files: once read
-    if prof_pe == "all":
-        prof_pes = list(range(spec.pes))
-    elif isinstance(prof_pe, (int, np.integer)) and not isinstance(prof_pe, bool) and 0 <= prof_pe < spec.pes:
-        prof_pes = [int(prof_pe)]
-    else:
-        raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {spec.pes - 1}]",
-                             parameter="prof_pe", value=prof_pe)
-    if not perf:
-        prof_pes = prof_pes[:1]  # nothing is profiled: one run
-    check_capacity(spec, prepared.case_root, _rows_per_pe(prepared.case), target, segment=settings.segment)
-    the_plan = make_plan(prepared.case, variant, min_sdma_bytes=min_sdma_bytes, settings=settings)
-    run_dir = None
-    try:
-        binary = Path(binary) if binary is not None else build_mod.build(target, kernel=ks)
-        env = dict(env or {})
+    options = RunOptions(warmup=warmup, loops=loops, perf=perf, prof_pe=prof_pe, min_sdma_bytes=min_sdma_bytes,
+                         target=target, timeout_s=timeout_s, chaos_seed=chaos_seed, fnpu=fnpu, fpe=fpe)
+    return CaseRun(case, variant, options, kernel_source=kernel_source, settings=settings, binary=binary, env=env,
+                   ipport=ipport, on_launch=on_launch).run(work_dir=work_dir, output_dir=output_dir,
+                                                           keep_files=keep_files)
+
+
+@dataclass
+class CaseRun:
+    """One run of one variant of a case, as :func:`run_case` makes it, in steps: made (everything that
+    can be refused before a file is written is refused: :meth:`__post_init__`), then :meth:`run`:
+    the case's files, the plan and the profiled PEs (:meth:`_plan`), one launch of all PEs per profiled
+    PE (:meth:`_launch_all`), and what they left read back and checked (:meth:`_collect`).
+
+    Attributes: ``case``, ``variant``, ``kernel_source``, ``settings``, ``binary``, ``env``, ``ipport``
+    and ``on_launch`` as :func:`run_case` takes them; ``options``: how it runs (a
+    :class:`~combine_lab.run.options.RunOptions`, checked when made). After it is made, ``variant``
+    and ``settings`` are resolved and ``ks`` is your kernel's KernelSource (None: the lab's).
+    """
+
+    case: CaseLike
+    variant: str | None = None
+    options: RunOptions = field(default_factory=RunOptions)
+    kernel_source: object = None
+    settings: KernelSettings | str | None = None
+    binary: str | os.PathLike | None = None
+    env: dict[str, str] | None = None
+    ipport: str | Callable[[], str] | None = None
+    on_launch: Callable[[int], None] | None = None
+    ks: object = field(default=None, init=False)
+
+    def __post_init__(self):
+        if self.kernel_source is not None:
+            from .kernel_source import kernel_source as as_kernel
+            self.ks = as_kernel(self.kernel_source)
+        ks, target = self.ks, self.options.target
+        if self.variant is None:
+            self.variant = ks.rule if ks is not None else DOUBLEPLANE
+        if self.variant not in VARIANTS:
+            raise ParameterError(f"variant={self.variant!r}: must be one of {', '.join(map(repr, VARIANTS))}",
+                                 parameter="variant", value=self.variant, allowed=", ".join(map(repr, VARIANTS)))
+        self.settings = settings = parse_settings(self.settings)
+        if ks is not None and not settings.is_reference:
+            raise ParameterError(f"settings={settings.label!r}: kernel settings are the lab kernel's; your kernel "
+                                 f"({ks.label}) runs as it is written", parameter="settings", value=settings.label)
+        if self.ipport is not None and not callable(self.ipport):  # a function's addresses are checked as it makes them
+            check_ipport(self.ipport, "ipport")
+        twin_soc = (self.env or {}).get("COMBINE_TWIN_SOC") or os.environ.get("COMBINE_TWIN_SOC")
+        if target == "cpu" and twin_soc:
+            try:
+                aiv_cores(twin_soc)
+            except ValueError:
+                raise ParameterError(f"COMBINE_TWIN_SOC={twin_soc!r}: {TWIN_SOCS}", parameter="COMBINE_TWIN_SOC",
+                                     value=twin_soc, allowed=TWIN_SOCS) from None
         if target == "cpu":
-            env.setdefault("COMBINE_TWIN_WAIT_S", str(case_wait_budget_s(spec, timeout_s)))
-        if chaos_seed is not None:
-            env["COMBINE_TWIN_CHAOS"] = str(int(chaos_seed))
-        label = variant_label(variant, settings)
-        run_dir = Path(tempfile.mkdtemp(prefix=f"combine_{label}_", dir=prepared.case_root))
-        csv_of = lambda r: run_dir / perf_csv_name(label, r)  # noqa: E731
+            check_kernel_settings(settings, self.variant, twin_soc or TWIN_DEFAULT_SOC)
+        elif settings.segment and self.variant != DOUBLEPLANE:
+            check_kernel_settings(settings, self.variant)
+        if self.binary is None:
+            why = refusals(target, [self.variant]).get(self.variant)
+            if why:
+                raise build_mod.VariantRefused(why)
+        known = self.case.case.spec if isinstance(self.case, PreparedCase) else getattr(self.case, "spec", self.case)
+        if isinstance(known, CaseSpec):  # a spec or a Case: its PEs and dtype are refused before writing
+            self.options.prof_pes(known.pes)
+            _own_kernel_dtype(ks, known.dtype)
+
+    def run(self, work_dir: str | os.PathLike | None = None, output_dir: str | os.PathLike | None = None,
+            keep_files: bool = False) -> RunResult:
+        """Write the case's files (in ``work_dir``), launch, read back and check; the perf rows and the
+        sidecar go to ``output_dir`` once every launch succeeded. Arguments, result and errors as
+        :func:`run_case`'s."""
+        if output_dir is not None:
+            usable_folder(output_dir, "output_dir")
+        prepared = prepare_case(self.case, work_dir, self.options.target)
+        run_dir = None
+        try:
+            prof_pes, the_plan = self._plan(prepared)
+            binary = Path(self.binary) if self.binary is not None else build_mod.build(self.options.target,
+                                                                                         kernel=self.ks)
+            run_dir = Path(tempfile.mkdtemp(prefix=f"combine_{self.label}_", dir=prepared.case_root))
+            status, perf_frames = self._launch_all(prepared, binary, run_dir, prof_pes)
+            result = self._collect(prepared, run_dir, the_plan, prof_pes, status, perf_frames)
+            if output_dir is not None:  # only once every launch succeeded: a failed run adds no rows
+                write_run_files(output_dir, result, result.perf if self.options.perf else None)
+            return result
+        finally:
+            if not keep_files:  # a kept work dir keeps the case files, not a folder per run
+                if run_dir is not None:
+                    shutil.rmtree(run_dir, ignore_errors=True)
+                if prepared is not self.case:
+                    prepared.cleanup()
+
+    @property
+    def label(self) -> str:
+        """The variant with its settings (``doubleplane-segment-c6``): what names the run's files."""
+        return variant_label(self.variant, self.settings)
+
+    def _plan(self, prepared: PreparedCase) -> tuple[list[int], Plan]:
+        """The profiled PEs of the written case and the planner's plan its counters must equal; raises
+        ParameterError (a PE past the case's), CapacityError (the variant's layout does not fit)."""
+        spec = prepared.case.spec
+        _own_kernel_dtype(self.ks, spec.dtype)  # case files: once read
+        prof_pes = self.options.prof_pes(spec.pes)
+        check_capacity(spec, prepared.case_root, _rows_per_pe(prepared.case), self.options.target,
+                       segment=self.settings.segment)
+        return prof_pes, make_plan(prepared.case, self.variant, min_sdma_bytes=self.options.min_sdma_bytes,
+                                   settings=self.settings)
+
+    def _env(self, spec: CaseSpec) -> dict[str, str]:
+        """The PEs' environment: ``env``, the twin's wait budget of this case, its chaos seed."""
+        env = dict(self.env or {})
+        if self.options.target == "cpu":
+            env.setdefault("COMBINE_TWIN_WAIT_S", str(case_wait_budget_s(spec, self.options.timeout_s)))
+        if self.options.chaos_seed is not None:
+            env["COMBINE_TWIN_CHAOS"] = str(int(self.options.chaos_seed))
+        return env
+
+    def _launch_all(self, prepared: PreparedCase, binary: Path, run_dir: Path,
+                    prof_pes: list[int]) -> tuple[list[int], list[pd.DataFrame]]:
+        """One launch of all PEs per profiled PE; returns each PE's worst driver status and the perf rows
+        of each profiled PE. Raises LaunchError (KernelFailed for your kernel)."""
+        o, spec, env = self.options, prepared.case.spec, self._env(prepared.case.spec)
+        csv_of = lambda r: run_dir / perf_csv_name(self.label, r)  # noqa: E731
         perf_frames, status = [], [0] * spec.pes
         for ppe in prof_pes:
-            port = (check_ipport(ipport(), "ipport") if callable(ipport) else ipport) or bootstrap_ipport()
+            port = (check_ipport(self.ipport(), "ipport") if callable(self.ipport) else self.ipport) \
+                or bootstrap_ipport()
             argv = lambda r: host_argv(pe_size=spec.pes, pe_id=r, ipport=port, g_npus=spec.pes,  # noqa: E731
-                                       first_pe=fpe, first_npu=fnpu, dtype=spec.dtype, bs=spec.bs, h=spec.h,
-                                       topk=spec.topk, expert_per_pe=spec.expert_per_pe, perf=perf,
-                                       warmup=launch_warmup(target, warmup, loops),
-                                       loops=loops, csv=csv_of(r), case_id=spec.case_id, variant=variant,
-                                       min_sdma_bytes=min_sdma_bytes, case_root=prepared.case_root,
-                                       policy=driver_policy(variant, settings),
-                                       cores_per_rank=settings.cores_per_rank)
+                                       first_pe=o.fpe, first_npu=o.fnpu, dtype=spec.dtype, bs=spec.bs, h=spec.h,
+                                       topk=spec.topk, expert_per_pe=spec.expert_per_pe, perf=o.perf,
+                                       warmup=launch_warmup(o.target, o.warmup, o.loops),
+                                       loops=o.loops, csv=csv_of(r), case_id=spec.case_id, variant=self.variant,
+                                       min_sdma_bytes=o.min_sdma_bytes, case_root=prepared.case_root,
+                                       policy=driver_policy(self.variant, self.settings),
+                                       cores_per_rank=self.settings.cores_per_rank)
             try:
                 outcomes = launch_pes(binary, spec.pes, argv, cwd=prepared.case_root,
-                                      log_dir=run_dir / f"logs_pe{ppe}", timeout_s=timeout_s,
+                                      log_dir=run_dir / f"logs_pe{ppe}", timeout_s=o.timeout_s,
                                       env={**env, "SHMEM_CYCLE_PROF_PE": str(ppe)}, tolerated_codes=(_MISMATCH_EXIT,),
                                       unnoticed_codes=(_REFUSED_INPUT_EXIT,))
             except LaunchError as e:
-                if ks is None:
+                if self.ks is None:
                     raise
-                raise _kernel_failure(e, ks, prepared.case) from None
-            status = [max(s, o.returncode) for s, o in zip(status, outcomes)]
-            if on_launch is not None:
-                on_launch(ppe)
-            if perf and csv_of(ppe).is_file():
+                raise _kernel_failure(e, self.ks, prepared.case) from None
+            status = [max(s, out.returncode) for s, out in zip(status, outcomes)]
+            if self.on_launch is not None:
+                self.on_launch(ppe)
+            if o.perf and csv_of(ppe).is_file():
                 perf_frames.append(read_perf_csv(csv_of(ppe)))
                 csv_of(ppe).rename(run_dir / f"prof{ppe}_{csv_of(ppe).name}")  # the next run writes afresh
-        counters = [read_counters(run_dir / driver_counters_name(csv_of(r).name)) for r in range(spec.pes)] \
-            if target == "cpu" else []
-        x_out, checks = [], []
-        for r in range(spec.pes):
-            x = read_x_out(prepared.case_root, spec, r)
-            x_out.append(x)
-            checks.append(check_x_out(x, prepared.golden(r), spec.dtype))  # the file the PEs checked against
+        return status, perf_frames
+
+    def _collect(self, prepared: PreparedCase, run_dir: Path, the_plan: Plan, prof_pes: list[int],
+                 status: list[int], perf_frames: list[pd.DataFrame]) -> RunResult:
+        """What the launches left, read back: every PE's x_out checked against its golden file, the
+        twin's counters (none on an NPU), the perf rows; as a RunResult."""
+        o, spec, ks = self.options, prepared.case.spec, self.ks
+        counters = [read_counters(run_dir / driver_counters_name(perf_csv_name(self.label, r)))
+                    for r in range(spec.pes)] if o.target == "cpu" else []
+        x_out = [read_x_out(prepared.case_root, spec, r) for r in range(spec.pes)]
+        checks = [check_x_out(x, prepared.golden(r), spec.dtype) for r, x in enumerate(x_out)]  # what the PEs checked
         perf_df = pd.concat(perf_frames, ignore_index=True) if perf_frames else pd.DataFrame()
-        result = RunResult(case_id=spec.case_id, routing=spec.routing, dtype=spec.dtype, variant=variant,
-                           min_sdma_bytes=min_sdma_bytes, target=target, x_out=x_out, checks=checks, perf=perf_df,
-                           counters=counters_frame(counters, "last") if counters else pd.DataFrame(),
-                           counters_total=counters_frame(counters, "total") if counters else pd.DataFrame(),
-                           launches=int(counters[0]["launches"]) if counters else warmup + loops,
-                           plan=the_plan, run_dir=run_dir, driver_status=status,
-                           violations=[m for c in counters for m in c.get("violation_examples", [])],
-                           violation_count=sum(int(c.get("violations", 0)) for c in counters), spec=spec,
-                           warmup=int(warmup), loops=int(loops), prof_pes=prof_pes, ranks=counters,
-                           kernel=ks.label if ks is not None else "", kernel_source=ks.path if ks is not None else None,
-                           settings=settings)
-        if output_dir is not None:  # only once every launch succeeded: a failed run adds no rows
-            write_run_files(output_dir, result, perf_df if perf else None)
-        return result
-    finally:
-        if not keep_files:  # a kept work dir keeps the case files, not a folder per run
-            if run_dir is not None:
-                shutil.rmtree(run_dir, ignore_errors=True)
-            if prepared is not case:
-                prepared.cleanup()
+        return RunResult(case_id=spec.case_id, routing=spec.routing, dtype=spec.dtype, variant=self.variant,
+                         min_sdma_bytes=o.min_sdma_bytes, target=o.target, x_out=x_out, checks=checks, perf=perf_df,
+                         counters=counters_frame(counters, "last") if counters else pd.DataFrame(),
+                         counters_total=counters_frame(counters, "total") if counters else pd.DataFrame(),
+                         launches=int(counters[0]["launches"]) if counters else o.warmup + o.loops,
+                         plan=the_plan, run_dir=run_dir, driver_status=status,
+                         violations=[m for c in counters for m in c.get("violation_examples", [])],
+                         violation_count=sum(int(c.get("violations", 0)) for c in counters), spec=spec,
+                         warmup=o.warmup, loops=o.loops, prof_pes=prof_pes, ranks=counters,
+                         kernel=ks.label if ks is not None else "", kernel_source=ks.path if ks is not None else None,
+                         settings=self.settings)
 
 
 def _own_kernel_dtype(ks, dtype) -> None:
@@ -535,5 +590,5 @@ def refusals(target: str, variants=VARIANTS) -> dict[str, str]:
     return out
 
 
-__all__ = ["VARIANTS", "PreparedCase", "RunResult", "CaseLike", "prepare_case", "run_case", "refusals", "LaunchError",
-           "KernelFailed"]
+__all__ = ["VARIANTS", "PreparedCase", "RunResult", "CaseLike", "CaseRun", "RunOptions", "prepare_case", "run_case",
+           "refusals", "LaunchError", "KernelFailed"]

@@ -370,7 +370,7 @@ def test_the_plan_marks_and_stale_marking_follow_changes_made_during_a_run(quick
     assert app.replans == before + 1 and app.spec.h == 4096 and "data-h='4096'" in app.plan_figures.value
     assert "changed since: h" in app.run_note.value and "cl-pending" in app.run_note.value
     app.controls["loops"].value = "0"  # a bad value: marked at once
-    assert "cl-bad" in app.controls["loops"]._dom_classes and "loops=0: must be >= 1" in app.message
+    assert "cl-bad" in app.controls["loops"]._dom_classes and "loops=0: must be an int >= 1" in app.message
     app.controls["loops"].value = str(SMALL["loops"])
     go.set()
     assert app.wait(60) and len(app.history) == 1
@@ -447,7 +447,7 @@ def test_every_bad_value_is_marked_at_its_control_all_at_once_never_changed(noth
     app.controls["loops"].value = "0"
     marked = {n for n, w in app.controls.items() if "cl-bad" in w._dom_classes}
     assert marked == {"h", "min_sdma_bytes", "loops"}
-    for fragment in ("h='8k'", "min_sdma_bytes=-1: must be >= 0 B", "loops=0: must be >= 1"):
+    for fragment in ("h='8k'", "min_sdma_bytes=-1: must be an int >= 0", "loops=0: must be an int >= 1"):
         assert fragment in app.message and fragment in html.unescape(app.run_note.value)
     assert app.run_button.disabled and "Run is off" in app.run_note.value and "3 values" in app.run_note.value
     app.set(h=4096, min_sdma_bytes=0, loops=1)

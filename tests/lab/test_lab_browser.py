@@ -417,7 +417,7 @@ def test_app_page_after_the_cull_keyboard_run_reload_and_kernel_death(chromium_p
                            "document.querySelector('.cl-app .cl-problems').innerText.includes('min_sdma_bytes=-1')")
             st = app_state(page)
             assert sorted(st["bad"]) == ["cl-control-h", "cl-control-loops", "cl-control-min_sdma_bytes"], st
-            for fragment in ("h=-64: must be >= 1", "loops=0: must be >= 1", "min_sdma_bytes=-1: must be >= 0 B"):
+            for fragment in ("h=-64: must be >= 1", "loops=0: must be an int >= 1", "min_sdma_bytes=-1: must be an int >= 0"):
                 assert fragment in st["message"] and fragment in st["note"], st
             assert page.input_value(".cl-app .cl-control-h input") == "-64"  # as typed: not clamped to 64
             assert st["disabled"] and "Run is off" in st["note"]
@@ -426,7 +426,7 @@ def test_app_page_after_the_cull_keyboard_run_reload_and_kernel_death(chromium_p
                            ".includes('must be >= 1')")
             at = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('.cl-app .cl-bad')].map(e =>
                 [[...e.classList].find(c => c.startsWith('cl-control-')), getComputedStyle(e, '::after').content]))""")
-            assert "must be >= 1" in at["cl-control-h"] and "must be >= 0 B" in at["cl-control-min_sdma_bytes"], at
+            assert "must be >= 1" in at["cl-control-h"] and "must be an int >= 0" in at["cl-control-min_sdma_bytes"], at
             assert page.locator(".cl-app [title='null']").count() == 0
             cut = page.evaluate("() => [...document.querySelectorAll('.cl-app .cl-bad .widget-label')]"
                                 ".filter(l => l.scrollWidth > l.clientWidth + 1).map(l => l.textContent)")

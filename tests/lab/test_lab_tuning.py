@@ -138,9 +138,9 @@ def test_every_problem_is_reported_at_once_and_no_value_is_changed(nothing_launc
     by_name = {p.name: p for p in s.problems}
     assert set(by_name) == {"h", "topk", "loops", "min_sdma_bytes", "warmup", "target", "dtype"}, s.problems
     assert str(by_name["h"]) == "h=-8: must be >= 1 elements"
-    assert str(by_name["loops"]) == "loops=0: must be >= 1"
-    assert str(by_name["warmup"]) == "warmup='1': must be an integer"
-    assert str(by_name["min_sdma_bytes"]) == "min_sdma_bytes=-1: must be >= 0 B"
+    assert str(by_name["loops"]) == "loops=0: must be an int >= 1"
+    assert str(by_name["warmup"]) == "warmup='1': must be an int >= 0"
+    assert str(by_name["min_sdma_bytes"]) == "min_sdma_bytes=-1: must be an int >= 0"
     assert str(by_name["target"]) == "target='npu': not offered here (offered: 'cpu')"
     assert str(by_name["dtype"]).startswith("dtype='float32_t': not offered here")
     # the routing's own limit, said although h and dtype are wrong too (they play no part in it)
@@ -168,7 +168,7 @@ def test_every_problem_is_reported_at_once_and_no_value_is_changed(nothing_launc
     # nothing is marked at a control, so the note beside Run does not say "marked above" (issue 32)
     assert s.run_refusal().startswith("the case cannot be planned here: routing 'uniform' follows the reference")
     s.set(loops=0)
-    assert s.run_refusal().startswith("1 value cannot be used (marked above): loops=0: must be >= 1; "
+    assert s.run_refusal().startswith("1 value cannot be used (marked above): loops=0: must be an int >= 1; "
                                       "the case cannot be planned here: routing 'uniform'"), s.run_refusal()
 
 
