@@ -26,7 +26,7 @@ constexpr int kTimedOutExit = 7;
 // (COMBINE_LAB_LAUNCHER_PID names it, combine_lab/run/launch.py).
 inline bool watch_launcher(const char* program) {
 #if defined(__linux__)
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);  // not SIGKILL: the twin's PE drops its segment's name first (twin_heap.cpp)
 #endif
     const char* env = getenv("COMBINE_LAB_LAUNCHER_PID");
     const long want = env && *env ? strtol(env, nullptr, 10) : 0;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -156,6 +157,26 @@ static void barrier_wait(Barrier& b, uint32_t parties, const char* what) {
 
 using namespace twin;
 
+// A PE ended by a signal (its launcher killed: PR_SET_PDEATHSIG, docs/twin.md#2-sessions-and-cleanup; Ctrl-C;
+// the launcher's SIGTERM) before every PE attached would leave the segment's name behind: the
+// handler drops the name (unlink is async-signal-safe; ENOENT once PE 0 dropped it), then dies of
+// the signal as before, so the launcher still reads how the PE ended.
+static char g_segment_path[512];
+
+static void drop_segment_and_die(int sig) {
+    if (g_segment_path[0] != '\0') unlink(g_segment_path);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void drop_segment_on_signals(const std::string& name) {
+    snprintf(g_segment_path, sizeof g_segment_path, "/dev/shm%s", name.c_str());
+    struct sigaction sa {};
+    sa.sa_handler = drop_segment_and_die;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
 int aclshmemx_init_attr(aclshmemx_bootstrap_t flags, aclshmemx_init_attr_t* attr) {
     PeState& s = pe_state();
     if (s.initialised) return 0;
@@ -183,9 +204,11 @@ int aclshmemx_init_attr(aclshmemx_bootstrap_t flags, aclshmemx_init_attr_t* attr
 
     int fd = -1;
     if (s.my_pe == 0) {
+        drop_segment_on_signals(s.shm_name);  // before the name exists: no window where a signal leaks it
         fd = shm_open(s.shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
         if (fd < 0) {
             const int err = errno;
+            g_segment_path[0] = '\0';
             s.shm_name.clear();  // not ours: never unlink another run's segment
             fatal("cannot create shared-memory segment /dev/shm%s: %s (another run uses this session or ip_port; "
                   "set COMBINE_TWIN_SESSION to a fresh name)", session_name(attr->ip_port).c_str(), strerror(err));
@@ -194,6 +217,7 @@ int aclshmemx_init_attr(aclshmemx_bootstrap_t flags, aclshmemx_init_attr_t* attr
         if (ftruncate(fd, off_t(s.segment_bytes)) != 0)
             fatal("cannot size /dev/shm%s to %zu bytes: %s", s.shm_name.c_str(), s.segment_bytes, strerror(errno));
     } else {
+        drop_segment_on_signals(s.shm_name);  // PE 0 may be gone first: any PE drops the run's name
         Waiter w("waiting for PE 0 to create the symmetric heap");
         for (;;) {
             fd = shm_open(s.shm_name.c_str(), O_RDWR, 0600);
