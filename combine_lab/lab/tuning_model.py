@@ -19,7 +19,7 @@ from ..model.facade import floor_curve as model_suggest  # by this name: the app
 from ..model.machines import NpuModel, load_model
 from ..model.stream import CaseRows
 from ..model.suggest import NEVER, Suggestion
-from ..model.unknowns import ENGINES, RESOLUTION, engines_line, word
+from ..model.unknowns import RESOLUTION, engines_line
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 from ..planning.settings import REFERENCE, KernelSettings, group_variants, variant_label
 from . import plots
@@ -115,17 +115,9 @@ def bytes_text(n) -> str:
 def engines_sentence(floor: int, engines, label: str = DOUBLEPLANE, against: str = CLASSIC) -> str:
     """Over the unknown SDMA engine count (DataFrame engines, speedup; the rest nominal): "doubleplane
     at floor 2,097,152 B: parity with 1, ..., 1.2x faster with 48 SDMA engines, the rest nominal: it
-    pays only if 32 or more run at once" (or: with none of them). The words and the rule are
-    :func:`combine_lab.model.unknowns.engines_line`'s (a speed-up within :data:`RESOLUTION` is parity),
-    the floor written as the app writes bytes (:func:`bytes_text`)."""
-    than = "" if against == CLASSIC else f" than {against}"
-    if label.startswith(CLASSIC):
-        return f"{label} (no SDMA): {word(float(engines['speedup'].iloc[0]))}{than} with any number of SDMA engines"
-    parts = [f"{word(x)} with {int(e)}" for e, x in zip(engines["engines"], engines["speedup"])]
-    pays = next((int(e) for e, x in zip(engines["engines"], engines["speedup"]) if x > 1 + RESOLUTION), None)
-    tail = (f"it pays only if {pays} or more run at once" if pays is not None else
-            f"it does not pay with any of {ENGINES[0]}-{ENGINES[-1]} running at once")
-    return f"{label} at floor {bytes_text(floor)}: " + ", ".join(parts) + f" SDMA engines{than}, the rest nominal: {tail}"
+    pays only if 32 or more run at once": :func:`combine_lab.model.unknowns.engines_line`, the one
+    sentence the CLI's suggest and the app both say."""
+    return engines_line(floor, engines, label, against)
 
 
 @dataclass(frozen=True)

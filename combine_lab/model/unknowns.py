@@ -195,7 +195,7 @@ def engines_line(floor: int, engines: pd.DataFrame, label: str = DOUBLEPLANE, ag
     pays = next((int(e) for e, x in zip(engines["engines"], engines["speedup"]) if x > 1 + RESOLUTION), None)
     tail = (f"it pays only if {pays} or more run at once" if pays is not None else
             f"it does not pay with any of {ENGINES[0]}-{ENGINES[-1]} running at once")
-    return (f"{label} at floor {int(floor)} B{of}: " + ", ".join(parts) +
+    return (f"{label} at floor {int(floor):,} B{of}: " + ", ".join(parts) +  # bytes as the app writes them
             f" SDMA engines{than}, the rest nominal: {tail}")
 
 

@@ -129,7 +129,7 @@ def test_a_floor_is_best_only_above_the_resolution_over_the_whole_range():
 def test_a_full_op_suggestion_gives_its_engine_lines_in_full_op():
     s = suggest(ROWS, A3, "full_op")
     v = s.verdict
-    assert v.metric == "full_op" and v.engines_line().startswith(f"doubleplane at floor {v.floor} B (full_op): ")
+    assert v.metric == "full_op" and v.engines_line().startswith(f"doubleplane at floor {v.floor:,} B (full_op): ")
     classic = replay(ROWS, ROWS.sdma("classic", 0), A3).core_max("full_op").max()
     for e, sp in zip(ENGINES, v.engines["speedup"]):
         m = A3.with_values(sdma_engines=float(e))
