@@ -250,10 +250,14 @@ def _app_folders() -> set[str]:
 
 
 @pytest.mark.parametrize("command", ["lab", "app"])
-def test_a_port_another_server_holds_is_refused_naming_it_and_nothing_is_left(command, capsys):
+def test_a_port_another_server_holds_is_refused_naming_it_and_nothing_is_left(command, capsys, tmp_path,
+                                                                            monkeypatch):
     """The field report: `combine-lab app --port P` beside another HTTP server printed a URL for a
     server it never started (its probe took the other's 404 for an answer), and a refused start
     left a /tmp/combine_lab_app_* folder behind (one per suite run)."""
+    import tempfile
+    # a temp folder of this test's own: an app another xdist worker starts makes its folder in /tmp
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     other = _OtherServer()
     before = _app_folders()
     try:
