@@ -119,23 +119,11 @@ def diff_runs(a: dict, b: dict) -> pd.DataFrame:
         labelled = set(gx) | set(gy) != {"reference"}
         for g in [*gx, *(g for g in gy if g not in gx)]:
             label = f"speed-up {g}" if labelled else "speed-up"
-            for m in ("comm_only", "full_op"):
-                p, q = gx.get(g, {}).get(m), gy.get(g, {}).get(m)
-                if p and q:
-                    ratio, word = _compare(p, q, lower_is_better=False, clocks=clocks)
-                    rows.append(_row(k, label, m, p, q, ratio, word))
-                elif p or q:
-                    rows.append(_row(k, label, m, p, q, math.nan, ONLY_IN_A if p else ONLY_IN_B))
+            rows += _speedup_rows(k, label, gx.get(g, {}), gy.get(g, {}), clocks)
         px, py = extra_pairs(x), extra_pairs(y)
         for pair in [*px, *(p for p in py if p not in px)]:
             label = f"speed-up {pair[0]} / {pair[1]}" + ("" if pair[2] == "reference" else f" {pair[2]}")
-            for m in ("comm_only", "full_op"):
-                p, q = px.get(pair, {}).get(m), py.get(pair, {}).get(m)
-                if p and q:
-                    ratio, word = _compare(p, q, lower_is_better=False, clocks=clocks)
-                    rows.append(_row(k, label, m, p, q, ratio, word))
-                elif p or q:
-                    rows.append(_row(k, label, m, p, q, math.nan, ONLY_IN_A if p else ONLY_IN_B))
+            rows += _speedup_rows(k, label, px.get(pair, {}), py.get(pair, {}), clocks)
     return pd.DataFrame(rows, columns=DIFF_COLUMNS)
 
 
@@ -149,3 +137,17 @@ def extra_pairs(case: dict) -> dict:
         if ":" in p["kernel"] or ":" in p["baseline"] or rule_of(p["baseline"]) != CLASSIC:
             out[(p["kernel"], p["baseline"], p.get("settings", "reference"))] = p
     return out
+
+
+def _speedup_rows(k, label: str, a: dict, b: dict, clocks) -> list:
+    """One diff row per metric of a speed-up in run A (``a``: metric -> its record) and run B: the
+    two compared (higher is better), or said to be in one run only."""
+    rows = []
+    for m in ("comm_only", "full_op"):
+        p, q = a.get(m), b.get(m)
+        if p and q:
+            ratio, word = _compare(p, q, lower_is_better=False, clocks=clocks)
+            rows.append(_row(k, label, m, p, q, ratio, word))
+        elif p or q:
+            rows.append(_row(k, label, m, p, q, math.nan, ONLY_IN_A if p else ONLY_IN_B))
+    return rows
