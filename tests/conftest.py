@@ -35,6 +35,15 @@ def build_cache() -> Path:
 
 os.environ["COMBINE_LAB_BUILD_DIR"] = str(build_cache())
 
+# hypothesis keeps its example database and caches beside the builds, not in the checkout's
+# .hypothesis/ (docs/cli.md section 1: nothing a run or the tests write lands in the checkout)
+try:
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    set_hypothesis_home_dir(str(build_mod.cache_root() / "hypothesis"))
+except ImportError:  # the test extra is not installed: the modules that need hypothesis skip
+    pass
+
 #: Why lab and baseline tests skip where their extra is not installed (pytest.importorskip's reason).
 LAB_EXTRA = "needs the lab extra: bash .ci/setup"
 BASELINE_EXTRA = "needs the baseline extra (CPU torch): bash .ci/setup --baseline"

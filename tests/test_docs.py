@@ -148,7 +148,7 @@ def test_readme_is_a_front_page():
     assert len(data) < README_LIMIT, f"README.md is {len(data)} bytes; keep it under {README_LIMIT}"
     text = data.decode()
     assert ("    bash .ci/setup && python3 -m combine_lab compare -pes 8 -bs 512 -h 4096 -topk 2 -expertPerPe 1 "
-            "-type int32_t --routing trace:mixtral/arxiv/15 --perf\n") in text
+            "-type int32_t --routing trace:mixtral/arxiv/15 --perf --output-dir ~/combine_lab_runs/main\n") in text
     assert "    bash .ci/setup --test && python3 -m pytest -n 2 --dist loadgroup\n" in text
     for page in sorted(DOCS.glob("*.md")):
         assert f"(docs/{page.name}" in text, f"README does not link docs/{page.name}"

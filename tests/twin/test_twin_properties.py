@@ -1,5 +1,5 @@
-"""Property tests over random small cases (hypothesis; the example database in .hypothesis/
-keeps failures so that they replay)."""
+"""Property tests over random small cases (hypothesis; its example database, in the build cache folder
+(tests/conftest.py), keeps failures so that they replay)."""
 
 from __future__ import annotations
 
