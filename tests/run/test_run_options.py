@@ -183,3 +183,35 @@ def test_the_harness_run_has_the_options_fields_once_and_refuses_a_bad_one_when_
     with pytest.raises(ParameterError) as e:  # against the case's PEs, as the Run is made
         harness.Run(SPEC, "classic", prof_pe=2)
     assert (str(e.value), e.value.parameter) == ("prof_pe=2: must be 'all' or a PE in [0, 1]", "prof_pe")
+
+
+def test_a_bad_prof_pe_is_refused_alike_on_every_clock(monkeypatch, capsys):
+    """prof_pe=9 on a 2-PE case: the same words and ``parameter`` from a wall-clock Run, a model-clock
+    Run, the model's own entries (model_case, model_kernel: run/options.py's check, not copies) and the
+    command line on the twin and on --clock model:a3 (its flag first, the case after)."""
+    from pathlib import Path
+
+    from combine_lab.case.case import make_case
+    from combine_lab.model.machines import load_model
+    from combine_lab.model.modelled import model_case
+    from combine_lab.model.recorded import model_kernel
+
+    text = "prof_pe=9: must be 'all' or a PE in [0, 1]"
+    a3 = load_model("a3")
+    refstyle = Path(__file__).resolve().parents[1] / "kernels" / "combine_refstyle"
+    with pytest.raises(ParameterError) as e:  # its case files are written (and removed), nothing is launched
+        model_kernel(SPEC, refstyle, a3, prof_pe=9)
+    said = [(str(e.value), e.value.parameter, e.value.value)]
+    _nothing_runs(monkeypatch)
+    for make in (lambda: harness.Run(SPEC, "classic", prof_pe=9),
+                 lambda: harness.Run(SPEC, "doubleplane", clock=a3, prof_pe=9),
+                 lambda: model_case(make_case(SPEC), "doubleplane", a3, prof_pe=9)):
+        with pytest.raises(ParameterError) as e:
+            make()
+        said.append((str(e.value), e.value.parameter, e.value.value))
+    assert said == [(text, "prof_pe", 9)] * 4
+    for clock in ([], ["--clock", "model:a3"]):
+        argv = ["run", "-pes", "2", "-bs", "4", "-h", "16", "-topk", "2", "--perf", "--prof-pe", "9"] + clock
+        assert cli.main(argv) == 2
+        assert capsys.readouterr().err == ("combine-lab: error: --prof-pe=9: must be 'all' or a PE in [0, 1] "
+                                           "(shape_4_16_2_4_2 has 2 PEs)\n")
