@@ -35,14 +35,14 @@ from .errors import ParameterError
 from .model import facade
 from .model.modelled import ModelledResult
 from .model.machines import NpuModel
-from .planning.planner import DEFAULT_MIN_SDMA_BYTES, VARIANTS
+from .planning.planner import VARIANTS
 from .planning.settings import check_kernel_settings, group_variants, parse_settings, variant_label, lab_kernel
 from .results.rows import ERROR, REFUSED, NotRun, ResultRow, result_row
 from .results.tables import TIDY_COLUMNS, tidy_rows
 from .run.launch import LaunchError
 from .formats.sidecars import write_run_files
 from .run import runner
-from .run.options import RunOptions, check_repeats
+from .run.options import OPTION_FIELDS, RunOptions, check_repeats
 from .run.runner import CaseLike, KernelFailed, PreparedCase, RunResult, prepare_case, refusals
 
 __all__ = ["WALL", "BASELINE", "Run", "Outcome", "execute", "Comparison", "compare", "progress_bar"]
@@ -55,8 +55,14 @@ BASELINE = "baseline"
 
 
 @dataclass(frozen=True)
-class Run:
-    """One run to make: ``variant`` of ``case`` on ``clock``, ``repeats`` times.
+class Run(RunOptions):
+    """One run to make: ``variant`` of ``case`` on ``clock``, ``repeats`` times, each repeat made as
+    its :class:`~combine_lab.run.options.RunOptions` say.
+
+    A Run is a RunOptions with what to run added: its option fields (warmup, loops, perf, prof_pe,
+    min_sdma_bytes, target, timeout_s, chaos_seed, fnpu, fpe; keywords) are RunOptions's own, with
+    their defaults, their documentation and their checks, and the whole Run is checked when it is made
+    (:meth:`check`: one ParameterError for the first bad field, naming it, its value and what is allowed).
 
     Attributes:
         case: a CaseSpec, a Case, a PreparedCase or a reference case folder (runs given the same
@@ -65,14 +71,6 @@ class Run:
         clock: :data:`WALL` (launch on ``target``, time with the kernel's profiling frames, us) or an
             NpuModel (priced by the timing model; nothing launched, no payload drawn).
         repeats: how many times (>= 1); the repeats of runs on one case are interleaved.
-        warmup, loops: untimed and timed launches per repeat (loops >= 1).
-        perf: profile (perf rows); without it one launch is checked and nothing is timed.
-        prof_pe: the profiled PE, or ``"all"`` (every PE in turn: one launch sequence each).
-        min_sdma_bytes: the SDMA floor of the decision rule, bytes.
-        target: ``cpu`` (the twin) or ``npu``, for the wall clock.
-        timeout_s: limit per launch of all PEs, seconds.
-        chaos_seed: the twin's chaos mode (None: off).
-        fnpu, fpe: first NPU and first PE id of the driver.
         env: extra environment of the PEs; binary: a driver to use instead of building one.
         on_launch: called with the profiled PE after each launch of all PEs (a progress count;
             the tuning app's bar); None: nothing is told.
@@ -93,16 +91,6 @@ class Run:
     variant: str | None = None
     clock: Union[str, NpuModel] = WALL
     repeats: int = 1
-    warmup: int = 0
-    loops: int = 1
-    perf: bool = True
-    prof_pe: Union[int, str] = 0
-    min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES
-    target: str = "cpu"
-    timeout_s: float = 120.0
-    chaos_seed: int | None = None
-    fnpu: int = 0
-    fpe: int = 0
     env: Mapping[str, str] | None = None
     binary: str | os.PathLike | None = None
     on_launch: Callable[[int], None] | None = None
@@ -111,6 +99,8 @@ class Run:
     group: str = ""
 
     def __post_init__(self):
+        super().__post_init__()  # the run options, each by its one validator (combine_lab.run.options)
+        object.__setattr__(self, "repeats", check_repeats(self.repeats))
         object.__setattr__(self, "settings", parse_settings(self.settings))
         if not self.group:
             object.__setattr__(self, "group", self.settings.label)
@@ -119,6 +109,7 @@ class Run:
             object.__setattr__(self, "kernel", kernel_source(self.kernel))
         if self.variant is None:
             object.__setattr__(self, "variant", self.kernel.rule if self.kernel is not None else DOUBLEPLANE)
+        self.check()
 
     @property
     def label(self) -> str:
@@ -142,8 +133,9 @@ class Run:
         return isinstance(self.clock, NpuModel)
 
     def check(self) -> None:
-        """Raises ParameterError naming the field, the value and what is allowed, before anything runs
-        (the run parameters by their validators in :mod:`combine_lab.run.options`, as run_case checks them)."""
+        """Raises ParameterError naming the field, the value and what is allowed: what the run options'
+        validators cannot see alone (the variant, the clock, the settings on the clock's SoC, the profiled
+        PE against the case's PEs). Called when the Run is made; :func:`execute` calls it again."""
         if self.variant not in VARIANTS + (BASELINE,):
             allowed = ", ".join(map(repr, VARIANTS + (BASELINE,)))
             raise ParameterError(f"variant={self.variant!r}: must be one of {allowed}", parameter="variant",
@@ -163,19 +155,14 @@ class Run:
         if not self.modelled and self.clock != WALL:
             raise ParameterError(f"clock={self.clock!r}: {WALL!r} or an NpuModel (combine_lab.model.load_model)",
                                  parameter="clock", value=self.clock, allowed=f"{WALL!r} or an NpuModel")
-        check_repeats(self.repeats)
-        options = self.options  # each run parameter by its one validator (combine_lab.run.options)
         spec = _spec_of(self.case)
         if spec is not None and self.variant != BASELINE:  # the profiled PE against the case's, before writing
-            options.prof_pes(spec.pes)
+            self.prof_pes(spec.pes)
 
     @property
     def options(self) -> RunOptions:
-        """How each repeat runs (warmup, loops, perf, prof_pe, min_sdma_bytes, target, timeout_s,
-        chaos_seed, fnpu, fpe), checked: raises ParameterError as :class:`~combine_lab.run.options.RunOptions`."""
-        return RunOptions(warmup=self.warmup, loops=self.loops, perf=self.perf, prof_pe=self.prof_pe,
-                          min_sdma_bytes=self.min_sdma_bytes, target=self.target, timeout_s=self.timeout_s,
-                          chaos_seed=self.chaos_seed, fnpu=self.fnpu, fpe=self.fpe)
+        """Its run options alone (warmup, loops, perf, prof_pe, ...): the RunOptions each repeat is made with."""
+        return RunOptions(**{name: getattr(self, name) for name in OPTION_FIELDS})
 
 
 @dataclass

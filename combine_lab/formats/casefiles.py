@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,10 @@ from .files import atomic_write, write_atomic
 __all__ = ["CaseFileError", "REFERENCE_KEYS", "write_case", "read_case", "read_meta", "FileCase", "CheckResult",
            "check_x_out", "rank_file_layout", "case_dir_of", "rank_dir", "rank_file", "x_out_path", "read_rank_file",
            "read_x_out"]
+
+#: Seconds of writing after which :func:`write_case` shows a progress line (one step per PE, on
+#: stderr): a case of thousands of PEs takes minutes; a small one says nothing.
+PROGRESS_AFTER_S = 2.0
 
 #: Keys meta.json must hold (docs/formats.md#1-case-files).
 REFERENCE_KEYS = ("pe_size", "bs", "h", "topk", "expert_per_pe", "moe_expert_num", "dtype", "expert_compute")
@@ -105,14 +110,20 @@ def write_case(case: Case, root: str | Path) -> Path:
     Writes root/golden/<case_id>/meta.json (``case.meta()``, JSON, indent 2) and, rank by
     rank, the six rank_{r}/*.bin files as raw little-endian arrays; existing files are
     overwritten. Peak memory is about one rank's arrays (capacity_rows*row_bytes for
-    expand_x) plus the case's x. Source: docs/formats.md#1-case-files.
+    expand_x) plus the case's x. A write that lasts more than :data:`PROGRESS_AFTER_S` seconds
+    shows a tqdm line on stderr (``case files shape_...: 37%|... | 1523/4096 PE``), gone when done.
+    Source: docs/formats.md#1-case-files.
     """
+    from tqdm.std import tqdm
+
     spec = case.spec
     case_dir = case_dir_of(root, spec.case_id)
     case_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(case_dir / "meta.json", json.dumps(case.meta(), indent=2) + "\n")
     layout = rank_file_layout(spec)
-    for r in range(spec.pes):  # one rank's arrays alive at a time
+    ranks = tqdm(range(spec.pes), desc=f"case files {spec.case_id}", unit="PE", file=sys.stderr,
+                 delay=PROGRESS_AFTER_S, leave=False)
+    for r in ranks:  # one rank's arrays alive at a time
         rank_dir(case_dir, r).mkdir(exist_ok=True)
         inputs = case.rank_inputs(r)
         used = int(inputs.ep_recv_count[-1]) if len(inputs.ep_recv_count) else 0

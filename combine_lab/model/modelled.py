@@ -7,18 +7,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from ..kernels import CLASSIC, DOUBLEPLANE
 from ..case.case import Case
-from ..errors import ParameterError
 from ..planning.cores import kernel_constant
 from ..planning.planner import DEFAULT_MIN_SDMA_BYTES, Plan
 from ..planning.planner import plan as make_plan
 from ..planning.settings import REFERENCE, KernelSettings, check_kernel_settings, parse_settings, variant_label
 from ..formats.perf_csv import PERF_COLUMNS, gib_per_s
 from ..formats.sidecars import sidecar_record
+from ..run.options import check_loops, check_warmup, profiled_pes
 from .machines import NpuModel
 from .replay import ModelledTimes, replay
 from .stream import case_rows
@@ -105,7 +104,8 @@ def model_case(case: Case, variant: str, model: NpuModel, min_sdma_bytes: int = 
 
     Raises:
         ParameterError: a variant other than classic/doubleplane (the planner's), a prof_pe
-            that is not 'all' or a PE of the case, settings that are no settings label or that the
+            that is not 'all' or a PE of the case (:func:`~combine_lab.run.options.check_prof_pe`'s
+            words, as every entry's), settings that are no settings label or that the
             model's SoC cannot run (``segment`` with classic; more cores per rank than
             min(AIV cores, 48): :func:`~combine_lab.planning.settings.check_kernel_settings`).
     """
@@ -113,13 +113,8 @@ def model_case(case: Case, variant: str, model: NpuModel, min_sdma_bytes: int = 
     check_kernel_settings(settings, variant if variant in (CLASSIC, DOUBLEPLANE) else DOUBLEPLANE, model.soc)
     plan = make_plan(case, variant, min_sdma_bytes=min_sdma_bytes, settings=settings)
     pes = case.spec.pes
-    if prof_pe == "all":
-        prof_pes = list(range(pes))
-    elif isinstance(prof_pe, (int, np.integer)) and not isinstance(prof_pe, bool) and 0 <= prof_pe < pes:
-        prof_pes = [int(prof_pe)]
-    else:
-        raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {pes - 1}]",
-                             parameter="prof_pe", value=prof_pe)
+    prof_pes = profiled_pes(prof_pe, pes)  # the one check of each run option (combine_lab.run.options)
+    warmup, loops = check_warmup(warmup), check_loops(loops)
     rows = case_rows(case, model.soc, settings)
     sdma = (plan.segments["plane"].to_numpy() == "SDMA").reshape(pes, -1)
     return ModelledResult(case, variant, int(min_sdma_bytes), model, plan, replay(rows, sdma, model), prof_pes,

@@ -290,27 +290,24 @@ def model_kernel(case, kernel, model: NpuModel, *, variant: str | None = None, m
 
     Raises:
         KernelSourceError, KernelFailed: as :func:`combine_lab.run.runner.run_case`; LaunchError when the
-        run's check fails (a priced kernel must compute the combine).
+        run's check fails (a priced kernel must compute the combine); ParameterError: a bad warmup, loops
+        or prof_pe, in :mod:`combine_lab.run.options`'s words (as every entry's).
     """
     from ..planning.cores import aiv_cores
     from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
     from ..run.kernel_source import kernel_source
     from ..run.launch import LaunchError
+    from ..run.options import check_loops, check_warmup, profiled_pes
     from ..run.runner import prepare_case, run_case
     from .modelled import ModelledResult
 
+    warmup, loops = check_warmup(warmup), check_loops(loops)  # before the case files are written
     ks = kernel_source(kernel)
     floor = DEFAULT_MIN_SDMA_BYTES if min_sdma_bytes is None else int(min_sdma_bytes)
     prepared = prepare_case(case)
     try:
         pes = prepared.case.spec.pes
-        if prof_pe == "all":
-            prof_pes = list(range(pes))
-        elif isinstance(prof_pe, (int, np.integer)) and not isinstance(prof_pe, bool) and 0 <= prof_pe < pes:
-            prof_pes = [int(prof_pe)]
-        else:
-            raise ParameterError(f"prof_pe={prof_pe!r}: must be 'all' or a PE in [0, {pes - 1}]",
-                                 parameter="prof_pe", value=prof_pe)
+        prof_pes = profiled_pes(prof_pe, pes)  # the one check of each run option (combine_lab.run.options)
         env = {}
         try:
             aiv_cores(model.soc)

@@ -1,13 +1,16 @@
-"""What a run needs in /dev/shm, memory and disk, checked before anything is written or launched.
+"""What a run needs in /dev/shm, memory, disk and tasks, checked before anything is written or launched.
 
 The twin's symmetric heap per PE mirrors host/combine_host.cpp (local_mem_size: the
 window plus 1 MiB, in 2 MiB units; kernels/combine_kernel.h window_layout) and
-host/twin/twin_heap.cpp (half as much again for the protocol checker's shadows).
+host/twin/twin_heap.cpp (half as much again for the protocol checker's shadows). Its tasks per PE
+mirror host/twin: one process per PE (combine_lab/run/launch.py) with its main thread, one thread
+per AIV block of the launch (twin_kernel.cpp) and the SDMA engine's (twin_engines.cpp).
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +19,7 @@ import psutil
 
 from ..case.spec import CaseSpec
 from ..errors import CombineLabError
-from .cores import kernel_constant
+from .cores import kernel_constant, launch_block_dim
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -107,6 +110,64 @@ def needs(spec: CaseSpec, rows_per_pe: list[int] | None = None, segment: bool = 
     return Needs(shm, memory, disk)
 
 
+def twin_tasks_per_pe(pes: int) -> int:
+    """Tasks (threads) one PE of the twin runs at once on a case of ``pes`` PEs: its main thread, one
+    per AIV block of a launch (:func:`~combine_lab.planning.cores.launch_block_dim`, min(pes, AIV
+    cores, 48) on the twin's SoC) and the SDMA engine's."""
+    return 1 + launch_block_dim(pes) + 1
+
+
+def task_room() -> dict:
+    """How many more tasks (processes and threads) this machine lets start: the least of the user's
+    ``RLIMIT_NPROC`` (soft) less the tasks of this user running now, and ``kernel.pid_max`` and
+    ``kernel.threads-max`` less every task running now (/proc/loadavg's count), of those that are set.
+
+    Returns ``{"limits": {name: (limit, running)}, "free": tasks}`` (``free`` None: no limit known)."""
+    limits = {}
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft != resource.RLIM_INFINITY:
+        me = os.getuid()
+        mine = sum(p.info["num_threads"] or 0 for p in psutil.process_iter(["uids", "num_threads"])
+                   if p.info["uids"] is not None and p.info["uids"].real == me)
+        limits["RLIMIT_NPROC"] = (int(soft), mine)
+    try:
+        running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[1])
+    except (OSError, ValueError, IndexError):  # not Linux: the rlimit alone
+        running = None
+    for name in ("pid_max", "threads-max"):
+        try:
+            limit = int(Path(f"/proc/sys/kernel/{name}").read_text())
+        except (OSError, ValueError):
+            continue
+        if running is not None:
+            limits[f"kernel.{name}"] = (limit, running)
+    free = max(min(limit - n for limit, n in limits.values()), 0) if limits else None
+    return {"limits": limits, "free": free}
+
+
+def check_twin_pes(spec: CaseSpec) -> None:
+    """Refuse a case with more PEs than the twin can run here, before anything is written: it starts
+    one process per PE with :func:`twin_tasks_per_pe` tasks each, and a launch that cannot start them
+    all fails part-way (after minutes of case files). A timing model prices any PE count.
+
+    Raises:
+        CapacityError: ``parameter="pes"``; the message names ``-pes``, the value, the bound and
+            the limits it comes from (:func:`task_room`).
+    """
+    room = task_room()
+    per = twin_tasks_per_pe(spec.pes)
+    if room["free"] is None or spec.pes * per <= room["free"]:
+        return
+    most = room["free"] // per
+    limits = ", ".join(f"{k} {limit:,} less {n:,} running" for k, (limit, n) in room["limits"].items())
+    allowed = f"at most {most:,} PEs on the twin here"
+    raise CapacityError(f"pes={spec.pes}: {allowed} ({spec.case_id}): the twin runs one process per PE with {per} "
+                        f"tasks each (its main thread, {per - 2} AIV block threads, the SDMA engine), "
+                        f"{spec.pes * per:,} in all, and this machine lets {room['free']:,} more start (the least "
+                        f"of {limits}); a timing-model clock launches nothing and "
+                        "has no such bound", parameter="pes", value=spec.pes, allowed=allowed)
+
+
 def mem_available() -> int:
     """Memory available to new processes without swapping, bytes (MemAvailable on Linux)."""
     return int(psutil.virtual_memory().available)
@@ -124,9 +185,12 @@ def check_capacity(spec: CaseSpec, work_dir: str | os.PathLike | None, rows_per_
         segment: the segment variant's window (docs/variants.md#3-extra-memory-and-steps).
 
     Raises:
-        CapacityError: /dev/shm (twin), memory or the work folder's disk is too small; the
-            message names the resource, the bytes needed and the bytes available.
+        CapacityError: more PEs than the twin can start here (:func:`check_twin_pes`), or /dev/shm
+            (twin), memory or the work folder's disk is too small; the message names the resource,
+            the bytes needed and the bytes available.
     """
+    if target == "cpu":
+        check_twin_pes(spec)
     if rows_per_pe is None:
         rows_per_pe = [spec.bs * spec.topk] * spec.pes
     n = needs(spec, rows_per_pe, segment)

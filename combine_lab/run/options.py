@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,7 @@ from ..planning.planner import DEFAULT_MIN_SDMA_BYTES
 
 __all__ = ["RunOptions", "TARGETS", "CHECKS", "check_warmup", "check_loops", "check_repeats", "check_prof_pe",
            "check_min_sdma_bytes", "check_target", "check_timeout_s", "check_chaos_seed", "check_fnpu", "check_fpe",
-           "check_perf"]
+           "check_perf", "profiled_pes", "OPTION_FIELDS"]
 
 #: Where a run can be made: ``cpu`` (the twin) or ``npu`` (Ascend).
 TARGETS = ("cpu", "npu")
@@ -86,6 +86,13 @@ def check_prof_pe(value: Any, pes: int | None = None) -> int | str:
     return int(value)
 
 
+def profiled_pes(prof_pe: Any, pes: int) -> list[int]:
+    """The PEs a ``prof_pe`` profiles on a case of ``pes`` PEs: every PE for ``"all"``, else that one.
+    Raises ParameterError as :func:`check_prof_pe` (the one check of a profiled PE, whatever the clock)."""
+    pe = check_prof_pe(prof_pe, pes)
+    return list(range(pes)) if pe == "all" else [pe]
+
+
 def check_target(value: Any) -> str:
     """Where the run is made: one of :data:`TARGETS`."""
     if value not in TARGETS or not isinstance(value, str):
@@ -123,17 +130,22 @@ CHECKS = {"warmup": check_warmup, "loops": check_loops, "repeats": check_repeats
           "chaos_seed": check_chaos_seed, "fnpu": check_fnpu, "fpe": check_fpe, "perf": check_perf}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunOptions:
-    """How one run of a case is made, each field checked when it is made (raises ParameterError).
+    """How one run of a case is made, each field checked when it is made (raises ParameterError: one per
+    bad field, by that field's validator above, its message ``"<field>=<value!r>: <allowed>"``).
+
+    These fields are written here only: the harness's :class:`~combine_lab.harness.Run` is a RunOptions
+    with the case, the clock and the repeats added (its option fields, defaults and checks are these),
+    and :func:`combine_lab.run.runner.run_case` groups its keywords into one.
 
     Attributes:
-        warmup, loops: untimed and profiled launches (>= 0, >= 1).
-        perf: record perf rows of the profiled PE(s).
-        prof_pe: the profiled PE, or ``"all"`` (every PE in turn); checked against the case's PEs by
-            :meth:`prof_pes`.
-        min_sdma_bytes: the SDMA floor, bytes (docs/decision-rule.md#1-the-rule: 2 MiB).
-        target: ``cpu`` (the twin) or ``npu``.
+        warmup, loops: untimed launches before profiling and profiled launches (>= 0, >= 1).
+        perf: record perf rows of the profiled PE(s); without it one launch is checked and nothing is timed.
+        prof_pe: the profiled PE, or ``"all"`` (every PE in turn: one launch sequence each); checked
+            against the case's PEs by :meth:`prof_pes`.
+        min_sdma_bytes: the SDMA floor of the decision rule, bytes (docs/decision-rule.md#1-the-rule: 2 MiB).
+        target: ``cpu`` (the twin) or ``npu``, for the wall clock.
         timeout_s: limit of each launch of all PEs, seconds.
         chaos_seed: the twin's chaos mode (None: off).
         fnpu, fpe: first NPU and first PE id of the driver.
@@ -161,6 +173,10 @@ class RunOptions:
     def prof_pes(self, pes: int) -> list[int]:
         """The PEs profiled on a case of ``pes`` PEs, one launch sequence each (one PE without
         ``perf``: nothing is profiled). Raises ParameterError for a PE past the case's."""
-        pe = check_prof_pe(self.prof_pe, pes)
-        chosen = list(range(pes)) if pe == "all" else [pe]
+        chosen = profiled_pes(self.prof_pe, pes)
         return chosen if self.perf else chosen[:1]
+
+
+#: The names of :class:`RunOptions`'s fields, in order: what :class:`~combine_lab.harness.Run` and
+#: run_case take as the run's options.
+OPTION_FIELDS = tuple(f.name for f in fields(RunOptions))

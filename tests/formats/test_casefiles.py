@@ -298,3 +298,18 @@ def test_check_x_out_bad_input():
     with pytest.raises(ParameterError) as err:
         check_x_out(np.zeros((2, 3), dtype=np.float16), np.zeros((2, 3), dtype=np.float16), "bfloat16_t")
     assert str(err.value) == "x_out dtype=float16: must be bfloat16 for 'bfloat16_t'"
+
+
+def test_a_long_write_shows_a_progress_line_on_stderr_and_a_short_one_nothing(tmp_path, monkeypatch, capsys):
+    """Past PROGRESS_AFTER_S seconds (2 s; 0 here) write_case shows one step per PE on stderr, cleared at the end."""
+    from combine_lab.formats import casefiles
+
+    case = make_case(CaseSpec(pes=3, bs=2, h=4, topk=1, expert_per_pe=1))
+    write_case(case, tmp_path / "quick")
+    assert capsys.readouterr() == ("", "")
+    assert casefiles.PROGRESS_AFTER_S == 2.0
+    monkeypatch.setattr(casefiles, "PROGRESS_AFTER_S", 0)
+    write_case(case, tmp_path / "slow")
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("\rcase files shape_2_4_1_3_3:   0%|          | 0/3 [")
+    assert err.endswith("\r")  # the line is cleared once every PE's files are written

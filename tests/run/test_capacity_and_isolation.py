@@ -38,6 +38,54 @@ def test_shape_too_big_for_dev_shm_refused_before_writing(tmp_path, no_leaks):
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def _room(free: int) -> dict:
+    return {"limits": {"RLIMIT_NPROC": (free + 100, 100)}, "free": free}
+
+
+def test_more_pes_than_the_twin_can_start_are_refused_before_writing(tmp_path, monkeypatch, capsys):
+    """The twin starts one process per PE with 42 tasks each on its default SoC (main, 40 AIV block
+    threads, SDMA): with room for 4,200 tasks, 100 PEs run and 101 are refused, by run_case and the
+    command line (-pes named), nothing written; the timing model prices any PE count."""
+    from combine_lab import cli
+    from combine_lab.planning import capacity
+    from combine_lab.run import runner
+
+    assert (capacity.twin_tasks_per_pe(2), capacity.twin_tasks_per_pe(101)) == (4, 42)
+    monkeypatch.setattr(capacity, "task_room", lambda: _room(4200))
+    tiny = dict(bs=1, h=16, topk=1, expert_per_pe=1)
+    capacity.check_twin_pes(CaseSpec(pes=100, **tiny))
+    with pytest.raises(CapacityError) as e:
+        run_case(CaseSpec(pes=101, **tiny), "doubleplane", work_dir=tmp_path)
+    text = ("pes=101: at most 100 PEs on the twin here (shape_1_16_1_101_101): the twin runs one process per PE "
+            "with 42 tasks each (its main thread, 40 AIV block threads, the SDMA engine), 4,242 in all, and this "
+            "machine lets 4,200 more start (the least of RLIMIT_NPROC 4,300 less 100 running); a timing-model "
+            "clock launches nothing and has no such bound")
+    assert (str(e.value), e.value.parameter, e.value.value, e.value.allowed) == (
+        text, "pes", 101, "at most 100 PEs on the twin here")
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    monkeypatch.setattr(runner, "prepare_case", lambda *a, **k: pytest.fail("case files written"))
+    args = ["compare", "-pes", "101", "-bs", "1", "-h", "16", "-topk", "1", "--work-dir", str(tmp_path)]
+    assert cli.main(args) == 2
+    text = text.replace("shape_1_16_1_101_101", "shape_1_16_1_202_101")  # the command line's 2 experts per PE
+    assert capsys.readouterr().err == (f"combine-lab: error: -pes: {text}; the timing model prices it without "
+                                       f"running it: combine-lab {' '.join(args)} --clock model:a3\n")
+    monkeypatch.setattr(capacity, "task_room", lambda: _room(0))
+    assert cli.main(args + ["--clock", "model:a3"]) == 0
+    assert "shape_1_16_1_202_101 uniform doubleplane MODEL" in capsys.readouterr().out
+
+
+def test_the_room_for_tasks_comes_from_the_user_limit_and_the_kernels(monkeypatch):
+    from combine_lab.planning import capacity
+
+    monkeypatch.setattr(capacity.resource, "getrlimit", lambda which: (500, 1000))
+    room = capacity.task_room()
+    mine = room["limits"]["RLIMIT_NPROC"][1]
+    assert room["limits"]["RLIMIT_NPROC"][0] == 500 and 1 <= mine < 500  # this test's own threads at least
+    assert room["free"] == min(limit - n for limit, n in room["limits"].values()) <= 500 - mine
+    monkeypatch.setattr(capacity.resource, "getrlimit", lambda which: (capacity.resource.RLIM_INFINITY,) * 2)
+    assert "RLIMIT_NPROC" not in capacity.task_room()["limits"]
+
+
 def test_session_in_use_is_refused_and_left_alone(twin_binary, tmp_path, no_leaks):
     session = f"{RUN_TAG}in_use"
     other = shm_path(session)

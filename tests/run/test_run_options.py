@@ -154,3 +154,64 @@ def test_no_module_but_the_options_checks_warmup_or_loops_itself():
     own = [str(p.relative_to(package)) for p in package.rglob("*.py")
            if "must be an int >= {lo}" in p.read_text() or "need warmup >= 0" in p.read_text()]
     assert own == ["run/options.py"] or sorted(own) == ["run/options.py"], own
+
+
+def test_the_harness_run_has_the_options_fields_once_and_refuses_a_bad_one_when_made():
+    """Run's option fields are RunOptions's (one list: names, defaults, checks), and a bad one is
+    refused as the Run is made, in RunOptions's words and ``parameter``."""
+    import dataclasses
+
+    own = {f.name: f.default for f in dataclasses.fields(RunOptions)}
+    assert opts.OPTION_FIELDS == ("warmup", "loops", "perf", "prof_pe", "min_sdma_bytes", "target", "timeout_s",
+                                  "chaos_seed", "fnpu", "fpe")
+    assert issubclass(harness.Run, RunOptions)
+    assert {f.name: f.default for f in dataclasses.fields(harness.Run) if f.name in own} == own
+    assert "warmup" not in harness.Run.__dict__["__annotations__"]  # written in RunOptions only
+    run = harness.Run(SPEC, "classic", harness.WALL, 3, warmup=2, loops=7, prof_pe="all")
+    assert (run.repeats, run.warmup, run.loops, run.prof_pe, run.min_sdma_bytes) == (3, 2, 7, "all", 2097152)
+    assert run.options == RunOptions(warmup=2, loops=7, prof_pe="all") and run.prof_pes(2) == [0, 1]
+    for name, value in [("warmup", -1), ("loops", 0), ("timeout_s", 0.0), ("target", "gpu"), ("fnpu", -2),
+                        ("perf", "yes"), ("prof_pe", "last"), ("chaos_seed", -1)]:
+        with pytest.raises(ParameterError) as alone:
+            RunOptions(**{name: value})
+        with pytest.raises(ParameterError) as made:
+            harness.Run(SPEC, "classic", **{name: value})
+        assert (str(made.value), made.value.parameter) == (str(alone.value), name)
+    with pytest.raises(ParameterError) as e:
+        harness.Run(SPEC, "classic", repeats=0)
+    assert (str(e.value), e.value.parameter) == ("repeats=0: must be an int >= 1", "repeats")
+    with pytest.raises(ParameterError) as e:  # against the case's PEs, as the Run is made
+        harness.Run(SPEC, "classic", prof_pe=2)
+    assert (str(e.value), e.value.parameter) == ("prof_pe=2: must be 'all' or a PE in [0, 1]", "prof_pe")
+
+
+def test_a_bad_prof_pe_is_refused_alike_on_every_clock(monkeypatch, capsys):
+    """prof_pe=9 on a 2-PE case: the same words and ``parameter`` from a wall-clock Run, a model-clock
+    Run, the model's own entries (model_case, model_kernel: run/options.py's check, not copies) and the
+    command line on the twin and on --clock model:a3 (its flag first, the case after)."""
+    from pathlib import Path
+
+    from combine_lab.case.case import make_case
+    from combine_lab.model.machines import load_model
+    from combine_lab.model.modelled import model_case
+    from combine_lab.model.recorded import model_kernel
+
+    text = "prof_pe=9: must be 'all' or a PE in [0, 1]"
+    a3 = load_model("a3")
+    refstyle = Path(__file__).resolve().parents[1] / "kernels" / "combine_refstyle"
+    with pytest.raises(ParameterError) as e:  # its case files are written (and removed), nothing is launched
+        model_kernel(SPEC, refstyle, a3, prof_pe=9)
+    said = [(str(e.value), e.value.parameter, e.value.value)]
+    _nothing_runs(monkeypatch)
+    for make in (lambda: harness.Run(SPEC, "classic", prof_pe=9),
+                 lambda: harness.Run(SPEC, "doubleplane", clock=a3, prof_pe=9),
+                 lambda: model_case(make_case(SPEC), "doubleplane", a3, prof_pe=9)):
+        with pytest.raises(ParameterError) as e:
+            make()
+        said.append((str(e.value), e.value.parameter, e.value.value))
+    assert said == [(text, "prof_pe", 9)] * 4
+    for clock in ([], ["--clock", "model:a3"]):
+        argv = ["run", "-pes", "2", "-bs", "4", "-h", "16", "-topk", "2", "--perf", "--prof-pe", "9"] + clock
+        assert cli.main(argv) == 2
+        assert capsys.readouterr().err == ("combine-lab: error: --prof-pe=9: must be 'all' or a PE in [0, 1] "
+                                           "(shape_4_16_2_4_2 has 2 PEs)\n")
