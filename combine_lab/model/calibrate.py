@@ -259,6 +259,42 @@ def calibrate(model: NpuModel, meas: list[Measurement], free: list[str] | None =
         ParameterError: no measurements, ``cores`` not all/max, or a free name that is not a
             parameter of the model.
     """
+    free = _checked_free(model, meas, free, cores)
+    rows = {}
+    for m in meas:
+        if id(m.case) not in rows:
+            rows[id(m.case)] = case_rows(m.case, model.soc)
+    held = _held_out(meas)
+    fitted_meas = [m for m, h in zip(meas, held) if not h]
+    lo, hi, x0 = _log_box(model, free)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        mod = model.with_values(**{f: math.exp(v) for f, v in zip(free, x)})
+        return np.concatenate([np.log(p / np.maximum(g, 1e-9)) for p, g in _pairs(mod, rows, fitted_meas, cores)])
+
+    from scipy.optimize import least_squares  # here: importing it costs every command a quarter second
+
+    fit = least_squares(residuals, np.array(x0), bounds=(np.array(lo), np.array(hi)), x_scale="jac", method="trf")
+    x, blind, kept, cost = _blind_to_start(fit, x0, residuals)
+    fitted = model.with_values(**{f: math.exp(v) for f, v in zip(free, x)})
+    n_res = len(fit.fun)
+    warnings = []
+    if n_res <= len(free):
+        warnings.append(f"underdetermined: {n_res} measured time(s) for {len(free)} free parameters; the standard "
+                        "errors mean nothing. Calibrate from more cases (tiny, wide and skewed shapes) or fit fewer "
+                        "parameters (--free).")
+    std = _std_errors(fit, cost, blind, len(free))
+    params = _params_table(model, fitted, free, std, blind, kept)
+    cases = _cases_table(fitted, rows, meas, held, cores)
+    out = cases[cases["held_out"]]
+    held_err = float(out["error_pct"].abs().median()) if len(out) else float("nan")
+    problems = _problems(free, x, (lo, hi), kept, std, n_res, held_err)
+    return Calibration(fitted, params, cases, cost / 2, tuple(warnings), tuple(problems), held_err)
+
+
+def _checked_free(model: NpuModel, meas: list[Measurement], free: list[str] | None, cores: str) -> list[str]:
+    """The free parameters to fit, after refusing what cannot be fitted: no measurements, an unknown
+    ``cores`` or a free name the model does not have."""
     if not meas:
         raise ParameterError("no measurements to calibrate from")
     if cores not in ("all", "max"):
@@ -267,18 +303,22 @@ def calibrate(model: NpuModel, meas: list[Measurement], free: list[str] | None =
     unknown = [f for f in free if f not in model.params]
     if unknown:
         raise ParameterError(f"free parameter(s) {unknown}: one of {list(model.params)}")
-    rows = {}
-    for m in meas:
-        if id(m.case) not in rows:
-            rows[id(m.case)] = case_rows(m.case, model.soc)
-    all_meas = meas
+    return free
+
+
+def _held_out(meas: list[Measurement]) -> list[bool]:
+    """Which measurements the fit never sees, to check it: every fifth case (all its measurements), or
+    every fifth measurement with fewer than MIN_CASES_TO_HOLD_OUT cases; none below 5 measurements."""
     case_ids = list(dict.fromkeys(id(m.case) for m in meas))
     if len(case_ids) >= MIN_CASES_TO_HOLD_OUT:
         out_cases = set(case_ids[4::5]) or {case_ids[-1]}
-        held = [id(m.case) in out_cases for m in meas]
-    else:
-        held = [i % 5 == 4 for i in range(len(meas))] if len(meas) >= 5 else [False] * len(meas)
-    meas = [m for m, h in zip(all_meas, held) if not h]
+        return [id(m.case) in out_cases for m in meas]
+    return [i % 5 == 4 for i in range(len(meas))] if len(meas) >= 5 else [False] * len(meas)
+
+
+def _log_box(model: NpuModel, free: list[str]) -> tuple[list[float], list[float], list[float]]:
+    """(lo, hi, x0): each free parameter's range and start in log space, where the fit runs (its
+    residuals are relative); a factor 100 around the start where a parameter has no range."""
     lo, hi, x0 = [], [], []
     for f in free:
         p = model.params[f]
@@ -286,21 +326,19 @@ def calibrate(model: NpuModel, meas: list[Measurement], free: list[str] | None =
         lo.append(math.log(a))
         hi.append(math.log(b))
         x0.append(min(max(math.log(p.value), math.log(a)), math.log(b)))
+    return lo, hi, x0
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        mod = model.with_values(**{f: math.exp(v) for f, v in zip(free, x)})
-        return np.concatenate([np.log(p / np.maximum(g, 1e-9)) for p, g in _pairs(mod, rows, meas, cores)])
 
-    from scipy.optimize import least_squares  # here: importing it costs every command a quarter second
-
-    fit = least_squares(residuals, np.array(x0), bounds=(np.array(lo), np.array(hi)), x_scale="jac", method="trf")
+def _blind_to_start(fit, x0: list[float], residuals) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """(x, blind, kept, cost): the fit, each parameter the data are blind to put back at its start
+    where the fit stays as good (cost: the sum of squared residuals at the optimum)."""
     x = np.array(fit.x)
     # A parameter these measurements do not depend on at the fit (its column of the Jacobian is
     # zero: e.g. a rate above a bandwidth that caps it) has no confidence at all. It goes back to
     # its start value where that leaves the fit as good: the data say nothing about it, so the
     # written model must not carry a value the optimiser wandered to.
     blind = np.linalg.norm(fit.jac, axis=0) < 1e-9 * max(float(np.linalg.norm(fit.jac)), 1e-300)
-    kept = np.zeros(len(free), dtype=bool)
+    kept = np.zeros(len(x0), dtype=bool)
     cost = float(fit.fun @ fit.fun)
     for j in np.flatnonzero(blind):
         trial = x.copy()
@@ -308,39 +346,57 @@ def calibrate(model: NpuModel, meas: list[Measurement], free: list[str] | None =
         r = residuals(trial)
         if float(r @ r) <= cost * (1 + 1e-9) + 1e-300:
             x, kept[j] = trial, True
-    fitted = model.with_values(**{f: math.exp(v) for f, v in zip(free, x)})
+    return x, blind, kept, cost
+
+
+def _std_errors(fit, cost: float, blind: np.ndarray, n_free: int) -> np.ndarray:
+    """float [free]: each fitted value's standard error from the Jacobian (log units: relative), inf
+    where the data are blind to it or there are no more residuals than free parameters."""
     n_res = len(fit.fun)
-    warnings = []
-    if n_res <= len(free):
-        warnings.append(f"underdetermined: {n_res} measured time(s) for {len(free)} free parameters; the standard "
-                        "errors mean nothing. Calibrate from more cases (tiny, wide and skewed shapes) or fit fewer "
-                        "parameters (--free).")
-    dof = max(n_res - len(free), 1)
+    dof = max(n_res - n_free, 1)
     s2 = cost / dof
     try:
         cov = np.linalg.pinv(fit.jac.T @ fit.jac) * s2
         std = np.sqrt(np.clip(np.diag(cov), 0, None))  # in log units: relative error
     except np.linalg.LinAlgError:
-        std = np.full(len(free), np.nan)
+        std = np.full(n_free, np.nan)
     std = np.where(blind, np.inf, std)
-    if n_res <= len(free):
-        std = np.full(len(free), np.inf)
+    if n_res <= n_free:
+        std = np.full(n_free, np.inf)
+    return std
+
+
+def _params_table(model: NpuModel, fitted: NpuModel, free: list[str], std: np.ndarray, blind: np.ndarray,
+                  kept: np.ndarray) -> pd.DataFrame:
+    """Calibration.params: each free parameter's start, fitted value, unit, standard error (%) and
+    a note where the data did not move it."""
     notes = ["no effect on these measurements: kept at its start value" if k
              else "no effect at the fitted value (bounded by the data from one side only)" if b else ""
              for b, k in zip(blind, kept)]
-    params = pd.DataFrame({"name": free, "start": [model[f] for f in free], "value": [fitted[f] for f in free],
-                           "unit": [model.params[f].unit for f in free], "std_err_pct": 100 * std, "note": notes})
+    return pd.DataFrame({"name": free, "start": [model[f] for f in free], "value": [fitted[f] for f in free],
+                         "unit": [model.params[f].unit for f in free], "std_err_pct": 100 * std, "note": notes})
+
+
+def _cases_table(fitted: NpuModel, rows: dict[int, CaseRows], meas: list[Measurement], held: list[bool],
+                 cores: str) -> pd.DataFrame:
+    """Calibration.cases: every measurement (held out or fitted) against the fitted model, its
+    CoreMaxTime's error and the rms of its cores' errors."""
     recs = []
-    for (p, g), m, h in zip(_pairs(fitted, rows, all_meas, cores), all_meas, held):
+    for (p, g), m, h in zip(_pairs(fitted, rows, meas, cores), meas, held):
         mx, px = float(np.max(g, initial=0.0)), float(np.max(p, initial=0.0))
         core_err = np.log(p / np.maximum(g, 1e-9))
         recs.append({"source": m.source, "case_id": m.case.spec.case_id, "variant": m.variant, "metric": m.metric,
                      "pe": m.pe, "measured_us": mx, "modelled_us": px, "error_pct": 100 * (px - mx) / max(mx, 1e-9),
                      "rms_core_error_pct": 100 * float(np.sqrt(np.mean(core_err ** 2))) if len(core_err) else 0.0,
                      "held_out": h})
-    cases = pd.DataFrame(recs)
-    out = cases[cases["held_out"]]
-    held_err = float(out["error_pct"].abs().median()) if len(out) else float("nan")
+    return pd.DataFrame(recs)
+
+
+def _problems(free: list[str], x: np.ndarray, box: tuple[list[float], list[float]], kept: np.ndarray,
+              std: np.ndarray, n_res: int, held_err: float) -> list[str]:
+    """Why the fit is unusable, each naming what would fix it: too few times, a parameter on a bound
+    of its range or without confidence, a held-out error above the limit (docs/timing-model.md#7-calibration)."""
+    lo, hi = box
     problems = []
     if n_res <= len(free):
         problems.append(f"{n_res} measured time(s) for {len(free)} free parameters: none of "
@@ -362,4 +418,4 @@ def calibrate(model: NpuModel, meas: list[Measurement], free: list[str] | None =
     elif held_err > HELD_OUT_LIMIT_PCT:
         problems.append(f"the held-out measurements' median |error| is {held_err:.1f} % (limit "
                         f"{HELD_OUT_LIMIT_PCT:g} %): the model's form does not fit these times")
-    return Calibration(fitted, params, cases, cost / 2, tuple(warnings), tuple(problems), held_err)
+    return problems

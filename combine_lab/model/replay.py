@@ -45,10 +45,12 @@ each core issues.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
 from .costs import egress_classes, link_rate, mte_remote_rate, sdma_call_us, uplink_classes, uplink_share
+from .fair import SparseFair, fair_moved, fair_work, group_scan, grouped_cumsum, starts
 from .machines import LINK_PARAMETERS, ModelPoints, NpuModel
 from .stream import SDMA_QUIET_EVERY, CaseRows
 
@@ -79,91 +81,6 @@ class ModelledTimes:
 
 def _rate(gbps):
     return np.asarray(gbps, dtype=np.float64) * 1e3  # bytes per microsecond
-
-
-def _group_scan(group: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Running maximum of ``values`` (float [n] or [K, n], along the last axis) restarting at each
-    new ``group`` (int [n], sorted ascending); -inf entries come out below 0 (every time here is
-    >= 0, so they never win a max with one)."""
-    if values.shape[-1] == 0:
-        return values
-    finite = np.isfinite(values)
-    lo = np.minimum(np.where(finite, values, np.inf).min(axis=-1, keepdims=True), 0.0) - 1.0
-    hi = np.maximum(np.where(finite, values, -np.inf).max(axis=-1, keepdims=True), 0.0)
-    lo, hi = np.where(np.isfinite(lo), lo, -1.0), np.where(np.isfinite(hi), hi, 0.0)
-    lift = (hi - lo + 1.0) * group  # a later group always starts above every earlier value
-    return np.maximum.accumulate(np.where(finite, values, lo) + lift, axis=-1) - lift
-
-
-def _grouped_cumsum(group: np.ndarray, values: np.ndarray, firsts: np.ndarray | None = None) -> np.ndarray:
-    """Inclusive cumulative sum of ``values`` (float [n] or [K, n], along the last axis)
-    restarting at each new ``group`` (int [n], sorted); ``firsts``: where each group starts, if
-    known (:func:`_starts`)."""
-    c = np.cumsum(values, axis=-1)
-    if not c.shape[-1]:
-        return c
-    firsts = _starts(group) if firsts is None else firsts
-    lengths = np.diff(np.append(firsts, len(group)))
-    return c - np.repeat(c[..., firsts] - values[..., firsts], lengths, axis=-1)
-
-
-def _starts(group: np.ndarray) -> np.ndarray:
-    """int [groups]: where each run of equal values of ``group`` (sorted) starts."""
-    return np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(group) else np.zeros(0, dtype=np.int64)
-
-
-def _fair_moved(owner: np.ndarray, totals: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """For each query i: sum over the senders k of PE ``owner[i]`` of ``min(totals[owner, k], x[i])``.
-    ``totals``: float [pes, senders] bytes each sender moves in all."""
-    P, K = totals.shape
-    srt = np.sort(totals, axis=1)
-    pre = np.concatenate([np.zeros((P, 1)), np.cumsum(srt, axis=1)], axis=1)
-    span = float(srt.max(initial=0.0)) + 1.0
-    flat = (np.arange(P)[:, None] * span + srt).ravel()
-    below = np.searchsorted(flat, owner * span + x, side="right") - owner * K  # senders with totals <= x
-    return pre[owner, below] + (K - below) * x
-
-
-class _SparseFair:
-    """:func:`_fair_moved` over senders listed sparsely: sender i of group ``group[i]`` (int [n])
-    moves ``totals[i]`` bytes in all (float [n]); ``groups``: how many groups. Called with queries
-    (group int [q], x float [q]): for each, the sum over that group's senders of min(total, x)."""
-
-    def __init__(self, group: np.ndarray, totals: np.ndarray, groups: int):
-        order = np.lexsort((totals, group))
-        self.g, t = group[order], totals[order]
-        self.span = float(t.max(initial=0.0)) + 1.0
-        self.key = self.g * self.span + t
-        self.csum = np.concatenate([[0.0], np.cumsum(t)])
-        self.start = np.searchsorted(self.g, np.arange(groups), side="left")
-        self.end = np.searchsorted(self.g, np.arange(groups), side="right")
-
-    def __call__(self, qg: np.ndarray, x: np.ndarray) -> np.ndarray:
-        pos = np.searchsorted(self.key, qg * self.span + x, side="right")
-        pos = np.clip(pos, self.start[qg], self.end[qg])
-        return self.csum[pos] - self.csum[self.start[qg]] + (self.end[qg] - pos) * x
-
-
-def _fair_work(owner: np.ndarray, calls: np.ndarray, per_call: np.ndarray):
-    """A function of queries x: for each i, the sum over the senders k of PE ``owner[i]`` of
-    ``min(calls[owner, k], x[i]) * per_call[owner, k]``: the engines' work when every core has had
-    up to x of its calls served, each core's calls counted at their average cost (``per_call``:
-    float [pes, senders]). Sorted once, asked at every SDMA quiet."""
-    P, K = calls.shape
-    order = np.argsort(calls, axis=1, kind="stable")
-    srt = np.take_along_axis(calls, order, axis=1)
-    w = np.take_along_axis(per_call, order, axis=1)
-    pre = np.concatenate([np.zeros((P, 1)), np.cumsum(srt * w, axis=1)], axis=1)
-    suf = np.concatenate([np.cumsum(w[:, ::-1], axis=1)[:, ::-1], np.zeros((P, 1))], axis=1)
-    span = float(srt.max(initial=0.0)) + 1.0
-    flat = (np.arange(P)[:, None] * span + srt).ravel()
-
-    def at(x: np.ndarray, who: np.ndarray | None = None) -> np.ndarray:
-        """``who``: the PE of each query (default ``owner``, one query per sender)."""
-        who = owner if who is None else who
-        below = np.searchsorted(flat, who * span + x, side="right") - who * K
-        return pre[who, below] + x * suf[who, below]
-    return at
 
 
 def chunk_counts(counts: np.ndarray, cores_per_rank: int) -> np.ndarray:
@@ -238,156 +155,187 @@ class Stage1:
                  layout: bool = False, incoming: np.ndarray | None = None):
         if sdma_mode not in SDMA_MODES:
             raise ValueError(f"sdma_mode={sdma_mode!r}: one of {SDMA_MODES}")
-        N = max(int(cores_per_rank), 1)
-        P, B, row, m = pes, block_dim, float(row_bytes), model
+        self.model, self.pes, self.epp, self.layout, self.pe_of = model, pes, epp, layout, np.asarray(pe_of)
+        self.B, self.row = block_dim, float(row_bytes)
+        c = self._chunks(counts, sdma, max(int(cores_per_rank), 1))
+        lim = self._shared_limits(c, incoming)
+        calls = self._row_calls(c) if sdma_mode == "row" else self._segment_calls(c)
+        self._sdma_quiets(c, calls)
+        core_hbm_bytes, core_up_t = self._sdma_bounds(c, lim, calls)
+        self._mte_bounds(c, lim, core_hbm_bytes, core_up_t)
+        self._chunk_rows(c)
+
+    def _chunks(self, counts: np.ndarray, sdma: np.ndarray, N: int) -> SimpleNamespace:
+        """Every chunk in loop order, with its sender core, source rank and link class: the order
+        every later step scans, fixed by the plan alone."""
+        P, B, m = self.pes, self.B, self.model
         G = max(B // N, 1)                           # groups of N cores, one source rank each at a time
         counts = chunk_counts(counts, N)
         sdma = np.repeat(np.asarray(sdma, dtype=bool), N, axis=1)
         V, S = counts.shape                          # S: chunks (segments when N = 1)
-        self.model, self.pes, self.epp, self.layout, self.pe_of = m, P, epp, layout, np.asarray(pe_of)
-        self.V, self.B, self.row = V, B, row
+        self.V, self.S = V, S
         classes = m.pair_class(P)                    # link class of each (sender, receiver) pair
         # Every chunk in loop order (by core, then the order it sends them): one permutation of the
         # S chunks, the same in every row, rows in turn; arrays [V, S] in that order, raveled.
         us_ = np.arange(S) // N
-        local = np.lexsort(((us_ % P // G) * epp + us_ // P, (us_ % P % G) * N + np.arange(S) % N))
-        key = (np.arange(V)[:, None] * S + local[None, :]).ravel()   # each chunk's place in the rows
+        local = np.lexsort(((us_ % P // G) * self.epp + us_ // P, (us_ % P % G) * N + np.arange(S) % N))
         src_l = local // N % P                                        # its source rank: whose link it takes
         n2 = counts[:, local].astype(np.float64)
         sd2 = sdma[:, local]
-        remote2 = src_l[None, :] != self.pe_of[:, None]
-        n, sd, remote = n2.ravel(), sd2.ravel(), remote2.ravel()
         v = np.repeat(np.arange(V), S)
-        ks_core = (np.arange(V)[:, None] * B + ((src_l % G) * N + local % N)[None, :]).ravel()  # its sender, sorted
-        core = ks_core
-        firsts = _starts(ks_core)                    # where each core's chunks start
+        core = (np.arange(V)[:, None] * B + ((src_l % G) * N + local % N)[None, :]).ravel()  # its sender, sorted
         src = np.tile(src_l, V)
-        nbytes = n * row
-        cls = classes[self.pe_of[:, None], src_l[None, :]].ravel()   # the segment's link class
-        link_pair = link_rate(m, classes[np.repeat(self.pe_of, P), np.tile(np.arange(P), V)])  # [V * P]
+        n = n2.ravel()
+        return SimpleNamespace(
+            N=N, V=V, S=S, n2=n2, sd2=sd2, n=n, sd=sd2.ravel(), v=v, core=core, src=src,
+            key=(np.arange(V)[:, None] * S + local[None, :]).ravel(),  # each chunk's place in the rows
+            remote=(src_l[None, :] != self.pe_of[:, None]).ravel(),
+            firsts=starts(core),                                       # where each core's chunks start
+            nbytes=n * self.row, pair=v * P + src, owner=np.repeat(np.arange(V), B),
+            cls=classes[self.pe_of[:, None], src_l[None, :]].ravel(),  # the segment's link class
+            link_pair=link_rate(m, classes[np.repeat(self.pe_of, P), np.tile(np.arange(P), V)]))  # [V * P]
 
+    def _shared_limits(self, c: SimpleNamespace, incoming: np.ndarray | None) -> SimpleNamespace:
+        """Who shares each limit and with how many bytes: the links, the die's egress, its HBM and
+        the server's uplinks (docs/timing-model.md#3-costs), each bound a sender's completion."""
+        P, B, V, m = self.pes, self.B, c.V, self.model
+        sd, nbytes, core, v = c.sd, c.nbytes, c.core, c.v
         # Bytes per link (pe -> src) and per sender; a PE's senders: its B cores (MTE), its engines (SDMA).
-        pair = v * P + src
-        mte_remote = nbytes * (remote & ~sd)
-        link_sdma = np.bincount(pair, weights=nbytes * sd, minlength=V * P)
+        mte_remote = nbytes * (c.remote & ~sd)
+        link_sdma = np.bincount(c.pair, weights=nbytes * sd, minlength=V * P)
         # Every sender on a link: each core's MTE bytes to that destination, and the engines' SDMA
         # (sparse: the (link, sender) pairs that move anything): they share the link fairly, however
         # many cores a source rank has.
-        if N == 1:  # one core per source rank: a link has one core's MTE and the engines' SDMA
-            link_mte = np.bincount(pair, weights=mte_remote, minlength=V * P)
+        if c.N == 1:  # one core per source rank: a link has one core's MTE and the engines' SDMA
+            link_mte = np.bincount(c.pair, weights=mte_remote, minlength=V * P)
             on_link = lambda g, x: np.minimum(link_mte[g], x) + np.minimum(link_sdma[g], x)  # noqa: E731
         else:
-            dense = np.bincount(pair * (B + 1) + core % B, weights=mte_remote, minlength=V * P * (B + 1))
+            dense = np.bincount(c.pair * (B + 1) + core % B, weights=mte_remote, minlength=V * P * (B + 1))
             dense[B::B + 1] = link_sdma
             sender_key = np.flatnonzero(dense)
-            on_link = _SparseFair(sender_key // (B + 1), dense[sender_key], V * P)
+            on_link = SparseFair(sender_key // (B + 1), dense[sender_key], V * P)
         # The die's egress: its bytes to other dies but the SIO pair's (costs.egress_classes).
-        eg = egress_classes(m)[cls]
-        mte_eg = mte_remote * eg
-        core_remote = np.bincount(core, weights=mte_eg, minlength=V * B).reshape(V, B)
-        pe_sdma = (n2 * sd2).sum(axis=1) * row
+        eg = egress_classes(m)[c.cls]
+        core_remote = np.bincount(core, weights=mte_remote * eg, minlength=V * B).reshape(V, B)
+        pe_sdma = (c.n2 * c.sd2).sum(axis=1) * self.row
         pe_sdma_eg = np.bincount(v, weights=nbytes * (sd & eg), minlength=V)
-        senders = np.concatenate([core_remote, pe_sdma_eg[:, None]], axis=1)  # [V, B + 1]
-        owner = np.repeat(np.arange(V), B)
         # The die's HBM: its cores' GM -> UB reads (every MTE chunk), its SDMA reads and the rows
         # written into its window (``incoming``, default what it sends: a balanced exchange).
         core_read = np.bincount(core, weights=nbytes * ~sd, minlength=V * B).reshape(V, B)
-        inc = n2.sum(axis=1) * row if incoming is None else np.broadcast_to(np.asarray(incoming, dtype=np.float64), (V,))
-        hbm_senders = np.concatenate([core_read, pe_sdma[:, None], inc[:, None]], axis=1)  # [V, B + 2]
+        inc = (c.n2.sum(axis=1) * self.row if incoming is None
+               else np.broadcast_to(np.asarray(incoming, dtype=np.float64), (V,)))
         # The server's uplinks: what the PE sends off its server, at its share of them.
-        up_c = uplink_classes(m)[cls] & remote
-        up_rate = uplink_share(m, P)[self.pe_of]                                           # [V] bytes/us
+        up_c = uplink_classes(m)[c.cls] & c.remote
         core_up = np.bincount(core, weights=nbytes * (up_c & ~sd), minlength=V * B).reshape(V, B)
         pe_sdma_up = np.bincount(v, weights=nbytes * (up_c & sd), minlength=V)
-        up_senders = np.concatenate([core_up, pe_sdma_up[:, None]], axis=1)                # [V, B + 1]
+        return SimpleNamespace(
+            link_sdma=link_sdma, on_link=on_link, eg=eg, pe_sdma=pe_sdma, pe_sdma_eg=pe_sdma_eg,
+            senders=np.concatenate([core_remote, pe_sdma_eg[:, None]], axis=1),            # [V, B + 1]
+            core_read=core_read,
+            hbm_senders=np.concatenate([core_read, pe_sdma[:, None], inc[:, None]], axis=1),  # [V, B + 2]
+            up_rate=uplink_share(m, P)[self.pe_of], core_up=core_up, pe_sdma_up=pe_sdma_up,  # up_rate: [V] bytes/us
+            up_senders=np.concatenate([core_up, pe_sdma_up[:, None]], axis=1))             # [V, B + 1]
 
-        # ---- SDMA calls: per core, in loop order; the engines go round-robin across the PE's cores ----
-        if sdma_mode == "row":  # one call per row; its cost is its link class's
-            ops = np.where(sd, n, 0.0)
-            n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
-            per_class = sdma_call_us(m, np.arange(len(m.links)), row)   # a row's call costs its class's
-            work_c = np.bincount(core, weights=ops * np.where(sd, per_class[cls], 0.0), minlength=V * B)
-            avg_c = np.divide(work_c.reshape(V, B), n_c, out=np.zeros((V, B)), where=n_c > 0)
+    def _row_calls(self, c: SimpleNamespace) -> SimpleNamespace:
+        """The SDMA calls of one per row, each at its link class's cost: how many each core issues
+        and the engines' work and bytes when every core has had k of its calls served."""
+        V, B, m = c.V, self.B, self.model
+        ops = np.where(c.sd, c.n, 0.0)
+        n_c = np.bincount(c.core, weights=ops, minlength=V * B).reshape(V, B)
+        per_class = sdma_call_us(m, np.arange(len(m.links)), self.row)   # a row's call costs its class's
+        work_c = np.bincount(c.core, weights=ops * np.where(c.sd, per_class[c.cls], 0.0), minlength=V * B)
+        avg_c = np.divide(work_c.reshape(V, B), n_c, out=np.zeros((V, B)), where=n_c > 0)
+        # the engines' work (us) when core c's first k[v, c] calls are done: every core c' of the
+        # PE contributes min(n_c', k) calls, at its calls' average cost (bytes: one row each).
+        engines = fair_work(c.owner, n_c, avg_c)
+        return SimpleNamespace(
+            n_c=n_c,
+            work_done=lambda k: engines(k.ravel()).reshape(V, B),
+            bytes_done=lambda k: fair_moved(c.owner, n_c, k.ravel()).reshape(V, B) * self.row,
+            quiet_done=lambda x, act: engines(np.full(len(act), x), c.owner[act]))
 
-            # the engines' work (us) when core c's first k[v, c] calls are done: every core c' of the
-            # PE contributes min(n_c', k) calls, at its calls' average cost (bytes: one row each).
-            fair_work = _fair_work(owner, n_c, avg_c)
-            work_done = lambda k: fair_work(k.ravel()).reshape(V, B)                         # noqa: E731
-            bytes_done = lambda k: _fair_moved(owner, n_c, k.ravel()).reshape(V, B) * row  # noqa: E731
-        else:  # one call per segment, of its own size
-            ops = np.where(sd & (n > 0), 1.0, 0.0)
-            n_c = np.bincount(core, weights=ops, minlength=V * B).reshape(V, B)
-            work = np.where(sd, sdma_call_us(m, cls, nbytes), 0.0) * ops
-            k_ops, k_work, k_bytes = ops, work, nbytes * ops
-            seg_end = _grouped_cumsum(ks_core, k_ops, firsts)
-            work_end, bytes_end = _grouped_cumsum(ks_core, k_work, firsts), _grouped_cumsum(ks_core, k_bytes, firsts)
-            span = float(n.sum() + 2)
-            peers = np.broadcast_to(np.arange(V)[:, None, None] * B + np.arange(B)[None, None, :], (V, B, B)).ravel()
+    def _segment_calls(self, c: SimpleNamespace) -> SimpleNamespace:
+        """The SDMA calls of one per segment (chunk), each of its own size: as :meth:`_row_calls`,
+        a whole call counted at once."""
+        V, B, ks_core = c.V, self.B, c.core
+        ops = np.where(c.sd & (c.n > 0), 1.0, 0.0)
+        n_c = np.bincount(ks_core, weights=ops, minlength=V * B).reshape(V, B)
+        work = np.where(c.sd, sdma_call_us(self.model, c.cls, c.nbytes), 0.0) * ops
+        seg_end = grouped_cumsum(ks_core, ops, c.firsts)
+        work_end, bytes_end = grouped_cumsum(ks_core, work, c.firsts), grouped_cumsum(ks_core, c.nbytes * ops, c.firsts)
+        span = float(c.n.sum() + 2)
+        peers = np.broadcast_to(np.arange(V)[:, None, None] * B + np.arange(B)[None, None, :], (V, B, B)).ravel()
 
-            def served(k: np.ndarray, ends: np.ndarray) -> np.ndarray:
-                if len(ks_core) == 0:
-                    return np.zeros((V, B))
-                kk = np.minimum(n_c[:, None, :], k[:, :, None]).ravel()
-                at = np.minimum(np.searchsorted(ks_core * span + seg_end, peers * span + kk, side="left"),
-                                len(ks_core) - 1)
-                got = np.where((ks_core[at] == peers) & (kk > 0) & (k_ops[at] > 0), ends[at], 0.0)
-                return got.reshape(V, B, B).sum(axis=2)  # kk counts whole calls: a segment is one
+        def served(k: np.ndarray, ends: np.ndarray) -> np.ndarray:
+            if len(ks_core) == 0:
+                return np.zeros((V, B))
+            kk = np.minimum(n_c[:, None, :], k[:, :, None]).ravel()
+            at = np.minimum(np.searchsorted(ks_core * span + seg_end, peers * span + kk, side="left"),
+                            len(ks_core) - 1)
+            got = np.where((ks_core[at] == peers) & (kk > 0) & (ops[at] > 0), ends[at], 0.0)
+            return got.reshape(V, B, B).sum(axis=2)  # kk counts whole calls: a segment is one
 
-            work_done = lambda k: served(k, work_end)    # noqa: E731
-            bytes_done = lambda k: served(k, bytes_end)  # noqa: E731
+        return SimpleNamespace(
+            n_c=n_c, work_done=lambda k: served(k, work_end), bytes_done=lambda k: served(k, bytes_end),
+            quiet_done=lambda x, act: served(np.full((V, B), x), work_end).ravel()[act])
 
-        # SDMA quiet j (after every SDMA_QUIET_EVERY issues) of the cores that have one: the engines'
-        # work then done, asked once here (it depends on no timing parameter but the links').
-        gates = (n_c // SDMA_QUIET_EVERY).astype(np.int64).ravel()
+    def _sdma_quiets(self, c: SimpleNamespace, calls: SimpleNamespace) -> None:
+        """The engines' work done at each core's SDMA quiet j (after every SDMA_QUIET_EVERY issues),
+        asked once here: it depends on no timing parameter but the links'."""
+        gates = (calls.n_c // SDMA_QUIET_EVERY).astype(np.int64).ravel()
         by_gates = np.argsort(-gates, kind="stable")
         desc = -gates[by_gates]
         self.quiets = []
         for j in range(1, int(gates.max(initial=0)) + 1):
             act = by_gates[:np.searchsorted(desc, -j, side="right")]   # the cores with at least j quiets
-            if sdma_mode == "row":
-                done = fair_work(np.full(len(act), float(j * SDMA_QUIET_EVERY)), owner[act])
-            else:
-                done = work_done(np.full((V, B), float(j * SDMA_QUIET_EVERY))).ravel()[act]
-            self.quiets.append((act, done))
-        self.issues_after = (n_c.ravel() - gates * SDMA_QUIET_EVERY)     # SDMA issues after the last quiet
-        self.n_c = n_c.ravel()
-        self.engine_work = work_done(n_c).ravel()
-        # Fair-share bounds of the SDMA calls: their links (each core's dsts) and the PE's egress.
-        sdma_link = np.where(sd, (on_link(np.arange(V * P), link_sdma) / link_pair)[pair], 0.0)
-        self.core_first, self.core_of_first = firsts, ks_core[firsts]
+            self.quiets.append((act, calls.quiet_done(float(j * SDMA_QUIET_EVERY), act)))
+        self.issues_after = (calls.n_c.ravel() - gates * SDMA_QUIET_EVERY)     # SDMA issues after the last quiet
+        self.n_c = calls.n_c.ravel()
+        self.engine_work = calls.work_done(calls.n_c).ravel()
+
+    def _sdma_bounds(self, c: SimpleNamespace, lim: SimpleNamespace,
+                     calls: SimpleNamespace) -> tuple[np.ndarray, np.ndarray]:
+        """Fair-share bounds of each core's SDMA calls: their links (each core's dsts), the PE's
+        egress and HBM (as bytes, divided by each point's rate when priced) and the uplinks.
+        Returns each core's HBM bytes and uplink time for its last MTE chunk."""
+        V, B, owner, firsts = c.V, self.B, c.owner, c.firsts
+        sdma_link = np.where(c.sd, (lim.on_link(np.arange(V * self.pes), lim.link_sdma) / c.link_pair)[c.pair], 0.0)
+        self.core_first, self.core_of_first = firsts, c.core[firsts]
         link_bound = np.zeros(V * B)
-        if len(ks_core):
+        if len(c.core):
             link_bound[self.core_of_first] = np.maximum.reduceat(sdma_link, firsts)
-        # the egress bounds as bytes: divided by each point's egress rate when priced
         self.link_bound = link_bound
-        bd = bytes_done(n_c).ravel()                 # the engines' bytes when each core's calls are done
-        busy = (n_c > 0).ravel()
-        eg_frac = np.divide(pe_sdma_eg, pe_sdma, out=np.zeros(V), where=pe_sdma > 0)[owner]
-        self.egress_bytes = np.where(busy, _fair_moved(owner, senders, bd * eg_frac), 0.0)
+        bd = calls.bytes_done(calls.n_c).ravel()     # the engines' bytes when each core's calls are done
+        busy = (calls.n_c > 0).ravel()
+        pe_sdma = lim.pe_sdma
+        eg_frac = np.divide(lim.pe_sdma_eg, pe_sdma, out=np.zeros(V), where=pe_sdma > 0)[owner]
+        self.egress_bytes = np.where(busy, fair_moved(owner, lim.senders, bd * eg_frac), 0.0)
         # HBM and uplinks bound a core's completion (its SDMA calls, its last MTE chunk), not each
         # chunk: one query per core (the chunks before its last are bounded by the links and egress)
-        hb = _fair_moved(np.tile(owner, 2), hbm_senders, np.concatenate([bd, core_read.ravel()]))
+        hb = fair_moved(np.tile(owner, 2), lim.hbm_senders, np.concatenate([bd, lim.core_read.ravel()]))
         self.sdma_hbm_bytes = np.where(busy, hb[:V * B], 0.0)
-        core_hbm_bytes = hb[V * B:]
-        up_frac = np.divide(pe_sdma_up, pe_sdma, out=np.zeros(V), where=pe_sdma > 0)[owner]
-        if up_senders.any():
-            ut = _fair_moved(np.tile(owner, 2), up_senders, np.concatenate([bd * up_frac, core_up.ravel()]))
-            ut = ut / np.tile(up_rate[owner], 2)
+        up_frac = np.divide(lim.pe_sdma_up, pe_sdma, out=np.zeros(V), where=pe_sdma > 0)[owner]
+        if lim.up_senders.any():
+            ut = fair_moved(np.tile(owner, 2), lim.up_senders, np.concatenate([bd * up_frac, lim.core_up.ravel()]))
+            ut = ut / np.tile(lim.up_rate[owner], 2)
         else:
             ut = np.zeros(2 * V * B)
         sdma_up_t = np.where(busy & (up_frac > 0), ut[:V * B], 0.0)
-        core_up_t = np.where(core_up.ravel() > 0, ut[V * B:], 0.0)
         self.sdma_static = np.maximum(self.link_bound, sdma_up_t)  # the bounds that no point moves
+        return hb[V * B:], np.where(lim.core_up.ravel() > 0, ut[V * B:], 0.0)
 
-        # ---- MTE chunks in loop order: their bounds by the links and the egress ----
-        is_mte = ~sd & (n > 0)
-        far = is_mte & remote
-        k_mte_remote = np.where(far, nbytes, 0.0)
-        to_dst = _grouped_cumsum(ks_core * P + src, k_mte_remote)  # the core's MTE bytes to this dst so far
-        so_far = _grouped_cumsum(ks_core, k_mte_remote * eg, firsts)  # its MTE bytes through the egress so far
-        fp = pair[far]
-        self.far = far
-        # each core's last MTE chunk carries its HBM and uplink bounds (its whole reads, its bytes off the server)
+    def _mte_bounds(self, c: SimpleNamespace, lim: SimpleNamespace, core_hbm_bytes: np.ndarray,
+                    core_up_t: np.ndarray) -> None:
+        """The MTE chunks in loop order and their bounds by the links and the egress; each core's
+        last MTE chunk also carries its HBM and uplink bounds (its whole reads, its bytes off the server)."""
+        ks_core, firsts = c.core, c.firsts
+        is_mte = ~c.sd & (c.n > 0)
+        far = is_mte & c.remote
+        k_mte_remote = np.where(far, c.nbytes, 0.0)
+        to_dst = grouped_cumsum(ks_core * self.pes + c.src, k_mte_remote)  # the core's MTE bytes to this dst so far
+        so_far = grouped_cumsum(ks_core, k_mte_remote * lim.eg, firsts)  # its MTE bytes through the egress so far
+        fp = c.pair[far]
+        self.far, self.is_mte = far, is_mte
         last = np.full(len(ks_core), False)
         if len(ks_core):
             at_last = np.maximum.reduceat(np.where(is_mte, np.arange(len(ks_core)), -1), firsts)
@@ -395,17 +343,21 @@ class Stage1:
         self.last_mte = last
         self.mte_hbm_bytes = core_hbm_bytes[ks_core[last]]
         static = np.full(len(ks_core), -np.inf)
-        static[far] = on_link(fp, to_dst[far]) / link_pair[fp]
+        static[far] = lim.on_link(fp, to_dst[far]) / c.link_pair[fp]
         static[last] = np.maximum(static[last], core_up_t[ks_core[last]])
         self.far_static = static[far]            # the bounds that no point moves
         self.last_static = static[last]
-        self.far_egress_bytes = _fair_moved(v[far], senders, so_far[far])
-        self.key, self.ks_core, self.is_mte = key, ks_core, is_mte
-        self.k_n, self.k_remote, self.k_cls = n, remote, cls
-        sdma_rows = np.where(sd, n, 0.0)
-        self.before = _grouped_cumsum(ks_core, sdma_rows, firsts) - sdma_rows   # SDMA rows of the core before this chunk
-        self.rows_c = np.bincount(core, weights=sdma_rows, minlength=V * B)
-        self.sd, self.S = sd, S
+        self.far_egress_bytes = fair_moved(c.v[far], lim.senders, so_far[far])
+
+    def _chunk_rows(self, c: SimpleNamespace) -> None:
+        """What :meth:`price` reads of every chunk: its place, sender, rows, link class, and the
+        SDMA rows its core flags before it (the flags follow the calls in loop order)."""
+        self.key, self.ks_core = c.key, c.core
+        self.k_n, self.k_remote, self.k_cls = c.n, c.remote, c.cls
+        sdma_rows = np.where(c.sd, c.n, 0.0)
+        self.before = grouped_cumsum(c.core, sdma_rows, c.firsts) - sdma_rows  # the core's SDMA rows before it
+        self.rows_c = np.bincount(c.core, weights=sdma_rows, minlength=c.V * self.B)
+        self.sd = c.sd
 
     def price(self, model: NpuModel | ModelPoints, flags: bool = True, queue: bool = False):
         """comm_only float64 [K, V, block_dim] in us at the K points of ``model`` (K = 1 for an
@@ -455,12 +407,12 @@ class Stage1:
         tail = np.where(is_mte, quiet + n * flag, 0.0)
         start = t[:, ks_core]                                            # after the SDMA issue phase
         D = pipe + tail
-        C = _grouped_cumsum(ks_core, D, self.core_first)
+        C = grouped_cumsum(ks_core, D, self.core_first)
         bound = np.full((K, len(ks_core)), -np.inf)
         bound[:, self.far] = np.maximum(self.far_static, self.far_egress_bytes / egress)
         last = self.last_mte
         bound[:, last] = np.maximum(np.maximum(bound[:, last], self.last_static), self.mte_hbm_bytes / hbm)
-        lead = _group_scan(ks_core, np.where(is_mte, start + bound + tail - C, -np.inf))
+        lead = group_scan(ks_core, np.where(is_mte, start + bound + tail - C, -np.inf))
         end = C + np.maximum(start, lead)
         mte_end = np.full((K, V * B), -np.inf)
         if len(ks_core):
@@ -532,8 +484,8 @@ def replay(rows: CaseRows, sdma: np.ndarray, model: NpuModel, sdma_mode: str | N
 
     # ---- Stage 2: every slot's flag landing, each token's last one, a scan per core ----
     at, after = rows.landing  # each slot's chunk (-1: no row) and its place in it
-    starts = np.append(flag_start, -np.inf)  # index -1: a slot without a row never lands
-    by_slot = (starts[at] + after * m["flag_us"]).reshape(-1, rows.topk)
+    flag_at = np.append(flag_start, -np.inf)  # index -1: a slot without a row never lands
+    by_slot = (flag_at[at] + after * m["flag_us"]).reshape(-1, rows.topk)
     arrive = by_slot[:, 0].copy()
     for k in range(1, rows.topk):  # each token's last flag (slice by slice: a reduce over a short axis is slower)
         np.maximum(arrive, by_slot[:, k], out=arrive)
@@ -567,4 +519,4 @@ def stage2_hbm_us(comm_only: np.ndarray, moved: np.ndarray, hbm_GBps: float) -> 
 def _fair_rows(moved: np.ndarray) -> np.ndarray:
     """float [P, B]: for each core, sum over its PE's cores k of min(moved[k], moved[core])."""
     P, B = moved.shape
-    return _fair_moved(np.repeat(np.arange(P), B), moved, moved.ravel()).reshape(P, B)
+    return fair_moved(np.repeat(np.arange(P), B), moved, moved.ravel()).reshape(P, B)

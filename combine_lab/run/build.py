@@ -260,6 +260,49 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
         BuildError: cmake is missing, or configuring or compiling failed.
         KernelSourceError: ``kernel`` does not meet the entry contract (before anything is built).
     """
+    kernel, broken = _checked_request(target, broken, kernel, main, program)
+    broken_fp = overlays.fingerprint(broken, source_root()) if broken else ""  # ParameterError for a name with no patch
+    config_args, soc = _toolchain_args(target, broken, soc)
+    kernel_fp = ""
+    if kernel is not None:
+        config_args += _kernel_args(kernel, main)
+        kernel_fp = kernel.fingerprint()
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        raise BuildError("cmake not found on PATH: install it (apt-get install cmake, or pip install cmake)")
+    root = source_root()
+    bdir = _build_folder(build_dir, target, soc, kernel, main)
+    bdir.mkdir(parents=True, exist_ok=True)
+    binary = bdir / (main or program)
+    stamp = _stamp(bdir, program)
+    log = bdir / BUILD_LOG
+    with open(bdir / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if broken:
+            config_args.append(f"-DCOMBINE_BROKEN_SRC={bdir / 'broken_src'}")
+        config = " ".join(config_args)
+        fp = _fingerprint(root, target, config + kernel_fp + broken_fp)
+        fresh, old_config = _last_build(stamp, fp, [binary] + [broken_binary(bdir, n) for n in broken], force)
+        if fresh:
+            return binary
+        _say_building(kernel, target, bdir, log)
+        log.write_text("")
+        if broken:  # the broken kernels' copies of kernels/, each with its patch (a changed one rebuilt alone)
+            try:
+                overlays.write_sources(broken, bdir / "broken_src", root)
+            except overlays.BrokenPatchError as e:
+                raise BuildError(str(e)) from e
+        _configure_and_compile(cmake, root, bdir, target, config_args, old_config, program, log)
+        if not binary.is_file():
+            raise BuildError(f"build finished but {binary} is missing")
+        stamp.write_text(json.dumps({"fingerprint": fp, "target": target, "config": config}))
+    return binary
+
+
+def _checked_request(target: str, broken: list[str] | None, kernel, main: str | None,
+                     program: str) -> tuple[object, list[str]]:
+    """(kernel source or None, broken names): what :func:`build` was asked for, refused before
+    anything runs where the combination cannot be built (each error names its parameter)."""
     if target not in TARGETS:
         raise ParameterError(f"target={target!r}: must be one of {', '.join(TARGETS)}")
     if kernel is not None:
@@ -279,7 +322,12 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
     if broken and target != "cpu":
         raise ParameterError(f"broken: the broken kernels run on the twin only, not target={target!r}",
                              parameter="broken", value=broken)
-    broken_fp = overlays.fingerprint(broken, source_root()) if broken else ""  # ParameterError for a name with no patch
+    return kernel, broken
+
+
+def _toolchain_args(target: str, broken: list[str], soc: str | None) -> tuple[list[str], str | None]:
+    """(CMake's configure arguments for the target's compiler, the SoC built for): the twin's clang++,
+    or the NPU toolchain (whose SoC replaces ``soc``); TargetUnavailable before anything runs."""
     config_args: list[str] = [f"-DCOMBINE_BROKEN_KERNELS={';'.join(broken)}"]
     if target == "cpu":
         cxx = twin_cxx()
@@ -291,73 +339,74 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
         tc = require_npu_toolchain(soc=soc)
         config_args = tc.cmake_args()
         soc = tc.soc
-        if build_dir is None and kernel is None:
-            build_dir = default_build_dir("npu", tc.soc)
-    kernel_fp = ""
+    return config_args, soc
+
+
+def _kernel_args(kernel, main: str | None) -> list[str]:
+    """CMake's arguments that build your kernel folder in place of the lab's (and its own main.cpp
+    as ``main``, SHMEM's examples' utils on the include path where the folder has them)."""
+    args = [f"-DCOMBINE_KERNEL_DIR={kernel.path}",
+            f"-DCOMBINE_KERNEL_SOURCES={';'.join(str(p) for p in kernel.sources)}"]
+    if main is not None:
+        utils = kernel.path.parent.parent / "utils"  # SHMEM's examples/<group>/<example> -> examples/utils
+        args += [f"-DCOMBINE_KERNEL_MAIN={main}", f"-DCOMBINE_KERNEL_INCLUDES={utils if utils.is_dir() else ''}"]
+    return args
+
+
+def _build_folder(build_dir: str | os.PathLike | None, target: str, soc: str | None, kernel,
+                  main: str | None) -> Path:
+    """The folder to build in: the one given, else a kernel folder's own, else the target's default
+    (the NPU's per SoC): builds of different sources never share a folder."""
+    if build_dir is not None:
+        return Path(build_dir)
     if kernel is not None:
-        config_args.append(f"-DCOMBINE_KERNEL_DIR={kernel.path}")
-        config_args.append(f"-DCOMBINE_KERNEL_SOURCES={';'.join(str(p) for p in kernel.sources)}")
-        if main is not None:
-            utils = kernel.path.parent.parent / "utils"  # SHMEM's examples/<group>/<example> -> examples/utils
-            config_args += [f"-DCOMBINE_KERNEL_MAIN={main}",
-                            f"-DCOMBINE_KERNEL_INCLUDES={utils if utils.is_dir() else ''}"]
-        kernel_fp = kernel.fingerprint()
-        if build_dir is None:
-            build_dir = kernel_build_dir(kernel, target, soc, main is not None)
-    cmake = shutil.which("cmake")
-    if cmake is None:
-        raise BuildError("cmake not found on PATH: install it (apt-get install cmake, or pip install cmake)")
-    root = source_root()
-    bdir = Path(build_dir) if build_dir is not None else default_build_dir(target)
-    bdir.mkdir(parents=True, exist_ok=True)
-    binary = bdir / (main or program)
-    stamp = _stamp(bdir, program)
-    log = bdir / BUILD_LOG
-    with open(bdir / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if broken:
-            config_args.append(f"-DCOMBINE_BROKEN_SRC={bdir / 'broken_src'}")
-        config = " ".join(config_args)
-        fp = _fingerprint(root, target, config + kernel_fp + broken_fp)
-        old_config = None
-        if stamp.is_file():
-            try:
-                data = json.loads(stamp.read_text())
-                old_config = data.get("config", "")
-                made = [binary] + [broken_binary(bdir, n) for n in broken]
-                if not force and all(b.is_file() for b in made) and data.get("fingerprint") == fp:
-                    return binary
-            except (OSError, ValueError):
-                pass
-        if sys.stderr is not None and sys.stderr.isatty():  # a person waiting at a terminal: say why
-            what = f"{kernel.label} from {kernel.path} (unchanged)" if kernel is not None else "the " + target + \
-                " driver"
-            print(f"combine-lab: building {what} in {bdir} (first run or sources changed; about "
-                  "30 s on 2 cores; log: {log})", file=sys.stderr, flush=True)
-        log.write_text("")
-        if broken:  # the broken kernels' copies of kernels/, each with its patch (a changed one rebuilt alone)
-            try:
-                overlays.write_sources(broken, bdir / "broken_src", root)
-            except overlays.BrokenPatchError as e:
-                raise BuildError(str(e)) from e
-        if old_config is not None and old_config != config:
-            # Another NPU toolchain (CANN, SHMEM, SoC): CMake cannot switch compilers in place.
-            shutil.rmtree(bdir / "CMakeFiles", ignore_errors=True)
-            (bdir / "CMakeCache.txt").unlink(missing_ok=True)
-        # The twin's folder is configured again on every rebuild: cheap, and the broken kernels it
-        # was configured with are then always the ones asked for (a cache from an earlier list
-        # would build only that list's drivers).
-        if not (bdir / "CMakeCache.txt").is_file() or target == "cpu":
-            gen = ["-G", "Ninja"] if shutil.which("ninja") and not (bdir / "CMakeCache.txt").is_file() else []
-            _logged([cmake, "-S", str(root), "-B", str(bdir), *gen, f"-DCOMBINE_TARGET={target}",
-                     "-DCMAKE_BUILD_TYPE=Release", *config_args], root, log)
-        # The probe with everything else, so the stamp never vouches for a stale driver.
-        only = ["--target", "all", program] if program != BINARY_NAME else []
-        _logged([cmake, "--build", str(bdir), "--parallel", str(os.cpu_count() or 2), *only], root, log)
-        if not binary.is_file():
-            raise BuildError(f"build finished but {binary} is missing")
-        stamp.write_text(json.dumps({"fingerprint": fp, "target": target, "config": config}))
-    return binary
+        return kernel_build_dir(kernel, target, soc, main is not None)
+    return default_build_dir("npu", soc) if target == "npu" else default_build_dir(target)
+
+
+def _last_build(stamp: Path, fp: str, made: list[Path], force: bool) -> tuple[bool, str | None]:
+    """(up to date, the last build's config or None): whether the stamp vouches for every binary in
+    ``made`` at fingerprint ``fp`` (never with ``force``); an unreadable stamp vouches for nothing."""
+    old_config = None
+    if stamp.is_file():
+        try:
+            data = json.loads(stamp.read_text())
+            old_config = data.get("config", "")
+            if not force and all(b.is_file() for b in made) and data.get("fingerprint") == fp:
+                return True, old_config
+        except (OSError, ValueError):
+            pass
+    return False, old_config
+
+
+def _say_building(kernel, target: str, bdir: Path, log: Path) -> None:
+    """One line on stderr when a person waits at a terminal: what is built, where and why."""
+    if sys.stderr is not None and sys.stderr.isatty():
+        what = f"{kernel.label} from {kernel.path} (unchanged)" if kernel is not None else "the " + target + \
+            " driver"
+        print(f"combine-lab: building {what} in {bdir} (first run or sources changed; about "
+              "30 s on 2 cores; log: {log})", file=sys.stderr, flush=True)
+
+
+def _configure_and_compile(cmake: str, root: Path, bdir: Path, target: str, config_args: list[str],
+                           old_config: str | None, program: str, log: Path) -> None:
+    """CMake's configure (again on the twin, or for a new toolchain) and build steps, logged in
+    ``log``; BuildError with the failing step's tail."""
+    config = " ".join(config_args)
+    if old_config is not None and old_config != config:
+        # Another NPU toolchain (CANN, SHMEM, SoC): CMake cannot switch compilers in place.
+        shutil.rmtree(bdir / "CMakeFiles", ignore_errors=True)
+        (bdir / "CMakeCache.txt").unlink(missing_ok=True)
+    # The twin's folder is configured again on every rebuild: cheap, and the broken kernels it
+    # was configured with are then always the ones asked for (a cache from an earlier list
+    # would build only that list's drivers).
+    if not (bdir / "CMakeCache.txt").is_file() or target == "cpu":
+        gen = ["-G", "Ninja"] if shutil.which("ninja") and not (bdir / "CMakeCache.txt").is_file() else []
+        _logged([cmake, "-S", str(root), "-B", str(bdir), *gen, f"-DCOMBINE_TARGET={target}",
+                 "-DCMAKE_BUILD_TYPE=Release", *config_args], root, log)
+    # The probe with everything else, so the stamp never vouches for a stale driver.
+    only = ["--target", "all", program] if program != BINARY_NAME else []
+    _logged([cmake, "--build", str(bdir), "--parallel", str(os.cpu_count() or 2), *only], root, log)
 
 
 def require_npu_toolchain(env: dict[str, str] | None = None, soc: str | None = None,

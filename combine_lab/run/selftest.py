@@ -358,11 +358,21 @@ def run_selftest(seeds: int = 5) -> Report:
 
 
 def _run_selftest(seeds: int, tag: str) -> Report:
+    """The checks in turn, each adding its counts and lines to one Report; leaks are what ``tag``
+    holds beyond what it held before them."""
     rep = Report()
     me = psutil.Process()
-    segs0, pids0, fds0 = tagged_segments(tag), tagged_host_pids(tag), me.num_fds()
+    held = tagged_segments(tag), tagged_host_pids(tag), me.num_fds()
+    _check_broken_kernels(rep)
+    _check_refstyle_bugs(rep)
+    _check_real_kernel(rep, seeds)
+    _check_faults(rep)
+    _count_leaks(rep, tag, me, held)
+    return rep
 
-    # 1. The checker catches broken kernels.
+
+def _check_broken_kernels(rep: Report) -> None:
+    """1. The checker catches every broken kernel: the proof that a clean run below means something."""
     caught = []
     for name in BROKEN_KERNELS:
         ok, seen = try_broken_kernel(name, build_broken_kernel(name))
@@ -376,27 +386,33 @@ def _run_selftest(seeds: int, tag: str) -> Report:
     for name in caught:
         rep.lines.append(f"    {name:{width}s}  {BROKEN_KERNELS[name].rule}")
 
-    # 2. Your kernel: the refstyle folder with one realistic bug each, caught on a default run.
-    if REFSTYLE.is_dir():
-        found = []
-        for name in REFSTYLE_BUGS:
-            rep.cases += 1
-            with tempfile.TemporaryDirectory(prefix="combine_refstyle_") as tmp:
-                copy = Path(tmp) / "combine_refstyle"
-                copy.mkdir()
-                ok, seen = try_refstyle_bug(name, copy)
-            if ok:
-                found.append(name)
-            else:
-                rep.failures.append(f"refstyle bug {name} was not caught on a default run: {seen}")
-        rep.lines.append(f"  your kernel  refstyle bugs caught on a default run: {len(found)}/{len(REFSTYLE_BUGS)}")
-        width = max((len(n) for n in found), default=0)
-        for name in found:
-            rep.lines.append(f"    {name:{width}s}  {REFSTYLE_BUGS[name].rule}")
-    else:
-        rep.lines.append(f"  your kernel  refstyle bugs skipped: no {REFSTYLE} (a checkout has it)")
 
-    # 3. The real kernel under chaos: no violation, x_out = golden, counters = plan.
+def _check_refstyle_bugs(rep: Report) -> None:
+    """2. Your kernel: the refstyle folder with one realistic bug each, caught on a default run
+    (skipped, and said, where the checkout's refstyle folder is absent)."""
+    if not REFSTYLE.is_dir():
+        rep.lines.append(f"  your kernel  refstyle bugs skipped: no {REFSTYLE} (a checkout has it)")
+        return
+    found = []
+    for name in REFSTYLE_BUGS:
+        rep.cases += 1
+        with tempfile.TemporaryDirectory(prefix="combine_refstyle_") as tmp:
+            copy = Path(tmp) / "combine_refstyle"
+            copy.mkdir()
+            ok, seen = try_refstyle_bug(name, copy)
+        if ok:
+            found.append(name)
+        else:
+            rep.failures.append(f"refstyle bug {name} was not caught on a default run: {seen}")
+    rep.lines.append(f"  your kernel  refstyle bugs caught on a default run: {len(found)}/{len(REFSTYLE_BUGS)}")
+    width = max((len(n) for n in found), default=0)
+    for name in found:
+        rep.lines.append(f"    {name:{width}s}  {REFSTYLE_BUGS[name].rule}")
+
+
+def _check_real_kernel(rep: Report, seeds: int) -> None:
+    """3. The real kernel under chaos: no violation, x_out = golden, counters = plan, over every
+    variant of REAL_KERNEL_RUNS and ``seeds`` chaos seeds."""
     specs = [CHECKER_SPEC, CaseSpec(pes=4, bs=8, h=33, topk=2, expert_per_pe=2, masked_fraction=0.25),
              CaseSpec(pes=2, bs=16, h=16, topk=4, expert_per_pe=2, routing="hot-expert:0.25", dtype="float16_t")]
     before = rep.violations + rep.mismatches
@@ -417,18 +433,36 @@ def _run_selftest(seeds: int, tag: str) -> Report:
     rep.lines.append(f"  real kernel  {len(specs)} cases x {len(REAL_KERNEL_RUNS)} variants ({labels}) x {seeds} chaos seeds: "
                      f"{rep.violations + rep.mismatches - before} violations or mismatches")
 
-    # 4. Faults: fully masked token and PE, repeated calls, a slot nobody sends (must end, naming it).
-    fault_ok = 0
+
+def _check_faults(rep: Report) -> None:
+    """4. Faults: fully masked token and PE, repeated calls, a slot nobody sends (which must end,
+    naming it, well before its limit)."""
+    fault_ok = _masked_slots(rep) + _repeated_calls(rep) + _slot_nobody_sends(rep)
+    rep.lines.append(f"  faults       masked slots, repeated calls, a slot nobody sends: {fault_ok}/3 as expected")
+    if fault_ok != 3:
+        rep.failures.append(f"{3 - fault_ok} fault cases misbehaved")
+
+
+def _masked_slots(rep: Report) -> int:
+    """1 if a fully masked token and a fully masked PE run and leave their x_out rows zero."""
     spec = CaseSpec(pes=2, bs=4, h=32, topk=2, expert_per_pe=2, dtype="float16_t", routing="external")
     ids = np.array([[[0, 2], [1, -1], [-1, -1], [3, 0]]] * 2, dtype=np.int32)
     res = run_case(case_from_arrays(spec, np.ones((2, 4, 32)), ids, np.full((2, 4, 2), .5)), DOUBLEPLANE,
                    min_sdma_bytes=0)
     rep.cases += 1
-    fault_ok += res.ok and not res.x_out[0][2].any()
+    return int(res.ok and not res.x_out[0][2].any())
+
+
+def _repeated_calls(rep: Report) -> int:
+    """1 if warmup and loops calls of one launch each pass the driver's repeat check."""
     res = run_case(CaseSpec(pes=2, bs=4, h=32, topk=2, expert_per_pe=2, routing="zipf:0.5"), DOUBLEPLANE,
                    min_sdma_bytes=0, warmup=2, loops=3, env={"COMBINE_HOST_REPEAT_CHECK": "1"})
     rep.cases += 1
-    fault_ok += res.driver_status == [0, 0]
+    return int(res.driver_status == [0, 0])
+
+
+def _slot_nobody_sends(rep: Report) -> int:
+    """1 if a case whose rows were removed is reported as a wait that never ended, within 15 s."""
     with tempfile.TemporaryDirectory(prefix="combine_selftest_") as tmp:
         prepared = prepare_case(CaseSpec(pes=2, bs=4, h=16, topk=2, expert_per_pe=2), tmp)
         counts = rank_file(prepared.case_dir, 0, "ep_recv_count.bin")
@@ -440,17 +474,17 @@ def _run_selftest(seeds: int, tag: str) -> Report:
             rep.failures.append("a case whose rows were removed did not hang")
         except LaunchError as e:
             if e.wait is not None and time.monotonic() - t0 < 15:
-                fault_ok += 1
-            else:
-                rep.hangs += 1
-                rep.failures.append(f"hang not reported as expected: {str(e).splitlines()[0]}")
-    rep.lines.append(f"  faults       masked slots, repeated calls, a slot nobody sends: {fault_ok}/3 as expected")
-    if fault_ok != 3:
-        rep.failures.append(f"{3 - fault_ok} fault cases misbehaved")
+                return 1
+            rep.hangs += 1
+            rep.failures.append(f"hang not reported as expected: {str(e).splitlines()[0]}")
+    return 0
 
-    # 5. Leaks.
+
+def _count_leaks(rep: Report, tag: str, me: psutil.Process, held: tuple) -> None:
+    """5. Leaks: shared-memory segments, PE processes and open files of this session's tag beyond
+    ``held``, what it held before the self-test."""
+    segs0, pids0, fds0 = held
     segs, pids, fds = tagged_segments(tag) - segs0, tagged_host_pids(tag) - pids0, me.num_fds() - fds0
     rep.leaks = len(segs) + len(pids) + max(fds, 0)
     rep.lines.append(f"  leaks        shared-memory segments {len(segs)}, PE processes {len(pids)}, "
                      f"open files {max(fds, 0)}")
-    return rep
