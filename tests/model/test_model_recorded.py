@@ -117,4 +117,6 @@ def test_shared_limits_price_the_same_op_by_op(settings):
     classic = replay(rows, rows.sdma("classic", 0), m)
     nominal = replay(rows, rows.sdma("classic", 0), load_model("a3"))
     assert classic.core_max("comm_only").max() > 3 * nominal.core_max("comm_only").max()  # the limits bind
-    assert classic.queue_us.max() > 190 and nominal.queue_us.max() == 0.0
+    # at a3's nominal values only the die's egress (142 GB/s) queues c2's 6 cores of a source rank, by 4 us
+    assert classic.queue_us.max() > 190
+    assert nominal.queue_us.max() == {"reference": 0.0, "c2": pytest.approx(4.0475, abs=1e-3)}[settings]

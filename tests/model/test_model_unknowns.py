@@ -84,7 +84,8 @@ def test_every_point_of_the_box_lies_in_the_band(floor):
 def test_the_readme_case_band_holds_the_vertex_the_field_found():
     """The field report: at 2 MiB, a3 at mte_remote_GBps 10, mte_put_us 3, flag_us 0.1, quiet_us 0.2,
     sdma_engines 48, sdma_issue_us 0.1, sdma_quiet_us 1 gave 1.711x, outside the old 0.030x-1.416x (1.794x
-    since every shared limit is priced: the per-leg copy rate, HBM, the SDMA fits held at their links)."""
+    once every shared limit was priced; 1.464x since the die's egress is its achieved 142 GB/s, where the
+    band's top, 1.471x, is the vertex with quiet_us at its slow end: the field's point lies inside)."""
     rows = case_rows(make_case(CaseSpec(pes=64, bs=4096, h=7168, topk=8, expert_per_pe=8, dtype="float16_t",
                                         routing="deepseek")), A3.soc)
     at = dict(mte_remote_GBps=10.0, mte_put_us=3.0, flag_us=0.1, quiet_us=0.2, sdma_engines=48.0, sdma_issue_us=0.1,
@@ -92,11 +93,12 @@ def test_the_readme_case_band_holds_the_vertex_the_field_found():
     m = A3.with_values(**at)
     found = (replay(rows, rows.sdma("classic", 0), m).core_max("comm_only").max()
              / replay(rows, rows.sdma("doubleplane", 2 << 20), m).core_max("comm_only").max())
-    assert found == pytest.approx(1.7938, abs=5e-5)
+    assert found == pytest.approx(1.4639, abs=5e-5)
     v = verdict(rows, A3, 2 << 20, joint=False)
-    assert v.low <= found <= v.high and v.high == pytest.approx(found, rel=1e-9) and v.high_at == at
-    assert v.low == pytest.approx(0.0324, abs=5e-5)
-    assert v.pays_if().startswith("faster, up to 1.794x, if sdma_engines >= 21; highest at mte_remote_GBps 10, ")
+    assert v.low <= found <= v.high and v.high == pytest.approx(1.4706, abs=5e-5)
+    assert v.high_at == {**at, "quiet_us": 5.0}
+    assert v.low == pytest.approx(0.0446, abs=5e-5)
+    assert v.pays_if().startswith("faster, up to 1.471x, if sdma_engines >= 21; highest at mte_remote_GBps 10, ")
 
 
 def test_words_call_a_tie_a_tie():

@@ -11,10 +11,11 @@
    published GB/s), with two structures: the lab setting closest to DeepEP-Ascend's (every AIV of
    the die on each source rank's rows: c6 on A3's 48, c5 on A2's 40) and the reference's (one core
    per source rank, min(pes, 48) cores). The target (issue 28): like for like within 25 % at every
-   normal EP and the EP8 -> EP128 trend within 25 %. The trend is met (1.25 against 1.54), the level
-   is NOT: the bands below are what the model reaches with every shared limit priced (links shared
-   by every core on them, the egress without the SIO's bytes, server uplinks, HBM, the per-leg copy
-   rate; docs/timing-model.md#11-validation says so and why),
+   normal EP and the EP8 -> EP128 trend within 25 %. The trend is met (1.26 against 1.54), the level
+   only at EP8 (1.22) and in low-latency mode on A3 (0.89-0.96): the bands below are what the model
+   reaches with every shared limit priced (links shared by every core on them, the egress without
+   the SIO's bytes and at its achieved 142 GB/s, server uplinks, HBM, the per-leg copy rate;
+   docs/timing-model.md#11-validation says so and why),
    asserted as they are so that a change to the model that moves them has to say so here and there.
 4. What each candidate the model might leave out would do (docs/timing-model.md#11-validation): an
    assumed per-row or per-token cost at the slow end of its range moves every EP alike, so none
@@ -54,14 +55,17 @@ DEEPEP = [
 #: The target: published / modelled within 25 % either way, like for like (the closest structure).
 TARGET = 1.25
 #: What the closest structure reaches, published / nominal (docs/timing-model.md#11-validation): A3
-#: normal 1.56-1.93 (the model 1.6-1.9x optimistic, more so the larger the EP: target not met),
-#: A3 low-latency 1.01-1.11 (within the target), A2 low-latency 1.58 (not met). Since the SIO's
-#: bytes are off the die's egress (costs.egress_classes): 1.39-1.91 and 0.98-1.10 before.
-REACHED = {("a3", "normal"): (1.56, 1.93), ("a3", "low-latency"): (1.00, 1.12), ("a2", "low-latency"): (1.57, 1.58)}
+#: normal 1.22-1.48 (the model 1.2-1.5x optimistic, more so the larger the EP: the target met at
+#: EP8 only), A3 low-latency 0.89-0.96 (within the target), A2 low-latency 1.58 (not met). With the
+#: die's egress at its nominal 196 GB/s (before issue 28's third round): 1.56-1.93 and 1.01-1.11.
+REACHED = {("a3", "normal"): (1.21, 1.49), ("a3", "low-latency"): (0.88, 0.97), ("a2", "low-latency"): (1.57, 1.58)}
+#: The rows within the target, like for like (any other row within it, or one of these out of it,
+#: fails: the docs' table says which).
+WITHIN_TARGET = {("a3", "normal", 8), ("a3", "low-latency", 8), ("a3", "low-latency", 16), ("a3", "low-latency", 32)}
 #: The reference's structure where it has 32 or more cores: published / nominal reached.
-REFERENCE_REACHED = (1.13, 1.86)
+REFERENCE_REACHED = (0.96, 1.45)
 #: The published EP8 -> EP128 normal-mode trend (5800 / 3758 us) and the closest structure's.
-TREND_PUBLISHED, TREND_MODELLED = 1.54, 1.25
+TREND_PUBLISHED, TREND_MODELLED = 1.54, 1.26
 
 
 def closest(machine: str) -> str:
@@ -140,8 +144,7 @@ def test_deepep_ascend_like_for_like_with_the_closest_structure(machine, mode, e
     assert fast < nominal < slow and fast <= published <= slow, (published, fast, slow)
     lo, hi = REACHED[machine, mode]
     assert lo <= published / nominal <= hi, (published, nominal)
-    if mode == "low-latency" and machine == "a3":  # the target met: within 25 %
-        assert 1 / TARGET <= published / nominal <= TARGET
+    assert (1 / TARGET <= published / nominal <= TARGET) == ((machine, mode, ep) in WITHIN_TARGET), (published, nominal)
 
 
 @pytest.mark.slow  # EP128
@@ -171,8 +174,8 @@ def test_deepep_ascend_with_the_reference_structure(machine, mode, ep, tokens, g
 #: 5162 / 3758 us = 1.37): every die sends and receives the same 32768 rows at every EP (683 per
 #: core), so these move every EP together and none makes the trend; the uplinks' 4:1 taper does
 #: (too much). Range ends for the argument, not fitted values: the model keeps its nominals.
-TREND_CANDIDATES = {"mte_put_us": (3.0, 1.01), "mte_remote_GBps": (10.0, 1.18), "vec_elems_per_us": (10000.0, 1.19),
-                    "wait_us": (3.0, 1.13), "server.uplink_GBps": (784.0, 3.25)}
+TREND_CANDIDATES = {"mte_put_us": (3.0, 1.22), "mte_remote_GBps": (10.0, 1.24), "vec_elems_per_us": (10000.0, 1.21),
+                    "wait_us": (3.0, 1.15), "server.uplink_GBps": (568.0, 3.43)}
 
 
 def test_no_per_row_or_per_token_cost_makes_the_published_trend():
