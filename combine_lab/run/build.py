@@ -385,7 +385,7 @@ def _say_building(kernel, target: str, bdir: Path, log: Path) -> None:
         what = f"{kernel.label} from {kernel.path} (unchanged)" if kernel is not None else "the " + target + \
             " driver"
         print(f"combine-lab: building {what} in {bdir} (first run or sources changed; about "
-              "30 s on 2 cores; log: {log})", file=sys.stderr, flush=True)
+              f"30 s on 2 cores; log: {log})", file=sys.stderr, flush=True)
 
 
 def _configure_and_compile(cmake: str, root: Path, bdir: Path, target: str, config_args: list[str],
