@@ -205,20 +205,23 @@ class RunResult:
         if self.counters.empty:
             return pd.DataFrame(columns=["mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts", "status_writes",
                                          "sdma_sqes", "control_writes", "control_bytes"])
+        # one lookup per plane, not one per (PE, field): a sweep asks this of every run several times
         c = self.counters.set_index(["pe", "plane"])
         pes = sorted(self.counters["pe"].unique())
+        mte, sdma = (c.xs(plane, level="plane").loc[pes] for plane in ("MTE", "SDMA"))
+
+        def both(field: str):
+            return (mte[field].to_numpy() + sdma[field].to_numpy()).astype("int64")
+
         return pd.DataFrame({
-            "mte_bytes": [int(c.loc[(p, "MTE"), "bytes"]) for p in pes],
-            "sdma_bytes": [int(c.loc[(p, "SDMA"), "bytes"]) for p in pes],
-            "mte_puts": [int(c.loc[(p, "MTE"), "puts"]) for p in pes],
-            "sdma_puts": [int(c.loc[(p, "SDMA"), "puts"]) for p in pes],
-            "status_writes": [int(c.loc[(p, "MTE"), "status_writes"] + c.loc[(p, "SDMA"), "status_writes"])
-                              for p in pes],
-            "sdma_sqes": [int(c.loc[(p, "SDMA"), "sqes"]) for p in pes],
-            "control_writes": [int(c.loc[(p, "MTE"), "control_writes"] + c.loc[(p, "SDMA"), "control_writes"])
-                               for p in pes],
-            "control_bytes": [int(c.loc[(p, "MTE"), "control_bytes"] + c.loc[(p, "SDMA"), "control_bytes"])
-                              for p in pes],
+            "mte_bytes": mte["bytes"].to_numpy().astype("int64"),
+            "sdma_bytes": sdma["bytes"].to_numpy().astype("int64"),
+            "mte_puts": mte["puts"].to_numpy().astype("int64"),
+            "sdma_puts": sdma["puts"].to_numpy().astype("int64"),
+            "status_writes": both("status_writes"),
+            "sdma_sqes": sdma["sqes"].to_numpy().astype("int64"),
+            "control_writes": both("control_writes"),
+            "control_bytes": both("control_bytes"),
         }, index=pd.Index(pes, name="pe"))
 
     def sent_bytes(self) -> tuple[int, int]:
