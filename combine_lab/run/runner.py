@@ -246,20 +246,21 @@ class RunResult:
         """
         if self.counters.empty:
             return []
-        got = self.plane_bytes()
-        want = self.plan.totals
-        by_plane = self.counters.set_index(["pe", "plane"])
+        got = self.plane_bytes().to_dict("index")  # plain ints per PE: no pandas lookup per field
+        want = self.plan.totals.to_dict("index")
+        sdma_rows = self.counters[self.counters["plane"] == "SDMA"]
+        by_pe = dict(zip(sdma_rows["pe"], sdma_rows["status_writes"]))
         out = []
-        for pe in got.index:
-            w = want.loc[pe]
+        for pe, g in got.items():
+            w = want[pe]
             expect = {"mte_bytes": w["mte_bytes"], "sdma_bytes": w["sdma_bytes"], "mte_puts": w["mte_rows"],
                       "sdma_puts": w["sdma_calls"], "status_writes": w["mte_rows"] + w["sdma_rows"],
                       "sdma_sqes": w["sdma_sqes"], "control_writes": w["control_writes"],
                       "control_bytes": w["control_bytes"]}
             for k, v in expect.items():
-                if int(got.loc[pe, k]) != int(v):
-                    out.append(f"PE {pe}: {k} counted {int(got.loc[pe, k])}, planned {int(v)}")
-            sdma_status = int(by_plane.loc[(pe, "SDMA"), "status_writes"])
+                if int(g[k]) != int(v):
+                    out.append(f"PE {pe}: {k} counted {int(g[k])}, planned {int(v)}")
+            sdma_status = int(by_pe[pe])
             if sdma_status:
                 out.append(f"PE {pe}: {sdma_status} status writes went by SDMA; they must go by MTE")
         return out
