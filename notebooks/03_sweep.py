@@ -52,11 +52,11 @@
 # **Why 5 loops and 1 warmup launch are enough on the twin.** A run's time is the mean of its
 # `loops` profiled launches; what limits it is how the PEs' threads are scheduled on a few shared
 # CPUs, which changes from run to run, so the spread over `repeats` says what a time is worth, not
-# the number of loops. Measured on two shared cores (4 of these cases, 3 repeats): the median
-# spread (max - min over median) was 17-51 % with 5 loops and 33-52 % with 10, most verdicts
-# `within noise` or `slower` with either.
-# One warmup launch takes the first touch of the window and buffers, as in the other notebooks.
-# On an NPU give more (`-p loops 50`, the command line's `--loops` default).
+# the number of loops. Measured on two shared cores (the 8 zipf and hot-expert cases, 3 repeats):
+# the median spread (max - min over median) was 17-51 % with 5 loops and 33-52 % with 10, most
+# verdicts `within noise` or `slower` with either. One warmup launch takes the first touch of the
+# window and buffers, as in the other notebooks. On an NPU give more (`-p loops 50`, the command
+# line's `--loops` default).
 #
 # Run it headless with papermill, writing under `output/` (ignored by git), e.g.
 #
