@@ -49,6 +49,15 @@
 # is noise. The default grid is chosen so that most cases do send by SDMA (skewed routings,
 # rows of 32-64 KiB); the few that do not are kept as a yardstick: their spread *is* the noise.
 #
+# **Why 5 loops and 1 warmup launch are enough on the twin.** A run's time is the mean of its
+# `loops` profiled launches; what limits it is how the PEs' threads are scheduled on a few shared
+# CPUs, which changes from run to run, so the spread over `repeats` says what a time is worth, not
+# the number of loops. Measured on two shared cores (the 8 zipf and hot-expert cases, 3 repeats):
+# the median spread (max - min over median) was 17-51 % with 5 loops and 33-52 % with 10, most
+# verdicts `within noise` or `slower` with either. One warmup launch takes the first touch of the
+# window and buffers, as in the other notebooks. On an NPU give more (`-p loops 50`, the command
+# line's `--loops` default).
+#
 # Run it headless with papermill, writing under `output/` (ignored by git), e.g.
 #
 #     mkdir -p output/lab
@@ -68,8 +77,8 @@ expert_per_pe_list: list[int] = [2]
 routings: list[str] = ["uniform", "zipf:1.5", "hot-expert:0.5"]
 settings: list[str] = ["reference"]    # kernel settings groups: reference, segment, c<N>, segment-c<N>
 dtype: str = "int32_t"                 # int32_t | float16_t | bfloat16_t
-warmup: int = 2                        # launches before profiling, per run
-loops: int = 10                        # profiled launches per run (the time is their mean)
+warmup: int = 1                        # launches before profiling, per run
+loops: int = 5                         # profiled launches per run (the time is their mean; why 5: above)
 repeats: int = 3                       # runs of both variants per case: the spread of the times
 target: str = "cpu"                    # cpu (twin) | npu
 min_sdma_bytes: int = 2 * 1024 * 1024  # SDMA floor, bytes (the real rule: 2 MiB)

@@ -361,6 +361,10 @@ def check_x_out(x_out: np.ndarray, golden: np.ndarray, dtype: str) -> CheckResul
     for name, a in (("x_out", x), ("golden", g)):
         if a.dtype != DTYPES[dtype]:
             raise ParameterError(f"{name} dtype={a.dtype.name}: must be {np.dtype(DTYPES[dtype]).name} for {dtype!r}")
+    same = x.view(np.uint32) == g.view(np.uint32) if dtype == "int32_t" else x.view(np.uint16) == g.view(np.uint16)
+    if same.all() and (dtype == "int32_t" or not np.isnan(x.astype(np.float32)).any()):
+        # the common case, bit for bit: no error to measure (a sweep checks every PE of every run)
+        return CheckResult(True, 0.0, 0, None)
     if dtype == "int32_t":
         err = np.abs(x.astype(np.int64) - g.astype(np.int64)).astype(np.float64)
         bad = x != g

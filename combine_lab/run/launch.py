@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -373,6 +374,25 @@ def failure_reason(stderr_tail: str) -> str:
     return said[-1] if said else ""
 
 
+def _wait_for_an_exit(procs: list[subprocess.Popen], codes: list[int | None], timeout_s: float) -> None:
+    """Sleep until one of the PEs still running (``codes`` None) exits, or ``timeout_s`` passes.
+
+    Waits on the PEs' pidfds where the kernel has them (Linux 5.3+): a launch is over when its last PE
+    exits, not up to a poll interval later (half of 10 ms on average, per launch: a sweep makes
+    hundreds). Elsewhere it sleeps ``timeout_s``."""
+    fds: list[int] = []
+    try:
+        for proc, code in zip(procs, codes):
+            if code is None:
+                fds.append(os.pidfd_open(proc.pid))
+        select.select(fds, [], [], timeout_s)
+    except (AttributeError, OSError, ValueError):  # no pidfd_open here, or a pid already reaped
+        time.sleep(timeout_s)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         try:
@@ -469,7 +489,7 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
                 raise LaunchError(f"timed out after {timeout_s:.1f} s: PEs {running} still running "
                                   f"(session {session})\n{tails}", timed_out=True, parameter="timeout_s", value=timeout_s,
                                   wait=next((w for w in map(wait_gave_up, said.values()) if w), None))
-            time.sleep(_POLL_S)
+            _wait_for_an_exit(procs, codes, _POLL_S)
         codes = [p.poll() for p in procs]
         for f in files:
             f.flush()

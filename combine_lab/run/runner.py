@@ -205,20 +205,23 @@ class RunResult:
         if self.counters.empty:
             return pd.DataFrame(columns=["mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts", "status_writes",
                                          "sdma_sqes", "control_writes", "control_bytes"])
+        # one lookup per plane, not one per (PE, field): a sweep asks this of every run several times
         c = self.counters.set_index(["pe", "plane"])
         pes = sorted(self.counters["pe"].unique())
+        mte, sdma = (c.xs(plane, level="plane").loc[pes] for plane in ("MTE", "SDMA"))
+
+        def both(field: str):
+            return (mte[field].to_numpy() + sdma[field].to_numpy()).astype("int64")
+
         return pd.DataFrame({
-            "mte_bytes": [int(c.loc[(p, "MTE"), "bytes"]) for p in pes],
-            "sdma_bytes": [int(c.loc[(p, "SDMA"), "bytes"]) for p in pes],
-            "mte_puts": [int(c.loc[(p, "MTE"), "puts"]) for p in pes],
-            "sdma_puts": [int(c.loc[(p, "SDMA"), "puts"]) for p in pes],
-            "status_writes": [int(c.loc[(p, "MTE"), "status_writes"] + c.loc[(p, "SDMA"), "status_writes"])
-                              for p in pes],
-            "sdma_sqes": [int(c.loc[(p, "SDMA"), "sqes"]) for p in pes],
-            "control_writes": [int(c.loc[(p, "MTE"), "control_writes"] + c.loc[(p, "SDMA"), "control_writes"])
-                               for p in pes],
-            "control_bytes": [int(c.loc[(p, "MTE"), "control_bytes"] + c.loc[(p, "SDMA"), "control_bytes"])
-                              for p in pes],
+            "mte_bytes": mte["bytes"].to_numpy().astype("int64"),
+            "sdma_bytes": sdma["bytes"].to_numpy().astype("int64"),
+            "mte_puts": mte["puts"].to_numpy().astype("int64"),
+            "sdma_puts": sdma["puts"].to_numpy().astype("int64"),
+            "status_writes": both("status_writes"),
+            "sdma_sqes": sdma["sqes"].to_numpy().astype("int64"),
+            "control_writes": both("control_writes"),
+            "control_bytes": both("control_bytes"),
         }, index=pd.Index(pes, name="pe"))
 
     def sent_bytes(self) -> tuple[int, int]:
@@ -243,20 +246,21 @@ class RunResult:
         """
         if self.counters.empty:
             return []
-        got = self.plane_bytes()
-        want = self.plan.totals
-        by_plane = self.counters.set_index(["pe", "plane"])
+        got = self.plane_bytes().to_dict("index")  # plain ints per PE: no pandas lookup per field
+        want = self.plan.totals.to_dict("index")
+        sdma_rows = self.counters[self.counters["plane"] == "SDMA"]
+        by_pe = dict(zip(sdma_rows["pe"], sdma_rows["status_writes"]))
         out = []
-        for pe in got.index:
-            w = want.loc[pe]
+        for pe, g in got.items():
+            w = want[pe]
             expect = {"mte_bytes": w["mte_bytes"], "sdma_bytes": w["sdma_bytes"], "mte_puts": w["mte_rows"],
                       "sdma_puts": w["sdma_calls"], "status_writes": w["mte_rows"] + w["sdma_rows"],
                       "sdma_sqes": w["sdma_sqes"], "control_writes": w["control_writes"],
                       "control_bytes": w["control_bytes"]}
             for k, v in expect.items():
-                if int(got.loc[pe, k]) != int(v):
-                    out.append(f"PE {pe}: {k} counted {int(got.loc[pe, k])}, planned {int(v)}")
-            sdma_status = int(by_plane.loc[(pe, "SDMA"), "status_writes"])
+                if int(g[k]) != int(v):
+                    out.append(f"PE {pe}: {k} counted {int(g[k])}, planned {int(v)}")
+            sdma_status = int(by_pe[pe])
             if sdma_status:
                 out.append(f"PE {pe}: {sdma_status} status writes went by SDMA; they must go by MTE")
         return out

@@ -155,9 +155,11 @@ def _planned(params: dict):
 
 def test_default_sweep_compares_cases_with_sdma_traffic():
     """With its default parameters 03_sweep measures mostly cases that send by SDMA, at the
-    real 2 MiB floor, with enough loops and repeats for a spread."""
+    real 2 MiB floor, with enough loops and repeats for a spread (on the twin the spread over repeats
+    is scheduling noise, alike at 5 loops and at 10: the notebook says so and why 5 suffice)."""
     d = _sweep_defaults()
-    assert d["min_sdma_bytes"] == DEFAULT_MIN_SDMA_BYTES and d["repeats"] >= 3 and d["loops"] >= 10
+    assert d["min_sdma_bytes"] == DEFAULT_MIN_SDMA_BYTES and d["repeats"] >= 3 and d["loops"] >= 5
+    assert d["warmup"] >= 1
     assert d["prof_pe"] == "all"
     shares = _planned(d)
     with_sdma = shares[shares["sdma_share"] > 0]
