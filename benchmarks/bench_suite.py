@@ -1,0 +1,64 @@
+"""Time the quick test suite run serially, against its target of 90 s (issue 30 item 7).
+
+The quick suite is ``python3 -m pytest -m "not slow and not browser" -q -p no:cacheprovider``, one
+process, no ``-n``: what a developer runs before every commit. This runs it from the checkout this
+file is in (``PYTHONPATH`` set to it, as the tests' own subprocesses need) and prints the wall time,
+the load average before and after (the machine has 2 cores, shared: a load far above 2 makes the
+number say more about the others than about the suite) and pytest's last line. The builds are
+the lab's cache's (``~/.cache/combine_lab``): a first run after a change to kernels/ or host/
+pays for the builds too; the target is for a warm cache.
+
+Measured on the lab's 2-core machine (shared; serial, warm cache):
+
+- before (0ac2972, 2026-12-04): 164.6 s at 03:58 (1092 passed; load not recorded); a cold-cache copy of the
+  same commit: 301.9 s, load 4.2 at the start and 253 at the end.
+- after: see the commit that changed this docstring (numbers written below by hand from this
+  script's output).
+
+What made it faster: ``import combine_lab`` and the CLI lazy (``--version`` 0.45 s -> 0.2 s, most of it
+Python's own start), the refstyle bugs' and the racing kernel's folders kept in the build cache so
+that their builds are reused (4 s -> 0.1 s each), one real pair of runs per module in test_lab_app,
+and the one test whose cost is its 10 s default wait marked slow (.ci/run runs it).
+
+Run: python3 benchmarks/bench_suite.py [--target 90] [-- extra pytest args]
+Prints plain "name: value" lines; exit 1 when the suite fails or takes longer than the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = ["-m", "not slow and not browser", "-q", "-p", "no:cacheprovider"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the quick suite once; print ``wall_s``, ``target_s``, the load averages and pytest's
+    summary line. Exit status 0 when it passed within the target, 1 otherwise."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--target", type=float, default=90.0, help="seconds the quick suite may take (default 90)")
+    p.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
+    a = p.parse_args(argv)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    load_before = os.getloadavg()
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pytest", *QUICK, *a.pytest_args], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    load_after = os.getloadavg()
+    summary = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.strip()), "")
+    print(f"wall_s: {wall:.1f}")
+    print(f"target_s: {a.target:g} ({'within' if wall <= a.target else 'OVER'})")
+    print(f"load_before: {' '.join(f'{x:.2f}' for x in load_before)}")
+    print(f"load_after: {' '.join(f'{x:.2f}' for x in load_after)}")
+    print(f"pytest: {summary}")
+    return 0 if proc.returncode == 0 and wall <= a.target else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
