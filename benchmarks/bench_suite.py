@@ -20,7 +20,7 @@ Python's own start), the refstyle bugs' and the racing kernel's folders kept in 
 that their builds are reused (4 s -> 0.1 s each), one real pair of runs per module in test_lab_app,
 and the one test whose cost is its 10 s default wait marked slow (.ci/run runs it).
 
-Run: python3 benchmarks/bench_suite.py [--target 90] [-- extra pytest args]
+Run: python3 benchmarks/bench_suite.py [--target 90] [--log FILE] [-- extra pytest args]
 Prints plain "name: value" lines; exit 1 when the suite fails or takes longer than the target.
 """
 
@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     summary line. Exit status 0 when it passed within the target, 1 otherwise."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", type=float, default=90.0, help="seconds the quick suite may take (default 90)")
+    p.add_argument("--log", default=None, help="write pytest's whole output to this file (e.g. with -- --durations=40)")
     p.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     a = p.parse_args(argv)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
                           capture_output=True, text=True)
     wall = time.monotonic() - t0
     load_after = os.getloadavg()
+    if a.log:
+        Path(a.log).write_text(proc.stdout + proc.stderr)
     summary = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.strip()), "")
     print(f"wall_s: {wall:.1f}")
     print(f"target_s: {a.target:g} ({'within' if wall <= a.target else 'OVER'})")
