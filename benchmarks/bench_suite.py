@@ -8,17 +8,24 @@ number say more about the others than about the suite) and pytest's last line. T
 the lab's cache's (``~/.cache/combine_lab``): a first run after a change to kernels/ or host/
 pays for the builds too; the target is for a warm cache.
 
-Measured on the lab's 2-core machine (shared; serial, warm cache):
+Measured on the lab's 2-core machine (shared with three other engineers: the load average swung
+from 2 to 250 within minutes while these ran; serial, one run each):
 
-- before (0ac2972, 2026-12-04): 164.6 s at 03:58 (1092 passed; load not recorded); a cold-cache copy of the
-  same commit: 301.9 s, load 4.2 at the start and 253 at the end.
-- after: see the commit that changed this docstring (numbers written below by hand from this
-  script's output).
+- before (0ac2972): 164.6 s at 03:58 (1092 passed; another engineer's run, load about 40-50 then);
+  a copy of 0ac2972 with a cold build cache: 301.9 s (load 4.2 -> 253); the same copy warm: 200.0 s
+  (load 4.5 -> 197).
+- after (this branch, before its last two test commits): 133.6 s (load 197 -> 24, 1089 passed);
+  an earlier run of the branch with some kernels still to build: 267.3 s (load 7.3 -> 7.0).
+- the final numbers, with the load, are in the branch's last commit message.
 
-What made it faster: ``import combine_lab`` and the CLI lazy (``--version`` 0.45 s -> 0.2 s, most of it
-Python's own start), the refstyle bugs' and the racing kernel's folders kept in the build cache so
-that their builds are reused (4 s -> 0.1 s each), one real pair of runs per module in test_lab_app,
-and the one test whose cost is its 10 s default wait marked slow (.ci/run runs it).
+What made it faster: ``import combine_lab`` and the CLI lazy (``combine-lab --version`` and
+``--help`` 0.36 s -> 0.04 s, ``doctor`` 0.37 s -> 0.08 s, min of 7 at load 1.4), the refstyle bugs'
+and the racing kernel's folders kept in the build cache so that their builds are reused (4 s ->
+0.1 s each), one real pair of runs per module in test_lab_app, limits that only have to fire
+shortened (a PE that never attaches, the whole-run limit, a masked-slot hang through the API),
+Ctrl-C sent once the PEs run rather than after a fixed 1.5 s, and marked slow: the test whose cost
+is its 10 s default wait, and all but one variant of three parametrized tests that repeat one
+expensive path (.ci/run runs them all).
 
 Run: python3 benchmarks/bench_suite.py [--target 90] [--log FILE] [-- extra pytest args]
 Prints plain "name: value" lines; exit 1 when the suite fails or takes longer than the target.
