@@ -23,16 +23,41 @@ What this package implements is described in docs/ (docs/README.md): the layout 
 docs/protocol.md#2-dispatch-layout, the decision rule in docs/decision-rule.md#1-the-rule, the perf CSV in docs/formats.md#3-perf-csv.
 """
 
-try:
-    from .case.case import Case, case_from_arrays, make_case
-    from .formats.casefiles import read_case, write_case
-    from .case.spec import CaseSpec
-    from .planning.planner import plan
-    from .harness import compare
-    from .run.runner import run_case
-except ModuleNotFoundError as _e:  # numpy, pandas, ...: this Python was not set up
-    from .errors import missing_package
-    missing_package(_e)
+import importlib as _importlib
+import importlib.util as _util
+
+#: Where each public name lives: imported on first use (PEP 562), so ``import combine_lab`` and
+#: ``combine-lab --version`` do not pay for numpy and pandas (0.2 s) before anything needs them.
+_PUBLIC = {"Case": ".case.case", "case_from_arrays": ".case.case", "make_case": ".case.case",
+           "read_case": ".formats.casefiles", "write_case": ".formats.casefiles", "CaseSpec": ".case.spec",
+           "plan": ".planning.planner", "compare": ".harness", "run_case": ".run.runner"}
+
+#: The packages every stage needs: looked up (not imported) here, so a Python that was not set up
+#: is still told what to run at ``import combine_lab`` rather than at the first use of a name.
+_NEEDED = ("numpy", "pandas", "psutil", "tomli_w")
+
+for _name in _NEEDED:
+    if _util.find_spec(_name) is None:  # None also where sys.modules holds None for it
+        from .errors import missing_package
+        missing_package(ModuleNotFoundError(f"No module named {_name!r}", name=_name))
+
+
+def __getattr__(name: str):
+    """The public names of :data:`__all__`, imported from their module on first use (PEP 562)."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'combine_lab' has no attribute {name!r}")
+    try:
+        value = getattr(_importlib.import_module(_PUBLIC[name], __name__), name)
+    except ModuleNotFoundError as e:  # numpy, pandas, ...: this Python was not set up
+        from .errors import missing_package
+        missing_package(e)
+    globals()[name] = value  # the next look-up is a plain attribute
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))
+
 
 __version__ = "0.1.0"
 

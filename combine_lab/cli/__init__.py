@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import importlib
 import re
 import shlex
 import signal
@@ -26,13 +27,7 @@ import sys
 
 from .. import __version__
 from ..errors import CombineLabError, Terminated, missing_package
-
-try:
-    from ..planning.capacity import CapacityError
-    from ..run.launch import leftovers
-    from . import app, build, calibrate, compare, diff, docs, doctor, lab, notebooks, probe, run, selftest, suggest
-except ModuleNotFoundError as _e:  # a package the commands need: this Python was not set up
-    missing_package(_e)
+from .commands import HELP
 
 
 def version_text() -> str:
@@ -67,16 +62,32 @@ class _Parser(argparse.ArgumentParser):
         self.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_module(name: str):
+    """The module of sub-command ``name`` (:data:`~.commands.HELP`), imported now: each pulls in
+    what it runs (numpy, pandas, the harness), which ``--help`` and the other commands need not."""
+    try:
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError as e:  # a package the command needs: this Python was not set up
+        missing_package(e)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argparse parser of ``combine-lab`` (sub-commands run, compare, suggest, calibrate, build,
-    selftest, doctor, notebooks, docs, lab, app); its ``subcommands`` maps each name to its parser."""
+    selftest, doctor, notebooks, docs, lab, app); its ``subcommands`` maps each name to its parser.
+
+    ``only``: a sub-command name, or ``""`` for none: only that sub-command gets its flags (its module is
+    imported); the others are there by name and help (for ``--help`` and "did you mean"), so that
+    ``combine-lab --version`` or ``combine-lab doctor`` import no more than they use. None: all of them."""
     parser = _Parser(prog="combine-lab", description="MoE combine lab: doubleplane (MTE+SDMA) vs "
                      "classic (MTE only) combine on the CPU twin or an Ascend NPU")
     parser.add_argument("--version", action="version", version=version_text(),
                         help="show the version of combine_lab and where it is installed from, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (run, compare, diff, suggest, calibrate, probe, build, selftest, doctor, notebooks, docs, lab, app):
-        module.register(sub)
+    for name in HELP:
+        if only is None or name == only:
+            _command_module(name).register(sub)
+        else:
+            sub.add_parser(name, help=HELP[name])
     parser.subcommands = dict(sub.choices)
     # no abbreviations: "--pes 4" was read as --pes-list 4, "-pe 4" as -pes, "--topk 2" as --topk-list
     # (right by luck); a flag is spelled whole, and a near miss gets "did you mean"
@@ -134,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[-1:] == ["-h"]:  # -h is the hidden size, as in the reference drivers
         print("combine-lab: -h is the hidden size (-h 7168); for help use --help", file=sys.stderr)
         return 2
-    parser = build_parser()
+    parser = build_parser(only=argv[0] if argv[:1] and argv[0] in HELP else "")
     args, extra = parser.parse_known_args(argv)
     if extra:  # refused by the sub-command's own parser: its usage, and the closest flag
         parser.subcommands.get(getattr(args, "command", None), parser).refuse_unknown(extra)
@@ -143,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         return _handle(args)
 
 
-def _model_instead(args: argparse.Namespace, e: CapacityError) -> str:
+def _model_instead(args: argparse.Namespace, e: CombineLabError) -> str:
     """For a case too big for this machine (run, compare on the wall clock): the same command priced
     on the model, which launches nothing and writes no payload (docs/cli.md). Not where x itself does
     not fit and the routing is uniform: the reference's recipe draws x before the ids, on the model too."""
@@ -166,6 +177,7 @@ def _handle(args: argparse.Namespace) -> int:
     try:
         return args.handler(args)
     except CombineLabError as e:  # what the lab refused or what failed: it says which and why
+        from ..planning.capacity import CapacityError
         hint = _model_instead(args, e) if isinstance(e, CapacityError) else ""
         print(f"combine-lab: error: {_with_flag(e, getattr(args, 'command', None))}{hint}", file=sys.stderr)
         return 2
@@ -175,6 +187,7 @@ def _handle(args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated): say only what is true
         what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        from ..run.launch import leftovers
         left = leftovers()
         if left:
             print(f"combine-lab: {what}; these could not be removed: {'; '.join(left)}", file=sys.stderr)

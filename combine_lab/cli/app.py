@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 
+from .commands import HELP
 from ..lab.server import AppServer
 from .lab import port_arg, serve
 
@@ -37,7 +38,7 @@ def _positive(text: str) -> float:
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``app`` sub-command; its handler returns 0 when stopped by Ctrl-C, 143 by SIGTERM,
     2 when voila cannot start (the message says why)."""
-    p = subparsers.add_parser("app", help="the tuning app alone in the browser (voila; Ctrl-C stops it)")
+    p = subparsers.add_parser("app", help=HELP["app"])
     p.add_argument("--port", type=port_arg, default=None, help="port on 127.0.0.1, 1-65535 (default: a free one)")
     p.add_argument("--cull-idle-timeout", type=_positive, default=60.0,
                    help="seconds after which the kernel of a page that went away is stopped (default 60)")

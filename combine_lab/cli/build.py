@@ -19,6 +19,7 @@ import re
 import shutil
 from pathlib import Path
 
+from .commands import HELP
 from ..errors import ParameterError
 from ..folders import usable_folder
 from ..run import build as build_mod
@@ -89,9 +90,7 @@ def _build(a: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """Add ``build`` to ``sub`` (argparse sub-parsers)."""
-    p = sub.add_parser("build", help="build the driver, with your own kernel (--kernel-source), or your kernel "
-                                     "folder's own main.cpp (--main; the twin, or --target npu), e.g. for the "
-                                     "reference's run.sh")
+    p = sub.add_parser("build", help=HELP["build"])
     p.add_argument("--kernel-source", default=None, metavar="DIR",
                    help="a folder with your own combine kernel (docs/own-kernel.md), built unchanged")
     p.add_argument("--main", nargs="?", const="", default=None, metavar="NAME",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .commands import HELP
 from ..errors import ParameterError
 from ..formats.probe_csv import build_refusal, is_probe_csv, read_probe_csv
 from ..model.calibrate import calibrate, data_refusal, measurements_from_csvs, outside_ranges
@@ -104,7 +105,7 @@ def calibrate_probe(a: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("calibrate", help="fit a timing model's assumed parameters to measured perf CSVs",
+    p = sub.add_parser("calibrate", help=HELP["calibrate"],
                        description="Fit the assumed parameters of a timing model (data/npu_models) to perf CSVs in "
                                    "the reference format (docs/formats.md#3-perf-csv), per-rank files of ours or of the "
                                    "reference's run script. The CSVs do not say the routing: it is the reference's "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from .commands import HELP
 from ..errors import ParameterError
 from ..planning.settings import SETTINGS_LABEL_FORM, parse_settings
 from ..run.runner import VARIANTS
@@ -40,8 +41,7 @@ def _compare(a: argparse.Namespace) -> int:
 def register(sub) -> None:
     """Add ``compare`` to ``sub`` (argparse sub-parsers)."""
     p = sub.add_parser("compare", add_help=False,
-                       help="run classic and doubleplane (and each --kernel-source) on the same case(s); --perf files "
-                            "in <output-dir>/classic, <output-dir>/doubleplane, <output-dir>/<kernel label>")
+                       help=HELP["compare"])
     add_case_flags(p)
     p.add_argument("--settings", type=_settings_flag, default=None, metavar="LABELS",
                    help="kernel settings to compare under, comma-separated: reference (default), segment (doubleplane's "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from .commands import HELP
 from ..formats.summaries import SUMMARY_NAME, read_run_summary
 from ..results.diff import NOT_COMPARED, diff_runs
 
@@ -42,8 +43,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``diff`` sub-command; its handler returns the exit status (0; 2 for a file that is not
     a run summary)."""
-    p = subparsers.add_parser("diff", help="compare two --perf runs case by case: which differences are beyond "
-                              "noise")
+    p = subparsers.add_parser("diff", help=HELP["diff"])
     p.add_argument("a", help=f"the first run: its --output-dir, or its {SUMMARY_NAME}")
     p.add_argument("b", help="the second run, likewise")
     p.set_defaults(handler=_cmd_diff)

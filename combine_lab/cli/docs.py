@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from .commands import HELP
 from ..lab.notebooks import KERNEL_NAME, load_params
 from ..lab.pages import build_pages
 
@@ -31,7 +32,7 @@ def _cmd_docs(args: argparse.Namespace) -> int:
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``docs`` sub-command to ``combine-lab``'s sub-parsers; its handler is
     ``args.handler(args) -> exit status`` (0 written, 1 the walkthrough failed, 2 bad input)."""
-    p = subparsers.add_parser("docs", help="execute the walkthrough and render it with the docs pages as HTML")
+    p = subparsers.add_parser("docs", help=HELP["docs"])
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     p.add_argument("--params", default=None, help="YAML or JSON params file, as for combine-lab notebooks")
     p.add_argument("--kernel", default=KERNEL_NAME, help=f"Jupyter kernel (default {KERNEL_NAME})")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from .commands import HELP
 from ..run import capabilities
 
 #: Packages whose versions the doctor prints, in order.
@@ -53,5 +54,5 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """Add ``doctor`` to ``sub`` (argparse sub-parsers)."""
-    p = sub.add_parser("doctor", help="versions, CANN, SHMEM, SDMA, NPUs, SoC: which targets and variants run here")
+    p = sub.add_parser("doctor", help=HELP["doctor"])
     p.set_defaults(handler=_doctor)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from .commands import HELP
 from ..errors import ParameterError, Terminated
 from ..lab.notebooks import KERNEL_NAME
 from ..lab.server import LabServer, check_port
@@ -53,7 +54,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``lab`` sub-command; its handler returns 0 when stopped by Ctrl-C, 143 by SIGTERM,
     2 when JupyterLab cannot start (the message says why)."""
-    p = subparsers.add_parser("lab", help="JupyterLab on the lab notebooks with the lab's kernel (Ctrl-C stops it)")
+    p = subparsers.add_parser("lab", help=HELP["lab"])
     p.add_argument("--port", type=port_arg, default=None, help="port on 127.0.0.1, 1-65535 (default: a free one)")
     p.add_argument("--dir", default=None, help="folder to serve (default: the notebooks folder)")
     p.add_argument("--start-timeout", type=float, default=120.0, help="seconds to wait for JupyterLab to answer")

@@ -12,6 +12,7 @@ import argparse
 import os
 from pathlib import Path
 
+from .commands import HELP
 from ..lab.notebooks import KERNEL_NAME, load_params, run_notebooks
 from ..lab.records import command_output_dir
 from .cluster import add_cluster_flag
@@ -37,8 +38,7 @@ def _cmd_notebooks(args: argparse.Namespace) -> int:
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the ``notebooks`` sub-command to ``combine-lab``'s sub-parsers; its handler is
     ``args.handler(args) -> exit status`` (0 all ran, 1 a notebook failed, 2 bad input)."""
-    p = subparsers.add_parser("notebooks", help="run the lab notebooks headless (papermill); keep executed "
-                              "copies and figures")
+    p = subparsers.add_parser("notebooks", help=HELP["notebooks"])
     p.add_argument("--params", default=None, help="YAML or JSON file: {notebook: {param: value}} and/or "
                    "{param: value} for every notebook that declares it; a notebook given a list of "
                    "mappings runs once per set, into <out>/<notebook>.<set_name or setN>/")

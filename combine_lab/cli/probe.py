@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from .commands import HELP
 from ..model.machines import load_model
 from ..run.probe import DEFAULT_ROW_BYTES, DEFAULT_SDMA_BYTES, probe_pairs, run_probe
 from ..values import as_list
@@ -50,7 +51,7 @@ def _probe(a: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("probe", help="microbenchmarks of the timing model's unknowns: one probe CSV for calibrate",
+    p = sub.add_parser("probe", help=HELP["probe"],
                        description="Time what the timing model assumes (docs/probe.md): SDMA puts from k cores "
                                    "(14 KiB and 1-2 MiB, to one peer and to all), the MTE put of one row single- and "
                                    "double-buffered, flag puts and their round trip, quiet and SDMA quiet, polling a "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from .commands import HELP
 from ..kernels import CLASSIC, DOUBLEPLANE
 from ..errors import ParameterError
 
@@ -42,7 +43,7 @@ def _run(a: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """Add ``run`` to ``sub`` (argparse sub-parsers)."""
-    p = sub.add_parser("run", add_help=False, help="run one variant on a case or a sweep, check x_out, profile")
+    p = sub.add_parser("run", add_help=False, help=HELP["run"])
     add_case_flags(p)
     p.add_argument("--variant", type=_variant_flag, default=None, metavar="LABEL",
                    help="classic or doubleplane (default), with kernel settings after it: -segment (doubleplane: one "

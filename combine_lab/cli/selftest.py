@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .commands import HELP
+
 
 def _selftest(args: argparse.Namespace) -> int:
     from ..run.selftest import run_selftest
@@ -15,6 +17,6 @@ def _selftest(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """Add the ``selftest`` sub-command to ``sub`` (argparse sub-parsers)."""
-    p = sub.add_parser("selftest", help="short protocol-checker and fault suite on the twin, one-screen report")
+    p = sub.add_parser("selftest", help=HELP["selftest"])
     p.add_argument("--seeds", type=int, default=5, help="chaos seeds per case and variant (default 5)")
     p.set_defaults(handler=_selftest)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from .commands import HELP
 from ..kernels import DOUBLEPLANE
 from ..case.case import make_case
 from ..errors import ParameterError
@@ -151,7 +152,7 @@ def write_engines_figure(folder, s, spec, model):
 
 def register(sub) -> None:
     p = sub.add_parser("suggest", add_help=False,
-                       help="modelled time at every SDMA floor where the plan changes, and the best floor",
+                       help=HELP["suggest"],
                        description="Price the case on the timing model at every floor (min_sdma_bytes) where the "
                                    "plan changes: each above-average remote segment size, 2 MiB, and never SDMA. "
                                    "Nothing runs; the times are modelled (docs/timing-model.md).")

@@ -239,12 +239,19 @@ class _Runs:
         self.app = None
 
 
-@pytest.fixture
-def quick_runs(monkeypatch, twin_binary):
-    """harness.compare answering with one real pair of runs of SMALL (made once), counting calls, and
-    noting whether the Run button was disabled while each ran."""
+@pytest.fixture(scope="module")
+def small_pair(twin_binary):
+    """One real pair of runs of SMALL (both variants on the twin), made once for this module's tests:
+    what an app's Run gets back is the same whichever test clicks."""
     app = TuningApp(targets=["cpu"], **SMALL)
-    real = harness.compare(Case(app.spec, app.state.case.expert_ids, app.state.case.expert_scales), warmup=0, loops=1)
+    return harness.compare(Case(app.spec, app.state.case.expert_ids, app.state.case.expert_scales), warmup=0, loops=1)
+
+
+@pytest.fixture
+def quick_runs(monkeypatch, small_pair):
+    """harness.compare answering with :func:`small_pair`'s real pair of runs of SMALL, counting calls,
+    and noting whether the Run button was disabled while each ran."""
+    real = small_pair
     seen = _Runs()
 
     def fake(*a, **k):

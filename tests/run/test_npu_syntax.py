@@ -145,7 +145,13 @@ def test_engine_mask_assigned_as_int_is_refused(tmp_path):
     assert "error: assigning to 'data_op_engine_type_t' from incompatible type 'int'" in failed["host/combine_host.cpp"]
 
 
-@pytest.mark.parametrize("helper", ["payload_stride", "window_layout", "align_line"])
+#: Each variant below compiles the whole NPU branch again (a second each): one runs in the quick
+#: suite, the others, the same refusal of another helper or member, in the whole suite (.ci/run).
+_SAME_PATH = pytest.mark.slow
+
+
+@pytest.mark.parametrize("helper", ["payload_stride", pytest.param("window_layout", marks=_SAME_PATH),
+                                    pytest.param("align_line", marks=_SAME_PATH)])
 def test_host_only_helper_called_from_aicore_code_is_refused(tmp_path, helper):
     """A helper shared with the host needs __host_aicore__ when AI-core code calls it: the window
     layout's (kernels/combine_kernel.h), which the kernel's constructor calls too."""
@@ -225,7 +231,7 @@ def test_ascend950_overloads_are_its_own(tmp_path):
     assert "error: no member named 'PaddingMode' in namespace 'AscendC'" in failed["kernel A2/A3 (AI core)"]
 
 
-@pytest.mark.parametrize("member, name", [("bits_", "half"), ("bf16_bits_", "bfloat16_t")])
+@pytest.mark.parametrize("member, name", [("bits_", "half"), pytest.param("bf16_bits_", "bfloat16_t", marks=_SAME_PATH)])
 def test_a_one_byte_half_is_refused(tmp_path, member, name):
     decls = _mutated_decls(tmp_path, "include/kernel_operator.h", (f"    uint16_t {member};", f"    uint8_t {member};"))
     failed = _failures(compile_npu_branch(ROOT, archs=A2A3, decls=decls))

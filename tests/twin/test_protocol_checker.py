@@ -14,6 +14,7 @@ from combine_lab.run import broken
 from combine_lab.run.runner import run_case
 from combine_lab.run.selftest import BROKEN_KERNELS, REFSTYLE_BUGS, try_refstyle_bug
 from combine_lab.run.selftest import CHECKER_SPEC as SPEC
+from conftest import build_cache
 
 #: The broken kernel whose flags go before each plane's quiet (kernels/broken/<name>.patch).
 BROKEN_OF = {"MTE": "mte_flag_before_quiet", "SDMA": "sdma_flag_before_sdma_quiet"}
@@ -77,10 +78,12 @@ def test_sdma_flag_before_sdma_quiet_is_caught_on_every_run(sdma_broken, seed, n
 
 
 @pytest.mark.parametrize("name", list(REFSTYLE_BUGS))
-def test_each_refstyle_bug_is_caught_on_a_default_run_at_its_line(name, tmp_path, no_leaks):
+def test_each_refstyle_bug_is_caught_on_a_default_run_at_its_line(name, no_leaks):
     bug = REFSTYLE_BUGS[name]
-    folder = tmp_path / "combine_refstyle"
-    folder.mkdir()
+    # one folder per bug in the build cache: a kernel folder's build is reused while its files'
+    # bytes are unchanged (the build is keyed by its path), as waitall's in test_kernel_source
+    folder = build_cache() / "kernels" / f"refstyle_bug_{name}" / "combine_refstyle"
+    folder.mkdir(parents=True, exist_ok=True)
     caught, seen = try_refstyle_bug(name, folder)
     assert caught, seen
     assert f"combine_refstyle/combine_refstyle_kernel.cpp:{bug.line()}" in seen
