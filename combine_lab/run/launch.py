@@ -440,12 +440,39 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
     if pes < 1:
         raise ParameterError(f"pes={pes}: must be >= 1", parameter="pes", value=pes)
     remove_orphans()
+    session = _free_session(session)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    run_env = _run_env(env, session, timeout_s)
+    procs: list[subprocess.Popen] = []
+    files: list = []
+    try:
+        _start_pes(binary, pes, argv_for_pe, cwd, log_dir, run_env, procs, files)
+        first_failure = _wait_for_pes(procs, timeout_s, log_dir, session, tolerated_codes, unnoticed_codes)
+        codes = [p.poll() for p in procs]
+        for f in files:
+            f.flush()
+        failed = [pe for pe, c in enumerate(codes) if c != 0 and c not in tolerated_codes]
+        if failed:
+            raise _failure(procs, codes, failed, first_failure, log_dir)
+        return [PeOutcome(pe, codes[pe], (log_dir / f"pe{pe}.stdout").read_text(errors="replace"),
+                          (log_dir / f"pe{pe}.stderr").read_text(errors="replace")) for pe in range(pes)]
+    finally:
+        _clean_up(procs, files, session)
+
+
+def _free_session(session: str | None) -> str:
+    """``session`` (default a new one), refused if its segment exists: never touch another run's."""
     session = session or new_session()
     if shm_path(session).exists():
         # Never touch another run's segment: refuse before starting anything.
         raise LaunchError(f"session {session} is in use: {shm_path(session)} exists (another run, or a crashed "
                           f"one: remove the file if no run is using it)")
-    log_dir.mkdir(parents=True, exist_ok=True)
+    return session
+
+
+def _run_env(env: dict[str, str] | None, session: str, timeout_s: float) -> dict[str, str]:
+    """Every PE's environment: ours, ``env``, the session, the launcher's pid, and the waits' limits
+    (half of ``timeout_s`` unless ``env`` sets them) so that a hang is reported before the run's limit."""
     run_env = dict(os.environ)
     run_env.update(env or {})
     run_env["COMBINE_TWIN_SESSION"] = session
@@ -454,73 +481,90 @@ def launch_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str
     # The driver bounds the kernel's flag waits, its stream sync and its barriers by the same
     # time, on both targets (host/combine_host.cpp; the twin's own waits by COMBINE_TWIN_TIMEOUT_S).
     run_env.setdefault("COMBINE_WAIT_TIMEOUT_S", run_env["COMBINE_TWIN_TIMEOUT_S"])
-    procs: list[subprocess.Popen] = []
-    files = []
-    try:
-        for pe in range(pes):
-            out = open(log_dir / f"pe{pe}.stdout", "w")
-            err = open(log_dir / f"pe{pe}.stderr", "w")
-            files += [out, err]
-            procs.append(subprocess.Popen([str(binary), *map(str, argv_for_pe(pe))], cwd=cwd, env=run_env,
-                                          stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                          start_new_session=True))
-        deadline = time.monotonic() + timeout_s
-        grace_s = stop_grace_s()
-        first_failure: int | None = None
-        failed_at = 0.0
-        while True:
-            codes = [p.poll() for p in procs]
-            if all(c is not None for c in codes):
-                break
-            now = time.monotonic()
-            if first_failure is None:
-                bad = [pe for pe, c in enumerate(codes) if c is not None and c != 0 and c not in tolerated_codes]
-                if bad:
-                    first_failure, failed_at = bad[0], now
-                    if codes[bad[0]] in unnoticed_codes:
-                        break  # the others cannot notice: no use waiting for them
-            if first_failure is not None and (now - failed_at > grace_s or all(
-                    c is not None or _is_stopped(p) for c, p in zip(codes, procs))):
-                break  # the grace is over, or only stopped PEs are left: they never finish
-            if now > deadline:
-                running = [pe for pe, c in enumerate(codes) if c is None]
-                said = {pe: _tail(log_dir / f"pe{pe}.stderr") for pe in running}
-                tails = "\n".join(f"--- PE {pe} stderr:\n{t}" for pe, t in said.items() if t)
-                raise LaunchError(f"timed out after {timeout_s:.1f} s: PEs {running} still running "
-                                  f"(session {session})\n{tails}", timed_out=True, parameter="timeout_s", value=timeout_s,
-                                  wait=next((w for w in map(wait_gave_up, said.values()) if w), None))
-            _wait_for_an_exit(procs, codes, _POLL_S)
+    return run_env
+
+
+def _start_pes(binary: Path, pes: int, argv_for_pe: Callable[[int], Sequence[str]], cwd: Path, log_dir: Path,
+               run_env: dict[str, str], procs: list[subprocess.Popen], files: list) -> None:
+    """Start one process per PE, each in its own session, its output in ``log_dir``; appended to
+    ``procs`` and ``files`` as they start, so that a failed start still cleans up the ones before it."""
+    for pe in range(pes):
+        out = open(log_dir / f"pe{pe}.stdout", "w")
+        err = open(log_dir / f"pe{pe}.stderr", "w")
+        files += [out, err]
+        procs.append(subprocess.Popen([str(binary), *map(str, argv_for_pe(pe))], cwd=cwd, env=run_env,
+                                      stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                      start_new_session=True))
+
+
+def _wait_for_pes(procs: list[subprocess.Popen], timeout_s: float, log_dir: Path, session: str,
+                  tolerated_codes: Sequence[int], unnoticed_codes: Sequence[int]) -> int | None:
+    """Poll the PEs until all have exited, or one failed and the others had their grace (none for an
+    unnoticed status, none left once only stopped PEs run). Returns the first PE that failed (None:
+    none). Raises LaunchError (``timed_out``) past ``timeout_s``, naming the PEs still running."""
+    deadline = time.monotonic() + timeout_s
+    grace_s = stop_grace_s()
+    first_failure: int | None = None
+    failed_at = 0.0
+    while True:
         codes = [p.poll() for p in procs]
-        for f in files:
-            f.flush()
-        failed = [pe for pe, c in enumerate(codes) if c != 0 and c not in tolerated_codes]
-        if failed:
-            # Report the root cause: a PE stopped by a signal (the others waited for it), else the
-            # first that failed; status 4 is the twin's "stopped because another PE failed".
-            stopped = [pe for pe in failed if codes[pe] is None and _is_stopped(procs[pe])]
-            roots = [pe for pe in failed if codes[pe] not in (_STOPPED_BY_PEER, None)]
-            origin = roots[0] if roots else (first_failure if first_failure is not None else failed[0])
-            if first_failure in roots:
-                origin = first_failure
-            if stopped:
-                origin = stopped[0]
-            c = codes[origin]
-            waits = [wait_gave_up(_tail(log_dir / f"pe{pe}.stderr", 200)) for pe in [origin, *failed]]
-            raise LaunchError(_failure_text(origin, c, origin in stopped, failed, log_dir), pe=origin, returncode=c,
-                              wait=next((w for w in waits if w), None))
-        return [PeOutcome(pe, codes[pe], (log_dir / f"pe{pe}.stdout").read_text(errors="replace"),
-                          (log_dir / f"pe{pe}.stderr").read_text(errors="replace")) for pe in range(pes)]
-    finally:
-        for p in procs:
-            _kill_group(p)
-        for p in procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-        for f in files:
-            f.close()
+        if all(c is not None for c in codes):
+            return first_failure
+        now = time.monotonic()
+        if first_failure is None:
+            bad = [pe for pe, c in enumerate(codes) if c is not None and c != 0 and c not in tolerated_codes]
+            if bad:
+                first_failure, failed_at = bad[0], now
+                if codes[bad[0]] in unnoticed_codes:
+                    return first_failure  # the others cannot notice: no use waiting for them
+        if first_failure is not None and (now - failed_at > grace_s or all(
+                c is not None or _is_stopped(p) for c, p in zip(codes, procs))):
+            return first_failure  # the grace is over, or only stopped PEs are left: they never finish
+        if now > deadline:
+            raise _timed_out([pe for pe, c in enumerate(codes) if c is None], timeout_s, log_dir, session)
+        _wait_for_an_exit(procs, codes, _POLL_S)
+
+
+def _timed_out(running: list[int], timeout_s: float, log_dir: Path, session: str) -> LaunchError:
+    """The error of a run past its limit: the PEs still ``running``, their stderr tails and the wait
+    that gave up among them (PE, core, slot), ``parameter="timeout_s"``."""
+    said = {pe: _tail(log_dir / f"pe{pe}.stderr") for pe in running}
+    tails = "\n".join(f"--- PE {pe} stderr:\n{t}" for pe, t in said.items() if t)
+    return LaunchError(f"timed out after {timeout_s:.1f} s: PEs {running} still running "
+                       f"(session {session})\n{tails}", timed_out=True, parameter="timeout_s", value=timeout_s,
+                       wait=next((w for w in map(wait_gave_up, said.values()) if w), None))
+
+
+def _failure(procs: list[subprocess.Popen], codes: list[int | None], failed: list[int], first_failure: int | None,
+             log_dir: Path) -> LaunchError:
+    """The error of a failed run, naming its root cause: a PE stopped by a signal (the others waited
+    for it), else the first that failed; status 4 is the twin's "stopped because another PE failed"."""
+    stopped = [pe for pe in failed if codes[pe] is None and _is_stopped(procs[pe])]
+    roots = [pe for pe in failed if codes[pe] not in (_STOPPED_BY_PEER, None)]
+    origin = roots[0] if roots else (first_failure if first_failure is not None else failed[0])
+    if first_failure in roots:
+        origin = first_failure
+    if stopped:
+        origin = stopped[0]
+    c = codes[origin]
+    waits = [wait_gave_up(_tail(log_dir / f"pe{pe}.stderr", 200)) for pe in [origin, *failed]]
+    return LaunchError(_failure_text(origin, c, origin in stopped, failed, log_dir), pe=origin, returncode=c,
+                       wait=next((w for w in waits if w), None))
+
+
+def _clean_up(procs: list[subprocess.Popen], files: list, session: str) -> None:
+    """Whatever happened (a result, a failure, a timeout, Ctrl-C): kill every PE's process group,
+    reap them, close their logs and remove the session's segment."""
+    for p in procs:
+        _kill_group(p)
+    for p in procs:
         try:
-            shm_path(session).unlink()
-        except FileNotFoundError:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
             pass
+    for f in files:
+        f.close()
+    try:
+        shm_path(session).unlink()
+    except FileNotFoundError:
+        pass
