@@ -63,12 +63,14 @@ def _mount_of(path: Path) -> tuple[str, str]:
     return best
 
 
-def usable_folder(path: str | os.PathLike, what: str) -> Path:
+def usable_folder(path: str | os.PathLike, what: str, keep: bool = True) -> Path:
     """Make sure ``path`` is a folder this process can write files in: create it (and its parents)
     when missing, then write and remove a file in it. Returns the path (as given, ``~`` expanded).
 
     ``what``: how the caller names the folder in the message: a flag (``"--output-dir"``) or a
-    parameter (``"output_dir"``).
+    parameter (``"output_dir"``). ``keep=False``: the folders the check created are removed again
+    after it passed too, for a caller that checks its folders before its other parameters (a later
+    refusal must leave nothing behind; the run creates them when it starts: :func:`own_folders`).
 
     Raises:
         ParameterError: the folder cannot be used, before anything runs; the message names
@@ -107,6 +109,8 @@ def usable_folder(path: str | os.PathLike, what: str) -> Path:
     except OSError as e:
         _remove_made(folder, existing)
         raise ParameterError(f"{shown}: cannot write in it: {os_reason(e)}") from None
+    if not keep:
+        _remove_made(folder, existing)
     return folder
 
 

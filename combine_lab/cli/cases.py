@@ -188,10 +188,11 @@ def clock_model(text: str):
 
 def _specs(a: argparse.Namespace, payload: bool = True, measured: bool = True) -> list[CaseSpec]:
     # the folders a run writes to, and the placement flags, before anything is drawn, written or launched
+    # checked, not kept: a flag refused after this leaves no empty folder behind (own_folders makes them)
     if a.perf and payload and measured:  # a modelled run writes to its own folder (checked where it is made)
-        usable_folder(a.output_dir, "--output-dir")
+        usable_folder(a.output_dir, "--output-dir", keep=False)
     if a.work_dir is not None:
-        usable_folder(a.work_dir, "--work-dir")
+        usable_folder(a.work_dir, "--work-dir", keep=False)
     flag_check("-fnpu", check_fnpu, a.fnpu)
     if a.ipport is not None:
         check_ipport(a.ipport, "-ipport")

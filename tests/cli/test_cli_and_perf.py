@@ -450,6 +450,22 @@ def test_unusable_folder_refused_before_anything_runs(tmp_path, capsys, nothing_
     assert out == "" and a_file.read_text() == "not a folder"
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["compare", "-pes", "0"], "combine-lab: error: -pes: pes=0: must be an int >= 1\n"),
+    (["compare", "-pes", "2", "--prof-pe", "9"],
+     "combine-lab: error: --prof-pe=9: must be 'all' or a PE in [0, 1] (shape_8_7168_8_4_2 has 2 PEs)\n"),
+    (["run", "-pes", "2", "--loops", "0"], None),
+])
+def test_a_refused_flag_after_the_folder_checks_leaves_no_empty_folder(tmp_path, capsys, nothing_runs, monkeypatch,
+                                                                       argv, said):
+    """A fresh user's find: the output and work folders were made by their check and left behind when a
+    later flag was refused (an empty output/perf in the current folder)."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli([*argv, "--perf", "--work-dir", str(tmp_path / "w" / "cases")], capsys)
+    assert code == 2 and out == "" and (said is None or err == said), err
+    assert sorted(tmp_path.iterdir()) == []
+
+
 def test_unwritable_folder_is_refused_naming_the_reason(tmp_path, capsys, nothing_runs):
     ro = tmp_path / "ro"
     ro.mkdir()
