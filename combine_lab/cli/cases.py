@@ -492,7 +492,8 @@ def _exit_status(outcomes: list[Outcome], may_differ: bool) -> int:
         said.setdefault((r.variant, r.case_id), []).append(_why_failed(r))
     runs = collections.Counter((o.row.variant, o.row.case_id) for o in outcomes)
     for (variant, case_id), why in said.items():
-        times = f" (in {len(why)} of {runs[(variant, case_id)]} repeats)" if runs[(variant, case_id)] > 1 else ""
+        # the counts are the first failing repeat's (the table's violations column sums the repeats)
+        times = f" (in {len(why)} of {runs[(variant, case_id)]} repeats; the first of them)" if runs[(variant, case_id)] > 1 else ""
         print(f"combine-lab: FAILED {variant} {case_id}{times}: {why[0]}", file=sys.stderr)
     return 0 if all(passed(r) for r in ran) and not failed else 1
 

@@ -195,4 +195,4 @@ def test_a_racing_kernels_speedup_is_not_a_verdict(tmp_path, capsys):
     assert "not valid" not in " ".join(rows[1])  # the lab's doubleplane keeps its verdict
     failed = [line for line in err.splitlines() if line.startswith("combine-lab: FAILED")]
     assert len(failed) == 1 and failed[0].startswith(
-        "combine-lab: FAILED user:mine shape_16_256_2_4_2 (in 2 of 2 repeats): ") and "protocol violations" in failed[0]
+        "combine-lab: FAILED user:mine shape_16_256_2_4_2 (in 2 of 2 repeats; the first of them): ") and "protocol violations" in failed[0]
