@@ -34,6 +34,8 @@ def build_cache() -> Path:
 
 
 os.environ["COMBINE_LAB_BUILD_DIR"] = str(build_cache())
+# the processes the tests start write their bytecode beside the builds, not into the checkout
+os.environ.setdefault("PYTHONPYCACHEPREFIX", str(build_cache() / "pycache"))
 
 # hypothesis keeps its example database and caches beside the builds, not in the checkout's
 # .hypothesis/ (docs/cli.md section 1: nothing a run or the tests write lands in the checkout)

@@ -16,7 +16,8 @@ keyboard only once the page is open (issue 19 item 9).
 
 Waits are for states, with generous bounds (a loaded machine, JupyterLab's popups), never for fixed
 times. A failing test leaves a screenshot and the page's console log under
-``output/browser/<test>/`` (gitignored; ``$COMBINE_LAB_BROWSER_ARTIFACTS`` moves it); every step
+``browser/<test>/`` in the lab's build cache folder (``~/.cache/combine_lab/builds-<hex>``, not the
+checkout: tests/conftest.py; ``$COMBINE_LAB_BROWSER_ARTIFACTS`` moves it); every step
 also leaves a screenshot there, and the test asserts on them (size, not blank). Any JavaScript error
 of the page fails the test.
 """
@@ -40,7 +41,7 @@ from urllib.parse import urlparse
 
 import psutil
 import pytest
-from conftest import LAB_EXTRA, host_processes, kill_tree, process_tree, require, running
+from conftest import LAB_EXTRA, build_cache, host_processes, kill_tree, process_tree, require, running
 
 require("jupyterlab", "voila", "ipywidgets", "anywidget", reason=LAB_EXTRA)
 require("playwright", reason="needs the test extra (playwright) and Debian's chromium: bash .ci/setup --test")
@@ -72,7 +73,7 @@ def chromium_path() -> str:
 
 
 def artifacts(name: str) -> Path:
-    base = Path(os.environ.get("COMBINE_LAB_BROWSER_ARTIFACTS") or ROOT / "output" / "browser")
+    base = Path(os.environ.get("COMBINE_LAB_BROWSER_ARTIFACTS") or build_cache() / "browser")
     folder = base / name
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
