@@ -73,7 +73,7 @@ class Suggestion:
             same = " (MTE only, the same cores)" if v.against == self._classic else ""
             return (f"{self.label} at min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us; against {v.against}{same}: "
                     f"{v.nominal:.3f}x at the nominal values, {v.low:.3f}x - {v.high:.3f}x over the unknowns' box: "
-                    f"{band_word(v.low, v.high)}; {row['speedup']:.3f}x the reference's classic (one core per source "
+                    f"{band_sentence(v.low, v.high)}; {row['speedup']:.3f}x the reference's classic (one core per source "
                     "rank) at the nominal values")
         if v.floor == NEVER:  # a classic setting: one point, against the reference's classic
             band = "faster than" if v.beats else "slower than" if v.high < 1 / (1 + RESOLUTION) else "a tie with"
@@ -321,6 +321,21 @@ def band_word(low: float, high: float) -> str:
     if low >= 1 / (1 + RESOLUTION) and high <= 1 + RESOLUTION:
         return TIE
     return DEPENDS
+
+
+def band_sentence(low: float, high: float) -> str:
+    """:func:`band_word`, and for ``depends on the unknowns`` which words the band spans, so that a line
+    saying it never pays and one saying it depends do not read as two verdicts: ``depends on the
+    unknowns (slower to a tie: it pays nowhere in the box)``, ``(a tie to faster: never slower)`` or
+    ``(slower to faster)``."""
+    word = band_word(low, high)
+    if word != DEPENDS:
+        return word
+    if high <= 1 + RESOLUTION:
+        return f"{word} (slower to a tie: it pays nowhere in the box)"
+    if low >= 1 / (1 + RESOLUTION):
+        return f"{word} (a tie to faster: never slower)"
+    return f"{word} (slower to faster)"
 
 
 @dataclass

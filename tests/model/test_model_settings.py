@@ -14,7 +14,7 @@ from combine_lab.model.machines import load_model
 from combine_lab.model.modelled import model_case
 from combine_lab.model.replay import layout_us, replay, stage1
 from combine_lab.model.stream import case_rows
-from combine_lab.model.suggest import NEVER, band_word, suggest, suggest_settings
+from combine_lab.model.suggest import NEVER, band_sentence, band_word, suggest, suggest_settings
 
 A3 = load_model("a3")
 SPEC = CaseSpec(pes=8, bs=64, h=7168, topk=8, expert_per_pe=4, dtype="float16_t", routing="zipf:1.2")
@@ -97,7 +97,7 @@ def test_suggest_under_settings_curve_on_the_reference_scale_verdict_against_the
     assert list(v.engines["engines"]) == [1, 2, 4, 8, 16, 32, 48]
     assert " SDMA engines than classic-c6, the rest nominal: " in v.engines_line()
     assert (f"against classic-c6 (MTE only, the same cores): {v.nominal:.3f}x at the nominal values, {v.low:.3f}x - "
-            f"{v.high:.3f}x over the unknowns' box: {band_word(v.low, v.high)}; ") in s.pick_text()
+            f"{v.high:.3f}x over the unknowns' box: {band_sentence(v.low, v.high)}; ") in s.pick_text()
     asked = suggest(rows, A3, settings="segment-c6", baseline="reference").verdict  # unless asked
     assert asked.against == "classic" and asked.nominal == pytest.approx(classic_ref / at, rel=1e-12)
     # the reference's suggestion is what it was
@@ -118,6 +118,12 @@ def test_band_words_by_the_tie_rule():
     assert band_word(0.5, 0.95) == "slower"
     assert band_word(0.96, 1.04) == "tie"
     assert band_word(0.9, 1.3) == "depends on the unknowns"
+    # the sentence says which words a band that depends spans (a fresh user read "it pays nowhere in the
+    # box" and "depends on the unknowns" of one band as two verdicts)
+    assert band_sentence(0.875, 1.005) == "depends on the unknowns (slower to a tie: it pays nowhere in the box)"
+    assert band_sentence(0.99, 1.3) == "depends on the unknowns (a tie to faster: never slower)"
+    assert band_sentence(0.9, 1.3) == "depends on the unknowns (slower to faster)"
+    assert band_sentence(0.96, 1.04) == "tie" and band_sentence(1.06, 2.0) == "faster"
 
 
 def test_settings_side_by_side(rows):
