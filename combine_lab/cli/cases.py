@@ -183,7 +183,11 @@ def clock_model(text: str):
         raise ParameterError(f"--clock={text!r}: wall or model:NAME (NAME: a2, a3, host, or a .toml file)",
                              parameter="clock", value=text, allowed="wall or model:NAME")
     from ..model.machines import load_model
-    return load_model(text[len("model:"):])
+    try:
+        return load_model(text[len("model:"):])
+    except ParameterError as e:  # the flag named, as every other refusal names its flag
+        raise ParameterError(f"--clock={text!r}: {e}", parameter="clock", value=text,
+                             allowed="wall or model:NAME") from None
 
 
 def _specs(a: argparse.Namespace, payload: bool = True, measured: bool = True) -> list[CaseSpec]:
