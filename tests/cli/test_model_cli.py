@@ -111,7 +111,7 @@ def test_a_modelled_speedup_of_exactly_one_is_a_tie_in_the_table_and_the_summary
 
 @pytest.mark.parametrize("argv, message", [
     (["--clock", "model"], "--clock='model': wall or model:NAME (NAME: a2, a3, host, or a .toml file)"),
-    (["--clock", "model:a9"], "model='a9': one of a2, a3, host, or a .toml file"),
+    (["--clock", "model:a9"], "--clock='model:a9': model='a9': one of a2, a3, host, or a .toml file"),
     (["--clock", "model:a2", "--chaos", "3"], "--chaos: runs the kernel; --clock model:a2 prices it without running"),
 ])
 def test_bad_clocks_are_refused_before_anything_runs(argv, message, capsys, tmp_path):
