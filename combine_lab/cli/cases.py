@@ -394,8 +394,8 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     folders.update({k.label: variant_dir(base, k.slug, separate) for k in kernels})
     rules = {**{v: v for v in variants}, **{k.label: k.rule for k in kernels}}  # what names each one's files
     written = {v: f for v, f in folders.items() if v not in refused} if a.perf else {}
-    for folder in written.values():
-        usable_folder(folder, "--output-dir")
+    for folder in written.values():  # checked, not kept: own_folders makes them once the runs start
+        usable_folder(folder, "--output-dir", keep=False)
     # Without --perf nothing is timed: one launch, then the check (as the reference's driver does; the twin
     # adds an untimed one before it, docs/hardware-rules.md#15-launch-epochs);
     # a model prices the loops asked for either way, once (it is deterministic).
