@@ -331,6 +331,11 @@ def test_a_lost_scheduler_keeps_the_rows_so_far(tmp_path, capsys, twin_binary):
         runs = [Run(quick, v) for v in ("classic", "doubleplane")]
         runs += [Run(slow, v, warmup=0, loops=100000) for v in ("classic", "doubleplane")]  # still running when killed
         outcomes = []
+        # the worker joined first (its start is slow on a loaded machine; a CI run once missed 3 s): the
+        # 3 s below is what the client tries to reconnect for once the scheduler is gone
+        from distributed import Client
+        with Client(address, timeout=60) as c:
+            c.wait_for_workers(1, timeout=120)
         with connect(address, pes=2, log=lambda line: None, timeout_s=3) as cluster:
             for o in execute(runs, cluster, ordered=False):
                 outcomes.append(o)
