@@ -53,7 +53,8 @@ def fake(tmp_path):
         log.write_text("")
         full = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp_path),
                 "FAKE_LOG": str(log), "FAKE_LINKS": str(links), "FAKE_PREFIX": str(tmp_path / "env"),
-                "REAL_PYTHON": sys.executable, "PYTHONPATH": str(ROOT), **env}
+                "REAL_PYTHON": sys.executable, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1", **env}
+        # (no bytecode: the scripts' own `import combine_lab` must not write into the checkout)
         proc = subprocess.run(["bash", str(ROOT / script), *args], env=full, capture_output=True, text=True,
                               timeout=60, cwd=tmp_path)
         calls = [line for line in log.read_text().splitlines() if not line.startswith(("-c ", "- "))]
