@@ -86,6 +86,25 @@ def _floors_curve(p):
                          "modelled_us": [base * (1.0 + 0.3 * np.cos(i / 4.0)) for i in range(len(floors))]})
 
 
+def _segment_rgba(z, mask, blues, reds):
+    """The stacked segment map's colours: SDMA cells red, MTE blue, by bytes between the map's extremes;
+    empty cells grey. Returns (rgba, lo, hi)."""
+    lo, hi = np.nanmin(z), np.nanmax(z)
+    f = np.nan_to_num((z - lo) / max(hi - lo, 1e-12))
+    rgba = np.where(mask[..., None], reds(f), blues(f))
+    rgba[np.isnan(z)] = (0.93, 0.93, 0.93, 1.0)
+    return rgba, lo, hi
+
+
+def _set_planes(b_mte, b_sd, mte, sd) -> None:
+    """The plane-bytes bars at this plan: MTE from 0, SDMA stacked on it."""
+    for r, m, s_ in zip(b_sd, mte, sd):
+        r.set_y(m)
+        r.set_height(s_)
+    for r, m in zip(b_mte, mte):
+        r.set_height(m)
+
+
 def setup_mplsvg(p, in_place: bool = True):
     """matplotlib's own SVG output of the three plan views (segment map, plane bytes, modelled time over
     floors): the figures built once and their artists updated (``in_place``), or built anew each
@@ -134,19 +153,12 @@ def setup_mplsvg(p, in_place: bool = True):
         (fig, ax, img, cb), (fig2, a1, a2, b_mte, b_sd, dots, ticks, line), (fig3, a3, step, classic) = \
             views[0] if in_place else build()
         z, mask, unit = _stacked_arrays(p)
-        lo, hi = np.nanmin(z), np.nanmax(z)
-        f = np.nan_to_num((z - lo) / max(hi - lo, 1e-12))
-        rgba = np.where(mask[..., None], reds(f), blues(f))
-        rgba[np.isnan(z)] = (0.93, 0.93, 0.93, 1.0)
+        rgba, lo, hi = _segment_rgba(z, mask, blues, reds)
         img.set_data(rgba)
         cb.mappable.set_clim(lo, hi)
         ax.set_title(f"Segment map, h {p.h}, floor {p.min_sdma_bytes} ({unit})")
         mte, sd, u, largest, avg, floor, u2 = _plane_arrays(p)
-        for r, m, s_ in zip(b_sd, mte, sd):
-            r.set_y(m)
-            r.set_height(s_)
-        for r, m in zip(b_mte, mte):
-            r.set_height(m)
+        _set_planes(b_mte, b_sd, mte, sd)
         a1.set_ylabel(f"payload ({u})")
         dots.set_ydata(largest)
         ticks.set_ydata(avg)
@@ -235,18 +247,11 @@ def setup_ipympl(p):
 
     def redraw(p):
         z, mask, unit = _stacked_arrays(p)
-        lo, hi = np.nanmin(z), np.nanmax(z)
-        f = np.nan_to_num((z - lo) / max(hi - lo, 1e-12))
-        rgba = np.where(mask[..., None], reds(f), blues(f))
-        rgba[np.isnan(z)] = (0.93, 0.93, 0.93, 1.0)
+        rgba, lo, hi = _segment_rgba(z, mask, blues, reds)
         img.set_data(rgba)
         ax.set_title(f"Segment map, h {p.h}, floor {p.min_sdma_bytes}")
         mte, sd, u, largest, avg, floor, u2 = _plane_arrays(p)
-        for r, m, s in zip(b_sd, mte, sd):
-            r.set_y(m)
-            r.set_height(s)
-        for r, m in zip(b_mte, mte):
-            r.set_height(m)
+        _set_planes(b_mte, b_sd, mte, sd)
         dots.set_ydata(largest)
         ticks.set_ydata(avg)
         line.set_ydata([floor, floor])

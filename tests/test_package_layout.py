@@ -38,6 +38,14 @@ def exists(name: str) -> bool:
     return is_package(name) or (ROOT / Path(*name.split("."))).with_suffix(".py").is_file()
 
 
+def from_target(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from X import ...`` in ``package`` names, relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports_of(path: Path) -> set[str]:
     """The package modules ``path`` imports, anywhere in the file (deferred imports too), each
     resolved to the most specific module: ``from ..run import runner`` is combine_lab.run.runner."""
@@ -48,11 +56,7 @@ def imports_of(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.split(".")[0] == "combine_lab"}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = from_target(node, package)
             if target.split(".")[0] != "combine_lab":
                 continue
             for alias in node.names:
@@ -308,11 +312,7 @@ def model_entries(source: str, module: str) -> set[str]:
         if isinstance(node, ast.Import):
             out |= {f"module {a.name}" for a in node.names if a.name in _MODEL_INNER_MODULES}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = from_target(node, package)
             if target != "combine_lab.model" and not target.startswith("combine_lab.model."):
                 continue
             for a in node.names:

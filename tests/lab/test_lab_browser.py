@@ -747,18 +747,33 @@ def _select_by_keys(page, name: str, text: str) -> None:
     page.keyboard.type(text)
 
 
+@contextlib.contextmanager
+def served_app(tmp_path: Path):
+    """``combine-lab app``'s server (voila) for one test, its log in ``tmp_path/voila.log``: the log's last
+    40 lines printed when the test fails, the server stopped either way."""
+    from combine_lab.lab.server import AppServer
+
+    log = open(tmp_path / "voila.log", "w")
+    server = AppServer.start(log=log)
+    try:
+        yield server
+    except BaseException:
+        log.flush()
+        print("voila's log, its last 40 lines:\n" + "".join((tmp_path / "voila.log").read_text().splitlines(True)[-40:]))
+        raise
+    finally:
+        server.stop()
+        log.close()
+
+
 def test_app_dashboard_by_keyboard_with_classic_scrollbars(chromium_path, tmp_path, twin_binary):
     """Issue 32 items 4 and 5 at 1280 x 800, keyboard only, classic scrollbars on: the controls in groups
     without a ragged grid, no box past its edge, the floor in MiB and on a log slider beside its exact
     bytes, Suggest and the engine line saying one thing in one number format, the headline numbers
     first, the comparison and history figures as wide as the app, the history sorted, filtered,
     exported and two of its Runs compared, the Trace button."""
-    from combine_lab.lab.server import AppServer
-
     folder = artifacts("voila_dashboard")
-    log = open(tmp_path / "voila.log", "w")
-    server = AppServer.start(log=log)
-    try:
+    with served_app(tmp_path) as server:
         with sync_playwright() as pw:
             # Playwright hides scrollbars in headless chromium; a person's browser shows classic ones
             browser = pw.chromium.launch(executable_path=chromium_path, args=["--no-sandbox"],
@@ -774,13 +789,6 @@ def test_app_dashboard_by_keyboard_with_classic_scrollbars(chromium_path, tmp_pa
                     browser.close()
         assert_screenshots(s.shots, ["grouped_controls", "floor_in_mib", "suggest_one_sentence", "run_headline",
                                      "history_compared", "traced"])
-    except BaseException:
-        log.flush()
-        print("voila's log, its last 40 lines:\n" + "".join((tmp_path / "voila.log").read_text().splitlines(True)[-40:]))
-        raise
-    finally:
-        server.stop()
-        log.close()
     assert not host_processes()
 
 
@@ -933,7 +941,6 @@ def test_app_stacked_segment_map_says_a_cell_on_hover(chromium_path, tmp_path):
     import numpy as np
 
     from combine_lab.lab.segments import segment_texts
-    from combine_lab.lab.server import AppServer
     from combine_lab.lab.svg import MAX_PANELS
     from combine_lab.lab.tuning import TuningState
 
@@ -945,9 +952,7 @@ def test_app_stacked_segment_map_says_a_cell_on_hover(chromium_path, tmp_path):
     sdma = (state.plan.segments["plane"].to_numpy() == "SDMA").reshape(want.shape)
     cells = [(0, 0, 0), tuple(int(i) for i in np.argwhere(sdma)[0]), (pes - 1, state.plan.expert_per_pe - 1, 3)]
     folder = artifacts("voila_segment_hover")
-    log = open(tmp_path / "voila.log", "w")
-    server = AppServer.start(log=log)
-    try:
+    with served_app(tmp_path) as server:
         with browser_session(chromium_path, folder) as s:
             page = s.page
             page.goto(server.url)
@@ -982,11 +987,4 @@ def test_app_stacked_segment_map_says_a_cell_on_hover(chromium_path, tmp_path):
             page.wait_for_selector(".cl-cell-tip", state="hidden", timeout=SHORT)
             assert s.js_errors() == [], s.js_errors()
         assert_screenshots(s.shots, ["hover_sdma_cell"])
-    except BaseException:
-        log.flush()
-        print("voila's log, its last 40 lines:\n" + "".join((tmp_path / "voila.log").read_text().splitlines(True)[-40:]))
-        raise
-    finally:
-        server.stop()
-        log.close()
     assert not host_processes()
