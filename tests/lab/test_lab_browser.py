@@ -774,19 +774,8 @@ def test_app_dashboard_by_keyboard_with_classic_scrollbars(chromium_path, tmp_pa
     exported and two of its Runs compared, the Trace button."""
     folder = artifacts("voila_dashboard")
     with served_app(tmp_path) as server:
-        with sync_playwright() as pw:
-            # Playwright hides scrollbars in headless chromium; a person's browser shows classic ones
-            browser = pw.chromium.launch(executable_path=chromium_path, args=["--no-sandbox"],
-                                         ignore_default_args=["--hide-scrollbars"])
-            s = Session(browser, folder)
-            try:
-                _dashboard_steps(s, server)
-            except BaseException:
-                s.failure()
-                raise
-            finally:
-                with contextlib.suppress(Exception):
-                    browser.close()
+        with browser_session(chromium_path, folder) as s:  # classic scrollbars, as a person's browser
+            _dashboard_steps(s, server)
         assert_screenshots(s.shots, ["grouped_controls", "floor_in_mib", "suggest_one_sentence", "run_headline",
                                      "history_compared", "traced"])
     assert not host_processes()
