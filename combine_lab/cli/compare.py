@@ -18,7 +18,8 @@ from .commands import HELP
 from ..errors import ParameterError
 from ..planning.settings import SETTINGS_LABEL_FORM, parse_settings
 from ..run.runner import VARIANTS
-from .cases import add_case_flags, run_variants
+from .cases import add_case_flags
+from .run_cases import run_variants
 
 
 def _settings_flag(text: str) -> list[str]:

@@ -14,7 +14,8 @@ from ..kernels import CLASSIC, DOUBLEPLANE
 from ..errors import ParameterError
 
 from ..planning.settings import parse_variant_label
-from .cases import add_case_flags, run_variants
+from .cases import add_case_flags
+from .run_cases import run_variants
 
 
 def _variant_flag(text: str) -> str:

@@ -374,7 +374,7 @@ def write_trace(path: str | os.PathLike, launches: list[Launch], title: str = ""
 
 
 class TraceRecording:
-    """What ``--trace`` needs around one ``run``/``compare`` (combine_lab/cli/cases.py; the app may use
+    """What ``--trace`` needs around one ``run``/``compare`` (combine_lab/cli/run_cases.py; the app may use
     it the same way around :func:`combine_lab.harness.execute`): checked before anything runs
     (:meth:`check`), an environment per run label on the twin (:meth:`env`), the file after
     (:meth:`write`). A context manager: its recording folders are removed on the way out."""

@@ -81,7 +81,7 @@ def test_baseline_names_the_kernel_every_speedup_is_against(tmp_path, capsys):
 
 
 def test_baseline_not_among_the_runs_is_refused(tmp_path, capsys):
-    from combine_lab.cli.cases import _baseline_name
+    from combine_lab.cli.run_cases import _baseline_name
     with pytest.raises(ParameterError) as e:
         _baseline_name("dp", ["classic", "doubleplane", "user:refstyle"])
     assert (e.value.parameter, e.value.value) == ("--baseline", "dp")
