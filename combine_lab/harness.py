@@ -199,11 +199,10 @@ def progress_bar(items, desc: str, *, disable: bool = False, unit: str = "case")
     """
     from tqdm.std import tqdm
 
-    try:
-        from IPython import get_ipython
-        in_kernel = type(get_ipython()).__name__ == "ZMQInteractiveShell"
-    except ImportError:  # IPython comes with the lab extra; a terminal needs none
-        in_kernel = False
+    # A Jupyter kernel has imported IPython before any cell runs; elsewhere importing it only to ask
+    # would cost every CLI process a third of a second.
+    ipython = sys.modules.get("IPython")
+    in_kernel = ipython is not None and type(ipython.get_ipython()).__name__ == "ZMQInteractiveShell"
     return tqdm(items, desc=desc, unit=unit, disable=disable, file=sys.stdout if in_kernel else sys.stderr,
                 dynamic_ncols=not in_kernel, ncols=80 if in_kernel else None)
 
