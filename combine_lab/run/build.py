@@ -37,7 +37,9 @@ BINARY_NAME = "combine_host"
 #: What :func:`build` can be asked for: the driver, or the probe's driver (docs/probe.md).
 PROGRAMS = (BINARY_NAME, "probe_host")
 _SOURCE_DIRS = ("kernels", "host", "cmake")
-_SOURCE_SUFFIXES = {".cpp", ".h", ".hpp", ".cmake", ".txt"}
+#: The files of those folders a build is made of (cmake/twin_launch.py writes the twin's kernel copy;
+#: the broken kernels' patches are hashed on their own, broken.fingerprint).
+_SOURCE_SUFFIXES = {".cpp", ".h", ".hpp", ".cmake", ".txt", ".py"}
 
 
 class BuildError(CombineLabError, RuntimeError):
@@ -232,7 +234,12 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
     The build folder is reused while the fingerprint of every file under ``kernels/``,
     ``host/``, ``cmake/`` and ``CMakeLists.txt`` is unchanged, so a second call costs one
     hash of the sources. Concurrent callers serialise on a lock file in the build folder.
-    Ninja is used when it is on PATH.
+    Ninja is used when it is on PATH. The twin's lab-own builds (not ``kernel``, not npu) also use
+    the store shared by every checkout (:mod:`~combine_lab.run.store`, ``COMBINE_LAB_STORE``): a
+    folder not up to date first copies the executables from the store's entry of the same
+    sources, configure arguments and compiler, if it has them all ("reused from the store <entry>"
+    in its build.log, no cmake run); a compiled build, or an up-to-date one the store lacks, is
+    put there.
 
     Args:
         target: ``"cpu"`` (the CPU twin) or ``"npu"``.
@@ -356,7 +363,7 @@ def _stamp_key(stamp: Path) -> str | None:
     then), or None (a stamp from before the store)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
         key = json.loads(stamp.read_text()).get("store_key")
-        if isinstance(key, str) and len(key) == 64:
+        if isinstance(key, str) and re.fullmatch(r"[0-9a-f]{64}", key):
             return key
     return None
 
@@ -381,8 +388,9 @@ def _reuse(shelf: _Shelf, made: list[Path], bdir: Path, target: str, log: Path) 
         return False
     log.write_text(f"reused from the store {entry}\n")
     if sys.stderr is not None and sys.stderr.isatty():
-        print(f"combine-lab: the {target} driver reused from the store ({entry}: built from the same sources) "
-              f"in {bdir}", file=sys.stderr, flush=True)
+        what = f"the {target} driver" if len(made) == 1 else f"the {target} driver and {len(made) - 1} broken kernels"
+        print(f"combine-lab: {what} reused from the store ({entry}: built from the same sources) into {bdir}",
+              file=sys.stderr, flush=True)
     return True
 
 

@@ -207,9 +207,10 @@ def publish(root: Path, key: str, paths: list[Path], replace: bool = False, keep
     for a forced rebuild); a whole entry's other files are carried into the new one (one entry
     holds the driver and, once a build asked for it, the probe's driver: the same sources); a
     torn one is replaced. Written into a temporary folder beside the entry, the manifest last,
-    then renamed into place under the entry's lock, so no reader sees part of one. Afterwards :func:`prune` keeps the ``keep`` most recently used entries. Returns
-    None, storing nothing, when the store cannot be written (OSError: a full disk, a read-only
-    folder): the build has its files anyway.
+    then renamed into place under the entry's lock, so no reader sees part of one. Afterwards
+    :func:`prune` keeps the ``keep`` most recently used entries. Returns None, storing nothing,
+    when the store cannot be written (OSError: a full disk, a read-only folder): the build has
+    its files anyway.
     """
     entry = root / _checked_key(key)
     paths = [Path(p) for p in paths]
