@@ -90,6 +90,15 @@ def test_the_key_names_no_folder_and_the_driver_names_its_sources_relative_to_th
     assert str(ROOT).encode() not in data and b"kernels/combine_kernel.cpp\0" in data
 
 
+def test_the_broken_drivers_name_their_copy_not_the_build_folder(broken_kernels):
+    """A broken kernel's copy (<build folder>/broken_src/<name>/) is named kernels/broken/<name>/ in
+    its driver: the same bytes whichever folder built it, and the twin's reports still say
+    ub_reuse/combine_kernel.cpp:<line> (the last folder and the file)."""
+    data = broken_kernels["ub_reuse"].read_bytes()
+    assert str(broken_kernels["ub_reuse"].parent).encode() not in data and str(ROOT).encode() not in data
+    assert b"kernels/broken/ub_reuse/combine_kernel.cpp\0" in data
+
+
 def test_one_changed_byte_in_kernels_is_another_key_and_compiles(second_checkout):
     where, key, bdir = second_checkout
     header = Path(os.environ["COMBINE_LAB_SOURCE"]) / "kernels" / "combine_kernel.h"
