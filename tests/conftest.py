@@ -5,7 +5,8 @@ twin may remain.
 Builds go to a cache outside the checkout (``COMBINE_LAB_BUILD_DIR``, inherited by every
 process the tests start: notebook kernels, subprocess runs, ``combine-lab selftest``), one
 folder per checkout; ``build`` reuses a folder until a source under kernels/, host/, cmake/
-changes (its fingerprint), so each kernel is compiled once, not once per test run.
+changes (its fingerprint), so each kernel is compiled once, not once per test run, and a
+checkout of sources another checkout built copies the executables from the store.
 
 This test run tags what it starts (COMBINE_LAB_SESSION_TAG, inherited by every process it
 launches), so the checks see only this run's PEs and segments, not another run's beside it."""
@@ -34,6 +35,15 @@ def build_cache() -> Path:
 
 
 os.environ["COMBINE_LAB_BUILD_DIR"] = str(build_cache())
+# The store of finished twin executables (combine_lab/run/store.py): the user's own, shared with
+# every checkout, so that a worktree's or a fresh clone's test run copies what another checkout
+# built from the same sources instead of compiling it again (~1 min). The suite puts nothing there
+# that `combine-lab build` would not (the same sources, the same executables; the tests that fake
+# a build step set COMBINE_LAB_STORE=off), and the store keeps only its newest entries. A run
+# given its own build folder (COMBINE_LAB_TEST_BUILD_DIR, CI's) gets its own store there too, so
+# that it stays apart from this machine's other builds.
+if os.environ.get("COMBINE_LAB_TEST_BUILD_DIR"):
+    os.environ.setdefault("COMBINE_LAB_STORE", str(build_cache() / "store"))
 # the processes the tests start write their bytecode beside the builds, not into the checkout
 os.environ.setdefault("PYTHONPYCACHEPREFIX", str(build_cache() / "pycache"))
 

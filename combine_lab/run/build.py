@@ -5,6 +5,12 @@ against ``host/twin``; the ``npu`` target compiles the same sources with CANN's 
 against CANN and SHMEM (``cmake/npu.cmake``, docs/npu.md#4-build-and-run), one build folder per
 SoC (``build/npu-<soc>``). Without CANN or SHMEM it stops before invoking anything and says
 what is missing and how to provide it.
+
+A checkout's build folders are its own (``cache_root``), so an edit rebuilds incrementally; the
+twin's lab-own executables (the driver, the probe's, the broken kernels') are also kept in the
+store shared by every checkout (:mod:`~combine_lab.run.store`, keyed by the sources' bytes, the
+configure arguments and the compiler), so a second checkout of the same sources copies them in
+instead of compiling (docs/cli.md section 1).
 """
 
 from __future__ import annotations
@@ -24,14 +30,16 @@ from pathlib import Path
 
 from ..errors import CombineLabError, ParameterError
 from . import broken as overlays
-from . import toolchain
+from . import store, toolchain
 
 TARGETS = ("cpu", "npu")
 BINARY_NAME = "combine_host"
 #: What :func:`build` can be asked for: the driver, or the probe's driver (docs/probe.md).
 PROGRAMS = (BINARY_NAME, "probe_host")
 _SOURCE_DIRS = ("kernels", "host", "cmake")
-_SOURCE_SUFFIXES = {".cpp", ".h", ".hpp", ".cmake", ".txt"}
+#: The files of those folders a build is made of (cmake/twin_launch.py writes the twin's kernel copy;
+#: the broken kernels' patches are hashed on their own, broken.fingerprint).
+_SOURCE_SUFFIXES = {".cpp", ".h", ".hpp", ".cmake", ".txt", ".py"}
 
 
 class BuildError(CombineLabError, RuntimeError):
@@ -226,7 +234,12 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
     The build folder is reused while the fingerprint of every file under ``kernels/``,
     ``host/``, ``cmake/`` and ``CMakeLists.txt`` is unchanged, so a second call costs one
     hash of the sources. Concurrent callers serialise on a lock file in the build folder.
-    Ninja is used when it is on PATH.
+    Ninja is used when it is on PATH. The twin's lab-own builds (not ``kernel``, not npu) also use
+    the store shared by every checkout (:mod:`~combine_lab.run.store`, ``COMBINE_LAB_STORE``): a
+    folder not up to date first copies the executables from the store's entry of the same
+    sources, configure arguments and compiler, if it has them all ("reused from the store <entry>"
+    in its build.log, no cmake run); a compiled build, or an up-to-date one the store lacks, is
+    put there.
 
     Args:
         target: ``"cpu"`` (the CPU twin) or ``"npu"``.
@@ -276,14 +289,22 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
     binary = bdir / (main or program)
     stamp = _stamp(bdir, program)
     log = bdir / BUILD_LOG
+    made = [binary] + [broken_binary(bdir, n) for n in broken]
     with open(bdir / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        shelf = _store_slot(root, target, kernel, config_args, broken_fp)
         if broken:
-            config_args.append(f"-DCOMBINE_BROKEN_SRC={bdir / 'broken_src'}")
+            config_args.append(f"-DCOMBINE_BROKEN_SRC={(bdir / 'broken_src').absolute()}")
         config = " ".join(config_args)
         fp = _fingerprint(root, target, config + kernel_fp + broken_fp)
-        fresh, old_config = _last_build(stamp, fp, [binary] + [broken_binary(bdir, n) for n in broken], force)
+        fresh, old_config = _last_build(stamp, fp, made, force)
         if fresh:
+            if shelf is not None:  # a warm checkout seeds the store (once: then the store has it)
+                _publish(shelf, _stamp_key(stamp) or shelf.key(), made + [bdir / TWIN_LIBRARY], False)
+            return binary
+        if shelf is not None and not force and _reuse(shelf, made, bdir, target, log):
+            stamp.write_text(json.dumps({"fingerprint": fp, "target": target, "config": config,
+                                         "store_key": shelf.key()}))
             return binary
         _say_building(kernel, target, bdir, log)
         log.write_text("")
@@ -295,8 +316,82 @@ def build(target: str = "cpu", build_dir: str | os.PathLike | None = None, force
         _configure_and_compile(cmake, root, bdir, target, config_args, old_config, program, log)
         if not binary.is_file():
             raise BuildError(f"build finished but {binary} is missing")
-        stamp.write_text(json.dumps({"fingerprint": fp, "target": target, "config": config}))
+        record = {"fingerprint": fp, "target": target, "config": config}
+        if shelf is not None:
+            record["store_key"] = shelf.key()
+            _publish(shelf, shelf.key(), made + [bdir / TWIN_LIBRARY], force)
+        stamp.write_text(json.dumps(record))
     return binary
+
+
+@dataclass(frozen=True)
+class _Shelf:
+    """Where a build's executables are stored: the store's folder ``root``, and what the key is
+    made of (the sources' ``fingerprint`` with the portable configure arguments, compiler ``cxx``)."""
+
+    root: Path
+    fingerprint: str
+    cxx: str
+
+    def key(self) -> str:
+        """The entry's key (:func:`~combine_lab.run.store.entry_key`; runs ``cxx --version`` once
+        per process, so the up-to-date path asks the stamp first)."""
+        return store.entry_key(self.fingerprint, self.cxx)
+
+
+def _store_slot(root: Path, target: str, kernel, config_args: list[str], broken_fp: str) -> _Shelf | None:
+    """Where this build is stored, or None where it does not use the store: ``COMBINE_LAB_STORE=off``,
+    or another build than the twin's lab-own ones.
+
+    Only those are stored: a kernel folder's build names that folder's absolute path in its
+    executables (and its kernel is keyed by the folder's path, not by its bytes); the NPU
+    driver's RPATH points at libcombine_kernel.so in its own build folder, so a copy elsewhere
+    would load another folder's kernel. ``config_args``: before the build folder's own
+    ``-DCOMBINE_BROKEN_SRC`` is added, so that the key names no folder; ``Python3_EXECUTABLE``
+    is left out too: it only runs cmake/twin_launch.py, whose copy is a function of the sources.
+    """
+    where = store.store_root()
+    if where is None or target != "cpu" or kernel is not None:
+        return None
+    portable = [a for a in config_args if not a.startswith("-DPython3_EXECUTABLE=")]
+    cxx = next(a.split("=", 1)[1] for a in config_args if a.startswith("-DCMAKE_CXX_COMPILER="))
+    return _Shelf(where, _fingerprint(root, target, " ".join(portable) + broken_fp), cxx)
+
+
+def _stamp_key(stamp: Path) -> str | None:
+    """The store key the stamp recorded when its build was made (with the compiler's version of
+    then), or None (a stamp from before the store)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        key = json.loads(stamp.read_text()).get("store_key")
+        if isinstance(key, str) and re.fullmatch(r"[0-9a-f]{64}", key):
+            return key
+    return None
+
+
+#: Beside the executables, the twin's library goes into the store: the tests link their own
+#: programs of twin rules against ``<build folder>/libcombine_twin.a``.
+TWIN_LIBRARY = "libcombine_twin.a"
+
+
+def _publish(shelf: _Shelf, key: str, paths: list[Path], replace: bool) -> None:
+    """Store ``paths`` as entry ``key`` unless the store already has them all (a store that
+    cannot be written costs only the reuse, :func:`~combine_lab.run.store.publish`)."""
+    if all(p.is_file() for p in paths) and (replace or not store.has(shelf.root, key, [p.name for p in paths])):
+        store.publish(shelf.root, key, paths, replace=replace)
+
+
+def _reuse(shelf: _Shelf, made: list[Path], bdir: Path, target: str, log: Path) -> bool:
+    """Copy ``made`` and the twin library from the store's entry into ``bdir`` when it has them
+    all; True then, with one line in the build log (and on stderr at a terminal)."""
+    entry = store.fetch(shelf.root, shelf.key(), [p.name for p in made] + [TWIN_LIBRARY], bdir)
+    if entry is None:
+        return False
+    log.write_text(f"reused from the store {entry}\n")
+    if sys.stderr is not None and sys.stderr.isatty():
+        what = f"the {target} driver" if len(made) == 1 else f"the {target} driver and {len(made) - 1} broken kernels"
+        print(f"combine-lab: {what} reused from the store ({entry}: built from the same sources) into {bdir}",
+              file=sys.stderr, flush=True)
+    return True
 
 
 def _checked_request(target: str, broken: list[str] | None, kernel, main: str | None,

@@ -267,6 +267,7 @@ def test_a_driver_build_does_not_vouch_for_a_stale_probe(tmp_path, monkeypatch):
                 built.append((n, fp[0]))
     monkeypatch.setattr(b, "_logged", fake_logged)
     monkeypatch.setattr(b, "_fingerprint", lambda root, target, config="": fp[0])
+    monkeypatch.setenv("COMBINE_LAB_STORE", "off")  # its fake executables must not be stored, nor any fetched
     b.build("cpu", build_dir=tmp_path, program="probe_host")
     fp[0] = "v2"  # a source changed
     b.build("cpu", build_dir=tmp_path)  # the driver: rebuilt, the probe not

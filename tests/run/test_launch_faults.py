@@ -447,7 +447,8 @@ def test_ctrl_c_at_each_stage_leaves_nothing_and_says_so(stage, tmp_path, twin_b
             f"'--variant', 'classic', '--perf', '--loops', '1', '--output-dir', {str(out)!r}]))\n")
     env = dict(os.environ, TMPDIR=str(tmp_dir))
     if stage == "building":
-        env["COMBINE_LAB_BUILD_DIR"] = str(tmp_path / "build")  # a fresh folder: the build runs
+        env["COMBINE_LAB_BUILD_DIR"] = str(tmp_path / "build")  # a fresh folder, no store: the build runs
+        env["COMBINE_LAB_STORE"] = "off"
     segments_before = twin_segments()
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
