@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import uuid
 from pathlib import Path
 
@@ -35,6 +36,11 @@ def build_cache() -> Path:
 
 
 os.environ["COMBINE_LAB_BUILD_DIR"] = str(build_cache())
+# A shell starts a background job (`pytest ... &`, a CI step's `cmd &`) with SIGINT ignored, and
+# a process started with it ignored keeps ignoring it: the Ctrl-C tests' processes would never see
+# theirs. Caught here, it is the default again in every process the tests start (exec resets it).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # The store of finished twin executables (combine_lab/run/store.py): the user's own, shared with
 # every checkout, so that a worktree's or a fresh clone's test run copies what another checkout
 # built from the same sources instead of compiling it again (~1 min). The suite puts nothing there
