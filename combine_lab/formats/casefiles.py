@@ -119,7 +119,8 @@ def write_case(case: Case, root: str | Path) -> Path:
     spec = case.spec
     case_dir = case_dir_of(root, spec.case_id)
     case_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(case_dir / "meta.json", json.dumps(case.meta(), indent=2) + "\n")
+    # not fsynced: case files are remade from (spec, seed), a power loss costs a rerun, not a result
+    write_atomic(case_dir / "meta.json", json.dumps(case.meta(), indent=2) + "\n", sync=False)
     layout = rank_file_layout(spec)
     ranks = tqdm(range(spec.pes), desc=f"case files {spec.case_id}", unit="PE", file=sys.stderr,
                  delay=PROGRESS_AFTER_S, leave=False)
@@ -132,7 +133,7 @@ def write_case(case: Case, root: str | Path) -> Path:
             if field == "expand_x":
                 _write_with_zero_tail(arr, used, rank_file(case_dir, r, name))
             else:
-                write_atomic(rank_file(case_dir, r, name), arr.tobytes())
+                write_atomic(rank_file(case_dir, r, name), arr.tobytes(), sync=False)
         del inputs
     return case_dir
 
@@ -141,7 +142,7 @@ def _write_with_zero_tail(arr: np.ndarray, used_rows: int, path: Path) -> None:
     """Write ``arr`` [rows, h] whose rows from ``used_rows`` on are zero padding: the used
     rows are written and the file is extended to full size, so the padding reads back as
     zeros (byte-identical) without being written (a sparse tail where the filesystem allows)."""
-    with atomic_write(path, "wb", size=lambda: arr.nbytes) as f:
+    with atomic_write(path, "wb", size=lambda: arr.nbytes, sync=False) as f:
         # bytes by write(), not ndarray.tofile: a full disk then says its errno (tofile's OSError has none)
         f.write(np.ascontiguousarray(arr[:used_rows]).reshape(-1).view(np.uint8).data)
         f.truncate(arr.nbytes)

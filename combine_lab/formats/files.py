@@ -38,11 +38,15 @@ def write_failed(path: str | os.PathLike, nbytes: int | None, e: OSError) -> Res
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "wb", size: Callable[[], int] | None = None) -> Iterator:
+def atomic_write(path: str | os.PathLike, mode: str = "wb", size: Callable[[], int] | None = None,
+                 sync: bool = True) -> Iterator:
     """Open a temporary file beside ``path`` for writing (``mode``: ``"wb"`` or ``"w"``, UTF-8, no
     newline translation); when the block ends without error it is flushed, fsynced and renamed
     over ``path``; on any error (an exception, Ctrl-C) it is removed and ``path`` is untouched.
-    ``size``: the bytes being written, for the message of a failed write.
+    ``size``: the bytes being written, for the message of a failed write. ``sync=False`` skips the
+    fsync: the rename alone keeps the file whole to every reader and through a killed process; the
+    fsync adds only that a power loss cannot leave it empty, which inputs remade from their seed
+    (case files) do not need and which costs a run of many small files most of its writing time.
 
     Raises:
         ResultFileError: an OSError while writing, syncing or renaming (the folder missing,
@@ -55,7 +59,8 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", size: Callable[[], i
         f = open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""}))
         yield f
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
         f.close()
         f = None
         os.replace(tmp, path)
@@ -69,10 +74,10 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", size: Callable[[], i
             tmp.unlink()  # gone already when it was renamed
 
 
-def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
-    """Write ``data`` (bytes, or text as UTF-8) to ``path`` whole or not at all (:func:`atomic_write`);
-    returns the path. Raises ResultFileError naming the file, the bytes and the errno."""
+def write_atomic(path: str | os.PathLike, data: bytes | str, sync: bool = True) -> Path:
+    """Write ``data`` (bytes, or text as UTF-8) to ``path`` whole or not at all (:func:`atomic_write`,
+    ``sync`` as there); returns the path. Raises ResultFileError naming the file, the bytes and the errno."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    with atomic_write(path, "wb", size=lambda: len(raw)) as f:
+    with atomic_write(path, "wb", size=lambda: len(raw), sync=sync) as f:
         f.write(raw)
     return Path(path)

@@ -48,3 +48,21 @@ def test_a_missing_folder_is_named(tmp_path):
     with pytest.raises(ResultFileError) as e:
         write_atomic(tmp_path / "gone" / "x.txt", "abc")
     assert str(e.value) == f"{tmp_path / 'gone' / 'x.txt'}: cannot write 3 bytes: ENOENT (No such file or directory)"
+
+
+def test_results_are_synced_and_case_files_only_renamed(tmp_path, monkeypatch):
+    """A result (here a sidecar-like JSON) is fsynced before its rename; a case's files are not (they
+    are remade from the spec and seed: the rename keeps them whole, a power loss costs a rerun), so a
+    case of 2 PEs writes its 13 files (meta.json, 6 per rank) with no fsync."""
+    from combine_lab.case.case import make_case
+    from combine_lab.case.spec import CaseSpec
+    from combine_lab.formats.casefiles import write_case
+
+    synced = []
+    real = files.os.fsync
+    monkeypatch.setattr(files.os, "fsync", lambda fd: (synced.append(fd), real(fd)))
+    write_atomic(tmp_path / "result.json", "{}")
+    assert len(synced) == 1
+    case_dir = write_case(make_case(CaseSpec(pes=2, bs=4, h=16, topk=2, expert_per_pe=2)), tmp_path / "cases")
+    assert len(synced) == 1
+    assert sum(1 for p in case_dir.rglob("*") if p.is_file()) == 13

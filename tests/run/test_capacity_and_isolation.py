@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -52,6 +53,7 @@ def test_more_pes_than_the_twin_can_start_are_refused_before_writing(tmp_path, m
 
     assert (capacity.twin_tasks_per_pe(2), capacity.twin_tasks_per_pe(101)) == (4, 42)
     monkeypatch.setattr(capacity, "task_room", lambda: _room(4200))
+    monkeypatch.setattr(capacity, "_fits_every_limit", lambda tasks: False)  # this machine's own room not asked
     tiny = dict(bs=1, h=16, topk=1, expert_per_pe=1)
     capacity.check_twin_pes(CaseSpec(pes=100, **tiny))
     with pytest.raises(CapacityError) as e:
@@ -84,6 +86,20 @@ def test_the_room_for_tasks_comes_from_the_user_limit_and_the_kernels(monkeypatc
     assert room["free"] == min(limit - n for limit, n in room["limits"].values()) <= 500 - mine
     monkeypatch.setattr(capacity.resource, "getrlimit", lambda which: (capacity.resource.RLIM_INFINITY,) * 2)
     assert "RLIMIT_NPROC" not in capacity.task_room()["limits"]
+
+
+def test_the_cheap_answer_never_contradicts_the_room(monkeypatch):
+    """Without walking the processes: the tasks running (/proc/loadavg) plus those asked for under
+    every limit is a yes that task_room agrees with; past the user's soft limit it is no answer
+    (False), and the walk decides."""
+    from combine_lab.planning import capacity
+
+    running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[1])
+    monkeypatch.setattr(capacity.resource, "getrlimit", lambda which: (running + 1000, running + 1000))
+    assert capacity._fits_every_limit(10) and capacity.task_room()["free"] >= 10
+    assert not capacity._fits_every_limit(2000)
+    monkeypatch.setattr(capacity.resource, "getrlimit", lambda which: (running - 1, running - 1))
+    assert not capacity._fits_every_limit(1)
 
 
 def test_session_in_use_is_refused_and_left_alone(twin_binary, tmp_path, no_leaks):
