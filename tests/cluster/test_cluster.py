@@ -118,6 +118,7 @@ def _untimed_summary(path: Path) -> dict:
     return data
 
 
+@pytest.mark.slow  # the dask cluster of this module (workers started, seconds); the quick suite's cluster run is test_cluster_local_needs_no_address
 def test_a_cluster_run_is_the_serial_run_but_for_its_times(dask_cluster, tmp_path, capsys, no_leaks):
     address, log, _ = dask_cluster
     s_status, s_out, serial = _compare(tmp_path, capsys, "serial")
@@ -157,6 +158,7 @@ def case_files(spec):
 """
 
 
+@pytest.mark.slow  # the dask cluster of this module (workers started, seconds); the quick suite's cluster run is test_cluster_local_needs_no_address
 def test_a_worker_makes_the_case_files_a_serial_run_makes(dask_cluster):
     space = {"__name__": "combine_lab_test_case_files"}
     exec(CASE_FILES, space)
@@ -167,6 +169,7 @@ def test_a_worker_makes_the_case_files_a_serial_run_makes(dask_cluster):
     assert there == here and any(k.endswith("golden_x_out.bin") for k in here) and len(here) >= 8
 
 
+@pytest.mark.slow  # the dask cluster of this module (workers started, seconds); the quick suite's cluster run is test_cluster_local_needs_no_address
 def test_a_killed_workers_case_is_rescheduled(dask_cluster, no_leaks):
     """The worker running the case is killed (SIGKILL) while its PEs run: dask runs the task again on a
     worker that lives, and the case's rows come back PASS."""
@@ -237,6 +240,7 @@ def _killing(outcomes, kill, killed, times: int = 1):
         t.join(timeout=5)
 
 
+@pytest.mark.slow  # the dask cluster of this module (workers started, seconds); the quick suite's cluster run is test_cluster_local_needs_no_address
 def test_a_worker_without_the_lab_is_refused_with_the_fix(dask_cluster, tmp_path):
     address = dask_cluster[0]
     # a worker whose Python cannot import combine_lab (as on a machine where .ci/setup never ran)
@@ -268,6 +272,7 @@ def test_a_worker_without_the_lab_is_refused_with_the_fix(dask_cluster, tmp_path
         connect(address, pes=4, log=lambda line: None)
 
 
+@pytest.mark.slow  # the dask cluster of this module (workers started, seconds); the quick suite's cluster run is test_cluster_local_needs_no_address
 def test_a_sweep_on_the_cluster_has_the_serial_sweeps_rows(dask_cluster, no_leaks):
     from combine_lab.case.grid import make_grid
     from combine_lab.lab.sweep import run_sweep
@@ -360,6 +365,7 @@ def test_a_lost_scheduler_keeps_the_rows_so_far(tmp_path, capsys, twin_binary):
     assert not host_processes() and not twin_segments()
 
 
+@pytest.mark.slow  # the dask cluster of this module (workers started, seconds); the quick suite's cluster run is test_cluster_local_needs_no_address
 def test_ctrl_c_cancels_every_task_and_leaves_nothing_on_the_workers(dask_cluster, tmp_path, no_leaks):
     address = dask_cluster[0]
     cmd = [sys.executable, "-m", "combine_lab", "compare", "-pes", "2", "--bs-list", "8,16,32", "-h", "64", "-topk",
@@ -394,6 +400,7 @@ def _run_pes() -> list[int]:
     return out
 
 
+@pytest.mark.slow  # the dask cluster of this module (workers started, seconds); the quick suite's cluster run is test_cluster_local_needs_no_address
 def test_a_modelled_grid_priced_in_tasks_is_the_one_priced_here(dask_cluster):
     from combine_lab.case.grid import make_grid
     from combine_lab.lab.sweep import model_grid

@@ -665,6 +665,7 @@ def test_settings_controls_mark_bad_values_and_a_run_uses_them(monkeypatch, no_l
     assert "changed since: segment layout" in app.verdict_html.value
 
 
+@pytest.mark.slow  # a dask cluster started; the quick suite's cluster is tests/cluster test_cluster_local_needs_no_address
 def test_the_apps_sweep_runs_the_case_over_lists_here_and_on_a_cluster(twin_binary, no_leaks):
     """Issue 33: the app's Sweep (the case over lists of PEs and tokens per PE), here or as dask tasks."""
     app = TuningApp(targets=["cpu"], **{**SMALL, "h": 256})
@@ -865,6 +866,7 @@ def test_in_the_app_no_legend_covers_a_tick(quick_runs, no_leaks):
         fig.set_size_inches(w, h)
 
 
+@pytest.mark.slow  # renders the saved figures; the app's own is test_in_the_app_no_legend_covers_a_tick
 def test_the_saved_comparison_has_no_legend_over_a_tick(twin_binary):
     from combine_lab.lab import plots
     app = TuningApp(targets=["cpu"], **{**SMALL, "pes": 4, "repeats": 2})

@@ -76,6 +76,7 @@ def planner_says(state, floor) -> dict[int, list[int]]:
     return {pe: p.sdma_segments(pe).tolist() for pe in range(state.spec.pes)}
 
 
+@pytest.mark.slow  # a Python process started without the lab extra on its path
 def test_the_state_module_imports_and_plans_without_the_lab_extra(tmp_path):
     """As after ``pip install -e .[test]`` without the lab extra: a fresh interpreter in which an
     import hook refuses every module of the lab extra (ipywidgets and IPython among them) imports

@@ -32,6 +32,7 @@ def saves(monkeypatch):
     return made
 
 
+@pytest.mark.slow  # a notebook kernel started; the quick suite's is the failed-cell test
 def test_cells_all_in_the_copy_with_one_write_at_the_end(tmp_path, saves):
     src, out = tmp_path / "nb", tmp_path / "out"
     src.mkdir()

@@ -72,14 +72,15 @@ def test_your_kernel_is_priced_from_the_stream_it_records(tmp_path, capsys, no_l
 
 SETTINGS_CASES = [
     (CaseSpec(pes=4, bs=16, h=40, topk=3, expert_per_pe=2, routing="zipf:1.2"), "doubleplane", "c3"),
-    (CaseSpec(pes=8, bs=6, h=16, topk=2, expert_per_pe=1, routing="zipf:1.2"), "classic", "c6"),
+    pytest.param(CaseSpec(pes=8, bs=6, h=16, topk=2, expert_per_pe=1, routing="zipf:1.2"), "classic", "c6",
+                 marks=pytest.mark.slow),  # 8 PEs; the quick suite has c3 and c2 of the same path
     # 1199 SDMA rows of PE 1 over 2 cores: SDMA quiets every 256 calls of each core
     (CaseSpec(pes=3, bs=1500, h=8, topk=1, expert_per_pe=1, routing="hot-rank:0.8"), "doubleplane", "c2"),
 ]
 
 
 @pytest.mark.parametrize("spec, variant, settings", SETTINGS_CASES,
-                         ids=[f"{c[0].case_id}-{c[1]}-{c[2]}" for c in SETTINGS_CASES])
+                         ids=[f"{v[0].case_id}-{v[1]}-{v[2]}" for v in (getattr(c, "values", c) for c in SETTINGS_CASES)])
 def test_cores_per_rank_recorded_stream_prices_as_its_plan(spec, variant, settings, tmp_path, no_leaks):
     """Several cores per source rank: the chunks the plan-derived replay prices, core by core, are what
     the kernel issued on the twin (a3's SoC: 48 cores per die, c6 at pes 8 is 8 groups of 6)."""

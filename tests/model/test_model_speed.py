@@ -7,10 +7,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PRICE = """
 import sys
+
+import pytest
 import combine_lab.cli
 from combine_lab import CaseSpec, make_case
 from combine_lab.model.stream import case_rows
@@ -21,6 +25,7 @@ print(DTYPES["bfloat16_t"].__name__, "ml_dtypes" in sys.modules)
 """
 
 
+@pytest.mark.slow  # a Python process started to watch its imports
 def test_a_modelled_bfloat16_case_never_imports_ml_dtypes():
     env = dict(os.environ, PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, "-c", PRICE], check=True, capture_output=True, text=True, env=env, cwd=ROOT)

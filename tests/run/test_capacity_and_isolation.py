@@ -116,6 +116,7 @@ def test_session_in_use_is_refused_and_left_alone(twin_binary, tmp_path, no_leak
         other.unlink()
 
 
+@pytest.mark.slow  # two Python processes each launching PEs
 def test_two_runs_at_once_from_two_processes(tmp_path, no_leaks):
     code = ("import sys; from combine_lab.case.spec import CaseSpec; from combine_lab.run.runner import run_case; "
             "r = run_case(CaseSpec(pes=4, bs=16, h=64, topk=2, expert_per_pe=2, routing='zipf:1.0', seed=int(sys.argv[1])), "

@@ -158,6 +158,7 @@ def test_a_pe_killed_in_a_launch_ends_the_others_waits_naming_the_slot(twin_bina
                      r"\(it is 0; word 0 of 8; token \d+, k \d: expert \d+, sent by PE 1\)$", said, re.M), said
 
 
+@pytest.mark.slow  # two launches that end by a kill; the quick suite's killed PE is test_killed_pe_is_reported_and_others_stopped
 def test_a_killed_pe_says_something_after_the_colon_and_a_stopped_pe_names_itself_and_the_slot(
         twin_binary, tmp_path, monkeypatch, no_leaks):
     """Field fault (issue 34): SIGKILL gave "PE 1 killed by signal 9:" and nothing after the colon; a
@@ -311,6 +312,7 @@ def _alive(pids) -> list[int]:
     return out
 
 
+@pytest.mark.slow  # a launcher process killed, then a second run
 def test_pes_die_with_a_killed_launcher_and_the_next_run_removes_its_case_folder(tmp_path, twin_binary, monkeypatch):
     """The field report: a launcher killed with SIGKILL left its PEs running for minutes and its
     case folder behind."""
@@ -339,6 +341,7 @@ def test_pes_die_with_a_killed_launcher_and_the_next_run_removes_its_case_folder
     assert not twin_segments() - segments_before and not host_processes()
 
 
+@pytest.mark.slow  # a CLI process; the quick suite's interrupt is test_ctrl_c_stops_every_pe
 def test_sigterm_is_handled_like_ctrl_c(tmp_path, twin_binary):
     tmp_dir = tmp_path / "tmp"
     tmp_dir.mkdir()
@@ -469,6 +472,7 @@ def test_ctrl_c_at_each_stage_leaves_nothing_and_says_so(stage, tmp_path, twin_b
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.slow  # two CLI processes, one held at a gate; the quick suite's folder in use is tests/cli/test_field_faults.py's
 def test_a_second_run_into_a_folder_in_use_is_refused_and_the_first_keeps_every_row(tmp_path, twin_binary):
     """Two --perf runs into one output folder (two terminals, the default output/perf): the second is
     refused at once, exit 2, naming the folder and the first run's pid and command; the first, which
@@ -506,6 +510,7 @@ def test_a_second_run_into_a_folder_in_use_is_refused_and_the_first_keeps_every_
         "combine_perf_rank0.csv"]
 
 
+@pytest.mark.slow  # a CLI process killed mid-run, then a second run
 def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path, twin_binary):
     """A run killed with SIGKILL leaves its lock; its pid is gone, so the next run takes the folder."""
     out = tmp_path / "perf"
@@ -521,6 +526,7 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path, twin_binary):
                                                      "combine_perf_rank0.csv"]
 
 
+@pytest.mark.slow  # two CLI processes held open against each other; the quick suite's folder in use is tests/cli/test_field_faults.py's
 def test_a_work_dir_or_notebooks_folder_in_use_is_refused(tmp_path, twin_binary):
     """--work-dir (case files) and notebooks --out are owned the same way: a live run's lock refuses."""
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -544,6 +550,7 @@ def test_a_work_dir_or_notebooks_folder_in_use_is_refused(tmp_path, twin_binary)
         holder.wait()
 
 
+@pytest.mark.slow  # a CLI process; the quick suite's full disk is tests/formats/test_files.py
 def test_a_full_disk_while_results_are_written_ends_with_exit_2_naming_the_file(tmp_path, twin_binary):
     """The disk fills as the sidecar is written (fsync fails with ENOSPC, as on a small tmpfs): exit 2
     (not 1, which means a check failed), no traceback, the file, bytes and errno named, nothing
