@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import sys
 import uuid
 from pathlib import Path
 
@@ -50,8 +51,14 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # that it stays apart from this machine's other builds.
 if os.environ.get("COMBINE_LAB_TEST_BUILD_DIR"):
     os.environ.setdefault("COMBINE_LAB_STORE", str(build_cache() / "store"))
-# the processes the tests start write their bytecode beside the builds, not into the checkout
+# Bytecode beside the builds, never in the checkout: this process's (pytest's rewritten test modules
+# too) and every process the tests start. Kept there even where PYTHONDONTWRITEBYTECODE is set to
+# keep checkouts clean: without it each of the suite's Python processes compiles the package again
+# and pytest rewrites every test module again (seconds of every run).
 os.environ.setdefault("PYTHONPYCACHEPREFIX", str(build_cache() / "pycache"))
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
+sys.dont_write_bytecode = False
 
 # hypothesis keeps its example database and caches beside the builds, not in the checkout's
 # .hypothesis/ (docs/cli.md section 1: nothing a run or the tests write lands in the checkout)
