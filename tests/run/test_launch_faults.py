@@ -415,11 +415,11 @@ INTERRUPT_AT = {
     # KeyboardInterrupt where the process is)
     "writing case files": ("combine_lab.formats.casefiles", "write_atomic",
                            "count = [0]\n"
-                           "def fake(path, data):\n"
+                           "def fake(path, data, **kw):\n"
                            "    count[0] += 1\n"
                            "    if count[0] == 3:\n"
                            "        raise KeyboardInterrupt\n"
-                           "    return real(path, data)\n"),
+                           "    return real(path, data, **kw)\n"),
     # while the results are written: the perf rows staged, the sidecar interrupted
     "writing results": ("combine_lab.formats.sidecars", "write_sidecar",
                         "def fake(path, data):\n"
@@ -427,7 +427,8 @@ INTERRUPT_AT = {
 }
 
 
-@pytest.mark.parametrize("stage", list(INTERRUPT_AT))
+@pytest.mark.parametrize("stage", [pytest.param(s, marks=[] if s == "writing results" else pytest.mark.slow)
+                                   for s in INTERRUPT_AT])  # the quick suite: one stage (a CLI process each)
 def test_ctrl_c_at_each_stage_leaves_nothing_and_says_so(stage, tmp_path, twin_binary):
     """Ctrl-C while building, while writing the case files and while writing the results: no case
     folder, no segment, no process (the build's own processes included), no half-written or staged
