@@ -194,7 +194,7 @@ def headless_defaults(nb: str | os.PathLike) -> dict:
                 out[name] = convert(value, types[name], name) if types[name] != "None" else value
             except (ValueError, SyntaxError, ParameterError) as e:
                 raise LabError(f"{Path(nb).name}: parameter {name}: '# headless: {text}' is not a Python literal "
-                               f"of its declared type {types[name]} ({e})", parameter=name, value=text) from None
+                               f"of its declared type {types[name]} ({e})", parameter="nb", value=text) from None
     return out
 
 
@@ -268,7 +268,7 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
                 try:
                     values[name] = convert(value, types[stem][name], name)
                 except ParameterError as e:
-                    raise LabError(f"params: notebook {stem}: {e}", parameter=e.parameter, value=e.value, allowed=e.allowed) from None
+                    raise LabError(f"params: notebook {stem}: {e}", parameter="params", value=value, allowed=e.allowed) from None
     return out
 
 
