@@ -259,7 +259,7 @@ def _base_and_refused(a: argparse.Namespace, entries: dict, kernels: list, model
     refused = {v: why for v, (b, _, _) in entries.items() for why in [refusals(a.target, [b]).get(b)] if why}
     refused.update({k.label: why for k in kernels for why in [refusals(a.target, [k.rule]).get(k.rule)] if why})
     if refused and len(refused) == len(entries) + len(kernels):  # nothing would run: say why, exit 2
-        raise VariantRefused(next(iter(refused.values())))
+        raise VariantRefused(next(iter(refused.values())), parameter="variant", value=next(iter(refused)))
     for why in refused.values():
         print(f"combine-lab: {why}", file=sys.stderr)
     if baseline:
