@@ -166,7 +166,8 @@ class FileCase(Case):
 
     @property
     def x(self):
-        raise CaseFileError(f"{self.case_dir}: x is not stored in case files; use rank_inputs(r)", parameter="case_dir", value=self.case_dir)
+        raise CaseFileError(f"{self.case_dir}: x is not stored in case files; use rank_inputs(r)", parameter="case_dir",
+                            value=self.case_dir)
 
     def golden(self, r: int) -> np.ndarray:
         return read_rank_file(self.case_dir, self.spec, r, "golden_x_out.bin")
@@ -180,10 +181,12 @@ class FileCase(Case):
 
 def _spec_from_meta(meta_path: Path, meta) -> CaseSpec:
     if not isinstance(meta, dict):
-        raise CaseFileError(f"{meta_path}: found a JSON {type(meta).__name__}, expected an object", parameter="case_dir", value=meta_path)
+        raise CaseFileError(f"{meta_path}: found a JSON {type(meta).__name__}, expected an object",
+                            parameter="case_dir", value=meta_path)
     missing = [k for k in REFERENCE_KEYS if k not in meta]
     if missing:
-        raise CaseFileError(f"{meta_path}: missing keys {missing}; expected all of {list(REFERENCE_KEYS)}", parameter="case_dir", value=meta_path)
+        raise CaseFileError(f"{meta_path}: missing keys {missing}; expected all of {list(REFERENCE_KEYS)}",
+                            parameter="case_dir", value=meta_path)
     try:
         spec = CaseSpec(pes=meta["pe_size"], bs=meta["bs"], h=meta["h"], topk=meta["topk"],
                         expert_per_pe=meta["expert_per_pe"], dtype=meta["dtype"],
@@ -196,7 +199,8 @@ def _spec_from_meta(meta_path: Path, meta) -> CaseSpec:
             f"{meta_path}: moe_expert_num={meta['moe_expert_num']!r}, expected pe_size*expert_per_pe="
             f"{spec.pes}*{spec.expert_per_pe}={spec.moe_expert_num}", parameter="case_dir", value=meta_path)
     if not isinstance(meta["expert_compute"], str):
-        raise CaseFileError(f"{meta_path}: expert_compute={meta['expert_compute']!r}, expected a string ('identity')", parameter="case_dir", value=meta_path)
+        raise CaseFileError(f"{meta_path}: expert_compute={meta['expert_compute']!r}, expected a string ('identity')",
+                            parameter="case_dir", value=meta_path)
     return spec
 
 
@@ -207,16 +211,19 @@ def _check_sizes(case_dir: Path, spec: CaseSpec) -> None:
             want = _expected_bytes(shape, dtype)
             if not path.is_file():
                 raise CaseFileError(f"{path}: missing file; expected {want} bytes "
-                                    f"({dtype.name} {list(shape)}) for {spec.case_id}", parameter="case_dir", value=path)
+                                    f"({dtype.name} {list(shape)}) for {spec.case_id}", parameter="case_dir",
+                                    value=path)
             got = path.stat().st_size
             if got != want:
                 raise CaseFileError(f"{path}: {got} bytes found, expected {want} bytes "
-                                    f"({dtype.name} {list(shape)}) for {spec.case_id}", parameter="case_dir", value=path)
+                                    f"({dtype.name} {list(shape)}) for {spec.case_id}", parameter="case_dir",
+                                    value=path)
 
 
 def _check_counts(path: Path, c: np.ndarray, capacity: int) -> None:
     if c[0] < 0:
-        raise CaseFileError(f"{path}: ep_recv_count[0]={c[0]} is negative; counts are cumulative row counts >= 0", parameter="case_dir", value=path)
+        raise CaseFileError(f"{path}: ep_recv_count[0]={c[0]} is negative; counts are cumulative row counts >= 0",
+                            parameter="case_dir", value=path)
     down = np.flatnonzero(np.diff(c) < 0)
     if down.size:
         i = int(down[0]) + 1
@@ -225,7 +232,8 @@ def _check_counts(path: Path, c: np.ndarray, capacity: int) -> None:
     over = np.flatnonzero(c > capacity)
     if over.size:
         i = int(over[0])
-        raise CaseFileError(f"{path}: ep_recv_count[{i}]={c[i]} exceeds capacity pes*bs*topk={capacity}", parameter="case_dir", value=path)
+        raise CaseFileError(f"{path}: ep_recv_count[{i}]={c[i]} exceeds capacity pes*bs*topk={capacity}",
+                            parameter="case_dir", value=path)
 
 
 def _check_assist(path: Path, rows: np.ndarray, d: int, counts: np.ndarray, spec: CaseSpec,
@@ -255,7 +263,8 @@ def _check_assist(path: Path, rows: np.ndarray, d: int, counts: np.ndarray, spec
     if step.size:
         i = int(step[0]) + 1
         raise CaseFileError(f"{path}: rows {i - 1} and {i} ({rows[i - 1].tolist()}, {rows[i].tolist()}) are not in "
-                            "increasing (token_id, topk_id) order within their segment", parameter="case_dir", value=path)
+                            "increasing (token_id, topk_id) order within their segment", parameter="case_dir",
+                            value=path)
 
 
 def read_meta(case_dir: str | Path) -> tuple[dict, CaseSpec]:
@@ -267,7 +276,8 @@ def read_meta(case_dir: str | Path) -> tuple[dict, CaseSpec]:
     """
     meta_path = Path(case_dir) / "meta.json"
     if not meta_path.is_file():
-        raise CaseFileError(f"{meta_path}: missing file; expected the case's meta.json (docs/formats.md#1-case-files)", parameter="case_dir", value=meta_path)
+        raise CaseFileError(f"{meta_path}: missing file; expected the case's meta.json (docs/formats.md#1-case-files)",
+                            parameter="case_dir", value=meta_path)
     try:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -319,7 +329,8 @@ def read_case(case_dir: str | Path) -> FileCase:
             raise CaseFileError(
                 f"{rank_file(case_dir, d, 'ep_recv_count.bin')}: segment {s} (local_expert {s // spec.pes}, "
                 f"src_rank {s % spec.pes}) has {found[d, s]} rows, but the expert_ids of all ranks route "
-                f"{case.segment_counts[d, s]} slots there", parameter="case_dir", value=rank_file(case_dir, d, "ep_recv_count.bin"))
+                f"{case.segment_counts[d, s]} slots there", parameter="case_dir",
+                value=rank_file(case_dir, d, "ep_recv_count.bin"))
     for d in range(spec.pes):
         n = int(counts[d, -1])
         rows = load(d, "assist_info.bin", count=3 * n).reshape(n, 3)
@@ -357,10 +368,12 @@ def check_x_out(x_out: np.ndarray, golden: np.ndarray, dtype: str) -> CheckResul
         raise SpecError(f"dtype={dtype!r}: must be one of {DTYPES_TEXT}", parameter="dtype", value=dtype)
     x, g = np.asarray(x_out), np.asarray(golden)
     if x.shape != g.shape:
-        raise ParameterError(f"x_out shape={list(x.shape)}: must equal golden shape {list(g.shape)}", parameter="x_out", value=list(x.shape), allowed=f"golden shape {list(g.shape)}")
+        raise ParameterError(f"x_out shape={list(x.shape)}: must equal golden shape {list(g.shape)}", parameter="x_out",
+                             value=list(x.shape), allowed=f"golden shape {list(g.shape)}")
     for name, a in (("x_out", x), ("golden", g)):
         if a.dtype != DTYPES[dtype]:
-            raise ParameterError(f"{name} dtype={a.dtype.name}: must be {np.dtype(DTYPES[dtype]).name} for {dtype!r}", parameter=name, value=a.dtype.name, allowed=np.dtype(DTYPES[dtype]).name)
+            raise ParameterError(f"{name} dtype={a.dtype.name}: must be {np.dtype(DTYPES[dtype]).name} for {dtype!r}",
+                                 parameter=name, value=a.dtype.name, allowed=np.dtype(DTYPES[dtype]).name)
     same = x.view(np.uint32) == g.view(np.uint32) if dtype == "int32_t" else x.view(np.uint16) == g.view(np.uint16)
     if same.all() and (dtype == "int32_t" or not np.isnan(x.astype(np.float32)).any()):
         # the common case, bit for bit: no error to measure (a sweep checks every PE of every run)

@@ -46,7 +46,8 @@ def read_counters(path: str | Path) -> dict:
                     int(data[which][plane][field])
         return data
     except OSError as e:
-        raise ResultFileError(f"{path}: cannot read twin counters ({e.strerror})", parameter="path", value=path) from None
+        raise ResultFileError(f"{path}: cannot read twin counters ({e.strerror})", parameter="path",
+                              value=path) from None
     except (ValueError, KeyError, TypeError) as e:
         raise ResultFileError(f"{path}: not a twin counters file ({e!r})", parameter="path", value=path) from None
 
@@ -149,5 +150,6 @@ def read_sidecar(path: str | Path) -> dict:
         data.setdefault("settings", {"label": "reference", "cores_per_rank": 1})  # before settings: the reference's
     missing = [k for k in SIDECAR_KEYS if not isinstance(data, dict) or k not in data]
     if missing:
-        raise ResultFileError(f"{path}: not a combine-lab sidecar (no {', '.join(missing)})", parameter="path", value=path)
+        raise ResultFileError(f"{path}: not a combine-lab sidecar (no {', '.join(missing)})", parameter="path",
+                              value=path)
     return data

@@ -63,5 +63,6 @@ def read_run_summary(path: str | Path) -> dict:
         raise ResultFileError(f"{p}: not JSON ({e})", parameter="path", value=path) from None
     if not isinstance(data, dict) or data.get("format") != SUMMARY_FORMAT or not isinstance(data.get("cases"), list):
         found = data.get("format") if isinstance(data, dict) else None
-        raise ResultFileError(f"{p}: not a combine_lab run summary (format {found!r}, expected {SUMMARY_FORMAT!r})", parameter="path", value=path)
+        raise ResultFileError(f"{p}: not a combine_lab run summary (format {found!r}, expected {SUMMARY_FORMAT!r})",
+                              parameter="path", value=path)
     return data
