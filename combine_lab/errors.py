@@ -66,6 +66,18 @@ def missing_package(e: ModuleNotFoundError) -> None:
     raise ModuleNotFoundError(text, name=e.name) from None
 
 
+def python_name(what: str) -> str:
+    """The Python name of a parameter from how a message names it: ``"--output-dir"`` ->
+    ``"output_dir"``, ``"pes list"`` -> ``"pes_list"`` (a refusal's ``parameter``; its message keeps
+    ``what`` as given, and ``said_as`` records a flag)."""
+    return what.lstrip("-").replace("-", "_").replace(" ", "_")
+
+
+def flag_of(what: str) -> str | None:
+    """``what`` when it is a command-line flag (``"--bs-list"``), else None: a refusal's ``said_as``."""
+    return what if what.startswith("-") else None
+
+
 class CombineLabError(Exception):
     """Every error the lab raises on purpose: what was wrong, named, and what is allowed.
 

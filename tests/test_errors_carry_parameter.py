@@ -114,6 +114,32 @@ def test_every_lab_error_names_the_parameter_it_refused():
     assert missing == [], "lab errors without parameter=:\n" + "\n".join(missing)
 
 
+def test_a_parameter_is_named_by_its_python_name():
+    """``parameter="--variant"`` is the flag, not the parameter: a constant ``parameter=`` (or ``.of``'s first
+    argument) is a Python identifier; how the message says it (a flag) is ``said_as``."""
+    modules = _modules()
+    classes = set(lab_error_classes(modules))
+    bad = []
+    for path, tree in modules.items():
+        local = _local_names(tree, classes)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name, of = _called_class(node, local, classes)
+            if name is None:
+                continue
+            given = [k.value for k in node.keywords if k.arg == "parameter"] + (node.args[:1] if of else [])
+            bad += [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {g.value!r}" for g in given
+                    if isinstance(g, ast.Constant) and not (isinstance(g.value, str) and g.value.isidentifier())]
+    assert bad == []
+
+
+def test_python_name_and_flag_of():
+    assert [errors.python_name(w) for w in ("--output-dir", "-ipport", "pes list", "loops")] == [
+        "output_dir", "ipport", "pes_list", "loops"]
+    assert [errors.flag_of(w) for w in ("--output-dir", "-ipport", "pes list")] == ["--output-dir", "-ipport", None]
+
+
 def test_the_run_failures_are_classes_of_the_package():
     """Each name in RUN_FAILURES is a lab error class defined in the package (the list cannot go stale),
     and none of the input errors of errors.py is among them."""

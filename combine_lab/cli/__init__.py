@@ -129,13 +129,15 @@ def _with_flag(e: CombineLabError, command: str | None = None) -> str:
     """The error's message, with the flag named first where the error names a parameter the
     command line spells otherwise (:data:`FLAG_OF`); cores_per_rank is the N of a settings label,
     given by ``compare --settings`` or ``run --variant``."""
+    if e.said_as is not None:  # the message names it as the command line does already
+        return str(e)
     if e.parameter == "cores_per_rank":
         flag = "--settings" if command == "compare" else "--variant"
         if e.allowed is None:  # not said as "cores_per_rank=N: <allowed>": as it is, after the flag
             return f"{flag}: {e}"
         return f"{flag}: cores_per_rank={e.value!r} (the N of c{e.value}): {e.allowed}"
     flag = FLAG_OF.get(e.parameter) if e.parameter else None
-    return f"{flag}: {e}" if flag and e.said_as is None else str(e)  # said_as: already said as a flag
+    return f"{flag}: {e}" if flag else str(e)
 
 
 def main(argv: list[str] | None = None) -> int:
