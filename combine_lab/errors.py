@@ -31,8 +31,9 @@ with ``pe``, ``timed_out``, ``wait``) and ``KernelFailed`` (:mod:`combine_lab.ru
 Every raise of one of them names what it refused in ``parameter=`` (tests/test_errors_carry_parameter.py
 reads the package's source and lists any that does not), except those of :data:`RUN_FAILURES`:
 a build or a run that failed, where no input was refused (they name one when a limit given as a
-parameter ran out: ``timeout_s``). Nobody recovers what was refused from a message's text: a
-caller reads the fields.
+parameter ran out: ``timeout_s``). A flag is named by its Python name, how the message says it
+kept in ``said_as`` (:func:`python_name`, :func:`flag_of`). Nobody recovers what was refused from a
+message's text: a caller reads the fields.
 """
 
 
