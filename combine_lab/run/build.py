@@ -115,7 +115,8 @@ def source_root() -> Path:
     """
     root = Path(os.environ.get("COMBINE_LAB_SOURCE", Path(__file__).resolve().parents[2]))
     if not (root / "CMakeLists.txt").is_file():
-        raise BuildError(f"COMBINE_LAB_SOURCE={root}: no CMakeLists.txt there; point it at the combine_lab checkout")
+        raise BuildError(f"COMBINE_LAB_SOURCE={root}: no CMakeLists.txt there; point it at the combine_lab checkout",
+                         parameter="COMBINE_LAB_SOURCE", value=str(root))
     return root
 
 

@@ -467,7 +467,7 @@ def _free_session(session: str | None) -> str:
     if shm_path(session).exists():
         # Never touch another run's segment: refuse before starting anything.
         raise LaunchError(f"session {session} is in use: {shm_path(session)} exists (another run, or a crashed "
-                          f"one: remove the file if no run is using it)")
+                          f"one: remove the file if no run is using it)", parameter="session", value=session)
     return session
 
 
