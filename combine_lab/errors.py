@@ -88,8 +88,9 @@ class CombineLabError(Exception):
             (``"case_dir"``, ``"path"``, ``"params"``, ``"model"``); for a package that is missing,
             its import name (``"jupyterlab"``). None only for :data:`RUN_FAILURES`.
         value: the value given (for a file: the file found wrong), or None.
-        allowed: what is allowed instead, when it was given apart from the message; where the
-            message is ``"<parameter>=<value!r>: <allowed>"`` (:meth:`of`), exactly its tail.
+        allowed: what is allowed instead, when it was given apart from the message; a message made
+            by :meth:`of` (``"<parameter>=<value!r>: <allowed>"``) ends with it, and a SpecError's is
+            what the message says after its field (the tuning form shows it at that field).
         said_as: how the message names the parameter when not by its Python name: the command-line
             flag it starts with (``"--loops"`` in ``"--loops=0: must be an int >= 1"``), else None.
 

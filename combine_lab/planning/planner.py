@@ -156,7 +156,7 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str =
             or not np.issubdtype(c.dtype, np.integer):
         raise ParameterError(f"ep_recv_count shape={list(c.shape)} dtype={c.dtype.name}: must be an integer array "
                         "[pes, expert_per_pe*pes] with expert_per_pe >= 1",
-                             parameter="ep_recv_count", value=list(c.shape))
+                        parameter="ep_recv_count", value=list(c.shape))
     pes, S = c.shape
     epp = S // pes
     counts = np.diff(c.astype(np.int64), axis=1, prepend=0)
@@ -164,7 +164,7 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str =
         d, s = (int(v) for v in np.argwhere(counts < 0)[0])
         raise ParameterError(f"ep_recv_count[{d}, {s}]={c[d, s]}: must be >= the previous count "
                         f"({c[d, s - 1] if s else 0}); counts are cumulative",
-                             parameter="ep_recv_count", value=int(c[d, s]))
+                        parameter="ep_recv_count", value=int(c[d, s]))
     segment = np.arange(S)
     src = segment % pes
     remote = src[None, :] != np.arange(pes)[:, None]
