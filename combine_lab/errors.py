@@ -21,8 +21,19 @@ class alone:
   not of its format.
 
 Others live with the stage that raises them, on the same base: ``CapacityError``
-(:mod:`combine_lab.planning.capacity`), ``BuildError`` and its kinds (:mod:`combine_lab.run.build`),
-``LaunchError`` (:mod:`combine_lab.run.launch`).
+(:mod:`combine_lab.planning.capacity`, with what did not fit: ``resource``, ``needed``,
+``available``), ``KernelSourceError`` (:mod:`combine_lab.run.kernel_source`), ``ClusterError``
+(:mod:`combine_lab.cluster.connect`), ``NotModelled`` (:mod:`combine_lab.model.facade`),
+``BuildError`` and its kinds ``TargetUnavailable``, ``VariantRefused`` (:mod:`combine_lab.run.build`),
+``BrokenPatchError`` (:mod:`combine_lab.run.broken`), ``LaunchError`` (:mod:`combine_lab.run.launch`,
+with ``pe``, ``timed_out``, ``wait``) and ``KernelFailed`` (:mod:`combine_lab.run.runner`).
+
+Every raise of one of them names what it refused in ``parameter=`` (tests/test_errors_carry_parameter.py
+reads the package's source and lists any that does not), except those of :data:`RUN_FAILURES`:
+a build or a run that failed, where no input was refused (they name one when a limit given as a
+parameter ran out: ``timeout_s``). A flag is named by its Python name, how the message says it
+kept in ``said_as`` (:func:`python_name`, :func:`flag_of`). Nobody recovers what was refused from a
+message's text: a caller reads the fields.
 """
 
 
@@ -30,6 +41,11 @@ import os
 import sys
 
 _UNSET = object()
+
+#: The classes (by name, exactly these, not their subclasses) whose errors are a build or a run
+#: failing rather than an input refused: ``parameter`` may be None for them. ``TargetUnavailable``
+#: and ``VariantRefused`` (kinds of BuildError) refuse a target or a variant, so they name it.
+RUN_FAILURES = ("BuildError", "BrokenPatchError", "LaunchError", "KernelFailed")
 
 
 def missing_package(e: ModuleNotFoundError) -> None:
@@ -51,28 +67,48 @@ def missing_package(e: ModuleNotFoundError) -> None:
     raise ModuleNotFoundError(text, name=e.name) from None
 
 
+def python_name(what: str) -> str:
+    """The Python name of a parameter from how a message names it: ``"--output-dir"`` ->
+    ``"output_dir"``, ``"pes list"`` -> ``"pes_list"`` (a refusal's ``parameter``; its message keeps
+    ``what`` as given, and ``said_as`` records a flag)."""
+    return what.lstrip("-").replace("-", "_").replace(" ", "_")
+
+
+def flag_of(what: str) -> str | None:
+    """``what`` when it is a command-line flag (``"--bs-list"``), else None: a refusal's ``said_as``."""
+    return what if what.startswith("-") else None
+
+
 class CombineLabError(Exception):
     """Every error the lab raises on purpose: what was wrong, named, and what is allowed.
 
     Attributes:
-        parameter: the Python name of the parameter that was refused (``"loops"``, ``"dtype"``), or
-            None where the error is about a file, a folder or a run rather than one value.
-        value: the value given (absent: ``None`` with ``parameter`` None).
-        allowed: what is allowed instead, when it was given apart from the message.
+        parameter: the Python name of the parameter or field that was refused (``"loops"``,
+            ``"dtype"``, ``"routing"``); for a file or folder, the parameter that named it
+            (``"case_dir"``, ``"path"``, ``"params"``, ``"model"``); for a package that is missing,
+            its import name (``"jupyterlab"``). None only for :data:`RUN_FAILURES`.
+        value: the value given (for a file: the file found wrong), or None.
+        allowed: what is allowed instead, when it was given apart from the message; a message made
+            by :meth:`of` (``"<parameter>=<value!r>: <allowed>"``) ends with it, and a SpecError's is
+            what the message says after its field (the tuning form shows it at that field).
+        said_as: how the message names the parameter when not by its Python name: the command-line
+            flag it starts with (``"--loops"`` in ``"--loops=0: must be an int >= 1"``), else None.
 
     The message (``str(e)``) always names the parameter or file, the value and what is allowed;
-    ``parameter`` lets a caller say it in its own terms without reading the message (the command
-    line puts the flag first: ``-type: dtype='float32': ...``).
+    the fields let a caller say it in its own terms without reading the message (the command
+    line puts the flag first: ``-type: dtype='float32': ...``, unless ``said_as`` says the message
+    already does).
     """
 
     def __init__(self, message: str | None = None, *, parameter: str | None = None, value=_UNSET,
-                 allowed: str | None = None):
+                 allowed: str | None = None, said_as: str | None = None):
         if message is None:
             message = f"{parameter}={value!r}: {allowed}"
         super().__init__(message)
         self.parameter = parameter
         self.value = None if value is _UNSET else value
         self.allowed = allowed
+        self.said_as = said_as
 
     @classmethod
     def of(cls, parameter: str, value, allowed: str):

@@ -26,7 +26,7 @@ from typing import Iterable, Iterator
 
 import psutil
 
-from .errors import ParameterError
+from .errors import ParameterError, flag_of, python_name
 
 __all__ = ["usable_folder", "own_folders", "os_reason", "LOCK_NAME", "KERNEL_FILE_SYSTEMS"]
 
@@ -86,29 +86,33 @@ def usable_folder(path: str | os.PathLike, what: str, keep: bool = True) -> Path
     folder = Path(path).expanduser()
     shown = f"{what} {path}"
     if folder.exists() and not folder.is_dir():
-        raise ParameterError(f"{shown}: is a file, not a folder")
+        raise ParameterError(f"{shown}: is a file, not a folder", parameter=python_name(what), said_as=flag_of(what),
+                             value=path)
     # the deepest part of the path that exists: a file there means the folder cannot be made
     existing = folder.absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise ParameterError(f"{shown}: under {existing}, which is a file, not a folder")
+        raise ParameterError(f"{shown}: under {existing}, which is a file, not a folder",
+                             parameter=python_name(what), said_as=flag_of(what), value=path)
     mount, fstype = _mount_of(existing.resolve())
     if fstype in KERNEL_FILE_SYSTEMS:
         raise ParameterError(f"{shown}: under {mount}, the kernel's {fstype} file system, which holds no files; "
-                             "pick a folder on a disk")
+                             "pick a folder on a disk", parameter=python_name(what), said_as=flag_of(what), value=path)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         _remove_made(folder, existing)
-        raise ParameterError(f"{shown}: cannot create it: {os_reason(e)}") from None
+        raise ParameterError(f"{shown}: cannot create it: {os_reason(e)}",
+                             parameter=python_name(what), said_as=flag_of(what), value=path) from None
     try:  # a byte written: a full disk still creates an empty file, but refuses its first block
         with tempfile.TemporaryFile(dir=folder) as f:
             f.write(b"\0")
             f.flush()
     except OSError as e:
         _remove_made(folder, existing)
-        raise ParameterError(f"{shown}: cannot write in it: {os_reason(e)}") from None
+        raise ParameterError(f"{shown}: cannot write in it: {os_reason(e)}",
+                             parameter=python_name(what), said_as=flag_of(what), value=path) from None
     if not keep:
         _remove_made(folder, existing)
     return folder
@@ -150,7 +154,7 @@ def _in_use(folder: Path, what: str) -> ParameterError | None:
             where = "" if f == folder else f" (it owns {f}, which holds this folder)"
             return ParameterError(f"{what} {folder}: in use by another run{where}: pid {who['pid']} since {since}: "
                                   f"{who.get('command', '?')}; wait for it to end, or choose another folder",
-                                  parameter=None)
+                                  parameter=python_name(what), said_as=flag_of(what), value=folder)
     return None
 
 
@@ -191,7 +195,8 @@ def own_folders(folders: Iterable[str | os.PathLike], what: str) -> Iterator[lis
             except OSError as e:  # a disk full since usable_folder: no half-written lock left
                 with contextlib.suppress(OSError):
                     tmp.unlink()
-                raise ParameterError(f"{what} {p}: cannot write in it: {os_reason(e)}") from None
+                raise ParameterError(f"{what} {p}: cannot write in it: {os_reason(e)}",
+                                     parameter=python_name(what), said_as=flag_of(what), value=p) from None
             err = _in_use(p, what)  # a run that started meanwhile
             if err is not None:
                 tmp.unlink()

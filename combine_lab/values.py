@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import ParameterError
+from .errors import ParameterError, flag_of, python_name
 
 __all__ = ["as_list", "as_int", "convert", "describe_type"]
 
@@ -72,6 +72,13 @@ def _split(text: str, kind: Callable[[Any], Any]) -> list:
     return text.replace(",", " ").split()
 
 
+def _refused(name: str, shown, allowed: str) -> ParameterError:
+    """``"<name>=<shown!r>: <allowed>"``, its parameter the Python name of ``name`` (a flag such as
+    ``--bs-list`` is ``bs_list``, said as the flag)."""
+    return ParameterError(f"{name}={shown!r}: {allowed}", parameter=python_name(name), value=shown, allowed=allowed,
+                          said_as=flag_of(name))
+
+
 def as_list(value: Any, kind: Callable[[Any], Any] = int, name: str = "value") -> list:
     """``value`` as a list of ``kind`` (int, float or str).
 
@@ -95,17 +102,17 @@ def as_list(value: Any, kind: Callable[[Any], Any] = int, name: str = "value") -
             try:
                 out.append(as_int(item))
             except ValueError as e:  # as_int's own words (ValueError, not a lab error: nothing to read back)
-                raise ParameterError.of(name, shown, str(e) or f"{item!r} is not a valid int") from None
+                raise _refused(name, shown, str(e) or f"{item!r} is not a valid int") from None
             continue
         try:
             v = kind(item)
         except (TypeError, ValueError):
-            raise ParameterError.of(name, shown, f"{item!r} is not a valid {kind.__name__}") from None
+            raise _refused(name, shown, f"{item!r} is not a valid {kind.__name__}") from None
         if isinstance(v, str) and v == "":
             continue
         out.append(v)
     if not out:
-        raise ParameterError.of(name, shown, "must hold at least one value")
+        raise _refused(name, shown, "must hold at least one value")
     return out
 
 

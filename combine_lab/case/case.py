@@ -37,7 +37,8 @@ def as_expert_ids(expert_ids, moe_expert_num: int, name: str = "expert_ids") -> 
     a = np.asarray(expert_ids)
     if a.dtype.kind not in "iu":
         raise SpecError(f"{name}: dtype {a.dtype.name}: must be an integer array (expert ids; ids outside "
-                        f"[0, {moe_expert_num}) are masked)")
+                        f"[0, {moe_expert_num}) are masked)", parameter=name, value=a.dtype.name,
+                        allowed="an integer array")
     if a.dtype == np.int32:
         return a
     if a.dtype.itemsize < 4:  # int8, int16, uint8, uint16: every value fits
@@ -235,10 +236,12 @@ def case_from_arrays(spec: CaseSpec, x: np.ndarray, expert_ids: np.ndarray, expe
     arrays = {"x": np.asarray(x), "expert_ids": np.asarray(expert_ids), "expert_scales": np.asarray(expert_scales)}
     for name, shape in want.items():
         if arrays[name].shape != shape:
-            raise SpecError(f"{name}: shape {arrays[name].shape}, expected {shape} for {spec.case_id}")
+            raise SpecError(f"{name}: shape {arrays[name].shape}, expected {shape} for {spec.case_id}", parameter=name,
+                            value=arrays[name].shape, allowed=f"shape {shape}")
     for name in ("x", "expert_scales"):
         if arrays[name].dtype.kind not in "iuf":
-            raise SpecError(f"{name}: dtype {arrays[name].dtype.name}: must be an array of numbers (int or float)")
+            raise SpecError(f"{name}: dtype {arrays[name].dtype.name}: must be an array of numbers (int or float)",
+                            parameter=name, value=arrays[name].dtype.name, allowed="an array of numbers (int or float)")
     case = Case(spec, arrays["expert_ids"], arrays["expert_scales"])
     case._x = arrays["x"].astype(spec.np_dtype)
     return case

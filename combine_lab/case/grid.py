@@ -59,5 +59,6 @@ def make_grid(pes, bs, h, topk, expert_per_pe, routings, dtype="int32_t", seed: 
             raise first
         lines = "; ".join(f"{p}: {why}" for p, why in skipped[:5])
         more = f" (and {len(skipped) - 5} more)" if len(skipped) > 5 else ""
-        raise SpecError(f"{len(skipped)} of {len(skipped) + len(specs)} sweep cases are invalid: {lines}{more}")
+        raise SpecError(f"{len(skipped)} of {len(skipped) + len(specs)} sweep cases are invalid: {lines}{more}",
+                        parameter=first.parameter, value=first.value)
     return Grid(specs, skipped)

@@ -110,11 +110,11 @@ def parse_routing(text: str) -> Routing:
     (models) and docs/protocol.md#3-reference-data-and-the-check (uniform).
     """
     if not isinstance(text, str):
-        raise SpecError(f"routing={text!r}: must be a string, one of {_ALLOWED}", parameter="routing", value=text)
+        raise SpecError.of("routing", text, f"must be a string, one of {_ALLOWED}")
     name, sep, arg = text.partition(":")
     if name in _NO_PARAM:
         if sep:
-            raise SpecError(f"routing={text!r}: model {name!r} takes no parameter", parameter="routing", value=text)
+            raise SpecError.of("routing", text, f"model {name!r} takes no parameter")
         return Routing(name, None, text)
     if name in ("zipf", "hot-expert", "hot-rank"):
         letter = "S" if name == "zipf" else "F"
@@ -123,11 +123,9 @@ def parse_routing(text: str) -> Routing:
         except ValueError:
             value = math.nan
         if name == "zipf" and not (math.isfinite(value) and value >= 0.0):
-            raise SpecError(f"routing={text!r}: S must be a finite number >= 0, e.g. 'zipf:1.2'",
-                            parameter="routing", value=text)
+            raise SpecError.of("routing", text, "S must be a finite number >= 0, e.g. 'zipf:1.2'")
         if name != "zipf" and not (0.0 <= value <= 1.0):
-            raise SpecError(f"routing={text!r}: {letter} must be a number in [0, 1], e.g. '{name}:0.1'",
-                            parameter="routing", value=text)
+            raise SpecError.of("routing", text, f"{letter} must be a number in [0, 1], e.g. '{name}:0.1'")
         return Routing(name, value, text)
     if name == "trace":
         try:
@@ -143,8 +141,7 @@ def parse_routing(text: str) -> Routing:
     models = [*_NO_PARAM, "zipf", "hot-expert", "hot-rank", "trace"]
     near = difflib.get_close_matches(name.lower().replace("_", "-"), models, n=1, cutoff=0.75)
     hint = f"; did you mean {near[0] + sep + arg!r}?" if near else ""
-    raise SpecError(f"routing={text!r}: unknown model {name!r}; allowed: {_ALLOWED}{hint}", parameter="routing",
-                    value=text)
+    raise SpecError.of("routing", text, f"unknown model {name!r}; allowed: {_ALLOWED}{hint}")
 
 
 def check_routing(routing: Routing, pes: int, expert_per_pe: int, topk: int) -> None:
@@ -158,37 +155,36 @@ def check_routing(routing: Routing, pes: int, expert_per_pe: int, topk: int) -> 
     E = pes * expert_per_pe
     text = routing.text
     if routing.distinct and topk > E:
-        raise SpecError(f"topk={topk}: must be <= moe_expert_num={E} when choices are distinct (routing {text!r})",
-                        parameter="topk", value=topk)
+        raise SpecError.of("topk", topk, f"must be <= moe_expert_num={E} when choices are distinct (routing {text!r})")
     if routing.name == "hot-expert":
         F = routing.param
         if F * topk > 1.0 + _EPS:
-            raise SpecError(
-                f"routing={text!r}: F={F:g} must be <= 1/topk={1 / topk:.6g} (topk={topk}): "
+            raise SpecError.of(
+                "routing", text, f"F={F:g} must be <= 1/topk={1 / topk:.6g} (topk={topk}): "
                 "a token picks each expert at most once")
         if topk == E and F * topk < 1.0 - _EPS:
-            raise SpecError(
-                f"routing={text!r}: F={F:g} must equal 1/topk={1 / topk:.6g} when topk={topk} == "
+            raise SpecError.of(
+                "routing", text, f"F={F:g} must equal 1/topk={1 / topk:.6g} when topk={topk} == "
                 f"moe_expert_num={E}: every token picks every expert")
     elif routing.name == "hot-rank":
         F = routing.param
         hi = min(topk, expert_per_pe)
         lo = max(0, topk - (E - expert_per_pe))
         if F * topk > hi + _EPS:
-            raise SpecError(
-                f"routing={text!r}: F={F:g} must be <= min(topk, expert_per_pe)/topk={hi / topk:.6g} "
+            raise SpecError.of(
+                "routing", text, f"F={F:g} must be <= min(topk, expert_per_pe)/topk={hi / topk:.6g} "
                 f"(topk={topk}, expert_per_pe={expert_per_pe}): a token picks at most "
                 f"{hi} distinct experts of one PE")
         if F * topk < lo - _EPS:
-            raise SpecError(
-                f"routing={text!r}: F={F:g} must be >= (topk - (moe_expert_num - expert_per_pe))/topk"
+            raise SpecError.of(
+                "routing", text, f"F={F:g} must be >= (topk - (moe_expert_num - expert_per_pe))/topk"
                 f"={lo / topk:.6g} (topk={topk}, moe_expert_num={E}, expert_per_pe={expert_per_pe}): "
                 f"a token picks at most {E - expert_per_pe} distinct experts off the hot PE")
     elif routing.name == "trace":
         n = traces.get_trace(routing.param).num_experts
         if n != E:
-            raise SpecError(f"routing={text!r}: moe_expert_num={E} (pes*expert_per_pe) must equal the trace's "
-                            f"expert count {n}")
+            raise SpecError.of("routing", text, f"moe_expert_num={E} (pes*expert_per_pe) must equal the trace's "
+                                              f"expert count {n}")
 
 
 # --------------------------------------------------------------------------- x
@@ -291,7 +287,7 @@ def clear_cache() -> None:
 
 def _refuse_external(spec, what: str) -> None:
     if parse_routing(spec.routing).name == "external":
-        raise SpecError(f"routing='external': {what} cannot be drawn; it was read from case files")
+        raise SpecError.of("routing", "external", f"{what} cannot be drawn; it was read from case files")
 
 
 def draw_x(spec) -> np.ndarray:

@@ -89,19 +89,17 @@ class CaseSpec:
         for name in ("pes", "bs", "h", "topk", "expert_per_pe"):
             v = getattr(self, name)
             if not _is_int(v) or v < 1:
-                raise SpecError(f"{name}={v!r}: must be an int >= 1", parameter=name, value=v)
+                raise SpecError.of(name, v, "must be an int >= 1")
             object.__setattr__(self, name, int(v))
         if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
-            raise SpecError(f"dtype={self.dtype!r}: must be one of {DTYPES_TEXT}",
-                            parameter="dtype", value=self.dtype)
+            raise SpecError.of("dtype", self.dtype, f"must be one of {DTYPES_TEXT}")
         if not _is_int(self.seed) or self.seed < 0:
-            raise SpecError(f"seed={self.seed!r}: must be an int >= 0", parameter="seed", value=self.seed)
+            raise SpecError.of("seed", self.seed, "must be an int >= 0")
         object.__setattr__(self, "seed", int(self.seed))
         mf = self.masked_fraction
         if not (isinstance(mf, (int, float, np.integer, np.floating)) and not isinstance(mf, bool)
                 and math.isfinite(mf) and 0.0 <= mf <= 1.0):
-            raise SpecError(f"masked_fraction={mf!r}: must be a number in [0, 1]",
-                            parameter="masked_fraction", value=mf)
+            raise SpecError.of("masked_fraction", mf, "must be a number in [0, 1]")
         object.__setattr__(self, "masked_fraction", float(mf))
         check_routing(parse_routing(self.routing), self.pes, self.expert_per_pe, self.topk)
 

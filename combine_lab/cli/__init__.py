@@ -129,13 +129,15 @@ def _with_flag(e: CombineLabError, command: str | None = None) -> str:
     """The error's message, with the flag named first where the error names a parameter the
     command line spells otherwise (:data:`FLAG_OF`); cores_per_rank is the N of a settings label,
     given by ``compare --settings`` or ``run --variant``."""
+    if e.said_as is not None:  # the message names it as the command line does already
+        return str(e)
     if e.parameter == "cores_per_rank":
         flag = "--settings" if command == "compare" else "--variant"
-        n = e.value
-        return f"{flag}: " + str(e).replace(f"cores_per_rank={n!r}", f"cores_per_rank={n!r} (the N of c{n})", 1)
+        if e.allowed is None:  # not said as "cores_per_rank=N: <allowed>": as it is, after the flag
+            return f"{flag}: {e}"
+        return f"{flag}: cores_per_rank={e.value!r} (the N of c{e.value}): {e.allowed}"
     flag = FLAG_OF.get(e.parameter) if e.parameter else None
-    said = flag is not None and str(e).startswith(f"{flag}=")  # already said as the flag (cli.cases.flag_check)
-    return f"{flag}: {e}" if flag and not said else str(e)
+    return f"{flag}: {e}" if flag else str(e)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,7 +162,7 @@ def _model_instead(args: argparse.Namespace, e: CombineLabError) -> str:
     not fit and the routing is uniform: the reference's recipe draws x before the ids, on the model too."""
     if getattr(args, "command", None) not in ("run", "compare") or getattr(args, "clock", "wall") != "wall":
         return ""
-    if "making the case needs x" in str(e) and getattr(args, "routing", "uniform") == "uniform":
+    if e.resource == "x" and getattr(args, "routing", "uniform") == "uniform":
         return ""
     argv, kept = list(getattr(args, "argv", [])), []
     while argv:

@@ -62,7 +62,9 @@ def install(binary: Path, folder: Path, name: str) -> Path:
 def _build(a: argparse.Namespace) -> int:
     if a.kernel_source is None:
         if a.main is not None or a.bin_dir is not None:
-            raise ParameterError("--main, --bin-dir: build a kernel folder's own main.cpp; they need --kernel-source")
+            raise ParameterError("--main, --bin-dir: build a kernel folder's own main.cpp; they need --kernel-source",
+                                 parameter="main" if a.main is not None else "bin_dir",
+                                 value=a.main if a.main is not None else a.bin_dir, allowed="with --kernel-source")
         print(f"driver: {build_mod.build(a.target)}")
         return 0
     ks = kernel_source(a.kernel_source)

@@ -222,7 +222,7 @@ def flag_check(flag: str, check, value, why: str = "", **kw):
     except ParameterError as e:
         shown = repr(value) if isinstance(value, str) else value
         raise ParameterError(f"{flag}={shown}: {e.allowed}{why}", parameter=e.parameter, value=e.value,
-                             allowed=e.allowed) from None
+                             allowed=e.allowed, said_as=flag) from None
 
 
 def bootstrap_addresses(ipport: str):
@@ -258,7 +258,8 @@ def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec], modelled: boo
     if a.gnpus is not None and a.gnpus != a.pes:
         if not a.perf:
             raise ParameterError(f"-gnpus={a.gnpus}: must equal -pes={a.pes} (one node; with --perf it is set to "
-                                 f"each case's -pes)", parameter="gnpus", value=a.gnpus, allowed=f"-pes={a.pes}")
+                                 f"each case's -pes)", parameter="gnpus", value=a.gnpus, allowed=f"-pes={a.pes}",
+                                 said_as="-gnpus")
         print(f"combine-lab: note: -gnpus={a.gnpus} set to each case's -pes (one node)", file=sys.stderr)
     for flag, check, value, reference in (("--warmup", check_warmup, a.warmup, "reads a negative value as 0"),
                                           ("--loops", check_loops, a.loops, "reads 0 or less as 1"),

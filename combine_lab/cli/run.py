@@ -34,10 +34,12 @@ def _run(a: argparse.Namespace) -> int:
     if a.kernel_source and a.variant and a.variant not in (CLASSIC, DOUBLEPLANE):
         raise ParameterError(f"--variant {a.variant}: with --kernel-source, --variant names the rule its counters are "
                              "compared with (classic or doubleplane); kernel settings are the lab kernel's",
-                             parameter="--variant", value=a.variant, allowed=" or ".join((CLASSIC, DOUBLEPLANE)))
+                             parameter="variant", said_as="--variant", value=a.variant,
+                             allowed=" or ".join((CLASSIC, DOUBLEPLANE)))
     if a.kernel_source and a.variant and a.kernel_rule and a.variant != a.kernel_rule:
         raise ParameterError(f"--variant {a.variant} and --rule {a.kernel_rule}: with --kernel-source both name the "
-                             "rule its counters are compared with; give one", parameter="--variant", value=a.variant)
+                             "rule its counters are compared with; give one", parameter="variant", said_as="--variant",
+                             value=a.variant)
     a.only_kernels, a.rule = bool(a.kernel_source), a.variant if a.kernel_source else None
     return run_variants(a, [a.variant or DOUBLEPLANE])
 

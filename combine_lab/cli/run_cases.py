@@ -81,7 +81,8 @@ def _one_name_per_kernel(kernels: list) -> None:
             same = "the same folder twice" if Path(other.path) == Path(k.path) else "two folders of one name"
             raise ParameterError(f"--kernel-source: {same} ({other.path} and {k.path}) would both be named "
                                  f"{k.label!r} in every table and output folder; give each its own folder name",
-                                 parameter="--kernel-source", value=str(k.path), allowed="folders of distinct names")
+                                 parameter="kernel_source", said_as="--kernel-source", value=str(k.path),
+                                 allowed="folders of distinct names")
         seen[k.label] = k
 
 
@@ -251,15 +252,15 @@ def _base_and_refused(a: argparse.Namespace, entries: dict, kernels: list, model
     --baseline hccl (they run the kernel); on a target, what it refuses is said on stderr, and when
     it refuses everything asked for, raises VariantRefused (exit 2); --baseline hccl's fix if it cannot."""
     if model is not None:
-        for flag, given in (("--chaos", a.chaos is not None), ("--baseline", baseline)):
+        for flag, name, given in (("--chaos", "chaos_seed", a.chaos is not None), ("--baseline", "baseline", baseline)):
             if given:
                 raise ParameterError(f"{flag}: runs the kernel; --clock model:{model.name} prices it without running",
-                                     parameter=flag)
+                                     parameter=name, said_as=flag)
         return Path(f"{a.output_dir}-model-{model.name}"), {}
     refused = {v: why for v, (b, _, _) in entries.items() for why in [refusals(a.target, [b]).get(b)] if why}
     refused.update({k.label: why for k in kernels for why in [refusals(a.target, [k.rule]).get(k.rule)] if why})
     if refused and len(refused) == len(entries) + len(kernels):  # nothing would run: say why, exit 2
-        raise VariantRefused(next(iter(refused.values())))
+        raise VariantRefused(next(iter(refused.values())), parameter="variant", value=next(iter(refused)))
     for why in refused.values():
         print(f"combine-lab: {why}", file=sys.stderr)
     if baseline:
@@ -314,7 +315,8 @@ def _baseline_name(text: str, names: list[str]) -> str:
     name = text.strip()
     if name not in names:
         raise ParameterError(f"--baseline={text!r}: must be {HCCL} (the all_to_all baseline) or one of the kernels "
-                             f"this command runs: {', '.join(names)}", parameter="--baseline", value=text,
+                             f"this command runs: {', '.join(names)}", parameter="baseline", said_as="--baseline",
+                             value=text,
                              allowed=", ".join((HCCL, *names)))
     return name
 

@@ -45,7 +45,7 @@ def settings_labels(variants: str | None, cores: str | None, soc: str) -> list[s
         except ParameterError as e:
             raise ParameterError(f"--variant {v!r}: must be {VARIANT_LABEL_FORM}"
                                  + ("" if e.allowed == f"must be {VARIANT_LABEL_FORM}" else f" ({e})"),
-                                 parameter="--variant", value=v) from None
+                                 parameter="variant", said_as="--variant", value=v) from None
     limit = min(aiv_cores(soc), MAX_SDMA_BLOCKS)
     if cores is None:
         counts = [None]
@@ -56,16 +56,16 @@ def settings_labels(variants: str | None, cores: str | None, soc: str) -> list[s
             if not c.isdigit() or not 1 <= int(c) <= limit:
                 raise ParameterError(f"--cores-per-rank {c!r}: must be an int in [1, {limit}] (the {aiv_cores(soc)} AIV "
                                      f"cores of {soc}; at most {MAX_SDMA_BLOCKS} cores issue SDMA)",
-                                     parameter="--cores-per-rank", value=c)
+                                     parameter="cores_per_rank", said_as="--cores-per-rank", value=c)
             counts.append(int(c))
     labels = []
     for name, (variant, st) in zip(names, parsed):
         if st.cores_per_rank != 1 and cores is not None:
             raise ParameterError(f"--variant {name!r} with --cores-per-rank {cores}: give cores per rank in one of "
-                                 "them", parameter="--variant", value=name)
+                                 "them", parameter="variant", said_as="--variant", value=name)
         if st.cores_per_rank > limit:
             raise ParameterError(f"--variant {name!r}: cores_per_rank={st.cores_per_rank} must be an int in "
-                                 f"[1, {limit}] on {soc}", parameter="--variant", value=name)
+                                 f"[1, {limit}] on {soc}", parameter="variant", said_as="--variant", value=name)
         for n in counts:
             labels.append(variant_label(variant, st if n is None else KernelSettings(st.segment, n)))
     return list(dict.fromkeys(labels))
@@ -77,14 +77,14 @@ def _suggest(a: argparse.Namespace) -> int:
     if a.what_if and labels != [DOUBLEPLANE]:
         raise ParameterError(f"--what-if {a.what_if} with --variant {','.join(labels)}: the what-if prices the "
                              "reference's doubleplane (one SDMA call per segment, not built); doubleplane-segment is "
-                             "that variant as built", parameter="--what-if", value=a.what_if)
+                             "that variant as built", parameter="what_if", said_as="--what-if", value=a.what_if)
     if a.out and len(labels) > 1:
         raise ParameterError(f"--out {a.out}: the engines figure is drawn for one variant label, not "
-                             f"{len(labels)} ({','.join(labels)})", parameter="--out", value=a.out)
+                             f"{len(labels)} ({','.join(labels)})", parameter="out", said_as="--out", value=a.out)
     specs = _specs(a, payload=False)
     if len(specs) != 1:
         raise ParameterError(f"suggest prices one case: the lists make {len(specs)}; give single values",
-                             parameter="--*-list", value=len(specs), allowed="one case")
+                             parameter="lists", value=len(specs), allowed="one case")
     case = make_case(specs[0])
     rows = case_rows(case, model.soc)
     print(f"case: {specs[0].case_id} routing {specs[0].routing}")

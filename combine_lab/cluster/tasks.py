@@ -234,7 +234,8 @@ def execute(runs: Iterable[Run], cluster: Cluster, *, progress: str | None = Non
     """
     runs = list(runs)
     if on_error not in ("raise", "row"):
-        raise ParameterError(f"on_error={on_error!r}: 'raise' or 'row'")
+        raise ParameterError(f"on_error={on_error!r}: 'raise' or 'row'",
+                             parameter="on_error", value=on_error, allowed="raise or row")
     for r in runs:
         r.check()
     if models_here and all(r.modelled and r.kernel is None for r in runs):

@@ -167,7 +167,8 @@ class FileCase(Case):
 
     @property
     def x(self):
-        raise CaseFileError(f"{self.case_dir}: x is not stored in case files; use rank_inputs(r)")
+        raise CaseFileError(f"{self.case_dir}: x is not stored in case files; use rank_inputs(r)", parameter="case_dir",
+                            value=self.case_dir)
 
     def golden(self, r: int) -> np.ndarray:
         return read_rank_file(self.case_dir, self.spec, r, "golden_x_out.bin")
@@ -181,23 +182,26 @@ class FileCase(Case):
 
 def _spec_from_meta(meta_path: Path, meta) -> CaseSpec:
     if not isinstance(meta, dict):
-        raise CaseFileError(f"{meta_path}: found a JSON {type(meta).__name__}, expected an object")
+        raise CaseFileError(f"{meta_path}: found a JSON {type(meta).__name__}, expected an object",
+                            parameter="case_dir", value=meta_path)
     missing = [k for k in REFERENCE_KEYS if k not in meta]
     if missing:
-        raise CaseFileError(f"{meta_path}: missing keys {missing}; expected all of {list(REFERENCE_KEYS)}")
+        raise CaseFileError(f"{meta_path}: missing keys {missing}; expected all of {list(REFERENCE_KEYS)}",
+                            parameter="case_dir", value=meta_path)
     try:
         spec = CaseSpec(pes=meta["pe_size"], bs=meta["bs"], h=meta["h"], topk=meta["topk"],
                         expert_per_pe=meta["expert_per_pe"], dtype=meta["dtype"],
                         seed=meta.get("seed", 42), routing=meta.get("routing", "external"),
                         masked_fraction=meta.get("masked_fraction", 0.0))
     except SpecError as e:
-        raise CaseFileError(f"{meta_path}: {e}") from None
+        raise CaseFileError(f"{meta_path}: {e}", parameter="case_dir", value=meta_path) from None
     if meta["moe_expert_num"] != spec.moe_expert_num:
         raise CaseFileError(
             f"{meta_path}: moe_expert_num={meta['moe_expert_num']!r}, expected pe_size*expert_per_pe="
-            f"{spec.pes}*{spec.expert_per_pe}={spec.moe_expert_num}")
+            f"{spec.pes}*{spec.expert_per_pe}={spec.moe_expert_num}", parameter="case_dir", value=meta_path)
     if not isinstance(meta["expert_compute"], str):
-        raise CaseFileError(f"{meta_path}: expert_compute={meta['expert_compute']!r}, expected a string ('identity')")
+        raise CaseFileError(f"{meta_path}: expert_compute={meta['expert_compute']!r}, expected a string ('identity')",
+                            parameter="case_dir", value=meta_path)
     return spec
 
 
@@ -208,25 +212,29 @@ def _check_sizes(case_dir: Path, spec: CaseSpec) -> None:
             want = _expected_bytes(shape, dtype)
             if not path.is_file():
                 raise CaseFileError(f"{path}: missing file; expected {want} bytes "
-                                    f"({dtype.name} {list(shape)}) for {spec.case_id}")
+                                    f"({dtype.name} {list(shape)}) for {spec.case_id}", parameter="case_dir",
+                                    value=path)
             got = path.stat().st_size
             if got != want:
                 raise CaseFileError(f"{path}: {got} bytes found, expected {want} bytes "
-                                    f"({dtype.name} {list(shape)}) for {spec.case_id}")
+                                    f"({dtype.name} {list(shape)}) for {spec.case_id}", parameter="case_dir",
+                                    value=path)
 
 
 def _check_counts(path: Path, c: np.ndarray, capacity: int) -> None:
     if c[0] < 0:
-        raise CaseFileError(f"{path}: ep_recv_count[0]={c[0]} is negative; counts are cumulative row counts >= 0")
+        raise CaseFileError(f"{path}: ep_recv_count[0]={c[0]} is negative; counts are cumulative row counts >= 0",
+                            parameter="case_dir", value=path)
     down = np.flatnonzero(np.diff(c) < 0)
     if down.size:
         i = int(down[0]) + 1
         raise CaseFileError(f"{path}: ep_recv_count[{i}]={c[i]} < ep_recv_count[{i - 1}]={c[i - 1]}; "
-                            "expected non-decreasing cumulative counts")
+                            "expected non-decreasing cumulative counts", parameter="case_dir", value=path)
     over = np.flatnonzero(c > capacity)
     if over.size:
         i = int(over[0])
-        raise CaseFileError(f"{path}: ep_recv_count[{i}]={c[i]} exceeds capacity pes*bs*topk={capacity}")
+        raise CaseFileError(f"{path}: ep_recv_count[{i}]={c[i]} exceeds capacity pes*bs*topk={capacity}",
+                            parameter="case_dir", value=path)
 
 
 def _check_assist(path: Path, rows: np.ndarray, d: int, counts: np.ndarray, spec: CaseSpec,
@@ -238,7 +246,7 @@ def _check_assist(path: Path, rows: np.ndarray, d: int, counts: np.ndarray, spec
         i, col = (int(v) for v in np.argwhere(bad)[0])
         name = ("src_rank", "token_id", "topk_id")[col]
         raise CaseFileError(f"{path}: row {i} = {rows[i].tolist()} (src_rank, token_id, topk_id): "
-                            f"{name}={rows[i, col]} out of range [0, {limits[col]})")
+                            f"{name}={rows[i, col]} out of range [0, {limits[col]})", parameter="case_dir", value=path)
     seg = np.repeat(np.arange(counts.size), np.diff(counts, prepend=0))
     want_src = seg % spec.pes
     want_expert = d * spec.expert_per_pe + seg // spec.pes
@@ -250,13 +258,14 @@ def _check_assist(path: Path, rows: np.ndarray, d: int, counts: np.ndarray, spec
             f"{path}: row {i} = {rows[i].tolist()} lies in segment {seg[i]} (local_expert "
             f"{seg[i] // spec.pes}, src_rank {want_src[i]}) but rank {rows[i, 0]}'s expert_ids"
             f"[{rows[i, 1]}, {rows[i, 2]}]={got_expert[i]}; expected src_rank {want_src[i]} "
-            f"and expert {want_expert[i]}")
+            f"and expert {want_expert[i]}", parameter="case_dir", value=path)
     key = rows[:, 1].astype(np.int64) * spec.topk + rows[:, 2]
     step = np.flatnonzero((np.diff(key) <= 0) & (np.diff(seg) == 0))
     if step.size:
         i = int(step[0]) + 1
         raise CaseFileError(f"{path}: rows {i - 1} and {i} ({rows[i - 1].tolist()}, {rows[i].tolist()}) are not in "
-                            "increasing (token_id, topk_id) order within their segment")
+                            "increasing (token_id, topk_id) order within their segment", parameter="case_dir",
+                            value=path)
 
 
 def read_meta(case_dir: str | Path) -> tuple[dict, CaseSpec]:
@@ -268,11 +277,12 @@ def read_meta(case_dir: str | Path) -> tuple[dict, CaseSpec]:
     """
     meta_path = Path(case_dir) / "meta.json"
     if not meta_path.is_file():
-        raise CaseFileError(f"{meta_path}: missing file; expected the case's meta.json (docs/formats.md#1-case-files)")
+        raise CaseFileError(f"{meta_path}: missing file; expected the case's meta.json (docs/formats.md#1-case-files)",
+                            parameter="case_dir", value=meta_path)
     try:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CaseFileError(f"{meta_path}: not valid JSON ({e})") from None
+        raise CaseFileError(f"{meta_path}: not valid JSON ({e})", parameter="case_dir", value=meta_path) from None
     return meta, _spec_from_meta(meta_path, meta)
 
 
@@ -296,7 +306,7 @@ def read_case(case_dir: str | Path) -> FileCase:
     meta, spec = read_meta(case_dir)
     if case_dir.name.startswith("shape_") and case_dir.name != spec.case_id:
         raise CaseFileError(f"{case_dir}: directory name {case_dir.name!r} does not match meta.json's case id "
-                            f"{spec.case_id!r}")
+                            f"{spec.case_id!r}", parameter="case_dir", value=case_dir)
     _check_sizes(case_dir, spec)
     layout = rank_file_layout(spec)
     E = spec.moe_expert_num
@@ -320,7 +330,8 @@ def read_case(case_dir: str | Path) -> FileCase:
             raise CaseFileError(
                 f"{rank_file(case_dir, d, 'ep_recv_count.bin')}: segment {s} (local_expert {s // spec.pes}, "
                 f"src_rank {s % spec.pes}) has {found[d, s]} rows, but the expert_ids of all ranks route "
-                f"{case.segment_counts[d, s]} slots there")
+                f"{case.segment_counts[d, s]} slots there", parameter="case_dir",
+                value=rank_file(case_dir, d, "ep_recv_count.bin"))
     for d in range(spec.pes):
         n = int(counts[d, -1])
         rows = load(d, "assist_info.bin", count=3 * n).reshape(n, 3)
@@ -358,10 +369,12 @@ def check_x_out(x_out: np.ndarray, golden: np.ndarray, dtype: str) -> CheckResul
         raise SpecError(f"dtype={dtype!r}: must be one of {DTYPES_TEXT}", parameter="dtype", value=dtype)
     x, g = np.asarray(x_out), np.asarray(golden)
     if x.shape != g.shape:
-        raise ParameterError(f"x_out shape={list(x.shape)}: must equal golden shape {list(g.shape)}")
+        raise ParameterError(f"x_out shape={list(x.shape)}: must equal golden shape {list(g.shape)}", parameter="x_out",
+                             value=list(x.shape), allowed=f"golden shape {list(g.shape)}")
     for name, a in (("x_out", x), ("golden", g)):
         if a.dtype != DTYPES[dtype]:
-            raise ParameterError(f"{name} dtype={a.dtype.name}: must be {np.dtype(DTYPES[dtype]).name} for {dtype!r}")
+            raise ParameterError(f"{name} dtype={a.dtype.name}: must be {np.dtype(DTYPES[dtype]).name} for {dtype!r}",
+                                 parameter=name, value=a.dtype.name, allowed=np.dtype(DTYPES[dtype]).name)
     same = x.view(np.uint32) == g.view(np.uint32) if dtype == "int32_t" else x.view(np.uint16) == g.view(np.uint16)
     if same.all() and (dtype == "int32_t" or not np.isnan(x.astype(np.float32)).any()):
         # the common case, bit for bit: no error to measure (a sweep checks every PE of every run)

@@ -34,7 +34,7 @@ def write_failed(path: str | os.PathLike, nbytes: int | None, e: OSError) -> Res
     path = Path(path)
     if path.parent.name.startswith(STAGING_PREFIX):  # name the file the run was writing, not its staging copy
         path = path.parent.parent / path.name
-    return ResultFileError(f"{path}: cannot write {size}: {os_reason(e)}", parameter=None)
+    return ResultFileError(f"{path}: cannot write {size}: {os_reason(e)}", parameter="path", value=path)
 
 
 @contextlib.contextmanager

@@ -81,7 +81,8 @@ def file_prefix(variant: str) -> str:
     m = _LABEL.match(str(variant))
     if not m or (m[1] == CLASSIC and m[2]) or not (m[2] or m[3]):
         raise ResultFileError(f"variant={variant!r}: must be one of {', '.join(map(repr, FILE_PREFIX))}, or one "
-                              "with kernel settings such as 'doubleplane-segment-c6'")
+                              "with kernel settings such as 'doubleplane-segment-c6'", parameter="variant",
+                              value=variant)
     return FILE_PREFIX[m[1]] + "".join(f"_{x[1:]}" for x in (m[2], m[3]) if x)
 
 
@@ -174,7 +175,8 @@ def clear_outputs(folder: str | Path, variant: str, keep: Iterable[str] = ()) ->
             try:
                 p.unlink()
             except OSError as e:
-                raise ResultFileError(f"{p}: cannot remove the file of an earlier run ({e.strerror})") from None
+                raise ResultFileError(f"{p}: cannot remove the file of an earlier run ({e.strerror})",
+                                      parameter="folder", value=p) from None
             removed.append(p)
     return removed
 
@@ -209,7 +211,8 @@ def staged_outputs(folders: Mapping[str, str | Path], removed: dict | None = Non
                 try:
                     os.replace(f, folder / f.name)
                 except OSError as e:
-                    raise ResultFileError(f"{folder / f.name}: cannot put this run's file in place ({e.strerror})")
+                    raise ResultFileError(f"{folder / f.name}: cannot put this run's file in place ({e.strerror})",
+                                          parameter="folders", value=folder / f.name)
             gone = clear_outputs(folder, (rules or {}).get(v, v), keep={f.name for f in new})
             if removed is not None:
                 removed[v] = gone
@@ -245,20 +248,23 @@ def read_perf_rows(path: str | Path) -> list[list[str]]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise ResultFileError(f"{path}: cannot read perf CSV ({e.strerror})") from None
+        raise ResultFileError(f"{path}: cannot read perf CSV ({e.strerror})", parameter="path", value=path) from None
     rows = list(csv.reader(io.StringIO(text, newline="")))
     if not rows or rows[0] != PERF_HEADER:
         got = ",".join(rows[0]) if rows else "nothing"
         raise ResultFileError(f"{path}: line 1: header is {got[:120]!r}; a perf CSV starts with the 19 names of "
-                              f"docs/formats.md#3-perf-csv ({','.join(PERF_HEADER[:3])},...,{CORE_COLUMN}), once")
+                              f"docs/formats.md#3-perf-csv ({','.join(PERF_HEADER[:3])},...,{CORE_COLUMN}), once",
+                              parameter="path", value=path)
     out = []
     for i, row in enumerate(rows[1:], start=2):
         if not row:
             continue
         if row == PERF_HEADER:
-            raise ResultFileError(f"{path}: line {i}: a second header; a perf CSV has one")
+            raise ResultFileError(f"{path}: line {i}: a second header; a perf CSV has one", parameter="path",
+                                  value=path)
         if len(row) < len(PERF_COLUMNS):
-            raise ResultFileError(f"{path}: line {i}: {len(row)} fields, expected at least {len(PERF_COLUMNS)}")
+            raise ResultFileError(f"{path}: line {i}: {len(row)} fields, expected at least {len(PERF_COLUMNS)}",
+                                  parameter="path", value=path)
         out.append(row)
     return out
 
@@ -286,7 +292,8 @@ def read_perf_csv(path: str | Path) -> pd.DataFrame:
             rec["ProfPe"] = rec["ProfPe"] if rec["ProfPe"] == SUMMARY_PROF_PE else int(rec["ProfPe"])
             rec["core_times_us"] = tuple(float(v) for v in row[len(PERF_COLUMNS):] if v != "")
         except ValueError as e:
-            raise ResultFileError(f"{path}: {rec.get('CaseId', '?')} {rec.get('Metric', '?')}: {e}") from None
+            raise ResultFileError(f"{path}: {rec.get('CaseId', '?')} {rec.get('Metric', '?')}: {e}", parameter="path",
+                                  value=path) from None
         records.append(rec)
     df = pd.DataFrame.from_records(records, columns=PERF_COLUMNS + ["core_times_us"])
     for c in _INT_COLUMNS:
@@ -336,7 +343,7 @@ def _existing_rows_text(dst: Path) -> str:
     first = text.split("\n", 1)[0].rstrip("\r")
     if first != ",".join(PERF_HEADER):
         raise ResultFileError(f"{dst}: not a docs/formats.md#3-perf-csv perf CSV (header {first[:80]!r}); "
-                              f"remove it or choose another output folder")
+                              f"remove it or choose another output folder", parameter="dst", value=dst)
     return text
 
 

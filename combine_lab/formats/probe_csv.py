@@ -136,12 +136,12 @@ def read_probe_csv(path: str | os.PathLike) -> list[ProbeRow]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise ResultFileError(f"{path}: cannot read it ({e})", parameter=None) from None
+        raise ResultFileError(f"{path}: cannot read it ({e})", parameter="path", value=path) from None
     reader = csv.reader(io.StringIO(text))
     header = tuple(next(reader, []))
     if header not in (PROBE_HEADER, OLD_PROBE_HEADER):
         raise ResultFileError(f"{path}: not a probe CSV: its header is {','.join(header)!r}, a probe CSV's is "
-                              f"{','.join(PROBE_HEADER)!r} (docs/probe.md#3-the-csv)", parameter=None)
+                              f"{','.join(PROBE_HEADER)!r} (docs/probe.md#3-the-csv)", parameter="path", value=path)
     rows = []
     for line, cells in enumerate(reader, start=2):
         if not cells:
@@ -167,12 +167,12 @@ def read_probe_csv(path: str | os.PathLike) -> list[ProbeRow]:
             if len(times) != ints["repeats"] or not np.all(np.isfinite(times)) or np.any(times <= 0):
                 raise ValueError(f"{len(times)} times, not {ints['repeats']} (repeats), or one not > 0")
         except ValueError as e:
-            raise ResultFileError(f"{path}: line {line}, column {col}: {e}", parameter=None) from None
+            raise ResultFileError(f"{path}: line {line}, column {col}: {e}", parameter="path", value=path) from None
         rows.append(ProbeRow(rec["kind"], ints["pes"], ints["src"], dst, ints["peers"], ints["cores"], ints["puts"],
                              ints["bytes"], rec["buffering"], times, rec["target"], rec["soc"], rec["note"],
                              rec["build"], rec["link_class"]))
     if not rows:
-        raise ResultFileError(f"{path}: a probe CSV without a measurement", parameter=None)
+        raise ResultFileError(f"{path}: a probe CSV without a measurement", parameter="path", value=path)
     return rows
 
 

@@ -46,9 +46,10 @@ def read_counters(path: str | Path) -> dict:
                     int(data[which][plane][field])
         return data
     except OSError as e:
-        raise ResultFileError(f"{path}: cannot read twin counters ({e.strerror})") from None
+        raise ResultFileError(f"{path}: cannot read twin counters ({e.strerror})", parameter="path",
+                              value=path) from None
     except (ValueError, KeyError, TypeError) as e:
-        raise ResultFileError(f"{path}: not a twin counters file ({e!r})") from None
+        raise ResultFileError(f"{path}: not a twin counters file ({e!r})", parameter="path", value=path) from None
 
 
 def counters_frame(counters: list[dict], which: str = "last") -> pd.DataFrame:
@@ -128,7 +129,7 @@ def write_sidecar(path: str | Path, data: dict) -> Path:
     (:func:`combine_lab.formats.files.write_atomic`)."""
     missing = [k for k in SIDECAR_KEYS if k not in data]
     if missing:
-        raise ResultFileError(f"{path}: sidecar without {', '.join(missing)}")
+        raise ResultFileError(f"{path}: sidecar without {', '.join(missing)}", parameter="path", value=path)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_atomic(path, json.dumps({k: data[k] for k in SIDECAR_KEYS}, indent=1) + "\n")
@@ -141,13 +142,14 @@ def read_sidecar(path: str | Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except OSError as e:
-        raise ResultFileError(f"{path}: cannot read sidecar ({e.strerror})") from None
+        raise ResultFileError(f"{path}: cannot read sidecar ({e.strerror})", parameter="path", value=path) from None
     except ValueError as e:
-        raise ResultFileError(f"{path}: not JSON ({e})") from None
+        raise ResultFileError(f"{path}: not JSON ({e})", parameter="path", value=path) from None
     if isinstance(data, dict):
         data.setdefault("kernel", {"name": "lab"})  # written before kernels were named: the lab's
         data.setdefault("settings", {"label": "reference", "cores_per_rank": 1})  # before settings: the reference's
     missing = [k for k in SIDECAR_KEYS if not isinstance(data, dict) or k not in data]
     if missing:
-        raise ResultFileError(f"{path}: not a combine-lab sidecar (no {', '.join(missing)})")
+        raise ResultFileError(f"{path}: not a combine-lab sidecar (no {', '.join(missing)})", parameter="path",
+                              value=path)
     return data

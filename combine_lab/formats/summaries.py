@@ -58,10 +58,11 @@ def read_run_summary(path: str | Path) -> dict:
         data = json.loads(p.read_text())
     except OSError as e:
         raise ResultFileError(f"{p}: cannot read the run summary ({e.strerror}); a run with --perf writes "
-                              f"{SUMMARY_NAME} in its --output-dir") from None
+                              f"{SUMMARY_NAME} in its --output-dir", parameter="path", value=path) from None
     except ValueError as e:
-        raise ResultFileError(f"{p}: not JSON ({e})") from None
+        raise ResultFileError(f"{p}: not JSON ({e})", parameter="path", value=path) from None
     if not isinstance(data, dict) or data.get("format") != SUMMARY_FORMAT or not isinstance(data.get("cases"), list):
         found = data.get("format") if isinstance(data, dict) else None
-        raise ResultFileError(f"{p}: not a combine_lab run summary (format {found!r}, expected {SUMMARY_FORMAT!r})")
+        raise ResultFileError(f"{p}: not a combine_lab run summary (format {found!r}, expected {SUMMARY_FORMAT!r})",
+                              parameter="path", value=path)
     return data

@@ -156,7 +156,8 @@ class TuningApp(FormView, ModelledView, RunsView, HistoryView, TraceView):
                  model: str = "a3", click_guard_s: float = 0.5, keep_across_reload: bool = False, **initial: Any):
         unknown = set(initial) - set(CONTROLS)
         if unknown:
-            raise ParameterError(f"unknown controls {sorted(unknown)}; known: {sorted(CONTROLS)}")
+            raise ParameterError(f"unknown controls {sorted(unknown)}; known: {sorted(CONTROLS)}",
+                                 parameter="initial", value=sorted(unknown), allowed=str(sorted(CONTROLS)))
         targets = list(targets) if targets is not None else detect().targets()
         t0 = time.perf_counter()
         self.state = TuningState(targets, max_uniform_x_bytes=max_uniform_x_bytes, max_run_bytes=max_run_bytes,

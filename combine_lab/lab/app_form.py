@@ -188,7 +188,8 @@ class FormView:
         the app again."""
         unknown = set(values) - set(CONTROLS)
         if unknown:
-            raise ParameterError(f"unknown controls {sorted(unknown)}; known: {sorted(CONTROLS)}")
+            raise ParameterError(f"unknown controls {sorted(unknown)}; known: {sorted(CONTROLS)}",
+                                 parameter="values", value=sorted(unknown), allowed=str(sorted(CONTROLS)))
         self._apply(values)
 
     def _apply(self, values: dict) -> None:

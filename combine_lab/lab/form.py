@@ -43,10 +43,13 @@ def routing_string(model: str, skew: float | None = None, trace: str | None = No
     Raises SpecError for an unknown model or a missing trace name.
     """
     if model not in ROUTING_MODELS:
-        raise SpecError(f"routing model={model!r}: must be one of {', '.join(ROUTING_MODELS)}")
+        raise SpecError(f"routing model={model!r}: must be one of {', '.join(ROUTING_MODELS)}",
+                        parameter="routing_model", value=model,
+                        allowed=f"must be one of {', '.join(ROUTING_MODELS)}")
     if model == "trace":
         if not trace:
-            raise SpecError("routing model='trace': pick a trace (MODEL/DOMAIN/LAYER)")
+            raise SpecError("routing model='trace': pick a trace (MODEL/DOMAIN/LAYER)", parameter="trace", value=trace,
+                            allowed="pick a trace (MODEL/DOMAIN/LAYER)")
         return f"trace:{trace}"
     if ROUTING_MODELS[model] is None:
         return model

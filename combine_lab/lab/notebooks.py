@@ -88,10 +88,12 @@ def require_kernel(name: str = KERNEL_NAME) -> str:
     try:
         spec = KernelSpecManager().get_kernel_spec(name)
     except NoSuchKernel:
-        raise LabError(f"Jupyter kernel {name!r} is not registered for this environment; {fix}") from None
+        raise LabError(f"Jupyter kernel {name!r} is not registered for this environment; {fix}",
+                       parameter="kernel_name", value=name) from None
     exe = spec.argv[0] if spec.argv else ""
     if os.path.isabs(exe) and not os.path.exists(exe):
-        raise LabError(f"Jupyter kernel {name!r} ({spec.resource_dir}) runs {exe}, which does not exist; {fix}")
+        raise LabError(f"Jupyter kernel {name!r} ({spec.resource_dir}) runs {exe}, which does not exist; {fix}",
+                       parameter="kernel_name", value=name)
     return exe
 
 
@@ -110,13 +112,15 @@ def find_notebooks(folder: str | os.PathLike | None = None, only: list[str] | No
     folder = Path(folder) if folder is not None else notebook_dir()
     found = sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb") if _NAME.match(p.name))
     if not found:
-        raise LabError(f"{folder}: no notebooks NN_name.ipynb there (a source checkout has notebooks/)")
+        raise LabError(f"{folder}: no notebooks NN_name.ipynb there (a source checkout has notebooks/)",
+                       parameter="folder", value=folder)
     if only:
         keep = []
         for name in only:
             hits = [p for p in found if name in (p.stem, _NAME.match(p.name).group(2))]
             if not hits:
-                raise LabError(f"--only {name!r}: no such notebook; have {[p.stem for p in found]}")
+                raise LabError(f"--only {name!r}: no such notebook; have {[p.stem for p in found]}", parameter="only",
+                               value=name, allowed=str([p.stem for p in found]))
             keep += [p for p in hits if p not in keep]
         found = sorted(keep)
     return found
@@ -131,7 +135,7 @@ def load_params(path: str | os.PathLike) -> dict:
     try:
         text = path.read_text()
     except OSError as e:
-        raise LabError(f"--params {path}: cannot read it ({e.strerror})") from None
+        raise LabError(f"--params {path}: cannot read it ({e.strerror})", parameter="params", value=path) from None
     data = None
     try:
         if path.suffix.lower() == ".json":
@@ -144,11 +148,12 @@ def load_params(path: str | os.PathLike) -> dict:
                 data = yaml.safe_load(text)
     except Exception as e:  # json.JSONDecodeError, yaml.YAMLError
         raise LabError(f"--params {path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: "
-                        f"{str(e).splitlines()[0]}") from None
+                        f"{str(e).splitlines()[0]}", parameter="params", value=path) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise LabError(f"--params {path}: must hold a mapping (name: value), not a {type(data).__name__}")
+        raise LabError(f"--params {path}: must hold a mapping (name: value), not a {type(data).__name__}",
+                       parameter="params", value=path)
     return data
 
 
@@ -194,7 +199,7 @@ def headless_defaults(nb: str | os.PathLike) -> dict:
                 out[name] = convert(value, types[name], name) if types[name] != "None" else value
             except (ValueError, SyntaxError, ParameterError) as e:
                 raise LabError(f"{Path(nb).name}: parameter {name}: '# headless: {text}' is not a Python literal "
-                               f"of its declared type {types[name]} ({e})") from None
+                               f"of its declared type {types[name]} ({e})", parameter="nb", value=text) from None
     return out
 
 
@@ -243,13 +248,14 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
     for key, value in params.items():
         if key in by_name:
             if not isinstance(value, dict):
-                raise LabError(f"params[{key!r}]: must be a mapping of that notebook's parameters")
+                raise LabError(f"params[{key!r}]: must be a mapping of that notebook's parameters", parameter="params",
+                               value=key)
             stem = by_name[key].stem
             for name in value:
                 if name not in declared[stem]:
                     raise LabError(f"params: {name!r} is not a parameter of notebook {stem}"
                                     f"{_did_you_mean(name, declared[stem])}; its parameters: "
-                                    f"{', '.join(declared[stem])}")
+                                    f"{', '.join(declared[stem])}", parameter="params", value=name)
             out[stem].update(value)
         else:
             common[key] = value
@@ -259,7 +265,7 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
             every = sorted(set().union(*declared.values()))
             raise LabError(f"params: {key!r} is not a parameter of any notebook run "
                             f"({', '.join(declared)}){_did_you_mean(key, every)}; their parameters: "
-                            f"{', '.join(every)}")
+                            f"{', '.join(every)}", parameter="params", value=key)
         for stem in takers:
             out[stem].setdefault(key, value)
     for stem, values in out.items():
@@ -268,7 +274,8 @@ def split_params(params: dict, notebooks: list[Path]) -> dict[str, dict]:
                 try:
                     values[name] = convert(value, types[stem][name], name)
                 except ParameterError as e:
-                    raise LabError(f"params: notebook {stem}: {e}") from None
+                    raise LabError(f"params: notebook {stem}: {e}", parameter="params", value=value,
+                                   allowed=e.allowed) from None
     return out
 
 
@@ -305,18 +312,23 @@ def param_sets(params: dict, notebooks: list[Path]) -> list[ParamSet]:
             continue
         stem = by_name[key].stem
         if [k for k in params if k != key and by_name.get(k) is by_name[key]]:
-            raise LabError(f"params: notebook {stem} is given twice ({key!r} and its other name); give it once")
+            raise LabError(f"params: notebook {stem} is given twice ({key!r} and its other name); give it once",
+                           parameter="params", value=key)
         if not value:
-            raise LabError(f"params[{key!r}]: an empty list of parameter sets; give at least one mapping")
+            raise LabError(f"params[{key!r}]: an empty list of parameter sets; give at least one mapping",
+                           parameter="params", value=key)
         sets = []
         for i, item in enumerate(value):
             if not isinstance(item, dict):
-                raise LabError(f"params[{key!r}][{i}]: a parameter set must be a mapping, not a {type(item).__name__}")
+                raise LabError(f"params[{key!r}][{i}]: a parameter set must be a mapping, not a {type(item).__name__}",
+                               parameter="params", value=key)
             name = str(item.get(SET_KEY, f"set{i + 1}"))
             if not _SET_NAME.match(name):
-                raise LabError(f"params[{key!r}][{i}]: {SET_KEY} {name!r}: must be letters, digits, '_' or '-'")
+                raise LabError(f"params[{key!r}][{i}]: {SET_KEY} {name!r}: must be letters, digits, '_' or '-'",
+                               parameter="params", value=name)
             if name in [n for n, _ in sets]:
-                raise LabError(f"params[{key!r}][{i}]: {SET_KEY} {name!r} is used twice; each set needs its own")
+                raise LabError(f"params[{key!r}][{i}]: {SET_KEY} {name!r} is used twice; each set needs its own",
+                               parameter="params", value=name)
             sets.append((name, {k: v for k, v in item.items() if k != SET_KEY}))
         listed[stem] = sets
     if not listed:

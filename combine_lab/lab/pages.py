@@ -169,7 +169,8 @@ def render_walkthrough(executed: str | os.PathLike, out_dir: str | os.PathLike) 
     for i, cell in enumerate(book.cells):
         for o in cell.get("outputs", []) if cell.cell_type == "code" else []:
             if o.get("output_type") == "error":
-                raise LabError(f"{executed}: cell {i} ended in {o.get('ename')}: {o.get('evalue')}")
+                raise LabError(f"{executed}: cell {i} ended in {o.get('ename')}: {o.get('evalue')}",
+                               parameter="executed", value=executed)
     body, _ = HTMLExporter(template_name="lab").from_notebook_node(book, resources={"metadata": {"name": "walkthrough"}})
     nav = _NAV.replace("<nav>", '<nav style="font-family: system-ui, sans-serif; padding: .5rem 1rem">')
     body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)  # the way back to the docs
@@ -221,7 +222,7 @@ def build_pages(out_dir: str | os.PathLike = "output/docs", params: dict | None 
     """
     if len(param_sets(params or {}, find_notebooks(only=[WALKTHROUGH]))) > 1:
         raise LabError(f"params: {WALKTHROUGH} is given several parameter sets; the docs build one walkthrough "
-                       "page: give it one mapping")
+                       "page: give it one mapping", parameter="params", value=WALKTHROUGH)
     out = usable_folder(Path(out_dir), out_name).resolve()
     (run,) = run_notebooks(out / "notebook", params, only=[WALKTHROUGH], kernel_name=kernel_name,
                            timeout_s=timeout_s, log=log, out_name=out_name)

@@ -320,7 +320,8 @@ def modelled_floors(curve: pd.DataFrame | None, caption: str, floor: int | None 
             at = curve[(curve["threshold_bytes"] >= floor)]
             floor_us = float(at["modelled_us"].iloc[-1]) if len(at) else classic_us
     if classic_us is None:
-        raise ParameterError("modelled_floors: give a curve or classic_us (the classic plan's modelled time, us)")
+        raise ParameterError("modelled_floors: give a curve or classic_us (the classic plan's modelled time, us)",
+                             parameter="classic_us", value=None, allowed="a curve or classic_us")
     return SvgFigure(modelled_floors_svg(curve, classic_us, None if floor is None else int(floor),
                                          None if floor_us is None else float(floor_us), caption, best=best,
                                          stale=stale, metric=metric, what_if=what_if, width=width),

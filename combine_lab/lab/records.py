@@ -61,9 +61,12 @@ def check_parameters(namespace: dict) -> dict:
         try:
             out[name] = convert(namespace[name], annotation_text(annotation), name)
         except ParameterError as e:
-            bad.append(str(e))
-    if bad:
-        raise ParameterError("; ".join(bad))
+            bad.append(e)
+    if bad:  # one: its own fields; several: the names, in the order of the parameters cell
+        one = bad[0] if len(bad) == 1 else None
+        raise ParameterError("; ".join(map(str, bad)), parameter=one.parameter if one else "namespace",
+                             value=one.value if one else [e.parameter for e in bad],
+                             allowed=one.allowed if one else None)
     namespace.update(out)
     return out
 

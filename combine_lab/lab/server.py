@@ -64,7 +64,8 @@ def check_port(port) -> int | None:
     if port is None:
         return None
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise ParameterError(f"port={port!r}: must be an int in 1-65535 (or None for a free one)")
+        raise ParameterError(f"port={port!r}: must be an int in 1-65535 (or None for a free one)",
+                             parameter="port", value=port, allowed="an int in 1-65535 (or None for a free one)")
     return port
 
 
@@ -95,9 +96,10 @@ def require_free_port(port: int) -> None:
             s.bind(("127.0.0.1", port))
         except OSError as e:
             if e.errno != errno.EADDRINUSE:
-                raise LabError(f"port {port} on 127.0.0.1 cannot be used: {e.strerror}") from None
+                raise LabError(f"port {port} on 127.0.0.1 cannot be used: {e.strerror}",
+                               parameter="port", value=port) from None
             raise LabError(f"port {port} on 127.0.0.1 is in use by {port_holder(port)}: pick another --port, or leave "
-                           "--port out for a free one. Nothing was started.") from None
+                           "--port out for a free one. Nothing was started.", parameter="port", value=port) from None
 
 
 def listens(pid: int, port: int) -> bool:
@@ -190,12 +192,14 @@ class LabServer:
         """
         root = Path(root_dir) if root_dir is not None else notebook_dir()
         if not root.is_dir():
-            raise LabError(f"{root}: no notebooks folder (a source checkout has notebooks/)")
+            raise LabError(f"{root}: no notebooks folder (a source checkout has notebooks/)",
+                           parameter="root_dir", value=root)
         require_kernel(kernel_name)
         try:
             import jupyterlab  # noqa: F401
         except ImportError:
-            raise LabError("JupyterLab is not installed: bash .ci/setup (or pip install -e '.[lab]')") from None
+            raise LabError("JupyterLab is not installed: bash .ci/setup (or pip install -e '.[lab]')",
+                           parameter="jupyterlab") from None
         port = check_port(port)
         if port is not None:
             require_free_port(port)
@@ -234,11 +238,13 @@ class LabServer:
         while True:
             code = self.process.poll()
             if code is not None:
-                raise LabError(f"{self.what} exited at start with status {code} (its messages are above)")
+                raise LabError(f"{self.what} exited at start with status {code} (its messages are above)",
+                               parameter="port", value=self.port)
             if self._answers():
                 return
             if time.monotonic() > deadline:
-                raise LabError(f"{self.what} did not answer on port {self.port} within {timeout_s:.0f} s")
+                raise LabError(f"{self.what} did not answer on port {self.port} within {timeout_s:.0f} s",
+                               parameter="timeout_s", value=timeout_s)
             time.sleep(0.2)
 
     def _note_children(self) -> None:
@@ -410,7 +416,8 @@ class AppServer(LabServer):
         try:
             import voila  # noqa: F401
         except ImportError:
-            raise LabError("voila is not installed: bash .ci/setup (or pip install -e '.[lab]')") from None
+            raise LabError("voila is not installed: bash .ci/setup (or pip install -e '.[lab]')",
+                           parameter="voila") from None
         port = check_port(port)
         if port is not None:
             require_free_port(port)  # before anything is created: a refused port leaves nothing behind

@@ -172,7 +172,8 @@ class SvgFigure:
             return
         if format != "png":
             from ..errors import ParameterError
-            raise ParameterError(f"format={format!r}: must be 'png' or 'svg'")
+            raise ParameterError(f"format={format!r}: must be 'png' or 'svg'",
+                                 parameter="format", value=format, allowed="png or svg")
         write_atomic(path, self.png((dpi or 144) / 96))
 
     def _repr_svg_(self) -> str:

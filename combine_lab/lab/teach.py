@@ -83,7 +83,7 @@ def kernel_source(name: str, path: str | Path | None = None) -> KernelSource:
                       rf"\b{re.escape(name)}\s*\(")
     start = next((i for i, ln in enumerate(lines) if head.match(ln) and not ln.rstrip().endswith(";")), None)
     if start is None:
-        raise ParameterError(f"{p}: no function {name!r} defined there")
+        raise ParameterError(f"{p}: no function {name!r} defined there", parameter="name", value=name)
     depth, end, seen = 0, start, False
     for i in range(start, len(lines)):
         code = lines[i].split("//", 1)[0]
@@ -116,7 +116,8 @@ def rule_arithmetic(segment_rows: int, remote_rows: int, row_bytes: int, den: in
         if int(value) < 0:
             raise ParameterError(f"{name}={value}: must be >= 0", parameter=name, value=value)
     if int(den) < 1:
-        raise ParameterError(f"den={den}: must be >= 1 (max(pes - 1, 1) * expert_per_pe)")
+        raise ParameterError(f"den={den}: must be >= 1 (max(pes - 1, 1) * expert_per_pe)",
+                             parameter="den", value=den, allowed=">= 1")
     seg, num = int(segment_rows) * int(row_bytes), int(remote_rows) * int(row_bytes)
     f64 = float(num) / den
     f32 = np.float32(num) / np.float32(den)
@@ -155,9 +156,11 @@ def unsent_slot_wait(case: Case, src_rank: int, token: int, k: int, wait_s: floa
         if not 0 <= int(value) < bound:
             raise ParameterError(f"{name}={value}: must be in [0, {bound}) for this case", parameter=name, value=value)
     if not wait_s > 0:
-        raise ParameterError(f"wait_s={wait_s}: must be > 0 seconds")
+        raise ParameterError(f"wait_s={wait_s}: must be > 0 seconds",
+                             parameter="wait_s", value=wait_s, allowed="> 0 seconds")
     if 0 <= int(case.expert_ids[src_rank, token, k]) < s.moe_expert_num:
-        raise ParameterError(f"slot (PE {src_rank}, token {token}, k {k}) is not masked: it is sent, nothing hangs")
+        raise ParameterError(f"slot (PE {src_rank}, token {token}, k {k}) is not masked: it is sent, nothing hangs",
+                             parameter="case", value=(src_rank, token, k))
     with tempfile.TemporaryDirectory(prefix="combine_lab_unsent_") as tmp:
         prepared = prepare_case(case, tmp)
         path = rank_file(prepared.case_dir, src_rank, "expert_ids.bin")
@@ -168,7 +171,8 @@ def unsent_slot_wait(case: Case, src_rank: int, token: int, k: int, wait_s: floa
             run_case(prepared, CLASSIC, timeout_s=10 * wait_s + 20, env={"COMBINE_TWIN_TIMEOUT_S": f"{wait_s:g}"})
         except LaunchError as e:
             return str(e)
-    raise ParameterError("the run ended although a PE waited for a slot nobody sends")
+    raise ParameterError("the run ended although a PE waited for a slot nobody sends",
+                         parameter="case", value=(src_rank, token, k))
 
 
 # ------------------------------------------------------------------------- one segment, by formula
@@ -195,12 +199,13 @@ def segment_formula(model: NpuModel, n: int, row_bytes: int, plane: str) -> floa
         return a + b + (n - 1) * max(a, b) + m["quiet_us"] + n * m["flag_us"] + m["quiet_us"]
     if plane == "SDMA":
         if n >= 256:
-            raise ParameterError(f"n={n}: the formula is written for fewer than 256 rows (one SDMA quiet, at the end)")
+            raise ParameterError(f"n={n}: the formula is written for fewer than 256 rows (one SDMA quiet, at the end)",
+                                 parameter="n", value=n, allowed="fewer than 256 rows")
         service = float(sdma_call_us(m, cls, row))
         engines = m["sdma_issue_us"] + n * service / m["sdma_engines"]
         wire = n * row / min(link, m["egress_GBps"] * 1e3)
         return max(n * m["sdma_issue_us"], engines, wire) + m["sdma_quiet_us"] + n * m["flag_us"] + m["quiet_us"]
-    raise ParameterError(f"plane={plane!r}: MTE or SDMA")
+    raise ParameterError(f"plane={plane!r}: MTE or SDMA", parameter="plane", value=plane, allowed="MTE or SDMA")
 
 
 def one_segment(model: NpuModel, sizes, h: int, itemsize: int = 2) -> pd.DataFrame:
@@ -214,7 +219,8 @@ def one_segment(model: NpuModel, sizes, h: int, itemsize: int = 2) -> pd.DataFra
 
     Raises ParameterError for an itemsize other than 2 or 4, h < 1, or a size outside 1..255 rows."""
     if itemsize not in (2, 4):
-        raise ParameterError(f"itemsize={itemsize!r}: 2 (float16_t) or 4 (int32_t)")
+        raise ParameterError(f"itemsize={itemsize!r}: 2 (float16_t) or 4 (int32_t)",
+                             parameter="itemsize", value=itemsize, allowed="2 (float16_t) or 4 (int32_t)")
     if int(h) < 1:
         raise ParameterError(f"h={h!r}: must be >= 1 element", parameter="h", value=h)
     out = []
@@ -222,7 +228,8 @@ def one_segment(model: NpuModel, sizes, h: int, itemsize: int = 2) -> pd.DataFra
     for n in sizes:
         n = int(n)
         if not 1 <= n < 256:
-            raise ParameterError(f"sizes: {n} rows: each size must be 1 to 255 rows (one SDMA quiet, at the end)")
+            raise ParameterError(f"sizes: {n} rows: each size must be 1 to 255 rows (one SDMA quiet, at the end)",
+                                 parameter="sizes", value=n, allowed="1 to 255 rows each")
         spec = CaseSpec(pes=2, bs=n, h=h, topk=1, expert_per_pe=1, routing="external", dtype=dtype)
         ids = np.full((2, n, 1), -1, dtype=np.int32)
         ids[1, :, 0] = 0  # PE 1's tokens went to expert 0 on PE 0, which sends them back

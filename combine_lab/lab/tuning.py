@@ -235,7 +235,8 @@ class TuningState(ModelledState, RunsState):
         """
         unknown = set(values) - set(FIELDS)
         if unknown:
-            raise ParameterError(f"unknown values {sorted(unknown)}; known: {sorted(FIELDS)}")
+            raise ParameterError(f"unknown values {sorted(unknown)}; known: {sorted(FIELDS)}", parameter="values",
+                                 value=sorted(unknown), allowed=str(sorted(FIELDS)))
         model = values.get("routing_model", self._values["routing_model"])
         if model != self._values["routing_model"] and "skew" not in values:
             param = ROUTING_MODELS.get(model) if isinstance(model, str) else None
@@ -316,7 +317,7 @@ class TuningState(ModelledState, RunsState):
                             expert_per_pe=int(c["expert_per_pe"]), dtype=c["dtype"], seed=int(c["seed"]),
                             routing=routing)
         except SpecError as e:
-            return None, problems + [Problem(*self._blame(str(e)))]
+            return None, problems + [Problem(*self._blame(e))]
         if bad & set(_CASE_FIELDS):
             return None, problems
         if parse_routing(spec.routing).name == "uniform":
@@ -330,18 +331,19 @@ class TuningState(ModelledState, RunsState):
                     f"or a smaller shape"))
         return (None if problems else spec), problems
 
-    def _blame(self, text: str) -> tuple[str, Any, str]:
-        """(name, value, reason) of a SpecError of the whole case: the value its message starts
-        with when that is one of ours ("topk=9: ..."), the routing's own value for a routing
-        message, else "case" with the message as it is."""
-        head = text.split("=", 1)[0].strip()
-        if head == "routing" or head.startswith("routing "):
+    def _blame(self, e: SpecError) -> tuple[str, Any, str]:
+        """(name, value, reason) of a SpecError of the whole case, from its fields: the field it
+        names (``e.parameter``) when that is one of ours, the routing's own field for ``routing``
+        (its skew, trace or model), else "case" with the message as it is; the reason is what the
+        error says is allowed (``e.allowed``), else its message."""
+        reason = e.allowed if e.allowed is not None else str(e)
+        if e.parameter == "routing":
             name = {"trace": "trace", "uniform": "routing_model", "deepseek": "routing_model"}.get(
                 self._values["routing_model"], "skew")
-            return name, self._values[name], text.split(": ", 1)[-1] if ": " in text else text
-        if head in FIELDS and ": " in text:
-            return head, self._values[head], text.split(": ", 1)[1]
-        return "case", None, text
+            return name, self._values[name], reason
+        if e.parameter in FIELDS and e.allowed is not None:
+            return e.parameter, self._values[e.parameter], reason
+        return "case", None, str(e)
 
     def _case_for(self, spec: CaseSpec) -> Case:
         """The drawn routing for ``spec``, reused while only bytes per row change (skewed routings

@@ -97,7 +97,7 @@ def variant_of_csv(path: str | Path) -> str:
     if re.match(r"combine_(classic_)?perf_", name):
         return CLASSIC
     raise ParameterError(f"{path}: not a perf CSV name (combine_perf_rank<r>.csv, combine_doubleplane_perf_rank<r>.csv, "
-                         "or their _summary.csv)")
+                         "or their _summary.csv)", parameter="path", value=path)
 
 
 def _how_it_ran(path: Path, variant: str, case_id: str) -> dict | None:
@@ -133,12 +133,14 @@ def measurements_from_csvs(paths: list[str | Path], routing: str | None = None, 
         for i, r in df.iterrows():
             dtype = str(r["Dtype"])
             if dtype not in DTYPES:
-                raise ParameterError(f"{path}: row {i}: Dtype={r['Dtype']!r}: one of {DTYPES_TEXT}")
+                raise ParameterError(f"{path}: row {i}: Dtype={r['Dtype']!r}: one of {DTYPES_TEXT}",
+                                     parameter="paths", value=path)
             try:
                 pe = int(r["ProfPe"])
             except (TypeError, ValueError):
                 raise ParameterError(f"{path}: row {i}: ProfPe={r['ProfPe']!r}: calibrate from per-rank files "
-                                     "(combine_*perf_rank<r>.csv), not summaries") from None
+                                     "(combine_*perf_rank<r>.csv), not summaries",
+                                     parameter="paths", value=path) from None
             pes, bs, h, topk, epp = (int(r[k]) for k in ("Npus", "BS", "H", "TopK", "ExpertPerPe"))
             case_id = f"shape_{bs}_{h}_{topk}_{pes * epp}_{pes}"
             if (path.parent, variant, case_id) not in sidecars:  # one read per case (its rows share it)
@@ -148,7 +150,8 @@ def measurements_from_csvs(paths: list[str | Path], routing: str | None = None, 
             for k, v in given.items():
                 if ran is not None and v is not None and v != ran[k]:
                     raise ParameterError(f"{k}={v!r}, but {ran['file']} says this run used {k}={ran[k]!r}: "
-                                         f"leave {k} out (the sidecar is read) or give {ran[k]!r}")
+                                         f"leave {k} out (the sidecar is read) or give {ran[k]!r}",
+                                         parameter=k, value=v, allowed=repr(ran[k]))
                 how[k] = ran[k] if ran is not None else (v if v is not None else default[k])
             key = (pes, bs, h, topk, epp, dtype, how["routing"], how["seed"])
             if key not in cases:
@@ -296,13 +299,14 @@ def _checked_free(model: NpuModel, meas: list[Measurement], free: list[str] | No
     """The free parameters to fit, after refusing what cannot be fitted: no measurements, an unknown
     ``cores`` or a free name the model does not have."""
     if not meas:
-        raise ParameterError("no measurements to calibrate from")
+        raise ParameterError("no measurements to calibrate from", parameter="meas", value=meas)
     if cores not in ("all", "max"):
-        raise ParameterError(f"cores={cores!r}: all or max")
+        raise ParameterError(f"cores={cores!r}: all or max", parameter="cores", value=cores, allowed="all or max")
     free = list(model.fittable if free is None else free)
     unknown = [f for f in free if f not in model.params]
     if unknown:
-        raise ParameterError(f"free parameter(s) {unknown}: one of {list(model.params)}")
+        raise ParameterError(f"free parameter(s) {unknown}: one of {list(model.params)}",
+                             parameter="free", value=unknown, allowed=str(list(model.params)))
     return free
 
 

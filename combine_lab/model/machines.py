@@ -203,7 +203,8 @@ class NpuModel:
         keyed = {self._key(k): v for k, v in values.items()}
         unknown = sorted(set(keyed) - set(self.params))
         if unknown:
-            raise ParameterError(f"unknown model parameter(s) {unknown}: one of {sorted(self.params)}")
+            raise ParameterError(f"unknown model parameter(s) {unknown}: one of {sorted(self.params)}",
+                                 parameter="values", value=unknown, allowed=str(sorted(self.params)))
         params = dict(self.params)
         for k, v in keyed.items():
             params[k] = replace(params[k], value=float(v))
@@ -219,11 +220,12 @@ class NpuModel:
         """
         unknown = sorted(set(values) - set(PARAMETERS))
         if unknown:
-            raise ParameterError(f"unknown chip-wide parameter(s) {unknown}: one of {sorted(PARAMETERS)}")
+            raise ParameterError(f"unknown chip-wide parameter(s) {unknown}: one of {sorted(PARAMETERS)}",
+                                 parameter="values", value=unknown, allowed=str(sorted(PARAMETERS)))
         arrays = {n: np.atleast_1d(np.asarray(v, dtype=np.float64)) for n, v in values.items()}
         k = {len(a) for a in arrays.values()} - {1} or {1}
         if len(k) > 1:
-            raise ParameterError(f"points of different lengths: {sorted(k)}")
+            raise ParameterError(f"points of different lengths: {sorted(k)}", parameter="values", value=sorted(k))
         K = k.pop()
         full = {n: np.broadcast_to(arrays.get(n, np.float64(self.params[n].value)), (K,)).copy() for n in PARAMETERS}
         return ModelPoints(self, full)
@@ -399,27 +401,28 @@ def model_names() -> list[str]:
 
 def _param(p: Path, n: str, e: dict, unit: str) -> Param:
     if not isinstance(e, dict):
-        raise ParameterError(f"{p}: {n}: a table with value and unit")
+        raise ParameterError(f"{p}: {n}: a table with value and unit", parameter="model", value=p)
     if e.get("unit") != unit:
-        raise ParameterError(f"{p}: {n}.unit={e.get('unit')!r}: must be {unit!r}")
+        raise ParameterError(f"{p}: {n}.unit={e.get('unit')!r}: must be {unit!r}", parameter="model", value=p)
     assumed = e.get("assumed", False)
     rng = e.get("range")
     if isinstance(assumed, list):  # assumed = [low, high]
         if len(assumed) != 2:
-            raise ParameterError(f"{p}: {n}.assumed={assumed!r}: [low, high]")
+            raise ParameterError(f"{p}: {n}.assumed={assumed!r}: [low, high]", parameter="model", value=p)
         rng, assumed = assumed, True
     reason = e.get("reason", e.get("rationale", ""))
     if not assumed and not e.get("source"):
-        raise ParameterError(f"{p}: {n} has neither a source nor an assumed range")
+        raise ParameterError(f"{p}: {n} has neither a source nor an assumed range", parameter="model", value=p)
     if assumed and not (rng and reason):
-        raise ParameterError(f"{p}: {n} is assumed without a range [low, high] and a reason")
+        raise ParameterError(f"{p}: {n} is assumed without a range [low, high] and a reason",
+                             parameter="model", value=p)
     fit = e.get("fit")
     par = Param(n, float(e["value"]), unit, e.get("source", ""), bool(assumed), reason,
                 (float(rng[0]), float(rng[1])) if rng else None,
                 bool(e.get("calibrate", fit if isinstance(fit, bool) else True)),
                 dict(fit) if isinstance(fit, dict) else None)
     if par.value <= 0:
-        raise ParameterError(f"{p}: {n}={par.value}: must be > 0")
+        raise ParameterError(f"{p}: {n}={par.value}: must be > 0", parameter="model", value=p)
     return par
 
 
@@ -440,11 +443,12 @@ def load_model(name: str | Path) -> NpuModel:
     if p.suffix != ".toml":
         p = MODELS_DIR / f"{name}.toml"
         if not p.is_file():
-            raise ParameterError(f"model={str(name)!r}: one of {', '.join(model_names())}, or a .toml file")
+            raise ParameterError(f"model={str(name)!r}: one of {', '.join(model_names())}, or a .toml file",
+                                 parameter="model", value=name, allowed=", ".join(model_names()))
     try:
         doc = tomllib.loads(p.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
-        raise ParameterError(f"{p}: not a readable TOML model file ({e})") from None
+        raise ParameterError(f"{p}: not a readable TOML model file ({e})", parameter="model", value=p) from None
     raw = dict(doc.get("params", {}))
     links_raw = dict(doc.get("links", {}))
     if not links_raw:  # the older form: one class for every pair
@@ -455,18 +459,20 @@ def load_model(name: str | Path) -> NpuModel:
                            "reason": "not in this (older) model file: HBM not priced, as when it was written"}
     missing, unknown = sorted(set(PARAMETERS) - set(raw)), sorted(set(raw) - set(PARAMETERS))
     if missing or unknown:
-        raise ParameterError(f"{p}: parameters missing {missing} / unknown {unknown}")
+        raise ParameterError(f"{p}: parameters missing {missing} / unknown {unknown}", parameter="model", value=p)
     params = {n: _param(p, n, raw[n], PARAMETERS[n]) for n in PARAMETERS}  # one canonical order
     links = []
     for cname, e in links_raw.items():
         pair, form = e.get("pair"), e.get("sdma_form")
         if pair not in PAIRS:
-            raise ParameterError(f"{p}: links.{cname}.pair={pair!r}: one of {', '.join(PAIRS)}")
+            raise ParameterError(f"{p}: links.{cname}.pair={pair!r}: one of {', '.join(PAIRS)}",
+                                 parameter="model", value=p)
         if form not in SDMA_FORMS:
-            raise ParameterError(f"{p}: links.{cname}.sdma_form={form!r}: one of {', '.join(SDMA_FORMS)}")
+            raise ParameterError(f"{p}: links.{cname}.sdma_form={form!r}: one of {', '.join(SDMA_FORMS)}",
+                                 parameter="model", value=p)
         miss = sorted(set(LINK_PARAMETERS) - set(e))
         if miss:
-            raise ParameterError(f"{p}: links.{cname}: parameters missing {miss}")
+            raise ParameterError(f"{p}: links.{cname}: parameters missing {miss}", parameter="model", value=p)
         links.append(LinkClass(cname, pair, str(e.get("what", "")), form, str(e.get("sdma_form_source", ""))))
         for n, unit in LINK_PARAMETERS.items():
             params[f"{cname}.{n}"] = _param(p, f"{cname}.{n}", e[n], unit)
@@ -478,7 +484,8 @@ def load_model(name: str | Path) -> NpuModel:
                     int(t.get("servers", 1)), str(t.get("why", ""))) if t else Topology(1, 1 << 30, 1)
     target = str(doc.get("target", "npu"))
     if target not in ("npu", "cpu"):
-        raise ParameterError(f"{p}: target={target!r}: npu (a machine of NPUs) or cpu (the CPU twin)")
+        raise ParameterError(f"{p}: target={target!r}: npu (a machine of NPUs) or cpu (the CPU twin)",
+                             parameter="model", value=p)
     return NpuModel(str(doc.get("name", p.stem)), str(doc.get("machine", "")), str(doc.get("soc", "")),
                     int(doc.get("aiv_cores", 40)), params, str(p), tuple(links), topo, target,
                     dict(doc["data"]) if isinstance(doc.get("data"), dict) else None)

@@ -144,7 +144,8 @@ class ProbeFit:
         (``P: measured by combine-lab probe``), no longer assumed. Raises ParameterError when the fit
         is not usable."""
         if not self.usable:
-            raise ParameterError(f"the probe fit cannot identify {', '.join(self.unidentified)}: not usable")
+            raise ParameterError(f"the probe fit cannot identify {', '.join(self.unidentified)}: not usable",
+                                 parameter="free", value=list(self.unidentified))
         params = dict(self.model.params)
         fitted = [(n, self.params[n], self.cls) for n in self.free]
         fitted += [(n, f, c.cls) for c in self.classes if c.written for n, f in c.params.items() if n in self.free]

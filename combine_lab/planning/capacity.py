@@ -27,7 +27,19 @@ GiB = 1 << 30
 
 class CapacityError(CombineLabError, ValueError):
     """The case is valid but does not fit this machine; the message gives the resource, the
-    bytes needed and the bytes available."""
+    bytes needed and the bytes available.
+
+    Attributes (besides ``parameter``, ``value``, ``allowed``):
+        resource: what did not fit: ``"x"`` (making the case: x in memory), ``"shm"`` (the twin's
+            heaps in /dev/shm), ``"memory"`` (the PEs' memory), ``"disk"`` (the case files in the
+            work folder) or ``"tasks"`` (the twin's processes and threads).
+        needed, available: of that resource, bytes (tasks: a count).
+    """
+
+    def __init__(self, message: str, *, resource: str | None = None, needed: int | None = None,
+                 available: int | None = None, **fields):  # defaults: unpickled (a cluster's) as CapacityError(message)
+        super().__init__(message, **fields)
+        self.resource, self.needed, self.available = resource, needed, available
 
 
 #: A status slot's stride: one 64 B scalar cache line each, so that no two slots that different
@@ -183,7 +195,8 @@ def check_twin_pes(spec: CaseSpec) -> None:
                         f"tasks each (its main thread, {per - 2} AIV block threads, the SDMA engine), "
                         f"{spec.pes * per:,} in all, and this machine lets {room['free']:,} more start (the least "
                         f"of {limits}); a timing-model clock launches nothing and "
-                        "has no such bound", parameter="pes", value=spec.pes, allowed=allowed)
+                        "has no such bound", parameter="pes", value=spec.pes, allowed=allowed, resource="tasks",
+                        needed=spec.pes * per, available=room["free"])
 
 
 def mem_available() -> int:
@@ -218,23 +231,27 @@ def check_capacity(spec: CaseSpec, work_dir: str | os.PathLike | None, rows_per_
         if x_bytes > mem:
             raise CapacityError(f"{spec.case_id}: making the case needs x of {x_bytes} bytes "
                                 f"({x_bytes / GiB:.2f} GiB: pes*bs*h*{spec.itemsize}) in memory, {mem} bytes "
-                                f"({mem / GiB:.2f} GiB) available")
+                                f"({mem / GiB:.2f} GiB) available", parameter="spec", value=spec.case_id, resource="x",
+                                needed=x_bytes, available=mem)
     if target == "cpu":
         shm_free = shutil.disk_usage("/dev/shm").free
         if n.shm > shm_free:
             raise CapacityError(f"{spec.case_id}: the twin's symmetric heaps need {n.shm} bytes "
                                 f"({n.shm / GiB:.2f} GiB: {spec.pes} PEs x {twin_heap_bytes(spec, segment)} bytes) in /dev/shm, "
-                                f"{shm_free} bytes ({shm_free / GiB:.2f} GiB) available")
+                                f"{shm_free} bytes ({shm_free / GiB:.2f} GiB) available", parameter="spec",
+                                value=spec.case_id, resource="shm", needed=n.shm, available=shm_free)
         mem = mem_available()
         if n.shm + n.memory > mem:
             raise CapacityError(f"{spec.case_id}: the PEs need {n.shm + n.memory} bytes "
                                 f"({(n.shm + n.memory) / GiB:.2f} GiB) of memory, {mem} bytes ({mem / GiB:.2f} GiB) "
-                                f"available")
+                                f"available", parameter="spec", value=spec.case_id, resource="memory",
+                                needed=n.shm + n.memory, available=mem)
     folder = Path(work_dir) if work_dir is not None else Path(os.environ.get("TMPDIR", "/tmp"))
     while not folder.exists():
         folder = folder.parent
     disk_free = shutil.disk_usage(folder).free
     if n.disk > disk_free:
         raise CapacityError(f"{spec.case_id}: the case files need {n.disk} bytes ({n.disk / GiB:.2f} GiB) in "
-                            f"{folder}, {disk_free} bytes ({disk_free / GiB:.2f} GiB) available")
+                            f"{folder}, {disk_free} bytes ({disk_free / GiB:.2f} GiB) available", parameter="work_dir",
+                            value=work_dir, resource="disk", needed=n.disk, available=disk_free)
     return n

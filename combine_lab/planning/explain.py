@@ -25,7 +25,7 @@ SDMA_QUIET_EVERY = 256
 
 def _check_pe(case: Case, pe: int) -> int:
     if not isinstance(pe, (int, np.integer)) or not 0 <= pe < case.spec.pes:
-        raise ParameterError(f"pe={pe!r}: must be in [0, pes={case.spec.pes})")
+        raise ParameterError(f"pe={pe!r}: must be in [0, pes={case.spec.pes})", parameter="pe", value=pe)
     return int(pe)
 
 
@@ -51,7 +51,8 @@ def routing_table(case: Case, src_rank: int | None = None) -> pd.DataFrame:
     df["segment"] = np.where(df["masked"], -1, df["local_expert"] * s.pes + df["src_rank"])
     if src_rank is not None:
         if not 0 <= src_rank < s.pes:
-            raise ParameterError(f"src_rank={src_rank!r}: must be in [0, pes={s.pes})")
+            raise ParameterError(f"src_rank={src_rank!r}: must be in [0, pes={s.pes})",
+                                 parameter="src_rank", value=src_rank)
         df = df[df["src_rank"] == src_rank].reset_index(drop=True)
     return df
 
@@ -186,7 +187,8 @@ def core_program(case: Case, plan: Plan, pe: int, core: int, soc: str = TWIN_DEF
     pe = _check_pe(case, pe)
     blocks = launch_block_dim(case.spec.pes, soc)
     if not 0 <= core < blocks:
-        raise ParameterError(f"core={core!r}: must be in [0, block_dim={blocks}) (min(pes, AIV cores of {soc}, 48))")
+        raise ParameterError(f"core={core!r}: must be in [0, block_dim={blocks}) (min(pes, AIV cores of {soc}, 48))",
+                             parameter="core", value=core)
     s = case.spec
     table = dispatch_table(case, pe, plan)
     mine = table[table["src_rank"] % blocks == core].sort_values(["src_rank", "segment"], kind="stable")

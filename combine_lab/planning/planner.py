@@ -68,7 +68,7 @@ class Plan:
         Raises ParameterError if pe is not in [0, pes).
         """
         if not 0 <= pe < self.pes:
-            raise ParameterError(f"pe={pe}: must be in [0, pes={self.pes})")
+            raise ParameterError(f"pe={pe}: must be in [0, pes={self.pes})", parameter="pe", value=pe)
         seg = self.segments
         start = pe * self.pes * self.expert_per_pe
         block = seg.iloc[start:start + self.pes * self.expert_per_pe]
@@ -143,7 +143,8 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str =
     not to overflow), else Python ints.
     """
     if variant not in VARIANTS:
-        raise ParameterError(f"variant={variant!r}: must be one of {', '.join(map(repr, VARIANTS))}")
+        raise ParameterError(f"variant={variant!r}: must be one of {', '.join(map(repr, VARIANTS))}",
+                             parameter="variant", value=variant)
     settings = parse_settings(settings)
     if settings.segment and variant != DOUBLEPLANE:
         check_kernel_settings(settings, variant)  # raises: segment is a doubleplane setting
@@ -154,14 +155,16 @@ def plan_counts(ep_recv_count: np.ndarray, h: int, itemsize: int, variant: str =
     if c.ndim != 2 or c.shape[0] < 1 or c.shape[1] % c.shape[0] or c.shape[1] == 0 \
             or not np.issubdtype(c.dtype, np.integer):
         raise ParameterError(f"ep_recv_count shape={list(c.shape)} dtype={c.dtype.name}: must be an integer array "
-                        "[pes, expert_per_pe*pes] with expert_per_pe >= 1")
+                        "[pes, expert_per_pe*pes] with expert_per_pe >= 1",
+                        parameter="ep_recv_count", value=list(c.shape))
     pes, S = c.shape
     epp = S // pes
     counts = np.diff(c.astype(np.int64), axis=1, prepend=0)
     if (counts < 0).any():
         d, s = (int(v) for v in np.argwhere(counts < 0)[0])
         raise ParameterError(f"ep_recv_count[{d}, {s}]={c[d, s]}: must be >= the previous count "
-                        f"({c[d, s - 1] if s else 0}); counts are cumulative")
+                        f"({c[d, s - 1] if s else 0}); counts are cumulative",
+                        parameter="ep_recv_count", value=int(c[d, s]))
     segment = np.arange(S)
     src = segment % pes
     remote = src[None, :] != np.arange(pes)[:, None]

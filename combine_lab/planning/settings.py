@@ -100,8 +100,8 @@ def check_kernel_settings(settings: KernelSettings, variant: str, soc: str = TWI
     aiv = aiv_cores(soc)
     limit = min(aiv, MAX_SDMA_BLOCKS)
     if not isinstance(cpr, int) or isinstance(cpr, bool) or not 1 <= cpr <= limit:
-        raise ParameterError(f"cores_per_rank={cpr!r}: must be an int in [1, {limit}] (the {aiv} AIV cores of {soc}; "
-                             f"at most {MAX_SDMA_BLOCKS} cores issue SDMA)", parameter="cores_per_rank", value=cpr)
+        raise ParameterError.of("cores_per_rank", cpr, f"must be an int in [1, {limit}] (the {aiv} AIV cores of {soc}; "
+                                                     f"at most {MAX_SDMA_BLOCKS} cores issue SDMA)")
     if settings.segment and not SENDS_SDMA.get(variant, False):
         raise ParameterError(f"segment with variant={variant!r}: the segment layout is a doubleplane setting (classic "
                              "sends nothing by SDMA)", parameter="variant", value=variant)

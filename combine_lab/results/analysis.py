@@ -49,7 +49,8 @@ def perf_rows(folder: str | Path, variant: str) -> tuple[pd.DataFrame, pd.DataFr
     folder = Path(folder)
     files = rank_files(folder, variant)
     if not files:
-        raise ResultFileError(f"{folder}: no {file_prefix(variant)}_perf_rank<r>.csv to analyse")
+        raise ResultFileError(f"{folder}: no {file_prefix(variant)}_perf_rank<r>.csv to analyse",
+                              parameter="folder", value=folder)
     rows = pd.concat([read_perf_csv(p) for p in files], ignore_index=True)
     summary_path = folder / perf_summary_name(variant)
     return rows, read_perf_csv(summary_path) if summary_path.is_file() else None

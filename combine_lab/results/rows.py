@@ -79,7 +79,8 @@ class NotRun:
         """The NotRun of ``variant`` (your kernel's label, with ``kernel`` its folder) on the case
         ``spec``. Raises ParameterError for a check other than REFUSED or ERROR."""
         if check not in (REFUSED, ERROR):
-            raise ParameterError(f"check={check!r}: a variant that did not run is {REFUSED!r} or {ERROR!r}")
+            raise ParameterError(f"check={check!r}: a variant that did not run is {REFUSED!r} or {ERROR!r}",
+                                 parameter="check", value=check)
         return cls(spec.case_id, spec.routing, spec.dtype, target, variant, check, reason, min_sdma_bytes, kernel,
                    settings, cores_per_rank)
 
@@ -157,7 +158,8 @@ class ResultRow:
     def time_us(self, metric: str) -> float:
         """``comm_only_us`` or ``full_op_us`` by metric name. Raises ParameterError for another."""
         if metric not in METRICS:
-            raise ParameterError(f"metric={metric!r}: must be 'comm_only' or 'full_op'")
+            raise ParameterError(f"metric={metric!r}: must be 'comm_only' or 'full_op'",
+                                 parameter="metric", value=metric, allowed="comm_only or full_op")
         return self.comm_only_us if metric == "comm_only" else self.full_op_us
 
     def as_dict(self) -> dict:
@@ -225,7 +227,7 @@ def result_row(outcome: Outcome, settings: str | None = None) -> ResultRow:
             cores_per_rank=None if outcome.kernel_source else outcome.settings.cores_per_rank,
             sdma_calls=int(outcome.plan.totals["sdma_calls"].sum()))
     raise ParameterError(f"outcome={type(outcome).__name__}: must be a RunResult, NotRun, BaselineResult or "
-                         "ModelledResult")
+                         "ModelledResult", parameter="outcome", value=type(outcome).__name__)
 
 
 def speedup(classic_us, doubleplane_us):

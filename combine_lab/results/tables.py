@@ -85,7 +85,8 @@ def read_sweep_csv(path: str | os.PathLike) -> pd.DataFrame:
         for k, v in _SETTINGS_COLUMNS.items():
             df[k] = v
     if list(df.columns) != TIDY_COLUMNS:
-        raise ResultFileError(f"{path}: not a sweep CSV (columns {list(df.columns)[:5]}...)")
+        raise ResultFileError(f"{path}: not a sweep CSV (columns {list(df.columns)[:5]}...)",
+                              parameter="path", value=path)
     df["reason"] = df["reason"].fillna("")
     df["kernel"] = df["kernel"].fillna("")
     return df
@@ -180,7 +181,8 @@ def summarize(tidy: pd.DataFrame) -> pd.DataFrame:
 
 def _check_metric(metric: str) -> str:
     if metric not in METRICS:
-        raise ParameterError(f"metric={metric!r}: must be 'comm_only' or 'full_op'")
+        raise ParameterError(f"metric={metric!r}: must be 'comm_only' or 'full_op'",
+                             parameter="metric", value=metric, allowed="comm_only or full_op")
     return metric
 
 

@@ -394,13 +394,14 @@ class TraceRecording:
                 raise ParameterError(_SEGMENT_ON_MODEL.format(st.label), parameter="trace", value=st.label)
         if len(specs) != 1:
             raise ParameterError(f"--trace {self.path}: traces one case, the flags make {len(specs)} (a sweep)",
-                                 parameter="--trace", value=str(self.path))
+                                 parameter="trace", said_as="--trace", value=str(self.path))
         if self.model is not None and kernels:
             raise ParameterError(f"--trace {self.path}: your kernel on a timing model is priced from one launch "
-                                 "on the twin; trace it there (--clock wall)", parameter="--trace", value=str(self.path))
+                                 "on the twin; trace it there (--clock wall)", parameter="trace", said_as="--trace",
+                                 value=str(self.path))
         if self.model is None and target != "cpu":
             raise ParameterError(f"--trace {self.path}: the twin records the operation stream (--target cpu); on an "
-                                 "NPU use msprof", parameter="--trace", value=str(self.path))
+                                 "NPU use msprof", parameter="trace", said_as="--trace", value=str(self.path))
         usable_folder(self.path.parent if str(self.path.parent) else Path("."), "--trace")
 
     def env(self, label: str) -> dict | None:

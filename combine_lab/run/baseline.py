@@ -86,20 +86,23 @@ def require_baseline(target: str) -> str:
     from . import capabilities
 
     if target not in BACKENDS:
-        raise ParameterError(f"target={target!r}: must be cpu or npu")
+        raise ParameterError(f"target={target!r}: must be cpu or npu",
+                             parameter="target", value=target, allowed="cpu or npu")
     if target == "cpu":
         try:
             import torch.distributed as dist  # noqa: F401
         except ImportError:
             raise BaselineUnavailable("--baseline hccl on target=cpu runs the same baseline on the gloo backend, "
-                                      f"which needs torch: {capabilities.TORCH_FIX}") from None
+                                      f"which needs torch: {capabilities.TORCH_FIX}",
+                                      parameter="baseline", value="hccl") from None
         if not dist.is_available() or not dist.is_gloo_available():
             raise BaselineUnavailable("--baseline hccl on target=cpu needs torch.distributed with gloo: "
-                                      "install a torch build that has it")
+                                      "install a torch build that has it", parameter="baseline", value="hccl")
         return "gloo"
     fix = capabilities.detect().baselines()["hccl"]
     if fix:
-        raise BaselineUnavailable(f"--baseline hccl on target=npu needs torch_npu and visible NPUs: {fix}")
+        raise BaselineUnavailable(f"--baseline hccl on target=npu needs torch_npu and visible NPUs: {fix}",
+                                  parameter="baseline", value="hccl")
     return "hccl"
 
 

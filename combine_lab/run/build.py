@@ -115,7 +115,8 @@ def source_root() -> Path:
     """
     root = Path(os.environ.get("COMBINE_LAB_SOURCE", Path(__file__).resolve().parents[2]))
     if not (root / "CMakeLists.txt").is_file():
-        raise BuildError(f"COMBINE_LAB_SOURCE={root}: no CMakeLists.txt there; point it at the combine_lab checkout")
+        raise BuildError(f"COMBINE_LAB_SOURCE={root}: no CMakeLists.txt there; point it at the combine_lab checkout",
+                         parameter="COMBINE_LAB_SOURCE", value=str(root))
     return root
 
 
@@ -399,7 +400,8 @@ def _checked_request(target: str, broken: list[str] | None, kernel, main: str | 
     """(kernel source or None, broken names): what :func:`build` was asked for, refused before
     anything runs where the combination cannot be built (each error names its parameter)."""
     if target not in TARGETS:
-        raise ParameterError(f"target={target!r}: must be one of {', '.join(TARGETS)}")
+        raise ParameterError(f"target={target!r}: must be one of {', '.join(TARGETS)}",
+                             parameter="target", value=target)
     if kernel is not None:
         from .kernel_source import kernel_source
         kernel = kernel_source(kernel)
@@ -428,7 +430,7 @@ def _toolchain_args(target: str, broken: list[str], soc: str | None) -> tuple[li
         cxx = twin_cxx()
         if cxx is None:
             raise TargetUnavailable(f"target=cpu: no clang++ found: the CPU twin compiles kernels with clang; "
-                                    f"{TWIN_CXX_FIX}")
+                                    f"{TWIN_CXX_FIX}", parameter="target", value="cpu")
         config_args += [f"-DCMAKE_CXX_COMPILER={cxx}", f"-DPython3_EXECUTABLE={sys.executable}"]
     if target == "npu":
         tc = require_npu_toolchain(soc=soc)
@@ -534,6 +536,6 @@ def require_npu_toolchain(env: dict[str, str] | None = None, soc: str | None = N
         missing.append(f"SoC: {what}; {toolchain.SOC_FIX}")
     if missing:
         raise TargetUnavailable("target=npu: cannot build here:\n" + "\n".join(f"  missing {m}" for m in missing)
-                                + "\nThe CPU twin (target=cpu) runs everywhere.")
+                                + "\nThe CPU twin (target=cpu) runs everywhere.", parameter="target", value="npu")
     return NpuToolchain(cann.bisheng, cann.home, cann.version, shmem.home, shmem.root, soc, arch[0],
                         cann.sdma and not toolchain.sdma_soc_problem(soc))

@@ -113,7 +113,8 @@ class Capabilities:
             fix = "" if self.rows["twin"].available else self.rows["twin"].fix
             return {CLASSIC: fix, DOUBLEPLANE: fix}
         if target != "npu":
-            raise ParameterError(f"target={target!r}: must be cpu or npu")
+            raise ParameterError(f"target={target!r}: must be cpu or npu",
+                                 parameter="target", value=target, allowed="cpu or npu")
         fix = self.npu_fix()
         return {CLASSIC: fix, DOUBLEPLANE: fix or self.rows["sdma"].fix}
 

@@ -274,7 +274,8 @@ def check_ipport(ipport: str, name: str = "ipport") -> str:
     m = _IPPORT.match(ipport) if isinstance(ipport, str) else None
     if m is None or not 1 <= int(m.group(2)) <= 65535 or len(ipport) > IPPORT_MAX_CHARS:
         raise ParameterError(f"{name}={ipport!r}: must be tcp://HOST:PORT (e.g. tcp://127.0.0.1:8767), PORT in "
-                             f"1-65535, at most {IPPORT_MAX_CHARS} characters")
+                             f"1-65535, at most {IPPORT_MAX_CHARS} characters",
+                             parameter="ipport", value=ipport, said_as=name if name.startswith("-") else None)
     return ipport
 
 
@@ -466,7 +467,7 @@ def _free_session(session: str | None) -> str:
     if shm_path(session).exists():
         # Never touch another run's segment: refuse before starting anything.
         raise LaunchError(f"session {session} is in use: {shm_path(session)} exists (another run, or a crashed "
-                          f"one: remove the file if no run is using it)")
+                          f"one: remove the file if no run is using it)", parameter="session", value=session)
     return session
 
 

@@ -94,7 +94,8 @@ def prepare_case(case: CaseLike, work_dir: str | os.PathLike | None = None, targ
         path = Path(case)
         loaded = read_case(path)
         if path.resolve().parent.name != "golden":
-            raise CaseFileError(f"case={path}: a case folder must sit in <root>/golden/ (docs/formats.md#1-case-files)")
+            raise CaseFileError(f"case={path}: a case folder must sit in <root>/golden/ (docs/formats.md#1-case-files)",
+                                parameter="case", value=path)
         return PreparedCase(loaded, path.resolve().parent.parent)
     if work_dir is None:
         remove_orphans()  # a dead run's case folder may be what fills the disk
@@ -437,7 +438,7 @@ class CaseRun:
         if self.binary is None:
             why = refusals(target, [self.variant]).get(self.variant)
             if why:
-                raise build_mod.VariantRefused(why)
+                raise build_mod.VariantRefused(why, parameter="variant", value=self.variant)
         known = self.case.case.spec if isinstance(self.case, PreparedCase) else getattr(self.case, "spec", self.case)
         if isinstance(known, CaseSpec):  # a spec or a Case: its PEs and dtype are refused before writing
             self.options.prof_pes(known.pes)

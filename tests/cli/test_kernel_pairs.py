@@ -84,7 +84,7 @@ def test_baseline_not_among_the_runs_is_refused(tmp_path, capsys):
     from combine_lab.cli.run_cases import _baseline_name
     with pytest.raises(ParameterError) as e:
         _baseline_name("dp", ["classic", "doubleplane", "user:refstyle"])
-    assert (e.value.parameter, e.value.value) == ("--baseline", "dp")
+    assert (e.value.parameter, e.value.value, e.value.said_as) == ("baseline", "dp", "--baseline")
     assert cli.main(["compare", "--kernel-source", str(REFSTYLE), *CASE, "--output-dir", str(tmp_path / "perf"),
                      "--baseline", "dp"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (

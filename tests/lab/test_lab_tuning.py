@@ -410,3 +410,26 @@ def test_modelled_panel_prices_settings_against_their_own_classic():
     expected = suggest(rows, model, "comm_only", settings="c2")
     pd.testing.assert_frame_equal(s.suggestion.curve, expected.curve)
     assert "modelled" in s.figures
+
+
+def test_a_case_refusal_is_blamed_on_the_field_it_names_not_on_its_text(nothing_launches):
+    """The form marks the field a SpecError names (``e.parameter``) with what it allows (``e.allowed``);
+    a routing refusal marks the routing's own box (the skew of hot-expert); a SpecError naming no field of
+    the form is the whole case's. A message that begins like another field's does not mislead it."""
+    from combine_lab.errors import SpecError
+    s = TuningState(targets=["cpu"], **SMALL)
+    s.set(topk=9)
+    assert [(p.name, p.value, p.reason) for p in s.problems] == [
+        ("topk", 9, "must be <= moe_expert_num=4 when choices are distinct (routing 'hot-expert:0.5')")]
+    s.set(topk=2, skew=0.9)
+    assert [(p.name, p.value, str(p)) for p in s.problems] == [
+        ("skew", 0.9, "skew=0.9: F=0.9 must be <= 1/topk=0.5 (topk=2): a token picks each expert at most once")]
+    s.set(skew=0.5)
+    misleading = SpecError("h=1: seems to be about h", parameter="topk", value=3, allowed="must be <= 2")
+    assert s._blame(misleading) == ("topk", 2, "must be <= 2")
+    assert s._blame(SpecError("routing='hot-expert:0.5': too hot", parameter="routing", value="hot-expert:0.5",
+                              allowed="too hot")) == ("skew", 0.5, "too hot")
+    assert s._blame(SpecError("pes=2: no reason given apart", parameter="pes", value=2)) == (
+        "case", None, "pes=2: no reason given apart")
+    assert s._blame(SpecError("x: of another kind", parameter="x", value=None, allowed="no")) == (
+        "case", None, "x: of another kind")
