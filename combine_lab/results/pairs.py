@@ -47,8 +47,8 @@ def pair_speedups(tidy: pd.DataFrame, baseline: str | None = None, modelled: boo
     Per repeat a run's time is CoreMaxTime/us of its slowest profiled PE; per metric the speed-up of
     each repeat (baseline / kernel) folded into median, min and max, and the verdict: "no SDMA" only
     for the lab's kernel against its own classic when it sent nothing by SDMA (identical traffic), else
-    by the spread; "not valid: <name> failed its check" when either run's x_out failed or the twin saw
-    protocol violations in any repeat (its times time a broken kernel). Columns: :data:`PAIR_COLUMNS`.
+    by the spread; "not valid: <name> (x_out FAIL)", "(protocol violations)" or both when either run's
+    x_out failed or the twin saw protocol violations in any repeat (its times time a broken kernel). Columns: :data:`PAIR_COLUMNS`.
     """
     if tidy is None or tidy.empty:
         return pd.DataFrame(columns=PAIR_COLUMNS)
@@ -62,7 +62,10 @@ def pair_speedups(tidy: pd.DataFrame, baseline: str | None = None, modelled: boo
     per = ran.groupby(["CaseId", "variant", "Metric", "repeat"])["time"].max()
     # a run whose x_out failed or whose flags raced its payload in any repeat: its times are not a result
     viol = pd.to_numeric(ran["violations"], errors="coerce").fillna(0) if "violations" in ran.columns else 0
-    failed = ran.assign(bad=(ran["check"] == FAIL) | (viol > 0)).groupby(["CaseId", "variant"])["bad"].any()
+    marks = ran.assign(fail=ran["check"] == FAIL, viol=viol > 0).groupby(["CaseId", "variant"])[["fail", "viol"]].any()
+    # (case, variant) -> why its times are not a result, as the table's columns say it
+    failed = {key: ", ".join(w for w, hit in (("x_out FAIL", r.fail), ("protocol violations", r.viol)) if hit)
+              for key, r in marks.iterrows() if r.fail or r.viol}
     out = []
     for (case_id, group), g in tidy.groupby(["CaseId", "settings"], sort=False):
         for name, k in g.groupby("variant", sort=False):
@@ -83,9 +86,9 @@ def pair_speedups(tidy: pd.DataFrame, baseline: str | None = None, modelled: boo
                 paired = paired[~np.isnan(paired)]
                 rec[f"{m}_speedup"], rec[f"{m}_speedup_lo"], rec[f"{m}_speedup_hi"] = fold_repeats(paired)
                 rec[f"{m}_verdict"] = modelled_verdict(rec[f"{m}_speedup"], sdma) if modelled else verdict(paired, sdma)
-                bad = [n for n in (name, base) if failed.get((case_id, n), False)]
+                bad = [f"{n} ({failed[case_id, n]})" for n in (name, base) if (case_id, n) in failed]
                 if bad:
-                    rec[f"{m}_verdict"] = f"not valid: {' and '.join(bad)} failed its check"
+                    rec[f"{m}_verdict"] = f"not valid: {' and '.join(bad)}"
                 if m == METRICS[0]:
                     rec["repeats"] = int(paired.size)
             if rec["repeats"]:

@@ -116,6 +116,25 @@ def test_pair_speedups_pairs_repeats_and_settings_groups():
     assert pair_table(p)["comm_only spread"].tolist() == ["1.000-1.250", "2.000-3.000"]
 
 
+def test_a_failed_run_voids_the_verdict_and_says_why():
+    """A kernel whose x_out failed in one repeat, or whose run had violations, gets no verdict; the
+    verdict says which of the two (as the table's check and violations columns do), for either side."""
+    rows = []
+    for rep in (0, 1):
+        for m in ("comm_only", "full_op"):
+            rows += [("k", "uniform", "classic", "", "reference", "PASS", m, rep, 10.0, 10.0, 10.0, 0, 0),
+                     ("k", "uniform", "user:a", "/a", "reference", "FAIL" if rep else "PASS", m, rep, 8.0, 8.0, 8.0,
+                      0, 3),
+                     ("k", "uniform", "user:b", "/b", "reference", "PASS", m, rep, 8.0, 8.0, 8.0, 0, 0)]
+    tidy = _tidy([r[:-1] for r in rows]).assign(violations=[r[-1] for r in rows])
+    p = pair_speedups(tidy)
+    assert p[["kernel", "baseline", "comm_only_verdict", "full_op_verdict"]].values.tolist() == [
+        ["user:a", "classic", *["not valid: user:a (x_out FAIL, protocol violations)"] * 2],
+        ["user:b", "classic", "faster", "faster"]]
+    p = pair_speedups(tidy, baseline="user:a")
+    assert set(p["comm_only_verdict"]) == {"not valid: user:a (x_out FAIL, protocol violations)"}
+
+
 def test_diff_compares_your_kernels_speedup_too(tmp_path, capsys):
     for run in ("a", "b"):
         assert cli.main(["compare", "--kernel-source", str(REFSTYLE), *CASE, "--output-dir", str(tmp_path / run),
@@ -191,7 +210,8 @@ def test_a_racing_kernels_speedup_is_not_a_verdict(tmp_path, capsys):
     out, err = capsys.readouterr()
     rows = [line.split() for line in _pair_lines(out)]
     assert rows[2][:5] == ["shape_16_256_2_4_2", "uniform", "user:mine", "classic", "2"]
-    assert " ".join(rows[2]).count("not valid: user:mine failed its check") == 2  # comm_only and full_op
+    # x_out passed: what is wrong is said as the table's violations column says it (comm_only and full_op)
+    assert " ".join(rows[2]).count("not valid: user:mine (protocol violations)") == 2
     assert "not valid" not in " ".join(rows[1])  # the lab's doubleplane keeps its verdict
     failed = [line for line in err.splitlines() if line.startswith("combine-lab: FAILED")]
     assert len(failed) == 1 and failed[0].startswith(
