@@ -27,6 +27,8 @@ from .cluster import add_cluster_flag
 
 #: SHMEM's bootstrap address when -ipport is not given (docs/cli.md#2-case-flags).
 DEFAULT_IPPORT = "tcp://127.0.0.1:8767"
+#: Where --perf writes when --output-dir is not given (docs/cli.md#1-commands).
+OUTPUT_DIR = "output/perf"
 #: ``--baseline hccl``: the all_to_all baseline (any other value names a kernel to compare against).
 HCCL = "hccl"
 #: A 127.0.0.1 bootstrap moves to port + (launch index mod this), one port per launch.
@@ -40,6 +42,14 @@ class _PesSetsGnpus(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         setattr(namespace, self.dest, values)
         namespace.gnpus = None  # "the same as -pes" until a later -gnpus says otherwise
+
+
+class _Given(argparse.Action):
+    """A flag's value, and ``<dest>_given`` True: the command line named it (its default does not)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
 
 
 def _dtype_flag(text: str) -> str:
@@ -104,7 +114,7 @@ def add_case_flags(p: argparse.ArgumentParser) -> None:
     r.add_argument("--prof-pe", default=None,
                    help="with --perf: the PE profiled (default 0), or 'all': every PE in turn, one run each, then "
                         "the summary CSV (per case the slowest PE, ProfPe 'max')")
-    r.add_argument("--output-dir", default="output/perf",
+    r.add_argument("--output-dir", default=OUTPUT_DIR, action=_Given,
                    help="with --perf: where the perf CSVs go (default output/perf): combine_perf_rank<r>.csv "
                         "(classic) or combine_doubleplane_perf_rank<r>.csv, combine[_doubleplane]_perf_summary.csv, "
                         "and per case the lab's sidecar combine[_doubleplane]_counters_<case>.json; compare puts "

@@ -93,7 +93,7 @@ class _Plan:
     ``specs``, ``prof_pe``, the kernel every speed-up is against (``against``), the output folder above
     every kernel's (``base``), per label its ``folders`` and the rule that names its files (``rules``),
     the folders this run writes (``written``: with --perf, the target's refusals left out), ``repeats``,
-    the ``trace`` and the ``runs``."""
+    the ``trace``, the ``runs`` and the bootstrap address of each launch (``ipport``)."""
 
     model: object
     kernels: list
@@ -108,6 +108,7 @@ class _Plan:
     repeats: int
     trace: TraceRecording
     runs: list[Run]
+    ipport: object = None  # the next launch's bootstrap address (bootstrap_addresses); None on a model
 
     @property
     def caption(self) -> str | None:
@@ -132,6 +133,9 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     ``VariantRefused`` (exit 2). With ``--baseline`` the baseline's row follows each case's.
     """
     plan = _plan(a, variants)
+    if getattr(a, "output_dir_given", False) and not a.perf:  # said once every flag has passed its check
+        print(f"combine-lab: note: --output-dir {a.output_dir} has no effect without --perf (nothing is written)",
+              file=sys.stderr)
     run_all = executor(a, max(s.pes for s in plan.specs), DEFAULT_IPPORT)  # --cluster: connected and checked now
     outs = [plan.base, *plan.written.values()] if a.perf else []
     works = [a.work_dir] if a.work_dir is not None else []
@@ -184,7 +188,9 @@ def _plan(a: argparse.Namespace, variants: list[str]) -> _Plan:
     trace.check(specs, kernels, a.target, [st for _, st, _ in entries.values()])
     runs = _runs(a, specs, entries, kernels, baseline, trace, clock=model if model is not None else WALL,
                  repeats=repeats, warmup=warmup, loops=loops, prof_pe=prof_pe)
-    return _Plan(model, kernels, entries, specs, prof_pe, against, base, folders, rules, written, repeats, trace, runs)
+    ipport = None if model is not None else bootstrap_addresses(a.ipport)  # -ipport refused here, not mid-run
+    return _Plan(model, kernels, entries, specs, prof_pe, against, base, folders, rules, written, repeats, trace, runs,
+                 ipport)
 
 
 def _execute(a: argparse.Namespace, plan: _Plan, run_all) -> list[Outcome]:
@@ -196,7 +202,7 @@ def _execute(a: argparse.Namespace, plan: _Plan, run_all) -> list[Outcome]:
     with staged_outputs(plan.written, removed, plan.rules) as stage, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a refusal was said once above; each case shows it as a row
         for o in run_all(plan.runs, progress="model" if plan.model is not None else "combine",
-                         ipport=None if plan.model is not None else bootstrap_addresses(a.ipport),
+                         ipport=plan.ipport,
                          work_dir=a.work_dir, outputs=stage if a.perf else None):
             if not outcomes and a.target == "cpu" and plan.model is None:  # once something ran (not on a refusal)
                 print(_budget_text(plan.specs, a.timeout), file=sys.stderr)

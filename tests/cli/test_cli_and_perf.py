@@ -206,7 +206,9 @@ def test_without_perf_one_launch_is_checked_and_nothing_written(tmp_path, capsys
     code, out, err = run_cli(["run", *SMALL, "--output-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "w"),
                               "--prof-pe", "all"], capsys)
     assert code == 0, err
-    assert err.startswith("combine-lab: note: --prof-pe has no effect without --perf (nothing is profiled)\n")
+    assert err.startswith("combine-lab: note: --prof-pe has no effect without --perf (nothing is profiled)\n"
+                          f"combine-lab: note: --output-dir {tmp_path / 'out'} has no effect without --perf (nothing "
+                          "is written)\n")
     line = run_table(out)[0]
     assert line[:4] == ["shape_8_16_2_4_2", "uniform", "doubleplane", "PASS"] and line[4:6] == ["-", "-"]
     assert "perf CSV" not in out
