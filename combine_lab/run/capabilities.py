@@ -162,7 +162,7 @@ def detect(env: dict[str, str] | None = None, probes: Probes | None = None) -> C
     if shmem.ok:
         rows["shmem"] = Capability("shmem", True, f"{shmem.version or 'version unknown'} at {shmem.root}")
     elif shmem.home is None:
-        rows["shmem"] = Capability("shmem", False, "not found (SHMEM_HOME is not set)", SHMEM_FIX)
+        rows["shmem"] = Capability("shmem", False, "not found (neither SHMEM_HOME nor SHMEM_HOME_PATH is set)", SHMEM_FIX)
     else:
         rows["shmem"] = Capability("shmem", False, shmem.problem, SHMEM_FIX)
 

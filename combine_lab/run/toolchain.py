@@ -199,7 +199,7 @@ def shmem_info(env: dict[str, str]) -> ShmemInfo:
     """SHMEM from ``SHMEM_HOME`` (else ``SHMEM_HOME_PATH``, which SHMEM's set_env.sh exports)."""
     home = env.get("SHMEM_HOME") or env.get("SHMEM_HOME_PATH")
     if not home:
-        return ShmemInfo(None, problem="SHMEM_HOME is not set")
+        return ShmemInfo(None, problem="neither SHMEM_HOME nor SHMEM_HOME_PATH is set")
     var = "SHMEM_HOME" if env.get("SHMEM_HOME") else "SHMEM_HOME_PATH"
     p = Path(home)
     root = next((r for r in shmem_roots(p) if (r / "include" / "shmem.h").is_file()

@@ -51,7 +51,7 @@ def test_versions_and_socs():
 def test_nothing_installed(tmp_path):
     caps = detect(npu_env(tmp_path, cann=None, shmem=False), probes())
     assert caps["cann"] == Capability("cann", False, "not found (ASCEND_HOME_PATH is not set)", CANN_FIX)
-    assert caps["shmem"] == Capability("shmem", False, "not found (SHMEM_HOME is not set)", SHMEM_FIX)
+    assert caps["shmem"] == Capability("shmem", False, "not found (neither SHMEM_HOME nor SHMEM_HOME_PATH is set)", SHMEM_FIX)
     assert caps["sdma"] == Capability("sdma", False, "needs CANN 9.0.0 or later", SDMA_FIX)
     assert caps["torch_npu"] == Capability("torch_npu", False, "not importable", TORCH_NPU_FIX)
     assert caps["npu"] == Capability("npu", False, "neither torch_npu nor npu-smi is here (no Ascend driver)",

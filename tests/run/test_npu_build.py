@@ -240,7 +240,7 @@ def test_build_npu_without_cann_or_shmem(tmp_path, monkeypatch, nothing_runs):
     msg = refusal(monkeypatch, {"PATH": str(tmp_path)})
     assert msg == ("target=npu: cannot build here:\n"
                    f"  missing CANN: ASCEND_HOME_PATH is not set; {CANN_FIX}\n"
-                   f"  missing SHMEM: SHMEM_HOME is not set; {SHMEM_FIX}\n"
+                   f"  missing SHMEM: neither SHMEM_HOME nor SHMEM_HOME_PATH is set; {SHMEM_FIX}\n"
                    "The CPU twin (target=cpu) runs everywhere.")
     assert CANN_FIX == "install the CANN toolkit and run `source <CANN>/set_env.sh` (it sets ASCEND_HOME_PATH)"
     assert not (tmp_path / "builds").exists()
@@ -269,7 +269,7 @@ def test_build_npu_without_shmem(tmp_path, monkeypatch, nothing_runs):
     env = npu_env(tmp_path, shmem=False, soc="Ascend910B3")
     msg = refusal(monkeypatch, env)
     assert msg == ("target=npu: cannot build here:\n"
-                   f"  missing SHMEM: SHMEM_HOME is not set; {SHMEM_FIX}\n"
+                   f"  missing SHMEM: neither SHMEM_HOME nor SHMEM_HOME_PATH is set; {SHMEM_FIX}\n"
                    "The CPU twin (target=cpu) runs everywhere.")
     env["SHMEM_HOME"] = str(tmp_path / "empty")
     msg = refusal(monkeypatch, env)
