@@ -8,6 +8,7 @@ error's text (``in str(e)``, ``str(e).startswith``, ``str(e).split``).
 """
 
 import ast
+import functools
 from pathlib import Path
 
 from combine_lab import errors
@@ -15,6 +16,7 @@ from combine_lab import errors
 PACKAGE = Path(errors.__file__).resolve().parent
 
 
+@functools.cache  # parsed once for every test here (a second each); the walks only read the trees
 def _modules() -> dict[Path, ast.Module]:
     return {p: ast.parse(p.read_text(), str(p)) for p in sorted(PACKAGE.rglob("*.py"))}
 
