@@ -68,6 +68,7 @@ Counters g_last;
 Totals g_total;
 uint64_t g_launches = 0;
 uint32_t g_epoch = 0;  // 1-based index of the launch in progress, the same on every PE
+uint32_t g_receive_checked = 0;  // the last launch whose payload reads were checked (twin_receive.cpp)
 
 std::mutex g_violation_mu;
 std::atomic<uint64_t> g_violations{0};
@@ -88,6 +89,7 @@ struct Region {
     uint64_t row_bytes = 0;                   // payload regions: a slot is complete once this many landed (0: at once)
     uint64_t landed_bytes_off = 0;            // (launch << 40 | bytes landed) per slot, uint64 (row_bytes > 0)
     int order_id = -1;                        // payload regions: their happens-before shadows (twin_order.cpp)
+    int receive_id = -1;                      // payload regions: their reads and observed flags (twin_receive.cpp)
     int64_t map_off = -1;                     // payload regions of the segment variant: heap offset of positions
     int payload_region = -1;                  // status regions
     uint64_t flag_bytes = 0;                  // status regions: the ready block at each slot's start
@@ -430,6 +432,7 @@ void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes,
         r.landed_off = reserve_alloc(r.slots * 4, "payload-landed shadow");
         r.issued_off = reserve_alloc(r.slots * 4, "payload-issued shadow");
         r.order_id = order_label_payload(r.slots);
+        r.receive_id = receive_label_payload(r.slots);
         memset(mine + r.landed_off, 0, r.slots * 4);
         memset(mine + r.issued_off, 0, r.slots * 4);
         if (r.row_bytes) {
@@ -588,7 +591,39 @@ void engines_stop() {
     g_sdma = nullptr;
 }
 
+namespace {
+// Launch `launch`'s receiver-side check (twin_receive.cpp), once every PE's puts of it have landed
+// (the host barrier after each launch): every status slot of this PE that a status put of that
+// launch made ready, with its payload row.
+void check_receives(uint32_t launch) {
+    if (launch == 0 || launch <= g_receive_checked) return;
+    g_receive_checked = launch;
+    const int me = pe_state().my_pe;
+    for (const Region& r : g_regions) {
+        if (r.kind != kRegionStatus) continue;
+        const Region& payload = g_regions[r.payload_region];
+        for (uint64_t slot = 0; slot < r.slots; ++slot) {
+            const uint32_t landed = __atomic_load_n(shadow(r.flag_landed_off, me, slot), __ATOMIC_ACQUIRE);
+            if ((landed >> 8) != launch) continue;
+            const int64_t row = payload_row(payload, me, slot);
+            if (row >= 0 && uint64_t(row) < payload.slots)
+                receive_check(payload.receive_id, slot, uint64_t(row), launch, int(landed & 0xFFu));
+        }
+    }
+}
+}  // namespace
+
+void note_payload_read(const void* src, uint64_t bytes, const char* op, const Site& site) {
+    if (current_core() < 0 || bytes == 0) return;
+    const int ri = find_region(src, nullptr);
+    if (ri < 0 || g_regions[ri].kind != kRegionPayload) return;
+    uint64_t first, last;
+    slots_touched(g_regions[ri], src, bytes, &first, &last);
+    receive_read(g_regions[ri].receive_id, first, last, g_epoch, op, site);
+}
+
 void counters_begin_launch() {
+    check_receives(g_epoch);  // the launch before this one: every PE has passed the barrier after it
     for (PlaneCounters* c : {&g_last.mte, &g_last.sdma})
         for (int i = 0; i < kCounterFields; ++i) c->field(i)->store(0);
     g_epoch = uint32_t(g_launches + 1);
@@ -618,6 +653,9 @@ void note_ready_read(const void* sig, int /*cmp*/, int32_t /*value*/, const Site
     if (ri < 0 || g_regions[ri].kind != kRegionStatus || current_core() < 0) return;
     const Region& r = g_regions[ri];
     const int me = pe_state().my_pe;
+    const Region& payload = g_regions[r.payload_region];
+    const int64_t row = payload_row(payload, me, slot);
+    if (row >= 0 && uint64_t(row) < payload.slots) receive_observed(payload.receive_id, uint64_t(row), g_epoch, site);
     uint32_t* reported = shadow(r.read_off, me, slot);
     if (__atomic_load_n(reported, __ATOMIC_RELAXED) == g_epoch) return;  // once per slot and launch
     const uint32_t landed = __atomic_load_n(shadow(r.flag_landed_off, me, slot), __ATOMIC_ACQUIRE);
@@ -890,6 +928,7 @@ void mte_quiet(const Site& site) {
 }
 
 bool dump_counters(const char* path) {
+    check_receives(g_epoch);  // the last launch (the host dumps after its barrier)
     FILE* f = fopen(path, "w");
     if (!f) return false;
     PlaneCounters* last[2] = {&g_last.mte, &g_last.sdma};

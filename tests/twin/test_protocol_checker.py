@@ -87,7 +87,7 @@ def test_each_refstyle_bug_is_caught_on_a_default_run_at_its_line(name, no_leaks
     caught, seen = try_refstyle_bug(name, folder)
     assert caught, seen
     assert f"combine_refstyle/combine_refstyle_kernel.cpp:{bug.line()}" in seen
-    expected = {"dropped_quiet": 63, "never_reset": 82, "sdma_status": 64, "stale_flag": 82}
+    expected = {"dropped_quiet": 63, "never_reset": 82, "sdma_status": 64, "stale_flag": 82, "wrong_slot_wait": 82}
     assert bug.line() == expected[name]  # the refstyle source as it is (tests/kernels/combine_refstyle)
 
 
