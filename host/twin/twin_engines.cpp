@@ -96,6 +96,7 @@ struct Region {
     uint64_t waited_off = 0;                  // (launch << 8 | words waited) per slot
     uint64_t waiter_off = 0;                  // (launch << 8 | waiting core) per slot
     uint64_t flag_landed_off = 0;             // (launch << 8 | writing PE) per slot
+    uint64_t prev_landed_off = 0;             // what flag_landed held before the first landing of a later launch
     uint64_t flag_hash_off = 0;               // hash of the flag block that landed, per slot
     uint64_t cleaned_off = 0;                 // (launch << 8 | core) per 64 B line: a clean of a changed line
     uint64_t stale_off = 0;                   // launch whose start found the slot still ready from before, per slot
@@ -304,6 +305,11 @@ void lines_of_slot(const Region& r, uint64_t slot, uint64_t* l0, uint64_t* l1) {
 bool note_flag_landed(int ri, const Put& p, uint64_t slot) {
     const Region& r = g_regions[ri];
     const uint32_t writer = uint32_t(pe_state().my_pe);
+    // A PE already in the next launch may land here before this PE checked its reads of the last
+    // one (check_receives): keep the last launch's stamp, stored before the new one.
+    const uint32_t before = __atomic_load_n(shadow(r.flag_landed_off, p.pe, slot), __ATOMIC_ACQUIRE);
+    if (before != 0 && !this_launch(before))
+        __atomic_store_n(shadow(r.prev_landed_off, p.pe, slot), before, __ATOMIC_RELEASE);
     __atomic_store_n(shadow(r.flag_landed_off, p.pe, slot), stamp_of(writer), __ATOMIC_RELEASE);
     const size_t n = std::min<size_t>(p.bytes, r.flag_bytes);
     __atomic_store_n(shadow(r.flag_hash_off, p.pe, slot), hash_bytes(static_cast<const uint8_t*>(p.src), n),
@@ -445,8 +451,8 @@ void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes,
         if (r.payload_region < 0) fatal("label a payload region before its status region");
         r.line_base = reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(p) / kLine * kLine);
         r.lines = (uint64_t(reinterpret_cast<uintptr_t>(p + bytes) - reinterpret_cast<uintptr_t>(r.line_base)) + kLine - 1) / kLine;
-        for (uint64_t* off : {&r.waited_off, &r.waiter_off, &r.flag_landed_off, &r.flag_hash_off, &r.stale_off,
-                              &r.stale_hash_off, &r.read_off}) {
+        for (uint64_t* off : {&r.waited_off, &r.waiter_off, &r.flag_landed_off, &r.prev_landed_off, &r.flag_hash_off,
+                              &r.stale_off, &r.stale_hash_off, &r.read_off}) {
             *off = reserve_alloc(r.slots * 4, "status shadow");
             memset(mine + *off, 0, r.slots * 4);
         }
@@ -594,7 +600,8 @@ void engines_stop() {
 namespace {
 // Launch `launch`'s receiver-side check (twin_receive.cpp), once every PE's puts of it have landed
 // (the host barrier after each launch): every status slot of this PE that a status put of that
-// launch made ready, with its payload row.
+// launch made ready, with its payload row. A PE already in the next launch may have landed there
+// since: then the slot's previous stamp says (no PE gets two launches ahead of this one).
 void check_receives(uint32_t launch) {
     if (launch == 0 || launch <= g_receive_checked) return;
     g_receive_checked = launch;
@@ -603,7 +610,8 @@ void check_receives(uint32_t launch) {
         if (r.kind != kRegionStatus) continue;
         const Region& payload = g_regions[r.payload_region];
         for (uint64_t slot = 0; slot < r.slots; ++slot) {
-            const uint32_t landed = __atomic_load_n(shadow(r.flag_landed_off, me, slot), __ATOMIC_ACQUIRE);
+            uint32_t landed = __atomic_load_n(shadow(r.flag_landed_off, me, slot), __ATOMIC_ACQUIRE);
+            if ((landed >> 8) > launch) landed = __atomic_load_n(shadow(r.prev_landed_off, me, slot), __ATOMIC_ACQUIRE);
             if ((landed >> 8) != launch) continue;
             const int64_t row = payload_row(payload, me, slot);
             if (row >= 0 && uint64_t(row) < payload.slots)

@@ -234,3 +234,25 @@ def test_vector_instructions_before_init_soc_state_are_reported_once_per_core_an
     assert len(cores) == CHECKER_SPEC.pes * 3  # 3 cores per PE, each with tokens
     assert res.violation_count == res.launches * len(cores) == 2 * 9  # in each of the two launches
     assert res.check_ok
+
+
+#: Stage 2's GM -> UB copy of a tile of 40 B (CHECKER_SPEC: h = 20 half), whose line the reports name.
+TILE_COPY_IN = "AscendC::DataCopyPad(dst, src, params, AscendC::DataCopyPadExtParams<T>());"
+
+
+def test_payload_before_flag_names_each_read_with_its_row_and_slot(broken_kernels, no_leaks):
+    """The last slot (k = 2) of every token is read unwaited, on every PE and in both launches:
+    12 tokens x 3 PEs x 2 launches, the same count whatever the schedule (checked after the launch)."""
+    site = broken_site("payload_before_flag", TILE_COPY_IN)
+    read = re.compile(rf"^PE (\d) core (\d): DataCopyPad \(GM -> UB\) at {re.escape(site)} read payload row (\d+) "
+                      rf"\(status slot (\d+)\) in launch ([12]) before any core of PE (\d) observed that slot ready "
+                      r"in this launch: the NPU does not order the row's landing before a read that did not observe "
+                      r"its flag \(wait for the slot first, docs/hardware-rules.md#17-payload-reads-after-their-flag\)$")
+    for seed in (None, 2):
+        res = run_case(CHECKER_SPEC, "classic", min_sdma_bytes=2 << 20, chaos_seed=seed,
+                       binary=broken_kernels["payload_before_flag"])
+        assert res.violation_count == 12 * 3 * 2
+        matches = [read.match(v) for v in res.violations]
+        assert all(matches), res.violations
+        assert all(m[1] == m[6] and m[3] == m[4] and int(m[3]) % 3 == 2 for m in matches)
+        assert res.check_ok  # the rows happen to have landed: the twin reports the order, not the data
