@@ -36,7 +36,9 @@ std::mutex g_mu;
 std::vector<std::vector<Row>> g_rows;  // by receive id, then row
 Waits g_waits;
 
-bool same_site(const Site& a, const Site& b) { return a.line == b.line && std::string(a.file ? a.file : "") == (b.file ? b.file : ""); }
+bool same_site(const Site& a, const Site& b) {
+    return a.line == b.line && std::string(a.file ? a.file : "") == (b.file ? b.file : "");
+}
 
 std::string wait_sites_text() {
     if (g_waits.sites.empty()) return "no core of this PE waited on a status slot in that launch";
@@ -85,14 +87,15 @@ void receive_check(int id, uint64_t slot, uint64_t row, uint32_t launch, int wri
         std::lock_guard<std::mutex> lk(g_mu);
         if (id < 0 || size_t(id) >= g_rows.size() || row >= g_rows[id].size()) return;
         r = g_rows[id][row];
-        waits = g_waits.launch == launch ? wait_sites_text() : "no core of this PE waited on a status slot in that launch";
+        waits = g_waits.launch == launch ? wait_sites_text()
+                                         : "no core of this PE waited on a status slot in that launch";
     }
     const int me = pe_state().my_pe;
     char buf[720];
     if (r.early == launch) {
-        snprintf(buf, sizeof buf, "PE %d core %d: %s %s read payload row %llu (status slot %llu) in launch %u before any "
-                 "core of PE %d observed that slot ready in this launch: the NPU does not order the row's landing "
-                 "before a read that did not observe its flag (wait for the slot first, "
+        snprintf(buf, sizeof buf, "PE %d core %d: %s %s read payload row %llu (status slot %llu) in launch %u "
+                 "before any core of PE %d observed that slot ready in this launch: the NPU does not order the row's "
+                 "landing before a read that did not observe its flag (wait for the slot first, "
                  "docs/hardware-rules.md#17-payload-reads-after-their-flag)", me, r.core, r.op,
                  site_text(r.site).c_str(), (unsigned long long)row, (unsigned long long)slot, launch, me);
     } else if (r.observed != launch) {
