@@ -527,6 +527,16 @@ void note_wait(const void* sig) {
                      __ATOMIC_RELAXED);
 }
 
+// A core of this PE saw status slot `slot` of region `r` as it is now: when its flag landed in this
+// launch, the payload row it covers counts as observed (twin_receive.cpp).
+static void observe_slot(const Region& r, uint64_t slot, const Site& site) {
+    const int me = pe_state().my_pe;
+    if (!this_launch(__atomic_load_n(shadow(r.flag_landed_off, me, slot), __ATOMIC_ACQUIRE))) return;
+    const Region& payload = g_regions[r.payload_region];
+    const int64_t row = payload_row(payload, me, slot);
+    if (row >= 0 && uint64_t(row) < payload.slots) receive_observed(payload.receive_id, uint64_t(row), g_epoch, site);
+}
+
 // A clean of the 64 B line at `addr` by the calling core. The twin cannot see the core's scalar
 // stores, but it sees what they did: a line is dirty in this core's cache when it holds a slot
 // this core waited on in this launch whose flag block no longer holds what landed there (the
@@ -545,6 +555,10 @@ void dcache_clean_line(const void* addr, const Site& site) {
     const uint8_t* line = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(addr) / kLine * kLine);
     int64_t first, last;
     slots_in_line(r, line, &first, &last);
+    // Invalidating the line is how a core reads flags by scalar loads, which the twin does not see:
+    // a slot of the line whose flag landed in this launch counts as observed (lenient: whether the
+    // core then compared the value is not seen either; docs/hardware-rules.md#17-payload-reads-after-their-flag).
+    for (int64_t s = first; s <= last; ++s) observe_slot(r, uint64_t(s), site);
     auto mine = [&](int64_t s) {
         const uint32_t w = __atomic_load_n(shadow(r.waiter_off, me, s), __ATOMIC_RELAXED);
         return this_launch(w) && (w & 0xFFu) == (core & 0xFFu);
@@ -624,9 +638,14 @@ void check_receives(uint32_t launch) {
 void note_payload_read(const void* src, uint64_t bytes, const char* op, const Site& site) {
     if (current_core() < 0 || bytes == 0) return;
     const int ri = find_region(src, nullptr);
-    if (ri < 0 || g_regions[ri].kind != kRegionPayload) return;
+    if (ri < 0) return;
     uint64_t first, last;
     slots_touched(g_regions[ri], src, bytes, &first, &last);
+    if (g_regions[ri].kind == kRegionStatus) {  // a copy of status slots to UB: a poll the twin sees
+        for (uint64_t s = first; s <= last && s < g_regions[ri].slots; ++s) observe_slot(g_regions[ri], s, site);
+        return;
+    }
+    if (g_regions[ri].kind != kRegionPayload) return;
     receive_read(g_regions[ri].receive_id, first, last, g_epoch, op, site);
 }
 

@@ -256,3 +256,40 @@ def test_payload_before_flag_names_each_read_with_its_row_and_slot(broken_kernel
         assert all(matches), res.violations
         assert all(m[1] == m[6] and m[3] == m[4] and int(m[3]) % 3 == 2 for m in matches)
         assert res.check_ok  # the rows happen to have landed: the twin reports the order, not the data
+
+
+#: The refstyle kernel's wait on each word of a token's slot, and the same wait as a kernel's own poll:
+#: the 64 B line cleaned and invalidated, then a scalar load, until the word is 1 (scalar loads are
+#: what the twin cannot see; the clean is).
+REFSTYLE_WAIT = "aclshmem_signal_wait_until(status + (t * k + j) * kSlotInts + w, ACLSHMEM_CMP_EQ, 1);"
+OWN_POLL = ("{ AscendC::GlobalTensor<int32_t> flag; flag.SetGlobalBuffer(status + (t * k + j) * kSlotInts + w, 1); "
+            "do { AscendC::DataCacheCleanAndInvalid<int32_t, AscendC::CacheLine::SINGLE_CACHE_LINE, "
+            "AscendC::DcciDst::CACHELINE_OUT>(flag); } "
+            "while (*(volatile __gm__ int32_t*)(status + (t * k + j) * kSlotInts + w) != 1); }")
+
+
+@pytest.mark.parametrize("slot, caught", [("(t * k + j)", False), ("(t * k)", True)], ids=["right_slot", "wrong_slot"])
+def test_a_kernels_own_poll_of_a_flag_counts_as_observing_it(slot, caught, no_leaks):
+    """Never stricter than the NPU: a kernel that polls its flags itself (clean and invalidate the
+    line, then a scalar load, as Ascend C kernels do) observes them as a SHMEM wait does, and passes;
+    the same poll on the wrong slot (each token's first slot for all of its slots) is caught."""
+    from combine_lab.run.selftest import REFSTYLE, REFSTYLE_SOURCE, REFSTYLE_SPEC
+    from conftest import build_cache
+
+    folder = build_cache() / "kernels" / f"refstyle_own_poll_{slot.count('j')}"  # kept: its build is reused
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in REFSTYLE.iterdir():
+        if f.is_file():
+            text = f.read_text()
+            if f.name == REFSTYLE_SOURCE:
+                assert text.count(REFSTYLE_WAIT) == 1
+                text = text.replace(REFSTYLE_WAIT, OWN_POLL.replace("(t * k + j)", slot))
+            if not (folder / f.name).is_file() or (folder / f.name).read_text() != text:
+                (folder / f.name).write_text(text)
+    res = run_case(REFSTYLE_SPEC, kernel_source=folder, timeout_s=60)
+    assert res.check_ok
+    if not caught:
+        assert res.violation_count == 0, res.violations
+    else:
+        assert res.violation_count > 0 and all("no core of PE" in v and "docs/hardware-rules.md#17" in v
+                                               for v in res.violations), res.violations
