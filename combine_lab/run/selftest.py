@@ -175,6 +175,8 @@ BROKEN_KERNELS: dict[str, BrokenKernel] = {k.name: k for k in [
                  CLASSIC, "DataCopyPad (GM -> UB) before AscendC::InitSocState(): a kernel with LocalTensors at fixed "
                  "addresses (no TPipe) must set the core's mask mode and atomic state first", min_sdma_bytes=2 << 20,
                  chaos_seed=None),
+    BrokenKernel("payload_before_flag", "stage 2 reads the last slot of each token without waiting for its flag",
+                 CHECKER_SPEC, CLASSIC, "before any core of PE", min_sdma_bytes=2 << 20, chaos_seed=None),
     # The variants beyond the reference (docs/variants.md).
     BrokenKernel("segment_flag_before_sdma_quiet", "segment variant: a segment's flags written right after its SDMA "
                  "call, before the SDMA quiet that completes its last SQE", SEGMENT_SPEC, DOUBLEPLANE,
@@ -230,6 +232,7 @@ class RefstyleBug:
 
 _STATUS_PUT = "aclshmemx_mte_put_nbi(status + slot * kSlotInts, ready, uint32_t(kSlotInts), core, EVENT_ID1);"
 _WAIT = "aclshmem_signal_wait_until(status + (t * k + j) * kSlotInts + w"
+_WRONG_WAIT = "aclshmem_signal_wait_until(status + (t * k) * kSlotInts + w"
 REFSTYLE_BUGS: dict[str, RefstyleBug] = {b.name: b for b in [
     RefstyleBug("dropped_quiet", "the quiet between a row's payload put and its status put removed",
                 f"aclshmem_quiet();\n                {_STATUS_PUT}", _STATUS_PUT, MTE_NOT_COMPLETE, _STATUS_PUT),
@@ -240,6 +243,8 @@ REFSTYLE_BUGS: dict[str, RefstyleBug] = {b.name: b for b in [
                 "uint32_t(kSlotInts), core, EVENT_ID0);", "was written by SDMA", "aclshmemx_sdma_put_nbi(status"),
     RefstyleBug("stale_flag", "only the first of a token's k status slots reset: the others stay ready into the next "
                 "launch", "j < k * kSlotInts; ++j", "j < kSlotInts; ++j", "read as ready in launch 2", _WAIT),
+    RefstyleBug("wrong_slot_wait", "stage 2 waits on the token's first status slot for each of its k slots, then reads "
+                "slot j's payload row without its flag", _WAIT, _WRONG_WAIT, "but no core of PE", _WRONG_WAIT),
 ]}
 
 

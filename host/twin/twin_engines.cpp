@@ -68,6 +68,7 @@ Counters g_last;
 Totals g_total;
 uint64_t g_launches = 0;
 uint32_t g_epoch = 0;  // 1-based index of the launch in progress, the same on every PE
+uint32_t g_receive_checked = 0;  // the last launch whose payload reads were checked (twin_receive.cpp)
 
 std::mutex g_violation_mu;
 std::atomic<uint64_t> g_violations{0};
@@ -88,12 +89,14 @@ struct Region {
     uint64_t row_bytes = 0;                   // payload regions: a slot is complete once this many landed (0: at once)
     uint64_t landed_bytes_off = 0;            // (launch << 40 | bytes landed) per slot, uint64 (row_bytes > 0)
     int order_id = -1;                        // payload regions: their happens-before shadows (twin_order.cpp)
+    int receive_id = -1;                      // payload regions: their reads and observed flags (twin_receive.cpp)
     int64_t map_off = -1;                     // payload regions of the segment variant: heap offset of positions
     int payload_region = -1;                  // status regions
     uint64_t flag_bytes = 0;                  // status regions: the ready block at each slot's start
     uint64_t waited_off = 0;                  // (launch << 8 | words waited) per slot
     uint64_t waiter_off = 0;                  // (launch << 8 | waiting core) per slot
     uint64_t flag_landed_off = 0;             // (launch << 8 | writing PE) per slot
+    uint64_t prev_landed_off = 0;             // what flag_landed held before the first landing of a later launch
     uint64_t flag_hash_off = 0;               // hash of the flag block that landed, per slot
     uint64_t cleaned_off = 0;                 // (launch << 8 | core) per 64 B line: a clean of a changed line
     uint64_t stale_off = 0;                   // launch whose start found the slot still ready from before, per slot
@@ -302,6 +305,11 @@ void lines_of_slot(const Region& r, uint64_t slot, uint64_t* l0, uint64_t* l1) {
 bool note_flag_landed(int ri, const Put& p, uint64_t slot) {
     const Region& r = g_regions[ri];
     const uint32_t writer = uint32_t(pe_state().my_pe);
+    // A PE already in the next launch may land here before this PE checked its reads of the last
+    // one (check_receives): keep the last launch's stamp, stored before the new one.
+    const uint32_t before = __atomic_load_n(shadow(r.flag_landed_off, p.pe, slot), __ATOMIC_ACQUIRE);
+    if (before != 0 && !this_launch(before))
+        __atomic_store_n(shadow(r.prev_landed_off, p.pe, slot), before, __ATOMIC_RELEASE);
     __atomic_store_n(shadow(r.flag_landed_off, p.pe, slot), stamp_of(writer), __ATOMIC_RELEASE);
     const size_t n = std::min<size_t>(p.bytes, r.flag_bytes);
     __atomic_store_n(shadow(r.flag_hash_off, p.pe, slot), hash_bytes(static_cast<const uint8_t*>(p.src), n),
@@ -430,6 +438,7 @@ void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes,
         r.landed_off = reserve_alloc(r.slots * 4, "payload-landed shadow");
         r.issued_off = reserve_alloc(r.slots * 4, "payload-issued shadow");
         r.order_id = order_label_payload(r.slots);
+        r.receive_id = receive_label_payload(r.slots);
         memset(mine + r.landed_off, 0, r.slots * 4);
         memset(mine + r.issued_off, 0, r.slots * 4);
         if (r.row_bytes) {
@@ -442,8 +451,8 @@ void label_region(void* sym, size_t bytes, RegionKind kind, uint64_t slot_bytes,
         if (r.payload_region < 0) fatal("label a payload region before its status region");
         r.line_base = reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(p) / kLine * kLine);
         r.lines = (uint64_t(reinterpret_cast<uintptr_t>(p + bytes) - reinterpret_cast<uintptr_t>(r.line_base)) + kLine - 1) / kLine;
-        for (uint64_t* off : {&r.waited_off, &r.waiter_off, &r.flag_landed_off, &r.flag_hash_off, &r.stale_off,
-                              &r.stale_hash_off, &r.read_off}) {
+        for (uint64_t* off : {&r.waited_off, &r.waiter_off, &r.flag_landed_off, &r.prev_landed_off, &r.flag_hash_off,
+                              &r.stale_off, &r.stale_hash_off, &r.read_off}) {
             *off = reserve_alloc(r.slots * 4, "status shadow");
             memset(mine + *off, 0, r.slots * 4);
         }
@@ -518,6 +527,16 @@ void note_wait(const void* sig) {
                      __ATOMIC_RELAXED);
 }
 
+// A core of this PE saw status slot `slot` of region `r` as it is now: when its flag landed in this
+// launch, the payload row it covers counts as observed (twin_receive.cpp).
+static void observe_slot(const Region& r, uint64_t slot, const Site& site) {
+    const int me = pe_state().my_pe;
+    if (!this_launch(__atomic_load_n(shadow(r.flag_landed_off, me, slot), __ATOMIC_ACQUIRE))) return;
+    const Region& payload = g_regions[r.payload_region];
+    const int64_t row = payload_row(payload, me, slot);
+    if (row >= 0 && uint64_t(row) < payload.slots) receive_observed(payload.receive_id, uint64_t(row), g_epoch, site);
+}
+
 // A clean of the 64 B line at `addr` by the calling core. The twin cannot see the core's scalar
 // stores, but it sees what they did: a line is dirty in this core's cache when it holds a slot
 // this core waited on in this launch whose flag block no longer holds what landed there (the
@@ -536,6 +555,10 @@ void dcache_clean_line(const void* addr, const Site& site) {
     const uint8_t* line = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(addr) / kLine * kLine);
     int64_t first, last;
     slots_in_line(r, line, &first, &last);
+    // Invalidating the line is how a core reads flags by scalar loads, which the twin does not see:
+    // a slot of the line whose flag landed in this launch counts as observed (lenient: whether the
+    // core then compared the value is not seen either; docs/hardware-rules.md#17-payload-reads-after-their-flag).
+    for (int64_t s = first; s <= last; ++s) observe_slot(r, uint64_t(s), site);
     auto mine = [&](int64_t s) {
         const uint32_t w = __atomic_load_n(shadow(r.waiter_off, me, s), __ATOMIC_RELAXED);
         return this_launch(w) && (w & 0xFFu) == (core & 0xFFu);
@@ -588,7 +611,46 @@ void engines_stop() {
     g_sdma = nullptr;
 }
 
+namespace {
+// Launch `launch`'s receiver-side check (twin_receive.cpp), once every PE's puts of it have landed
+// (the host barrier after each launch): every status slot of this PE that a status put of that
+// launch made ready, with its payload row. A PE already in the next launch may have landed there
+// since: then the slot's previous stamp says (no PE gets two launches ahead of this one).
+void check_receives(uint32_t launch) {
+    if (launch == 0 || launch <= g_receive_checked) return;
+    g_receive_checked = launch;
+    const int me = pe_state().my_pe;
+    for (const Region& r : g_regions) {
+        if (r.kind != kRegionStatus) continue;
+        const Region& payload = g_regions[r.payload_region];
+        for (uint64_t slot = 0; slot < r.slots; ++slot) {
+            uint32_t landed = __atomic_load_n(shadow(r.flag_landed_off, me, slot), __ATOMIC_ACQUIRE);
+            if ((landed >> 8) > launch) landed = __atomic_load_n(shadow(r.prev_landed_off, me, slot), __ATOMIC_ACQUIRE);
+            if ((landed >> 8) != launch) continue;
+            const int64_t row = payload_row(payload, me, slot);
+            if (row >= 0 && uint64_t(row) < payload.slots)
+                receive_check(payload.receive_id, slot, uint64_t(row), launch, int(landed & 0xFFu));
+        }
+    }
+}
+}  // namespace
+
+void note_payload_read(const void* src, uint64_t bytes, const char* op, const Site& site) {
+    if (current_core() < 0 || bytes == 0) return;
+    const int ri = find_region(src, nullptr);
+    if (ri < 0) return;
+    uint64_t first, last;
+    slots_touched(g_regions[ri], src, bytes, &first, &last);
+    if (g_regions[ri].kind == kRegionStatus) {  // a copy of status slots to UB: a poll the twin sees
+        for (uint64_t s = first; s <= last && s < g_regions[ri].slots; ++s) observe_slot(g_regions[ri], s, site);
+        return;
+    }
+    if (g_regions[ri].kind != kRegionPayload) return;
+    receive_read(g_regions[ri].receive_id, first, last, g_epoch, op, site);
+}
+
 void counters_begin_launch() {
+    check_receives(g_epoch);  // the launch before this one: every PE has passed the barrier after it
     for (PlaneCounters* c : {&g_last.mte, &g_last.sdma})
         for (int i = 0; i < kCounterFields; ++i) c->field(i)->store(0);
     g_epoch = uint32_t(g_launches + 1);
@@ -618,6 +680,9 @@ void note_ready_read(const void* sig, int /*cmp*/, int32_t /*value*/, const Site
     if (ri < 0 || g_regions[ri].kind != kRegionStatus || current_core() < 0) return;
     const Region& r = g_regions[ri];
     const int me = pe_state().my_pe;
+    const Region& payload = g_regions[r.payload_region];
+    const int64_t row = payload_row(payload, me, slot);
+    if (row >= 0 && uint64_t(row) < payload.slots) receive_observed(payload.receive_id, uint64_t(row), g_epoch, site);
     uint32_t* reported = shadow(r.read_off, me, slot);
     if (__atomic_load_n(reported, __ATOMIC_RELAXED) == g_epoch) return;  // once per slot and launch
     const uint32_t landed = __atomic_load_n(shadow(r.flag_landed_off, me, slot), __ATOMIC_ACQUIRE);
@@ -890,6 +955,7 @@ void mte_quiet(const Site& site) {
 }
 
 bool dump_counters(const char* path) {
+    check_receives(g_epoch);  // the last launch (the host dumps after its barrier)
     FILE* f = fopen(path, "w");
     if (!f) return false;
     PlaneCounters* last[2] = {&g_last.mte, &g_last.sdma};

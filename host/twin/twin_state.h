@@ -219,6 +219,19 @@ uint64_t order_sdma_put();   // the calling core's next SDMA put: its seq
 void order_sdma_quiet();     // the calling core's SDMA puts so far are complete
 void order_barrier_enter();  // the calling core enters a core barrier: what it knows complete
 
+// Receiver side (twin_receive.cpp): per payload region of this PE (`receive_label_payload`: its
+// rows, returns its id), a core observing the slot of `row` ready in `launch` at `site`, a core
+// reading rows [first, last] by `op` at `site`, and, once every PE's puts of `launch` landed, the
+// check of one row whose status slot `slot` PE `writer`'s status put made ready in that launch: a
+// read before any observation, or no observation at all, is a violation.
+int receive_label_payload(uint64_t rows);
+void receive_observed(int id, uint64_t row, uint32_t launch, const Site& site);
+void receive_read(int id, uint64_t first, uint64_t last, uint32_t launch, const char* op, const Site& site);
+void receive_check(int id, uint64_t slot, uint64_t row, uint32_t launch, int writer);
+// A core reads `bytes` of GM at `src` by `op` at `site` (DataCopy, DataCopyPad GM -> UB): the
+// payload rows of this PE it touches are checked against their flags (twin_engines.cpp).
+void note_payload_read(const void* src, uint64_t bytes, const char* op, const Site& site);
+
 // Engines: MTE/SDMA counters, region labels, SDMA thread.
 void engines_start(uint32_t engine_mask);
 void engines_stop();

@@ -481,7 +481,7 @@ static void check_pad_params(const char* op, const AscendC::DataCopyExtParams& p
 }
 
 void copy_in(bool pad, const UbOperand& dst, const GmOperand& src, const AscendC::DataCopyExtParams& p, bool is_pad,
-             uint8_t left, uint8_t right, uint64_t pad_bits) {
+             uint8_t left, uint8_t right, uint64_t pad_bits, const Site& site) {
     const char* const op = pad ? "DataCopyPad (GM -> UB)" : "DataCopy (GM -> UB)";
     soc_state_require(op);
     const uint32_t es = esize(dst.elem);
@@ -523,6 +523,7 @@ void copy_in(bool pad, const UbOperand& dst, const GmOperand& src, const AscendC
     if (src.elems != 0 && gm_bytes > src.elems * es)
         fatal("%s: reads %llu B of GM at %p, past its GlobalTensor's %llu elements", op, (unsigned long long)gm_bytes,
               static_cast<void*>(src.addr), (unsigned long long)src.elems);
+    note_payload_read(src.addr, gm_bytes, op, site);  // issued after the flags this core observed so far
     pipe_issue(o);
 }
 

@@ -87,7 +87,7 @@ def test_each_refstyle_bug_is_caught_on_a_default_run_at_its_line(name, no_leaks
     caught, seen = try_refstyle_bug(name, folder)
     assert caught, seen
     assert f"combine_refstyle/combine_refstyle_kernel.cpp:{bug.line()}" in seen
-    expected = {"dropped_quiet": 63, "never_reset": 82, "sdma_status": 64, "stale_flag": 82}
+    expected = {"dropped_quiet": 63, "never_reset": 82, "sdma_status": 64, "stale_flag": 82, "wrong_slot_wait": 82}
     assert bug.line() == expected[name]  # the refstyle source as it is (tests/kernels/combine_refstyle)
 
 
@@ -121,28 +121,31 @@ def test_selftest_reports_healthy(broken_kernels, capsys, no_leaks):
         "in a SHMEM-style kernel, the real kernel under 1 chaos seeds per case and variant, and the fault cases; about "
         "a minute on 2 cores...")
     assert lines[0] == "combine-lab selftest (CPU twin)"
-    assert lines[1] == "  checker      broken kernels caught: 23/23"
-    assert [ln.split()[0] for ln in lines[2:25]] == [
+    assert lines[1] == "  checker      broken kernels caught: 24/24"
+    assert [ln.split()[0] for ln in lines[2:26]] == [
         "mte_flag_before_quiet", "sdma_flag_before_sdma_quiet", "sdma_ring_overrun", "ub_reuse", "sdma_from_core_48",
         "shared_sync_id",
         "shared_mte_sync_id", "shared_cache_line", "partial_status_wait", "ub_overlap", "ub_past_end",
         "device_barrier", "blocks_over_aiv", "no_mte2_v_wait", "no_v_mte2_wait", "no_pipe_v_barrier",
-        "no_v_mte3_wait", "no_mte3_v_wait", "datacopy_unaligned", "no_init_soc_state",
+        "no_v_mte3_wait", "no_mte3_v_wait", "datacopy_unaligned", "no_init_soc_state", "payload_before_flag",
         "segment_flag_before_sdma_quiet", "no_bases_wait", "other_group_flag"]
     assert lines[5] == "    ub_reuse                        one MTE staging buffer refilled while its last UB -> GM leg is in flight"
     assert lines[8] == ("    shared_mte_sync_id              both MTE staging buffers' puts on one sync_id: MTE2 may set its "
                         "bit again before MTE3 waited")
     assert lines[15] == ("    no_mte2_v_wait                  stage 2 casts an input tile without waiting (MTE2_V) for its "
                          "DataCopy")
-    assert lines[25] == "  your kernel  refstyle bugs caught on a default run: 4/4"
-    assert lines[26:30] == [
-        "    dropped_quiet  the quiet between a row's payload put and its status put removed",
-        "    never_reset    status slots never reset after their wait: launch 1's flags release launch 2's waits",
-        "    sdma_status    the status block sent by SDMA instead of MTE",
-        "    stale_flag     only the first of a token's k status slots reset: the others stay ready into the next launch"]
-    assert lines[30] == ("  real kernel  3 cases x 4 variants (classic, doubleplane, doubleplane-segment-c2, classic-c3) "
+    assert lines[26] == "  your kernel  refstyle bugs caught on a default run: 5/5"
+    assert lines[27:32] == [
+        "    dropped_quiet    the quiet between a row's payload put and its status put removed",
+        "    never_reset      status slots never reset after their wait: launch 1's flags release launch 2's waits",
+        "    sdma_status      the status block sent by SDMA instead of MTE",
+        "    stale_flag       only the first of a token's k status slots reset: the others stay ready into the next "
+        "launch",
+        "    wrong_slot_wait  stage 2 waits on the token's first status slot for each of its k slots, then reads slot "
+        "j's payload row without its flag"]
+    assert lines[32] == ("  real kernel  3 cases x 4 variants (classic, doubleplane, doubleplane-segment-c2, classic-c3) "
                          "x 1 chaos seeds: 0 violations or mismatches")
-    assert len({ln.index(BROKEN_KERNELS[ln.split()[0]].rule) for ln in lines[2:25]}) == 1  # the rules in one column
-    assert lines[31] == "  faults       masked slots, repeated calls, a slot nobody sends: 3/3 as expected"
-    assert lines[32] == "  leaks        shared-memory segments 0, PE processes 0, open files 0"
-    assert lines[33] == "cases tried: 42, violations: 0, mismatches: 0, hangs: 0, leaks: 0 -- healthy"
+    assert len({ln.index(BROKEN_KERNELS[ln.split()[0]].rule) for ln in lines[2:26]}) == 1  # the rules in one column
+    assert lines[33] == "  faults       masked slots, repeated calls, a slot nobody sends: 3/3 as expected"
+    assert lines[34] == "  leaks        shared-memory segments 0, PE processes 0, open files 0"
+    assert lines[35] == "cases tried: 44, violations: 0, mismatches: 0, hangs: 0, leaks: 0 -- healthy"

@@ -234,3 +234,67 @@ def test_vector_instructions_before_init_soc_state_are_reported_once_per_core_an
     assert len(cores) == CHECKER_SPEC.pes * 3  # 3 cores per PE, each with tokens
     assert res.violation_count == res.launches * len(cores) == 2 * 9  # in each of the two launches
     assert res.check_ok
+
+
+#: Stage 2's GM -> UB copy of a tile of 40 B (CHECKER_SPEC: h = 20 half), whose line the reports name.
+TILE_COPY_IN = "AscendC::DataCopyPad(dst, src, params, AscendC::DataCopyPadExtParams<T>());"
+
+
+def test_payload_before_flag_names_each_read_with_its_row_and_slot(broken_kernels, no_leaks):
+    """The last slot (k = 2) of every token is read unwaited, on every PE and in both launches:
+    12 tokens x 3 PEs x 2 launches, the same count whatever the schedule (checked after the launch)."""
+    site = broken_site("payload_before_flag", TILE_COPY_IN)
+    read = re.compile(rf"^PE (\d) core (\d): DataCopyPad \(GM -> UB\) at {re.escape(site)} read payload row (\d+) "
+                      rf"\(status slot (\d+)\) in launch ([12]) before any core of PE (\d) observed that slot ready "
+                      r"in this launch: the NPU does not order the row's landing before a read that did not observe "
+                      r"its flag \(wait for the slot first, docs/hardware-rules.md#17-payload-reads-after-their-flag\)$")
+    for seed in (None, 2):
+        res = run_case(CHECKER_SPEC, "classic", min_sdma_bytes=2 << 20, chaos_seed=seed,
+                       binary=broken_kernels["payload_before_flag"])
+        assert res.violation_count == 12 * 3 * 2
+        matches = [read.match(v) for v in res.violations]
+        assert all(matches), res.violations
+        assert all(m[1] == m[6] and m[3] == m[4] and int(m[3]) % 3 == 2 for m in matches)
+        assert res.check_ok  # the rows happen to have landed: the twin reports the order, not the data
+
+
+#: The refstyle kernel's wait on each word of a token's slot, and the same wait as a kernel's own poll:
+#: the 64 B line cleaned and invalidated, then a scalar load, until the word is 1 (scalar loads are
+#: what the twin cannot see; the clean is).
+REFSTYLE_WAIT = "aclshmem_signal_wait_until(status + (t * k + j) * kSlotInts + w, ACLSHMEM_CMP_EQ, 1);"
+OWN_POLL = ("{ AscendC::GlobalTensor<int32_t> flag; flag.SetGlobalBuffer(status + (t * k + j) * kSlotInts + w, 1); "
+            "do { AscendC::DataCacheCleanAndInvalid<int32_t, AscendC::CacheLine::SINGLE_CACHE_LINE, "
+            "AscendC::DcciDst::CACHELINE_OUT>(flag); } "
+            "while (*(volatile __gm__ int32_t*)(status + (t * k + j) * kSlotInts + w) != 1); }")
+
+
+@pytest.mark.parametrize("wait, caught", [(OWN_POLL, False), ("(void)w;", True)], ids=["own_poll", "no_wait"])
+def test_a_kernels_own_poll_of_a_flag_counts_as_observing_it(wait, caught, no_leaks):
+    """Never stricter than the NPU: a kernel that polls its flags itself (clean and invalidate the
+    line, then a scalar load, as Ascend C kernels do) observes them as a SHMEM wait does, and passes
+    with no violation; with no wait at all every row it reads is reported. (A clean observes every
+    slot of its 64 B line whose flag had landed: the twin does not see which word the core then
+    loads, docs/hardware-rules.md#17-payload-reads-after-their-flag.)"""
+    from combine_lab.run.selftest import REFSTYLE, REFSTYLE_SOURCE, REFSTYLE_SPEC
+    from conftest import build_cache
+
+    folder = build_cache() / "kernels" / f"refstyle_{'no_wait' if caught else 'own_poll'}"  # kept: its build reused
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in REFSTYLE.iterdir():
+        if f.is_file():
+            text = f.read_text()
+            if f.name == REFSTYLE_SOURCE:
+                assert text.count(REFSTYLE_WAIT) == 1
+                text = text.replace(REFSTYLE_WAIT, wait)
+            if not (folder / f.name).is_file() or (folder / f.name).read_text() != text:
+                (folder / f.name).write_text(text)
+    res = run_case(REFSTYLE_SPEC, kernel_source=folder, timeout_s=60)
+    if not caught:
+        assert res.check_ok and res.violation_count == 0, res.violations
+    else:  # every slot of both PEs (8 tokens x 2, none masked), in both launches
+        assert res.violation_count == 2 * 8 * 2 * 2
+        assert res.violations[0] == (
+            "PE 0: status slot 0 (payload row 0) was made ready in launch 1 by PE 1's status put, but no core of PE 0 "
+            "observed it ready in that launch (no core of this PE waited on a status slot in that launch): a read of "
+            "the row (the twin does not see scalar loads) is not ordered after its landing (wait for the slot of "
+            "every row read, docs/hardware-rules.md#17-payload-reads-after-their-flag)")

@@ -200,8 +200,9 @@ struct GmOperand {
 void local_tensor_at(uint32_t addr, uint64_t bytes);
 void init_soc_state();
 // DataCopy (pad = false: one block of blockLen bytes) and DataCopyPad, GM -> UB and UB -> GM.
+// `site`: the kernel's call (a read of a payload row before its flag names it, twin_receive.cpp).
 void copy_in(bool pad, const UbOperand& dst, const GmOperand& src, const AscendC::DataCopyExtParams& p, bool is_pad,
-             uint8_t left, uint8_t right, uint64_t pad_bits);
+             uint8_t left, uint8_t right, uint64_t pad_bits, const Site& site);
 void copy_out(bool pad, const GmOperand& dst, const UbOperand& src, const AscendC::DataCopyExtParams& p);
 void vec_cast(const UbOperand& dst, const UbOperand& src, AscendC::RoundMode mode, uint32_t count);
 void vec_muls(const UbOperand& dst, const UbOperand& src, double scalar, int32_t count);
@@ -276,10 +277,13 @@ private:
 
 // MTE2: `count` elements GM -> UB; MTE3: UB -> GM. Whole 32-byte blocks only (asc-devkit:
 // count * sizeof(T) is rounded down to 32 B); DataCopyPad moves any length.
+// The GM -> UB forms take the caller's file and line after asc-devkit's parameters (as
+// DataCacheCleanAndInvalid below): the twin names the call in a report.
 template <typename T>
-inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const uint32_t count) {
+inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const uint32_t count,
+                     const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     twin::copy_in(false, dst.twin_operand(), src.twin_operand(), DataCopyExtParams(1, count * uint32_t(sizeof(T)), 0, 0, 0),
-                  false, 0, 0, 0);
+                  false, 0, 0, 0, twin::Site{file, line, nullptr});
 }
 template <typename T>
 inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count) {
@@ -287,9 +291,10 @@ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, cons
 }
 template <typename T>
 inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& dataCopyParams,
-                        const DataCopyPadExtParams<T>& padParams) {
+                        const DataCopyPadExtParams<T>& padParams, const char* file = __builtin_FILE(),
+                        int line = __builtin_LINE()) {
     twin::copy_in(true, dst.twin_operand(), src.twin_operand(), dataCopyParams, padParams.isPad, padParams.leftPadding,
-                  padParams.rightPadding, twin::bits_of(padParams.paddingValue));
+                  padParams.rightPadding, twin::bits_of(padParams.paddingValue), twin::Site{file, line, nullptr});
 }
 template <typename T>
 inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& dataCopyParams) {
