@@ -16,6 +16,11 @@ from combine_lab import errors
 PACKAGE = Path(errors.__file__).resolve().parent
 
 
+@functools.cache  # each tree walked once for every test here (the walks are most of their time)
+def _walk(node: ast.AST) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(node))
+
+
 @functools.cache  # parsed once for every test here (a second each); the walks only read the trees
 def _modules() -> dict[Path, ast.Module]:
     return {p: ast.parse(p.read_text(), str(p)) for p in sorted(PACKAGE.rglob("*.py"))}
@@ -27,7 +32,7 @@ def _base_names(cls: ast.ClassDef) -> set[str]:
 
 def lab_error_classes(modules: dict[Path, ast.Module]) -> dict[str, ast.ClassDef]:
     """Class name -> its definition, for CombineLabError and every class of the package below it."""
-    defs = {n.name: n for tree in modules.values() for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    defs = {n.name: n for tree in modules.values() for n in _walk(tree) if isinstance(n, ast.ClassDef)}
     found = {"CombineLabError": defs["CombineLabError"]}
     grew = True
     while grew:
@@ -52,7 +57,7 @@ def _sets_its_own_parameter(cls: ast.ClassDef) -> bool:
 def _local_names(tree: ast.Module, classes: set[str]) -> dict[str, str]:
     """Name in this module -> the lab error class it is: classes defined here and imported from the package."""
     names = {n.name: n.name for n in tree.body if isinstance(n, ast.ClassDef) and n.name in classes}
-    for n in ast.walk(tree):
+    for n in _walk(tree):
         if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").startswith("combine_lab")):
             names.update({a.asname or a.name: a.name for a in n.names if a.name in classes})
     return names
@@ -94,9 +99,9 @@ def constructions(modules: dict[Path, ast.Module] | None = None):
     own = {name for name, cls in defs.items() if _sets_its_own_parameter(cls)}
     for path, tree in modules.items():
         local = _local_names(tree, classes)
-        for node in ast.walk(tree):
+        for node in _walk(tree):
             if isinstance(node, ast.ClassDef) and node.name in own:
-                for n in ast.walk(node):
+                for n in _walk(node):
                     if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "__init__"
                             and isinstance(n.func.value, ast.Call)):
                         yield path, n.lineno, f"{node.name}.__init__", _names_parameter(n)
@@ -124,7 +129,7 @@ def test_a_parameter_is_named_by_its_python_name():
     bad = []
     for path, tree in modules.items():
         local = _local_names(tree, classes)
-        for node in ast.walk(tree):
+        for node in _walk(tree):
             if not isinstance(node, ast.Call):
                 continue
             name, of = _called_class(node, local, classes)
@@ -169,8 +174,8 @@ _ERROR_NAMES = {"e", "err", "exc", "error"}
 def _error_names(tree: ast.Module) -> set[str]:
     """The names an exception goes by in this module: ``except ... as <name>``, and parameters named
     like one (:data:`_ERROR_NAMES`) or annotated with an exception class (``...Error``, ``Exception``)."""
-    names = {n.name for n in ast.walk(tree) if isinstance(n, ast.ExceptHandler) and n.name}
-    for f in ast.walk(tree):
+    names = {n.name for n in _walk(tree) if isinstance(n, ast.ExceptHandler) and n.name}
+    for f in _walk(tree):
         if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             for a in f.args.args + f.args.kwonlyargs + f.args.posonlyargs:
                 note = ast.unparse(a.annotation) if getattr(a, "annotation", None) is not None else ""
@@ -192,10 +197,10 @@ def _is_message(n: ast.AST, names: set[str], texts: frozenset[str] = frozenset()
 def _message_names(tree: ast.Module, names: set[str]) -> set[str]:
     """Names that hold a message in this module: ``text = str(e)``, and a parameter of a function of the
     module that a call hands ``str(e)`` (``self._blame(str(e))`` -> ``_blame``'s ``text``)."""
-    held = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and _is_message(n.value, names)
+    held = {t.id for n in _walk(tree) if isinstance(n, ast.Assign) and _is_message(n.value, names)
             for t in n.targets if isinstance(t, ast.Name)}
-    defs = {f.name: f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    for call in ast.walk(tree):
+    defs = {f.name: f for f in _walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for call in _walk(tree):
         if not isinstance(call, ast.Call):
             continue
         name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
@@ -223,7 +228,7 @@ def message_readers(modules: dict[Path, ast.Module] | None = None) -> list[str]:
     for path, tree in modules.items():
         names = _error_names(tree)
         texts = frozenset(_message_names(tree, names))
-        for n in ast.walk(tree):
+        for n in _walk(tree):
             hit = False
             if isinstance(n, ast.Compare):
                 sides = [n.left, *n.comparators]

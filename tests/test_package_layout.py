@@ -4,6 +4,7 @@ cycle, and every third-party import declared where an install reads it."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import os
 import pkgutil
@@ -22,6 +23,11 @@ PACKAGE = ROOT / "combine_lab"
 LAYERS = ["errors", "values", "folders", "kernels", "case", "formats", "planning", "run", "model", "results", "harness", "cluster",
           "lab", "cli"]
 
+
+
+@functools.cache  # each file parsed and walked once for every test here
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(ast.parse(path.read_text(), str(path))))
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -52,7 +58,7 @@ def imports_of(path: Path) -> set[str]:
     me = module_name(path)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.split(".")[0] == "combine_lab"}
         elif isinstance(node, ast.ImportFrom):
@@ -202,7 +208,7 @@ def third_party_imports() -> dict[str, set[str]]:
              *(ROOT / "benchmarks").glob("*.py")]
     tests_own = {f.stem for f in (ROOT / "tests").rglob("*.py")}  # a test's helpers, imported by name
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _nodes(path):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
