@@ -24,6 +24,19 @@ from 2 to 250 within minutes while these ran; serial, one run each):
   seconds alone are twice the target: what is left is real launches (refstyle bugs 5 s each on a
   cold cache, launch faults 34 s, cluster 18 s), not waiting.
 
+- this session (main at 21aab0f, warm cache, the machine quiet: load 3.75 -> 3.2): 126.2 s wall,
+  131.3 s CPU, 1110 passed; 117.2 s / 120.8 s CPU in the run before it. From 179.8 s / 192.6 s: the
+  CLI no longer imports IPython (0.33 s of every started CLI process), pytest's rewritten test
+  modules and every started process's bytecode kept in the build cache where PYTHONDONTWRITEBYTECODE
+  is set (collection 15.8 s -> 7.8 s), case files renamed into place without fsync, the twin's PE
+  bound told from /proc (a walk over every process cost 6 ms per case), the source-walking tests
+  parse and walk the package once, and marked slow: the tests whose cost is processes started
+  against each other (two runs, a killed launcher, SIGTERM, a full disk through the CLI), the dask
+  cluster module's tests (workers started; the quick suite keeps test_cluster_local_needs_no_address)
+  and all but one stage of the Ctrl-C test. Still over 90 s: what is left is spread over ~1,100 tests
+  (the 15 slowest are 29 s of it), most of it the twin's launches (PEs waited for: 18 s of select in
+  one profile) and CLI processes waited for (14 s).
+
 What made it faster: ``import combine_lab`` and the CLI lazy (``combine-lab --version`` and
 ``--help`` 0.36 s -> 0.04 s, ``doctor`` 0.37 s -> 0.08 s, min of 7 at load 1.4), the refstyle bugs'
 and the racing kernel's folders kept in the build cache so that their builds are reused (4 s ->
