@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import re
-import sys
 
 from ..case.grid import make_grid
 from ..case.spec import CaseSpec
@@ -261,16 +260,19 @@ def bootstrap_addresses(ipport: str):
     return lambda: f"tcp://127.0.0.1:{port + next(launches) % PORT_SPAN}"
 
 
-def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec], modelled: bool = False) -> None:
+def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec], modelled: bool = False) -> list[str]:
     """The flags that do not make a case, checked before anything runs (docs/cli.md#2-case-flags):
     -gnpus (set to -pes with --perf, refused without), --warmup, --loops, --repeats, -fnpu, -fpe, -a
-    (``modelled``: priced on a model, which times every launch, --perf or not)."""
+    (``modelled``: priced on a model, which times every launch, --perf or not). Returns the notes on
+    flags that are taken but have no effect (or another than given), for the caller to say once
+    every other check has passed (a refusal after them would bury its error under them)."""
+    notes = []
     if a.gnpus is not None and a.gnpus != a.pes:
         if not a.perf:
             raise ParameterError(f"-gnpus={a.gnpus}: must equal -pes={a.pes} (one node; with --perf it is set to "
                                  f"each case's -pes)", parameter="gnpus", value=a.gnpus, allowed=f"-pes={a.pes}",
                                  said_as="-gnpus")
-        print(f"combine-lab: note: -gnpus={a.gnpus} set to each case's -pes (one node)", file=sys.stderr)
+        notes.append(f"-gnpus={a.gnpus} set to each case's -pes (one node)")
     for flag, check, value, reference in (("--warmup", check_warmup, a.warmup, "reads a negative value as 0"),
                                           ("--loops", check_loops, a.loops, "reads 0 or less as 1"),
                                           ("--repeats", check_repeats, 1 if a.repeats is None else a.repeats, None),
@@ -281,11 +283,12 @@ def _check_run_flags(a: argparse.Namespace, specs: list[CaseSpec], modelled: boo
         raise ParameterError(f"-a/--analyse={a.analyse}: needs --perf (it draws the perf CSVs of this run)",
                              parameter="analyse", value=a.analyse, allowed="with --perf")
     if a.prof_pe is not None and not a.perf and not modelled:
-        print("combine-lab: note: --prof-pe has no effect without --perf (nothing is profiled)",
-              file=sys.stderr)
+        notes.append("--prof-pe has no effect without --perf (nothing is profiled)")
     if a.repeats is not None and a.repeats > 1 and not a.perf:
-        print(f"combine-lab: note: --repeats={a.repeats} has no effect without --perf (nothing is timed: one run "
-              "per case)", file=sys.stderr)
+        notes.append(f"--repeats={a.repeats} has no effect without --perf (nothing is timed: one run per case)")
     elif a.repeats is not None and a.repeats > 1 and a.clock != "wall":
-        print(f"combine-lab: note: --repeats={a.repeats} has no effect on a timing model (it is deterministic: "
-              "each case is priced once)", file=sys.stderr)
+        notes.append(f"--repeats={a.repeats} has no effect on a timing model (it is deterministic: each case is "
+                     "priced once)")
+    if getattr(a, "output_dir_given", False) and not a.perf:
+        notes.append(f"--output-dir {a.output_dir} has no effect without --perf (nothing is written)")
+    return notes

@@ -109,6 +109,7 @@ class _Plan:
     trace: TraceRecording
     runs: list[Run]
     ipport: object = None  # the next launch's bootstrap address (bootstrap_addresses); None on a model
+    notes: list[str] = dataclasses.field(default_factory=list)  # flags taken without effect (_check_run_flags)
 
     @property
     def caption(self) -> str | None:
@@ -133,9 +134,8 @@ def run_variants(a: argparse.Namespace, variants: list[str]) -> int:
     ``VariantRefused`` (exit 2). With ``--baseline`` the baseline's row follows each case's.
     """
     plan = _plan(a, variants)
-    if getattr(a, "output_dir_given", False) and not a.perf:  # said once every flag has passed its check
-        print(f"combine-lab: note: --output-dir {a.output_dir} has no effect without --perf (nothing is written)",
-              file=sys.stderr)
+    for note in plan.notes:  # said once every flag has passed its check
+        print(f"combine-lab: note: {note}", file=sys.stderr)
     run_all = executor(a, max(s.pes for s in plan.specs), DEFAULT_IPPORT)  # --cluster: connected and checked now
     outs = [plan.base, *plan.written.values()] if a.perf else []
     works = [a.work_dir] if a.work_dir is not None else []
@@ -165,7 +165,7 @@ def _plan(a: argparse.Namespace, variants: list[str]) -> _Plan:
     specs = _specs(a, payload=model is None or bool(kernels), measured=model is None)
     # on a model the slowest PE by default, as suggest prices it (the combine ends when every PE has)
     prof_pe = "all" if model is not None and a.prof_pe is None else _prof_pe(a.prof_pe, specs)
-    _check_run_flags(a, specs, modelled=model is not None)
+    notes = _check_run_flags(a, specs, modelled=model is not None)
     # --baseline hccl: the all_to_all baseline's row; --baseline NAME: the kernel every speed-up is against
     against = getattr(a, "baseline", None)
     baseline = against == HCCL
@@ -190,7 +190,7 @@ def _plan(a: argparse.Namespace, variants: list[str]) -> _Plan:
                  repeats=repeats, warmup=warmup, loops=loops, prof_pe=prof_pe)
     ipport = None if model is not None else bootstrap_addresses(a.ipport)  # -ipport refused here, not mid-run
     return _Plan(model, kernels, entries, specs, prof_pe, against, base, folders, rules, written, repeats, trace, runs,
-                 ipport)
+                 ipport, notes)
 
 
 def _execute(a: argparse.Namespace, plan: _Plan, run_all) -> list[Outcome]:
