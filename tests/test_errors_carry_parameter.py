@@ -11,6 +11,8 @@ import ast
 import functools
 from pathlib import Path
 
+import pytest
+
 from combine_lab import errors
 
 PACKAGE = Path(errors.__file__).resolve().parent
@@ -24,6 +26,15 @@ def _walk(node: ast.AST) -> tuple[ast.AST, ...]:
 @functools.cache  # parsed once for every test here (a second each); the walks only read the trees
 def _modules() -> dict[Path, ast.Module]:
     return {p: ast.parse(p.read_text(), str(p)) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _trees_freed():
+    """The parsed package is about a million objects: freed once this module's tests are done rather
+    than kept to the end of the run, where the cyclic collector would walk it in every collection."""
+    yield
+    _walk.cache_clear()
+    _modules.cache_clear()
 
 
 def _base_names(cls: ast.ClassDef) -> set[str]:

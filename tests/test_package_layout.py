@@ -13,6 +13,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 import combine_lab
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +30,15 @@ LAYERS = ["errors", "values", "folders", "kernels", "case", "formats", "planning
 @functools.cache  # each file parsed and walked once for every test here
 def _nodes(path: Path) -> tuple[ast.AST, ...]:
     return tuple(ast.walk(ast.parse(path.read_text(), str(path))))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _trees_freed():
+    """The parsed package is about a million objects: freed once this module's tests are done rather
+    than kept to the end of the run, where the cyclic collector would walk it in every collection."""
+    yield
+    _nodes.cache_clear()
+
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)

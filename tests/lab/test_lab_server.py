@@ -235,7 +235,8 @@ class _OtherServer:
                 pass
         self.httpd = socketserver.TCPServer(("127.0.0.1", 0), Quiet)
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # shutdown() waits for serve_forever's next poll: every 10 ms, not its default 0.5 s (4 tests x 0.5 s)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
         self.thread.start()
 
     def close(self):
