@@ -134,11 +134,22 @@ static void cross_core_barrier(const char* what) {
     order_barrier_enter();
     Launch& l = *g_launch;
     const uint32_t gen = l.sync_generation.load(std::memory_order_acquire);
-    if (l.sync_arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == l.block_dim) {
+    const uint32_t arrived = l.sync_arrived.fetch_add(1, std::memory_order_acq_rel) + 1;
+    if (arrived == l.block_dim) {
         l.sync_arrived.store(0, std::memory_order_relaxed);
         g_core_barriers.fetch_add(1, std::memory_order_acq_rel);  // before anyone leaves it
         l.sync_generation.fetch_add(1, std::memory_order_acq_rel);
         return;
+    }
+    // A block that arrived holds its core until the barrier opens, so when every core holds one, the
+    // blocks of later waves never start: the NPU hangs here for ever. Said at once, not after the
+    // bounded wait (docs/hardware-rules.md#9-cores-waves-and-barriers).
+    if (arrived == l.cores) {
+        char later[48];
+        if (l.block_dim - 1 == l.cores) snprintf(later, sizeof later, "block %u, which starts", l.cores);
+        else snprintf(later, sizeof later, "blocks %u..%u, which start", l.cores, l.block_dim - 1);
+        fatal("deadlock in %s: all %u cores wait in it for %s only when one of them ends (the NPU hangs here)",
+              what, l.cores, later);
     }
     Waiter w(what, kBarrierPatience);
     while (l.sync_generation.load(std::memory_order_acquire) == gen) {

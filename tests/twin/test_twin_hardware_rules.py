@@ -41,6 +41,26 @@ def test_each_broken_kernel_is_caught(broken_kernels, name, no_leaks):
     assert BROKEN_KERNELS[name].seen_in(seen)
 
 
+def test_a_core_barrier_every_core_waits_in_before_a_later_wave_is_a_deadlock_said_at_once(broken_kernels, no_leaks):
+    """41 blocks on 40 cores with a core barrier: the 40 blocks of the first wave hold their cores in the
+    barrier, so block 40 never starts. The twin says so when the 40th arrives (a deadlock, as the NPU
+    would hang), not after its bounded wait (which would read "timed out after ...")."""
+    from combine_lab.run.launch import LaunchError
+
+    k = BROKEN_KERNELS["blocks_over_aiv"]
+    with pytest.raises(LaunchError) as e:
+        run_case(k.case, k.variant, min_sdma_bytes=k.min_sdma_bytes, binary=broken_kernels["blocks_over_aiv"],
+                 env={**k.env, "COMBINE_TWIN_TIMEOUT_S": "60"}, timeout_s=120)
+    said = re.findall(r"twin: PE (\d+) core (\d+): (deadlock in .*)", str(e.value))
+    assert said, str(e.value)
+    assert all(int(core) < 40 for _, core, _ in said)
+    assert {text for _, _, text in said} == {
+        "deadlock in aclshmemi_barrier_core_soft: all 40 cores wait in it for block 40, which starts only when one "
+        "of them ends (the NPU hangs here) [block_dim 41 exceeds the 40 AIV cores of Ascend910B3: blocks 40.. run "
+        "in a later wave, after blocks of this one end, so a block that waits for them waits forever]"}
+    assert "timed out" not in str(e.value)
+
+
 # A missing flag or buffer also leaves later event bits unordered: the pipes may then set a bit
 # again before its wait has run (twin_pipes.cpp, flag_set), reported beside the main hazard.
 BIT_SET_TWICE = (r"SetFlag<HardEvent::\w+>\(\d\) (at|inside) .* may run on \w+ before WaitFlag<HardEvent::\w+>\(\d\) "
