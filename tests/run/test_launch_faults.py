@@ -112,7 +112,7 @@ def test_pe_that_never_starts_ends_within_timeout(twin_binary, tmp_path, no_leak
     t0 = time.monotonic()
     with pytest.raises(LaunchError) as e:
         launch_pes(twin_binary, 1, args, cwd=tmp_path, log_dir=tmp_path / "logs", timeout_s=30,
-                   env={"COMBINE_TWIN_TIMEOUT_S": "0.5"})  # any budget: no other PE ever attaches
+                   env={"COMBINE_TWIN_TIMEOUT_S": "0.2"})  # any budget: no other PE ever attaches
     assert time.monotonic() - t0 < 10
     assert "PE 0 exited with status 3" in str(e.value)
     assert "waiting for all PEs to attach (1 of 2)" in str(e.value)
@@ -120,9 +120,9 @@ def test_pe_that_never_starts_ends_within_timeout(twin_binary, tmp_path, no_leak
 
 def test_killed_pe_is_reported_and_others_stopped(twin_binary, tmp_path, short_stop_grace, no_leaks):
     prepared = prepare_case(SPEC, tmp_path)
-    # PE 1 is "sleep": it never attaches, and is killed by a signal after 0.5 s.
+    # PE 1 is "sleep": it never attaches, and is killed by a signal after 0.1 s (any time: PE 0 waits 60 s).
     script = tmp_path / "fake_pe.sh"
-    script.write_text(f'#!/bin/sh\nif [ "$2" = 1 ]; then sleep 0.5; kill -9 $$; fi\nexec {twin_binary} "$@"\n')
+    script.write_text(f'#!/bin/sh\nif [ "$2" = 1 ]; then sleep 0.1; kill -9 $$; fi\nexec {twin_binary} "$@"\n')
     script.chmod(0o755)
     args = lambda r: [2, r, "tcp://127.0.0.1:1", 2, 0, 0, "int32_t", 4, 16, 2, 2, 0, 0, 1,  # noqa: E731
                       tmp_path / f"x_perf_rank{r}.csv", SPEC.case_id, "dual_plane", 2097152, prepared.case_root]
