@@ -78,15 +78,23 @@ def wait_gave_up(stderr: str) -> WaitGaveUp | None:
 class LaunchError(CombineLabError, RuntimeError):
     """A PE failed or the run timed out. ``pe`` is the first failing PE (or None on timeout);
     ``timed_out``: the launcher's limit (``timeout_s``) ran out with PEs still running; ``wait``: a
-    twin status wait that gave up (:class:`WaitGaveUp`: which PE, core and slot), when one did."""
+    twin status wait that gave up (:class:`WaitGaveUp`: which PE, core and slot), when one did;
+    ``stderr``: PE -> the last lines it wrote on stderr (the twin's and the driver's own words), for
+    each PE that failed or was still running, as read when the launch ended ({} when none were read)."""
 
     def __init__(self, message: str, pe: int | None = None, returncode: int | None = None, *,
-                 timed_out: bool = False, wait: WaitGaveUp | None = None, **fields):
+                 timed_out: bool = False, wait: WaitGaveUp | None = None, stderr: dict[int, str] | None = None,
+                 **fields):
         super().__init__(message, **fields)  # parameter=, value=: a limit that ran out names itself
         self.pe = pe
         self.returncode = returncode
         self.timed_out = timed_out
         self.wait = wait
+        self.stderr = dict(stderr or {})
+
+    def stderr_lines(self) -> list[str]:
+        """Every line of :attr:`stderr`, PE by PE: what the PEs said, never this error's own wording."""
+        return [ln for pe in sorted(self.stderr) for ln in self.stderr[pe].splitlines()]
 
     @property
     def hung(self) -> bool:
@@ -533,7 +541,7 @@ def _timed_out(running: list[int], timeout_s: float, log_dir: Path, session: str
     tails = "\n".join(f"--- PE {pe} stderr:\n{t}" for pe, t in said.items() if t)
     return LaunchError(f"timed out after {timeout_s:.1f} s: PEs {running} still running "
                        f"(session {session})\n{tails}", timed_out=True, parameter="timeout_s", value=timeout_s,
-                       wait=next((w for w in map(wait_gave_up, said.values()) if w), None))
+                       wait=next((w for w in map(wait_gave_up, said.values()) if w), None), stderr=said)
 
 
 def _failure(procs: list[subprocess.Popen], codes: list[int | None], failed: list[int], first_failure: int | None,
@@ -548,9 +556,10 @@ def _failure(procs: list[subprocess.Popen], codes: list[int | None], failed: lis
     if stopped:
         origin = stopped[0]
     c = codes[origin]
-    waits = [wait_gave_up(_tail(log_dir / f"pe{pe}.stderr", 200)) for pe in [origin, *failed]]
+    said = {pe: _tail(log_dir / f"pe{pe}.stderr", 200) for pe in dict.fromkeys([origin, *failed])}
+    waits = [wait_gave_up(t) for t in said.values()]
     return LaunchError(_failure_text(origin, c, origin in stopped, failed, log_dir), pe=origin, returncode=c,
-                       wait=next((w for w in waits if w), None))
+                       wait=next((w for w in waits if w), None), stderr=said)
 
 
 def _clean_up(procs: list[subprocess.Popen], files: list, session: str) -> None:

@@ -300,7 +300,7 @@ def _kernel_failure(e: LaunchError, ks, case: Case) -> KernelFailed:
     w = e.wait
     if w is None:
         return KernelFailed(f"{ks.label} ({ks.path}) failed: {first}\n{text[len(first) + 1:]}".rstrip(),
-                            pe=e.pe, returncode=e.returncode, timed_out=e.timed_out)
+                            pe=e.pe, returncode=e.returncode, timed_out=e.timed_out, stderr=e.stderr)
     pe, core, secs, slot = w.pe, w.core, f"{w.seconds:.1f}", w.slot  # seconds as the twin prints them (%.1f)
     s = case.spec
     token, k = divmod(slot, s.topk)
@@ -312,7 +312,7 @@ def _kernel_failure(e: LaunchError, ks, case: Case) -> KernelFailed:
             else f", sent by PE {expert // s.expert_per_pe})")
     return KernelFailed(f"{ks.label} ({ks.path}) hung: PE {pe} core {core} waited {secs} s for status slot "
                         f"{slot}{why}; every PE was stopped and nothing was left behind\n{text}",
-                        pe=pe, returncode=e.returncode, timed_out=e.timed_out, wait=w)
+                        pe=pe, returncode=e.returncode, timed_out=e.timed_out, wait=w, stderr=e.stderr)
 
 
 def run_case(case: CaseLike, variant: str | None = None, *, min_sdma_bytes: int = DEFAULT_MIN_SDMA_BYTES,

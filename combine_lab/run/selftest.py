@@ -262,7 +262,7 @@ def try_refstyle_bug(name: str, folder: str | os.PathLike) -> tuple[bool, str]:
         res = run_case(REFSTYLE_SPEC, kernel_source=folder, timeout_s=60)
         said = res.violations
     except LaunchError as e:
-        said = str(e).splitlines()
+        said = e.stderr_lines()  # what the PEs said (the twin's report), not the error's wording
     hit = [s for s in said if bug.evidence in s and bug.site() in s]
     return bool(hit), (hit[0] if hit else (said[0] if said else "no violation"))
 
@@ -309,9 +309,9 @@ def try_broken_kernel(name: str, binary: Path) -> tuple[bool, str]:
         res = run_case(case, k.variant, min_sdma_bytes=k.min_sdma_bytes, chaos_seed=k.chaos_seed, binary=binary,
                        env=dict(k.env), timeout_s=60, settings=k.settings)
     except LaunchError as e:
-        lines = str(e).splitlines()
+        lines = e.stderr_lines()  # what the PEs said (the twin's report), not the error's wording
         hit = [ln.strip() for ln in lines if k.seen_in(ln)]
-        return (k.fatal and bool(hit)), (hit[0] if hit else lines[0])
+        return (k.fatal and bool(hit)), (hit[0] if hit else (lines or str(e).splitlines())[0])
     seen = [v for v in res.violations if k.seen_in(v)]
     caught = not k.fatal and bool(seen) and (res.check_ok is False if k.corrupts else True)
     return caught, (seen[0] if seen else f"{res.violation_count} violations, x_out {'ok' if res.check_ok else 'wrong'}")

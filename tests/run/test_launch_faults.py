@@ -99,8 +99,12 @@ def test_slot_nobody_sends_times_out_naming_pe_core_slot(prepared, short_twin_ti
     # token 0's choice 0, sent by the PE owning its expert
     said = str(e.value)
     assert e.value.returncode == 7
-    assert re.search(r"combine_host: PE 0 core 0: timed out after 2\.\d s waiting for status slot 0 to become 1 \(it "
-                     r"is 0; word 0 of 8; token 0, k 0: expert \d+, sent by PE \d\)$", said, re.M), said
+    line = (r"combine_host: PE 0 core 0: timed out after 2\.\d s waiting for status slot 0 to become 1 \(it "
+            r"is 0; word 0 of 8; token 0, k 0: expert \d+, sent by PE \d\)")
+    assert re.search(line + "$", said, re.M), said
+    # what each failed PE said, as a field (the self-test reads it): PE 0's own line among them, unquoted
+    assert 0 in e.value.stderr and set(e.value.stderr) <= {0, 1}
+    assert [ln for ln in e.value.stderr_lines() if re.fullmatch(line, ln)], e.value.stderr
 
 
 def test_pe_that_never_starts_ends_within_timeout(twin_binary, tmp_path, no_leaks):
@@ -190,6 +194,7 @@ def test_whole_run_timeout_names_running_pes(twin_binary, tmp_path, no_leaks):
         launch_pes(script, 2, lambda r: [r], cwd=tmp_path, log_dir=tmp_path / "logs", timeout_s=0.5)  # any limit
     assert str(e.value).startswith("timed out after 0.5 s: PEs [0, 1] still running")
     assert "--- PE 1 stderr:\nwaiting" in str(e.value)
+    assert e.value.stderr == {0: "waiting", 1: "waiting"} and e.value.stderr_lines() == ["waiting", "waiting"]
 
 
 def test_ctrl_c_stops_every_pe(tmp_path, no_leaks):
