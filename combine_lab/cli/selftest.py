@@ -12,10 +12,11 @@ def _selftest(args: argparse.Namespace) -> int:
 
     from ..run.selftest import BROKEN_KERNELS, REFSTYLE_BUGS, run_selftest
 
-    # the report comes at the end; without this line a minute passes with nothing on the screen
+    # the report comes at the end; without this line half a minute passes with nothing on the screen
     print(f"combine-lab selftest: {len(BROKEN_KERNELS)} broken kernels (built on the first run), "
           f"{len(REFSTYLE_BUGS)} bugs in a SHMEM-style kernel, the real kernel under {args.seeds} chaos seeds "
-          "per case and variant, and the fault cases; about a minute on 2 cores...", file=sys.stderr, flush=True)
+          "per case and variant, and the fault cases; about half a minute on 2 cores once built...",
+          file=sys.stderr, flush=True)
     rep = run_selftest(seeds=args.seeds)
     print(rep.text())
     return 0 if rep.healthy else 1
