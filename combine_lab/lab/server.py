@@ -371,7 +371,10 @@ def app_command(notebook: Path, port: int, token: str, *, cull_idle_s: float = 6
             f"--VoilaConfiguration.extension_allowlist={list(VOILA_EXTENSIONS)!r}",
             f"--MappingKernelManager.cull_idle_timeout={int(cull_idle_s)}",
             f"--MappingKernelManager.cull_interval={max(1, int(cull_interval_s))}",
-            "--MappingKernelManager.cull_connected=False", "--MappingKernelManager.cull_busy=False"]
+            "--MappingKernelManager.cull_connected=False", "--MappingKernelManager.cull_busy=False",
+            # a kernel that died stays dead: voila would not run the notebook in a restarted one (the page
+            # says the kernel is gone and offers a reload), and the culler shuts it down (voila_pool)
+            "--KernelManager.autorestart=False"]
 
 
 @dataclass

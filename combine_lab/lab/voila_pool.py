@@ -13,6 +13,14 @@ page on a loaded machine can take longer than a short cull timeout to render and
 websocket (a 4 s cull lost the race in CI). A connected page's kernel is never culled
 (``cull_connected=False``); a kernel whose page went away is culled as before, and one whose page
 never connected is culled after the grace.
+
+A kernel whose process has died is shut down on the culler's next round, whatever jupyter_server
+last recorded of it: one that died while busy (a message from its page in hand) stayed "busy" in
+its books for ever, and the culler never takes a busy kernel (``cull_busy=False``). The app's
+kernels are not restarted when they die (``--KernelManager.autorestart=False``, :func:`~combine_lab.
+lab.server.app_command`): voila runs the notebook once, when the page opens, so a restarted kernel
+has no app in it; the page says the kernel is gone and offers a reload, which gets a fresh one.
+Restarted, it was such a "busy" kernel (its activity watch still on the old ports), never culled.
 """
 
 from __future__ import annotations
@@ -59,6 +67,9 @@ class HandOutKernelManager(AsyncMappingKernelManager):
             kernel = self.get_kernel(kernel_id)
         except KeyError:
             return None
+        if not await ensure_async(kernel.is_alive()):  # its process is gone: "busy" or not, nobody is there
+            self.log.warning("Culling kernel %s: its process has ended", kernel_id)
+            return await ensure_async(self.shutdown_kernel(kernel_id))
         now = _now()
         if kernel_id not in self._met:
             self._met[kernel_id] = now

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -47,9 +48,10 @@ def manager(monkeypatch):
     return m
 
 
-def add_kernel(m, kernel_id: str, idle_since: datetime, state: str = "idle") -> None:
+def add_kernel(m, kernel_id: str, idle_since: datetime, state: str = "idle", alive: bool = True) -> None:
     m._kernels[kernel_id] = SimpleNamespace(kernel_spec=SimpleNamespace(metadata={}), last_activity=idle_since,
-                                            execution_state=state, kernel_name="combine-lab")
+                                            execution_state=state, kernel_name="combine-lab", alive=alive)
+    m._kernels[kernel_id].is_alive = lambda: m._kernels[kernel_id].alive
 
 
 def cull_round(m, kernel_id: str) -> None:
@@ -94,6 +96,25 @@ def test_a_dead_handed_out_kernel_is_culled_at_once(manager):
     manager.clock.advance(1)
     cull_round(manager, "k3")
     assert manager.shut == ["k3"]
+
+
+def test_a_kernel_that_died_busy_is_culled_on_the_next_round(manager):
+    """The browser test's flake: a page's kernel killed while it handled a message from the page stayed
+    "busy" in jupyter_server's books (nothing told it otherwise), and a busy kernel is never culled."""
+    add_kernel(manager, "k5", T0, state="busy")
+    manager._kernel_connections["k5"] = 1  # its page still there
+    cull_round(manager, "k5")
+    manager.clock.advance(600)
+    cull_round(manager, "k5")
+    assert manager.shut == []  # alive and busy (or connected): kept, however long
+    manager.get_kernel("k5").alive = False  # killed: still "busy", its page still connected
+    cull_round(manager, "k5")
+    assert manager.shut == ["k5"]
+
+
+def test_the_apps_kernels_are_not_restarted_when_they_die():
+    from combine_lab.lab.server import app_command
+    assert "--KernelManager.autorestart=False" in app_command(Path("/nb/app.ipynb"), 8888, "t")
 
 
 def test_a_kernel_in_the_pool_is_left_to_voila(manager, monkeypatch):
