@@ -24,7 +24,7 @@ from 2 to 250 within minutes while these ran; serial, one run each):
   seconds alone are twice the target: what is left is real launches (refstyle bugs 5 s each on a
   cold cache, launch faults 34 s, cluster 18 s), not waiting.
 
-- this session (main at 21aab0f, warm cache, the machine quiet: load 3.75 -> 3.2): 126.2 s wall,
+- the session before (main at 21aab0f, warm cache, the machine quiet: load 3.75 -> 3.2): 126.2 s wall,
   131.3 s CPU, 1110 passed; 117.2 s / 120.8 s CPU in the run before it. From 179.8 s / 192.6 s: the
   CLI no longer imports IPython (0.33 s of every started CLI process), pytest's rewritten test
   modules and every started process's bytecode kept in the build cache where PYTHONDONTWRITEBYTECODE
@@ -36,6 +36,20 @@ from 2 to 250 within minutes while these ran; serial, one run each):
   and all but one stage of the Ctrl-C test. Still over 90 s: what is left is spread over ~1,100 tests
   (the 15 slowest are 29 s of it), most of it the twin's launches (PEs waited for: 18 s of select in
   one profile) and CLI processes waited for (14 s).
+
+- this session (main at d9d8dcd, warm cache, on a machine where that main measured 96.4 s wall /
+  96.5 s CPU): 84.0 s and 84.6 s wall, 83.5 s CPU, 1111 passed; within the 90 s target. What moved it:
+  the cyclic garbage collector, 8.0 s of the run (its callbacks timed: 4.3 s of full collections during
+  the tests, 3 s in pytest's five collections at exit, 0.6 s in collection), now 1.3 s. Every tuning
+  app's widgets stayed alive (ipywidgets keeps each widget until it is closed; 45 apps with their
+  plans, frames and figures) and the parsed package stayed cached (about 800,000 AST objects) to the
+  end of the run, so every full collection walked them again: the widgets are closed after each
+  test, the trees freed after their module, what collection made is frozen out of the collector
+  (gc.freeze) with the collector off while it is made, and the young generation collected every
+  10,000 allocations. Then: the twin says a core barrier that every core waits in before a later
+  wave starts is a deadlock at once (the blocks_over_aiv broken kernel, 41 PEs spinning for 3 s:
+  0.25 s), the other HTTP server of the server tests polls every 10 ms (4 x 0.5 s), and two launch
+  faults wait less (0.8 s).
 
 What made it faster: ``import combine_lab`` and the CLI lazy (``combine-lab --version`` and
 ``--help`` 0.36 s -> 0.04 s, ``doctor`` 0.37 s -> 0.08 s, min of 7 at load 1.4), the refstyle bugs'
