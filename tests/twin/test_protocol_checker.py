@@ -116,10 +116,10 @@ def test_selftest_reports_healthy(broken_kernels, capsys, no_leaks):
     out, err = capsys.readouterr()
     lines = out.splitlines()
     from combine_lab.run.selftest import BROKEN_KERNELS, REFSTYLE_BUGS
-    assert err.splitlines()[0] == (  # said before the minute of work, the report after it
+    assert err.splitlines()[0] == (  # said before the half minute of work, the report after it
         f"combine-lab selftest: {len(BROKEN_KERNELS)} broken kernels (built on the first run), {len(REFSTYLE_BUGS)} bugs "
         "in a SHMEM-style kernel, the real kernel under 1 chaos seeds per case and variant, and the fault cases; about "
-        "a minute on 2 cores...")
+        "half a minute on 2 cores once built...")
     assert lines[0] == "combine-lab selftest (CPU twin)"
     assert lines[1] == "  checker      broken kernels caught: 24/24"
     assert [ln.split()[0] for ln in lines[2:26]] == [
