@@ -12,7 +12,7 @@
 // A status put whose payload is not so delivered is a violation on every run, whatever the thread
 // schedule, naming both calls' file:line, the PE, core and slot. A payload put by another PE is
 // not checked here (nothing on the twin says which signal orders it): the landing check of
-// twin_engines.cpp still sees it.
+// twin_checker.cpp still sees it.
 #include <cstdio>
 #include <cstring>
 #include <mutex>

@@ -229,7 +229,7 @@ void receive_observed(int id, uint64_t row, uint32_t launch, const Site& site);
 void receive_read(int id, uint64_t first, uint64_t last, uint32_t launch, const char* op, const Site& site);
 void receive_check(int id, uint64_t slot, uint64_t row, uint32_t launch, int writer);
 // A core reads `bytes` of GM at `src` by `op` at `site` (DataCopy, DataCopyPad GM -> UB): the
-// payload rows of this PE it touches are checked against their flags (twin_engines.cpp).
+// payload rows of this PE it touches are checked against their flags (twin_checker.cpp).
 void note_payload_read(const void* src, uint64_t bytes, const char* op, const Site& site);
 
 // Engines: MTE/SDMA counters, region labels, SDMA thread.

@@ -329,7 +329,7 @@ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int
 }
 
 // The twin's memory is coherent, but its scalar cache lines are modelled where they can lose a
-// write: a clean of one 64 B line of a labelled status region (twin_engines.cpp, dcache_clean).
+// write: a clean of one 64 B line of a labelled status region (twin_checker.cpp, dcache_clean_line).
 template <typename T, CacheLine entireType, DcciDst dcciDst>
 inline void DataCacheCleanAndInvalid(const GlobalTensor<T>& t, const char* file = __builtin_FILE(),
                                      int line = __builtin_LINE()) {

@@ -2,7 +2,7 @@
 // kernel call: the same names, enum types, struct fields and parameter types as the
 // public headers (docs/hardware-rules.md#11-public-headers-and-the-build). PEs are processes; the symmetric heap is
 // one POSIX shared-memory segment mapped by every PE, so aclshmem_ptr is arithmetic.
-// The device functions enforce what the hardware does (twin_engines.cpp, twin_pipes.cpp).
+// The device functions enforce what the hardware does (twin_engines.cpp, twin_checker.cpp, twin_pipes.cpp).
 #pragma once
 
 #include <cstddef>
