@@ -33,8 +33,9 @@ TABLE_COLUMNS = {"case": "case_id", "routing": "routing", "variant": "variant", 
                  "violations": "violations"}
 #: What the algbw and busbw columns are, printed under the table.
 BANDWIDTH_NOTE = ("algbw = bytes a PE receives (bs*topk*h*sizeof(T)) / its comm_only time, decimal GB/s, the slowest "
-                  "PE's (of those timed; a model times every PE); busbw = algbw * (n-1)/n, nccl-tests' alltoall "
-                  "(docs/formats.md#14-bandwidths)")
+                  "PE's (of those timed; a model times every PE); busbw = algbw * (n-1)/n, nccl-tests' alltoall; "
+                  "comm_only GB/s = the reference perf CSV's Bandwidth: all PEs' bytes / the profiled PE's time, in "
+                  "2^30 B/s (docs/formats.md#14-bandwidths)")
 _INT_FIELDS = ("mte_bytes", "sdma_bytes", "planned_sdma_bytes", "violations")
 #: The speed-up table: one row per case with both variants timed.
 SPEEDUP_COLUMNS = {"case": "case_id", "routing": "routing", "repeats": "repeats",

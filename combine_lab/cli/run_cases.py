@@ -33,9 +33,15 @@ from .cases import DEFAULT_IPPORT, HCCL, _check_run_flags, _prof_pe, _specs, boo
 from .cluster import executor
 
 
-def _report(o: Outcome) -> None:
+#: Protocol violations listed per run on stderr, at most (the sidecar keeps each PE's first reports).
+SHOWN_VIOLATIONS = 8
+
+
+def _report(o: Outcome, listed: set) -> None:
     """What went wrong in a run, on stderr: violations, counter mismatches, x_out mismatches, and
-    what your kernel did when it failed or hung."""
+    what your kernel did when it failed or hung. Violations are listed for the first repeat of a
+    run (kernel and case) that has any, :data:`SHOWN_VIOLATIONS` at most; ``listed`` holds the
+    (variant, case) already listed (the FAILED line says in how many repeats they came)."""
     res = o.result if isinstance(o.result, RunResult) else o.baseline
     if res is None:
         if o.run.kernel is not None and o.row.check == ERROR:  # the whole reason: what failed, then the PE's log
@@ -44,13 +50,17 @@ def _report(o: Outcome) -> None:
             for line in rest.splitlines():
                 print(f"  {line}", file=sys.stderr)
         return
-    shown = getattr(res, "violations", [])
-    for line in shown:
-        print(f"protocol violation: {line}", file=sys.stderr)
-    more = getattr(res, "violation_count", 0) - len(shown)
-    if shown and more > 0:  # the twin keeps the first reports of each PE
-        print(f"protocol violation: ... and {more} more of {res.violation_count} (the twin keeps each PE's first "
-              "reports)", file=sys.stderr)
+    count = getattr(res, "violation_count", 0)
+    key = (o.row.variant, o.row.case_id)
+    if count and key not in listed:
+        listed.add(key)
+        shown = list(getattr(res, "violations", []))[:SHOWN_VIOLATIONS]
+        for line in shown:
+            print(f"protocol violation: {line}", file=sys.stderr)
+        if count > len(shown):
+            later = f" (repeat {o.repeat + 1}; later repeats' are not listed)" if o.run.repeats > 1 else ""
+            print(f"protocol violation: ... and {count - len(shown)} more of {count} in this run{later}; its sidecar "
+                  "keeps each PE's first reports", file=sys.stderr)
     mismatches = res.counter_mismatches() if isinstance(res, RunResult) else []
     for line in mismatches:
         if res.kernel:  # your kernel's traffic beside its rule's plan
@@ -199,6 +209,7 @@ def _execute(a: argparse.Namespace, plan: _Plan, run_all) -> list[Outcome]:
     run's only once every case has run."""
     outcomes: list[Outcome] = []
     removed: dict = {}
+    listed: set = set()  # runs whose violations were listed (once, not in every repeat)
     with staged_outputs(plan.written, removed, plan.rules) as stage, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a refusal was said once above; each case shows it as a row
         for o in run_all(plan.runs, progress="model" if plan.model is not None else "combine",
@@ -207,7 +218,7 @@ def _execute(a: argparse.Namespace, plan: _Plan, run_all) -> list[Outcome]:
             if not outcomes and a.target == "cpu" and plan.model is None:  # once something ran (not on a refusal)
                 print(_budget_text(plan.specs, a.timeout), file=sys.stderr)
             outcomes.append(o)
-            _report(o)
+            _report(o, listed)
     for variant, gone in removed.items():
         if gone and plan.model is None:
             print(f"combine-lab: replaced an earlier {variant} run's files in {plan.folders[variant]} ({len(gone)} of "
@@ -282,14 +293,18 @@ def _exit_status(outcomes: list[Outcome], may_differ: bool) -> int:
     ran = [o.row for o in outcomes if o.row.ran]
     failed = [o.row for o in outcomes if o.row.check == ERROR]  # your kernel failed or hung (the lab's raise: exit 2)
     passed = lambda r: r.ok or (may_differ and bool(r.kernel) and dataclasses.replace(r, counters_ok=True).ok)  # noqa: E731
-    said: dict[tuple, list[str]] = {}  # a run that failed in several repeats is said once, with their count
+    said: dict[tuple, list] = {}  # a run that failed in several repeats is said once, with their count
     for r in [r for r in ran if not passed(r)] + failed:
-        said.setdefault((r.variant, r.case_id), []).append(_why_failed(r))
+        said.setdefault((r.variant, r.case_id), []).append(r)
     runs = collections.Counter((o.row.variant, o.row.case_id) for o in outcomes)
-    for (variant, case_id), why in said.items():
-        # the counts are the first failing repeat's (the table's violations column sums the repeats)
-        times = f" (in {len(why)} of {runs[(variant, case_id)]} repeats; the first of them)" if runs[(variant, case_id)] > 1 else ""
-        print(f"combine-lab: FAILED {variant} {case_id}{times}: {why[0]}", file=sys.stderr)
+    for (variant, case_id), rows in said.items():
+        # the counts are the first failing repeat's; the table's violations column sums the repeats: both said
+        n = runs[(variant, case_id)]
+        times = f" (in {len(rows)} of {n} repeats; the first of them)" if n > 1 else ""
+        total = sum(r.violations or 0 for r in rows)
+        both = (f"; {total} in the {len(rows)} repeats together, the table's count"
+                if len(rows) > 1 and rows[0].violations and total != rows[0].violations else "")
+        print(f"combine-lab: FAILED {variant} {case_id}{times}: {_why_failed(rows[0])}{both}", file=sys.stderr)
     return 0 if all(passed(r) for r in ran) and not failed else 1
 
 

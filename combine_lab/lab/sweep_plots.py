@@ -54,14 +54,21 @@ def _in_group(summary: pd.DataFrame, group: str) -> pd.DataFrame:
     return summary[summary["settings"].fillna("reference").astype(str) == group]
 
 
-def _heat_panel(ax, sub: pd.DataFrame, col: str, norm, bs_all: list, h_all: list) -> None:
-    """One routing's (and settings group's) cells of :func:`sweep_heatmaps`."""
+def _covers_one(lo: float, hi: float) -> bool:
+    """The spread [lo, hi] reaches both sides of 1: no verdict (a tie), however far the median is."""
+    return bool(np.isfinite(lo) and np.isfinite(hi) and lo < hi and lo <= 1.0 <= hi)
+
+
+def _heat_panel(ax, sub: pd.DataFrame, col: str, norm, bs_all: list, h_all: list, tie: str) -> None:
+    """One routing's (and settings group's) cells of :func:`sweep_heatmaps`; ``tie`` labels a cell
+    whose spread covers 1 (left uncoloured: a colour would be a verdict)."""
     with_sdma = sub[_has_sdma(sub) & sub[col].notna()]
     agg = with_sdma.groupby(["bs", "h"]).agg(mid=(col, "median"), lo=(f"{col}_lo", "min"),
                                              hi=(f"{col}_hi", "max"), share=("sdma_share", "median"))
     data = np.full((len(bs_all), len(h_all)), np.nan)
     for (b, hh), r in agg.iterrows():
-        data[bs_all.index(b), h_all.index(hh)] = r["mid"]
+        if not _covers_one(r["lo"], r["hi"]):
+            data[bs_all.index(b), h_all.index(hh)] = r["mid"]
     ax.imshow(np.ma.masked_invalid(data), cmap="RdBu", norm=norm, aspect="auto", origin="lower",
               interpolation="nearest")
     ax.set_facecolor("white")
@@ -73,8 +80,14 @@ def _heat_panel(ax, sub: pd.DataFrame, col: str, norm, bs_all: list, h_all: list
         for j, hh in enumerate(h_all):
             if (b, hh) in agg.index:
                 r = agg.loc[(b, hh)]
-                strong = abs(float(norm(r["mid"])) - 0.5) > 0.3
                 spread = "" if r["lo"] == r["hi"] or not np.isfinite(r["lo"]) else f"\n[{r['lo']:.2f}-{r['hi']:.2f}]"
+                if _covers_one(r["lo"], r["hi"]):  # a tie: framed, not coloured
+                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="white", edgecolor=_EMPTY_EDGE,
+                                           linestyle=":", linewidth=1.0))
+                    ax.text(j, i, f"{r['mid']:.2f}{spread}\n{tie}\nSDMA {100 * r['share']:.0f} %", ha="center",
+                            va="center", fontsize=size, color="black")
+                    continue
+                strong = abs(float(norm(r["mid"])) - 0.5) > 0.3
                 ax.text(j, i, f"{r['mid']:.2f}{spread}\nSDMA {100 * r['share']:.0f} %", ha="center",
                         va="center", fontsize=size, color="white" if strong else "black")
             elif (b, hh) in no_sdma:  # only cases without SDMA traffic here
@@ -106,7 +119,9 @@ def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 
     ``summary``: :func:`combine_lab.results.tables.summarize` output (columns routing, bs, h,
     sdma_share, ``<metric>_speedup`` and its spread (min-max) ``_lo`` / ``_hi``, repeats). Each
     cell shows the median speed-up over repeats, its spread and the SDMA share; blue above 1
-    (doubleplane faster), red below. Cases whose doubleplane run sent nothing by SDMA send
+    (doubleplane faster), red below, and no colour where the spread covers 1 (a tie: the cell is
+    framed and says "within noise"; modelled, where the range over the unknowns covers 1, "either way
+    over the unknowns"). Cases whose doubleplane run sent nothing by SDMA send
     the same bytes as classic: they get no colour, a grey hatched cell marked "no SDMA".
     Where other axes (pes, topk, expert_per_pe, dtype) vary, a cell shows the median over
     the cases with SDMA traffic (spread: lowest min, highest max).
@@ -123,24 +138,28 @@ def sweep_heatmaps(summary: pd.DataFrame, metric: str = "comm_only", dpi: int = 
     norm = _speedup_norm(sdma[col].to_numpy(dtype=float))
     bs_all = sorted(set(summary["bs"]))
     h_all = sorted(set(summary["h"]))
+    modelled = bool(where and where.startswith("modelled"))
+    tie = "either way over\nthe unknowns" if modelled else "within noise"
     for row, group in zip(axes, groups):
         in_group = _in_group(summary, group)
         for ax, routing in zip(row, routings):
-            _heat_panel(ax, in_group[in_group["routing"] == routing], col, norm, bs_all, h_all)
+            _heat_panel(ax, in_group[in_group["routing"] == routing], col, norm, bs_all, h_all, tie)
             ax.set_title(routing if groups == ["reference"] else f"{routing}, settings {group}", fontsize=10)
     cb = fig.colorbar(ScalarMappable(norm=norm, cmap="RdBu"), ax=list(axes.ravel()), shrink=0.9)
     cb.set_label(f"{metric} {_SPEEDUP_AXIS}\nabove 1: doubleplane faster")
     within = "" if groups == ["reference"] else (
         f" per kernel settings group ({', '.join(groups)}: classic and doubleplane under the same settings)")
-    if where and where.startswith("modelled"):
+    if modelled:
         head = f"{metric} speed-up of doubleplane over bs x h{within}, MODELLED (not measured): one value per case"
     else:
         head = (f"{metric} speed-up of doubleplane over bs x h{within}"
                 f"{', ' + where if where else ''}: median [min-max] over {_repeats_text(summary)}")
     wrap = max(int(width_in * 12.5), 60)  # characters of a 9-10 pt title line that fit the figure's width
-    lines = textwrap.wrap(head, wrap) + (textwrap.wrap(where, wrap) if where and where.startswith("modelled") else [])
-    lines += textwrap.wrap("above 1: doubleplane faster; hatched grey: no SDMA traffic (identical bytes, nothing to "
-                           "compare)", wrap)
+    lines = textwrap.wrap(head, wrap) + (textwrap.wrap(where, wrap) if modelled else [])
+    covers = ("uncoloured: its range over the unknowns covers 1 (no verdict)" if modelled
+              else "uncoloured: its spread covers 1 (within noise, a tie)")
+    lines += textwrap.wrap(f"above 1: doubleplane faster; {covers}; hatched grey: no SDMA traffic (identical bytes, "
+                           "nothing to compare)", wrap)
     fig.suptitle("\n".join(lines), fontsize=9 if len(lines) > 2 else 10)
     return fig
 

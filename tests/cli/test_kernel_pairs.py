@@ -12,7 +12,7 @@ import pytest
 from combine_lab import cli
 from combine_lab.errors import ParameterError
 from combine_lab.results.pairs import pair_speedups, pair_table
-from conftest import build_cache
+from conftest import run_table, build_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 REFSTYLE = ROOT / "tests" / "kernels" / "combine_refstyle"
@@ -216,3 +216,13 @@ def test_a_racing_kernels_speedup_is_not_a_verdict(tmp_path, capsys):
     failed = [line for line in err.splitlines() if line.startswith("combine-lab: FAILED")]
     assert len(failed) == 1 and failed[0].startswith(
         "combine-lab: FAILED user:mine shape_16_256_2_4_2 (in 2 of 2 repeats; the first of them): ") and "protocol violations" in failed[0]
+    # listed once, for the first repeat, 8 at most (a fresh user's run printed 160 such lines), and the two
+    # counts said together: the first repeat's and the table's sum over the repeats
+    listed = [line for line in err.splitlines() if line.startswith("protocol violation: ")]
+    table = {r[2]: int(r[-1]) for r in run_table(out)}
+    first = int(failed[0].split("): ")[1].split()[0])
+    assert len(listed) == 9 and all("combine_refstyle_kernel.cpp:" in line for line in listed[:8])
+    assert listed[8] == (f"protocol violation: ... and {first - 8} more of {first} in this run (repeat 1; later "
+                         "repeats' are not listed); its sidecar keeps each PE's first reports")
+    assert table["user:mine"] > first and failed[0].endswith(
+        f"; {table['user:mine']} in the 2 repeats together, the table's count")

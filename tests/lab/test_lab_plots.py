@@ -136,6 +136,24 @@ def test_sweep_figures_one_convention_and_no_sdma_marked():
     assert ax.get_xlim()[1] > 50  # shares up to 50 %
 
 
+def test_a_heatmap_cell_whose_spread_covers_1_is_a_tie_not_a_colour():
+    """A fresh user's find: 0.57 [0.48-1.32] was drawn dark red, a verdict its spread does not give."""
+    summary = _summary([0.3, 0.3], [0.95, 0.5])  # [0.85-1.05] covers 1; [0.40-0.60] does not
+    summary["bs"] = [8, 16]
+    summary["routing"] = ["z", "z"]
+    fig = plots.sweep_heatmaps(summary, where="measured on cpu (the twin)")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == ["0.95\n[0.85-1.05]\nwithin noise\nSDMA 30 %",
+                                                "0.50\n[0.40-0.60]\nSDMA 30 %"]
+    shown = ax.images[0].get_array()
+    assert shown.mask[0, 0] and not shown.mask[1, 0] and shown[1, 0] == 0.5  # the tie is not coloured
+    assert [p.get_linestyle() for p in ax.patches] == [":"]  # framed
+    assert "uncoloured: its spread covers 1 (within noise, a tie)" in fig._suptitle.get_text().replace("\n", " ")
+    modelled = plots.sweep_heatmaps(summary, where="modelled on a3 (A3); assumed parameters: sdma_engines")
+    assert modelled.axes[0].texts[0].get_text() == "0.95\n[0.85-1.05]\neither way over\nthe unknowns\nSDMA 30 %"
+    assert "its range over the unknowns covers 1 (no verdict)" in modelled._suptitle.get_text().replace("\n", " ")
+
+
 def test_share_plot_when_no_case_sends_by_sdma():
     fig = plots.sdma_share_plot(_summary([0.0, 0.0, 0.0, 0.0], [0.9, 1.1, 1.3, 0.7]))
     assert_labelled(fig)
