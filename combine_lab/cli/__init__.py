@@ -122,7 +122,7 @@ FLAG_OF = {"dtype": "-type", "pes": "-pes", "bs": "-bs", "h": "-h", "topk": "-to
            "masked_fraction": "--masked-fraction", "min_sdma_bytes": "--min-sdma-bytes", "timeout_s": "--timeout",
            "warmup": "--warmup", "loops": "--loops", "prof_pe": "--prof-pe", "chaos_seed": "--chaos",
            "seed": "--seed", "routing": "--routing", "fnpu": "-fnpu", "gnpus": "-gnpus", "fpe": "-fpe",
-           "kernel_source": "--kernel-source", "repeats": "--repeats"}
+           "kernel_source": "--kernel-source", "repeats": "--repeats", "model": "--model"}
 
 
 def _with_flag(e: CombineLabError, command: str | None = None) -> str:

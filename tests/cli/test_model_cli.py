@@ -120,6 +120,13 @@ def test_bad_clocks_are_refused_before_anything_runs(argv, message, capsys, tmp_
     assert out == ""
 
 
+def test_suggest_names_the_model_flag_it_refuses(capsys):
+    """A fresh user's find: every refusal but this one named its flag."""
+    code, out, err = run_cli(["suggest", *CASE, "--model", "zz"], capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == "combine-lab: error: --model: model='zz': one of a2, a3, host, or a .toml file"
+
+
 def test_suggest_prints_the_curve_and_the_best_floor(tmp_path, capsys):
     code, out, err = run_cli(["suggest", *CASE, "--model", "a2", "--what-if", "segment-sdma",
                               "--csv", str(tmp_path / "curve.csv")], capsys)
