@@ -202,13 +202,20 @@ def kernel_source(path: str | os.PathLike | KernelSource, name: str | None = Non
         code = "\n".join(_code(p.read_text(errors="replace")) for p in sources)
         defined = re.search(rf"\bvoid\s+{ENTRY}\s*\([^;{{]*\)\s*{{", code, flags=re.S)
         if defined is None:
-            missing.append(f"the definition of {ENTRY} in {', '.join(p.name for p in sources)}")
+            names = [p.name for p in sources]
+            listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            missing.append(f"a definition of {ENTRY} (none in {listed})")
         for what, spelled in (("int32_t", r"(?:std::)?int32_t|int"), ("op::fp16_t", r"(?:op::)?fp16_t")):
             if re.search(rf"template\s+void\s+{ENTRY}\s*<\s*(?:{spelled})\s*>\s*\(", code) is None:
                 missing.append(f"the instance {ENTRY}<{what}> (`template void {ENTRY}<{what}>(...);`: the "
                                f"{'int32_t' if what == 'int32_t' else 'float16_t'} cases call it)")
         if "<<<" not in code:
             missing.append("a kernel launch, `K<<<block_dim, nullptr, stream>>>(...)`")
+    if not header.is_file() and (not sources or defined is None) and "<<<" not in (code if sources else ""):
+        raise KernelSourceError(f"{given}: holds no combine kernel: no {HEADER}, and none of its "
+                                f"{len(sources)} kernel sources defines {ENTRY} or launches a kernel; give the folder "
+                                "of a kernel written to the entry contract (docs/own-kernel.md#2-the-entry-contract)",
+                                parameter="kernel_source", value=str(path))
     if missing:
         raise KernelSourceError(f"{given}: not a combine kernel the lab can build: missing "
                                 + "; ".join(missing) + f". The entry contract: {ENTRY_CONTRACT} "

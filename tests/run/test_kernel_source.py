@@ -69,6 +69,20 @@ def test_the_entry_contract_is_checked_before_building_and_names_what_is_missing
     assert "a kernel launch, `K<<<block_dim, nullptr, stream>>>(...)`" in said
     with pytest.raises(KernelSourceError, match="no such folder"):
         kernel_source(tmp_path / "nowhere")
+    # a folder with no kernel in it at all (a fresh user gave /tmp): said as such, not as a list of what is missing
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("a.cpp", "b.cpp", "c.cpp", "d.cpp"):
+        (other / name).write_text("int x;\n")
+    with pytest.raises(KernelSourceError) as e:
+        kernel_source(other)
+    assert str(e.value) == (f"kernel_source='{other}': holds no combine kernel: no combine_kernel.h, and none of its 4 "
+                            "kernel sources defines combine_demo or launches a kernel; give the folder of a kernel "
+                            "written to the entry contract (docs/own-kernel.md#2-the-entry-contract)")
+    (other / "combine_kernel.h").write_text((REFSTYLE / "combine_kernel.h").read_text())
+    with pytest.raises(KernelSourceError, match=r"missing a definition of combine_demo \(none in a.cpp, b.cpp, c.cpp "
+                                                r"and 1 more\);"):
+        kernel_source(other)
 
 
 def test_your_kernel_runs_unchanged_with_every_check(tmp_path, no_leaks):
