@@ -11,8 +11,6 @@
 
 namespace twin {
 
-inline constexpr const char* kPlaneName[2] = {"MTE", "SDMA"};
-
 // A payload put is issued: its slots remember the plane and launch, for the report of a flag that
 // lands before it.
 void note_issue(const Put& p);

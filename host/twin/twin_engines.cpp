@@ -28,8 +28,6 @@
 namespace twin {
 namespace {
 
-constexpr int kMaxCores = 256;
-
 // puts: calls that carry payload (an SDMA call is one put however many SQEs it is cut into);
 // control_*: writes into the segment variant's inbox (bases and their ready flags); sqes: the
 // SDMA descriptors those calls became (SHMEM cuts a call into SQEs of at most 1 MiB).

@@ -24,9 +24,7 @@
 namespace twin {
 namespace {
 
-constexpr int kMaxCores = 256;
 constexpr int kSnapshots = 4;  // a core is at most one barrier ahead of one that passed the last
-const char* const kPlaneName[2] = {"MTE", "SDMA"};
 
 // Per payload slot, on the destination PE's heap: who issued its last put in which launch, and
 // that put's sequence number on its engine (the MTE3 leg's op seq, or the core's SDMA count).

@@ -46,7 +46,6 @@ namespace twin {
 namespace {
 
 const char* const kRoleName[4] = {"MTE staging", "SDMA scratch", "MTE source (UB -> GM)", "vector tile (LocalTensor)"};
-const char* const kPlaneName[2] = {"MTE", "SDMA"};
 const char* const kPipeName[kPipeCount] = {"S", "V", "MTE2", "MTE3"};
 constexpr int kEvents = int(AscendC::HardEvent::MAX);
 constexpr int kEventIds = 8;

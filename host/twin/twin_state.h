@@ -102,6 +102,9 @@ double idle_s();
 uint64_t chaos_seed();
 
 constexpr int kPlaneMte = 0, kPlaneSdma = 1;
+inline constexpr const char* kPlaneName[2] = {"MTE", "SDMA"};
+// Cores (block indices) a PE's per-core tables hold.
+inline constexpr int kMaxCores = 256;
 
 // One copy to remote memory: `src` is GM (SDMA) or the issuing core's UB (an MTE3 leg).
 struct Put {
