@@ -88,6 +88,8 @@ def drop_row_for_slot(case_dir, pes: int, src_rank: int, token: int, k: int) -> 
     raise AssertionError("no row feeds that slot")
 
 
+@pytest.mark.slow  # its cost is the 2 s wait it tests; the quick suite's bounded wait naming its slot is
+# test_a_pe_killed_in_a_launch_ends_the_others_waits_naming_the_slot (and selftest's fault cases run this one)
 def test_slot_nobody_sends_times_out_naming_pe_core_slot(prepared, short_twin_timeout, no_leaks):
     drop_row_for_slot(prepared.case_dir, SPEC.pes, src_rank=0, token=0, k=0)
     t0 = time.monotonic()

@@ -56,10 +56,15 @@ SHMEM_LINK_SET = ["-lruntime", "-lstdc++", "-lascendcl", "-lm", "-ltiling_api", 
 OLD_BISHENG_KERNEL_FLAGS = ["-mllvm -cce-aicore-stack-size=0x8000", "-mllvm -cce-aicore-addr-transform"]
 
 
-@pytest.mark.parametrize("soc, arch, npu_arch, ffts", [("Ascend910B3", "dav-c220", "dav-2201", True),
-                                                       ("Ascend950PR", "dav-c310", "dav-3510", False)])
-@pytest.mark.parametrize("bisheng_date, flags", [(None, "cce"), ("2026-03-26", "cce"), ("2026-03-27", "asc"),
-                                                 ("2026-08-01", "asc")])
+_SOCS = [("Ascend910B3", "dav-c220", "dav-2201", True), ("Ascend950PR", "dav-c310", "dav-3510", False)]
+_BISHENGS = [(None, "cce"), ("2026-03-26", "cce"), ("2026-03-27", "asc"), ("2026-08-01", "asc")]
+
+
+# every SoC with every bisheng in .ci/run; the quick suite keeps each SoC once and each side of the flags' change
+@pytest.mark.parametrize("soc, arch, npu_arch, ffts, bisheng_date, flags", [
+    pytest.param(*soc, *b, marks=() if (soc[0], b[0]) in {("Ascend910B3", "2026-03-26"), ("Ascend910B3", "2026-03-27"),
+                                                          ("Ascend950PR", None)} else pytest.mark.slow)
+    for b in _BISHENGS for soc in _SOCS])
 def test_configure_generates_bisheng_commands_with_arch_includes_and_libraries(tmp_path, soc, arch, npu_arch, ffts,
                                                                                bisheng_date, flags):
     env = npu_env(tmp_path, bisheng_date=bisheng_date)
