@@ -176,10 +176,13 @@ def test_suggest_json_holds_each_floors_band_and_the_points_of_its_ends(tmp_path
     s = suggest(ROWS, A3)
     floors = [f["min_sdma_bytes"] for f in setting["floors"]]
     assert floors == s.curve["threshold_bytes"].iloc[s.shown()].tolist() and floors[-1] == -1
-    for f in setting["floors"]:
+    checked = {0, len(floors) // 2, len(floors) - 2, len(floors) - 1}  # priced again: the ends, a middle one, never
+    for i, f in enumerate(setting["floors"]):
+        assert f["low"] <= f["nominal"] <= f["high"] and f["against"] == "classic"
+        if i not in checked:
+            continue
         v = verdict(ROWS, A3, f["min_sdma_bytes"], "classic" if f["min_sdma_bytes"] == -1 else "doubleplane",
                     joint=False)
         assert (f["nominal"], f["low"], f["high"]) == pytest.approx((v.nominal, v.low, v.high), rel=1e-9)
-        assert f["low"] <= f["nominal"] <= f["high"] and f["against"] == "classic"
         if f["min_sdma_bytes"] != -1:
             assert speedup(A3.with_values(**f["high_at"]), f["min_sdma_bytes"]) == pytest.approx(f["high"], rel=1e-9)
