@@ -209,6 +209,12 @@ def pytest_collection_modifyitems(config, items):
 gc.disable()
 
 
+def pytest_configure(config):
+    """pytest-xdist's controller collects nothing (its workers do): its collector on again at once."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        gc.enable()
+
+
 def pytest_collection_finish(session):
     """What collection made is frozen out of the cyclic collector, which is on again from here; its
     young generation is collected every 10,000 allocations, not 700 (fewer walks of what a test holds)."""
