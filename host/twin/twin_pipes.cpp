@@ -46,46 +46,9 @@ namespace twin {
 namespace {
 
 const char* const kRoleName[4] = {"MTE staging", "SDMA scratch", "MTE source (UB -> GM)", "vector tile (LocalTensor)"};
-const char* const kPipeName[kPipeCount] = {"S", "V", "MTE2", "MTE3"};
 constexpr int kEvents = int(AscendC::HardEvent::MAX);
 constexpr int kEventIds = 8;
 constexpr uint64_t kNone = ~uint64_t(0);
-
-const char* event_name(AscendC::HardEvent e) {
-    static const char* const names[] = {
-        "MTE2_MTE1", "MTE1_MTE2", "MTE1_M", "M_MTE1", "MTE2_V", "V_MTE2", "MTE3_V", "V_MTE3", "M_V", "V_M", "V_V",
-        "MTE3_MTE1", "MTE1_MTE3", "MTE1_V", "MTE2_M", "M_MTE2", "V_MTE1", "M_FIX", "FIX_M", "MTE3_MTE2", "MTE2_MTE3",
-        "S_V", "V_S", "S_MTE2", "MTE2_S", "S_MTE3", "MTE3_S", "MTE2_FIX", "FIX_MTE2", "FIX_S", "M_S", "FIX_MTE3",
-        "MTE1_FIX", "FIX_MTE1", "FIX_FIX"};
-    const int i = int(e);
-    return i >= 0 && i < kEvents ? names[i] : "?";
-}
-
-int pipe_of(const char* name, size_t n) {
-    for (int p = 0; p < kPipeCount; ++p)
-        if (strlen(kPipeName[p]) == n && strncmp(kPipeName[p], name, n) == 0) return p;
-    return -1;  // M, MTE1, FIX: no UB ops of an AIV core
-}
-
-// (source pipe, destination pipe) of every HardEvent "SRC_DST", parsed once from its name;
-// -1 for pipes the twin does not track.
-struct EventPipes {
-    int8_t src[kEvents], dst[kEvents];
-    EventPipes() {
-        for (int e = 0; e < kEvents; ++e) {
-            const char* name = event_name(AscendC::HardEvent(e));
-            const char* us = strchr(name, '_');
-            src[e] = int8_t(us ? pipe_of(name, size_t(us - name)) : -1);
-            dst[e] = int8_t(us ? pipe_of(us + 1, strlen(us + 1)) : -1);
-        }
-    }
-};
-const EventPipes kEventPipes;
-
-void event_pipes(AscendC::HardEvent e, int* src, int* dst) {
-    *src = kEventPipes.src[int(e)];
-    *dst = kEventPipes.dst[int(e)];
-}
 
 struct UbRange {
     UbRole role;
@@ -165,8 +128,8 @@ inline CoreState& core_state() {
 bool overlaps(const UbSpan& a, const UbSpan& b) { return a.begin < b.end && b.begin < a.end; }
 
 std::string sync_text(int from, int to) {
-    if (from == to) return std::string("PipeBarrier<PIPE_") + kPipeName[from] + ">";
-    return std::string("SetFlag/WaitFlag<HardEvent::") + kPipeName[from] + "_" + kPipeName[to] + ">";
+    if (from == to) return std::string("PipeBarrier<PIPE_") + pipe_name(from) + ">";
+    return std::string("SetFlag/WaitFlag<HardEvent::") + pipe_name(from) + "_" + pipe_name(to) + ">";
 }
 
 enum Hazard { kRaw, kWar, kWaw };
@@ -362,18 +325,6 @@ void run_kept(uint64_t salt) {
 
 }  // namespace
 
-std::string where() {
-    char buf[64];
-    snprintf(buf, sizeof buf, "PE %d core %d", pe_state().my_pe, current_core());
-    return buf;
-}
-
-std::string range_text(uint32_t b, uint32_t e) {
-    char buf[64];
-    snprintf(buf, sizeof buf, "UB [%u, %u)", b, e);
-    return buf;
-}
-
 uint32_t ub_use(const void* p, uint32_t bytes, UbRole role, const char* op) {
     CoreState& tl = core_state();
     uint8_t* base = ub_base();
@@ -540,17 +491,6 @@ void pipes_core_end() {
                                  ") never waited: the flag stays set into the next kernel on this core");
 }
 
-std::string site_text(const Site& s) {
-    std::string at = "?";
-    if (s.file != nullptr) {  // the last two parts of the path: kernels/combine_kernel.cpp
-        const std::string f = s.file;
-        const size_t last = f.rfind('/');
-        const size_t prev = last == std::string::npos || last == 0 ? std::string::npos : f.rfind('/', last - 1);
-        at = (prev == std::string::npos ? f : f.substr(prev + 1)) + ":" + std::to_string(s.line);
-    }
-    return s.inside != nullptr ? std::string("inside ") + s.inside + " called at " + at : "at " + at;
-}
-
 void flag_set(AscendC::HardEvent event, int32_t id, const Site& site) {
     CoreState& tl = core_state();
     if (current_core() < 0) fatal("SetFlag called outside a kernel core");
@@ -568,9 +508,9 @@ void flag_set(AscendC::HardEvent event, int32_t id, const Site& site) {
     } else if (src >= 0 && dst >= 0 && f.wait_seq != kNone && tl.known[src][f.wait_pipe] <= f.wait_seq) {
         // In program order the bit was waited, but nothing makes the destination pipe run that
         // WaitFlag before the source pipe runs this SetFlag: the pipes may set the bit twice.
-        report_violation(where() + ": " + flag + " " + site_text(site) + " may run on " + kPipeName[src] +
+        report_violation(where() + ": " + flag + " " + site_text(site) + " may run on " + pipe_name(src) +
                          " before WaitFlag<HardEvent::" + event_name(event) + ">(" + std::to_string(id) + ") " +
-                         site_text(f.wait_site) + " has run on " + kPipeName[f.wait_pipe] +
+                         site_text(f.wait_site) + " has run on " + pipe_name(f.wait_pipe) +
                          ": nothing orders that wait before this set, so the event bit can be set twice with no wait "
                          "between (undefined; the next PipeBarrier<PIPE_ALL> hangs). Puts in flight on different UB "
                          "buffers need their own sync_id (asc-devkit SetFlag/WaitFlag; docs/hardware-rules.md#3-event-flags)");

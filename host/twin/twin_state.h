@@ -191,11 +191,16 @@ void sync_id_use(uint32_t sync_id, int plane, const char* op);
 // DataCopy instruction, else `op` is a violation (reported once per core).
 void soc_state_init();
 void soc_state_require(const char* op);
+// How the twin names what it reports (twin_names.cpp).
 // "PE p core c" of the calling core, for messages.
 std::string where();
-// "at kernels/combine_kernel.cpp:128", or "inside <SHMEM call> called at ..." (twin_pipes.cpp).
+// "at kernels/combine_kernel.cpp:128", or "inside <SHMEM call> called at ...".
 std::string site_text(const Site& site);
 std::string range_text(uint32_t begin, uint32_t end);
+// "MTE2_V"; the pipes a HardEvent joins (-1 for those the twin does not track: M, MTE1, FIX); "MTE2".
+const char* event_name(AscendC::HardEvent e);
+void event_pipes(AscendC::HardEvent e, int* src, int* dst);
+const char* pipe_name(int pipe);
 void pipes_core_begin();
 void pipes_core_end();
 // A core thread ends: frees its pipe state.
