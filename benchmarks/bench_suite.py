@@ -54,6 +54,10 @@ from 2 to 250 within minutes while these ran; serial, one run each):
   The same state measured 84.9-93.9 s over the session: the CPU seconds moved with the wall clock, so
   the same work cost up to 10 % more CPU time from one run to the next on this shared host (its load
   average and /proc/stat's steal time showed nothing); a run near 90 s is that noise, not a change.
+  Later the host slowed further: 98.7-105.0 s for the same code, while a fixed model pricing took 16 %
+  more CPU time than at 84 s and the suite's twin and run tests took the same time before and after the
+  session's last twin change, side by side (38.7/41.7 s against 38.0/43.0 s). The yardstick line
+  (yardstick_s, before and after the suite) now says how fast the machine was around a reading.
 
 What made it faster: ``import combine_lab`` and the CLI lazy (``combine-lab --version`` and
 ``--help`` 0.36 s -> 0.04 s, ``doctor`` 0.37 s -> 0.08 s, min of 7 at load 1.4), the refstyle bugs'
@@ -65,7 +69,8 @@ is its 10 s default wait, and all but one variant of three parametrized tests th
 expensive path (.ci/run runs them all).
 
 Run: python3 benchmarks/bench_suite.py [--target 90] [--log FILE] [-- extra pytest args]
-Prints plain "name: value" lines; exit 1 when the suite fails or takes longer than the target.
+Prints plain "name: value" lines (the yardstick: how fast the machine was just before and after);
+exit 1 when the suite fails or takes longer than the target.
 """
 
 from __future__ import annotations
@@ -81,6 +86,27 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICK = ["-m", "not slow and not browser", "-q", "-p", "no:cacheprovider"]
 
 
+def yardstick_s() -> float:
+    """CPU seconds of a fixed piece of work that touches nothing of the project (numpy sorts and
+    products, a Python loop), the best of 3: how fast this machine is right now. On a shared host the
+    same suite costs more CPU seconds when it is slow; printed before and after the suite so that a
+    reading can be told apart from such a moment (0.13 s at the end of the session that added it, when
+    the suite took 98-105 s and the same model pricing 16 % more CPU time than two hours before)."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    a = rng.random(400_000)
+    m = rng.random((300, 300))
+    best = float("inf")
+    for _ in range(3):
+        t = time.process_time()
+        for _ in range(10):
+            np.sort(a)
+            m @ m
+        sum(i * i for i in range(800_000))
+        best = min(best, time.process_time() - t)
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the quick suite once; print ``wall_s``, ``cpu_s`` (user + system of pytest and the
     processes it waited for), ``target_s``, the load averages and pytest's summary line. Exit status 0 when it passed within the target, 1 otherwise."""
@@ -91,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     load_before = os.getloadavg()
+    yard_before = yardstick_s()
     cpu0 = os.times()
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "pytest", *QUICK, *a.pytest_args], cwd=ROOT, env=env,
@@ -101,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     # the wall time by the other engineers' load, though not by what they do to the caches
     cpu = (cpu1.children_user - cpu0.children_user) + (cpu1.children_system - cpu0.children_system)
     load_after = os.getloadavg()
+    yard_after = yardstick_s()
     if a.log:
         Path(a.log).write_text(proc.stdout + proc.stderr)
     summary = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.strip()), "")
@@ -109,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"target_s: {a.target:g} ({'within' if wall <= a.target else 'OVER'})")
     print(f"load_before: {' '.join(f'{x:.2f}' for x in load_before)}")
     print(f"load_after: {' '.join(f'{x:.2f}' for x in load_after)}")
+    print(f"yardstick_s: {yard_before:.3f} before, {yard_after:.3f} after (a fixed CPU workload: larger = a slower "
+          "moment of this machine)")
     print(f"pytest: {summary}")
     return 0 if proc.returncode == 0 and wall <= a.target else 1
 
