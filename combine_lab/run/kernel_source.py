@@ -196,6 +196,7 @@ def kernel_source(path: str | os.PathLike | KernelSource, name: str | None = Non
             if params is None or len(params) != len(ENTRY_PARAMETERS):
                 got = "an unreadable list" if params is None else f"{len(params)} parameters"
                 missing.append(f"{ENTRY}'s {len(ENTRY_PARAMETERS)} parameters in {HEADER} (it declares {got})")
+    code, defined = "", None  # the sources' code, and where it defines the entry
     if not sources:
         missing.append(f"a kernel source (a .cpp other than {MAIN})")
     else:
@@ -211,7 +212,7 @@ def kernel_source(path: str | os.PathLike | KernelSource, name: str | None = Non
                                f"{'int32_t' if what == 'int32_t' else 'float16_t'} cases call it)")
         if "<<<" not in code:
             missing.append("a kernel launch, `K<<<block_dim, nullptr, stream>>>(...)`")
-    if not header.is_file() and (not sources or defined is None) and "<<<" not in (code if sources else ""):
+    if not header.is_file() and defined is None and "<<<" not in code:
         raise KernelSourceError(f"{given}: holds no combine kernel: no {HEADER}, and none of its "
                                 f"{len(sources)} kernel sources defines {ENTRY} or launches a kernel; give the folder "
                                 "of a kernel written to the entry contract (docs/own-kernel.md#2-the-entry-contract)",

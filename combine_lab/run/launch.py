@@ -334,10 +334,11 @@ def _is_stopped(proc: subprocess.Popen) -> bool:
         return False
 
 
-def _failure_text(origin: int, code: int | None, stopped: bool, failed: Sequence[int], log_dir: Path) -> str:
-    """What a failed launch says: how PE ``origin`` ended, what it wrote on stderr (or that it wrote
-    nothing: a PE killed by a signal often has no last word), and the other failed PEs' lines that
-    name a slot they waited for (a wait for the PE that failed)."""
+def _failure_text(origin: int, code: int | None, stopped: bool, failed: Sequence[int], tails: dict[int, str]) -> str:
+    """What a failed launch says: how PE ``origin`` ended, what it wrote on stderr (its last 12 lines,
+    or that it wrote nothing: a PE killed by a signal often has no last word), and the other failed
+    PEs' lines that name a slot they waited for (a wait for the PE that failed); ``tails``: each of
+    those PEs' stderr tail, read once."""
     if stopped:
         how = "was stopped by a signal (SIGSTOP or SIGTSTP) and never finished; the launcher killed it"
     elif code is None:
@@ -347,11 +348,11 @@ def _failure_text(origin: int, code: int | None, stopped: bool, failed: Sequence
         how = f"killed by signal {-code} ({name})"
     else:
         how = f"exited with status {code}"
-    tail = _tail(log_dir / f"pe{origin}.stderr")
+    tail = "\n".join(tails[origin].splitlines()[-12:])
     said = tail or "(it wrote nothing on stderr)"
     why = failure_reason(tail)  # the twin's or the driver's own reason, first (docs/cli.md#6-exit-status)
     waits = [f"PE {pe}: {line}" for pe in failed if pe != origin
-             for line in _tail(log_dir / f"pe{pe}.stderr", 200).splitlines() if "slot" in line][:8]
+             for line in tails[pe].splitlines() if "slot" in line][:8]
     return (f"PE {origin} {how}:{' ' + why if why else ''}\n{said}"
             + ("\nthe others waited for it:\n" + "\n".join(waits) if waits else ""))
 
@@ -558,7 +559,7 @@ def _failure(procs: list[subprocess.Popen], codes: list[int | None], failed: lis
     c = codes[origin]
     said = {pe: _tail(log_dir / f"pe{pe}.stderr", 200) for pe in dict.fromkeys([origin, *failed])}
     waits = [wait_gave_up(t) for t in said.values()]
-    return LaunchError(_failure_text(origin, c, origin in stopped, failed, log_dir), pe=origin, returncode=c,
+    return LaunchError(_failure_text(origin, c, origin in stopped, failed, said), pe=origin, returncode=c,
                        wait=next((w for w in waits if w), None), stderr=said)
 
 

@@ -45,10 +45,12 @@ const char* event_name(AscendC::HardEvent e) {
     return i >= 0 && i < kEvents ? names[i] : "?";
 }
 
+// Made once, before any core thread asks (every SetFlag and WaitFlag reads it).
+const EventPipes kEventPipes;
+
 void event_pipes(AscendC::HardEvent e, int* src, int* dst) {
-    static const EventPipes pipes;
-    *src = pipes.src[int(e)];
-    *dst = pipes.dst[int(e)];
+    *src = kEventPipes.src[int(e)];
+    *dst = kEventPipes.dst[int(e)];
 }
 
 const char* pipe_name(int pipe) { return pipe >= 0 && pipe < kPipeCount ? kPipeName[pipe] : "?"; }
