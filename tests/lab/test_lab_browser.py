@@ -877,6 +877,10 @@ def _dashboard_steps(s: Session, server) -> None:
     tab_to(page, "(a) => a.tagName === 'SELECT' && !!a.closest('.cl-history-sort')")
     page.keyboard.type("speed-up")
     wait_app(page, "() => document.querySelector('.cl-app .cl-history-sort select').value === 'speed-up'")
+    # the kernel's ascending table first: in run order the two rows can already read as descending, and the
+    # sorted render arriving after that wait flipped them back (seen once under CI load)
+    wait_app(page, "() => { const v = [...document.querySelectorAll('.cl-app .cl-history-table tr')].slice(1)"
+                   ".map(r => parseFloat(r.querySelectorAll('td')[6].innerText)); return v.length === 2 && v[0] <= v[1]; }")
     tab_to(page, "(a) => a.tagName === 'INPUT' && !!a.closest('.cl-history-descending')")
     page.keyboard.press("Space")
     wait_app(page, "() => { const v = [...document.querySelectorAll('.cl-app .cl-history-table tr')].slice(1)"
