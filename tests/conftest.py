@@ -27,6 +27,9 @@ import pytest
 from combine_lab.run import build as build_mod
 from combine_lab.run.build import build, source_root
 from combine_lab.run.launch import tagged_host_pids, tagged_segments
+from combine_lab.lab.nb_imports import lean_jsonschema
+
+lean_jsonschema()  # as the lab imports the notebook libraries (the test modules import nbformat at their top)
 
 
 def build_cache() -> Path:

@@ -35,6 +35,7 @@ from ..errors import LabError, ParameterError
 from ..folders import own_folders, usable_folder
 from ..formats.files import PART_MARK, write_failed
 from ..values import convert
+from .nb_imports import lean_jsonschema
 from .records import RECORD_SUFFIX, command_output_dir
 
 __all__ = ["NotebookRun", "notebook_dir", "find_notebooks", "load_params", "declared_parameters", "declared_types",
@@ -167,6 +168,7 @@ def declared_types(nb: str | os.PathLike) -> dict[str, str]:
     """Name -> declared type (the annotation's text, e.g. ``"int"``, ``"list[int]"``,
     ``"Optional[str]"``; ``"None"`` where a parameter has none) of a notebook's ``parameters``
     cell, in order, as papermill reads them (``papermill.inspect_notebook``)."""
+    lean_jsonschema()
     import papermill
     return {name: p["inferred_type_name"] for name, p in papermill.inspect_notebook(str(nb)).items()}
 
@@ -183,6 +185,7 @@ def headless_defaults(nb: str | os.PathLike) -> dict:
     Raises LabError naming the notebook, the parameter and the text when VALUE is not a Python
     literal of the declared type."""
     import ast
+    lean_jsonschema()
     import nbformat
     book = nbformat.read(str(nb), as_version=4)
     cell = next((c for c in book.cells if "parameters" in c.metadata.get("tags", [])), None)
@@ -398,6 +401,7 @@ def _engine_name() -> str:
     """papermill's nbclient engine, registered under :data:`_ENGINE`, except that it writes the executed
     copy at most every :data:`SAVE_EVERY_S` seconds while the notebook runs, and always at its end (a
     failed cell included): what papermill's own engine writes, less often."""
+    lean_jsonschema()
     from papermill.engines import NBClientEngine, NotebookExecutionManager, papermill_engines
 
     class ThrottledSaves(NotebookExecutionManager):
@@ -458,6 +462,7 @@ def run_notebooks(out_dir: str | os.PathLike | None = None, params: dict | None 
     unencrypted-transport warning). The executed copy is written as the notebook goes, at most every
     :data:`SAVE_EVERY_S` seconds, and once more at its end.
     """
+    lean_jsonschema()
     import papermill
     notebooks = find_notebooks(folder, only)
     runs = param_sets(params or {}, notebooks)  # bad names or parameters: nothing created yet

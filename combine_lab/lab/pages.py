@@ -161,6 +161,8 @@ def render_walkthrough(executed: str | os.PathLike, out_dir: str | os.PathLike) 
     files in ``out_dir/walkthrough_files/``). Returns both paths.
 
     Raises LabError when the notebook holds an error output (it did not run through)."""
+    from .nb_imports import lean_jsonschema
+    lean_jsonschema()
     import nbformat
     from nbconvert import HTMLExporter, MarkdownExporter
 

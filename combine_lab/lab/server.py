@@ -317,6 +317,8 @@ def app_notebook(folder: str | os.PathLike, kernel_name: str = KERNEL_NAME) -> P
     (default values: a 4-PE case, planned in milliseconds; nothing runs until Run; settings and
     history kept across a reload of the page), on the lab's kernel, titled :data:`APP_TITLE`.
     Returns its path."""
+    from .nb_imports import lean_jsonschema
+    lean_jsonschema()
     import nbformat
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell(APP_CONTEXT),

@@ -27,6 +27,10 @@ model's inner steps (``replay``, ``stage1``, ``model_case``) stay inside this fo
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import threading
+from collections import OrderedDict
 from typing import Any, Callable
 
 import numpy as np
@@ -44,6 +48,7 @@ from .suggest import Suggestion, suggest
 from .unknowns import Verdict, engines_curve, verdict
 
 __all__ = ["NotModelled", "not_modelled_text", "REFERENCE_ONLY", "refused_as_not_modelled", "rows_of", "under",
+           "rows_fingerprint", "remembered", "REMEMBERED",
            "times", "comm_only_us", "floor_curve", "unknowns", "engine_curve", "price_case", "price_kernel"]
 
 #: Why the model prices no settings other than the reference's, when it gives no other reason.
@@ -77,6 +82,46 @@ def refused_as_not_modelled(settings: KernelSettings | None, call: Callable[[], 
         raise
     except ParameterError as e:  # the model refuses these settings: said, never priced as the reference
         raise NotModelled(settings.label, str(e)) from e
+
+
+#: How many curves over floors and verdicts over the unknowns are kept (:func:`remembered`).
+REMEMBERED = 32
+_memo: "OrderedDict[tuple, Any]" = OrderedDict()
+_memo_lock = threading.Lock()
+
+
+def rows_fingerprint(rows: CaseRows) -> str:
+    """A digest of everything the model reads of ``rows`` (every array, shape and setting): equal for
+    the same case, routing and settings on the same SoC, whichever object holds them."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(repr((rows.pes, rows.epp, rows.bs, rows.topk, rows.h, rows.itemsize, rows.block_dim, rows.settings,
+                   rows.soc)).encode())
+    for a in (rows.counts, rows.dest, rows.seg, rows.pos, rows.owner, rows.slot, rows.valid, rows.expert_ids):
+        if a is not None:
+            h.update(repr((a.dtype.str, a.shape)).encode())
+            h.update(np.ascontiguousarray(a).data)
+    return h.hexdigest()
+
+
+def remembered(kind: str, rows: CaseRows, model: NpuModel, options: tuple, compute: Callable[[], Any]) -> Any:
+    """``compute()``, or a copy of what it gave for the same ``kind``, rows (:func:`rows_fingerprint`),
+    machine (every parameter's value and range: a calibrated or edited model is another) and
+    ``options`` among the last :data:`REMEMBERED` answers. The tuning app asks again for a case it
+    showed before (a value changed and changed back, another app on the same case) and gets the
+    curve and verdict at once; each caller gets its own copy (its frames are its to change). A
+    refusal (an exception) is not kept."""
+    key = (kind, rows_fingerprint(rows), repr(model), options)
+    with _memo_lock:
+        hit = _memo.get(key)
+        if hit is not None:
+            _memo.move_to_end(key)
+    if hit is None:
+        hit = compute()
+        with _memo_lock:
+            _memo[key] = hit
+            while len(_memo) > REMEMBERED:
+                _memo.popitem(last=False)
+    return copy.deepcopy(hit)
 
 
 def _settings(settings: KernelSettings | str | None) -> KernelSettings | None:
@@ -149,7 +194,9 @@ def floor_curve(rows: CaseRows, model: NpuModel, metric: str = "comm_only", *,
         ParameterError: as :func:`.suggest.suggest` (metric, what_if, variant).
     """
     st = _settings(settings)
-    return refused_as_not_modelled(st, lambda: suggest(rows, model, metric, settings=st, **options))
+    key = (metric, st, tuple(sorted(options.items(), key=lambda kv: kv[0])))
+    return refused_as_not_modelled(st, lambda: remembered("floor_curve", rows, model, key, lambda: suggest(
+        rows, model, metric, settings=st, **options)))
 
 
 def unknowns(rows: CaseRows, model: NpuModel, floor: int, *, settings: KernelSettings | str | None = None,
@@ -163,7 +210,12 @@ def unknowns(rows: CaseRows, model: NpuModel, floor: int, *, settings: KernelSet
         ParameterError: as :func:`.unknowns.verdict` (too many PEs for the machine, a bad baseline).
     """
     st = _settings(settings)
-    return refused_as_not_modelled(st, lambda: verdict(under(rows, st), model, int(floor), **options))
+
+    def price() -> Verdict:
+        r = under(rows, st)
+        return remembered("unknowns", r, model, (int(floor), tuple(sorted(options.items(), key=lambda kv: kv[0]))),
+                          lambda: verdict(r, model, int(floor), **options))
+    return refused_as_not_modelled(st, price)
 
 
 def engine_curve(rows: CaseRows, model: NpuModel, floor: int, *, settings: KernelSettings | str | None = None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -104,3 +105,36 @@ def test_model_grid_gives_the_harness_model_clock_numbers(floor, group):
     shared = [c for c in sweep.MODELLED_COLUMNS if c in SUMMARY_COLUMNS and c not in BAND]
     assert set(sweep.MODELLED_COLUMNS) - set(SUMMARY_COLUMNS) == MODEL_ONLY
     pd.testing.assert_frame_equal(grid[shared], summary[shared], check_dtype=False)
+
+
+def test_a_curve_and_a_verdict_asked_again_are_remembered_by_content_and_copied(monkeypatch):
+    """facade.remembered: the same case's rows (another object, drawn again), machine and options give
+    the curve over floors and the verdict without pricing again, each caller its own copy; another
+    machine value, bytes per row or option prices anew; a refusal is not kept."""
+    import combine_lab.model.facade as door
+    calls = []
+    monkeypatch.setattr(door, "suggest", lambda *a, **k: calls.append("suggest") or suggest(*a, **k))
+    monkeypatch.setattr(door, "verdict", lambda *a, **k: calls.append("verdict") or verdict(*a, **k))
+    monkeypatch.setattr(door, "_memo", type(door._memo)())
+    again = case_rows(make_case(GRID.specs[1]), A2.soc)
+    assert again is not ROWS and door.rows_fingerprint(again) == door.rows_fingerprint(ROWS)
+    first = facade.floor_curve(ROWS, A2)
+    first.curve["modelled_us"] = -1.0  # the caller's own copy: what is remembered stays as priced
+    second = facade.floor_curve(again, A2)
+    assert calls == ["suggest"] and (second.curve["modelled_us"] > 0).all()
+    pd.testing.assert_frame_equal(second.curve, suggest(ROWS, A2).curve)
+    assert second.verdict.low == suggest(ROWS, A2).verdict.low
+    calls.clear()
+    facade.floor_curve(ROWS, A2.with_values(sdma_engines=4.0))       # another machine value
+    facade.floor_curve(replace(ROWS, h=ROWS.h * 2), A2)               # other bytes per row
+    facade.floor_curve(ROWS, A2, unknowns=False)                      # another option
+    facade.floor_curve(ROWS, A2, "full_op")                           # another metric
+    assert calls == ["suggest"] * 4
+    calls.clear()
+    v1, v2 = facade.unknowns(ROWS, A2, 0), facade.unknowns(again, A2, 0)
+    assert calls == ["verdict"] and v1 is not v2 and (v1.low, v1.high) == (v2.low, v2.high)
+    calls.clear()
+    for _ in range(2):
+        with pytest.raises(facade.NotModelled):
+            facade.floor_curve(ROWS, A2, settings="c41")
+    assert calls == ["suggest", "suggest"]  # the model refused it each time: a refusal is not kept

@@ -72,6 +72,22 @@ def lab_out(tmp_path_factory, twin_binary):
     return out
 
 
+def test_the_notebook_libraries_load_without_the_iri_grammar():
+    """nbformat validates with jsonschema, imported here as the lab imports it (combine_lab/lab/nb_imports.py):
+    rfc3987-syntax's grammar not built (its package still installed and importable later), the
+    schema checks nbformat needs still there."""
+    import importlib.util
+
+    import jsonschema
+    assert "jsonschema" in sys.modules and "rfc3987_syntax" not in sys.modules  # not imported, no marker left
+    assert importlib.util.find_spec("rfc3987_syntax") is not None, "installed with jupyter-events' jsonschema extra"
+    checks = jsonschema.FormatChecker().checkers
+    assert "iri" not in checks and "date" in checks
+    nbformat.validate(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]))
+    with pytest.raises(nbformat.ValidationError, match="'cell_type' is a required property|not valid under"):
+        nbformat.validate({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"id": "a", "source": ""}]})
+
+
 @pytest.mark.slow  # the three notebooks through the CLI (~20 s); the fast set runs 03 below
 def test_cli_leaves_executed_copies_figures_and_records(lab_out, capsys):
     for name in NAMES:
