@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..errors import ResultFileError
@@ -59,6 +60,76 @@ def counters_frame(counters: list[dict], which: str = "last") -> pd.DataFrame:
         for plane in ("MTE", "SDMA"):
             rows.append({"pe": c["pe"], "plane": plane, **{k: int(c[which][plane].get(k, 0)) for k in COUNTER_FIELDS}})
     return pd.DataFrame(rows, columns=["pe", "plane", *COUNTER_FIELDS])
+
+
+def plane_bytes(counters: pd.DataFrame) -> pd.DataFrame:
+    """Per PE (index ``pe``) what each plane carried, from a :func:`counters_frame`: payload ``mte_bytes``,
+    ``sdma_bytes`` (bytes), payload ``mte_puts``, ``sdma_puts`` (one put per row), ``status_writes``
+    (both planes; all must be MTE's), ``sdma_sqes``, ``control_writes`` and ``control_bytes`` (both
+    planes), int64. Empty (those columns) without counters (NPU).
+
+    Raises:
+        KeyError: a PE without a row of one plane (named).
+    """
+    if counters.empty:
+        return pd.DataFrame(columns=["mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts", "status_writes",
+                                     "sdma_sqes", "control_writes", "control_bytes"])
+    # the rows of each plane picked by position (a sweep asks this of every run several times:
+    # pandas' index lookups cost milliseconds a call)
+    c = counters
+    at = {(int(pe), plane): i for i, (pe, plane) in enumerate(zip(c["pe"].to_numpy(), c["plane"].to_numpy()))}
+    pes = sorted({pe for pe, _ in at})
+    missing = [f"PE {pe} {plane}" for pe in pes for plane in ("MTE", "SDMA") if (pe, plane) not in at]
+    if missing:
+        raise KeyError(f"counters without a row for {', '.join(missing)}")
+    mte, sdma = ([at[(pe, plane)] for pe in pes] for plane in ("MTE", "SDMA"))
+
+    def col(field: str, rows: list[int]) -> np.ndarray:
+        return c[field].to_numpy()[rows].astype("int64")
+
+    def both(field: str) -> np.ndarray:
+        return col(field, mte) + col(field, sdma)
+
+    return pd.DataFrame({
+        "mte_bytes": col("bytes", mte), "sdma_bytes": col("bytes", sdma),
+        "mte_puts": col("puts", mte), "sdma_puts": col("puts", sdma),
+        "status_writes": both("status_writes"), "sdma_sqes": col("sqes", sdma),
+        "control_writes": both("control_writes"), "control_bytes": both("control_bytes"),
+    }, index=pd.Index(pes, name="pe"))
+
+
+def counter_mismatches(counters: pd.DataFrame, totals: pd.DataFrame) -> list[str]:
+    """Differences between the twin's ``counters`` (:func:`counters_frame`) and a plan's ``totals``
+    (:class:`combine_lab.planning.planner.Plan`), one line each, PE by PE in the fields' order:
+    MTE and SDMA payload bytes equal the plan's, MTE puts its rows (one put per row), SDMA puts and
+    SQEs its sdma_calls and sdma_sqes, control writes and bytes its own; every row one status write,
+    none by SDMA. Empty without counters (NPU target)."""
+    if counters.empty:
+        return []
+    got = plane_bytes(counters)
+    rows = totals.index.get_indexer(got.index)
+    if (rows < 0).any():
+        raise KeyError(f"the plan has no PE {got.index[rows < 0].tolist()}")
+    w = {k: totals[k].to_numpy()[rows] for k in ("mte_bytes", "sdma_bytes", "mte_rows", "sdma_calls", "sdma_rows",
+                                               "sdma_sqes", "control_writes", "control_bytes")}
+    planned = {"mte_bytes": w["mte_bytes"], "sdma_bytes": w["sdma_bytes"], "mte_puts": w["mte_rows"],
+               "sdma_puts": w["sdma_calls"], "status_writes": w["mte_rows"] + w["sdma_rows"],
+               "sdma_sqes": w["sdma_sqes"], "control_writes": w["control_writes"],
+               "control_bytes": w["control_bytes"]}
+    # whole columns compared at once (pandas' per-field lookups cost a millisecond a run); the
+    # lines follow PE by PE, field by field
+    counted = {k: got[k].to_numpy() for k in planned}
+    on_sdma = counters["plane"].to_numpy() == "SDMA"
+    by_pe = dict(zip(counters["pe"].to_numpy()[on_sdma].tolist(),
+                     counters["status_writes"].to_numpy()[on_sdma].tolist()))
+    out = []
+    for i, pe in enumerate(got.index.tolist()):
+        for k, v in planned.items():
+            if counted[k][i] != v[i]:
+                out.append(f"PE {pe}: {k} counted {int(counted[k][i])}, planned {int(v[i])}")
+        if by_pe[pe]:
+            out.append(f"PE {pe}: {int(by_pe[pe])} status writes went by SDMA; they must go by MTE")
+    return out
 
 
 #: Keys of a sidecar (:func:`write_sidecar`), in order.

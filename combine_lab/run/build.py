@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,17 +140,46 @@ def default_build_dir(target: str = "cpu", soc: str | None = None, env: dict[str
     return (Path(base) if base else cache_root(env)) / name
 
 
-def _fingerprint(root: Path, target: str, config: str = "") -> str:
-    h = hashlib.sha256(target.encode())
-    h.update(config.encode())
+#: Fingerprints already hashed in this process, by the sources' (path, mtime, size, inode): every
+#: run asks for the build, and a sweep or the tuning app's session runs hundreds.
+_hashed: dict[tuple, str] = {}
+
+
+def _source_files(root: Path) -> list[Path]:
+    """CMakeLists.txt, then the sources under each of :data:`_SOURCE_DIRS` (sorted as paths)."""
     files = [root / "CMakeLists.txt"]
     for d in _SOURCE_DIRS:
-        if (root / d).is_dir():
-            files += sorted(p for p in (root / d).rglob("*") if p.suffix in _SOURCE_SUFFIXES and p.is_file())
+        found = [Path(top, f) for top, _, names in os.walk(root / d) for f in names
+                 if os.path.splitext(f)[1] in _SOURCE_SUFFIXES]
+        files += sorted(p for p in found if p.is_file())
+    return files
+
+
+def _fingerprint(root: Path, target: str, config: str = "") -> str:
+    """sha256 of ``target``, ``config`` and every source's path and bytes (:func:`_source_files`); hashed
+    again only when a source's path, mtime, size or inode changed since this process last hashed them
+    (as make and ninja decide what is out of date)."""
+    files = _source_files(root)
+    seen = []
+    for p in files:
+        st = p.stat()
+        seen.append((str(p), st.st_mtime_ns, st.st_size, st.st_ino))
+    key = (target, config, tuple(seen))
+    if key in _hashed:
+        return _hashed[key]
+    h = hashlib.sha256(target.encode())
+    h.update(config.encode())
     for p in files:
         h.update(str(p.relative_to(root)).encode())
         h.update(p.read_bytes())
-    return h.hexdigest()
+    fp = h.hexdigest()
+    # a file written within the last 2 s may be written again with the same mtime (the clock's
+    # granularity) and size: not remembered (git's "racy" index entries, the same reasoning)
+    if time.time_ns() - max(s[1] for s in seen) > 2_000_000_000:
+        if len(_hashed) > 64:
+            _hashed.clear()
+        _hashed[key] = fp
+    return fp
 
 
 #: The build log in every build folder: the configure and compile lines of the last build and

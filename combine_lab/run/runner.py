@@ -34,7 +34,8 @@ from .capabilities import npu_variant_refusal
 from .launch import (LaunchError, bootstrap_ipport, wait_budget_s, check_ipport, host_argv, launch_pes, owned_temp_dir,
                      remove_orphans)
 from ..formats.perf_csv import driver_counters_name, perf_csv_name, read_perf_csv
-from ..formats.sidecars import counters_frame, read_counters, sidecar_record, write_run_files
+from ..formats.sidecars import (counter_mismatches, counters_frame, plane_bytes, read_counters, sidecar_record,
+                                write_run_files)
 
 _MISMATCH_EXIT = 2  # the driver's status when x_out differs from golden
 _REFUSED_INPUT_EXIT = 1  # the driver refused its arguments or case files, before SHMEM started
@@ -202,28 +203,9 @@ class RunResult:
     def plane_bytes(self) -> pd.DataFrame:
         """Per PE what each plane carried in the last launch, as the twin counted it: payload
         ``mte_bytes``, ``sdma_bytes`` (bytes), payload ``mte_puts``, ``sdma_puts`` (one put per
-        row) and ``status_writes`` (both planes; all must be MTE's). Empty without counters (NPU)."""
-        if self.counters.empty:
-            return pd.DataFrame(columns=["mte_bytes", "sdma_bytes", "mte_puts", "sdma_puts", "status_writes",
-                                         "sdma_sqes", "control_writes", "control_bytes"])
-        # one lookup per plane, not one per (PE, field): a sweep asks this of every run several times
-        c = self.counters.set_index(["pe", "plane"])
-        pes = sorted(self.counters["pe"].unique())
-        mte, sdma = (c.xs(plane, level="plane").loc[pes] for plane in ("MTE", "SDMA"))
-
-        def both(field: str):
-            return (mte[field].to_numpy() + sdma[field].to_numpy()).astype("int64")
-
-        return pd.DataFrame({
-            "mte_bytes": mte["bytes"].to_numpy().astype("int64"),
-            "sdma_bytes": sdma["bytes"].to_numpy().astype("int64"),
-            "mte_puts": mte["puts"].to_numpy().astype("int64"),
-            "sdma_puts": sdma["puts"].to_numpy().astype("int64"),
-            "status_writes": both("status_writes"),
-            "sdma_sqes": sdma["sqes"].to_numpy().astype("int64"),
-            "control_writes": both("control_writes"),
-            "control_bytes": both("control_bytes"),
-        }, index=pd.Index(pes, name="pe"))
+        row) and ``status_writes`` (both planes; all must be MTE's). Empty without counters (NPU).
+        :func:`combine_lab.formats.sidecars.plane_bytes`."""
+        return plane_bytes(self.counters)
 
     def sent_bytes(self) -> tuple[int, int]:
         """Payload bytes (MTE, SDMA) of one launch, all PEs: the twin's counters, or the plan
@@ -244,27 +226,9 @@ class RunResult:
         SDMA puts and SQEs its sdma_calls and sdma_sqes (one call per row, or per chunk of a
         segment in the segment variant), control writes and bytes its own; every row gets one
         status write, all by MTE. Empty when there are no counters (NPU target).
+        :func:`combine_lab.formats.sidecars.counter_mismatches`.
         """
-        if self.counters.empty:
-            return []
-        got = self.plane_bytes().to_dict("index")  # plain ints per PE: no pandas lookup per field
-        want = self.plan.totals.to_dict("index")
-        sdma_rows = self.counters[self.counters["plane"] == "SDMA"]
-        by_pe = dict(zip(sdma_rows["pe"], sdma_rows["status_writes"]))
-        out = []
-        for pe, g in got.items():
-            w = want[pe]
-            expect = {"mte_bytes": w["mte_bytes"], "sdma_bytes": w["sdma_bytes"], "mte_puts": w["mte_rows"],
-                      "sdma_puts": w["sdma_calls"], "status_writes": w["mte_rows"] + w["sdma_rows"],
-                      "sdma_sqes": w["sdma_sqes"], "control_writes": w["control_writes"],
-                      "control_bytes": w["control_bytes"]}
-            for k, v in expect.items():
-                if int(g[k]) != int(v):
-                    out.append(f"PE {pe}: {k} counted {int(g[k])}, planned {int(v)}")
-            sdma_status = int(by_pe[pe])
-            if sdma_status:
-                out.append(f"PE {pe}: {sdma_status} status writes went by SDMA; they must go by MTE")
-        return out
+        return counter_mismatches(self.counters, self.plan.totals)
 
     def time_us(self, metric: str) -> float:
         """CoreMaxTime/us of ``metric`` ('full_op' or 'comm_only'): the slowest profiled PE's (the

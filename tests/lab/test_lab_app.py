@@ -279,13 +279,15 @@ def test_run_button_stays_disabled_until_the_results_are_shown(quick_runs, monke
 
 
 def test_a_double_click_runs_once_and_a_later_click_runs_again(quick_runs, no_leaks):
+    import time
     app = quick_runs.app = TuningApp(targets=["cpu"], click_guard_s=0.4, **SMALL)
+    clicked = time.monotonic()
     app.run_button.click()
     app.run_button.click()  # the second click of a double-click: the Run goes on, or has just shown its results
     assert app.wait(60)
     assert len(app.history) == 1 and app.ignored_clicks == 1 and len(quick_runs.calls) == 1
-    import time
-    time.sleep(0.5)  # a person who saw the button come back and pressed it again
+    # a person who saw the button come back and pressed it again, once the guard of the first click is over
+    time.sleep(max(0.0, clicked + 0.45 - time.monotonic()))
     app.run_button.click()
     assert app.wait(60)
     assert len(app.history) == 2 and app.ignored_clicks == 1
@@ -296,11 +298,11 @@ def test_a_keyboard_run_right_after_a_short_run_and_a_change_runs(quick_runs, mo
     timed from the results, dropped the click without a word. A double-click is two clicks close
     together, so the guard is timed from the click before."""
     import time
-    app = quick_runs.app = TuningApp(targets=["cpu"], click_guard_s=0.3, **SMALL)
+    app = quick_runs.app = TuningApp(targets=["cpu"], click_guard_s=0.15, **SMALL)
     fake = harness.compare
 
     def short(*a, **k):
-        time.sleep(0.4)  # longer than the guard: the next click is not the rest of a double-click
+        time.sleep(0.2)  # longer than the guard: the next click is not the rest of a double-click
         return fake(*a, **k)
     monkeypatch.setattr(harness, "compare", short)
     app.run_button.click()

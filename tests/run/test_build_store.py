@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,40 @@ def test_one_entry_holds_the_driver_and_the_probe(tmp_path):
     assert store.manifest(where, key) == {n: {"size": len(n), "sha256": hashlib.sha256(n.encode()).hexdigest()}
                                           for n in ("combine_host", "probe_host")}
     assert sorted(p.name for p in where.iterdir()) == [key, f"{key}.lock"]  # no temporary folder left
+
+
+def test_the_sources_fingerprint_is_hashed_again_only_when_a_source_changed(tmp_path, monkeypatch):
+    """build._fingerprint: the sources' bytes hashed once per process while no source's path, mtime, size
+    or inode changes (the second ask reads no file); an edit of the same size is seen by its mtime; a
+    file written within the last 2 s is hashed every time (a second write could keep its mtime)."""
+    root = tmp_path / "src"
+    for rel, text in {"CMakeLists.txt": "project(x)\n", "kernels/k.cpp": "int k;\n", "host/h.h": "int h;\n",
+                      "cmake/c.cmake": "# c\n", "host/notes.md": "not a source\n"}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    old = 1_700_000_000_000_000_000
+    for p in root.rglob("*"):
+        os.utime(p, ns=(old, old))
+    reads = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: reads.append(self.name) or real(self))
+    want = hashlib.sha256(b"cpu")
+    for rel in ("CMakeLists.txt", "kernels/k.cpp", "host/h.h", "cmake/c.cmake"):  # the order _fingerprint hashes
+        want.update(rel.encode())
+        want.update((root / rel).read_bytes())
+    reads.clear()
+    first = build_mod._fingerprint(root, "cpu")
+    assert first == want.hexdigest() and sorted(reads) == ["CMakeLists.txt", "c.cmake", "h.h", "k.cpp"]
+    reads.clear()
+    assert build_mod._fingerprint(root, "cpu") == first and reads == []  # remembered: nothing read
+    (root / "kernels/k.cpp").write_text("int q;\n")  # same size, a new mtime
+    os.utime(root / "kernels/k.cpp", ns=(old + 10**9, old + 10**9))
+    changed = build_mod._fingerprint(root, "cpu")
+    assert changed != first and reads
+    now = time.time_ns()
+    (root / "host/h.h").write_text("int g;\n")
+    os.utime(root / "host/h.h", ns=(now, now))
+    racy = build_mod._fingerprint(root, "cpu")
+    (root / "host/h.h").write_text("int f;\n")  # same size, the same mtime: only the bytes tell
+    os.utime(root / "host/h.h", ns=(now, now))
+    assert build_mod._fingerprint(root, "cpu") != racy != changed

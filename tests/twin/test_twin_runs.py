@@ -135,3 +135,26 @@ def test_classic_and_doubleplane_outputs_identical(no_leaks):
     assert int(results["doubleplane"].plane_bytes()["sdma_bytes"].sum()) > 0
     for r in range(4):
         np.testing.assert_array_equal(results["classic"].x_out[r], results["doubleplane"].x_out[r])
+
+
+def test_counter_mismatches_name_the_pe_the_field_and_both_numbers():
+    """What the twin counted against the plan, one line per PE and field that differ (PE by PE, in
+    the fields' order), and a status write by SDMA said as such; a PE without a plane's row is an
+    error naming it, never a silent zero."""
+    from dataclasses import replace
+
+    res = run_case(CaseSpec(pes=2, bs=8, h=16, topk=2, expert_per_pe=2, routing="hot-expert:0.5"), "doubleplane",
+                   min_sdma_bytes=64)
+    assert res.counter_mismatches() == [] and res.plane_bytes()["sdma_bytes"].sum() > 0
+    c = res.counters.copy()
+    at = {(pe, plane): i for i, (pe, plane) in enumerate(zip(c["pe"], c["plane"]))}
+    c.loc[at[(1, "MTE")], "bytes"] += 32
+    c.loc[at[(0, "SDMA")], "status_writes"] = 2
+    tot = res.plan.totals
+    assert replace(res, counters=c).counter_mismatches() == [
+        f"PE 0: status_writes counted {int(tot.loc[0, 'mte_rows'] + tot.loc[0, 'sdma_rows']) + 2}, "
+        f"planned {int(tot.loc[0, 'mte_rows'] + tot.loc[0, 'sdma_rows'])}",
+        "PE 0: 2 status writes went by SDMA; they must go by MTE",
+        f"PE 1: mte_bytes counted {int(tot.loc[1, 'mte_bytes']) + 32}, planned {int(tot.loc[1, 'mte_bytes'])}"]
+    with pytest.raises(KeyError, match="counters without a row for PE 1 SDMA"):
+        replace(res, counters=c.drop(index=at[(1, "SDMA")])).plane_bytes()
