@@ -227,7 +227,10 @@ class NpuModel:
         if len(k) > 1:
             raise ParameterError(f"points of different lengths: {sorted(k)}", parameter="values", value=sorted(k))
         K = k.pop()
-        full = {n: np.broadcast_to(arrays.get(n, np.float64(self.params[n].value)), (K,)).copy() for n in PARAMETERS}
+        full = {}
+        for n in PARAMETERS:  # np.full, not broadcast_to + copy: the unknowns' search builds thousands of these
+            a = arrays.get(n)
+            full[n] = np.full(K, self.params[n].value if a is None else a[0]) if a is None or len(a) != K else a.copy()
         return ModelPoints(self, full)
 
     def caption(self) -> str:
