@@ -59,6 +59,17 @@ from 2 to 250 within minutes while these ran; serial, one run each):
   session's last twin change, side by side (38.7/41.7 s against 38.0/43.0 s). The yardstick line
   (yardstick_s, before and after the suite) now says how fast the machine was around a reading.
 
+- the session after (main at ee4dfaf: 88.9 s wall, 91.9 s CPU at yardstick 0.120): 80.8 s (yardstick
+  0.113), 81.8 s (0.120), 81.9 s (0.124) and 83.2 s (0.130, the slow hour's speed, when the code
+  before took 98.7-105.0 s), 1113 passed. What moved it: pytest's collection 5.0 s -> 2.3 s
+  (nbformat's jsonschema built rfc3987-syntax's Lark grammar at import: 0.8 s of CPU alone, 2.6 s
+  in the collection's process; combine_lab/lab/nb_imports.py imports jsonschema without it), the
+  model facade remembers its last curves over floors and verdicts by content (a tuning app's
+  construction 103 -> 49 ms; 45 apps), a run's counters against the plan by column, not by pandas
+  lookups (3.4 -> 0.75 ms a run, 1,200 runs), the sources' fingerprint re-read only when a source's
+  stat changed, model points made with np.full (46 -> 14 us, thousands per verdict), and two click
+  tests that waited a fixed half second.
+
 What made it faster: ``import combine_lab`` and the CLI lazy (``combine-lab --version`` and
 ``--help`` 0.36 s -> 0.04 s, ``doctor`` 0.37 s -> 0.08 s, min of 7 at load 1.4), the refstyle bugs'
 and the racing kernel's folders kept in the build cache so that their builds are reused (4 s ->
