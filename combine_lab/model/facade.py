@@ -19,6 +19,10 @@ and the tuning app show in place of a number ("not modelled for <label> yet (...
 number the model gives for the reference is never shown as another setting's. For the
 reference's settings a ParameterError is the caller's mistake and passes unchanged.
 
+The curve over floors and the verdict over the unknowns (the costly ones: a search of the unknowns'
+box) are remembered by content, the last :data:`REMEMBERED` of them (:func:`remembered`): the same case,
+settings, machine values and options give a copy of the same answer without pricing again.
+
 The harness prices a Run on a model clock through :func:`price_case` / :func:`price_kernel`; the
 tuning app's modelled panel, the sweep's modelled grid and the walkthrough through the rest. The
 model's inner steps (``replay``, ``stage1``, ``model_case``) stay inside this folder
