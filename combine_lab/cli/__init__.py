@@ -39,9 +39,14 @@ def version_text() -> str:
 
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, saying "did you mean" for a misspelt flag or choice (Python 3.14's
-    suggest_on_error, which 3.10-3.13 lack), each refusal with its own command's usage."""
+    suggest_on_error, which 3.10-3.13 lack), each refusal with its own command's usage; a value that
+    is not a number is one line naming the flag and the value."""
 
     def error(self, message: str):
+        bad = re.fullmatch(r"argument (\S+?)(?:/\S+)?: invalid (int|float) value: '(.*)'", message)
+        if bad:  # a value of a known flag: one line, as the lab's own checks say it (no usage block)
+            kind = "an integer" if bad[2] == "int" else "a number"
+            self.exit(2, f"{self.prog}: error: {bad[1]}: {bad[3]!r} is not {kind}\n")
         m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if m:
             near = difflib.get_close_matches(m[1], re.findall(r"'([^']*)'", m[2]), n=1, cutoff=0.5)

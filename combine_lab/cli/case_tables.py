@@ -297,10 +297,12 @@ def _measured_caption(a: argparse.Namespace, repeats: int) -> str:
     """What the times are: where they were measured and how (the twin's are CPU threads copying
     memory on this machine, never an NPU's time), or that nothing was timed."""
     if not a.perf:
+        # compare's speed-up table compares times: without them it is not printed, and says so here
+        table = "; no speed-up table (it compares timed runs: --perf)" if getattr(a, "command", "") == "compare" else ""
         if a.target == "cpu":
             return ("not timed (no --perf): two launches per case and variant on the twin (a status flag the first "
-                    "leaves ready is caught in the second), the last checked against golden")
-        return "not timed (no --perf): one launch per case and variant, checked against golden"
+                    f"leaves ready is caught in the second), the last checked against golden{table}")
+        return f"not timed (no --perf): one launch per case and variant, checked against golden{table}"
     where = ("measured on the CPU twin: CPU threads copying memory on this machine "
              f"({os.cpu_count()} CPUs), not an NPU's time" if a.target == "cpu" else f"measured on target {a.target}")
     return (f"{where}; times are CoreMaxTime/us of the profiled PE (with --prof-pe all the slowest), the median of "

@@ -59,8 +59,9 @@ def _report(o: Outcome, listed: set) -> None:
             print(f"protocol violation: {line}", file=sys.stderr)
         if count > len(shown):
             later = f" (repeat {o.repeat + 1}; later repeats' are not listed)" if o.run.repeats > 1 else ""
-            print(f"protocol violation: ... and {count - len(shown)} more of {count} in this run{later}; its sidecar "
-                  "keeps each PE's first reports", file=sys.stderr)
+            kept = "its sidecar keeps" if o.run.perf else "a --perf run's sidecar would keep"  # no files without it
+            print(f"protocol violation: ... and {count - len(shown)} more of {count} in this run{later}; {kept} "
+                  "each PE's first reports", file=sys.stderr)
     mismatches = res.counter_mismatches() if isinstance(res, RunResult) else []
     for line in mismatches:
         if res.kernel:  # your kernel's traffic beside its rule's plan

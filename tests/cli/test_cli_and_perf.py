@@ -370,7 +370,8 @@ def test_compare_prints_both_variants_with_planned_sdma(capsys, no_leaks):
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == ("not timed (no --perf): two launches per case and variant on the twin (a status flag the "
-                        "first leaves ready is caught in the second), the last checked against golden")
+                        "first leaves ready is caught in the second), the last checked against golden; no speed-up "
+                        "table (it compares timed runs: --perf)")
     assert lines[1].split()[:6] == ["case", "routing", "variant", "check", "comm_only/us", "comm_only"]
     classic, dual = run_table(out)
     assert classic[2] == "classic" and dual[2] == "doubleplane"

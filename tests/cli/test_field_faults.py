@@ -197,6 +197,19 @@ def test_an_unknown_flag_or_command_gets_its_commands_usage_and_did_you_mean(arg
         assert err.startswith(f"usage: combine-lab {argv[0]} ")
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["compare", "-pes", "2", "-h", "abc"], "combine-lab compare: error: -h: 'abc' is not an integer\n"),
+    (["run", "--min-sdma-bytes", "1.5"], "combine-lab run: error: --min-sdma-bytes: '1.5' is not an integer\n"),
+    (["run", "--masked-fraction", "x"], "combine-lab run: error: --masked-fraction: 'x' is not a number\n"),
+])
+def test_a_value_that_is_not_a_number_is_one_line_naming_the_flag(argv, said, capsys):
+    """Tryout: `-h abc` printed the command's whole usage (24 lines) before argparse's own words;
+    now one line, as the lab's own checks of a value say it."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2 and capsys.readouterr().err == said
+
+
 @pytest.mark.parametrize("routing, near", [("zipff:1.2", "zipf:1.2"), ("hot_expert:0.5", "hot-expert:0.5"),
                                            ("uniforn", "uniform"), ("deepsek", "deepseek")])
 def test_a_misspelt_routing_gets_did_you_mean(routing, near, capsys):
@@ -290,3 +303,24 @@ def test_bfloat16_is_planned_and_modelled_at_2_bytes_an_element_and_the_app_offe
     s = TuningState(targets=["cpu"], pes=2, bs=8, h=64, topk=2, expert_per_pe=2)
     s.set(dtype="bfloat16_t")
     assert not s.problems and s.spec.dtype == "bfloat16_t" and s.plan.itemsize == 2
+
+
+@pytest.mark.parametrize("perf, kept", [(True, "its sidecar keeps"), (False, "a --perf run's sidecar would keep")])
+def test_the_violations_not_listed_are_said_where_they_are_kept(perf, kept, capsys):
+    """Tryout: a run without --perf said "its sidecar keeps each PE's first reports", and wrote none (a
+    sidecar is a --perf run's file, docs/formats.md)."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from combine_lab.cli.run_cases import SHOWN_VIOLATIONS, _report
+    from combine_lab.run.runner import run_case
+
+    res = run_case(CaseSpec(pes=2, bs=4, h=8, topk=2, expert_per_pe=2), "classic", perf=False)
+    said = [f"PE 0 core 0: report {i}" for i in range(SHOWN_VIOLATIONS + 2)]
+    res = replace(res, violations=said, violation_count=20)
+    row = SimpleNamespace(variant="classic", case_id=res.case_id, check="PASS")
+    _report(SimpleNamespace(result=res, baseline=None, row=row, repeat=0,
+                            run=SimpleNamespace(perf=perf, repeats=1, kernel=None)), set())
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"protocol violation: {s}" for s in said[:SHOWN_VIOLATIONS]] + [
+        f"protocol violation: ... and {20 - SHOWN_VIOLATIONS} more of 20 in this run; {kept} each PE's first reports"]

@@ -234,4 +234,5 @@ def test_repeats_below_1_are_refused_and_without_perf_noted(tmp_path, capsys, no
     assert err.startswith("combine-lab: note: --repeats=3 has no effect without --perf (nothing is timed: one run "
                           "per case)\n")
     assert [r[2:4] for r in run_table(out)] == [["classic", "PASS"], ["doubleplane", "PASS"]]
-    assert "speed-up" not in out  # nothing timed, nothing to compare
+    # nothing timed, nothing to compare: no table, and the caption says why
+    assert "speed-up =" not in out and out.splitlines()[0].endswith("; no speed-up table (it compares timed runs: --perf)")
