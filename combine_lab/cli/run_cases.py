@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -37,6 +38,16 @@ from .cluster import executor
 SHOWN_VIOLATIONS = 8
 
 
+def openable(text: str, folder) -> str:
+    """``text`` with the twin's short names of your kernel's files (``<folder name>/<file>:<line>``,
+    the last two parts of the path) given whole (``<folder>/<file>:<line>``), so that a line a report
+    names opens from wherever the command ran; ``folder`` None: unchanged."""
+    if folder is None:
+        return text
+    folder = Path(folder)
+    return re.sub(rf"(?<![\w/.-]){re.escape(folder.name)}/(?=[\w.-]+:\d)", lambda m: f"{folder}/", text)
+
+
 def _report(o: Outcome, listed: set) -> None:
     """What went wrong in a run, on stderr: violations, counter mismatches, x_out mismatches, and
     what your kernel did when it failed or hung. Violations are listed for the first repeat of a
@@ -45,7 +56,7 @@ def _report(o: Outcome, listed: set) -> None:
     res = o.result if isinstance(o.result, RunResult) else o.baseline
     if res is None:
         if o.run.kernel is not None and o.row.check == ERROR:  # the whole reason: what failed, then the PE's log
-            first, _, rest = o.row.reason.partition("\n")
+            first, _, rest = openable(o.row.reason, o.run.kernel.path).partition("\n")
             print(f"combine-lab: {first}", file=sys.stderr)
             for line in rest.splitlines():
                 print(f"  {line}", file=sys.stderr)
@@ -56,7 +67,7 @@ def _report(o: Outcome, listed: set) -> None:
         listed.add(key)
         shown = list(getattr(res, "violations", []))[:SHOWN_VIOLATIONS]
         for line in shown:
-            print(f"protocol violation: {line}", file=sys.stderr)
+            print(f"protocol violation: {openable(line, getattr(res, 'kernel_source', None))}", file=sys.stderr)
         if count > len(shown):
             later = f" (repeat {o.repeat + 1}; later repeats' are not listed)" if o.run.repeats > 1 else ""
             kept = "its sidecar keeps" if o.run.perf else "a --perf run's sidecar would keep"  # no files without it

@@ -324,3 +324,16 @@ def test_the_violations_not_listed_are_said_where_they_are_kept(perf, kept, caps
     err = capsys.readouterr().err.splitlines()
     assert err == [f"protocol violation: {s}" for s in said[:SHOWN_VIOLATIONS]] + [
         f"protocol violation: ... and {20 - SHOWN_VIOLATIONS} more of 20 in this run; {kept} each PE's first reports"]
+
+
+def test_your_kernels_files_are_named_whole_in_what_the_lab_prints(tmp_path):
+    """Tryout: the twin names a file by its last two parts (``mybug/kernel.cpp:187``), which does not
+    open from where the command ran; the lab prints your kernel's files whole."""
+    from combine_lab.cli.run_cases import openable
+
+    folder = tmp_path / "mybug"
+    said = ("status put (aclshmemx_mte_put_nbi at mybug/kernel.cpp:187) before the payload put (at mybug/k_2.h:9); "
+            "not /x/mybug/kernel.cpp:1, xmybug/kernel.cpp:2, kernels/combine_kernel.cpp:3 or mybug/notes")
+    assert openable(said, folder) == said.replace("at mybug/kernel.cpp:187", f"at {folder}/kernel.cpp:187").replace(
+        "at mybug/k_2.h:9", f"at {folder}/k_2.h:9")
+    assert openable(said, None) == said

@@ -207,7 +207,7 @@ def test_a_masked_slot_hang_is_reported_within_30_s_by_default(capsys, no_leaks)
            "from the case, docs/twin.md#2-sessions-and-cleanup)" in err
     assert re.search(r"hung: PE \d core \d waited 10\.\d s for status slot \d+ \(token \d+, k \d: expert -1, masked", err)
     assert (f"nothing landed on any PE for 10.0 s (the wait budget, COMBINE_TWIN_WAIT_S, sized from the case) "
-            f"(inside aclshmem_signal_wait_until called at combine_waitall/combine_refstyle_kernel.cpp:{wait_line})") in err
+            f"(inside aclshmem_signal_wait_until called at {waits_all}/combine_refstyle_kernel.cpp:{wait_line})") in err
 
 
 @pytest.mark.slow
