@@ -61,7 +61,8 @@ from 2 to 250 within minutes while these ran; serial, one run each):
 
 - the session after (main at ee4dfaf: 88.9 s wall, 91.9 s CPU at yardstick 0.120): 80.8 s (yardstick
   0.113), 81.8 s (0.120), 81.9 s (0.124) and 83.2 s (0.130, the slow hour's speed, when the code
-  before took 98.7-105.0 s), 1113 passed. What moved it: pytest's collection 5.0 s -> 2.3 s
+  before took 98.7-105.0 s), 1113 passed; at the end of the session 78.2, 76.4 and 73.3 s (yardstick
+  0.113-0.122), 1119 passed: every reading within 90 s, the slowest at the slowest machine. What moved it: pytest's collection 5.0 s -> 2.3 s
   (nbformat's jsonschema built rfc3987-syntax's Lark grammar at import: 0.8 s of CPU alone, 2.6 s
   in the collection's process; combine_lab/lab/nb_imports.py imports jsonschema without it), the
   model facade remembers its last curves over floors and verdicts by content (a tuning app's
