@@ -60,7 +60,8 @@ class _Parser(argparse.ArgumentParser):
         near = []
         for tok in extra:
             if tok.startswith("-"):
-                got = difflib.get_close_matches(tok.split("=", 1)[0], flags, n=1, cutoff=0.6)
+                # 0.65: --kernel still finds --kernel-source (0.70), --bogus no longer -gnpus (0.62)
+                got = difflib.get_close_matches(tok.split("=", 1)[0], flags, n=1, cutoff=0.65)
                 near += [(got[0], tok.split("=", 1)[0])] if got else []
         said = near[0][0] if len(near) == 1 else ", ".join(f"{flag} (for {tok})" for flag, tok in near)
         hint = f"; did you mean {said}?" if near else f" (see combine-lab {self.prog.split()[-1]} --help)"

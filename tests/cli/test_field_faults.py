@@ -182,6 +182,9 @@ def test_without_setup_a_command_says_run_ci_setup(how):
      "combine-lab compare: error: unrecognized arguments: --setings c2 --perff; did you mean --settings (for "
      "--setings), --perf (for --perff)?"),
     (["suggest", "--zzz"], "combine-lab suggest: error: unrecognized arguments: --zzz (see combine-lab suggest --help)"),
+    (["compare", "--bogus"], "combine-lab compare: error: unrecognized arguments: --bogus (see combine-lab compare --help)"),
+    (["compare", "--kernel", "x"], "combine-lab compare: error: unrecognized arguments: --kernel x; did you mean "
+                                   "--kernel-source?"),
     (["comapre"], "did you mean 'compare'?"),
     # an abbreviation is not taken for a longer flag: --pes 4 was --pes-list 4, -pe 4 was -pes (tryout)
     (["compare", "--pes", "4"], "combine-lab compare: error: unrecognized arguments: --pes 4; did you mean -pes?"),
