@@ -115,6 +115,10 @@ def remembered(kind: str, rows: CaseRows, model: NpuModel, options: tuple, compu
     curve and verdict at once; each caller gets its own copy (its frames are its to change). A
     refusal (an exception) is not kept."""
     key = (kind, rows_fingerprint(rows), repr(model), options)
+    try:
+        hash(key)
+    except TypeError:  # an option that is no value (a list, a dict): priced, not kept
+        return compute()
     with _memo_lock:
         hit = _memo.get(key)
         if hit is not None:

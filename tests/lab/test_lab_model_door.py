@@ -134,6 +134,10 @@ def test_a_curve_and_a_verdict_asked_again_are_remembered_by_content_and_copied(
     v1, v2 = facade.unknowns(ROWS, A2, 0), facade.unknowns(again, A2, 0)
     assert calls == ["verdict"] and v1 is not v2 and (v1.low, v1.high) == (v2.low, v2.high)
     calls.clear()
+    facade.remembered("kind", ROWS, A2, (["a list"],), lambda: calls.append("unhashable"))  # priced, not kept
+    facade.remembered("kind", ROWS, A2, (["a list"],), lambda: calls.append("unhashable"))
+    assert calls == ["unhashable", "unhashable"]
+    calls.clear()
     for _ in range(2):
         with pytest.raises(facade.NotModelled):
             facade.floor_curve(ROWS, A2, settings="c41")
