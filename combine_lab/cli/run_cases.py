@@ -65,14 +65,20 @@ def _report(o: Outcome, listed: set) -> None:
     key = (o.row.variant, o.row.case_id)
     if count and key not in listed:
         listed.add(key)
-        shown = list(getattr(res, "violations", []))[:SHOWN_VIOLATIONS]
+        # the first report of each kind first (a second bug is not hidden behind the first's many), then
+        # the other first reports
+        kinds = list(getattr(res, "violation_kinds", []))
+        firsts = [example for _, example in kinds]
+        shown = (firsts + [v for v in getattr(res, "violations", []) if v not in firsts])[:SHOWN_VIOLATIONS]
         for line in shown:
             print(f"protocol violation: {openable(line, getattr(res, 'kernel_source', None))}", file=sys.stderr)
         if count > len(shown):
             later = f" (repeat {o.repeat + 1}; later repeats' are not listed)" if o.run.repeats > 1 else ""
             kept = "its sidecar keeps" if o.run.perf else "a --perf run's sidecar would keep"  # no files without it
-            print(f"protocol violation: ... and {count - len(shown)} more of {count} in this run{later}; {kept} "
-                  "each PE's first reports", file=sys.stderr)
+            by_kind = (f" ({len(kinds)} kinds, the first of each listed first: {', '.join(str(n) for n, _ in kinds)} "
+                       "reports)" if len(kinds) > 1 else "")
+            print(f"protocol violation: ... and {count - len(shown)} more of {count} in this run{by_kind}{later}; "
+                  f"{kept} each PE's first reports", file=sys.stderr)
     mismatches = res.counter_mismatches() if isinstance(res, RunResult) else []
     for line in mismatches:
         if res.kernel:  # your kernel's traffic beside its rule's plan

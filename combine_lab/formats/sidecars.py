@@ -62,6 +62,19 @@ def counters_frame(counters: list[dict], which: str = "last") -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["pe", "plane", *COUNTER_FIELDS])
 
 
+def kinds_of_violations(counters: list[dict]) -> list[tuple[int, str]]:
+    """(how many, the first report) of each kind of protocol violation in the twin's counters files of a
+    run's PEs (their ``violation_kinds``: a report's text with its numbers but source lines made '#',
+    host/twin/twin_reports.cpp), a kind's counts added over the PEs, in the order the kinds first
+    appear (PE 0's first). Empty for files written before kinds were counted."""
+    kinds: dict[str, list] = {}
+    for c in counters:
+        for k in c.get("violation_kinds", []):
+            got = kinds.setdefault(str(k["key"]), [0, str(k["example"])])
+            got[0] += int(k["count"])
+    return [(n, example) for n, example in kinds.values()]
+
+
 def plane_bytes(counters: pd.DataFrame) -> pd.DataFrame:
     """Per PE (index ``pe``) what each plane carried, from a :func:`counters_frame`: payload ``mte_bytes``,
     ``sdma_bytes`` (bytes), payload ``mte_puts``, ``sdma_puts`` (one put per row), ``status_writes``

@@ -34,8 +34,8 @@ from .capabilities import npu_variant_refusal
 from .launch import (LaunchError, bootstrap_ipport, wait_budget_s, check_ipport, host_argv, launch_pes, owned_temp_dir,
                      remove_orphans)
 from ..formats.perf_csv import driver_counters_name, perf_csv_name, read_perf_csv
-from ..formats.sidecars import (counter_mismatches, counters_frame, plane_bytes, read_counters, sidecar_record,
-                                write_run_files)
+from ..formats.sidecars import (counter_mismatches, counters_frame, kinds_of_violations, plane_bytes, read_counters,
+                                sidecar_record, write_run_files)
 
 _MISMATCH_EXIT = 2  # the driver's status when x_out differs from golden
 _REFUSED_INPUT_EXIT = 1  # the driver refused its arguments or case files, before SHMEM started
@@ -142,7 +142,9 @@ class RunResult:
             folder), removed when run_case returns unless ``keep_files``: a kept work dir keeps its
             case files, not a folder per run.
         violations: the twin checker's first reports (PE, core, slot, both operations);
-            violation_count: how many there were in all.
+            violation_count: how many there were in all; violation_kinds: (how many, the first
+            report) of each kind of report, all PEs together (docs/twin.md: a rule broken at one
+            place is one kind, whichever PE, core or slot it names).
     """
 
     case_id: str
@@ -162,6 +164,7 @@ class RunResult:
     driver_status: list[int] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     violation_count: int = 0
+    violation_kinds: list[tuple[int, str]] = field(default_factory=list)
     spec: CaseSpec | None = None
     warmup: int = 0
     loops: int = 1
@@ -511,7 +514,8 @@ class CaseRun:
                          launches=int(counters[0]["launches"]) if counters else o.warmup + o.loops,
                          plan=the_plan, run_dir=run_dir, driver_status=status,
                          violations=[m for c in counters for m in c.get("violation_examples", [])],
-                         violation_count=sum(int(c.get("violations", 0)) for c in counters), spec=spec,
+                         violation_count=sum(int(c.get("violations", 0)) for c in counters),
+                         violation_kinds=kinds_of_violations(counters), spec=spec,
                          warmup=o.warmup, loops=o.loops, prof_pes=prof_pes, ranks=counters,
                          kernel=ks.label if ks is not None else "", kernel_source=ks.path if ks is not None else None,
                          settings=self.settings)

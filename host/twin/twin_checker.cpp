@@ -25,14 +25,10 @@
 namespace twin {
 namespace {
 
-constexpr size_t kMaxViolationExamples = 8;
-
 uint32_t g_epoch = 0;  // 1-based index of the launch in progress, the same on every PE
 uint32_t g_receive_checked = 0;  // the last launch whose payload reads were checked (twin_receive.cpp)
 
-std::mutex g_violation_mu;
-std::atomic<uint64_t> g_violations{0};
-std::vector<std::string> g_violation_examples;
+
 
 // A labelled region of the window. Payload regions own two symmetric shadow arrays of
 // uint32 per slot: the launch in which the payload landed, and (launch << 1 | plane) of
@@ -117,8 +113,6 @@ uint32_t hash_bytes(const uint8_t* p, size_t n) {
 }
 
 }  // namespace
-
-void report_violation(const std::string& msg);
 
 namespace {
 
@@ -214,15 +208,6 @@ void note_delivery(const Put& p, uint64_t seq, const Site& site) {
     uint64_t first, last;
     slots_touched(g_regions[ri], p.dst_sym, p.bytes, &first, &last);
     order_payload_put(g_regions[ri].order_id, p.pe, first, last, p.plane, seq, site);
-}
-
-void report_violation(const std::string& msg) {
-    g_violations.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lk(g_violation_mu);
-    if (g_violation_examples.size() < kMaxViolationExamples) {
-        g_violation_examples.push_back(msg);
-        fprintf(stderr, "twin: protocol violation: %s\n", msg.c_str());
-    }
 }
 
 // The moment a put becomes visible at its destination.
@@ -587,12 +572,5 @@ void checker_end_launch() {
 }
 
 void checker_flush() { check_receives(g_epoch); }
-
-uint64_t violation_count() { return g_violations.load(); }
-
-std::vector<std::string> violation_examples() {
-    std::lock_guard<std::mutex> lk(g_violation_mu);
-    return g_violation_examples;
-}
 
 }  // namespace twin

@@ -32,5 +32,13 @@ void checker_flush();
 // Protocol violations so far, and the first few (kept for the counters file).
 uint64_t violation_count();
 std::vector<std::string> violation_examples();
+// The first few kinds of report (a report's text, its numbers but source lines made '#'): how many
+// of each, and the first.
+struct ViolationKind {
+    std::string key;
+    uint64_t count;
+    std::string example;
+};
+std::vector<ViolationKind> violation_kinds();
 
 }  // namespace twin

@@ -416,12 +416,25 @@ bool dump_counters(const char* path) {
         }
         fprintf(f, "}");
     }
+    const auto text = [f](const std::string& s) {  // a JSON string
+        fputc('"', f);
+        for (char c : s) fputs(c == '"' ? "\\\"" : c == '\\' ? "\\\\" : std::string(1, c).c_str(), f);
+        fputc('"', f);
+    };
     fprintf(f, ", \"violations\": %llu, \"violation_examples\": [", (unsigned long long)violation_count());
     const std::vector<std::string> examples = violation_examples();
     for (size_t i = 0; i < examples.size(); ++i) {
-        fprintf(f, "%s\"", i ? ", " : "");
-        for (char c : examples[i]) fputs(c == '"' ? "\\\"" : c == '\\' ? "\\\\" : std::string(1, c).c_str(), f);
-        fprintf(f, "\"");
+        fputs(i ? ", " : "", f);
+        text(examples[i]);
+    }
+    fprintf(f, "], \"violation_kinds\": [");
+    const std::vector<ViolationKind> kinds = violation_kinds();
+    for (size_t i = 0; i < kinds.size(); ++i) {
+        fprintf(f, "%s{\"count\": %llu, \"key\": ", i ? ", " : "", (unsigned long long)kinds[i].count);
+        text(kinds[i].key);
+        fputs(", \"example\": ", f);
+        text(kinds[i].example);
+        fputc('}', f);
     }
     fprintf(f, "]}\n");
     return fclose(f) == 0;

@@ -77,5 +77,4 @@ std::string site_text(const Site& s) {
     }
     return s.inside != nullptr ? std::string("inside ") + s.inside + " called at " + at : "at " + at;
 }
-
 }  // namespace twin

@@ -197,6 +197,8 @@ std::string where();
 // "at kernels/combine_kernel.cpp:128", or "inside <SHMEM call> called at ...".
 std::string site_text(const Site& site);
 std::string range_text(uint32_t begin, uint32_t end);
+// A report's kind: its text with every number but a source line ("kernel.cpp:187") made '#'.
+std::string kind_of(const std::string& report);
 // "MTE2_V"; the pipes a HardEvent joins (-1 for those the twin does not track: M, MTE1, FIX); "MTE2".
 const char* event_name(AscendC::HardEvent e);
 void event_pipes(AscendC::HardEvent e, int* src, int* dst);

@@ -164,7 +164,7 @@ def test_python_compare_gives_the_same_pairs():
     assert float(mine["comm_only_speedup"].iloc[0]) == pytest.approx(k / c, rel=1e-12)
 
 
-def _copy_kernel(tmp_path: Path, folder: str, drop_quiet: bool = False) -> Path:
+def _copy_kernel(tmp_path: Path, folder: str, drop_quiet: bool = False, one_word_wait: bool = False) -> Path:
     """A copy of the refstyle kernel named ``combine_mine`` in ``tmp_path/folder``; ``tmp_path`` may be
     a folder kept between runs (the build cache), where a file is written only if its text changed."""
     dst = tmp_path / folder / "combine_mine"
@@ -176,6 +176,11 @@ def _copy_kernel(tmp_path: Path, folder: str, drop_quiet: bool = False) -> Path:
             lines = text.splitlines(keepends=True)
             assert lines[62].strip() == "aclshmem_quiet();", lines[62]
             text = "".join(lines[:62] + lines[63:])
+        if one_word_wait and f.name == "combine_refstyle_kernel.cpp":
+            # a second bug: stage 2 waits on the first word of each status slot only
+            wait = "for (int64_t w = 0; w < kSlotInts; ++w) {"
+            assert text.count(wait) == 1
+            text = text.replace(wait, "for (int64_t w = 0; w < 1; ++w) {")
         if not (dst / f.name).is_file() or (dst / f.name).read_text() != text:
             (dst / f.name).write_text(text)
     return dst
@@ -198,6 +203,28 @@ def test_a_kernel_file_instead_of_its_folder_is_said_so(tmp_path, capsys):
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"combine-lab: error: --kernel-source: kernel_source='{f}': is a file, not a folder; give the folder "
         f"that holds it ({REFSTYLE})")
+
+
+def test_a_second_bug_is_listed_though_the_first_reports_hundreds(capsys):
+    """Tryout: a run lists the first 8 reports, which were all the first bug's (the quiet dropped before
+    the status put, one report per row): a second bug (a status wait on one word of eight) came later
+    and was never listed. The twin counts reports by kind (its text, numbers but source lines aside):
+    the first report of each kind is listed first, and the kinds' counts are said."""
+    from combine_lab.run.runner import run_case
+    from combine_lab.case.spec import CaseSpec
+
+    bug = _copy_kernel(build_cache() / "kernels", "two_bugs", drop_quiet=True, one_word_wait=True)
+    res = run_case(CaseSpec(pes=2, bs=16, h=256, topk=2, expert_per_pe=2), kernel_source=bug, perf=False)
+    assert len(res.violation_kinds) == 2 and sum(n for n, _ in res.violation_kinds) == res.violation_count
+    (races, race), (partial, waited) = res.violation_kinds
+    assert f"{bug.name}/combine_refstyle_kernel.cpp:63) makes slot" in race and " was waited on at word mask 0x01 " \
+        "of its 8 words" in waited
+    assert race in res.violations and waited not in res.violations  # the first 8 reports were all the race's
+    assert cli.main(["compare", "--kernel-source", str(bug), "-pes", "2", "-bs", "16", "-h", "256", "-topk", "2"]) == 1
+    listed = [line for line in capsys.readouterr().err.splitlines() if line.startswith("protocol violation: ")]
+    assert listed[1] == f"protocol violation: {waited}" and len(listed) == 9
+    assert listed[8].startswith(f"protocol violation: ... and {res.violation_count - 8} more of {res.violation_count} "
+                                f"in this run (2 kinds, the first of each listed first: {races}, {partial} reports)")
 
 
 def test_a_racing_kernels_speedup_is_not_a_verdict(tmp_path, capsys):
