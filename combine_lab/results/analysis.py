@@ -27,6 +27,7 @@ from ..errors import ResultFileError
 from ..formats.files import write_atomic
 from ..formats.perf_csv import (PERF_METRICS, comparison_figure_name, figure_name, file_prefix, fixed4,
                                 perf_summary_name, rank_files, read_perf_csv, report_name, speedup_figure_name)
+from .pairs import varying_keys
 
 __all__ = ["perf_rows", "perf_figure", "write_figures", "comparison_figure", "write_comparison_figures",
            "markdown_report", "write_report", "speedup_figure", "speedup_figures"]
@@ -238,21 +239,25 @@ def speedup_figure(pairs: pd.DataFrame, metric: str, note: str = "") -> Figure:
     per case one bar per kernel at the median speed-up of ``metric`` (baseline time / kernel time of
     the same repeat; above the line at 1: the kernel faster) with the repeats' min-max as an error
     bar, labelled "kernel / baseline". The title names the metric and ``note``, the clock."""
-    cases = list(dict.fromkeys(pairs["case_id"]))
+    # a case: its CaseId, with its routing, dtype, ... where they differ between the rows (a sweep's cases)
+    keys = ["case_id"] + [c for c in ["routing", *varying_keys(pairs)] if c in pairs.columns and
+                          pairs[c].nunique(dropna=False) > 1]
+    case_of = [" ".join(str(r[c]) for c in keys) for _, r in pairs.iterrows()]
+    cases = list(dict.fromkeys(case_of))
     labels = list(dict.fromkeys(f"{k} / {b}" for k, b in zip(pairs["kernel"], pairs["baseline"])))
     fig = Figure(figsize=(max(8.0, 2.0 + 1.4 * len(cases) * max(len(labels), 1) / 2), 4.8), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     width = 0.8 / max(len(labels), 1)
     for i, label in enumerate(labels):
-        mine = pairs[[f"{k} / {b}" == label for k, b in zip(pairs["kernel"], pairs["baseline"])]]
-        by_case = {r["case_id"]: (float(r[f"{metric}_speedup"]), float(r[f"{metric}_speedup_lo"]),
-                                  float(r[f"{metric}_speedup_hi"])) for _, r in mine.iterrows()}
+        mine = [i for i, (k, b) in enumerate(zip(pairs["kernel"], pairs["baseline"])) if f"{k} / {b}" == label]
+        by_case = {case_of[i]: tuple(float(pairs[f"{metric}_speedup{s}"].iloc[i]) for s in ("", "_lo", "_hi"))
+                   for i in mine}
         _bars(ax, [c + (i - (len(labels) - 1) / 2) * width for c in range(len(cases))],
               [by_case.get(c, (float("nan"),) * 3) for c in cases], width=width, label=label)
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(range(len(cases)), cases, rotation=30 if len(cases) > 1 else 0, ha="right" if len(cases) > 1 else "center")
-    ax.set_xlabel("case (shape_bs_h_topk_E_pes)")
+    ax.set_xlabel("case (shape_bs_h_topk_E_pes" + "".join(f", {k}" for k in keys[1:]) + ")")
     ax.set_ylabel(f"{metric} speed-up: baseline time / kernel time (1)")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(title="kernel / baseline", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -41,7 +41,9 @@ __all__ = ["TIDY_COLUMNS", "SUMMARY_COLUMNS", "tidy_rows", "write_sweep_csv", "r
 #: times, us with 4 decimals as in the perf CSV, joined by ';'), the sweep's ``repeat`` (0, 1, ...)
 #: and case ``seed``, then the row's.
 TIDY_COLUMNS = PERF_COLUMNS + ["core_times_us", "repeat", "seed"] + ROW_COLUMNS
-_CASE_KEYS = ["CaseId", "routing", "Dtype", "seed", "target", "min_sdma_bytes", "settings"]
+#: What makes two tidy rows one case (with the settings group): CaseId alone names the shape, not the
+#: routing, dtype, seed or floor of a sweep's cases (the summary's and the speed-ups' one key).
+CASE_KEYS = ["CaseId", "routing", "Dtype", "seed", "target", "min_sdma_bytes", "settings"]
 #: Row columns a sweep CSV written before kernel settings lacks (read as the reference's).
 _SETTINGS_COLUMNS = {"settings": "reference", "cores_per_rank": 1, "sdma_calls": np.nan}
 
@@ -143,7 +145,7 @@ def summarize(tidy: pd.DataFrame) -> pd.DataFrame:
     # the group's runs by their combine: a variant label's first word (doubleplane-segment-c6)
     tidy = tidy.assign(variant=tidy["variant"].astype(str).str.split("-").str[0])
     out = []
-    for key, g in tidy.groupby(_CASE_KEYS, sort=False, dropna=False):
+    for key, g in tidy.groupby(CASE_KEYS, sort=False, dropna=False):
         first = g.iloc[0]
         row = dict(zip(["case_id", "routing", "dtype", "seed", "target", "min_sdma_bytes", "settings"], key))
         row.update(pes=int(first["Npus"]), bs=int(first["BS"]), h=int(first["H"]), topk=int(first["TopK"]),

@@ -116,6 +116,36 @@ def test_pair_speedups_pairs_repeats_and_settings_groups():
     assert pair_table(p)["comm_only spread"].tolist() == ["1.000-1.250", "2.000-3.000"]
 
 
+def test_a_sweeps_routings_dtypes_and_floors_are_cases_of_their_own():
+    """Tryout: 03_sweep's "every kernel's speed-up" table had 4 rows for 12 cases and numbers of its own: a
+    CaseId names the shape only, so the routings of one shape were folded together. The pairs are keyed
+    as the summary is (results.tables.CASE_KEYS), and the table shows the keys that tell rows apart."""
+    rows = []
+    times = {("uniform", "int32_t", 0): (10.0, 5.0), ("hot-expert:0.5", "int32_t", 0): (10.0, 20.0),
+             ("uniform", "float16_t", 0): (8.0, 8.0), ("uniform", "int32_t", 64): (10.0, 4.0)}
+    for (routing, dtype, floor), (c, d) in times.items():
+        for rep in (0, 1):
+            for m in ("comm_only", "full_op"):
+                rows += [dict(zip(["routing", "Dtype", "min_sdma_bytes", "variant", "Metric", "repeat", "CoreMaxTime/us"],
+                                  (routing, dtype, floor, v, m, rep, x))) for v, x in (("classic", c), ("doubleplane", d))]
+    tidy = pd.DataFrame(rows).assign(CaseId="shape_8_64_2_2_2", kernel="", settings="reference", check="PASS",
+                                     comm_only_us=float("nan"), full_op_us=float("nan"), sdma_bytes=64)
+    p = pair_speedups(tidy)
+    assert p[["routing", "dtype", "min_sdma_bytes", "kernel", "comm_only_speedup", "repeats"]].values.tolist() == [
+        ["uniform", "int32_t", 0, "doubleplane", 2.0, 2], ["hot-expert:0.5", "int32_t", 0, "doubleplane", 0.5, 2],
+        ["uniform", "float16_t", 0, "doubleplane", 1.0, 2], ["uniform", "int32_t", 64, "doubleplane", 2.5, 2]]
+    assert list(pair_table(p).columns[:5]) == ["case", "routing", "dtype", "min_sdma_bytes", "kernel"]
+    one = pair_speedups(tidy[(tidy["Dtype"] == "int32_t") & (tidy["min_sdma_bytes"] == 0)])
+    assert list(pair_table(one).columns[:3]) == ["case", "routing", "kernel"]  # nothing else differs: not shown
+    from combine_lab.results.analysis import speedup_figure
+    ax = speedup_figure(p, "comm_only").axes[0]  # one bar per case, each at its own speed-up
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "shape_8_64_2_2_2 uniform int32_t 0", "shape_8_64_2_2_2 hot-expert:0.5 int32_t 0",
+        "shape_8_64_2_2_2 uniform float16_t 0", "shape_8_64_2_2_2 uniform int32_t 64"]
+    assert [round(b.get_height(), 3) for b in ax.patches] == [2.0, 0.5, 1.0, 2.5]
+    assert ax.get_xlabel() == "case (shape_bs_h_topk_E_pes, routing, dtype, min_sdma_bytes)"
+
+
 def test_a_failed_run_voids_the_verdict_and_says_why():
     """A kernel whose x_out failed in one repeat, or whose run had violations, gets no verdict; the
     verdict says which of the two (as the table's check and violations columns do), for either side."""
