@@ -154,6 +154,11 @@ def test_sweep_csv_has_every_case_and_passing_checks(lab_out):
     assert r["cases_with_sdma"] == int((summary["sdma_share"] > 0).sum()) == 1
     assert (summary.loc[summary["sdma_share"] == 0, "comm_only_verdict"] == rows.NO_SDMA).all()
     assert r["speedup"] == rows.SPEEDUP
+    # every kernel's speed-up (the notebook's pairs table) is the summary's, case by case (routings apart)
+    from combine_lab.results.pairs import pair_speedups
+    from combine_lab.results.tables import summarize
+    cols = ["case_id", "routing", "comm_only_speedup", "comm_only_verdict"]
+    assert pair_speedups(tidy)[cols].values.tolist() == summarize(tidy)[cols].values.tolist()
 
 
 def _sweep_defaults() -> dict:
