@@ -193,13 +193,17 @@ def losses(summary: pd.DataFrame, metric: str = "comm_only") -> pd.DataFrame:
     speed-up below 1 among the cases that sent anything by SDMA (an SDMA share of 0 means
     identical traffic: no loss to speak of), worst first. Columns: the case, sdma_share,
     both variants' times with their spread (min-max), the speed-up likewise and the verdict
-    (which says whether every repeat agreed), check_ok."""
+    (which says whether every repeat agreed), check_ok; the settings group and comm_only's algbw and
+    busbw where the summary has them (the readable table shows them)."""
     metric = _check_metric(metric)
     col = f"{metric}_speedup"
     keep = ["case_id", "routing", "dtype", "pes", "bs", "h", "topk", "expert_per_pe", "sdma_share"]
     for v in VARIANTS:
         keep += [f"{metric}_{v}_us", f"{metric}_{v}_lo_us", f"{metric}_{v}_hi_us"]
     keep += [col, f"{col}_lo", f"{col}_hi", f"{metric}_verdict", "check_ok"]
+    # what readable() shows beside them: the settings group and comm_only's bandwidths, where the summary has them
+    keep += [c for c in ["settings", *(f"comm_only_{v}_{w}_GBps" for v in VARIANTS for w in ("algbw", "busbw"))]
+             if c in summary.columns]
     lost = summary[(summary["sdma_bytes"] > 0) & (summary[col] < 1.0)]
     return lost.sort_values(col, ascending=True)[keep].reset_index(drop=True)
 

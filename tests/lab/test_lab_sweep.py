@@ -166,6 +166,10 @@ def test_summarize_speedup_spread_verdicts_and_losses():
     assert table.loc["b", "comm_only doubleplane (us)"] == "5 [4-8]"
     assert table.loc["a", "verdict"] == rows.NO_SDMA and table.loc["b", "SDMA share (%)"] == "50.0"
     assert list(tables.readable(lost)["case"]) == ["d", "c"]
+    # the losses' table shows the bandwidths the summary has (tryout: "- / -" in every cell)
+    assert tables.readable(lost)["algbw classic / doubleplane (GB/s)"].tolist() == \
+        tables.readable(s.reset_index()).set_index("case").loc[["d", "c"], "algbw classic / doubleplane (GB/s)"].tolist()
+    assert "-" not in tables.readable(lost)["algbw classic / doubleplane (GB/s)"].iloc[0]
     assert tables.summarize(tidy.iloc[0:0]).empty
     one = tables.summarize(_fake_tidy([("e", "zipf:1", 8, 64, [10.0], [20.0], 0.5)]))
     assert one["comm_only_verdict"].iloc[0] == "slower (1 repeat: no spread)"
