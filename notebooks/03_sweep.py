@@ -200,7 +200,9 @@ display(pairs.pair_table(pairs.pair_speedups(tidy)))
 # Left: the comm_only speed-up over bs × h per routing (blue: doubleplane faster, red: slower;
 # hatched grey: no SDMA traffic, nothing to compare). Right: the speed-up against the SDMA
 # share, with min-max bars (one marker per settings group); the grey band spans the no-SDMA cases, i.e. how far two runs of
-# identical traffic drift apart on this machine. A point inside the band is not a result.
+# identical traffic drift apart on this machine. A verdict "faster" or "slower" says every repeat of its case agreed;
+# a point inside the band still differs no more than identical traffic does between cases here: no result beyond
+# this machine's noise (the line below the plots counts them).
 
 # %%
 plots.show(plots.sweep_heatmaps(summary, where=f"measured on {target}" + (" (the twin)" if target == "cpu" else "")),
@@ -208,6 +210,12 @@ plots.show(plots.sweep_heatmaps(summary, where=f"measured on {target}" + (" (the
 plots.show(plots.sdma_share_plot(summary), out, "03_sdma_share_vs_speedup")
 if len(groups) > 1:  # what each setting changes on the same case files
     plots.show(plots.settings_times(summary, where=f"measured on {target}"), out, "03_comm_only_per_settings")
+band, inside = tables.noise_band(summary), tables.inside_noise(summary)
+judged = summary[(summary["sdma_share"] > 0) & summary["comm_only_verdict"].isin(["faster", "slower"])]
+print("no case without SDMA traffic: no noise band to judge the others by" if band is None else
+      f"noise band (identical traffic): {band[0]:.2f}-{band[1]:.2f}; {len(inside)} of the {len(judged)} verdicts "
+      "'faster'/'slower' lie inside it: " + (", ".join(f"{r.case_id} {r.routing} {r.comm_only_speedup:.2f}"
+                                                      for r in inside.itertuples()) or "none"))
 
 # %% [markdown]
 # ### Where doubleplane loses (comm_only speed-up below 1)

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from ..kernels import CLASSIC, DOUBLEPLANE
+from ..results.tables import noise_band
 from .figures import _EMPTY_EDGE, _SPEEDUP_AXIS, new_figure
 from .svg import EMPTY_COLOR, SDMA_COLOR
 
@@ -239,8 +240,7 @@ def sdma_share_plot(summary: pd.DataFrame, metric: str = "comm_only", dpi: int =
         return mid, np.vstack([np.clip(mid - lo, 0, None), np.clip(hi - mid, 0, None)])
 
     if len(zero):
-        lo = float(zero.get(f"{col}_lo", zero[col]).min())
-        hi = float(zero.get(f"{col}_hi", zero[col]).max())
+        lo, hi = noise_band(summary, metric)
         ax.axhspan(lo, hi, color=EMPTY_COLOR, zorder=0, label=f"no-SDMA span = noise\n({lo:.2f}-{hi:.2f})")
         mid, err = bars(zero)
         ax.errorbar(np.zeros(len(zero)), mid, yerr=err, fmt="o", mfc="white", mec="#7f7f7f", ecolor="#7f7f7f",

@@ -31,8 +31,8 @@ from ..formats.perf_csv import PERF_COLUMNS, fixed4
 from ..planning.planner import VARIANTS
 from ..model.modelled import MODELLED
 from .bandwidth import algbw_gbps, busbw_factor
-from .rows import (FAIL, METRICS, PASS, REFUSED, ROW_COLUMNS, ResultRow, compare_rows, first_line, fold_repeats,
-                   speedup, verdict)
+from .rows import (FAIL, FASTER, METRICS, PASS, REFUSED, ROW_COLUMNS, SLOWER, ResultRow, compare_rows, first_line,
+                   fold_repeats, speedup, verdict)
 
 __all__ = ["TIDY_COLUMNS", "SUMMARY_COLUMNS", "tidy_rows", "write_sweep_csv", "read_sweep_csv", "summarize",
            "losses", "readable", "compare_over_repeats"]
@@ -186,6 +186,29 @@ def _check_metric(metric: str) -> str:
         raise ParameterError(f"metric={metric!r}: must be 'comm_only' or 'full_op'",
                              parameter="metric", value=metric, allowed="comm_only or full_op")
     return metric
+
+
+def noise_band(summary: pd.DataFrame, metric: str = "comm_only") -> tuple[float, float] | None:
+    """(lowest, highest) ``metric`` speed-up over the repeats of the summary's cases with no SDMA traffic
+    (identical bytes by both variants: how far two runs of the same traffic drift apart on this machine,
+    the yardstick of the others); None without such a case."""
+    col = f"{_check_metric(metric)}_speedup"
+    zero = summary[(summary["sdma_share"].fillna(0.0) <= 0) & summary[col].notna()]
+    if zero.empty:
+        return None
+    return float(zero.get(f"{col}_lo", zero[col]).min()), float(zero.get(f"{col}_hi", zero[col]).max())
+
+
+def inside_noise(summary: pd.DataFrame, metric: str = "comm_only") -> pd.DataFrame:
+    """The cases with SDMA traffic whose verdict is "faster" or "slower" (every repeat agreed) while
+    their median speed-up lies inside :func:`noise_band`: a difference their repeats agree on, no
+    larger than identical traffic shows between cases here, so no result beyond this machine's noise.
+    Empty without a band."""
+    band, col = noise_band(summary, metric), f"{_check_metric(metric)}_speedup"
+    if band is None:
+        return summary.iloc[0:0]
+    judged = summary[(summary["sdma_share"].fillna(0.0) > 0) & summary[f"{metric}_verdict"].isin([FASTER, SLOWER])]
+    return judged[judged[col].between(*band)]
 
 
 def losses(summary: pd.DataFrame, metric: str = "comm_only") -> pd.DataFrame:

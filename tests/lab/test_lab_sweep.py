@@ -135,6 +135,23 @@ def _fake_tidy(rows):
     return pd.DataFrame(out, columns=tables.TIDY_COLUMNS)
 
 
+def test_a_verdict_inside_the_noise_band_of_identical_traffic_is_counted():
+    """Tryout: 03_sweep said "a point inside the band is not a result" while calling such points
+    "slower". The band (the no-SDMA cases' speed-ups over their repeats: identical traffic) and the
+    verdicts whose repeats agreed but whose median lies inside it are the notebook's to print."""
+    tidy = _fake_tidy([
+        ("a", "uniform", 8, 64, [10.0, 10.0], [16.0, 8.0], 0.0),     # identical traffic: 0.625 and 1.25
+        ("b", "zipf:1", 8, 64, [10.0, 10.0], [12.5, 11.0], 0.5),     # slower every time, 0.80-0.91: inside
+        ("c", "zipf:1", 16, 64, [10.0, 10.0], [40.0, 20.0], 0.2),    # slower every time, 0.25-0.5: outside
+        ("d", "zipf:1", 32, 64, [10.0, 10.0], [8.0, 12.5], 0.3),     # within noise: no verdict to count
+    ])
+    s = tables.summarize(tidy)
+    assert tables.noise_band(s) == (0.625, 1.25)
+    inside = tables.inside_noise(s)
+    assert inside["case_id"].tolist() == ["b"] and inside["comm_only_verdict"].tolist() == [rows.SLOWER]
+    assert tables.noise_band(s[s["case_id"] != "a"]) is None and tables.inside_noise(s[s["case_id"] != "a"]).empty
+
+
 def test_summarize_speedup_spread_verdicts_and_losses():
     tidy = _fake_tidy([
         ("a", "uniform", 8, 64, [10.0, 10.0, 10.0], [20.0, 5.0, 12.5], 0.0),    # no SDMA: noise only
