@@ -240,7 +240,7 @@ def plane_bytes_svg(plan, width: int = WIDTH) -> str:
     ymax2 = max(float(largest.max(initial=0.0)), float(plan.min_sdma_bytes), float(avg.max(initial=0.0))) / div2
     ymax2 = max(ymax2, 1e-9) * 1.12
     ax2 = _Axes(cv, pw + 70, top, pw - 90, ph, (-0.6, pes - 0.4), (0.0, ymax2))
-    ax2.frame(title="Decision thresholds per PE (docs/decision-rule.md#1-the-rule)", xlabel=f"PE ({PE_ROLE})",
+    ax2.frame(title="Decision thresholds per PE (decision-rule.md §1)", xlabel=f"PE ({PE_ROLE})",
               ylabel=f"segment payload ({unit2})", xticks=xt, yticks=_tick_labels(_linear_ticks(0, ymax2)))
     fy = ax2.py(plan.min_sdma_bytes / div2)
     cv.line(ax2.x, fy, ax2.x + ax2.w, fy, stroke="#777", sw=1.2, dash="5 4")

@@ -104,8 +104,8 @@ def _tick_labels(ticks: list[float]) -> list[tuple[float, str]]:
     step needs (9,000 and 12,000 on one axis, never 9000 beside 1.2e+04)."""
     if not ticks:
         return []
-    step = min((abs(b - a) for a, b in zip(ticks, ticks[1:]) if b != a), default=abs(ticks[0]) or 1.0)
-    digits = max(0, -int(math.floor(math.log10(step)))) if step < 1 else 0
+    # the fewest decimals that write every tick exactly (2.5 and 7.5 were written "2" and "8")
+    digits = next((d for d in range(7) if all(abs(round(t, d) - t) <= 1e-9 * max(1.0, abs(t)) for t in ticks)), 6)
     return [(t, f"{t:,.{digits}f}") for t in ticks]
 
 
@@ -279,8 +279,9 @@ class _Axes:
             cv.line(x, self.y + self.h, x, self.y + self.h + 4)
             cv.text(x, self.y + self.h + 16, lab, size=size, anchor="middle")
         cv.rect(self.x, self.y, self.w, self.h, stroke="#555")
-        if title:
-            cv.text(self.x + self.w / 2, self.y - 8, title, size=12.5, anchor="middle", weight="600")
+        if title:  # a long title gets a smaller font, never cut off at the figure's edge (at most the frame + 40 px)
+            fit = min(12.5, max(8.0, 12.5 * (self.w + 40) / max(_text_width(title, 12.5) * 1.05, 1.0)))
+            cv.text(self.x + self.w / 2, self.y - 8, title, size=round(fit, 1), anchor="middle", weight="600")
         if xlabel:
             cv.text(self.x + self.w / 2, self.y + self.h + 34, xlabel, size=12, anchor="middle")
         if ylabel:  # beside the widest tick label, never over it

@@ -130,3 +130,11 @@ def test_modelled_floors_marks_the_floor_and_says_modelled(small):
     assert not [c for c in root.iter(f"{NS}circle") if c.get("class") == "cl-current"]
     assert [pth.get("class") for pth in root.iter(f"{NS}path")] == ["cl-what-if", "cl-curve"]
     assert "what-if: one SDMA call per segment, no layout step" in texts(root) and "current floor" not in texts(root)
+
+
+def test_tick_labels_write_every_tick_exactly_in_one_format():
+    """Tryout: ticks at 2.5 and 7.5 were written "2" and "8" (the step's decimals, not the ticks')."""
+    from combine_lab.lab.svg_parts import _tick_labels
+    assert [lab for _, lab in _tick_labels([0.0, 2.5, 5.0, 7.5, 10.0])] == ["0.0", "2.5", "5.0", "7.5", "10.0"]
+    assert [lab for _, lab in _tick_labels([0.0, 4000.0, 8000.0, 12000.0])] == ["0", "4,000", "8,000", "12,000"]
+    assert [lab for _, lab in _tick_labels([0.0, 0.05, 0.1])] == ["0.00", "0.05", "0.10"]
