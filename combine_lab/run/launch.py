@@ -348,12 +348,15 @@ def _failure_text(origin: int, code: int | None, stopped: bool, failed: Sequence
         how = f"killed by signal {-code} ({name})"
     else:
         how = f"exited with status {code}"
-    tail = "\n".join(tails[origin].splitlines()[-12:])
-    said = tail or "(it wrote nothing on stderr)"
-    why = failure_reason(tail)  # the twin's or the driver's own reason, first (docs/cli.md#6-exit-status)
+    lines = tails[origin].splitlines()[-12:]
+    why = failure_reason("\n".join(lines))  # the twin's or the driver's own reason, first (docs/cli.md#6-exit-status)
+    if why:  # said once: the reason's line is not repeated in the tail below it
+        lines = [ln for i, ln in enumerate(lines) if ln.strip() != why or i != next(
+            j for j, x in enumerate(lines) if x.strip() == why)]
+    said = "\n".join(lines) if lines or why else "(it wrote nothing on stderr)"
     waits = [f"PE {pe}: {line}" for pe in failed if pe != origin
              for line in tails[pe].splitlines() if "slot" in line][:8]
-    return (f"PE {origin} {how}:{' ' + why if why else ''}\n{said}"
+    return (f"PE {origin} {how}:{' ' + why if why else ''}" + (f"\n{said}" if said else "")
             + ("\nthe others waited for it:\n" + "\n".join(waits) if waits else ""))
 
 
