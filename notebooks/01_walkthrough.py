@@ -492,7 +492,8 @@ record["sections"].append("frames")
 
 # %%
 runs = compare(case, warmup=warmup, loops=loops, min_sdma_bytes=floor, prof_pe="all")
-print("times: the twin's (CPU threads copying memory), CoreMaxTime of the slowest core, mean over profiled PEs")
+print("times: the twin's (CPU threads copying memory), CoreMaxTime of the slowest core on the slowest profiled PE "
+      "(one run: no spread)")
 for variant, res in runs.items():
     print(f"{variant:12s} x_out {'PASS' if res.check_ok else 'FAIL'} on every PE | counters = plan: "
           f"{not res.counter_mismatches()} | comm_only {res.time_us('comm_only'):9.1f} us | "
@@ -885,7 +886,7 @@ record["sections"].append("settings")
 # range, on both machines. The segment layout saves the per-row SDMA cost but pays for its layout
 # step (a bases exchange and a barrier; the cell's output above gives the balance at this size), and
 # whether SDMA pays at all hinges on what nobody has published: the `measure_first` column names
-# the parameter that moves each verdict most (how many SDMA engines run at once, for most rows).
+# the parameter that moves each verdict most (read it per row: it differs by setting and machine).
 # Combined with 6 cores the verdict differs by machine, so no verdict on the planes holds without
 # measuring.
 #

@@ -281,7 +281,7 @@ class ModelledState:
                     f"{v.against} over the unknowns' box (nominal {v.nominal:.3f}x; the model's resolution "
                     f"{RESOLUTION:.0%}): "
                     + ("it beats MTE-only throughout" if v.beats else
-                       f"no floor beats MTE-only under these assumptions; {v.pays_if()}"))
+                       f"no floor beats MTE-only everywhere in the unknowns' box; {v.pays_if()}"))
             return Unknowns(int(v.floor), True, engines_sentence(v.floor, v.engines, v.label, v.against), band,
                             bool(v.beats), float(v.low), float(v.high))
         m = self.modelled

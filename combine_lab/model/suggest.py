@@ -10,7 +10,7 @@ at its own floors and the case's curve is their maximum: every floor is exact an
 
 A tie is a tie: the best floor is named "best" only when it beats never-SDMA by more than the
 model's resolution over the whole range of its unknowns (:mod:`.unknowns`); otherwise the text says
-that no floor beats MTE-only under these assumptions, and which assumption would change that.
+that no floor beats MTE-only everywhere in the unknowns' box, and which assumption would change that.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Suggestion:
             return (f"best: min_sdma_bytes={v.floor}: {row['modelled_us']:.3f} us, {row['speedup']:.3f}x classic"
                     f"{self._in}; {v.low:.3f}x - {v.high:.3f}x over the unknowns' box (comm_only), above the model's "
                     f"resolution ({RESOLUTION:.0%}) throughout")
-        return (f"no floor beats MTE-only under these assumptions: the best, min_sdma_bytes={v.floor}, is "
+        return (f"no floor beats MTE-only everywhere in the unknowns' box: the best, min_sdma_bytes={v.floor}, is "
                 f"{row['speedup']:.3f}x classic at the nominal values{self._in} and {v.low:.3f}x - {v.high:.3f}x over "
                 f"the unknowns' box (comm_only; best only above {1 + RESOLUTION:.2f}x throughout, the model's "
                 f"resolution); {v.pays_if()}")
@@ -357,7 +357,8 @@ class SettingsComparison:
         shown = self.table.copy()
         shown["best_floor"] = ["never SDMA" if f == NEVER else str(int(f)) for f in shown["best_floor"]]
         shown["band"] = [f"{lo:.3f}x - {hi:.3f}x" for lo, hi in zip(shown["low"], shown["high"])]
-        shown["pays_from"] = ["-" if p is None else f"{int(p)} engines" for p in shown["pays_from"]]
+        shown["pays_from"] = ["-" if p is None else f"{int(p)} engine{'s' if int(p) != 1 else ''}"
+                              for p in shown["pays_from"]]
         cols = ["variant", "best_floor", "modelled_us", "speedup", "band", "verdict", "pays_from", "measure_first"]
         table = shown[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")
         return (f"{self.caption}\nmetric: {self.metric} (the slowest PE's CoreMaxTime/us) at each setting's best "

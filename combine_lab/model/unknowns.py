@@ -141,7 +141,7 @@ class Verdict:
                 lo, hi = v[n].min(), v[n].max()
                 end = float(pays[n].iloc[0])
                 conds.append(f"{n} = {end:g}" if lo == hi else (f"{n} <= {lo:g}" if end == lo else f"{n} >= {hi:g}"))
-            share = f" (at {len(pays)} of {len(v)} vertices)"
+            share = f" (it pays at {len(pays)} of the box's {len(v)} vertices)"
         else:
             share = ""
         cond = " and ".join(conds) if conds else "the unknowns combine as at its highest point"
@@ -193,7 +193,8 @@ def engines_line(floor: int, engines: pd.DataFrame, label: str = DOUBLEPLANE, ag
         return f"{label} (no SDMA){of}: {word(float(engines['speedup'].iloc[0]))}{than} with any number of SDMA engines"
     parts = [f"{word(s)} with {int(e)}" for e, s in zip(engines["engines"], engines["speedup"])]
     pays = next((int(e) for e, x in zip(engines["engines"], engines["speedup"]) if x > 1 + RESOLUTION), None)
-    tail = (f"it pays only if {pays} or more run at once" if pays is not None else
+    tail = (f"it pays with any of {ENGINES[0]}-{ENGINES[-1]} running at once" if pays == ENGINES[0] else
+            f"it pays only if {pays} or more run at once" if pays is not None else
             f"it does not pay with any of {ENGINES[0]}-{ENGINES[-1]} running at once")
     return (f"{label} at floor {int(floor):,} B{of}: " + ", ".join(parts) +  # bytes as the app writes them
             f" SDMA engines{than}, the rest nominal: {tail}")

@@ -154,7 +154,7 @@ def test_suggest_prints_the_curve_and_the_best_floor(tmp_path, capsys):
         assert sp == pytest.approx(classic / dual, rel=1e-12)
     assert v.engines_line() in out and "what moves the verdict most, jointly (measure first; " in out
     assert out.splitlines()[-2] == s.pick_text()
-    assert s.pick_text().startswith("best: " if v.low > 1.05 else "no floor beats MTE-only under these assumptions")
+    assert s.pick_text().startswith("best: " if v.low > 1.05 else "no floor beats MTE-only everywhere in the unknowns' box")
     assert out.splitlines()[1] == load_model("a2").caption()
 
 

@@ -598,7 +598,7 @@ def test_suggest_and_the_engine_line_say_one_thing_in_one_format(nothing_launche
                          "engines, the rest nominal: it pays only if 2 or more run at once")
     assert f"SDMA engines alone: {u.engines}." in status and f"Over the unknown SDMA engine count: {u.engines} (" in panel
     assert "(the floor Suggest names; this one is 2,097,152 B)" in panel and "At floor 2,097,152 B:" in panel
-    assert status.count("no floor beats MTE-only under these assumptions") == 1
+    assert status.count("no floor beats MTE-only everywhere in the unknowns' box") == 1
     said = _sentences(status)
     assert len(said) == len(set(said)), [x for x in said if said.count(x) > 1]
     # every byte count in exact bytes with thousands separators: no bare 1966080

@@ -830,7 +830,7 @@ def _dashboard_steps(s: Session, server) -> None:
     page.wait_for_selector(".cl-app .cl-suggestion", state="visible", timeout=SHORT)
     said = page.inner_text(".cl-app .cl-suggestion")
     panel = page.evaluate(TEXT_JS, ".cl-app .cl-modelled-panel")
-    assert said.count("no floor beats MTE-only under these assumptions") == 1, said
+    assert said.count("no floor beats MTE-only everywhere in the unknowns' box") == 1, said
     assert re.findall(r"\d{5,}", said + panel) == [], re.findall(r"\d{5,}", said + panel)
     engines = re.search(r"SDMA engines alone: (.*?run at once)\.", said).group(1)
     assert f"Over the unknown SDMA engine count: {engines}" in panel, (engines, panel)

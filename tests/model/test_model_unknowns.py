@@ -111,7 +111,7 @@ def test_a_floor_is_best_only_above_the_resolution_over_the_whole_range():
     v = s.verdict
     assert s.beats == (v.low > 1 + RESOLUTION)
     if not s.beats:
-        assert s.pick_text().startswith("no floor beats MTE-only under these assumptions: the best, "
+        assert s.pick_text().startswith("no floor beats MTE-only everywhere in the unknowns' box: the best, "
                                         f"min_sdma_bytes={v.floor}, is ")
     # one remote segment of 40 rows of 256 KiB, and an engine that costs next to nothing per call:
     # SDMA wins at every corner of the range (the core's issue, at most 2 us a row, against MTE's 6 us)
