@@ -18,6 +18,7 @@ import contextlib
 import errno as errno_mod
 import json
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -63,6 +64,16 @@ def _mount_of(path: Path) -> tuple[str, str]:
     return best
 
 
+def _kind(path: Path) -> str:
+    """"folder", "file" (anything else that exists) or "missing", from one stat of ``path``."""
+    try:
+        return "folder" if stat.S_ISDIR(path.stat().st_mode) else "file"
+    except FileNotFoundError:
+        return "missing"
+    except NotADirectoryError:  # a part of it is a file
+        return "missing"
+
+
 def usable_folder(path: str | os.PathLike, what: str, keep: bool = True) -> Path:
     """Make sure ``path`` is a folder this process can write files in: create it (and its parents)
     when missing, then write and remove a file in it. Returns the path (as given, ``~`` expanded).
@@ -85,14 +96,15 @@ def usable_folder(path: str | os.PathLike, what: str, keep: bool = True) -> Path
     """
     folder = Path(path).expanduser()
     shown = f"{what} {path}"
-    if folder.exists() and not folder.is_dir():
+    if _kind(folder) == "file":
         raise ParameterError(f"{shown}: is a file, not a folder", parameter=python_name(what), said_as=flag_of(what),
                              value=path)
-    # the deepest part of the path that exists: a file there means the folder cannot be made
+    # the deepest part of the path that exists: a file there means the folder cannot be made (one stat
+    # each: a folder another process removes meanwhile is missing, never taken for a file)
     existing = folder.absolute()
-    while not existing.exists() and existing != existing.parent:
+    while (kind := _kind(existing)) == "missing" and existing != existing.parent:
         existing = existing.parent
-    if not existing.is_dir():
+    if kind == "file":
         raise ParameterError(f"{shown}: under {existing}, which is a file, not a folder",
                              parameter=python_name(what), said_as=flag_of(what), value=path)
     mount, fstype = _mount_of(existing.resolve())

@@ -609,3 +609,23 @@ def test_a_refusal_names_the_flag_the_user_typed(args, message, capsys):
     code = cli.main(["run", "-bs", "8", "-h", "64", *args])
     assert code == 2
     assert capsys.readouterr().err.strip() == f"combine-lab: error: {message}"
+
+
+def test_a_folder_removed_during_the_check_is_not_called_a_file(tmp_path, monkeypatch):
+    """CI: with two workers in one checkout, one removed its ./output while the other's check ran
+    (exists() true, then is_dir() false): "under .../output, which is a file, not a folder". One stat
+    per path now: a folder that vanishes is missing, and the check creates it."""
+    from combine_lab import folders
+    gone = tmp_path / "output"
+    gone.mkdir()
+    real = folders._kind
+    seen = []
+
+    def racing(path):
+        if path == gone.absolute() / "perf" and not seen:
+            seen.append(path)
+            gone.rmdir()  # the other worker removes it between the checks
+        return real(path)
+    monkeypatch.setattr(folders, "_kind", racing)
+    assert folders.usable_folder(gone / "perf", "--output-dir") == gone / "perf" and (gone / "perf").is_dir()
+    assert seen

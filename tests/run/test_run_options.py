@@ -85,10 +85,11 @@ def _nothing_runs(monkeypatch):
     ("prof_pe", 5, "--prof-pe", "--prof-pe=5: must be 'all' or a PE in [0, 1] (shape_4_16_2_4_2 has 2 PEs)"),
     ("timeout_s", 0.0, "--timeout", "--timeout: timeout_s=0.0: must be > 0 seconds"),
 ])
-def test_one_bad_value_is_refused_alike_by_every_entry(name, value, flag, flag_text, monkeypatch, capsys):
+def test_one_bad_value_is_refused_alike_by_every_entry(name, value, flag, flag_text, monkeypatch, capsys, tmp_path):
     """The same value through run_case, harness.execute, run_sweep, the command line and the app's
     form: the same validator, so the same words (the command line puts its flag first), and nothing
     is built or written first."""
+    monkeypatch.chdir(tmp_path)  # the command line's default output folder: here, not in the checkout
     text = f"{name}={value!r}: " + {"warmup": "must be an int >= 0", "loops": "must be an int >= 1",
                                     "repeats": "must be an int >= 1", "min_sdma_bytes": "must be an int >= 0",
                                     "prof_pe": "must be 'all' or a PE in [0, 1]",
