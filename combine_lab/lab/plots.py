@@ -146,8 +146,8 @@ def compare_per_pe(runs: dict, dpi: int = 72) -> Figure:
     pes = any_run.case_id.rsplit("_", 1)[-1]  # shape_bs_h_topk_E_pes
     n = max((sum(1 for o in getattr(runs, "outcomes", []) if o.run.label == k and o.result is not None)
              for k in runs), default=0) or 1
-    fig.suptitle(f"Measured on {where}: {any_run.case_id} {any_run.routing}, {pes} PEs; median of {n} repeat"
-                 f"{'s' if n > 1 else ''}, bars min-max\nx_out {verdict}"
+    spread = f"median of {n} repeats, bars min-max" if n > 1 else "one run: no spread (repeats give one)"
+    fig.suptitle(f"Measured on {where}: {any_run.case_id} {any_run.routing}, {pes} PEs; {spread}\nx_out {verdict}"
                  + (f"; {NO_SDMA_CASE}" if no_sdma else ""), fontsize=10)
     fig.subplots_adjust(left=0.1, right=0.98, bottom=0.15, top=0.72, wspace=0.28)
     return fig

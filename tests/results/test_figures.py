@@ -105,6 +105,8 @@ def test_the_labs_comparison_and_history_figures_show_medians_and_spreads(no_lea
     fig = plots.compare_per_pe(cmp)
     assert fig._suptitle.get_text().startswith(f"Measured on cpu (the CPU twin): {spec.case_id} zipf:1.2, 3 PEs; "
                                                "median of 3 repeats, bars min-max\nx_out classic PASS")
+    one = plots.compare_per_pe({v: cmp[v] for v in ("classic", "doubleplane")})  # one run of each: no spread to draw
+    assert "; one run: no spread (repeats give one)\nx_out classic PASS" in one._suptitle.get_text()
     for ax, metric in zip(fig.axes, ("comm_only", "full_op")):
         for v, container in zip(("classic", "doubleplane"), _bars(ax)):
             (bar,) = container  # the one profiled PE: the table's median and spread over the repeats
