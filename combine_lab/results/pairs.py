@@ -60,12 +60,14 @@ def pair_speedups(tidy: pd.DataFrame, baseline: str | None = None, modelled: boo
         return pd.DataFrame(columns=PAIR_COLUMNS)
     tidy = tidy.assign(kernel=tidy["kernel"].fillna("").astype(str) if "kernel" in tidy.columns else "",
                        settings=tidy["settings"] if "settings" in tidy.columns else "reference")
+    # one case: the summary's keys (a sweep's routings, dtypes, seeds and floors share a CaseId); a key a
+    # row lacks is '-' (a NaN in a key would never find its pair)
+    keys = [c for c in CASE_KEYS if c != "settings" and c in tidy.columns]
+    tidy = tidy.assign(**{c: tidy[c].astype(object).where(tidy[c].notna(), "-") for c in keys})
     ran = tidy[tidy["check"].isin([PASS, FAIL, MODELLED])]
     # a run without perf rows (your kernel priced from its recorded stream) has its row's own times
     own = pd.Series(np.where(ran["Metric"] == "comm_only", ran["comm_only_us"], ran["full_op_us"]), index=ran.index)
     ran = ran.assign(time=ran["CoreMaxTime/us"].fillna(own))
-    # one case: the summary's keys (a sweep's routings, dtypes, seeds and floors share a CaseId)
-    keys = [c for c in CASE_KEYS if c != "settings" and c in tidy.columns]
     # (case..., variant, metric, repeat) -> the slowest profiled PE's time; a run shared by groups counts once
     per = ran.groupby([*keys, "variant", "Metric", "repeat"], dropna=False)["time"].max()
     runs = set(per.index.droplevel([-2, -1]))

@@ -135,6 +135,8 @@ def test_a_sweeps_routings_dtypes_and_floors_are_cases_of_their_own():
         ["uniform", "int32_t", 0, "doubleplane", 2.0, 2], ["hot-expert:0.5", "int32_t", 0, "doubleplane", 0.5, 2],
         ["uniform", "float16_t", 0, "doubleplane", 1.0, 2], ["uniform", "int32_t", 64, "doubleplane", 2.5, 2]]
     assert list(pair_table(p).columns[:5]) == ["case", "routing", "dtype", "min_sdma_bytes", "kernel"]
+    seedless = pair_speedups(tidy.assign(seed=float("nan")))  # a key a row lacks: '-', never a lost pair
+    assert len(seedless) == 4 and set(seedless["seed"]) == {"-"}
     one = pair_speedups(tidy[(tidy["Dtype"] == "int32_t") & (tidy["min_sdma_bytes"] == 0)])
     assert list(pair_table(one).columns[:3]) == ["case", "routing", "kernel"]  # nothing else differs: not shown
     from combine_lab.results.analysis import speedup_figure
