@@ -68,9 +68,7 @@ def _kind(path: Path) -> str:
     """"folder", "file" (anything else that exists) or "missing", from one stat of ``path``."""
     try:
         return "folder" if stat.S_ISDIR(path.stat().st_mode) else "file"
-    except FileNotFoundError:
-        return "missing"
-    except NotADirectoryError:  # a part of it is a file
+    except (FileNotFoundError, NotADirectoryError):  # NotADirectoryError: a part of it is a file
         return "missing"
 
 

@@ -211,7 +211,7 @@ plots.show(plots.sdma_share_plot(summary), out, "03_sdma_share_vs_speedup")
 if len(groups) > 1:  # what each setting changes on the same case files
     plots.show(plots.settings_times(summary, where=f"measured on {target}"), out, "03_comm_only_per_settings")
 band, inside = tables.noise_band(summary), tables.inside_noise(summary)
-judged = summary[(summary["sdma_share"] > 0) & summary["comm_only_verdict"].isin(["faster", "slower"])]
+judged = tables.judged(summary)
 print("no case without SDMA traffic: no noise band to judge the others by" if band is None else
       f"noise band (identical traffic): {band[0]:.2f}-{band[1]:.2f}; {len(inside)} of the {len(judged)} verdicts "
       "'faster'/'slower' lie inside it: " + (", ".join(f"{r.case_id} {r.routing} {r.comm_only_speedup:.2f}"

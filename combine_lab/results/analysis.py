@@ -240,8 +240,7 @@ def speedup_figure(pairs: pd.DataFrame, metric: str, note: str = "") -> Figure:
     the same repeat; above the line at 1: the kernel faster) with the repeats' min-max as an error
     bar, labelled "kernel / baseline". The title names the metric and ``note``, the clock."""
     # a case: its CaseId, with its routing, dtype, ... where they differ between the rows (a sweep's cases)
-    keys = ["case_id"] + [c for c in ["routing", *varying_keys(pairs)] if c in pairs.columns and
-                          pairs[c].nunique(dropna=False) > 1]
+    keys = ["case_id", *(["routing"] if pairs["routing"].nunique() > 1 else []), *varying_keys(pairs)]
     case_of = [" ".join(str(r[c]) for c in keys) for _, r in pairs.iterrows()]
     cases = list(dict.fromkeys(case_of))
     labels = list(dict.fromkeys(f"{k} / {b}" for k, b in zip(pairs["kernel"], pairs["baseline"])))

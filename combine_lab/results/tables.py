@@ -34,8 +34,8 @@ from .bandwidth import algbw_gbps, busbw_factor
 from .rows import (FAIL, FASTER, METRICS, PASS, REFUSED, ROW_COLUMNS, SLOWER, ResultRow, compare_rows, first_line,
                    fold_repeats, speedup, verdict)
 
-__all__ = ["TIDY_COLUMNS", "SUMMARY_COLUMNS", "tidy_rows", "write_sweep_csv", "read_sweep_csv", "summarize",
-           "losses", "readable", "compare_over_repeats"]
+__all__ = ["TIDY_COLUMNS", "SUMMARY_COLUMNS", "CASE_KEYS", "tidy_rows", "write_sweep_csv", "read_sweep_csv",
+           "summarize", "noise_band", "judged", "inside_noise", "losses", "readable", "compare_over_repeats"]
 
 #: Every column of the tidy table, in order: the perf columns, ``core_times_us`` (the per-core
 #: times, us with 4 decimals as in the perf CSV, joined by ';'), the sweep's ``repeat`` (0, 1, ...)
@@ -199,16 +199,21 @@ def noise_band(summary: pd.DataFrame, metric: str = "comm_only") -> tuple[float,
     return float(zero.get(f"{col}_lo", zero[col]).min()), float(zero.get(f"{col}_hi", zero[col]).max())
 
 
+def judged(summary: pd.DataFrame, metric: str = "comm_only") -> pd.DataFrame:
+    """The cases with SDMA traffic whose ``metric`` verdict is "faster" or "slower" (every repeat agreed)."""
+    metric = _check_metric(metric)
+    return summary[(summary["sdma_share"].fillna(0.0) > 0) & summary[f"{metric}_verdict"].isin([FASTER, SLOWER])]
+
+
 def inside_noise(summary: pd.DataFrame, metric: str = "comm_only") -> pd.DataFrame:
-    """The cases with SDMA traffic whose verdict is "faster" or "slower" (every repeat agreed) while
-    their median speed-up lies inside :func:`noise_band`: a difference their repeats agree on, no
+    """The :func:`judged` cases whose median speed-up lies inside :func:`noise_band`: a difference their repeats agree on, no
     larger than identical traffic shows between cases here, so no result beyond this machine's noise.
     Empty without a band."""
     band, col = noise_band(summary, metric), f"{_check_metric(metric)}_speedup"
     if band is None:
         return summary.iloc[0:0]
-    judged = summary[(summary["sdma_share"].fillna(0.0) > 0) & summary[f"{metric}_verdict"].isin([FASTER, SLOWER])]
-    return judged[judged[col].between(*band)]
+    sure = judged(summary, metric)
+    return sure[sure[col].between(*band)]
 
 
 def losses(summary: pd.DataFrame, metric: str = "comm_only") -> pd.DataFrame:

@@ -350,9 +350,8 @@ def _failure_text(origin: int, code: int | None, stopped: bool, failed: Sequence
         how = f"exited with status {code}"
     lines = tails[origin].splitlines()[-12:]
     why = failure_reason("\n".join(lines))  # the twin's or the driver's own reason, first (docs/cli.md#6-exit-status)
-    if why:  # said once: the reason's line is not repeated in the tail below it
-        lines = [ln for i, ln in enumerate(lines) if ln.strip() != why or i != next(
-            j for j, x in enumerate(lines) if x.strip() == why)]
+    if why:  # said once: the reason's line (failure_reason took it from these lines) is not repeated below it
+        del lines[next(i for i, ln in enumerate(lines) if ln.strip() == why)]
     said = "\n".join(lines) if lines or why else "(it wrote nothing on stderr)"
     waits = [f"PE {pe}: {line}" for pe in failed if pe != origin
              for line in tails[pe].splitlines() if "slot" in line][:8]

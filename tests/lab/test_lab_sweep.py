@@ -149,6 +149,7 @@ def test_a_verdict_inside_the_noise_band_of_identical_traffic_is_counted():
     assert tables.noise_band(s) == (0.625, 1.25)
     inside = tables.inside_noise(s)
     assert inside["case_id"].tolist() == ["b"] and inside["comm_only_verdict"].tolist() == [rows.SLOWER]
+    assert tables.judged(s)["case_id"].tolist() == ["b", "c"]  # "a" sends nothing by SDMA, "d" is within noise
     assert tables.noise_band(s[s["case_id"] != "a"]) is None and tables.inside_noise(s[s["case_id"] != "a"]).empty
 
 
